@@ -1,0 +1,32 @@
+"""lmlab: pretrained Transformer language models on one machine.
+
+The top-level names are imported lazily so ``import lmlab`` stays light (no torch until a model,
+tokenizer or pipeline is actually used).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> "module:attribute"
+_LAZY = {
+    "Tokenizer": "lmlab.tokenization.tokenizer:Tokenizer",
+    "from_pretrained": "lmlab.models.auto:from_pretrained",
+    "pipeline": "lmlab.pipelines:pipeline",
+    "LmlabError": "lmlab.utils.errors:LmlabError",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'lmlab' has no attribute {name!r}")
+    module_name, attribute = target.split(":")
+    value = getattr(importlib.import_module(module_name), attribute)
+    globals()[name] = value
+    return value

