@@ -1,0 +1,135 @@
+"""One configuration for every Transformer family lmlab builds.
+
+A family (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, GPT-2, Llama, ...) is a set of values for
+these fields plus, at most, a few lines of family-specific code. Field names follow the Hugging
+Face config names where one exists, so mapping a ``config.json`` is mostly renaming.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lmlab.utils.errors import LmlabError
+
+PositionKind = Literal["learned", "sinusoidal", "rotary", "none"]
+NormKind = Literal["layernorm", "rmsnorm"]
+FFNKind = Literal["mlp", "glu"]
+
+
+@dataclass
+class TransformerConfig:
+    """Hyperparameters of a Transformer stack (encoder or decoder).
+
+    The defaults are BERT-base's. ``family`` names the checkpoint family for interop
+    (``"bert"``, ``"roberta"``, ``"albert"``, ``"electra"``, ``"distilbert"``, ``"gpt2"``,
+    ``"llama"``).
+    """
+
+    family: str = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    num_key_value_heads: int | None = None  # grouped-query attention; None = same as heads
+    head_dim: int | None = None  # None = hidden_size // num_attention_heads
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"  # gelu | gelu_new (tanh approx.) | relu | silu
+    ffn_type: FFNKind = "mlp"  # mlp: act(xW1)W2 ; glu: (act(xWg) * xWu)W2 (SwiGLU/GeGLU)
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2  # 0 = no segment embeddings
+    position_embedding: PositionKind = "learned"
+    position_offset: int = 0  # RoBERTa numbers positions from padding_idx + 1
+    rope_theta: float = 10000.0
+    embedding_size: int | None = None  # ALBERT/ELECTRA factorised embeddings (E != H)
+    norm_type: NormKind = "layernorm"
+    norm_eps: float = 1e-12
+    pre_norm: bool = False  # False: BERT's post-norm; True: GPT-2/Llama pre-norm
+    embedding_norm: bool = True  # LayerNorm right after the embeddings (BERT family)
+    final_norm: bool = False  # norm after the last layer (pre-norm stacks)
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    share_layers: bool = False  # ALBERT: one set of layer weights reused by every layer
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    causal: bool = False  # decoder: each position attends only to itself and the past
+    add_cross_attention: bool = False  # encoder-decoder decoders (T5, BART, Transformer)
+    tie_word_embeddings: bool = True
+    initializer_range: float = 0.02
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # family-specific values, kept verbatim
+
+    def __post_init__(self) -> None:
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise LmlabError(
+                    f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                    f"{self.num_attention_heads}",
+                    "choose a head count that divides the hidden size, or set head_dim",
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise LmlabError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}",
+                "use a key/value head count that divides the query head count",
+            )
+
+    @property
+    def input_embedding_size(self) -> int:
+        """Width of the token embedding table (E in ALBERT; H otherwise)."""
+        return self.embedding_size or self.hidden_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise LmlabError(f"unknown config fields: {', '.join(unknown)}",
+                             f"valid fields are: {', '.join(sorted(known))}")
+        return cls(**values)
+
+    def save(self, path: str | Path) -> None:
+        from lmlab.utils.io import atomic_write_json
+
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> TransformerConfig:
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_dict(json.load(handle))
+
+    def num_parameters(self, include_embeddings: bool = True) -> int:
+        """Parameter count computed from the shapes (no model needed)."""
+        h, e, f = self.hidden_size, self.input_embedding_size, self.intermediate_size
+        q = self.num_attention_heads * self.head_dim
+        kv = self.num_key_value_heads * self.head_dim
+        ab, mb = int(self.attention_bias), int(self.mlp_bias)
+        norm = 2 * h if self.norm_type == "layernorm" else h
+        attn = h * q + q * ab + 2 * (h * kv + kv * ab) + q * h + h * ab
+        ffn_in = 2 if self.ffn_type == "glu" else 1
+        ffn = ffn_in * (h * f + f * mb) + f * h + h * mb
+        layer = attn + ffn + 2 * norm
+        layers = layer * (1 if self.share_layers else self.num_hidden_layers)
+        total = layers + (norm if self.final_norm else 0)
+        if include_embeddings:
+            emb = self.vocab_size * e
+            if self.position_embedding == "learned":
+                emb += (self.max_position_embeddings + self.position_offset) * e
+            emb += self.type_vocab_size * e
+            if self.embedding_norm:
+                emb += 2 * e if self.norm_type == "layernorm" else e
+            if e != h:
+                emb += e * h + h
+            total += emb
+        return total
