@@ -1,0 +1,44 @@
+"""Activation functions by the names Hugging Face configs use."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lmlab.utils.errors import LmlabError
+
+
+class GELUTanh(nn.Module):
+    """GELU with the tanh approximation (GPT-2's ``gelu_new``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+_ACTIVATIONS = {
+    "gelu": lambda: nn.GELU(),
+    "gelu_python": lambda: nn.GELU(),
+    "gelu_new": GELUTanh,
+    "gelu_fast": GELUTanh,
+    "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"),
+    "relu": nn.ReLU,
+    "silu": nn.SiLU,
+    "swish": nn.SiLU,
+    "tanh": nn.Tanh,
+}
+
+
+def activation(name: str) -> nn.Module:
+    """The activation module for a config's ``hidden_act`` name."""
+    if name not in _ACTIVATIONS:
+        raise LmlabError(f"unknown activation {name!r}",
+                         f"use one of {', '.join(sorted(_ACTIVATIONS))}")
+    return _ACTIVATIONS[name]()
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact (erf) GELU."""
+    return F.gelu(x)

@@ -1,0 +1,102 @@
+"""Multi-head attention, written once for every family.
+
+Two paths compute the same function:
+
+- the fused path, ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient
+  kernels where the device has them), used by default;
+- the math path, explicit ``softmax(QK^T / sqrt(d) + mask) V``, used when attention
+  probabilities are requested (``output_attentions=True``): analysis needs them, and SDPA does
+  not return them. Asking for probabilities *selects* this path; outputs agree to float noise.
+
+Grouped-query attention (Llama) shares each key/value head among ``nh / n_kv`` query heads;
+multi-head attention is the case ``n_kv == nh``. Cross-attention (encoder-decoder) takes its keys
+and values from ``key_value_states``. Rotary embeddings rotate queries and keys when given.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lmlab.models.config import TransformerConfig
+from lmlab.models.core.cache import KVCache
+from lmlab.models.core.positions import apply_rotary
+
+
+class Attention(nn.Module):
+    """Self- or cross-attention with ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj``."""
+
+    def __init__(self, config: TransformerConfig, cross: bool = False):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.cross = cross
+        bias = config.attention_bias
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
+        self.dropout_p = config.attention_probs_dropout_prob
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+
+    def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: KVCache | None = None,
+        layer_index: int = 0,
+        key_value_states: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend; returns (output (B, T, H), probabilities (B, nh, Tq, Tk) or None)."""
+        batch, q_len, _ = hidden_states.shape
+        source = hidden_states if key_value_states is None else key_value_states
+        q = self._split_heads(self.q_proj(hidden_states), self.num_heads)  # (B, nh, Tq, hd)
+
+        if self.cross and cache is not None and cache.seq_len(layer_index) > 0:
+            k, v = cache.keys[layer_index], cache.values[layer_index]  # encoder keys, computed once
+        else:
+            k = self._split_heads(self.k_proj(source), self.num_kv_heads)  # (B, nkv, Tk, hd)
+            v = self._split_heads(self.v_proj(source), self.num_kv_heads)
+            if rotary is not None:
+                cos, sin = rotary
+                q = apply_rotary(q, cos, sin)
+                k = apply_rotary(k, cos, sin)
+            if cache is not None:
+                k, v = cache.update(layer_index, k, v)
+
+        if self.num_kv_heads != self.num_heads:
+            repeat = self.num_heads // self.num_kv_heads
+            k = k.repeat_interleave(repeat, dim=1)  # (B, nh, Tk, hd)
+            v = v.repeat_interleave(repeat, dim=1)
+
+        dropout_p = self.dropout_p if self.training else 0.0
+        probs = None
+        if output_attentions:
+            scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, nh, Tq, Tk)
+            if is_causal:
+                tq, tk = scores.shape[-2:]
+                causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
+                scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+            context = torch.matmul(F.dropout(probs, dropout_p, self.training), v)
+        else:
+            context = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+                scale=self.scale,
+            )
+        context = context.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)
+        return self.o_proj(context), probs

@@ -1,0 +1,83 @@
+"""Attention masks, all as boolean tensors where True means "may attend".
+
+SDPA and the math path both take a mask broadcastable to (B, nh, Tq, Tk). ``None`` means every
+query sees every key (and lets SDPA pick its fastest kernel); a causal stack with no padding and
+no cache uses SDPA's own ``is_causal`` flag instead of a materialised mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> torch.Tensor:
+    """(Tq, Tk) lower-triangular mask; with a cache (Tk > Tq) query i sits at position
+    ``k_len - q_len + i`` and sees every key up to it."""
+    offset = k_len - q_len
+    q_pos = torch.arange(q_len, device=device).unsqueeze(1) + offset  # (Tq, 1)
+    k_pos = torch.arange(k_len, device=device).unsqueeze(0)  # (1, Tk)
+    return k_pos <= q_pos
+
+
+def prefix_lm_mask(prefix_lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """(B, T, T) mask of a prefix LM: bidirectional inside each row's prefix, causal after it."""
+    device = prefix_lengths.device
+    causal = causal_mask(seq_len, seq_len, device)  # (T, T)
+    k_pos = torch.arange(seq_len, device=device)
+    in_prefix = k_pos.unsqueeze(0) < prefix_lengths.unsqueeze(1)  # (B, T): key inside prefix
+    q_in_prefix = in_prefix.unsqueeze(2)  # (B, T, 1)
+    return causal.unsqueeze(0) | (q_in_prefix & in_prefix.unsqueeze(1))
+
+
+def document_mask(document_ids: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """(B, T, T) mask that stops attention across documents packed into one sequence.
+
+    ``document_ids`` (B, T) numbers the documents inside each row (0, 0, 0, 1, 1, 2, ...).
+    """
+    same = document_ids.unsqueeze(2) == document_ids.unsqueeze(1)  # (B, T, T)
+    if causal:
+        same = same & causal_mask(document_ids.shape[1], document_ids.shape[1],
+                                  document_ids.device).unsqueeze(0)
+    return same
+
+
+def build_attention_mask(
+    attention_mask: torch.Tensor | None,
+    q_len: int,
+    k_len: int,
+    causal: bool,
+    device: torch.device,
+) -> tuple[torch.Tensor | None, bool]:
+    """Turn the user's mask into what attention takes: ``(mask or None, use_is_causal)``.
+
+    ``attention_mask`` may be
+      - None or (B, Tk) with 1 for real tokens and 0 for padding (combined with causality), or
+      - (B, Tq, Tk) / (B, 1, Tq, Tk): an explicit mask used as given (prefix LM, packed
+        documents); causality is then the caller's business.
+    Rows with no visible key (a padding query in a left-padded causal batch) are opened up
+    entirely: their output is never used, and a fully masked softmax would produce NaN.
+    """
+    if attention_mask is not None and attention_mask.dim() >= 3:
+        mask = attention_mask.bool()
+        if mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, 1, Tq, Tk)
+        return _open_empty_rows(mask), False
+
+    has_padding = attention_mask is not None and not bool(attention_mask.all())
+    if not has_padding:
+        if not causal:
+            return None, False
+        if q_len == k_len:
+            return None, True
+        return causal_mask(q_len, k_len, device)[None, None], False
+
+    keys = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
+    if causal:
+        mask = keys & causal_mask(q_len, k_len, device)[None, None]  # (B, 1, Tq, Tk)
+        return _open_empty_rows(mask), False
+    return keys, False
+
+
+def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
+    empty = ~mask.any(dim=-1, keepdim=True)
+    return mask | empty if bool(empty.any()) else mask

@@ -1,0 +1,51 @@
+"""Position information that is not a learned table: sinusoids (Vaswani et al.) and RoPE."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
+    """The fixed sin/cos table of "Attention is all you need": even dims sin, odd dims cos.
+
+    Returns a (num_positions, dim) tensor.
+    """
+    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(num_positions, dim)
+    table[:, 0::2] = torch.sin(position * div)
+    table[:, 1::2] = torch.cos(position * div[: dim // 2])
+    return table
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (Su et al. 2021) in the "rotate half" layout Llama uses.
+
+    ``forward(position_ids)`` returns cos and sin of shape (B, T, head_dim) to rotate queries and
+    keys with :func:`apply_rotary`.
+    """
+
+    def __init__(self, head_dim: int, theta: float = 10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids.float().unsqueeze(-1) * self.inv_freq  # (B, T, hd/2)
+        angles = torch.cat([freqs, freqs], dim=-1)  # (B, T, hd)
+        return angles.cos(), angles.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` (B, nh, T, hd) by the angles for its positions (cos/sin: (B, T, hd))."""
+    cos = cos.unsqueeze(1).to(x.dtype)  # (B, 1, T, hd)
+    sin = sin.unsqueeze(1).to(x.dtype)
+    return x * cos + _rotate_half(x) * sin

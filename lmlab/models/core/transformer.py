@@ -1,0 +1,99 @@
+"""The Transformer stack shared by encoders and decoders."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lmlab.models.config import TransformerConfig
+from lmlab.models.core.cache import KVCache
+from lmlab.models.core.embeddings import Embeddings
+from lmlab.models.core.layer import TransformerLayer
+from lmlab.models.core.masks import build_attention_mask
+from lmlab.models.core.norms import make_norm
+from lmlab.models.core.positions import RotaryEmbedding
+from lmlab.models.outputs import TransformerOutput
+
+
+class Transformer(nn.Module):
+    """Embeddings, ``num_hidden_layers`` layers (one shared layer under ALBERT's
+    ``share_layers``), and an optional final norm.
+
+    ``forward`` takes the Hugging Face argument names. A decoder (``config.causal``) masks the
+    future; ``past_key_values`` (a :class:`KVCache`) with ``use_cache=True`` makes decoding
+    incremental.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        count = 1 if config.share_layers else config.num_hidden_layers
+        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(count))
+        self.final_norm = (make_norm(config.norm_type, config.hidden_size, config.norm_eps)
+                           if config.final_norm else None)
+        self.rotary = (RotaryEmbedding(config.head_dim, config.rope_theta)
+                       if config.position_embedding == "rotary" else None)
+
+    def layer(self, index: int) -> TransformerLayer:
+        """The module computing layer ``index`` (the same one for all under sharing)."""
+        return self.layers[0 if self.config.share_layers else index]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        past_key_values: KVCache | None = None,
+        use_cache: bool = False,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> TransformerOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        cache = past_key_values if past_key_values is not None else (KVCache() if use_cache else None)
+        past_length = cache.seq_len() if cache is not None else 0
+
+        x = self.embeddings(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                            inputs_embeds=inputs_embeds, past_length=past_length)
+        batch, length = x.shape[:2]
+        rotary = None
+        if self.rotary is not None:
+            if position_ids is None:
+                position_ids = self.embeddings.default_position_ids(None, batch, length,
+                                                                    past_length, x.device)
+            rotary = self.rotary(position_ids)
+
+        mask, is_causal = build_attention_mask(attention_mask, length, past_length + length,
+                                               self.config.causal, x.device)
+        encoder_mask = None
+        if encoder_hidden_states is not None and encoder_attention_mask is not None:
+            encoder_mask, _ = build_attention_mask(encoder_attention_mask, length,
+                                                   encoder_hidden_states.shape[1], False, x.device)
+
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for index in range(self.config.num_hidden_layers):
+            x, probs, _ = self.layer(index)(
+                x, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
+                layer_index=index, encoder_hidden_states=encoder_hidden_states,
+                encoder_mask=encoder_mask, output_attentions=output_attentions,
+            )
+            if output_hidden_states:
+                hidden_states.append(x)
+            if output_attentions:
+                attentions.append(probs)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if output_hidden_states:
+                hidden_states[-1] = x
+        return TransformerOutput(
+            last_hidden_state=x,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+            past_key_values=cache if use_cache else None,
+        )

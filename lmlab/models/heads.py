@@ -1,0 +1,159 @@
+"""Heads: what sits on top of the Transformer stack for an objective or a task.
+
+Every head is registered by name (``"mlm"``, ``"nsp"``, ``"sop"``, ``"rtd"``, ``"clm"``, and the
+task heads that :mod:`lmlab.tasks` adds) so objectives and checkpoints can ask for them by name.
+A head maps the stack's output to logits and knows its own loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lmlab.models.config import TransformerConfig
+from lmlab.models.core.activations import activation
+from lmlab.models.core.norms import make_norm
+from lmlab.utils.errors import LmlabError
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class HeadSpec:
+    """How to build a head and whether it reads the pooled [CLS] vector."""
+
+    factory: Callable[[TransformerConfig], nn.Module]
+    needs_pooler: bool = False
+    description: str = ""
+
+
+HEADS: dict[str, HeadSpec] = {}
+
+
+def register_head(name: str, needs_pooler: bool = False, description: str = ""):
+    """Class decorator adding a head to :data:`HEADS` under ``name``."""
+
+    def decorate(cls):
+        HEADS[name] = HeadSpec(cls, needs_pooler, description or (cls.__doc__ or "").strip())
+        return cls
+
+    return decorate
+
+
+def build_head(name: str, config: TransformerConfig) -> nn.Module:
+    if name not in HEADS:
+        raise LmlabError(f"unknown head {name!r}", f"available heads: {', '.join(sorted(HEADS))}")
+    return HEADS[name].factory(config)
+
+
+class Pooler(nn.Module):
+    """BERT's pooler: ``tanh(W h_[CLS] + b)``, the sentence vector NSP/SOP and classifiers read."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+@register_head("mlm", description="masked-LM: transform, norm, vocabulary projection")
+class MaskedLMHead(nn.Module):
+    """Masked-LM head: ``dense -> act -> norm -> decoder`` to the vocabulary.
+
+    The transform narrows to the embedding width E for factorised families (ALBERT, ELECTRA's
+    generator), so the decoder can share the input embedding matrix. With ``positions`` the
+    vocabulary projection runs only at those rows (sparse prediction, as in cramming): at a 15%
+    masking rate that removes most of the head's FLOPs.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        width = config.input_embedding_size
+        self.dense = nn.Linear(config.hidden_size, width)
+        self.act = activation(config.extra.get("mlm_head_act", config.hidden_act))
+        self.norm = make_norm(config.norm_type, width, config.norm_eps)
+        self.decoder = nn.Linear(width, config.vocab_size)
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V), or (N, V) for the ``positions`` boolean mask (B, T)."""
+        if positions is not None:
+            hidden = hidden[positions]  # (N, H): only the predicted positions
+        return self.decoder(self.norm(self.act(self.dense(hidden))))
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over positions whose label is not -100 (labels already selected when
+        the logits are sparse)."""
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+
+
+class _SentencePairHead(nn.Module):
+    """Binary classifier over the pooled [CLS] vector (NSP or SOP)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.classifier = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.classifier(pooled)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float(), labels.reshape(-1))
+
+
+@register_head("nsp", needs_pooler=True)
+class NextSentenceHead(_SentencePairHead):
+    """Next-sentence prediction (BERT): label 0 = B follows A, 1 = B is random."""
+
+
+@register_head("sop", needs_pooler=True)
+class SentenceOrderHead(_SentencePairHead):
+    """Sentence-order prediction (ALBERT): label 0 = A, B in order, 1 = swapped."""
+
+
+@register_head("rtd")
+class ReplacedTokenDetectionHead(nn.Module):
+    """ELECTRA's discriminator head: per-token logit that the token was replaced."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.dense_prediction(self.act(self.dense(hidden))).squeeze(-1)  # (B, T)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor,
+             attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Binary cross-entropy over real (non-padding) tokens; labels 1 = replaced."""
+        if attention_mask is not None:
+            keep = attention_mask.bool()
+            logits, labels = logits[keep], labels[keep]
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+@register_head("clm", description="causal LM: next-token prediction over the vocabulary")
+class CausalLMHead(nn.Module):
+    """Next-token prediction: a bias-free projection to the vocabulary (tied in GPT-2)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(hidden)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Position t predicts label t+1 (labels are the input ids; -100 ignored)."""
+        shifted = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
+        return F.cross_entropy(shifted, labels[:, 1:].reshape(-1), ignore_index=IGNORE_INDEX)

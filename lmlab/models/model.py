@@ -1,0 +1,153 @@
+"""A Transformer stack with named heads: the model class every family and objective uses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.models.config import TransformerConfig
+from lmlab.models.core.transformer import Transformer
+from lmlab.models.heads import HEADS, Pooler, build_head
+from lmlab.models.outputs import ModelOutput
+
+
+class LanguageModel(nn.Module):
+    """``transformer`` + optional ``pooler`` + ``heads`` (a ModuleDict keyed by head name).
+
+    The first head is the primary one: its logits are ``output.logits`` and ``labels`` train
+    it. Every head's logits are in ``output.head_logits``. Objectives that combine heads
+    (MLM + SOP, ELECTRA) read ``head_logits`` and compute their own losses.
+
+    Example:
+        >>> model = LanguageModel(TransformerConfig(num_hidden_layers=2), heads=["mlm"])
+        >>> out = model(input_ids=torch.tensor([[101, 2023, 102]]))
+        >>> out.logits.shape
+        torch.Size([1, 3, 30522])
+    """
+
+    def __init__(self, config: TransformerConfig, heads: Sequence[str] = (),
+                 with_pooler: bool | None = None):
+        super().__init__()
+        self.config = config
+        self.transformer = Transformer(config)
+        needs_pooler = any(HEADS[name].needs_pooler for name in heads if name in HEADS)
+        self.pooler = Pooler(config) if (with_pooler or needs_pooler) else None
+        self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})
+        self.apply(self._init_weights)
+        self.tie_weights()
+
+    # -- construction ---------------------------------------------------------------------------
+    def _init_weights(self, module: nn.Module) -> None:
+        """BERT/GPT-2 initialisation: normal(0, initializer_range), zero biases, unit norms."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+
+    def tie_weights(self) -> None:
+        """Share the input embedding matrix with the vocabulary projections when configured."""
+        if not self.config.tie_word_embeddings:
+            return
+        embedding = self.transformer.embeddings.word_embeddings.weight
+        for head in self.heads.values():
+            decoder = getattr(head, "decoder", None)
+            if isinstance(decoder, nn.Linear) and decoder.weight.shape == embedding.shape:
+                decoder.weight = embedding
+
+    def add_head(self, name: str) -> nn.Module:
+        """Add a head by name (e.g. a task head on a pretrained encoder); returns it."""
+        if name not in self.heads:
+            head = build_head(name, self.config)
+            head.apply(self._init_weights)
+            self.heads[name] = head
+            if HEADS[name].needs_pooler and self.pooler is None:
+                self.pooler = Pooler(self.config)
+                self.pooler.apply(self._init_weights)
+            self.tie_weights()
+        return self.heads[name]
+
+    @property
+    def primary_head(self) -> str | None:
+        return next(iter(self.heads.keys()), None)
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        seen, total = set(), 0
+        for parameter in self.parameters():
+            if id(parameter) in seen or (trainable_only and not parameter.requires_grad):
+                continue
+            seen.add(id(parameter))
+            total += parameter.numel()
+        return total
+
+    # -- forward --------------------------------------------------------------------------------
+    def run_head(self, name: str, hidden: torch.Tensor, pooled: torch.Tensor | None,
+                 attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        """Logits of head ``name`` from the stack's last hidden state (or pooled vector)."""
+        head = self.heads[name]
+        if getattr(head, "takes_attention_mask", False):
+            kwargs["attention_mask"] = attention_mask
+        if HEADS[name].needs_pooler:
+            return head(pooled, **kwargs) if not getattr(head, "takes_hidden", False) else head(
+                hidden, pooled=pooled, **kwargs)
+        return head(hidden, **kwargs)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        past_key_values: Any = None,
+        use_cache: bool = False,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        heads: Sequence[str] | None = None,
+    ) -> ModelOutput:
+        """Run the stack and the heads (all, or those named in ``heads``).
+
+        With ``labels``, ``loss`` is the primary head's loss.
+        """
+        out = self.transformer(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds,
+            past_key_values=past_key_values, use_cache=use_cache,
+            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+        )
+        hidden = out.last_hidden_state
+        pooled = self.pooler(hidden) if self.pooler is not None else None
+        names = list(self.heads.keys()) if heads is None else list(heads)
+        head_logits = {name: self.run_head(name, hidden, pooled, attention_mask) for name in names}
+        logits = head_logits[names[0]] if names else None
+        loss = None
+        if labels is not None:
+            if not names:
+                raise ValueError("labels were given but the model has no head to train")
+            head = self.heads[names[0]]
+            if getattr(head, "takes_attention_mask", False) or names[0] == "rtd":
+                loss = head.loss(logits, labels, attention_mask)
+            else:
+                loss = head.loss(logits, labels)
+        return ModelOutput(
+            last_hidden_state=hidden, logits=logits, loss=loss, pooler_output=pooled,
+            hidden_states=out.hidden_states, attentions=out.attentions,
+            past_key_values=out.past_key_values, head_logits=head_logits,
+        )
+
+    # -- persistence (delegates to the interop layer) -------------------------------------------
+    def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write a Hugging Face folder (config.json + model.safetensors) transformers loads."""
+        from lmlab.interop.hf import save_pretrained
+
+        return save_pretrained(self, path, **kwargs)

@@ -1,0 +1,46 @@
+"""Model outputs: dataclasses with the Hugging Face field names, readable as attributes or keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+
+
+class _KeyAccess:
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+
+@dataclass
+class TransformerOutput(_KeyAccess):
+    """What the bare stack returns.
+
+    hidden_states: the embedding output followed by every layer's output (L + 1 tensors, the
+    last one after the final norm in pre-norm stacks), when requested.
+    attentions: every layer's attention probabilities (B, nh, Tq, Tk), when requested.
+    """
+
+    last_hidden_state: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    cross_attentions: tuple[torch.Tensor, ...] | None = None
+    past_key_values: Any = None
+
+
+@dataclass
+class ModelOutput(_KeyAccess):
+    """What a model with heads returns: the stack's output plus the heads' logits and a loss."""
+
+    last_hidden_state: torch.Tensor
+    logits: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+    pooler_output: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    past_key_values: Any = None
+    head_logits: dict[str, torch.Tensor] = field(default_factory=dict)
