@@ -1,0 +1,335 @@
+"""Hugging Face folders: config.json + model.safetensors (single or sharded).
+
+Loading streams tensors one at a time from the safetensors file(s) straight into the model's
+parameters, so peak memory is one model plus one tensor, never two full copies. Every missing,
+unexpected or mis-shaped tensor is collected and reported in one error. Pickled ``.bin``/``.pt``
+weights load only with ``allow_pickle=True``: unpickling runs arbitrary code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmlab.interop.families import FamilySpec, Rule, get_family
+from lmlab.models.config import TransformerConfig
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_path, atomic_write_json
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt")
+
+
+# -- reading ------------------------------------------------------------------------------------
+def read_hf_config(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    config_file = path / "config.json"
+    if not config_file.exists():
+        raise LmlabError(f"{path} has no config.json",
+                         "point at a Hugging Face model folder (config.json + model.safetensors) "
+                         "or an lmlab run directory")
+    with open(config_file, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def load_config(path: str | Path) -> tuple[TransformerConfig, FamilySpec, dict[str, Any]]:
+    """The lmlab config, the family mapping and the raw config.json of a folder."""
+    hf = read_hf_config(path)
+    model_type = hf.get("model_type")
+    if not model_type:
+        raise LmlabError(f"{Path(path) / 'config.json'} has no model_type",
+                         "add the model_type field (e.g. \"bert\") to config.json")
+    family = get_family(model_type)
+    return family.config_from_hf(hf), family, hf
+
+
+class CheckpointTensors:
+    """Lazy access to a checkpoint's tensors by name, over one or several files."""
+
+    def __init__(self, path: str | Path, allow_pickle: bool = False):
+        self.path = Path(path)
+        self._stack = ExitStack()
+        self._where: dict[str, Any] = {}
+        self._pickled: dict[str, torch.Tensor] = {}
+        index = self.path / "model.safetensors.index.json"
+        single = self.path / "model.safetensors"
+        if single.exists():
+            self._open_safetensors([single])
+        elif index.exists():
+            with open(index, encoding="utf-8") as handle:
+                weight_map = json.load(handle)["weight_map"]
+            files = sorted({self.path / name for name in weight_map.values()})
+            missing = [str(f) for f in files if not f.exists()]
+            if missing:
+                raise LmlabError(f"the shard index names files that are missing: {missing}",
+                                 "copy every model-XXXXX-of-YYYYY.safetensors file of the checkpoint")
+            self._open_safetensors(files)
+        else:
+            self._open_pickle(allow_pickle)
+
+    def _open_safetensors(self, files: list[Path]) -> None:
+        from safetensors import safe_open
+
+        for file in files:
+            handle = self._stack.enter_context(safe_open(str(file), framework="pt"))
+            for name in handle.keys():
+                self._where[name] = handle
+
+    def _open_pickle(self, allow_pickle: bool) -> None:
+        found = [self.path / name for name in PICKLE_FILES if (self.path / name).exists()]
+        if not found:
+            raise LmlabError(f"{self.path} holds no weights (looked for {', '.join(WEIGHT_FILES)})",
+                             "save the model with save_pretrained (safetensors)")
+        if not allow_pickle:
+            raise LmlabError(
+                f"{found[0]} is a pickled checkpoint; unpickling can run arbitrary code",
+                "convert it to safetensors, or pass allow_pickle=True (--allow-pickle) if you "
+                "trust its source",
+            )
+        files = [found[0]]
+        if found[0].name.endswith(".index.json"):
+            with open(found[0], encoding="utf-8") as handle:
+                files = sorted({self.path / n for n in json.load(handle)["weight_map"].values()})
+        for file in files:
+            self._pickled.update(torch.load(file, map_location="cpu", weights_only=False))
+
+    def keys(self) -> list[str]:
+        return list(self._where) + list(self._pickled)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where or name in self._pickled
+
+    def get(self, name: str) -> torch.Tensor:
+        if name in self._pickled:
+            return self._pickled.pop(name)  # drop our reference as soon as it is used
+        return self._where[name].get_tensor(name)
+
+    def close(self) -> None:
+        self._stack.close()
+        self._pickled.clear()
+
+
+def expand_rules(rules: list[Rule], num_layers: int) -> Iterator[Rule]:
+    """Substitute ``{i}`` by each layer index."""
+    for rule in rules:
+        if "{i}" in rule.theirs or any("{i}" in o for o in rule.ours_names):
+            for i in range(num_layers):
+                ours = tuple(o.format(i=i) for o in rule.ours_names)
+                yield Rule(ours if len(ours) > 1 else ours[0], rule.theirs.format(i=i),
+                           rule.transpose, rule.split, tuple(a.format(i=i) for a in rule.aliases),
+                           rule.optional)
+        else:
+            yield rule
+
+
+def model_rules(family: FamilySpec, model, prefix: str) -> list[Rule]:
+    """All rules for ``model`` (its stack, pooler and heads), with base names under ``prefix``."""
+    config = model.config
+    layers = len(model.transformer.layers)
+    base = list(family.base_rules(config))
+    if model.pooler is not None:
+        base += family.pooler_rules
+    rules = [Rule(r.ours, prefix + r.theirs, r.transpose, r.split,
+                  tuple(prefix + a for a in r.aliases), r.optional)
+             for r in expand_rules(base, layers)]
+    for head in model.heads:
+        if head in family.head_rules:
+            rules += list(expand_rules(family.head_rules[head](config), layers))
+    return rules
+
+
+def _to_ours(rule: Rule, tensor: torch.Tensor) -> list[torch.Tensor]:
+    if rule.transpose:
+        tensor = tensor.t()
+    if rule.split is not None:
+        return list(tensor.chunk(len(rule.ours_names), dim=rule.split))
+    return [tensor]
+
+
+def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
+                 strict_heads: bool = True) -> list[str]:
+    """Copy a checkpoint into ``model`` in place; returns heads that got fresh weights.
+
+    Raises one LmlabError listing every missing, unexpected and mis-shaped tensor.
+    """
+    keys = set(tensors.keys())
+    prefix = f"{family.base_prefix}." if any(k.startswith(f"{family.base_prefix}.") for k in keys) else ""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    missing, mismatched, fresh_heads = [], [], []
+    consumed: set[str] = set()
+    head_param_names = {name for name in params if name.startswith("heads.")}
+    head_rules_present: dict[str, bool] = {}
+
+    for rule in model_rules(family, model, prefix):
+        name = next((n for n in (rule.theirs, *rule.aliases) if n in keys), None)
+        head = rule.ours_names[0].split(".")[1] if rule.ours_names[0].startswith("heads.") else None
+        if name is None:
+            if head is not None:
+                head_rules_present.setdefault(head, False)
+            if not rule.optional and head is None:
+                missing.append(rule.theirs)
+            continue
+        if head is not None:
+            head_rules_present[head] = True
+        consumed.update(n for n in (rule.theirs, *rule.aliases) if n in keys)
+        for ours, value in zip(rule.ours_names, _to_ours(rule, tensors.get(name))):
+            target = params.get(ours)
+            if target is None:
+                raise LmlabError(f"internal mapping error: lmlab has no parameter {ours}")
+            if tuple(target.shape) != tuple(value.shape):
+                mismatched.append(f"{name}: checkpoint {tuple(value.shape)}, "
+                                  f"model {tuple(target.shape)}")
+                continue
+            with torch.no_grad():
+                target.copy_(value)
+            head_param_names.discard(ours)
+
+    for head, present in head_rules_present.items():
+        if not present:
+            fresh_heads.append(head)
+        elif any(n.startswith(f"heads.{head}.") for n in head_param_names) and strict_heads:
+            leftover = [n for n in head_param_names if n.startswith(f"heads.{head}.")
+                        and not _is_tied(model, n)]
+            missing.extend(f"({head} head) {n}" for n in leftover)
+
+    unexpected = sorted(k for k in keys - consumed if not _ignorable(k))
+    problems = []
+    if missing:
+        problems.append(f"missing tensors: {', '.join(missing[:20])}"
+                        + (f" (+{len(missing) - 20} more)" if len(missing) > 20 else ""))
+    if unexpected:
+        problems.append(f"unexpected tensors: {', '.join(unexpected[:20])}"
+                        + (f" (+{len(unexpected) - 20} more)" if len(unexpected) > 20 else ""))
+    if mismatched:
+        problems.append(f"mis-shaped tensors: {'; '.join(mismatched[:20])}")
+    if problems:
+        raise LmlabError(
+            f"the checkpoint in {tensors.path} does not match its config.json "
+            f"({family.model_type}): " + " | ".join(problems),
+            "check that config.json belongs to these weights (sizes, vocabulary) and that the "
+            "files are complete",
+        )
+    return fresh_heads
+
+
+def _is_tied(model, name: str) -> bool:
+    param = dict(model.named_parameters(remove_duplicate=False))[name]
+    return param is model.transformer.embeddings.word_embeddings.weight
+
+
+def _ignorable(name: str) -> bool:
+    """Buffers some checkpoints carry that hold no learned values."""
+    return name.endswith(("position_ids", "attn.bias", "attn.masked_bias", "rotary_emb.inv_freq"))
+
+
+def load_pretrained(path: str | Path, head: str | list[str] | None = None,
+                    allow_pickle: bool = False, dtype: torch.dtype | None = None):
+    """Build an lmlab :class:`LanguageModel` from a Hugging Face folder.
+
+    Args:
+        head: ``None`` = the heads the checkpoint's ``architectures`` names (bare encoder if
+            none); a name or list of names = those heads (fresh weights where the checkpoint
+            has none, reported in ``model.fresh_heads``).
+        allow_pickle: allow pickled ``.bin``/``.pt`` weights (they can run code when loaded).
+        dtype: cast the loaded model (e.g. ``torch.bfloat16``).
+    """
+    from lmlab.models.model import LanguageModel
+
+    path = Path(path)
+    config, family, hf = load_config(path)
+    tensors = CheckpointTensors(path, allow_pickle=allow_pickle)
+    try:
+        if head is None:
+            heads: tuple[str, ...] = ()
+            for arch in hf.get("architectures") or []:
+                if arch in family.architectures:
+                    heads = family.architectures[arch]
+                    break
+        else:
+            heads = (head,) if isinstance(head, str) else tuple(head)
+        keys = tensors.keys()
+        has_pooler = any(r.theirs in keys or f"{family.base_prefix}.{r.theirs}" in keys
+                         for r in family.pooler_rules)
+        model = LanguageModel(config, heads=heads, with_pooler=has_pooler or None)
+        model.fresh_heads = load_weights(model, tensors, family)
+    finally:
+        tensors.close()
+    model.tie_weights()
+    if dtype is not None:
+        model = model.to(dtype)
+    return model.eval()
+
+
+# -- writing ------------------------------------------------------------------------------------
+def save_pretrained(model, path: str | Path, architecture: str | None = None,
+                    max_shard_bytes: int | None = None) -> Path:
+    """Write ``model`` as a Hugging Face folder that transformers loads with identical outputs.
+
+    Tied weights are written once (transformers re-ties them). With ``max_shard_bytes`` the
+    weights are split into ``model-0000k-of-0000n.safetensors`` files plus an index.
+    """
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    family = get_family(model.config.family)
+    heads = tuple(model.heads.keys())
+    architecture = architecture or family.architecture_for(heads)
+    prefix = f"{family.base_prefix}." if heads else ""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    embedding = model.transformer.embeddings.word_embeddings.weight
+
+    tensors: dict[str, torch.Tensor] = {}
+    for rule in model_rules(family, model, prefix):
+        values = [params[o] for o in rule.ours_names]
+        if rule.optional and len(values) == 1 and values[0] is embedding and \
+                rule.ours_names[0].startswith("heads."):
+            continue  # tied decoder: transformers re-ties it from the embeddings
+        tensor = torch.cat([v.detach() for v in values], dim=rule.split) if rule.split is not None \
+            else values[0].detach()
+        if rule.transpose:
+            tensor = tensor.t()
+        tensors[rule.theirs] = tensor.contiguous().cpu()
+
+    hf_config = family.config_to_hf(model.config)
+    hf_config["architectures"] = [architecture]
+    hf_config["torch_dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    extra = getattr(model, "hf_config_extra", None)
+    if extra:
+        hf_config.update(extra)
+
+    if max_shard_bytes is None:
+        with atomic_path(path / "model.safetensors") as tmp:
+            save_file(tensors, str(tmp), metadata={"format": "pt"})
+    else:
+        _save_sharded(tensors, path, max_shard_bytes)
+    atomic_write_json(path / "config.json", hf_config)
+    return path
+
+
+def _save_sharded(tensors: dict[str, torch.Tensor], path: Path, max_shard_bytes: int) -> None:
+    from safetensors.torch import save_file
+
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    weight_map = {}
+    for k, shard in enumerate(shards, 1):
+        file_name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        with atomic_path(path / file_name) as tmp:
+            save_file(shard, str(tmp), metadata={"format": "pt"})
+        weight_map.update({name: file_name for name in shard})
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    atomic_write_json(path / "model.safetensors.index.json",
+                      {"metadata": {"total_size": total}, "weight_map": weight_map})
