@@ -1,1 +1,2 @@
-"""lmlab.analysis"""
+"""Looking inside models: contextual features, nearest neighbours (probing and attention
+analysis come in a later wave)."""

@@ -1,1 +1,54 @@
-"""lmlab.pipelines"""
+"""Task pipelines: load a model and its tokenizer once, then call on raw text.
+
+``lmlab.pipeline(task, model=path)`` returns a callable object. Tasks and the modules that
+implement them are listed in :data:`PIPELINES`; modules are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from lmlab.utils.errors import LmlabError
+
+PIPELINES = {
+    "fill-mask": "lmlab.pipelines.fill_mask:FillMaskPipeline",
+    "feature-extraction": "lmlab.pipelines.feature_extraction:FeatureExtractionPipeline",
+    "text-generation": "lmlab.pipelines.text_generation:TextGenerationPipeline",
+    "text-classification": "lmlab.pipelines.classification:TextClassificationPipeline",
+    "token-classification": "lmlab.pipelines.classification:TokenClassificationPipeline",
+    "question-answering": "lmlab.pipelines.question_answering:QuestionAnsweringPipeline",
+}
+
+
+def pipeline(task: str, model: Any, tokenizer: Any = None, **kwargs: Any):
+    """A ready-to-call pipeline for ``task``.
+
+    Args:
+        task: one of :data:`PIPELINES`.
+        model: a path (Hugging Face folder, lmlab run directory, .gguf) or a loaded model.
+        tokenizer: an lmlab Tokenizer or a path; by default the model folder's own.
+
+    Example:
+        >>> fill = lmlab.pipeline("fill-mask", model="runs/demo/pretrain/model")
+        >>> fill("Paris is the [MASK] of France.")
+    """
+    if task not in PIPELINES:
+        raise LmlabError(f"unknown pipeline task {task!r}", f"use one of {', '.join(PIPELINES)}")
+    module_name, class_name = PIPELINES[task].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise LmlabError(f"the {task!r} pipeline is not available in this version of lmlab",
+                         f"available now: {', '.join(available_pipelines())}") from None
+    return getattr(module, class_name).from_model(model, tokenizer=tokenizer, **kwargs)
+
+
+def available_pipelines() -> list[str]:
+    found = []
+    for task, target in PIPELINES.items():
+        if importlib.util.find_spec(target.split(":")[0]) is not None:
+            found.append(task)
+    return found

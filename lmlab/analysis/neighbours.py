@@ -1,0 +1,143 @@
+"""Contextual nearest neighbours: the same word in different company.
+
+Index every occurrence of a word in a corpus by its contextual vector; for a query sentence,
+list the occurrences whose vectors are nearest (cosine). "The vase broke" lands near other
+things breaking apart, "Dawn broke" near days beginning. The static vector of the word (its
+rows of the input embedding table, no context at all) is the same in every sentence, so it
+cannot tell the senses apart: :class:`StaticWordVectors` shows that side by side.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from lmlab.analysis.features import FeatureExtractor
+from lmlab.utils.errors import LmlabError
+
+
+@dataclass
+class Neighbour:
+    score: float
+    sentence: str
+    word: str
+
+
+def find_occurrences(sentences: Iterable[str], word: str, limit: int) -> list[str]:
+    """Up to ``limit`` sentences containing ``word`` as a whole word (case-insensitive)."""
+    pattern = re.compile(rf"(?<![\w'-]){re.escape(word)}(?![\w'-])", re.IGNORECASE)
+    found, seen = [], set()
+    for sentence in sentences:
+        if len(sentence) > 400 or sentence in seen:
+            continue
+        if pattern.search(sentence):
+            found.append(sentence)
+            seen.add(sentence)
+            if len(found) >= limit:
+                break
+    return found
+
+
+def corpus_sentences(corpus_dir: str | Path, split: str = "train") -> Iterable[str]:
+    """Every sentence of an lmlab corpus, streamed."""
+    from lmlab.data.corpus import read_corpus
+
+    for document in read_corpus(corpus_dir, split):
+        yield from document.sentences
+
+
+def _word_vector(encoded, word: str, pooling: str) -> torch.Tensor | None:
+    words, vectors = encoded.word_vectors(pooling)
+    for index, candidate in enumerate(words):
+        if candidate.lower() == word.lower():
+            return vectors[index]
+    return None
+
+
+class ContextualIndex:
+    """Occurrences of one word, each with its contextual vector.
+
+    Example:
+        >>> index = ContextualIndex.build(model, tok, corpus_sentences("corpus/"), "broke")
+        >>> index.query("The vase broke.", k=5)
+    """
+
+    def __init__(self, extractor: FeatureExtractor, word: str, pooling: str = "mean"):
+        self.extractor = extractor
+        self.word = word
+        self.pooling = pooling
+        self.sentences: list[str] = []
+        self.vectors = torch.zeros(0)
+
+    @classmethod
+    def build(cls, model, tokenizer, sentences: Iterable[str], word: str, layer: int | str = "last",
+              limit: int = 2000, pooling: str = "mean", batch_size: int = 32) -> ContextualIndex:
+        index = cls(FeatureExtractor(model, tokenizer, layer=layer, batch_size=batch_size),
+                    word, pooling)
+        found = find_occurrences(sentences, word, limit)
+        if not found:
+            raise LmlabError(f"no sentence of the corpus contains the word {word!r}",
+                             "pick a word that occurs in the corpus, or a larger corpus")
+        vectors, kept = [], []
+        for encoded in index.extractor.encode(found):
+            vector = _word_vector(encoded, word, pooling)
+            if vector is not None:
+                vectors.append(vector)
+                kept.append(encoded.text)
+        if not vectors:
+            raise LmlabError(f"the tokenizer never splits out {word!r} as a word",
+                             "query a word as the tokenizer's pre-tokeniser sees it")
+        index.sentences = kept
+        index.vectors = torch.nn.functional.normalize(torch.stack(vectors), dim=-1)
+        return index
+
+    def query(self, sentence: str, k: int = 5) -> list[Neighbour]:
+        """The ``k`` occurrences nearest to ``word`` as used in ``sentence`` (the query sentence
+        itself excluded)."""
+        encoded = self.extractor.encode([sentence])[0]
+        vector = _word_vector(encoded, self.word, self.pooling)
+        if vector is None:
+            raise LmlabError(f"the query {sentence!r} does not contain the word {self.word!r}",
+                             "use a query sentence that contains the indexed word")
+        scores = self.vectors @ torch.nn.functional.normalize(vector, dim=-1)
+        order = scores.argsort(descending=True).tolist()
+        hits = [Neighbour(float(scores[i]), self.sentences[i], self.word) for i in order
+                if self.sentences[i].strip() != sentence.strip()]
+        return hits[:k]
+
+
+class StaticWordVectors:
+    """Context-free word vectors: the mean of the word's pieces' rows of the input embedding
+    table. Every occurrence of a word gets the same vector, whatever its sense."""
+
+    def __init__(self, model, tokenizer):
+        self.table = model.transformer.embeddings.word_embeddings.weight.detach().float()
+        self.tokenizer = tokenizer
+
+    def vector(self, word: str) -> torch.Tensor:
+        ids = self.tokenizer.encode(word, add_special_tokens=False)
+        if not ids:
+            raise LmlabError(f"{word!r} has no tokens", "use a non-empty word")
+        return self.table[ids].mean(0)
+
+    def nearest_words(self, word: str, k: int = 8) -> list[tuple[str, float]]:
+        """Nearest vocabulary entries to the word's static vector (one list for every sense)."""
+        vector = torch.nn.functional.normalize(self.vector(word), dim=-1)
+        table = torch.nn.functional.normalize(self.table, dim=-1)
+        scores = table @ vector
+        special = set(self.tokenizer.all_special_ids)
+        own = set(self.tokenizer.encode(word, add_special_tokens=False))
+        result = []
+        for index in scores.argsort(descending=True).tolist():
+            if index in special or index in own:
+                continue
+            token = self.tokenizer.convert_ids_to_tokens(index)
+            if token and not token.startswith("##") and token.isalpha():
+                result.append((token, float(scores[index])))
+            if len(result) >= k:
+                break
+        return result

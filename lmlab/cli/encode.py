@@ -1,0 +1,103 @@
+"""``lmlab fill-mask``, ``lmlab embed`` and ``lmlab neighbours``: look at what an encoder knows."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "fill-mask", help="top-k guesses of a masked-LM for each [MASK] in a text",
+        example='lmlab fill-mask runs/demo/pretrain "Paris is the [MASK] of France."',
+        handler=_fill_mask)
+    p.add_argument("model", help="model folder, run directory")
+    p.add_argument("text", nargs="+", help="text(s) with one or more [MASK] tokens")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = commands.command(
+        "embed", help="sentence vectors (or token vectors) of texts from any layer",
+        example='lmlab embed MODEL "The vase broke." "Dawn broke." --pooling mean',
+        handler=_embed)
+    p.add_argument("model")
+    p.add_argument("texts", nargs="+")
+    p.add_argument("--pooling", default="mean", choices=["cls", "mean", "max", "none"])
+    p.add_argument("--layer", default="last",
+                   help="layer index (0 = embeddings) or a strategy: embeddings, last, "
+                        "second_to_last, sum_last_four, concat_last_four, weighted_sum_all")
+    p.add_argument("--normalize", action="store_true")
+    p.add_argument("--out", help="write vectors to this .npy file instead of printing")
+
+    p = commands.command(
+        "neighbours", help="contextual nearest neighbours of a word, next to its static vector",
+        example='lmlab neighbours MODEL --corpus corpus/ --word broke "The vase broke." "Dawn broke."',
+        handler=_neighbours)
+    p.add_argument("model")
+    p.add_argument("queries", nargs="+", help="query sentences containing --word")
+    p.add_argument("--corpus", required=True, help="lmlab corpus directory to index")
+    p.add_argument("--word", required=True)
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--layer", default="last")
+    p.add_argument("--limit", type=int, default=2000, help="occurrences to index at most")
+
+
+def _fill_mask(args: argparse.Namespace) -> int:
+    from lmlab.pipelines import pipeline
+
+    fill = pipeline("fill-mask", model=args.model)
+    for text in args.text:
+        result = fill(text, top_k=args.top_k)
+        groups = result if result and isinstance(result[0], list) else [result]
+        if args.json:
+            print(json.dumps({"text": text, "masks": groups}, ensure_ascii=False))
+            continue
+        print(text)
+        for number, guesses in enumerate(groups, 1):
+            label = f"  mask {number}: " if len(groups) > 1 else "  "
+            print(label + "  ".join(f"{g['token_str']} ({g['score']:.3f})" for g in guesses))
+    return 0
+
+
+def _layer(value: str):
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+def _embed(args: argparse.Namespace) -> int:
+    from lmlab.pipelines import pipeline
+
+    embed = pipeline("feature-extraction", model=args.model, layer=_layer(args.layer))
+    pooling = None if args.pooling == "none" else args.pooling
+    vectors = embed(args.texts, pooling=pooling, normalize=args.normalize)
+    if args.out:
+        import numpy as np
+
+        from lmlab.utils.io import atomic_path
+
+        with atomic_path(args.out) as tmp, open(tmp, "wb") as handle:
+            np.save(handle, vectors.numpy() if pooling else np.array([v.numpy() for v in vectors],
+                                                                    dtype=object))
+        print(f"wrote {len(args.texts)} vectors to {args.out}")
+        return 0
+    for text, vector in zip(args.texts, vectors):
+        head = ", ".join(f"{x:.4f}" for x in vector.flatten()[:6].tolist())
+        print(f"{text!r}: shape {tuple(vector.shape)} [{head}, ...]")
+    return 0
+
+
+def _neighbours(args: argparse.Namespace) -> int:
+    from lmlab.analysis.neighbours import ContextualIndex, StaticWordVectors, corpus_sentences
+    from lmlab.pipelines.base import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(args.model)
+    index = ContextualIndex.build(model, tokenizer, corpus_sentences(args.corpus), args.word,
+                                  layer=_layer(args.layer), limit=args.limit)
+    print(f"indexed {len(index.sentences)} occurrences of {args.word!r} from {args.corpus}")
+    static = StaticWordVectors(model, tokenizer)
+    print(f"\nstatic vector of {args.word!r} (same for every sentence) is nearest to: "
+          + ", ".join(f"{w} ({s:.2f})" for w, s in static.nearest_words(args.word)))
+    for query in args.queries:
+        print(f"\n{query}")
+        for hit in index.query(query, k=args.k):
+            print(f"  {hit.score:.3f}  {hit.sentence}")
+    return 0

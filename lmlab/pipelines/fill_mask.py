@@ -1,0 +1,62 @@
+"""Fill-mask: the masked-LM head's top-k guesses for each [MASK] in a text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lmlab.pipelines.base import load_model_and_tokenizer
+from lmlab.utils.errors import LmlabError
+
+
+class FillMaskPipeline:
+    """``fill("Paris is the [MASK] of France.", top_k=5)`` -> list of
+    ``{"score", "token", "token_str", "sequence"}``; with several masks, one such list per mask
+    (each mask predicted independently, the others left masked)."""
+
+    def __init__(self, model, tokenizer):
+        if "mlm" not in model.heads:
+            raise LmlabError("this model has no masked-LM head",
+                             "load it with head='mlm' from a checkpoint that has one")
+        if tokenizer.mask_token_id is None:
+            raise LmlabError("the tokenizer has no mask token", "use a BERT-style tokenizer")
+        self.model, self.tokenizer = model, tokenizer
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any = None, **kwargs: Any) -> FillMaskPipeline:
+        model, tokenizer = load_model_and_tokenizer(model, tokenizer, head="mlm", **kwargs)
+        return cls(model, tokenizer)
+
+    @torch.inference_mode()
+    def __call__(self, text: str | list[str], top_k: int = 5):
+        if isinstance(text, list):
+            return [self(t, top_k=top_k) for t in text]
+        batch = self.tokenizer(text, return_tensors="pt", truncation=True)
+        ids = batch["input_ids"]
+        positions = (ids[0] == self.tokenizer.mask_token_id).nonzero().squeeze(-1).tolist()
+        if not positions:
+            raise LmlabError(f"no {self.tokenizer.mask_token} token in {text!r}",
+                             f"write {self.tokenizer.mask_token} where a word should be guessed")
+        device = next(self.model.parameters()).device
+        out = self.model(**{k: v.to(device) for k, v in batch.items()
+                            if k in ("input_ids", "attention_mask", "token_type_ids")},
+                         heads=["mlm"])
+        probs = out.logits[0].float().softmax(-1)
+        special = torch.tensor(self.tokenizer.all_special_ids)
+        results = []
+        for position in positions:
+            p = probs[position].clone()
+            p[special] = 0.0
+            top = p.topk(top_k)
+            guesses = []
+            for score, token_id in zip(top.values.tolist(), top.indices.tolist()):
+                filled = ids[0].clone()
+                filled[position] = token_id
+                guesses.append({
+                    "score": score, "token": token_id,
+                    "token_str": self.tokenizer.decode([token_id]).strip(),
+                    "sequence": self.tokenizer.decode(filled, skip_special_tokens=True),
+                })
+            results.append(guesses)
+        return results[0] if len(results) == 1 else results
