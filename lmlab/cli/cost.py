@@ -1,0 +1,136 @@
+"""``lmlab cost ...``: estimate a run's cost, show FLOPs per token, measure this machine's peaks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _float(text: str) -> float:
+    """Accept 42e9, 42_000_000_000, 4.2B, 135M."""
+    raw = text.strip().replace("_", "").replace(",", "")
+    scale = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}.get(raw[-1:].lower(), 1.0)
+    if scale != 1.0:
+        raw = raw[:-1]
+    try:
+        return float(raw) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r} (write e.g. 42e9)") from None
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from lmlab.cost.estimate import estimate_run
+
+    result = estimate_run(
+        args.model, args.tokens, device=args.device, devices=args.count,
+        precision=args.precision, mfu=args.mfu, seq_len=args.seq_len, head=args.head,
+        sparse_prediction_fraction=args.sparse_prediction, causal_attention=args.causal_attention,
+        price_per_hour=args.price_per_hour, grid_g_per_kwh=args.grid, pue=args.pue,
+        peak_flops_per_s=None if args.peak_tflops is None else args.peak_tflops * 1e12,
+        power_watts=args.power_watts,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result.to_text())
+    return 0
+
+
+def _flops(args: argparse.Namespace) -> int:
+    from lmlab.cost.flops import flops_breakdown
+    from lmlab.cost.presets import default_head, preset_config
+
+    config = preset_config(args.model)
+    breakdown = flops_breakdown(config, args.seq_len, training=not args.forward,
+                                head=args.head or default_head(config),
+                                sparse_prediction_fraction=args.sparse_prediction,
+                                causal_attention=args.causal_attention)
+    print(f"{args.model}: {config.num_parameters():,} parameters "
+          f"({config.num_parameters(include_embeddings=False):,} without embeddings)")
+    print(breakdown.to_markdown())
+    return 0
+
+
+def _peak(args: argparse.Namespace) -> int:
+    from lmlab.cost.peak import GPU_SPECS, cpu_peaks
+
+    peaks = cpu_peaks(refresh=args.refresh)
+    if args.json:
+        print(json.dumps({"cpu": peaks.__dict__,
+                          "gpus": {k: {"name": s.name, "peaks": s.peaks, "tdp_watts": s.tdp_watts,
+                                       "source": s.source} for k, s in GPU_SPECS.items()}},
+                         indent=2))
+        return 0
+    print(f"This machine: {peaks.cpu_model}, {peaks.threads} threads, torch "
+          f"{peaks.torch_version} (measured {peaks.measured_at}; `--refresh` to measure again)")
+    labels = {"fp32": "torch.matmul fp32 (MKL on x86)", "fp32-onednn": "oneDNN fp32",
+              "bf16": "torch.matmul bf16"}
+    for path, value in peaks.peaks.items():
+        print(f"  {labels.get(path, path):32s} {value / 1e9:8,.0f} GFLOP/s")
+    if peaks.measured_under_load:
+        print(f"  warning: measured under load (load average {peaks.load_average:g} on "
+              f"{peaks.threads} threads); these peaks read low. Re-measure on an idle machine "
+              "with `lmlab cost peak --refresh`.")
+    print("\nGPUs (data sheets, dense, TFLOP/s):")
+    print(f"  {'key':10s} {'fp32':>7s} {'tf32':>7s} {'fp16':>7s} {'bf16':>7s} {'TDP W':>6s}  name")
+    for key, spec in GPU_SPECS.items():
+        cells = [f"{spec.peaks[p] / 1e12:7.1f}" if p in spec.peaks else f"{'-':>7s}"
+                 for p in ("fp32", "tf32", "fp16", "bf16")]
+        print(f"  {key:10s} {' '.join(cells)} {spec.tdp_watts:6.0f}  {spec.name}")
+    return 0
+
+
+def _add_flop_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--head", choices=["mlm", "clm", "none"], default=None,
+                        help="prediction head (default: clm for causal models, else mlm)")
+    parser.add_argument("--sparse-prediction", type=float, default=None, metavar="FRACTION",
+                        help="only this fraction of positions goes through the head (e.g. 0.15)")
+    parser.add_argument("--causal-attention", choices=["full", "half"], default="full",
+                        help="count causal attention scores in full (default) or half")
+
+
+def register(commands) -> None:
+    from lmlab.cost.presets import preset_names
+
+    models = ", ".join(preset_names())
+    p = commands.command(
+        "estimate", group="cost",
+        help="estimate a training run's time, energy, CO2 and money before it starts",
+        example="lmlab cost estimate --model bert-base --tokens 42e9 --device v100 --count 64",
+        handler=_estimate,
+    )
+    p.add_argument("--model", required=True, help=f"model size: {models}")
+    p.add_argument("--tokens", required=True, type=_float, help="training tokens, e.g. 42e9")
+    p.add_argument("--device", default="v100", help="cpu, or a GPU: v100, a100, h100, ...")
+    p.add_argument("--count", type=int, default=1, help="number of devices")
+    p.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default=None,
+                   help="default: bf16 where the device has it, else fp16, else fp32")
+    p.add_argument("--mfu", type=float, default=0.3, help="assumed model FLOPs utilisation")
+    p.add_argument("--seq-len", default="512",
+                   help="length, or a schedule of step fractions such as 128:0.9,512:0.1")
+    _add_flop_options(p)
+    p.add_argument("--price-per-hour", type=float, default=None,
+                   help="price per device-hour in dollars")
+    p.add_argument("--grid", type=float, default=None,
+                   help="grid carbon intensity, g CO2e/kWh (default: world average 480)")
+    p.add_argument("--pue", type=float, default=1.0, help="data-centre PUE (Strubell: 1.58)")
+    p.add_argument("--peak-tflops", type=float, default=None, help="override the device peak")
+    p.add_argument("--power-watts", type=float, default=None, help="override power per device")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = commands.command(
+        "flops", group="cost", help="FLOPs per token of a model size, by component",
+        example="lmlab cost flops --model bert-base --seq-len 128", handler=_flops,
+    )
+    p.add_argument("--model", required=True, help=f"model size: {models}")
+    p.add_argument("--seq-len", type=int, default=512, help="sequence length")
+    p.add_argument("--forward", action="store_true", help="forward only (default: training)")
+    _add_flop_options(p)
+
+    p = commands.command(
+        "peak", group="cost",
+        help="measure (once, cached) this CPU's matmul peaks and list GPU peaks",
+        example="lmlab cost peak", handler=_peak,
+    )
+    p.add_argument("--refresh", action="store_true", help="measure again even if cached")
+    p.add_argument("--json", action="store_true", help="print JSON")

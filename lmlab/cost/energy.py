@@ -1,0 +1,271 @@
+"""Energy a run used: measured by RAPL or NVML where the machine lets us, else estimated.
+
+Use::
+
+    meter = EnergyMeter("cpu")          # or "cuda", "cuda:1", count=8 for 8 GPUs
+    meter.start()
+    ...                                 # work; call meter.poll() now and then on long runs
+    joules, method = meter.stop()       # method says how it was obtained
+
+Methods, in order of preference (``method="auto"``):
+
+* ``rapl`` (CPU): the package (and DRAM) energy counters of Linux's powercap interface,
+  ``/sys/class/powercap/intel-rapl:*/energy_uj`` (AMD CPUs use the same interface). The
+  counters wrap at ``max_energy_range_uj``; a wrap between two reads is added back. A
+  package counter can wrap every ~20 min at 200 W, so long runs must :meth:`~EnergyMeter.poll`
+  more often than that (the :class:`~lmlab.cost.report.CostTracker` does on every step).
+  RAPL measures the whole package: other processes' work is included. Since 2020 the files
+  are readable only by root on most distributions; then this method is unavailable.
+* ``nvml`` (CUDA): ``nvmlDeviceGetTotalEnergyConsumption`` through ``pynvml`` (optional; Volta
+  and later), summed over the ``count`` devices.
+* ``estimate``: power x time, labelled as an estimate. CPU: ``threads x watts_per_core``;
+  the default :data:`DEFAULT_CPU_WATTS_PER_CORE` = 5 W is the TDP-per-core share of current
+  server CPUs (AMD EPYC 9654: 360 W / 96 cores = 3.75 W; Intel Xeon Platinum 8480+: 350 W / 56
+  cores = 6.25 W), i.e. it assumes the cores run flat out and ignores DRAM, idle power and
+  cooling. GPU: the board power (TDP) of the data sheet, per device.
+
+No method includes the data centre's overhead (PUE); :func:`lmlab.cost.report.co2_kg`
+applies one if given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from lmlab.utils.errors import LmlabError
+
+DEFAULT_CPU_WATTS_PER_CORE = 5.0
+RAPL_ROOT = "/sys/class/powercap"
+_TOP_ZONE = re.compile(r"^intel-rapl:\d+$")
+_SUB_ZONE = re.compile(r"^intel-rapl:\d+:\d+$")
+
+
+class EnergyReading(NamedTuple):
+    """Energy in joules and how it was obtained (``"rapl ..."``, ``"nvml"``, ``"estimate ..."``)."""
+
+    joules: float
+    method: str
+
+    @property
+    def is_estimate(self) -> bool:
+        return self.method.startswith("estimate")
+
+
+# ---------------------------------------------------------------------------------------- RAPL
+
+
+@dataclass(frozen=True)
+class RaplZone:
+    """One RAPL counter: ``path`` holds ``energy_uj`` and ``max_energy_range_uj``."""
+
+    name: str
+    path: Path
+    max_range_uj: int
+
+    def read_uj(self) -> int:
+        return int((self.path / "energy_uj").read_text().strip())
+
+
+def rapl_zones(root: str | os.PathLike = RAPL_ROOT) -> list[RaplZone]:
+    """The readable package and DRAM counters under ``root``.
+
+    Top-level zones (``intel-rapl:N``) named ``package-*`` are the sockets; sub-zones named
+    ``dram`` are counted too (their energy is not part of the package counter). ``psys``
+    (platform) zones are skipped because they already contain the packages.
+    """
+    root = Path(root)
+    zones: list[RaplZone] = []
+    if not root.is_dir():
+        return zones
+    candidates = sorted(root.glob("intel-rapl:*")) + sorted(root.glob("intel-rapl:*/intel-rapl:*"))
+    seen: set[Path] = set()
+    for path in candidates:
+        real = path.resolve()
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            name = (path / "name").read_text().strip()
+            max_range = int((path / "max_energy_range_uj").read_text().strip())
+            int((path / "energy_uj").read_text().strip())  # readable? (root-only on many hosts)
+        except (OSError, ValueError):
+            continue
+        top = _TOP_ZONE.match(path.name) and name.startswith("package")
+        dram = _SUB_ZONE.match(path.name) and name == "dram"
+        if top or dram:
+            zones.append(RaplZone(name=name, path=path, max_range_uj=max_range))
+    return zones
+
+
+def counter_delta(start: int, end: int, max_range: int) -> int:
+    """Increase of a wrapping counter from ``start`` to ``end`` (at most one wrap between)."""
+    if end >= start:
+        return end - start
+    return end + max_range - start
+
+
+# ---------------------------------------------------------------------------------------- NVML
+
+
+def _nvml_handles(indices: list[int]):
+    """pynvml handles for ``indices``, or None when pynvml/NVML is not usable."""
+    try:
+        import pynvml  # optional dependency
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        for handle in handles:  # raises NVMLError_NotSupported before Volta
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+    except Exception:  # noqa: BLE001 - any NVML failure means "not available"
+        return None
+    return pynvml, handles
+
+
+# -------------------------------------------------------------------------------------- meter
+
+
+class EnergyMeter:
+    """Measures (or estimates) the energy of the work between :meth:`start` and :meth:`stop`.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a GPU table key such as ``"a100"``
+            (table keys can only be estimated).
+        method: ``"auto"``, ``"rapl"``, ``"nvml"`` or ``"estimate"``. A named method that is
+            unavailable raises :class:`LmlabError`.
+        count: number of GPUs (``cuda`` devices from the first index on).
+        threads: CPU cores in use for the CPU estimate (default: torch's thread count).
+        watts_per_core: CPU estimate's power per core.
+        gpu_watts: GPU estimate's power per device (default: the data sheet's TDP).
+        rapl_root: where the powercap tree lives (tests point it at a fake one).
+    """
+
+    def __init__(self, device: str = "cpu", method: str = "auto", count: int = 1,
+                 threads: int | None = None,
+                 watts_per_core: float = DEFAULT_CPU_WATTS_PER_CORE,
+                 gpu_watts: float | None = None, rapl_root: str | os.PathLike = RAPL_ROOT):
+        if method not in ("auto", "rapl", "nvml", "estimate"):
+            raise LmlabError(f"unknown energy method {method!r}",
+                             "use auto, rapl, nvml or estimate")
+        if count < 1:
+            raise LmlabError(f"device count must be at least 1, got {count}", "pass count >= 1")
+        self.device = device.lower()
+        self.count = count
+        self._is_cpu = self.device == "cpu"
+        self._zones: list[RaplZone] = []
+        self._nvml = None
+        self._power_watts = 0.0
+        self.method = self._choose(method, threads, watts_per_core, gpu_watts, rapl_root)
+        self._last: list[int] = []
+        self._joules = 0.0
+        self._start_time: float | None = None
+        self._running = False
+
+    def _choose(self, method: str, threads: int | None, watts_per_core: float,
+                gpu_watts: float | None, rapl_root: str | os.PathLike) -> str:
+        if self._is_cpu and method in ("auto", "rapl"):
+            self._zones = rapl_zones(rapl_root)
+            if self._zones:
+                return "rapl (" + "+".join(z.name for z in self._zones) + ")"
+            if method == "rapl":
+                raise LmlabError(f"no readable RAPL counters under {rapl_root}",
+                                 "run as a user who can read energy_uj, or use method='estimate'")
+        if not self._is_cpu and method in ("auto", "nvml") and self.device.startswith("cuda"):
+            first = int(self.device.split(":", 1)[1]) if ":" in self.device else 0
+            self._nvml = _nvml_handles(list(range(first, first + self.count)))
+            if self._nvml is not None:
+                return "nvml"
+        if method == "nvml":
+            raise LmlabError("NVML energy counters are not available here",
+                             "install pynvml on a machine with a Volta or newer GPU, "
+                             "or use method='estimate'")
+        if method == "rapl":
+            raise LmlabError("RAPL measures CPUs only", "use method='nvml' or 'estimate'")
+        if self._is_cpu:
+            if threads is None:
+                import torch
+
+                threads = torch.get_num_threads()
+            self._power_watts = threads * watts_per_core
+            return (f"estimate (TDP share: {threads} cores x {watts_per_core:g} W/core, "
+                    "assumed fully loaded)")
+        from lmlab.cost.peak import gpu_spec
+
+        if gpu_watts is None:
+            name = self.device
+            if name.startswith("cuda"):
+                import torch
+
+                name = torch.cuda.get_device_name(int(name.split(":", 1)[1]) if ":" in name
+                                                  else 0)
+            spec = gpu_spec(name)
+            gpu_watts, label = spec.tdp_watts, spec.name
+        else:
+            label = self.device
+        self._power_watts = self.count * gpu_watts
+        return f"estimate (board power: {self.count} x {gpu_watts:g} W {label} TDP)"
+
+    @property
+    def is_estimate(self) -> bool:
+        return self.method.startswith("estimate")
+
+    def _read_counters(self) -> list[int]:
+        if self._zones:
+            return [zone.read_uj() for zone in self._zones]
+        if self._nvml is not None:
+            pynvml, handles = self._nvml
+            return [int(pynvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in handles]  # mJ
+        return []
+
+    def start(self) -> EnergyMeter:
+        """Begin measuring (resets any previous reading)."""
+        self._joules = 0.0
+        self._last = self._read_counters()
+        self._start_time = time.perf_counter()
+        self._running = True
+        return self
+
+    def poll(self) -> float:
+        """Fold the counters' progress since the last read into the total; joules so far.
+
+        Cheap (a few small file reads); call it more often than the counters wrap.
+        """
+        if self._start_time is None:
+            raise LmlabError("EnergyMeter.poll() before start()", "call meter.start() first")
+        if not self._running:
+            return self._joules
+        if self._zones:
+            now = self._read_counters()
+            for zone, before, after in zip(self._zones, self._last, now):
+                self._joules += counter_delta(before, after, zone.max_range_uj) / 1e6
+            self._last = now
+        elif self._nvml is not None:
+            now = self._read_counters()
+            self._joules += sum(after - before for before, after in zip(self._last, now)) / 1e3
+            self._last = now
+        else:
+            self._joules = self._power_watts * (time.perf_counter() - self._start_time)
+        return self._joules
+
+    def stop(self) -> EnergyReading:
+        """Stop measuring; the energy since :meth:`start` and the method used."""
+        joules = self.poll()
+        self._running = False
+        return EnergyReading(joules, self.method)
+
+    @property
+    def reading(self) -> EnergyReading:
+        """The energy so far (or the final one after :meth:`stop`)."""
+        return EnergyReading(self.poll() if self._start_time is not None else 0.0, self.method)
+
+    def __enter__(self) -> EnergyMeter:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

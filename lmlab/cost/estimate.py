@@ -1,0 +1,186 @@
+"""Estimate a run's cost before it starts: time, energy, CO2 and money from FLOPs and an MFU.
+
+    time   = tokens x FLOPs per token / (devices x peak x MFU)
+    energy = devices x rated power x time           (an estimate, not a measurement)
+    CO2    = energy x PUE x grid intensity
+    money  = time x devices x price per device-hour
+
+Every assumption (precision, peak, MFU, FLOPs per token, power, grid, PUE) is listed in the
+result, because the answer is only as good as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmlab.utils.errors import LmlabError
+
+
+@dataclass
+class RunEstimate:
+    """A pre-run cost estimate and the assumptions behind it."""
+
+    model: str
+    tokens: float
+    flops_per_token: float
+    total_flops: float
+    device: str
+    devices: int
+    precision: str
+    peak_flops_per_s: float
+    peak_label: str
+    mfu: float
+    seconds: float
+    power_watts_per_device: float
+    energy_joules: float
+    grid_g_per_kwh: float
+    pue: float
+    co2_kg: float
+    price_per_device_hour: float | None
+    money: float | None
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def hours(self) -> float:
+        return self.seconds / 3600.0
+
+    @property
+    def energy_kwh(self) -> float:
+        return self.energy_joules / 3.6e6
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        values = asdict(self)
+        values.update(hours=self.hours, energy_kwh=self.energy_kwh)
+        return values
+
+    def to_text(self) -> str:
+        """The estimate, then its assumptions, for the terminal."""
+        from lmlab.cost.report import LB_PER_KG
+
+        lines = [
+            f"Estimate for {self.model}: {self.tokens:.3g} tokens on {self.devices} x "
+            f"{self.device} ({self.precision})",
+            f"  compute:  {self.total_flops:.3e} FLOPs ({self.flops_per_token:,.0f} per token)",
+            f"  time:     {self.hours:,.1f} h ({self.hours / 24:,.2f} days) wall clock",
+            f"  energy:   {self.energy_kwh:,.1f} kWh at the devices (ESTIMATE: rated power x "
+            f"time); {self.energy_kwh * self.pue:,.1f} kWh with PUE {self.pue:g}",
+            f"  CO2:      {self.co2_kg:,.1f} kg CO2e ({self.co2_kg * LB_PER_KG:,.0f} lb) at "
+            f"{self.grid_g_per_kwh:g} g/kWh",
+        ]
+        if self.money is None:
+            lines.append("  money:    not priced (pass --price-per-hour)")
+        else:
+            lines.append(f"  money:    ${self.money:,.0f} at ${self.price_per_device_hour:g} "
+                         "per device-hour")
+        lines.append("assumptions:")
+        lines += [f"  - {item}" for item in self.assumptions]
+        return "\n".join(lines)
+
+
+def default_precision(device: str) -> str:
+    """bf16 where the device has it, else fp16 (tensor cores), else fp32; fp32 on CPUs."""
+    if device.lower() == "cpu":
+        return "fp32"
+    from lmlab.cost.peak import gpu_spec
+
+    peaks = gpu_spec(device).peaks
+    for precision in ("bf16", "fp16", "fp32"):
+        if precision in peaks:
+            return precision
+    return "fp32"
+
+
+def estimate_run(model: str, tokens: float, device: str = "v100", devices: int = 1,
+                 precision: str | None = None, mfu: float = 0.3, seq_len: str | int = 512,
+                 head: str | None = None, sparse_prediction_fraction: float | None = None,
+                 causal_attention: str = "full", price_per_hour: float | None = None,
+                 grid_g_per_kwh: float | None = None, pue: float = 1.0,
+                 peak_flops_per_s: float | None = None, power_watts: float | None = None,
+                 cpu_threads: int | None = None) -> RunEstimate:
+    """Estimate the cost of training ``model`` (a preset name) on ``tokens`` tokens.
+
+    Args:
+        model: a name from :func:`lmlab.cost.presets.preset_names`.
+        tokens: training tokens (e.g. 42e9 for BERT-base's schedule).
+        device: ``"cpu"`` (measured peak) or a GPU table key (``v100``, ``a100``, ``h100`` ...).
+        devices: number of devices.
+        precision: default: see :func:`default_precision`.
+        mfu: the fraction of peak the run is assumed to reach.
+        seq_len: a length or a schedule like ``"128:0.9,512:0.1"`` (fractions of steps).
+        head: ``mlm``/``clm``/``none``; default by the model's family.
+        sparse_prediction_fraction, causal_attention: see :func:`lmlab.cost.flops.flops_breakdown`.
+        price_per_hour: price per device-hour for the money figure (none if omitted).
+        grid_g_per_kwh, pue: carbon intensity (default: world average) and data-centre PUE.
+        peak_flops_per_s: override the peak per device.
+        power_watts: override the power per device (default: GPU TDP; CPU threads x W/core).
+        cpu_threads: threads the CPU run uses (default: ``OMP_NUM_THREADS`` or all cores).
+    """
+    from lmlab.cost.energy import DEFAULT_CPU_WATTS_PER_CORE
+    from lmlab.cost.flops import parse_seq_len_schedule, schedule_flops_per_token
+    from lmlab.cost.peak import default_threads, device_peak, gpu_spec
+    from lmlab.cost.presets import default_head, preset_config
+    from lmlab.cost.report import DEFAULT_GRID_G_PER_KWH, co2_kg, money
+
+    if tokens <= 0:
+        raise LmlabError(f"tokens must be positive, got {tokens}", "pass e.g. --tokens 42e9")
+    if not 0 < mfu <= 1:
+        raise LmlabError(f"MFU must be in (0, 1], got {mfu}", "pass e.g. --mfu 0.3")
+    if devices < 1:
+        raise LmlabError(f"device count must be at least 1, got {devices}", "pass --count 1 or more")
+    config = preset_config(model)
+    head = head or default_head(config)
+    schedule = parse_seq_len_schedule(seq_len)
+    precision = (precision or default_precision(device)).lower()
+    grid = DEFAULT_GRID_G_PER_KWH if grid_g_per_kwh is None else grid_g_per_kwh
+
+    fpt = schedule_flops_per_token(config, schedule, training=True, head=head,
+                                   sparse_prediction_fraction=sparse_prediction_fraction,
+                                   causal_attention=causal_attention)
+    total = fpt * tokens
+    if peak_flops_per_s is not None:
+        peak, peak_label = peak_flops_per_s, "given on the command line"
+    else:
+        peak, peak_label = device_peak(device, precision)
+    seconds = total / (devices * peak * mfu)
+
+    if power_watts is not None:
+        watts, power_label = power_watts, "given on the command line"
+    elif device.lower() == "cpu":
+        threads = cpu_threads or default_threads()
+        watts = threads * DEFAULT_CPU_WATTS_PER_CORE
+        power_label = f"{threads} cores x {DEFAULT_CPU_WATTS_PER_CORE:g} W/core TDP share"
+    else:
+        spec = gpu_spec(device)
+        watts, power_label = spec.tdp_watts, f"{spec.name} TDP, drawn the whole time"
+    energy = devices * watts * seconds
+
+    sched_text = ", ".join(f"{length} for {100 * share:g}% of steps" for length, share in schedule)
+    prediction = ("every position" if sparse_prediction_fraction is None
+                  else f"{100 * sparse_prediction_fraction:g}% of positions")
+    assumptions = [
+        f"precision {precision}; peak {peak / 1e12:,.3g} TFLOP/s per device ({peak_label})",
+        f"MFU {mfu:g} (model FLOPs / peak); sustained for the whole run",
+        f"FLOPs per token {fpt:,.0f} = 3 x forward matmuls (2 FLOPs per multiply-add, "
+        f"attention counted in full), sequence length {sched_text}",
+        f"prediction head '{head}' over {prediction}",
+        f"power {watts:g} W per device ({power_label}); energy is an estimate",
+        f"grid {grid:g} g CO2e/kWh, PUE {pue:g}",
+        "time excludes data loading, evaluation, checkpointing and restarts",
+    ]
+    return RunEstimate(
+        model=model, tokens=float(tokens), flops_per_token=fpt, total_flops=total,
+        device=device, devices=devices, precision=precision, peak_flops_per_s=peak,
+        peak_label=peak_label, mfu=mfu, seconds=seconds, power_watts_per_device=watts,
+        energy_joules=energy, grid_g_per_kwh=grid, pue=pue,
+        co2_kg=co2_kg(energy, grid, pue), price_per_device_hour=price_per_hour,
+        money=None if price_per_hour is None else money(seconds, devices, price_per_hour),
+        assumptions=assumptions,
+    )
+
+
+def implied_mfu(total_flops: float, hours: float, devices: int, peak_flops_per_s: float) -> float:
+    """The MFU a reported run must have reached: FLOPs / (time x devices x peak)."""
+    return total_flops / (hours * 3600.0 * devices * peak_flops_per_s)

@@ -1,0 +1,215 @@
+"""Analytic FLOP counts of a Transformer from its :class:`TransformerConfig`.
+
+Conventions (the same ones ``torch.utils.flop_counter`` uses, so the two can be compared):
+
+* A multiply-add is 2 FLOPs: ``x @ W`` with ``W`` of shape (a, b) costs ``2·a·b`` per row.
+* Only matrix products are counted. Norms, activations, softmax, dropout, residual adds,
+  embedding look-ups and the loss are not (they are a few percent of the total and are
+  memory-bound, not compute-bound).
+* Training = forward + backward = 3 x forward: every matmul's backward computes one product
+  for the gradient of its input and one for the gradient of its weight, each as large as the
+  forward product. Activation recomputation (checkpointing) is not counted: these are *model*
+  FLOPs, which is what MFU is defined against.
+* Attention scores are counted **in full** by default, also for causal models: ``QKᵀ`` and
+  ``softmax(QKᵀ)V`` each cost ``2·S·d`` per token and layer (d = heads x head_dim), as the
+  dense kernels actually compute (and as PaLM's and nanoGPT's MFU formulas count).
+  ``causal_attention="half"`` halves it for causal models, as Kaplan et al. (2020) do; their
+  ``6·L·S·H`` term equals our ``12·L·S·H`` halved.
+
+Per token and layer, forward, with H = hidden, q = heads·head_dim, kv = kv_heads·head_dim,
+F = intermediate, S = sequence length, E = embedding width, V = vocabulary:
+
+====================== ===========================================================
+attention projections  2·H·q (Q) + 2·2·H·kv (K, V) + 2·q·H (output)
+attention scores       2·S·q (QKᵀ) + 2·S·q (AV)          (x 1/2 with ``"half"`` + causal)
+feed-forward           2·2·H·F (mlp) or 3·2·H·F (glu: gate, up, down)
+====================== ===========================================================
+
+Once per token: ``2·E·H`` for a factorised embedding projection (ALBERT, ELECTRA-small), and
+the prediction head on the predicted fraction ``p`` of positions: MLM ``2·H·E·p`` (the
+transform dense) + ``2·E·V·p`` (the decoder); CLM ``2·H·V·p``. ``p`` is 1 unless
+``sparse_prediction_fraction`` says only masked positions go through the head (cramming).
+
+Summed and multiplied by 3 this is ``6·N_matmul + 12·L·S·q + 6·H·V·p (+ 6·H·E·p)``, where
+``N_matmul`` are the weights of the layers' matrices (no biases or norms; ALBERT's shared
+layer counted once per use).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from lmlab.utils.errors import LmlabError
+
+Head = Literal["mlm", "clm", "none"]
+CausalCounting = Literal["full", "half"]
+
+_HEADS = ("mlm", "clm", "none")
+
+
+@dataclass(frozen=True)
+class FlopBreakdown:
+    """FLOPs per token of one pass (training or forward only), split by where they are spent."""
+
+    embedding_projection: float
+    attention_projections: float
+    attention_scores: float
+    ffn: float
+    head_transform: float
+    output_projection: float
+    seq_len: int
+    training: bool
+
+    @property
+    def total(self) -> float:
+        """All FLOPs per token."""
+        return (self.embedding_projection + self.attention_projections + self.attention_scores
+                + self.ffn + self.head_transform + self.output_projection)
+
+    def parts(self) -> dict[str, float]:
+        """The components by name (FLOPs per token)."""
+        return {
+            "embedding projection": self.embedding_projection,
+            "attention projections": self.attention_projections,
+            "attention scores": self.attention_scores,
+            "feed-forward": self.ffn,
+            "head transform": self.head_transform,
+            "output projection": self.output_projection,
+        }
+
+    def to_dict(self) -> dict[str, float | int | bool]:
+        values = asdict(self)
+        values["total"] = self.total
+        return values
+
+    def to_markdown(self) -> str:
+        """A table: component, FLOPs per token, share of the total."""
+        kind = "training (forward + backward)" if self.training else "forward"
+        lines = [f"FLOPs per token, {kind}, sequence length {self.seq_len}:", "",
+                 "| component | FLOPs/token | share |", "|---|---:|---:|"]
+        total = self.total or 1.0
+        for name, value in self.parts().items():
+            lines.append(f"| {name} | {value:,.0f} | {100 * value / total:.1f}% |")
+        lines.append(f"| **total** | **{self.total:,.0f}** | 100% |")
+        return "\n".join(lines)
+
+
+def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "mlm",
+                    sparse_prediction_fraction: float | None = None,
+                    causal_attention: CausalCounting = "full") -> FlopBreakdown:
+    """FLOPs per token of ``config`` at sequence length ``seq_len``, by component.
+
+    Args:
+        config: a :class:`lmlab.models.config.TransformerConfig`.
+        seq_len: tokens per sequence (the attention cost grows with it).
+        training: forward + backward (x3) if True, else forward only.
+        head: ``"mlm"`` (transform dense + decoder), ``"clm"`` (decoder only) or ``"none"``.
+        sparse_prediction_fraction: fraction of positions that go through the head (e.g. 0.15
+            when only masked tokens are predicted); None = every position.
+        causal_attention: ``"full"`` (default) or ``"half"``; see the module docstring.
+    """
+    if seq_len < 1:
+        raise LmlabError(f"seq_len must be at least 1, got {seq_len}", "pass a positive length")
+    if head not in _HEADS:
+        raise LmlabError(f"unknown head {head!r}", f"use one of: {', '.join(_HEADS)}")
+    if causal_attention not in ("full", "half"):
+        raise LmlabError(f"causal_attention must be 'full' or 'half', got {causal_attention!r}",
+                         "use 'full' (what dense kernels compute) or 'half' (Kaplan et al.)")
+    fraction = 1.0 if sparse_prediction_fraction is None else float(sparse_prediction_fraction)
+    if not 0.0 < fraction <= 1.0:
+        raise LmlabError(f"sparse_prediction_fraction must be in (0, 1], got {fraction}",
+                         "pass e.g. 0.15 for the masked positions only, or None for all")
+    if getattr(config, "add_cross_attention", False):
+        raise LmlabError("cross-attention (encoder-decoder) FLOPs are not modelled here",
+                         "count the encoder and the decoder as separate configs with "
+                         "flops_breakdown and add the results")
+
+    h = config.hidden_size
+    layers = config.num_hidden_layers
+    q = config.num_attention_heads * config.head_dim
+    kv = config.num_key_value_heads * config.head_dim
+    f = config.intermediate_size
+    e = config.input_embedding_size
+    v = config.vocab_size
+
+    embedding_projection = 2.0 * e * h if e != h else 0.0
+    attention_projections = layers * (2.0 * h * q + 2.0 * 2 * h * kv + 2.0 * q * h)
+    scores = layers * 4.0 * seq_len * q
+    if config.causal and causal_attention == "half":
+        scores /= 2
+    ffn = layers * 2.0 * h * f * (3 if config.ffn_type == "glu" else 2)
+    if head == "mlm":
+        head_transform = 2.0 * h * e * fraction
+        output_projection = 2.0 * e * v * fraction
+    elif head == "clm":
+        head_transform = 0.0
+        output_projection = 2.0 * h * v * fraction
+    else:
+        head_transform = output_projection = 0.0
+
+    scale = 3.0 if training else 1.0
+    return FlopBreakdown(
+        embedding_projection=scale * embedding_projection,
+        attention_projections=scale * attention_projections,
+        attention_scores=scale * scores,
+        ffn=scale * ffn,
+        head_transform=scale * head_transform,
+        output_projection=scale * output_projection,
+        seq_len=int(seq_len),
+        training=training,
+    )
+
+
+def flops_per_token(config, seq_len: int, training: bool = True, head: Head = "mlm",
+                    sparse_prediction_fraction: float | None = None,
+                    causal_attention: CausalCounting = "full") -> float:
+    """Total FLOPs per token; see :func:`flops_breakdown` for the arguments."""
+    return flops_breakdown(config, seq_len, training, head, sparse_prediction_fraction,
+                           causal_attention).total
+
+
+def parse_seq_len_schedule(spec: str | int) -> list[tuple[int, float]]:
+    """Parse ``"512"`` or ``"128:0.9,512:0.1"`` into [(seq_len, fraction of steps), ...].
+
+    Fractions are of *steps* (sequences), the way BERT states its schedule ("128 tokens for
+    90% of the steps"); they must sum to 1.
+    """
+    text = str(spec).strip()
+    schedule: list[tuple[int, float]] = []
+    try:
+        for part in text.split(","):
+            if ":" in part:
+                length, share = part.split(":", 1)
+                schedule.append((int(length), float(share)))
+            else:
+                schedule.append((int(part), 1.0))
+    except ValueError as error:
+        raise LmlabError(f"cannot read sequence-length schedule {text!r} ({error})",
+                         "write a length (512) or lengths with step fractions (128:0.9,512:0.1)"
+                         ) from None
+    if any(length < 1 or share <= 0 for length, share in schedule):
+        raise LmlabError(f"sequence lengths and fractions must be positive in {text!r}",
+                         "write e.g. 128:0.9,512:0.1")
+    total = sum(share for _, share in schedule)
+    if abs(total - 1.0) > 1e-6:
+        raise LmlabError(f"step fractions in {text!r} sum to {total:g}, not 1",
+                         "make the fractions add up to 1, e.g. 128:0.9,512:0.1")
+    return schedule
+
+
+def schedule_flops_per_token(config, schedule: list[tuple[int, float]], training: bool = True,
+                             head: Head = "mlm", sparse_prediction_fraction: float | None = None,
+                             causal_attention: CausalCounting = "full") -> float:
+    """Token-weighted FLOPs per token over a schedule of (seq_len, fraction of steps).
+
+    With a fixed number of sequences per step, a step at length S holds S tokens per
+    sequence, so each length's weight is ``fraction x S``.
+    """
+    weights = [share * length for length, share in schedule]
+    total = sum(weights)
+    return sum(
+        weight / total * flops_per_token(config, length, training, head,
+                                         sparse_prediction_fraction, causal_attention)
+        for (length, _), weight in zip(schedule, weights)
+    )

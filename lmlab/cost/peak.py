@@ -1,0 +1,323 @@
+"""Peak matmul throughput of a device: measured on this CPU (cached), looked up for GPUs.
+
+MFU (model FLOPs utilisation) is achieved FLOP/s divided by a peak, and the peak must be named:
+on CPUs the same precision reaches very different rates depending on the library path (on an
+AMD Zen 5 host, MKL's fp32 GEMM ran at half the rate of oneDNN's AVX-512 kernels). So the CPU
+peak is *measured* per path:
+
+* ``fp32``        -- ``torch.matmul`` in fp32 (the path ``nn.Linear`` takes; MKL on x86),
+* ``fp32-onednn`` -- ``torch._C._nn.mkldnn_linear`` on oneDNN tensors, when torch has it,
+* ``bf16``        -- ``torch.matmul`` in bfloat16 (oneDNN; AVX512-BF16/AMX if present).
+
+Each path is timed on square matrices (2048 and 3072 by default), a few repetitions after a
+warm-up; the figure is the best median over the sizes. Results are cached per machine in
+``cache_dir()/cost/peaks.json`` keyed by CPU model name, ISA flags, thread count and torch
+version, so the ~5-10 s measurement runs once.
+
+GPU peaks come from the vendors' data sheets (dense, i.e. without 2:4 sparsity); see
+:data:`GPU_SPECS` for the figures and their sources.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmlab.utils.errors import LmlabError
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+CPU_PATHS = ("fp32", "fp32-onednn", "bf16")
+_CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Data-sheet figures of one GPU model. Peaks in FLOP/s (dense), power in watts."""
+
+    name: str
+    peaks: dict[str, float]
+    tdp_watts: float
+    source: str
+
+
+# Dense tensor-core figures: where a data sheet quotes "with sparsity", the dense figure is half.
+# GeForce cards: fp16/bf16 with fp32 accumulation (what mixed-precision training uses), which
+# those cards run at half the fp16-accumulate rate.
+GPU_SPECS: dict[str, GpuSpec] = {
+    "p100": GpuSpec("NVIDIA Tesla P100 SXM2", {"fp32": 10.6e12, "fp16": 21.2e12}, 300,
+                    "NVIDIA Tesla P100 data sheet (2016); no tensor cores"),
+    "v100": GpuSpec("NVIDIA Tesla V100 SXM2", {"fp32": 15.7e12, "fp16": 125e12}, 300,
+                    "NVIDIA Tesla V100 data sheet (2017): 15.7 fp32, 125 tensor (fp16)"),
+    "v100-pcie": GpuSpec("NVIDIA Tesla V100 PCIe", {"fp32": 14e12, "fp16": 112e12}, 250,
+                         "NVIDIA Tesla V100 data sheet (2017)"),
+    "t4": GpuSpec("NVIDIA T4", {"fp32": 8.1e12, "fp16": 65e12}, 70,
+                  "NVIDIA T4 data sheet: 8.1 fp32, 65 mixed-precision fp16/fp32"),
+    "rtx3090": GpuSpec("NVIDIA GeForce RTX 3090",
+                       {"fp32": 35.6e12, "tf32": 35.6e12, "fp16": 71e12, "bf16": 71e12}, 350,
+                       "NVIDIA Ampere GA102 whitepaper, Appendix A (fp32-accumulate, dense)"),
+    "a100": GpuSpec("NVIDIA A100 SXM4",
+                    {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12}, 400,
+                    "NVIDIA A100 data sheet: 19.5 fp32, 156 tf32, 312 fp16/bf16 (dense)"),
+    "rtx4090": GpuSpec("NVIDIA GeForce RTX 4090",
+                       {"fp32": 82.6e12, "tf32": 82.6e12, "fp16": 165.2e12, "bf16": 165.2e12},
+                       450, "NVIDIA Ada GPU architecture whitepaper (fp32-accumulate, dense)"),
+    "h100": GpuSpec("NVIDIA H100 SXM5",
+                    {"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12}, 700,
+                    "NVIDIA H100 data sheet: 67 fp32; 989 tf32 / 1979 bf16 with sparsity, "
+                    "half that dense"),
+    "h100-pcie": GpuSpec("NVIDIA H100 PCIe",
+                         {"fp32": 51e12, "tf32": 378e12, "fp16": 756e12, "bf16": 756e12}, 350,
+                         "NVIDIA H100 data sheet (PCIe; dense = half the sparsity figure)"),
+    "h200": GpuSpec("NVIDIA H200 SXM",
+                    {"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12}, 700,
+                    "NVIDIA H200 data sheet: same compute as H100 SXM, more/faster HBM3e"),
+}
+
+
+def gpu_key_from_name(device_name: str) -> str | None:
+    """Map a CUDA device name (``torch.cuda.get_device_name()``) to a :data:`GPU_SPECS` key."""
+    name = device_name.lower().replace(" ", "")
+    for key, needle in (("h200", "h200"), ("h100-pcie", "h100pcie"), ("h100", "h100"),
+                        ("a100", "a100"), ("v100-pcie", "v100-pcie"), ("v100", "v100"),
+                        ("rtx4090", "4090"), ("rtx3090", "3090"), ("t4", "teslat4"),
+                        ("p100", "p100")):
+        if needle in name:
+            return key
+    if name.endswith("t4") or "nvidiat4" in name:
+        return "t4"
+    return None
+
+
+def gpu_spec(device: str) -> GpuSpec:
+    """The :class:`GpuSpec` of a table key (``"v100"``) or a CUDA device name."""
+    key = device.strip().lower()
+    if key not in GPU_SPECS:
+        key = gpu_key_from_name(device) or key
+    if key not in GPU_SPECS:
+        raise LmlabError(f"no peak figures for device {device!r}",
+                         f"use one of: cpu, {', '.join(GPU_SPECS)}, or pass the peak yourself")
+    return GPU_SPECS[key]
+
+
+# ----------------------------------------------------------------------------- CPU measurement
+
+
+@dataclass
+class CpuPeaks:
+    """Measured peak FLOP/s of this CPU per path (see the module docstring)."""
+
+    key: str
+    cpu_model: str
+    threads: int
+    torch_version: str
+    peaks: dict[str, float]  # path -> FLOP/s
+    sizes: list[int] = field(default_factory=list)
+    measured_at: str = ""
+    load_average: float | None = None  # 1-min load when measured: other work lowers the peak
+
+    @property
+    def measured_under_load(self) -> bool:
+        """True when other processes kept the CPU busy while measuring (peaks read low)."""
+        return self.load_average is not None and self.load_average > 0.5 * self.threads
+
+    def peak(self, precision: str, path: str = "default") -> tuple[float, str]:
+        """(FLOP/s, label) for a precision; ``path="best"`` takes the fastest path for it."""
+        if precision in ("fp32", "tf32"):  # no tf32 on CPUs: it runs as fp32
+            candidates = ["fp32", "fp32-onednn"] if path == "best" else ["fp32"]
+        elif precision in ("bf16", "fp16"):
+            candidates = ["bf16"]
+        else:
+            raise LmlabError(f"unknown precision {precision!r}", f"use one of {PRECISIONS}")
+        found = [(self.peaks[c], c) for c in candidates if c in self.peaks]
+        if not found:
+            raise LmlabError(f"no measured CPU peak for {precision} on this machine",
+                             "run `lmlab cost peak --refresh`")
+        value, which = max(found)
+        label = (f"cpu {which} ({_PATH_LABELS[which]}, measured {value / 1e9:,.0f} GFLOP/s, "
+                 f"{self.threads} threads)")
+        return value, label
+
+
+_PATH_LABELS = {
+    "fp32": "torch.matmul fp32",
+    "fp32-onednn": "oneDNN mkldnn_linear fp32",
+    "bf16": "torch.matmul bf16",
+}
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _isa_flags() -> str:
+    """The matmul-relevant ISA flags (hypervisors often hide the real model name)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return "+".join(f for f in wanted if f in flags) or "none"
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def machine_key(threads: int | None = None) -> str:
+    """Cache key: CPU model, ISA flags, thread count, torch version."""
+    import torch
+
+    threads = threads or torch.get_num_threads()
+    return f"{cpu_model_name()} | isa={_isa_flags()} | threads={threads} | torch={torch.__version__}"
+
+
+def _time_median(fn: Callable[[], Any], reps: int) -> float:
+    fn()  # warm-up: allocations, kernel selection, weight reordering
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def measure_cpu_peaks(sizes: Sequence[int] = (2048, 3072), reps: int = 3) -> dict[str, float]:
+    """Time each matmul path on square n x n products; FLOP/s per path (best median).
+
+    FLOPs of one product: ``2·n³``. With the defaults this takes about 3-10 s on 2 threads.
+    """
+    import torch
+
+    results: dict[str, float] = {}
+    onednn = getattr(torch._C._nn, "mkldnn_linear", None)
+    has_onednn = onednn is not None and torch.backends.mkldnn.is_available()
+    with torch.no_grad():
+        for n in sizes:
+            a = torch.randn(n, n)
+            b = torch.randn(n, n)
+            runs: dict[str, Callable[[], Any]] = {"fp32": lambda a=a, b=b: torch.matmul(a, b)}
+            if has_onednn:
+                a_dnnl, b_dnnl = a.to_mkldnn(), b.to_mkldnn()
+                runs["fp32-onednn"] = lambda x=a_dnnl, w=b_dnnl: onednn(x, w, None)
+            a16, b16 = a.bfloat16(), b.bfloat16()
+            runs["bf16"] = lambda x=a16, w=b16: torch.matmul(x, w)
+            for path, fn in runs.items():
+                try:
+                    seconds = _time_median(fn, reps)
+                except RuntimeError:  # a path this build cannot run
+                    continue
+                rate = 2.0 * n ** 3 / seconds
+                results[path] = max(results.get(path, 0.0), rate)
+    return results
+
+
+def _cache_path() -> Path:
+    from lmlab.utils.paths import cache_dir
+
+    return cache_dir() / "cost" / "peaks.json"
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    from lmlab.utils.io import read_json
+
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION:
+        return {}
+    return data
+
+
+def cpu_peaks(refresh: bool = False, measure: bool = True,
+              sizes: Sequence[int] = (2048, 3072), reps: int = 3) -> CpuPeaks | None:
+    """This machine's measured CPU peaks, from the cache or measured now (and cached).
+
+    Args:
+        refresh: measure again even if cached.
+        measure: if False and nothing is cached, return None instead of measuring.
+        sizes, reps: passed to :func:`measure_cpu_peaks`.
+    """
+    import torch
+
+    from lmlab.utils.io import atomic_write_json
+
+    path = _cache_path()
+    key = machine_key()
+    data = _read_cache(path)
+    entry = data.get("machines", {}).get(key)
+    if entry is None or refresh:
+        if not measure:
+            return None
+        load_before = _load_average()
+        peaks = measure_cpu_peaks(sizes=sizes, reps=reps)
+        entry = {
+            "load_average": load_before,
+            "cpu_model": cpu_model_name(), "threads": torch.get_num_threads(),
+            "torch_version": torch.__version__, "peaks": peaks, "sizes": list(sizes),
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        data = _read_cache(path)  # re-read: another process may have added its machine
+        data.setdefault("machines", {})[key] = entry
+        data["version"] = _CACHE_VERSION
+        atomic_write_json(path, data)
+    return CpuPeaks(key=key, cpu_model=entry["cpu_model"], threads=int(entry["threads"]),
+                    torch_version=entry["torch_version"],
+                    peaks={k: float(v) for k, v in entry["peaks"].items()},
+                    sizes=list(entry.get("sizes", [])), measured_at=entry.get("measured_at", ""),
+                    load_average=entry.get("load_average"))
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average before measuring (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
+def device_peak(device: str, precision: str, path: str = "default",
+                measure: bool = True) -> tuple[float, str] | None:
+    """(peak FLOP/s per device, label naming the denominator) for a device and precision.
+
+    ``device`` is ``"cpu"``, a :data:`GPU_SPECS` key, ``"cuda"``/``"cuda:N"`` (the name is read
+    from torch) or a CUDA device name. For the CPU, ``path="best"`` uses the fastest measured
+    path of the precision; returns None only if ``measure`` is False and nothing is cached.
+    """
+    precision = precision.lower()
+    if precision not in PRECISIONS:
+        raise LmlabError(f"unknown precision {precision!r}", f"use one of: {', '.join(PRECISIONS)}")
+    if device.lower() == "cpu":
+        peaks = cpu_peaks(measure=measure)
+        return None if peaks is None else peaks.peak(precision, path)
+    if device.lower().startswith("cuda"):
+        import torch
+
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        device = torch.cuda.get_device_name(index)
+    spec = gpu_spec(device)
+    if precision not in spec.peaks:
+        raise LmlabError(f"{spec.name} has no {precision} figure",
+                         f"use one of: {', '.join(spec.peaks)}")
+    value = spec.peaks[precision]
+    return value, f"{spec.name} {precision} data-sheet peak {value / 1e12:,.1f} TFLOP/s dense"
+
+
+def default_threads() -> int:
+    """Threads torch will use (``OMP_NUM_THREADS`` if set, else the CPU count)."""
+    env = os.environ.get("OMP_NUM_THREADS")
+    return int(env) if env and env.isdigit() else (os.cpu_count() or 1)

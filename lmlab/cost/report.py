@@ -1,0 +1,282 @@
+"""What a training run cost: FLOPs, MFU, time, energy, CO2 and money, in one report.
+
+The trainer's side of the API::
+
+    tracker = CostTracker(config, seq_len=128, precision="fp32", device="cpu",
+                          head="mlm", price_per_hour=0.10)
+    tracker.start()
+    for batch in batches:
+        ...                                  # one optimiser step
+        tracker.add_tokens(batch.numel())    # tokens that went through the model
+    report = tracker.report()                # a CostReport; also fine mid-run
+    print(report.summary_line())
+    write(report.to_markdown())              # for the run directory's report
+
+Carbon: ``kg CO2e = kWh x PUE x grid intensity``. The default intensity
+:data:`DEFAULT_GRID_G_PER_KWH` = 480 g CO2e/kWh is the world average of electricity generation
+in 2023 (Ember, *Global Electricity Review 2024*); pass your grid's figure. For comparison,
+Strubell et al. (2019) used the US average of 0.954 lb/kWh (432.7 g/kWh, EPA 2018) and a PUE
+of 1.58. Money: ``hours x devices x price per device-hour``; there is no default price.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from lmlab.utils.errors import LmlabError
+
+DEFAULT_GRID_G_PER_KWH = 480.0
+STRUBELL_US_LB_PER_KWH = 0.954
+STRUBELL_PUE = 1.58
+LB_PER_KG = 2.20462262
+J_PER_KWH = 3.6e6
+
+
+def co2_kg(energy_joules: float, grid_g_per_kwh: float = DEFAULT_GRID_G_PER_KWH,
+           pue: float = 1.0) -> float:
+    """kg CO2e of ``energy_joules`` drawn by the devices, with a data-centre PUE applied."""
+    if grid_g_per_kwh < 0 or pue < 1.0:
+        raise LmlabError(f"grid intensity {grid_g_per_kwh} g/kWh or PUE {pue} out of range",
+                         "use a non-negative intensity and a PUE of at least 1.0")
+    return energy_joules / J_PER_KWH * pue * grid_g_per_kwh / 1000.0
+
+
+def money(seconds: float, devices: int, price_per_device_hour: float) -> float:
+    """Cost of renting ``devices`` for ``seconds`` at ``price_per_device_hour``."""
+    if price_per_device_hour < 0:
+        raise LmlabError(f"negative price {price_per_device_hour}", "pass a price >= 0")
+    return seconds / 3600.0 * devices * price_per_device_hour
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"),
+                           (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:,.2f} {prefix}{unit}"
+    return f"{value:,.2f} {unit}"
+
+
+@dataclass
+class CostReport:
+    """The cost of one run. FLOPs are model FLOPs (see :mod:`lmlab.cost.flops`)."""
+
+    model: str
+    parameters: int
+    tokens: int
+    flops: float
+    flops_per_token: float
+    wall_seconds: float
+    device: str
+    devices: int
+    precision: str
+    achieved_flops_per_s: float
+    peak_flops_per_s: float | None
+    peak_label: str
+    mfu: float | None
+    energy_joules: float | None
+    energy_method: str
+    grid_g_per_kwh: float
+    pue: float
+    co2_kg: float | None
+    price_per_device_hour: float | None
+    money: float | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def energy_kwh(self) -> float | None:
+        return None if self.energy_joules is None else self.energy_joules / J_PER_KWH
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["energy_kwh"] = self.energy_kwh
+        return values
+
+    def _rows(self) -> list[tuple[str, str]]:
+        mfu = "n/a (no peak)" if self.mfu is None else f"{100 * self.mfu:.1f}%"
+        energy = ("n/a" if self.energy_joules is None
+                  else f"{self.energy_joules / 1000:,.1f} kJ ({self.energy_kwh:.4f} kWh)")
+        co2 = "n/a" if self.co2_kg is None else f"{1000 * self.co2_kg:,.1f} g CO2e"
+        cost = ("not priced (no price per device-hour given)" if self.money is None
+                else f"${self.money:,.4f} at ${self.price_per_device_hour:g}/device-hour")
+        peak = "n/a" if self.peak_flops_per_s is None else _si(self.peak_flops_per_s, "FLOP/s")
+        return [
+            ("model", self.model),
+            ("parameters", f"{self.parameters:,}"),
+            ("tokens seen", f"{self.tokens:,}"),
+            ("FLOPs per token", f"{self.flops_per_token:,.0f}"),
+            ("FLOPs (model, total)", _si(self.flops, "FLOP")),
+            ("wall time", f"{self.wall_seconds:,.1f} s"),
+            ("device", f"{self.devices} x {self.device}, {self.precision}"),
+            ("achieved", _si(self.achieved_flops_per_s, "FLOP/s")),
+            ("peak (MFU denominator)", f"{peak}: {self.peak_label}"),
+            ("MFU", mfu),
+            ("energy", f"{energy} [{self.energy_method}]"),
+            ("CO2", f"{co2} at {self.grid_g_per_kwh:g} g/kWh, PUE {self.pue:g}"),
+            ("money", cost),
+        ]
+
+    def to_markdown(self) -> str:
+        """A two-column table of every field, then the notes."""
+        lines = ["| quantity | value |", "|---|---|"]
+        lines += [f"| {name} | {value} |" for name, value in self._rows()]
+        if self.notes:
+            lines.append("")
+            lines += [f"- {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def summary_line(self) -> str:
+        """One line for logs: tokens, FLOPs, time, MFU, energy, CO2, money."""
+        parts = [f"{self.tokens:,} tokens", _si(self.flops, "FLOP"), f"{self.wall_seconds:,.1f} s",
+                 _si(self.achieved_flops_per_s, "FLOP/s")]
+        if self.mfu is not None:
+            parts.append(f"MFU {100 * self.mfu:.1f}%")
+        if self.energy_joules is not None:
+            tag = " est." if self.energy_method.startswith("estimate") else ""
+            parts.append(f"{self.energy_joules / 1000:,.1f} kJ{tag}")
+        if self.co2_kg is not None:
+            parts.append(f"{1000 * self.co2_kg:,.1f} g CO2e")
+        if self.money is not None:
+            parts.append(f"${self.money:,.4f}")
+        return "cost: " + ", ".join(parts)
+
+
+class CostTracker:
+    """Accumulates a training run's tokens, time and energy into a :class:`CostReport`.
+
+    Args:
+        config: the model's :class:`~lmlab.models.config.TransformerConfig`.
+        seq_len: sequence length of the batches (``add_tokens`` can override it per step).
+        precision: ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"tf32"`` (picks the MFU denominator).
+        device: ``"cpu"``, ``"cuda"`` or a GPU table key; ``devices`` how many.
+        head, sparse_prediction_fraction, training: passed to :func:`flops_per_token`.
+        peak_flops_per_s: override the peak (per device); else measured (CPU, cached; the first
+            use on a machine measures for ~5-10 s) or looked up (GPU).
+        measure_peak: if False, an uncached CPU peak is not measured and MFU is omitted.
+        energy_method: see :class:`~lmlab.cost.energy.EnergyMeter`.
+        grid_g_per_kwh, pue, price_per_hour: for CO2 and money (price per device-hour).
+        model_name: the label shown in the report (default: the config's family).
+    """
+
+    def __init__(self, config, seq_len: int, precision: str = "fp32", device: str = "cpu",
+                 devices: int = 1, head: str = "mlm",
+                 sparse_prediction_fraction: float | None = None, training: bool = True,
+                 peak_flops_per_s: float | None = None, measure_peak: bool = True,
+                 energy_method: str = "auto", grid_g_per_kwh: float = DEFAULT_GRID_G_PER_KWH,
+                 pue: float = 1.0, price_per_hour: float | None = None,
+                 model_name: str | None = None):
+        from lmlab.cost.flops import flops_per_token
+
+        self.config = config
+        self.seq_len = int(seq_len)
+        self.precision = precision.lower()
+        self.device = device
+        self.devices = int(devices)
+        self._flop_args = {"training": training, "head": head,
+                           "sparse_prediction_fraction": sparse_prediction_fraction}
+        self._fpt_cache: dict[int, float] = {self.seq_len: flops_per_token(
+            config, self.seq_len, **self._flop_args)}
+        self._peak_override = peak_flops_per_s
+        self._measure_peak = measure_peak
+        self.energy_method = energy_method
+        self.grid_g_per_kwh = grid_g_per_kwh
+        self.pue = pue
+        self.price_per_hour = price_per_hour
+        self.model_name = model_name or getattr(config, "family", "model")
+        self.tokens = 0
+        self.flops = 0.0
+        self._meter = None
+        self._start: float | None = None
+        self._stopped_at: float | None = None
+        self._energy_joules: float | None = None
+
+    def start(self) -> CostTracker:
+        """Start the clock and the energy meter."""
+        from lmlab.cost.energy import EnergyMeter
+
+        self._meter = EnergyMeter(self.device, method=self.energy_method, count=self.devices)
+        self._meter.start()
+        self._start = time.perf_counter()
+        self._stopped_at = None
+        return self
+
+    def add_tokens(self, n: int, seq_len: int | None = None) -> None:
+        """Count ``n`` tokens of one step (at ``seq_len``, default the tracker's)."""
+        if self._start is None:
+            raise LmlabError("CostTracker.add_tokens() before start()", "call tracker.start()")
+        length = int(seq_len or self.seq_len)
+        if length not in self._fpt_cache:
+            from lmlab.cost.flops import flops_per_token
+
+            self._fpt_cache[length] = flops_per_token(self.config, length, **self._flop_args)
+        self.tokens += int(n)
+        self.flops += int(n) * self._fpt_cache[length]
+        if self._meter is not None:
+            self._meter.poll()
+
+    def stop(self) -> None:
+        """Stop the clock and the meter (``report`` after this reports the finished run)."""
+        if self._start is None:
+            raise LmlabError("CostTracker.stop() before start()", "call tracker.start()")
+        if self._stopped_at is None:
+            self._stopped_at = time.perf_counter()
+            self._energy_joules = self._meter.stop().joules if self._meter else None
+
+    def _peak(self) -> tuple[float | None, str]:
+        if self._peak_override is not None:
+            return self._peak_override, "given by the caller"
+        from lmlab.cost.peak import device_peak
+
+        found = device_peak(self.device, self.precision, measure=self._measure_peak)
+        if found is None:
+            return None, "not measured (run `lmlab cost peak`)"
+        return found
+
+    def report(self) -> CostReport:
+        """The cost so far (or of the finished run after :meth:`stop`)."""
+        if self._start is None:
+            raise LmlabError("CostTracker.report() before start()", "call tracker.start()")
+        end = self._stopped_at if self._stopped_at is not None else time.perf_counter()
+        seconds = max(end - self._start, 1e-9)
+        if self._stopped_at is not None:
+            joules = self._energy_joules
+        else:
+            joules = self._meter.poll() if self._meter else None
+        method = self._meter.method if self._meter else "none"
+        achieved = self.flops / seconds
+        peak, label = self._peak()
+        mfu = None if not peak else achieved / (peak * self.devices)
+        notes = [
+            "FLOPs count matmuls only (2 per multiply-add; training = 3 x forward; attention "
+            "counted in full); see lmlab.cost.flops.",
+        ]
+        if method.startswith("estimate"):
+            notes.append("Energy is an ESTIMATE from rated power x time, not a measurement.")
+        elif method.startswith("rapl"):
+            notes.append("RAPL measures the whole CPU package, other processes included.")
+        average_seq = self.flops and self.tokens and self.flops / self.tokens
+        return CostReport(
+            model=self.model_name,
+            parameters=int(self.config.num_parameters()),
+            tokens=self.tokens,
+            flops=self.flops,
+            flops_per_token=float(average_seq or self._fpt_cache[self.seq_len]),
+            wall_seconds=seconds,
+            device=self.device,
+            devices=self.devices,
+            precision=self.precision,
+            achieved_flops_per_s=achieved,
+            peak_flops_per_s=peak,
+            peak_label=label,
+            mfu=mfu,
+            energy_joules=joules,
+            energy_method=method,
+            grid_g_per_kwh=self.grid_g_per_kwh,
+            pue=self.pue,
+            co2_kg=None if joules is None else co2_kg(joules, self.grid_g_per_kwh, self.pue),
+            price_per_device_hour=self.price_per_hour,
+            money=(None if self.price_per_hour is None
+                   else money(seconds, self.devices, self.price_per_hour)),
+            notes=notes,
+        )
