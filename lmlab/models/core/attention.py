@@ -24,6 +24,7 @@ from torch.nn import functional as F
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.positions import apply_rotary
+from lmlab.models.core.unpad import PaddingIndex
 
 
 class Attention(nn.Module):
@@ -58,8 +59,30 @@ class Attention(nn.Module):
         layer_index: int = 0,
         key_value_states: torch.Tensor | None = None,
         output_attentions: bool = False,
+        padding: PaddingIndex | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend; returns (output (B, T, H), probabilities (B, nh, Tq, Tk) or None)."""
+        """Attend; returns (output (B, T, H), probabilities (B, nh, Tq, Tk) or None).
+
+        With ``padding``, ``hidden_states`` holds only the real tokens (N, H): projections run on
+        them, and only the attention product sees the padded (B, T) layout.
+        """
+        if padding is not None:
+            q_flat = self.q_proj(hidden_states)  # (N, nh*hd)
+            k_flat = self.k_proj(hidden_states)
+            v_flat = self.v_proj(hidden_states)
+            q = self._split_heads(padding.pad(q_flat), self.num_heads)  # (B, nh, T, hd)
+            k = self._split_heads(padding.pad(k_flat), self.num_kv_heads)
+            v = self._split_heads(padding.pad(v_flat), self.num_kv_heads)
+            if self.num_kv_heads != self.num_heads:
+                repeat = self.num_heads // self.num_kv_heads
+                k = k.repeat_interleave(repeat, dim=1)
+                v = v.repeat_interleave(repeat, dim=1)
+            context = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
+                scale=self.scale)
+            context = context.transpose(1, 2).reshape(padding.batch, padding.length, -1)
+            return self.o_proj(padding.unpad(context)), None
+
         batch, q_len, _ = hidden_states.shape
         source = hidden_states if key_value_states is None else key_value_states
         q = self._split_heads(self.q_proj(hidden_states), self.num_heads)  # (B, nh, Tq, hd)

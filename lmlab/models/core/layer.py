@@ -14,6 +14,7 @@ from lmlab.models.core.attention import Attention
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.feedforward import FeedForward
 from lmlab.models.core.norms import make_norm
+from lmlab.models.core.unpad import PaddingIndex
 
 
 class TransformerLayer(nn.Module):
@@ -48,11 +49,12 @@ class TransformerLayer(nn.Module):
         encoder_mask: torch.Tensor | None = None,
         cross_cache: KVCache | None = None,
         output_attentions: bool = False,
+        padding: PaddingIndex | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Returns (hidden (B, T, H), self-attention probs or None, cross-attention probs or None)."""
         x, self_probs = self._sublayer(x, self.attention_norm, lambda h: self.attention(
             h, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
-            layer_index=layer_index, output_attentions=output_attentions))
+            layer_index=layer_index, output_attentions=output_attentions, padding=padding))
         cross_probs = None
         if self.cross_attention is not None and encoder_hidden_states is not None:
             x, cross_probs = self._sublayer(x, self.cross_attention_norm,

@@ -12,6 +12,7 @@ from lmlab.models.core.layer import TransformerLayer
 from lmlab.models.core.masks import build_attention_mask
 from lmlab.models.core.norms import make_norm
 from lmlab.models.core.positions import RotaryEmbedding
+from lmlab.models.core.unpad import PaddingIndex
 from lmlab.models.outputs import TransformerOutput
 
 
@@ -27,6 +28,9 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = config
+        # Speed setting, not a hyperparameter: compute only real tokens of padded batches
+        # (see core/unpad.py). Results at real tokens are unchanged.
+        self.skip_padding = False
         self.embeddings = Embeddings(config)
         count = 1 if config.share_layers else config.num_hidden_layers
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(count))
@@ -75,22 +79,31 @@ class Transformer(nn.Module):
             encoder_mask, _ = build_attention_mask(encoder_attention_mask, length,
                                                    encoder_hidden_states.shape[1], False, x.device)
 
-        hidden_states = [x] if output_hidden_states else None
+        padding = None
+        if (self.skip_padding and mask is not None and attention_mask is not None
+                and attention_mask.dim() == 2 and not self.config.causal and cache is None
+                and not output_attentions and encoder_hidden_states is None and rotary is None):
+            padding = PaddingIndex.from_mask(attention_mask)
+            x = padding.unpad(x)  # (N, H): real tokens only
+        repad = padding.pad if padding is not None else (lambda t: t)
+
+        hidden_states = [repad(x)] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for index in range(self.config.num_hidden_layers):
             x, probs, _ = self.layer(index)(
                 x, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
                 layer_index=index, encoder_hidden_states=encoder_hidden_states,
-                encoder_mask=encoder_mask, output_attentions=output_attentions,
+                encoder_mask=encoder_mask, output_attentions=output_attentions, padding=padding,
             )
             if output_hidden_states:
-                hidden_states.append(x)
+                hidden_states.append(repad(x))
             if output_attentions:
                 attentions.append(probs)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if output_hidden_states:
-                hidden_states[-1] = x
+                hidden_states[-1] = repad(x)
+        x = repad(x)
         return TransformerOutput(
             last_hidden_state=x,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
