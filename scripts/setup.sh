@@ -14,7 +14,11 @@ APT_PACKAGES="bible-kjv bible-kjv-text wordnet-base wordnet-sense-index fortunes
 # Packages unpacked rather than installed: dict-gcide would pull in the dictd server, and
 # python3-doc may upgrade system Python packages. Only their data files are read.
 EXTRACT_PACKAGES="dict-gcide python3-doc"
-
+# python3-doc only holds symlinks; the reST sources live in the versioned package it depends on.
+if command -v apt-cache >/dev/null; then
+    versioned_doc=$(apt-cache depends python3-doc 2>/dev/null | grep -o 'python3\.[0-9]*-doc' | head -n1)
+    EXTRACT_PACKAGES="$EXTRACT_PACKAGES ${versioned_doc:-python3.11-doc}"
+fi
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 if [[ -f $STAMP && "$(cat $STAMP)" == "$want" && -x $VENV/bin/lmlab ]]; then
     exit 0

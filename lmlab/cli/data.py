@@ -1,0 +1,113 @@
+"""``lmlab data list`` and ``lmlab data build``: see what text is installed, build a corpus.
+
+(``lmlab data tokenize`` lives in :mod:`lmlab.cli.tokenize`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+TASKS_MODULE = "lmlab.tasks.builtin"
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "list", help="list the corpus sources (installed or not, documents, words)",
+        example="lmlab data list", handler=_list, group="data",
+        description="List the built-in corpus sources: installed or not (with the command that "
+                    "installs them), documents, sentences and words. The first run counts "
+                    "(about 15 s); counts are cached until the files change.")
+    p.add_argument("--no-count", action="store_true",
+                   help="skip counting documents and words (instant)")
+
+    p = commands.command(
+        "build", help="build a corpus folder (train/validation JSON lines + manifest)",
+        example="lmlab data build --sources kjv,wordnet --out corpus/", handler=_build,
+        group="data",
+        description="Build a corpus: documents split into sentences, exact duplicates and "
+                    "excluded documents removed, a deterministic train/validation split by "
+                    "document, written atomically (manifest.json last).")
+    p.add_argument("--sources", default=None,
+                   help="comma-separated: kjv, wordnet, gcide, fortunes, jargon, pydocs, "
+                        "folder:PATH, jsonl:PATH[:FIELD], hf:NAME[:FIELD] "
+                        "(default: every installed built-in source)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--exclude", action="append", default=[], metavar="FILE",
+                   help="drop every document containing a line of FILE (repeatable)")
+    p.add_argument("--validation-fraction", type=float, default=0.01,
+                   help="share of documents in validation (default 0.01)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
+    p.add_argument("--max-documents", type=int, default=None, metavar="N",
+                   help="read at most N documents from each source (quick slices)")
+
+
+def _format_count(value) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _print_table(rows: list[dict], columns: list[str]) -> None:
+    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def task_rows() -> list[dict] | None:
+    """Rows of built-in tasks from ``lmlab.tasks.builtin.list_tasks()``, or None while that
+    module does not exist yet (hook for the tasks layer)."""
+    try:
+        module = importlib.import_module(TASKS_MODULE)
+    except ModuleNotFoundError as error:
+        if error.name == TASKS_MODULE:
+            return None
+        raise
+    return [row if isinstance(row, dict) else vars(row) for row in module.list_tasks()]
+
+
+def _list(args: argparse.Namespace) -> int:
+    from lmlab.data.build import list_sources
+
+    rows = list_sources(count=not args.no_count)
+    table = [{
+        "source": r["name"],
+        "installed": "yes" if r["installed"] else "no",
+        "documents": _format_count(r["documents"]),
+        "sentences": _format_count(r["sentences"]),
+        "words": _format_count(r["words"]),
+        "description / install with": r["description"] if r["installed"] else r["install_hint"],
+    } for r in rows]
+    _print_table(table, list(table[0]))
+    installed = [r for r in rows if r["installed"] and r["words"] is not None]
+    if installed:
+        words = sum(r["words"] for r in installed)
+        print(f"\ndefault corpus (installed sources): {words:,} words in "
+              f"{sum(r['documents'] for r in installed):,} documents")
+    print("user data: --sources folder:PATH, jsonl:PATH[:FIELD], hf:NAME[:FIELD]")
+    tasks = task_rows()
+    if tasks:
+        print("\ntasks:")
+        _print_table(tasks, list(tasks[0]))
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    import time
+
+    from lmlab.data.build import build_corpus
+
+    start = time.perf_counter()
+    manifest = build_corpus(args.sources, args.out, exclude=args.exclude,
+                            validation_fraction=args.validation_fraction, seed=args.seed,
+                            max_documents=args.max_documents)
+    seconds = time.perf_counter() - start
+    rows = [{"source": name, "train docs": f"{e['train']['documents']:,}",
+             "validation docs": f"{e['validation']['documents']:,}",
+             "words": f"{e['train']['words'] + e['validation']['words']:,}",
+             "duplicates": f"{e['duplicates']:,}", "excluded": f"{e['excluded']:,}"}
+            for name, e in manifest["sources"].items()]
+    _print_table(rows, list(rows[0]))
+    print(f"\n{manifest['total_words']:,} words, {manifest['total_documents']:,} documents "
+          f"written to {args.out} in {seconds:.1f} s (sha256 {manifest['sha256'][:16]})")
+    return 0

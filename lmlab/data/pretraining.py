@@ -1,0 +1,738 @@
+"""From token shards to corrupted pretraining batches: packing, segment pairs, shuffling,
+workers, exact resume.
+
+Two example formats:
+
+* ``"packed"``: contiguous token windows.
+
+  - ``packing="full_sentences"`` (default; RoBERTa's FULL-SENTENCES): the split is one stream
+    of documents, each followed by [SEP]; window ``k`` is tokens ``[k L, (k+1) L)`` of that
+    stream (``L = seq_len - 2``), wrapped as ``[CLS] window [SEP]``. Windows cross documents.
+  - ``packing="doc_sentences"`` (RoBERTa's DOC-SENTENCES): whole sentences of one document
+    packed up to ``L`` tokens (a longer sentence is cut into ``L``-token pieces), padded.
+  - ``packing="doc_windows"``: each document cut into ``L``-token windows, the last padded.
+
+  Decoder objectives (those with a "clm" head) get GPT-2 packing instead: ``seq_len``-token
+  windows of the document stream with an end-of-text token after each document, no [CLS].
+
+* ``"segment_pairs"``: ``[CLS] A [SEP] B [SEP]`` built from document sentences exactly as
+  BERT's ``create_pretraining_data.py`` did (see :func:`create_segment_pairs`), with the NSP or
+  SOP label; token type ids 0 for ``[CLS] A [SEP]``, 1 for ``B [SEP]``.
+
+Order: each epoch visits the units (windows, or documents for segment pairs) in a permutation
+seeded by (seed, epoch); segment pairs of a block of documents are shuffled together. Only index
+arrays are held in memory; tokens are read from the memory-mapped shards when needed.
+
+Determinism: every random choice derives from (seed, epoch, unit) or (seed, batch number), never
+from the worker that did the work, so the batch sequence is the same for any ``workers`` and a
+stream restored with :meth:`PretrainingStream.load_state_dict` continues exactly where the saved
+one was.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from lmlab.utils.errors import LmlabError
+
+FORMATS = ("packed", "segment_pairs")
+PACKINGS = ("full_sentences", "doc_sentences", "doc_windows")
+PAIR_LABEL_KEYS = {"nsp": "next_sentence_label", "sop": "sentence_order_label"}
+_SEED_MOD = 2**63 - 1
+_PAIR_ID_BITS = 20  # example id of a segment pair: (document << 20) | index within document
+
+
+# ------------------------------------------------------------------------------------ sources
+@runtime_checkable
+class TokenSource(Protocol):
+    """What the stream reads: a split's token stream with document and sentence boundaries.
+
+    ``document_offsets()`` (D + 1,) and ``sentence_offsets()`` (S + 1,) are token offsets into
+    the split's stream (the last entry is the end); ``window``/``word_starts`` read a range.
+    """
+
+    num_documents: int
+    num_tokens: int
+
+    def document_offsets(self) -> np.ndarray: ...
+
+    def sentence_offsets(self) -> np.ndarray: ...
+
+    def window(self, start: int, length: int) -> np.ndarray: ...
+
+    def word_starts(self, start: int, length: int) -> np.ndarray: ...
+
+
+class ShardTokenSource:
+    """A :class:`TokenSource` over one split of a shard folder (``lmlab.data.shards``),
+    memory-mapped: nothing is loaded whole."""
+
+    def __init__(self, directory: str | os.PathLike, split: str = "train"):
+        from lmlab.data.shard_reader import ShardReader
+
+        self.reader = ShardReader(directory, split)
+        self.num_documents = self.reader.num_documents
+        self.num_tokens = self.reader.num_tokens
+        self.manifest = self.reader.manifest
+        info = self.reader.info
+        self._documents = np.load(self.reader.directory / info["documents"]["file"],
+                                  mmap_mode="r")
+        self._sentences = np.load(self.reader.directory / info["sentences"]["file"],
+                                  mmap_mode="r")
+
+    def document_offsets(self) -> np.ndarray:
+        return self._documents
+
+    def sentence_offsets(self) -> np.ndarray:
+        return self._sentences
+
+    def window(self, start: int, length: int) -> np.ndarray:
+        return self.reader.window(start, length)
+
+    def word_starts(self, start: int, length: int) -> np.ndarray:
+        return self.reader.word_starts(start, length).astype(bool)
+
+    @property
+    def vocab_size(self) -> int | None:
+        size = self.manifest.get("tokenizer", {}).get("size")
+        return int(size) if size is not None else None
+
+
+class InMemoryTokenSource:
+    """A :class:`TokenSource` held in memory: for small corpora, tests and notebooks.
+
+    Build it from tokenized sentences (:meth:`from_sentences`) or from text with a tokenizer
+    (:meth:`from_texts`); word starts come from the tokenizer's word ids, as in the shards.
+    """
+
+    def __init__(self, ids: np.ndarray, word_starts: np.ndarray, sentence_offsets: np.ndarray,
+                 document_offsets: np.ndarray, vocab_size: int | None = None):
+        self._ids = np.asarray(ids, dtype=np.int64)
+        self._words = np.asarray(word_starts, dtype=bool)
+        self._sentences = np.asarray(sentence_offsets, dtype=np.int64)
+        self._documents = np.asarray(document_offsets, dtype=np.int64)
+        self.num_tokens = len(self._ids)
+        self.num_documents = len(self._documents) - 1
+        self.vocab_size = vocab_size
+        if len(self._words) != self.num_tokens or self._documents[-1] != self.num_tokens:
+            raise LmlabError("token, word-start and document arrays disagree in length",
+                             "build it with InMemoryTokenSource.from_sentences")
+
+    @classmethod
+    def from_sentences(cls, documents: Sequence[Sequence[tuple[Sequence[int], Sequence[bool]]]],
+                       vocab_size: int | None = None) -> InMemoryTokenSource:
+        """From documents given as lists of ``(ids, word_starts)`` sentences (empty ones are
+        dropped; documents left empty are dropped too)."""
+        ids, words, sentence_offsets, document_offsets = [], [], [0], [0]
+        total = 0
+        for document in documents:
+            kept = 0
+            for sentence_ids, starts in document:
+                if len(sentence_ids) == 0:
+                    continue
+                ids.append(np.asarray(sentence_ids, dtype=np.int64))
+                words.append(np.asarray(starts, dtype=bool))
+                total += len(sentence_ids)
+                sentence_offsets.append(total)
+                kept += 1
+            if kept:
+                document_offsets.append(total)
+        if total == 0:
+            raise LmlabError("no tokens in the given documents", "pass non-empty documents")
+        return cls(np.concatenate(ids), np.concatenate(words), np.asarray(sentence_offsets),
+                   np.asarray(document_offsets), vocab_size)
+
+    @classmethod
+    def from_texts(cls, documents: Sequence[Sequence[str]], tokenizer: Any) -> InMemoryTokenSource:
+        """Tokenize documents (lists of sentences) with an ``lmlab.Tokenizer`` or a
+        ``tokenizers.Tokenizer``, without special tokens."""
+        engine = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        if engine.padding is not None or engine.truncation is not None:
+            from tokenizers import Tokenizer as Engine
+
+            engine = Engine.from_str(engine.to_str())  # a copy: the caller's keeps its settings
+            engine.no_padding()
+            engine.no_truncation()
+        flat = [s for document in documents for s in document]
+        encodings = engine.encode_batch(flat, add_special_tokens=False) if flat else []
+        result, position = [], 0
+        for document in documents:
+            sentences = []
+            for encoding in encodings[position:position + len(document)]:
+                word_ids = encoding.word_ids
+                starts = [i == 0 or word_ids[i] is None or word_ids[i] != word_ids[i - 1]
+                          for i in range(len(word_ids))]
+                sentences.append((encoding.ids, starts))
+            position += len(document)
+            result.append(sentences)
+        return cls.from_sentences(result, engine.get_vocab_size(with_added_tokens=True))
+
+    def document_offsets(self) -> np.ndarray:
+        return self._documents
+
+    def sentence_offsets(self) -> np.ndarray:
+        return self._sentences
+
+    def window(self, start: int, length: int) -> np.ndarray:
+        return self._ids[start:start + length]
+
+    def word_starts(self, start: int, length: int) -> np.ndarray:
+        return self._words[start:start + length]
+
+
+def open_source(source: str | os.PathLike | TokenSource, split: str) -> TokenSource:
+    """A TokenSource from a shard folder path (or the source itself)."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists():
+            raise LmlabError(f"shard folder {path} does not exist",
+                             "tokenize a corpus first: lmlab data tokenize --out DIR ...")
+        return ShardTokenSource(path, split)
+    if isinstance(source, TokenSource):
+        return source
+    raise LmlabError(f"cannot read tokens from a {type(source).__name__}",
+                     "pass a shard folder or a TokenSource (e.g. InMemoryTokenSource)")
+
+
+# ------------------------------------------------------------------------------ segment pairs
+Sentence = tuple[np.ndarray, np.ndarray]  # (ids, word_starts)
+
+
+@dataclass
+class SegmentPair:
+    """One ``[CLS] A [SEP] B [SEP]`` instance before special tokens are added."""
+
+    tokens_a: np.ndarray
+    starts_a: np.ndarray
+    tokens_b: np.ndarray
+    starts_b: np.ndarray
+    label: int  # NSP: 1 = B is random; SOP: 1 = swapped
+
+
+def truncate_seq_pair(a: list[int], b: list[int], max_num_tokens: int,
+                      rng: random.Random) -> tuple[slice, slice]:
+    """BERT's ``truncate_seq_pair`` on lengths: drop a token from the front or the back (50/50)
+    of the longer segment until both fit. Returns the slices to keep of A and B."""
+    a_lo, a_hi, b_lo, b_hi = 0, len(a), 0, len(b)
+    while (a_hi - a_lo) + (b_hi - b_lo) > max_num_tokens:
+        if (a_hi - a_lo) > (b_hi - b_lo):
+            if rng.random() < 0.5:
+                a_lo += 1
+            else:
+                a_hi -= 1
+        elif rng.random() < 0.5:
+            b_lo += 1
+        else:
+            b_hi -= 1
+    return slice(a_lo, a_hi), slice(b_lo, b_hi)
+
+
+def _join(sentences: Sequence[Sentence]) -> tuple[np.ndarray, np.ndarray]:
+    if not sentences:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    return (np.concatenate([s[0] for s in sentences]),
+            np.concatenate([s[1] for s in sentences]))
+
+
+def create_segment_pairs(document: Sequence[Sentence], document_index: int, num_documents: int,
+                         fetch_document: Callable[[int], Sequence[Sentence]],
+                         max_num_tokens: int, mode: str, rng: random.Random,
+                         short_seq_prob: float = 0.1) -> list[SegmentPair]:
+    """Segment pairs of one document, as BERT's ``create_instances_from_document``.
+
+    ``target = max_num_tokens`` (``max_seq_len - 3``), or with probability ``short_seq_prob`` a
+    random length in ``[2, max_num_tokens]``. Sentences accumulate into a chunk until it
+    reaches the target or the document ends; the chunk is split at a random sentence boundary
+    into A and B.
+
+    * ``mode="nsp"``: with probability 0.5 (and always when the chunk is one sentence, as BERT
+      did) B is instead taken from a random *other* document, starting at a random sentence, up
+      to the remaining target length; the unused sentences of the chunk go back to be reused.
+      Label 1 = random.
+    * ``mode="sop"`` (ALBERT): A and B are swapped with probability 0.5, label 1 = swapped.
+      A one-sentence chunk is split at a random token (ALBERT drew B from another document
+      there, which mislabels a random pair as "swapped"); a one-token chunk is skipped.
+
+    The pair is then cut to ``max_num_tokens`` with :func:`truncate_seq_pair`.
+    """
+    if mode not in PAIR_LABEL_KEYS:
+        raise LmlabError(f"unknown segment-pair mode {mode!r}", "use 'nsp' or 'sop'")
+    target = max_num_tokens
+    if rng.random() < short_seq_prob:
+        target = rng.randint(2, max_num_tokens)
+    pairs: list[SegmentPair] = []
+    chunk: list[Sentence] = []
+    length, i = 0, 0
+    while i < len(document):
+        chunk.append(document[i])
+        length += len(document[i][0])
+        if i == len(document) - 1 or length >= target:
+            if chunk:
+                a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+                pair = None
+                if mode == "nsp":
+                    a_ids, a_starts = _join(chunk[:a_end])
+                    if len(chunk) == 1 or rng.random() < 0.5:
+                        target_b = target - len(a_ids)
+                        other = document_index
+                        for _ in range(10):
+                            other = rng.randint(0, num_documents - 1)
+                            if other != document_index:
+                                break
+                        random_document = fetch_document(other)
+                        b: list[Sentence] = []
+                        b_length = 0
+                        for j in range(rng.randint(0, len(random_document) - 1),
+                                       len(random_document)):
+                            b.append(random_document[j])
+                            b_length += len(random_document[j][0])
+                            if b_length >= target_b:
+                                break
+                        b_ids, b_starts = _join(b)
+                        i -= len(chunk) - a_end  # put the unused sentences back
+                        label = 1
+                    else:
+                        b_ids, b_starts = _join(chunk[a_end:])
+                        label = 0
+                    pair = (a_ids, a_starts, b_ids, b_starts, label)
+                else:
+                    if len(chunk) >= 2:
+                        a_ids, a_starts = _join(chunk[:a_end])
+                        b_ids, b_starts = _join(chunk[a_end:])
+                    elif len(chunk[0][0]) >= 2:
+                        cut = rng.randint(1, len(chunk[0][0]) - 1)
+                        ids, starts = chunk[0]
+                        a_ids, a_starts, b_ids, b_starts = ids[:cut], starts[:cut], ids[cut:], starts[cut:]
+                    else:
+                        a_ids = None
+                    if a_ids is not None:
+                        label = 0
+                        if rng.random() < 0.5:
+                            a_ids, a_starts, b_ids, b_starts = b_ids, b_starts, a_ids, a_starts
+                            label = 1
+                        pair = (a_ids, a_starts, b_ids, b_starts, label)
+                if pair is not None and len(pair[0]) and len(pair[2]):
+                    a_ids, a_starts, b_ids, b_starts, label = pair
+                    keep_a, keep_b = truncate_seq_pair(a_ids, b_ids, max_num_tokens, rng)
+                    pairs.append(SegmentPair(a_ids[keep_a], a_starts[keep_a], b_ids[keep_b],
+                                             b_starts[keep_b], label))
+            chunk, length = [], 0
+        i += 1
+    return pairs
+
+
+# ------------------------------------------------------------------------------------- stream
+@dataclass
+class _Position:
+    """Where the stream is: the next example is example ``offset`` of block ``block`` of
+    epoch ``epoch``; ``batches`` batches and ``tokens`` real tokens were yielded so far."""
+
+    epoch: int = 0
+    block: int = 0
+    offset: int = 0
+    batches: int = 0
+    tokens: int = 0
+
+    def copy(self) -> _Position:
+        return _Position(self.epoch, self.block, self.offset, self.batches, self.tokens)
+
+
+def _seed_of(*parts: int) -> int:
+    return int(np.random.SeedSequence([int(p) % _SEED_MOD for p in parts]).generate_state(
+        2, np.uint64)[0] % _SEED_MOD)
+
+
+class PretrainingStream:
+    """An iterable of corrupted pretraining batches (dicts of tensors) over a shard split.
+
+    Args:
+        shards_dir: a shard folder (``lmlab data tokenize``) or a :class:`TokenSource`.
+        split: ``"train"`` or ``"validation"``.
+        objective: the Objective; its ``example_format`` picks packed windows or segment
+            pairs, its ``corrupt`` makes model inputs and targets.
+        batch_size: examples per batch.
+        seq_len: length of every example, special tokens included (batches are padded to it).
+        seed: seeds the order, the segment pairs and the corruption.
+        workers: threads that collate and corrupt batches ahead of use (0 = inline). The
+            batches are the same for any value.
+        packing: ``"full_sentences"``, ``"doc_sentences"`` or ``"doc_windows"`` (packed format).
+        format: override the objective's ``example_format``.
+        shuffle: shuffle the order each epoch (default: True for train, False otherwise).
+        infinite: start a new epoch at the end (default: True for train); a finite stream ends
+            after one epoch with a last, possibly smaller, batch.
+        short_seq_prob: BERT's share of shorter segment-pair targets (0.1).
+        shuffle_block: documents whose segment pairs are shuffled together.
+        token_type_ids: emit segment ids (0 for A, 1 for B); off for models without segment
+            embeddings.
+
+    Batch keys: ``input_ids``, ``attention_mask``, ``token_type_ids`` (B, T) long;
+    ``word_starts`` (B, T) bool; ``example_id``, ``epoch`` (B,) long (static masking keys);
+    ``next_sentence_label`` or ``sentence_order_label`` (B,) for segment pairs; plus what the
+    objective's ``corrupt`` adds (``labels``, ...).
+    """
+
+    def __init__(self, shards_dir: str | os.PathLike | TokenSource, split: str = "train",
+                 objective: Any = None, batch_size: int = 32, seq_len: int = 128,
+                 seed: int = 0, workers: int = 0, packing: str = "full_sentences",
+                 format: str | None = None, shuffle: bool | None = None,
+                 infinite: bool | None = None, short_seq_prob: float = 0.1,
+                 shuffle_block: int = 64, token_type_ids: bool = True):
+        if objective is None:
+            raise LmlabError("PretrainingStream needs an objective",
+                             "build one: build_objective('mlm', SpecialTokens.from_tokenizer(tok))")
+        self.source = open_source(shards_dir, split)
+        self.split = split
+        self.objective = objective
+        self.special = objective.special
+        self.batch_size = int(batch_size)
+        self.seq_len = int(seq_len)
+        self.seed = int(seed)
+        self.workers = max(0, int(workers))
+        self.format = format or getattr(objective, "example_format", "packed")
+        self.packing = packing
+        self.shuffle = (split == "train") if shuffle is None else bool(shuffle)
+        self.infinite = (split == "train") if infinite is None else bool(infinite)
+        self.short_seq_prob = float(short_seq_prob)
+        self.shuffle_block = max(1, int(shuffle_block))
+        self.emit_types = bool(token_type_ids)
+        self.decoder = "clm" in tuple(getattr(objective, "head_names", ()))
+        self.pair_mode = getattr(objective, "pair_mode", "") or "nsp"
+        self._check()
+        self._documents = np.asarray(self.source.document_offsets(), dtype=np.int64)
+        if self.format == "segment_pairs":
+            self._sentences = np.asarray(self.source.sentence_offsets(), dtype=np.int64)
+            self.num_units = self.source.num_documents
+            self.block_units = self.shuffle_block
+        else:
+            self._build_windows()
+            self.block_units = 256
+        if self.num_units == 0:
+            raise LmlabError(f"the {split} split holds no complete example "
+                             f"(seq_len {self.seq_len})",
+                             "use more data or a shorter --seq-len")
+        self.num_blocks = -(-self.num_units // self.block_units)
+        self._position = _Position()
+        self._order_cache: tuple[int, np.ndarray] | None = None
+        self._block_cache: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self.format not in FORMATS:
+            raise LmlabError(f"unknown example format {self.format!r}",
+                             f"use one of {', '.join(FORMATS)}")
+        if self.packing not in PACKINGS:
+            raise LmlabError(f"unknown packing {self.packing!r}",
+                             f"use one of {', '.join(PACKINGS)}")
+        if self.batch_size < 1:
+            raise LmlabError(f"batch_size {self.batch_size} must be positive", "use e.g. 32")
+        least = 8 if self.format == "segment_pairs" else (2 if self.decoder else 3)
+        if self.seq_len < least:
+            raise LmlabError(f"seq_len {self.seq_len} is too short for {self.format} examples",
+                             f"use seq_len >= {least} (128 or 512 as BERT did)")
+        if self.format == "segment_pairs" and self.pair_mode not in PAIR_LABEL_KEYS:
+            raise LmlabError(f"unknown pair mode {self.pair_mode!r}", "use 'nsp' or 'sop'")
+        vocab = getattr(self.source, "vocab_size", None)
+        if vocab is not None and vocab != self.special.vocab_size:
+            raise LmlabError(f"the shards were written with a {vocab}-token vocabulary but the "
+                             f"objective's tokenizer has {self.special.vocab_size}",
+                             "build the objective from the tokenizer the shards were made with")
+
+    @property
+    def content_length(self) -> int:
+        """Tokens of text per packed example (seq_len minus [CLS] and [SEP] for encoders)."""
+        return self.seq_len if self.decoder else self.seq_len - 2
+
+    def _build_windows(self) -> None:
+        """Index arrays of the packed windows (never the tokens)."""
+        length = self.content_length
+        docs = self._documents
+        if self.packing == "full_sentences":
+            virtual = int(docs[-1]) + (len(docs) - 1)  # every document followed by a separator
+            # Document d occupies virtual positions [docs[d] + d, docs[d+1] + d); its separator
+            # sits at docs[d+1] + d.
+            self._separators = docs[1:] + np.arange(len(docs) - 1)
+            self.num_units = -(-virtual // length)
+            return
+        starts, stops = [], []
+        if self.packing == "doc_windows":
+            lengths = np.diff(docs)
+            counts = -(-lengths // length)
+            unit_doc = np.repeat(np.arange(len(lengths)), counts)
+            first_unit = np.repeat(np.cumsum(counts) - counts, counts)
+            self._unit_start = docs[unit_doc] + (np.arange(len(unit_doc)) - first_unit) * length
+            self._unit_stop = np.minimum(self._unit_start + length, docs[unit_doc + 1])
+            self.num_units = len(self._unit_start)
+            return
+        sentences = np.asarray(self.source.sentence_offsets(), dtype=np.int64).tolist()
+        doc_ends = set(docs[1:].tolist())
+        current = None
+        previous_end = 0
+        for index in range(len(sentences) - 1):
+            begin, end = sentences[index], sentences[index + 1]
+            if end - begin > length:
+                if current is not None:
+                    starts.append(current)
+                    stops.append(previous_end)
+                    current = None
+                for piece in range(begin, end, length):
+                    starts.append(piece)
+                    stops.append(min(piece + length, end))
+            else:
+                if current is not None and end - current > length:
+                    starts.append(current)
+                    stops.append(previous_end)
+                    current = None
+                if current is None:
+                    current = begin
+            previous_end = end
+            if end in doc_ends and current is not None:
+                starts.append(current)
+                stops.append(end)
+                current = None
+        self._unit_start = np.asarray(starts, dtype=np.int64)
+        self._unit_stop = np.asarray(stops, dtype=np.int64)
+        self.num_units = len(self._unit_start)
+
+    # -- examples -------------------------------------------------------------------------------
+    def _order(self, epoch: int) -> np.ndarray:
+        if self._order_cache is None or self._order_cache[0] != epoch:
+            if self.shuffle:
+                order = np.random.default_rng([self.seed, epoch, 1]).permutation(self.num_units)
+            else:
+                order = np.arange(self.num_units)
+            self._order_cache = (epoch, order)
+        return self._order_cache[1]
+
+    def _wrap(self, ids: np.ndarray, starts: np.ndarray, example_id: int,
+              epoch: int) -> dict[str, Any]:
+        if not self.decoder:
+            ids = np.concatenate([[self.special.cls_id], ids, [self.special.sep_id]])
+            starts = np.concatenate([[True], starts, [True]])
+        return {"ids": ids.astype(np.int64), "starts": starts.astype(bool),
+                "types": None, "example_id": example_id, "epoch": epoch}
+
+    def _separator(self) -> int:
+        if self.decoder:
+            return self.special.eos_id if self.special.eos_id is not None else self.special.sep_id
+        return self.special.sep_id
+
+    def _packed_example(self, unit: int, epoch: int) -> dict[str, Any]:
+        length = self.content_length
+        if self.packing != "full_sentences":
+            start, stop = int(self._unit_start[unit]), int(self._unit_stop[unit])
+            return self._wrap(self.source.window(start, stop - start),
+                              self.source.word_starts(start, stop - start), unit, epoch)
+        docs, separators = self._documents, self._separators
+        begin, end = unit * length, (unit + 1) * length
+        doc = int(np.searchsorted(separators, begin, side="left"))
+        ids_parts, start_parts = [], []
+        while doc < len(docs) - 1:
+            virtual_start = int(docs[doc]) + doc
+            if virtual_start >= end:
+                break
+            low, high = max(begin, virtual_start), min(end, int(separators[doc]))
+            if high > low:
+                real = int(docs[doc]) + (low - virtual_start)
+                ids_parts.append(np.asarray(self.source.window(real, high - low), dtype=np.int64))
+                start_parts.append(np.asarray(self.source.word_starts(real, high - low), dtype=bool))
+            if begin <= int(separators[doc]) < end:
+                ids_parts.append(np.asarray([self._separator()], dtype=np.int64))
+                start_parts.append(np.ones(1, dtype=bool))
+            doc += 1
+        return self._wrap(np.concatenate(ids_parts), np.concatenate(start_parts), unit, epoch)
+
+    def _document_sentences(self, doc: int) -> list[Sentence]:
+        begin, end = int(self._documents[doc]), int(self._documents[doc + 1])
+        ids = np.asarray(self.source.window(begin, end - begin), dtype=np.int64)
+        starts = np.asarray(self.source.word_starts(begin, end - begin), dtype=bool)
+        first = int(np.searchsorted(self._sentences, begin, side="left"))
+        last = int(np.searchsorted(self._sentences, end, side="left"))
+        cuts = [int(s) - begin for s in self._sentences[first:last + 1]]
+        if not cuts or cuts[0] != 0:
+            cuts = [0, *cuts]
+        if cuts[-1] != end - begin:
+            cuts.append(end - begin)
+        return [(ids[a:b], starts[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+    def _pair_examples(self, doc: int, epoch: int) -> list[dict[str, Any]]:
+        data_epoch = self.objective.data_epoch(epoch)
+        rng = random.Random(_seed_of(self.seed, data_epoch, doc, 2))
+        pairs = create_segment_pairs(self._document_sentences(doc), doc,
+                                     self.source.num_documents, self._document_sentences,
+                                     self.seq_len - 3, self.pair_mode, rng, self.short_seq_prob)
+        examples = []
+        cls_, sep = self.special.cls_id, self.special.sep_id
+        for index, pair in enumerate(pairs):
+            ids = np.concatenate([[cls_], pair.tokens_a, [sep], pair.tokens_b, [sep]])
+            starts = np.concatenate([[True], pair.starts_a, [True], pair.starts_b, [True]])
+            types = np.zeros(len(ids), dtype=np.int64)
+            types[len(pair.tokens_a) + 2:] = 1
+            examples.append({"ids": ids.astype(np.int64), "starts": starts.astype(bool),
+                             "types": types, "label": pair.label, "epoch": epoch,
+                             "example_id": (doc << _PAIR_ID_BITS) | index})
+        return examples
+
+    def _block(self, epoch: int, block: int) -> list[dict[str, Any]]:
+        key = (epoch, block)
+        if self._block_cache is not None and self._block_cache[0] == key:
+            return self._block_cache[1]
+        units = self._order(epoch)[block * self.block_units:(block + 1) * self.block_units]
+        if self.format == "segment_pairs":
+            examples = [e for doc in units.tolist() for e in self._pair_examples(doc, epoch)]
+            if self.shuffle:
+                random.Random(_seed_of(self.seed, epoch, block, 3)).shuffle(examples)
+        else:
+            examples = [self._packed_example(unit, epoch) for unit in units.tolist()]
+        self._block_cache = (key, examples)
+        return examples
+
+    def _raw_batches(self, position: _Position) -> Iterator[tuple[list[dict[str, Any]], _Position]]:
+        """Lists of examples with the position after each list, from ``position`` on."""
+        position = position.copy()
+        while True:
+            batch: list[dict[str, Any]] = []
+            while len(batch) < self.batch_size:
+                if position.block >= self.num_blocks:
+                    if not self.infinite:
+                        break
+                    position.epoch += 1
+                    position.block = position.offset = 0
+                examples = self._block(position.epoch, position.block)
+                take = examples[position.offset:position.offset + self.batch_size - len(batch)]
+                batch.extend(take)
+                position.offset += len(take)
+                if position.offset >= len(examples):
+                    position.block += 1
+                    position.offset = 0
+            if not batch:
+                return
+            position.batches += 1
+            position.tokens += sum(len(e["ids"]) for e in batch)
+            yield batch, position.copy()
+            if len(batch) < self.batch_size:
+                return
+
+    # -- collation ------------------------------------------------------------------------------
+    def collate(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Pad examples to ``seq_len`` into a batch of tensors (before corruption)."""
+        rows, length = len(examples), self.seq_len
+        ids = np.full((rows, length), self.special.pad_id, dtype=np.int64)
+        mask = np.zeros((rows, length), dtype=np.int64)
+        types = np.zeros((rows, length), dtype=np.int64)
+        starts = np.ones((rows, length), dtype=bool)
+        for row, example in enumerate(examples):
+            n = len(example["ids"])
+            ids[row, :n] = example["ids"]
+            mask[row, :n] = 1
+            starts[row, :n] = example["starts"]
+            if example["types"] is not None and self.emit_types:
+                types[row, :n] = example["types"]
+        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+                 "token_type_ids": torch.from_numpy(types),
+                 "word_starts": torch.from_numpy(starts),
+                 "example_id": torch.tensor([e["example_id"] for e in examples], dtype=torch.long),
+                 "epoch": torch.tensor([e["epoch"] for e in examples], dtype=torch.long)}
+        if self.format == "segment_pairs":
+            batch[PAIR_LABEL_KEYS[self.pair_mode]] = torch.tensor(
+                [e["label"] for e in examples], dtype=torch.long)
+        return batch
+
+    def _make(self, examples: list[dict[str, Any]], number: int) -> dict[str, torch.Tensor]:
+        """Collate and corrupt batch ``number`` (its randomness depends only on the number)."""
+        rng = torch.Generator()
+        rng.manual_seed(_seed_of(self.seed, number, 5))
+        return self.objective.corrupt(self.collate(examples), rng)
+
+    # -- iteration and state ----------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        raw = self._raw_batches(self._position)
+        if self.workers == 0:
+            for examples, position in raw:
+                batch = self._make(examples, position.batches - 1)
+                self._position = position
+                yield batch
+            return
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="lmlab-data") as pool:
+            pending: deque = deque()
+            try:
+                for examples, position in raw:
+                    pending.append((pool.submit(self._make, examples, position.batches - 1),
+                                    position))
+                    if len(pending) > 2 * self.workers:
+                        future, done = pending.popleft()
+                        batch = future.result()
+                        self._position = done
+                        yield batch
+                while pending:
+                    future, done = pending.popleft()
+                    batch = future.result()
+                    self._position = done
+                    yield batch
+            finally:
+                for future, _ in pending:
+                    future.cancel()
+
+    @property
+    def epoch(self) -> int:
+        """Epoch of the next example."""
+        return self._position.epoch
+
+    @property
+    def tokens_seen(self) -> int:
+        """Tokens (special tokens included, padding excluded) in the batches yielded so far."""
+        return self._position.tokens
+
+    @property
+    def batches_seen(self) -> int:
+        return self._position.batches
+
+    def state_dict(self) -> dict[str, Any]:
+        """The exact position after the last yielded batch (JSON-able)."""
+        p = self._position
+        return {"epoch": p.epoch, "block": p.block, "offset": p.offset, "batches": p.batches,
+                "tokens_seen": p.tokens, "seed": self.seed, "format": self.format,
+                "packing": self.packing, "batch_size": self.batch_size,
+                "seq_len": self.seq_len, "num_units": self.num_units}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`; the next batches are those the saved stream
+        would have yielded (same seed, data, format and sizes required)."""
+        for key in ("seed", "format", "packing", "seq_len", "num_units"):
+            if key in state and state[key] != getattr(self, key):
+                raise LmlabError(f"the saved stream state has {key}={state[key]!r}, this stream "
+                                 f"{getattr(self, key)!r}",
+                                 "resume with the same data, seed, format and sequence length")
+        self._position = _Position(int(state["epoch"]), int(state["block"]),
+                                   int(state["offset"]), int(state["batches"]),
+                                   int(state.get("tokens_seen", 0)))
+
+    def __repr__(self) -> str:
+        return (f"PretrainingStream({self.split}, format={self.format}, packing={self.packing}, "
+                f"units={self.num_units}, batch_size={self.batch_size}, seq_len={self.seq_len})")
+
+
+def validation_batches(shards_dir: str | os.PathLike | TokenSource, objective: Any,
+                       batch_size: int = 32, seq_len: int = 128, seed: int = 1234,
+                       max_batches: int | None = None, split: str = "validation",
+                       **kwargs: Any) -> list[dict[str, torch.Tensor]]:
+    """Batches of the validation split, in order, with corruption fixed by ``seed``: the same
+    inputs and targets in every run, so validation losses compare across runs."""
+    stream = PretrainingStream(shards_dir, split=split, objective=objective,
+                               batch_size=batch_size, seq_len=seq_len, seed=seed, workers=0,
+                               shuffle=False, infinite=False, **kwargs)
+    batches = []
+    for batch in stream:
+        batches.append(batch)
+        if max_batches is not None and len(batches) >= max_batches:
+            break
+    return batches

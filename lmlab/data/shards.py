@@ -1,0 +1,479 @@
+"""Token shards: a tokenized corpus on disk, in fixed-size memory-mappable files.
+
+Layout of a shard folder (``SPLIT`` is ``train`` or ``validation``)::
+
+    manifest.json                 tokenizer fingerprint, dtype, counts, shards with sha256
+    SPLIT-00000.bin               token ids, raw uint16 (uint32 when the vocabulary needs it)
+    SPLIT-00000.words.bin         uint8 per token: 1 when the token starts a word
+    SPLIT-00000.docs.npy          int64 offsets (into the split's token stream) of documents
+    SPLIT-00000.sents.npy           and sentences that start inside this shard
+    SPLIT.documents.npy           all document starts + the end (consolidated when done)
+    SPLIT.sentences.npy           all sentence starts + the end
+
+Tokens are stored without special tokens: objectives add ``[CLS]``/``[SEP]`` when they pack
+sequences. Sentence boundaries let NSP/SOP build segment pairs, document boundaries let packing
+respect or cross documents, and the word-start mask lets whole-word masking work with any
+tokenizer (it comes from the engine's word ids).
+
+Memory stays bounded: documents stream from the corpus in chunks, chunks are encoded (in
+worker processes with ``workers > 1``) and appended to the open shard, which is renamed into
+place when full. A shard is listed in the manifest only once it is complete and renamed, with
+its sha256 and the corpus position where it ends, so a killed run resumes after the last
+finished shard (hashes and tokenizer fingerprint verified) and produces the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmlab.data.corpus import SPLITS, Document, split_path
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_path, atomic_write_json, read_json, sha256_file
+
+FORMAT = "lmlab-token-shards"
+VERSION = 1
+MANIFEST = "manifest.json"
+DEFAULT_SHARD_TOKENS = 1 << 24  # 16.8M tokens: 32 MiB per uint16 shard
+_CHUNK_DOCS = 256
+_TEST_DELAY_ENV = "LMLAB_TEST_SHARD_DELAY"  # seconds to sleep after each shard (kill tests)
+
+
+def token_dtype(vocab_size: int) -> str:
+    """``uint16`` when every id fits, else ``uint32``."""
+    return "uint16" if vocab_size <= 1 << 16 else "uint32"
+
+
+@dataclass
+class EncodedChunk:
+    """Tokens of a run of documents, with one row per kept (non-empty) sentence."""
+
+    ids: Any            # (N,) token ids, uint32
+    word_starts: Any    # (N,) uint8
+    sent_starts: Any    # (S,) int64 offset of each sentence in ``ids``
+    sent_lengths: Any   # (S,) int64
+    sent_line: Any      # (S,) int64 corpus line (document index) of each sentence
+    sent_index: Any     # (S,) int64 sentence index within its document
+
+
+def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk:
+    """Encode corpus lines (JSON documents) sentence by sentence, without special tokens."""
+    import itertools
+
+    import numpy as np
+
+    sentences: list[str] = []
+    lines_of: list[int] = []
+    index_of: list[int] = []
+    for offset, line in enumerate(lines):
+        try:
+            document = Document.from_json(line)
+        except (json.JSONDecodeError, KeyError) as error:
+            raise LmlabError(f"corpus line {first_line + offset + 1} is not a corpus record "
+                             f"({error})", "rebuild the corpus with `lmlab data build`") from None
+        for index, sentence in enumerate(document.sentences):
+            sentences.append(sentence)
+            lines_of.append(first_line + offset)
+            index_of.append(index)
+    encodings = engine.encode_batch(sentences, add_special_tokens=False)
+    lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
+    total = int(lengths.sum())
+    ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.uint32,
+                      count=total)
+    words = np.fromiter(itertools.chain.from_iterable(e.word_ids for e in encodings),
+                        dtype=np.int64, count=total)
+    keep = lengths > 0
+    lengths = lengths[keep]
+    starts = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    word_starts = np.ones(total, dtype=np.uint8)
+    if total > 1:
+        word_starts[1:] = words[1:] != words[:-1]
+    word_starts[starts] = 1  # a sentence's first token always starts a word
+    return EncodedChunk(ids, word_starts, starts, lengths,
+                        np.asarray(lines_of, dtype=np.int64)[keep],
+                        np.asarray(index_of, dtype=np.int64)[keep])
+
+
+class _SplitWriter:
+    """Appends encoded chunks of one split to fixed-size shards; records boundaries."""
+
+    def __init__(self, out: Path, split: str, dtype: str, shard_tokens: int,
+                 finished: list[dict], on_shard: Any):
+        import numpy as np
+
+        self.np = np
+        self.out, self.split, self.dtype, self.shard_tokens = out, split, dtype, shard_tokens
+        self.shards = list(finished)
+        self.on_shard = on_shard
+        self.total = sum(s["num_tokens"] for s in finished)
+        self.last_line = finished[-1]["resume"][0] if finished else -1
+        self._open = None
+
+    def _start(self) -> None:
+        index = len(self.shards)
+        stem = f"{self.split}-{index:05d}"
+        names = {"tokens": f"{stem}.bin", "words": f"{stem}.words.bin"}
+        self._open = {
+            "stem": stem, "names": names, "count": 0, "docs": [], "sents": [],
+            "files": {k: open(self.out / f".{n}.partial", "wb") for k, n in names.items()},
+            "hash": {k: hashlib.sha256() for k in names},
+        }
+
+    def _append(self, kind: str, array: Any) -> None:
+        data = array.tobytes()
+        self._open["files"][kind].write(data)
+        self._open["hash"][kind].update(data)
+
+    def write(self, chunk: EncodedChunk, skip: int = 0) -> None:
+        """Append ``chunk`` from token ``skip`` on (the rest was written before a resume)."""
+        np = self.np
+        doc_start = np.ones(len(chunk.sent_line), dtype=bool)
+        if len(doc_start):
+            doc_start[1:] = chunk.sent_line[1:] != chunk.sent_line[:-1]
+            doc_start[0] = chunk.sent_line[0] != self.last_line
+            self.last_line = int(chunk.sent_line[-1])
+        pos, end = skip, len(chunk.ids)
+        while pos < end:
+            if self._open is None:
+                self._start()
+            take = min(self.shard_tokens - self._open["count"], end - pos)
+            lo = np.searchsorted(chunk.sent_starts, pos, "left")
+            hi = np.searchsorted(chunk.sent_starts, pos + take, "left")
+            base = self.total - pos  # global offset of chunk token 0
+            self._open["sents"].append(chunk.sent_starts[lo:hi] + base)
+            self._open["docs"].append(chunk.sent_starts[lo:hi][doc_start[lo:hi]] + base)
+            self._append("tokens", chunk.ids[pos:pos + take].astype(self.dtype))
+            self._append("words", chunk.word_starts[pos:pos + take])
+            self._open["count"] += take
+            self.total += take
+            pos += take
+            if self._open["count"] == self.shard_tokens:
+                last = int(np.searchsorted(chunk.sent_starts, pos - 1, "right")) - 1
+                self._finish([int(chunk.sent_line[last]), int(chunk.sent_index[last]),
+                              pos - int(chunk.sent_starts[last])])
+
+    def _finish(self, resume: list[int]) -> None:
+        np = self.np
+        shard = self._open
+        self._open = None
+        files = {}
+        for kind, name in shard["names"].items():
+            handle = shard["files"][kind]
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            os.replace(self.out / f".{name}.partial", self.out / name)
+            files[kind] = {"file": name, "sha256": shard["hash"][kind].hexdigest()}
+        for kind, parts in (("docs", shard["docs"]), ("sents", shard["sents"])):
+            name = f"{shard['stem']}.{kind}.npy"
+            array = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            with atomic_path(self.out / name) as tmp:
+                with open(tmp, "wb") as handle:
+                    np.save(handle, array.astype(np.int64))
+            files[kind] = {"file": name, "sha256": sha256_file(self.out / name)}
+        self.shards.append({"num_tokens": shard["count"], "files": files, "resume": resume})
+        self.on_shard(self.shards)
+
+    def close(self, resume: list[int]) -> None:
+        """Finish the last, partly filled shard."""
+        if self._open is not None and self._open["count"] > 0:
+            self._finish(resume)
+        elif self._open is not None:
+            for kind, name in self._open["names"].items():
+                self._open["files"][kind].close()
+                (self.out / f".{name}.partial").unlink(missing_ok=True)
+            self._open = None
+
+
+def _consolidate(out: Path, split: str, shards: list[dict], total: int) -> dict[str, Any]:
+    """Concatenate the per-shard boundary pieces into ``SPLIT.documents.npy`` /
+    ``SPLIT.sentences.npy`` (with the end offset appended), streaming through a memmap."""
+    import numpy as np
+
+    result = {}
+    for kind, name in (("docs", "documents"), ("sents", "sentences")):
+        pieces = [out / s["files"][kind]["file"] for s in shards]
+        count = sum(np.load(p, mmap_mode="r").shape[0] for p in pieces)
+        target = out / f"{split}.{name}.npy"
+        with atomic_path(target) as tmp:
+            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(count + 1,))
+            position = 0
+            for piece in pieces:
+                values = np.load(piece, mmap_mode="r")
+                array[position:position + len(values)] = values
+                position += len(values)
+            array[count] = total
+            array.flush()
+            del array
+        result[name] = {"file": target.name, "count": count, "sha256": sha256_file(target)}
+    return result
+
+
+def _verified_prefix(out: Path, shards: list[dict]) -> list[dict]:
+    """The leading shards whose files still hash to what the manifest recorded."""
+    good = []
+    for shard in shards:
+        ok = all((out / f["file"]).exists() and sha256_file(out / f["file"]) == f["sha256"]
+                 for f in shard["files"].values())
+        if not ok:
+            break
+        good.append(shard)
+    return good
+
+
+def _iter_lines(path: Path):
+    """(index, line) of the non-empty lines of a corpus split (index = document number)."""
+    with open(path, encoding="utf-8") as handle:
+        index = 0
+        for line in handle:
+            if line.strip():
+                yield index, line
+                index += 1
+
+
+def _chunks(path: Path, start_line: int, size: int):
+    """Lists of lines from document ``start_line`` on, with the first line's index."""
+    batch: list[str] = []
+    first = start_line
+    for index, line in _iter_lines(path):
+        if index < start_line:
+            continue
+        if not batch:
+            first = index
+        batch.append(line)
+        if len(batch) == size:
+            yield first, batch
+            batch = []
+    if batch:
+        yield first, batch
+
+
+_WORKER_ENGINE = None
+
+
+def _init_worker(serialized: str) -> None:
+    global _WORKER_ENGINE
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
+    from tokenizers import Tokenizer as Engine
+
+    _WORKER_ENGINE = Engine.from_str(serialized)
+
+
+def _encode_in_worker(first: int, lines: list[str]) -> EncodedChunk:
+    return encode_lines(_WORKER_ENGINE, lines, first)
+
+
+def _encoded_chunks(engine: Any, path: Path, start_line: int, workers: int, chunk_docs: int):
+    """Encoded chunks in corpus order; with ``workers > 1`` a process pool encodes them, with
+    at most ``2 * workers`` chunks in flight (Pool.imap would read the whole corpus ahead)."""
+    chunks = _chunks(path, start_line, chunk_docs)
+    if workers <= 1:
+        for first, lines in chunks:
+            yield encode_lines(engine, lines, first)
+        return
+    import multiprocessing
+
+    # fork: workers need no importable __main__ (scripts and notebooks work); each worker
+    # rebuilds the engine from its JSON with the engine's own threads off.
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers, initializer=_init_worker, initargs=(engine.to_str(),)) as pool:
+        pending: deque = deque()
+        for first, lines in chunks:
+            pending.append(pool.apply_async(_encode_in_worker, (first, lines)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def _engine_for_shards(tokenizer: Any) -> Any:
+    """A copy of the tokenizer's engine with truncation and padding off."""
+    from tokenizers import Tokenizer as Engine
+
+    engine = Engine.from_str(tokenizer.backend_tokenizer.to_str())
+    engine.no_truncation()
+    engine.no_padding()
+    return engine
+
+
+def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                 shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int = 1,
+                 splits: tuple[str, ...] | None = None, chunk_docs: int = _CHUNK_DOCS,
+                 show_progress: bool = True) -> dict[str, Any]:
+    """Tokenize every split of an lmlab corpus into token shards in ``out_dir``.
+
+    Re-running on a folder left by a killed run resumes after the last finished shard when the
+    manifest's tokenizer fingerprint, dtype and shard size match and the shard files still hash
+    to the manifest; otherwise the folder's shard files are rebuilt from scratch.
+
+    Args:
+        tokenizer: an :class:`lmlab.Tokenizer` (or a path that loads as one).
+        corpus_dir: folder with ``train.jsonl`` (and ``validation.jsonl``).
+        out_dir: shard folder (created).
+        shard_tokens: tokens per shard file (the last one is shorter).
+        workers: encoding processes; 1 encodes in this process (the engine still uses
+            threads when ``TOKENIZERS_PARALLELISM`` allows).
+        splits: which splits (default: those present, ``train`` required).
+
+    Returns:
+        The manifest (also written to ``out_dir/manifest.json``) plus ``"resumed_shards"``.
+    """
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    if not isinstance(tokenizer, Tokenizer):
+        tokenizer = Tokenizer.from_pretrained(tokenizer)
+    if shard_tokens < 1:
+        raise LmlabError(f"shard_tokens={shard_tokens} must be positive",
+                         f"use e.g. {DEFAULT_SHARD_TOKENS}")
+    corpus_dir, out = Path(corpus_dir), Path(out_dir)
+    if splits is None:
+        split_path(corpus_dir, "train")  # clear error when this is no corpus
+        splits = tuple(s for s in SPLITS if (corpus_dir / f"{s}.jsonl").exists())
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(".*.partial"):
+        stale.unlink()
+
+    dtype = token_dtype(len(tokenizer))
+    header = {
+        "format": FORMAT, "version": VERSION, "dtype": dtype, "shard_tokens": shard_tokens,
+        "tokenizer": {"fingerprint": tokenizer.fingerprint(), "size": len(tokenizer),
+                      "family": tokenizer.family, "name_or_path": tokenizer.name_or_path,
+                      "special_ids": {role: tokenizer.convert_tokens_to_ids(tok)
+                                      for role, tok in tokenizer.special_tokens_map.items()}},
+        "corpus": {"path": str(corpus_dir.resolve()), "hash": _corpus_hash(corpus_dir)},
+    }
+    previous = _previous_manifest(out, header)
+    manifest = {**header, "splits": {}}
+    engine = _engine_for_shards(tokenizer)
+    resumed = 0
+    delay = float(os.environ.get(_TEST_DELAY_ENV, "0") or 0)
+    for split in splits:
+        path = split_path(corpus_dir, split)
+        old = previous.get(split, {})
+        verified = _verified_prefix(out, old.get("shards", []))
+        if old.get("complete") and len(verified) == len(old["shards"]) and all(
+                (out / old[k]["file"]).exists() and sha256_file(out / old[k]["file"])
+                == old[k]["sha256"] for k in ("documents", "sentences")):
+            manifest["splits"][split] = old
+            resumed += len(verified)
+            continue
+        # Only full shards are resumed from; a shorter (last) shard is simply written again.
+        finished = []
+        for shard in verified:
+            if shard["num_tokens"] != shard_tokens:
+                break
+            finished.append(shard)
+        resumed += len(finished)
+
+        def on_shard(shards: list[dict], split: str = split) -> None:
+            manifest["splits"][split] = {"complete": False, "shards": shards}
+            atomic_write_json(out / MANIFEST, manifest)
+            if delay:
+                time.sleep(delay)
+
+        writer = _SplitWriter(out, split, dtype, shard_tokens, finished, on_shard)
+        start_line, skip_sentence, skip_tokens = (finished[-1]["resume"] if finished
+                                                  else (0, 0, 0))
+        bar = _progress(show_progress, split, path)
+        last_position = [start_line, 0, 0]
+        first_chunk = True
+        for chunk in _encoded_chunks(engine, path, start_line, workers, chunk_docs):
+            skip = 0
+            if first_chunk and finished:
+                skip = _resume_offset(chunk, start_line, skip_sentence, skip_tokens)
+            first_chunk = False
+            writer.write(chunk, skip)
+            if len(chunk.sent_line):
+                last_position = [int(chunk.sent_line[-1]), int(chunk.sent_index[-1]),
+                                 int(chunk.sent_lengths[-1])]
+            if bar is not None:
+                bar.update(len(chunk.ids))
+        if bar is not None:
+            bar.close()
+        writer.close(last_position)
+        shards = writer.shards
+        num_tokens = sum(s["num_tokens"] for s in shards)
+        if num_tokens == 0 and split == "train":
+            raise LmlabError(f"the {split} split of {corpus_dir} holds no tokens",
+                             "build the corpus again; check that its documents have sentences")
+        index = _consolidate(out, split, shards, num_tokens)
+        manifest["splits"][split] = {
+            "complete": True, "num_tokens": num_tokens,
+            "num_documents": index["documents"]["count"],
+            "num_sentences": index["sentences"]["count"],
+            "documents": index["documents"], "sentences": index["sentences"], "shards": shards,
+        }
+        atomic_write_json(out / MANIFEST, manifest)
+    atomic_write_json(out / MANIFEST, manifest)
+    return {**manifest, "resumed_shards": resumed}
+
+
+def _resume_offset(chunk: EncodedChunk, line: int, sentence: int, tokens: int) -> int:
+    """Offset in ``chunk`` (which starts at document ``line``) of the first token not yet
+    written: after ``tokens`` tokens of sentence ``sentence`` of that document."""
+    import numpy as np
+
+    rows = np.nonzero((chunk.sent_line == line) & (chunk.sent_index == sentence))[0]
+    if len(rows) == 0:
+        raise LmlabError(f"the corpus changed since the shards were written (document {line} "
+                         f"has no sentence {sentence})", "delete the shard folder and rebuild")
+    return int(chunk.sent_starts[rows[0]]) + tokens
+
+
+def _previous_manifest(out: Path, header: dict[str, Any]) -> dict[str, Any]:
+    """Splits of an earlier run that may be resumed; {} (and stale files removed) otherwise."""
+    path = out / MANIFEST
+    if not path.exists():
+        return {}
+    try:
+        old = read_json(path)
+    except (json.JSONDecodeError, OSError):
+        old = {}
+    same = all(old.get(k) == header[k] for k in ("format", "version", "dtype", "shard_tokens",
+                                                 "corpus")) and \
+        old.get("tokenizer", {}).get("fingerprint") == header["tokenizer"]["fingerprint"]
+    if same:
+        return old.get("splits", {})
+    for split in SPLITS:  # restart cleanly: our own files only
+        for pattern in (f"{split}-[0-9]*.*", f"{split}.documents.npy", f"{split}.sentences.npy"):
+            for stale in out.glob(pattern):
+                stale.unlink()
+    path.unlink()
+    return {}
+
+
+def _corpus_hash(corpus_dir: Path) -> str | None:
+    path = corpus_dir / "manifest.json"
+    if path.exists():
+        try:
+            manifest = read_json(path)
+        except (json.JSONDecodeError, OSError):
+            return None
+        for key in ("content_hash", "hash", "sha256"):
+            if isinstance(manifest.get(key), str):
+                return manifest[key]
+    return None
+
+
+def _progress(show: bool, split: str, path: Path):
+    if not show:
+        return None
+    from lmlab.utils.progress import progress
+
+    return progress(desc=f"tokenize {split}", unit="tok", unit_scale=True)
+
+
+def __getattr__(name: str) -> Any:
+    """``ShardReader`` lives in :mod:`lmlab.data.shard_reader`; reachable from here too."""
+    if name == "ShardReader":
+        from lmlab.data.shard_reader import ShardReader
+
+        return ShardReader
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

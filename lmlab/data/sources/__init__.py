@@ -1,0 +1,73 @@
+"""Corpus sources: the offline Debian texts of the default corpus and readers for user data.
+
+``get_source("kjv")``, ``get_source("folder:notes/")``, ``get_source("jsonl:data.jsonl:body")``
+and ``get_source("hf:NAME")`` return a :class:`~lmlab.data.sources.base.Source`.
+"""
+
+from __future__ import annotations
+
+from lmlab.data.sources.base import Source, SourceCounts
+from lmlab.data.sources.fortunes import FortunesSource
+from lmlab.data.sources.gcide import GCIDESource
+from lmlab.data.sources.jargon import JargonSource
+from lmlab.data.sources.kjv import KJVSource
+from lmlab.data.sources.pydocs import PyDocsSource
+from lmlab.data.sources.wordnet import WordNetSource
+from lmlab.utils.errors import LmlabError
+
+# The built-in sources, in the order they are listed and built.
+BUILTIN_SOURCES: dict[str, type[Source]] = {
+    "kjv": KJVSource,
+    "wordnet": WordNetSource,
+    "gcide": GCIDESource,
+    "fortunes": FortunesSource,
+    "jargon": JargonSource,
+    "pydocs": PyDocsSource,
+}
+USER_SOURCE_FORMS = ("folder:PATH", "jsonl:PATH[:FIELD]", "hf:NAME[:FIELD]")
+
+__all__ = ["BUILTIN_SOURCES", "Source", "SourceCounts", "builtin_sources", "get_source"]
+
+
+def builtin_sources() -> list[Source]:
+    """One instance of every built-in source, installed or not."""
+    return [cls() for cls in BUILTIN_SOURCES.values()]
+
+
+def _split_field(spec: str) -> tuple[str, str | None]:
+    """``PATH:FIELD`` -> (PATH, FIELD) when the last ':' part is an identifier and PATH exists
+    or the whole spec does not."""
+    from pathlib import Path
+
+    if ":" in spec:
+        head, tail = spec.rsplit(":", 1)
+        if tail.isidentifier() and (Path(head).expanduser().exists()
+                                    or not Path(spec).expanduser().exists()):
+            return head, tail
+    return spec, None
+
+
+def get_source(spec: str) -> Source:
+    """The source named by ``spec``: a built-in name or one of ``folder:PATH``,
+    ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]``."""
+    spec = spec.strip()
+    if spec in BUILTIN_SOURCES:
+        return BUILTIN_SOURCES[spec]()
+    kind, _, rest = spec.partition(":")
+    if kind == "folder" and rest:
+        from lmlab.data.sources.folder import FolderSource
+
+        return FolderSource(rest)
+    if kind == "jsonl" and rest:
+        from lmlab.data.sources.jsonl import DEFAULT_FIELD, JsonlSource
+
+        path, field = _split_field(rest)
+        return JsonlSource(path, field or DEFAULT_FIELD)
+    if kind == "hf" and rest:
+        from lmlab.data.sources.huggingface import HuggingFaceSource
+
+        name, field = _split_field(rest)
+        return HuggingFaceSource(name, field or "text")
+    raise LmlabError(f"unknown corpus source {spec!r}",
+                     f"use one of {', '.join(BUILTIN_SOURCES)} or "
+                     f"{', '.join(USER_SOURCE_FORMS)} (see `lmlab data list`)")

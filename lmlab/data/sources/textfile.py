@@ -1,0 +1,138 @@
+"""Reading users' text files safely: bounded memory, bad bytes and giant lines survived.
+
+Files are read in 1 MiB chunks and cut into paragraphs at blank lines. Two kinds of bad input
+are handled with a :class:`CorpusWarning` instead of a crash:
+
+- bytes that are not UTF-8: the file is decoded with U+FFFD replacement characters from there
+  on, and the warning names the file and the byte offset of the first bad byte;
+- a paragraph (or a single line) longer than ``max_paragraph_chars``: it is cut at spaces
+  into pieces of at most that size, so memory stays bounded however long the line is; the
+  sentence splitter then cuts pieces without punctuation into pseudo-sentences.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+CHUNK_BYTES = 1 << 20
+DEFAULT_MAX_PARAGRAPH_CHARS = 1_000_000
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
+
+
+class CorpusWarning(UserWarning):
+    """Input that lmlab could read only after repairing it (bad bytes, giant lines)."""
+
+
+class _Decoder:
+    """UTF-8 incremental decoder that switches to replacement on the first bad byte and
+    warns once, naming the file and the byte offset."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self.replacing = False
+        self.consumed = 0  # bytes handed to the decoder so far
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        offset = self.consumed
+        self.consumed += len(data)
+        if self.replacing:
+            return self.decoder.decode(data, final)
+        pending, _flag = self.decoder.getstate()
+        try:
+            return self.decoder.decode(data, final)
+        except UnicodeDecodeError as error:
+            # error.start counts from the start of pending + data
+            bad_offset = offset - len(pending) + error.start
+            warnings.warn(
+                f"{self.path}: byte {bad_offset} (0x{(pending + data)[error.start]:02x}) is not "
+                "UTF-8; decoding the rest of the file with U+FFFD replacement characters "
+                "(convert it with `iconv -f LATIN1 -t UTF-8` if that is its encoding)",
+                CorpusWarning, stacklevel=2)
+            self.replacing = True
+            self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            return self.decoder.decode(pending + data, final)
+
+
+def iter_file_text(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+    """Yield a file's decoded text in chunks (never the whole file at once)."""
+    path = Path(path)
+    decoder = _Decoder(path)
+    with open(path, "rb") as handle:
+        while True:
+            data = handle.read(chunk_bytes)
+            if not data:
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    yield tail
+                return
+            text = decoder.decode(data)
+            if text:
+                yield text
+
+
+def iter_paragraphs(path: str | Path, max_paragraph_chars: int = DEFAULT_MAX_PARAGRAPH_CHARS,
+                    chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+    """Yield the paragraphs of a text file (split at blank lines), in bounded memory.
+
+    A paragraph longer than ``max_paragraph_chars`` is yielded in pieces cut at spaces, with
+    one warning per file.
+    """
+    path = Path(path)
+    buffer = ""
+    warned = False
+    for text in iter_file_text(path, chunk_bytes):
+        buffer += text
+        start = 0
+        for match in _PARAGRAPH_BREAK.finditer(buffer):
+            yield buffer[start:match.start()]
+            start = match.end()
+        buffer = buffer[start:]
+        while len(buffer) > max_paragraph_chars:
+            if not warned:
+                warnings.warn(
+                    f"{path}: a line or paragraph is longer than {max_paragraph_chars:,} "
+                    "characters; it is read in pieces and cut into pseudo-sentences",
+                    CorpusWarning, stacklevel=2)
+                warned = True
+            cut = buffer.rfind(" ", max_paragraph_chars // 2, max_paragraph_chars)
+            if cut <= 0:
+                cut = max_paragraph_chars
+            yield buffer[:cut]
+            buffer = buffer[cut:]
+    if buffer.strip():
+        yield buffer
+
+
+def iter_lines(path: str | Path, max_line_chars: int = 16 * DEFAULT_MAX_PARAGRAPH_CHARS,
+               chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, str | None]]:
+    """Yield ``(line_number, line)`` for a text file in bounded memory.
+
+    A line longer than ``max_line_chars`` is not kept: it is yielded as ``None`` (the caller
+    warns and skips it) and its characters are discarded as they stream past.
+    """
+    buffer = ""
+    number = 1
+    overlong = False
+    for text in iter_file_text(path, chunk_bytes):
+        buffer += text
+        start = 0
+        while True:
+            newline = buffer.find("\n", start)
+            if newline < 0:
+                break
+            too_long = overlong or newline - start > max_line_chars
+            yield number, (None if too_long else buffer[start:newline])
+            overlong = False
+            number += 1
+            start = newline + 1
+        buffer = buffer[start:]
+        if len(buffer) > max_line_chars:
+            overlong = True
+            buffer = ""
+    if buffer or overlong:
+        yield number, (None if overlong or len(buffer) > max_line_chars else buffer)
