@@ -1,1 +1,92 @@
-"""lmlab.metrics"""
+"""Evaluation metrics: classification, regression, tagging, question answering, perplexity, GLUE.
+
+All metrics are written with numpy (no scikit-learn at run time) and return fractions; tests
+compare them with scikit-learn, scipy and the official scripts' formulas. Tasks name their
+metrics (``Task.metrics``); :func:`compute_metrics` turns those names into numbers.
+
+Example:
+    >>> from lmlab.metrics import compute_metrics
+    >>> compute_metrics(["accuracy", "f1"], predictions=[1, 0, 1], references=[1, 1, 1])
+    {'accuracy': 0.666..., 'f1': 0.8}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lmlab.metrics.classification import (
+    accuracy,
+    f1_score,
+    matthews_corrcoef,
+    pearson,
+    precision_recall_f1,
+    spearman,
+)
+from lmlab.metrics.glue import GLUE_TASKS, bert_glue_average, glue_score, glue_task_score
+from lmlab.metrics.perplexity import bits_per_token, perplexity, perplexity_from_sums
+from lmlab.metrics.squad import normalize_answer, squad_evaluate, squad_scores
+from lmlab.metrics.tagging import entity_scores, get_entities
+from lmlab.utils.errors import LmlabError
+
+# metric name -> what it expects; used in error messages and docs
+METRICS: dict[str, str] = {
+    "accuracy": "labels",
+    "f1": "labels (binary F1 of the positive label)",
+    "macro_f1": "labels",
+    "micro_f1": "labels",
+    "mcc": "labels (Matthews correlation)",
+    "pearson": "real numbers",
+    "spearman": "real numbers",
+    "entity_f1": "tag sequences (conlleval chunks)",
+    "entity_precision": "tag sequences (conlleval chunks)",
+    "entity_recall": "tag sequences (conlleval chunks)",
+    "strict_entity_f1": "tag sequences (IOB2 strict chunks)",
+    "exact_match": "answer strings vs lists of gold answers (SQuAD)",
+    "squad_f1": "answer strings vs lists of gold answers (SQuAD)",
+}
+
+
+def compute_metric(name: str, predictions: Sequence[Any], references: Sequence[Any],
+                   positive_label: Any = 1) -> float:
+    """One named metric (see :data:`METRICS`) of ``predictions`` against ``references``."""
+    if name == "accuracy":
+        return accuracy(predictions, references)
+    if name == "f1":
+        return f1_score(predictions, references, average="binary", pos_label=positive_label)
+    if name == "macro_f1":
+        return f1_score(predictions, references, average="macro")
+    if name == "micro_f1":
+        return f1_score(predictions, references, average="micro")
+    if name == "mcc":
+        return matthews_corrcoef(predictions, references)
+    if name == "pearson":
+        return pearson(predictions, references)
+    if name == "spearman":
+        return spearman(predictions, references)
+    if name in ("entity_f1", "entity_precision", "entity_recall", "strict_entity_f1"):
+        mode = "strict" if name.startswith("strict") else "conlleval"
+        key = name.rsplit("_", 1)[1]
+        return float(entity_scores(predictions, references, mode=mode)[key])
+    if name in ("exact_match", "squad_f1"):
+        ids = [str(i) for i in range(len(references))]
+        if len(predictions) != len(references):
+            raise LmlabError(f"{len(predictions)} answers for {len(references)} questions",
+                             "pass one predicted answer per question")
+        scores = squad_evaluate(dict(zip(ids, predictions)), dict(zip(ids, references)))
+        return scores["exact_match" if name == "exact_match" else "f1"]
+    raise LmlabError(f"unknown metric {name!r}", f"use one of {', '.join(METRICS)}")
+
+
+def compute_metrics(names: Sequence[str], predictions: Sequence[Any], references: Sequence[Any],
+                    positive_label: Any = 1) -> dict[str, float]:
+    """Several named metrics at once: ``{name: value}``."""
+    return {name: compute_metric(name, predictions, references, positive_label) for name in names}
+
+
+__all__ = [
+    "GLUE_TASKS", "METRICS", "accuracy", "bert_glue_average", "bits_per_token", "compute_metric",
+    "compute_metrics", "entity_scores", "f1_score", "get_entities", "glue_score",
+    "glue_task_score", "matthews_corrcoef", "normalize_answer", "pearson", "perplexity",
+    "perplexity_from_sums", "precision_recall_f1", "spearman", "squad_evaluate", "squad_scores",
+]

@@ -1,1 +1,30 @@
-"""lmlab.tasks"""
+"""Downstream tasks: one in-memory shape (:class:`Task` of :class:`Example`), readers for the
+real formats (CSV/TSV/JSONL tables, GLUE TSV, CoNLL-2003 columns, SQuAD JSON), built-in tasks
+made from offline Debian data, and the TF-IDF baseline.
+
+Example:
+    >>> from lmlab.tasks import load_builtin_task, run_tfidf_baseline
+    >>> task = load_builtin_task("wordnet-wic", size="cpu")
+    >>> run_tfidf_baseline(task)["dev"]
+"""
+
+from __future__ import annotations
+
+from lmlab.tasks.baseline import run_tfidf_baseline
+from lmlab.tasks.builtin import (
+    BUILTIN_TASKS,
+    export_eval_texts,
+    list_tasks,
+    load_builtin_task,
+)
+from lmlab.tasks.conll import load_conll_task, read_conll
+from lmlab.tasks.glue import GLUE_FORMATS, load_glue_task
+from lmlab.tasks.readers import load_table_task, read_table
+from lmlab.tasks.squad import load_squad_task, read_squad
+from lmlab.tasks.types import TASK_TYPES, Example, Task
+
+__all__ = [
+    "BUILTIN_TASKS", "GLUE_FORMATS", "TASK_TYPES", "Example", "Task", "export_eval_texts",
+    "list_tasks", "load_builtin_task", "load_conll_task", "load_glue_task", "load_squad_task",
+    "load_table_task", "read_conll", "read_squad", "read_table", "run_tfidf_baseline",
+]

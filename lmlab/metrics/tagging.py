@@ -1,0 +1,114 @@
+"""Entity-level precision, recall and F1 for BIO / IOB2 tagging (CoNLL-2003 NER).
+
+Two ways to read chunks out of a tag sequence:
+
+* ``mode="conlleval"`` (default) reproduces the CoNLL shared-task script ``conlleval``: a chunk
+  starts at ``B-X``, and also at ``I-X`` when the previous tag is ``O`` or has a different type
+  (lenient: a stray ``I-`` still opens an entity); it ends before ``O``, before any ``B-``, and
+  before a tag of another type.
+* ``mode="strict"`` is IOB2 strict (seqeval's ``mode='strict', scheme=IOB2``): an entity must
+  start with ``B-X`` and continue with ``I-X`` of the same type; an ``I-`` that does not follow
+  ``B-``/``I-`` of its type belongs to no entity.
+
+An entity is correct only when type, start and end all match. Precision/recall/F1 are
+micro-averaged over all entities (the CoNLL figure); per-type scores come with them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+Entity = tuple[str, int, int]  # (type, start, end) with end exclusive
+MODES = ("conlleval", "strict")
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """('B'|'I'|'O', type). Accepts ``B-PER``, ``I-PER``, ``O`` (and ``B_PER`` spellings)."""
+    from lmlab.utils.errors import LmlabError
+
+    if tag == "O" or tag == "":
+        return "O", ""
+    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BI":
+        return tag[0], tag[2:]
+    raise LmlabError(f"tag {tag!r} is not a BIO tag",
+                     "use O, B-TYPE or I-TYPE (IOB2 / BIO scheme, e.g. B-PER, I-LOC)")
+
+
+def get_entities(tags: Sequence[str], mode: str = "conlleval") -> list[Entity]:
+    """The entities in one tag sequence as ``(type, start, end)`` (end exclusive)."""
+    from lmlab.utils.errors import LmlabError
+
+    if mode not in MODES:
+        raise LmlabError(f"unknown chunking mode {mode!r}", f"use one of {', '.join(MODES)}")
+    entities: list[Entity] = []
+    start: int | None = None
+    current = ""
+    for i, tag in enumerate(tags):
+        prefix, kind = _split_tag(tag)
+        continues = start is not None and prefix == "I" and kind == current
+        if continues:
+            continue
+        if start is not None:  # the open entity ends before this token
+            entities.append((current, start, i))
+            start = None
+        if prefix == "B" or (prefix == "I" and mode == "conlleval"):
+            start, current = i, kind
+    if start is not None:
+        entities.append((current, start, len(tags)))
+    return entities
+
+
+def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]],
+                  mode: str = "conlleval") -> dict[str, float | dict[str, dict[str, float]]]:
+    """Micro precision/recall/F1 over entities of all sentences, plus per-type scores.
+
+    Args:
+        predictions: predicted tag sequences, one per sentence.
+        references: gold tag sequences (same lengths as the predictions).
+        mode: ``"conlleval"`` (lenient, default) or ``"strict"`` (IOB2 strict).
+
+    Returns ``precision``, ``recall``, ``f1``, ``accuracy`` (token level), the counts
+    ``n_pred``/``n_gold``/``n_correct`` and ``per_type`` {type: {precision, recall, f1,
+    support}}.
+    """
+    from lmlab.utils.errors import LmlabError
+
+    if len(predictions) != len(references):
+        raise LmlabError(f"{len(predictions)} predicted sentences for {len(references)} gold ones",
+                         "pass one tag sequence per sentence")
+    if not references:
+        raise LmlabError("no sentences to score (the evaluation set is empty)",
+                         "evaluate on a split that has at least one sentence")
+    pred_count: Counter[str] = Counter()
+    gold_count: Counter[str] = Counter()
+    correct_count: Counter[str] = Counter()
+    tokens = correct_tokens = 0
+    for index, (pred_tags, gold_tags) in enumerate(zip(predictions, references)):
+        if len(pred_tags) != len(gold_tags):
+            raise LmlabError(f"sentence {index}: {len(pred_tags)} predicted tags for "
+                             f"{len(gold_tags)} tokens", "predict one tag per token")
+        pred_entities = set(get_entities(pred_tags, mode))
+        gold_entities = set(get_entities(gold_tags, mode))
+        pred_count.update(e[0] for e in pred_entities)
+        gold_count.update(e[0] for e in gold_entities)
+        correct_count.update(e[0] for e in pred_entities & gold_entities)
+        tokens += len(gold_tags)
+        correct_tokens += sum(p == g for p, g in zip(pred_tags, gold_tags))
+
+    def prf(correct: int, n_pred: int, n_gold: int) -> tuple[float, float, float]:
+        precision = correct / n_pred if n_pred else 0.0
+        recall = correct / n_gold if n_gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return precision, recall, f1
+
+    n_pred, n_gold, n_correct = (sum(c.values()) for c in (pred_count, gold_count, correct_count))
+    precision, recall, f1 = prf(n_correct, n_pred, n_gold)
+    per_type = {}
+    for kind in sorted(set(pred_count) | set(gold_count)):
+        p, r, f = prf(correct_count[kind], pred_count[kind], gold_count[kind])
+        per_type[kind] = {"precision": p, "recall": r, "f1": f, "support": float(gold_count[kind])}
+    return {"precision": precision, "recall": recall, "f1": f1,
+            "accuracy": correct_tokens / tokens if tokens else 0.0,
+            "n_pred": float(n_pred), "n_gold": float(n_gold), "n_correct": float(n_correct),
+            "per_type": per_type}

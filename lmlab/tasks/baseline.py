@@ -1,0 +1,127 @@
+"""The classical baseline beside every task: TF-IDF features + a linear model (scikit-learn).
+
+* Features: word 1-2-grams seen in at least two training texts, sublinear tf (``1 + log tf``),
+  L2-normalised TF-IDF, fitted on the training texts only.
+* Pair tasks: one vectoriser fitted on both sides; the features of an example are
+  ``[v(text), v(text_pair), v(text) * v(text_pair)]`` (each side, plus the element-wise product
+  that marks the n-grams the two texts share).
+* Classification: logistic regression (saga solver), ``C`` picked from a small grid by the task's first metric
+  on dev. Regression: ridge regression, ``alpha`` picked the same way.
+
+A fine-tuned Transformer should beat these numbers; if it does not, suspect the fine-tuning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmlab.tasks.types import Example, Task
+from lmlab.utils.errors import LmlabError
+
+C_GRID = (0.1, 1.0, 10.0, 100.0)
+ALPHA_GRID = (0.1, 1.0, 10.0, 100.0)
+SUPPORTED_TYPES = ("classification", "pair-classification", "regression")
+
+
+def _features(task: Task, train: list[Example], others: list[list[Example]]):
+    from scipy import sparse
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    # n-grams seen in a single training text cannot generalise; dropping them (min_df=2) makes
+    # the features 5x smaller and the solver 5-10x faster at equal dev accuracy
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, lowercase=True,
+                                 min_df=2 if len(train) >= 500 else 1, max_features=300_000)
+    pair = task.is_pair
+    fit_texts = [e.text or "" for e in train]
+    if pair:
+        fit_texts += [e.text_pair or "" for e in train]
+    vectorizer.fit(fit_texts)
+
+    def transform(examples: list[Example]):
+        first = vectorizer.transform([e.text or "" for e in examples])
+        if not pair:
+            return first
+        second = vectorizer.transform([e.text_pair or "" for e in examples])
+        return sparse.hstack([first, second, first.multiply(second)]).tocsr()
+
+    return transform(train), [transform(examples) for examples in others]
+
+
+def _check(task: Task, train: list[Example]) -> None:
+    if task.type not in SUPPORTED_TYPES:
+        raise LmlabError(f"the TF-IDF baseline does not handle {task.type} tasks ({task.name})",
+                         f"use it on {', '.join(SUPPORTED_TYPES)} tasks")
+    if task.type == "pair-classification":
+        for split, examples in task.splits.items():
+            for example in examples:
+                if not example.text_pair:
+                    raise LmlabError(f"task {task.name!r}, {split} example {example.id}: a pair "
+                                     "task got a single text", "give both texts of every pair")
+    if task.type != "regression" and len({e.label for e in train}) < 2:
+        raise LmlabError(f"the training split of {task.name!r} has fewer than two labels",
+                         "give training examples of at least two classes")
+
+
+def run_tfidf_baseline(task: Task, seed: int = 0, grid: tuple[float, ...] | None = None,
+                       return_predictions: bool = False) -> dict[str, Any]:
+    """Train TF-IDF + logistic/ridge regression on ``train``, select on ``dev``, score ``test``.
+
+    Args:
+        task: a classification, pair-classification or regression :class:`Task` with
+            non-empty train and dev splits (test is optional; unlabelled test examples get
+            predictions but no metrics).
+        seed: random state of the solver.
+        grid: the C values (classification) or alpha values (regression) to try.
+        return_predictions: also return ``predictions`` {split: [label or float]}.
+
+    Returns ``{"task", "model", "param", "selected_by", "chosen", "grid": {value: dev score},
+    "dev": {metric: value}, "test": {...}, "sizes": {...}}``.
+    """
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression, Ridge
+
+    train = task.split("train")
+    dev = task.split("dev")
+    _check(task, train)
+    test = task.splits.get("test") or []
+    regression = task.type == "regression"
+    x_train, (x_dev, x_test) = _features(task, train, [dev, test] if test else [dev, dev[:1]])
+    y_train = np.asarray([e.label for e in train], dtype=np.float64 if regression else object)
+    metric = task.metrics[0]
+    param = "alpha" if regression else "C"
+    values = tuple(grid or (ALPHA_GRID if regression else C_GRID))
+
+    def make(value: float):
+        if regression:
+            return Ridge(alpha=value, random_state=seed)
+        # saga converges in seconds here where lbfgs takes minutes on 40-class TF-IDF problems
+        return LogisticRegression(C=value, solver="saga", tol=1e-3, max_iter=1000,
+                                  random_state=seed)
+
+    def predict(model, x) -> list[Any]:
+        out = model.predict(x)
+        return [float(v) for v in out] if regression else [str(v) for v in out]
+
+    scores: dict[str, float] = {}
+    best_value, best_score, best_model = None, -np.inf, None
+    for value in values:
+        model = make(value).fit(x_train, y_train)
+        score = task.evaluate("dev", predict(model, x_dev))[metric]
+        scores[repr(value)] = score
+        if score > best_score:
+            best_value, best_score, best_model = value, score, model
+    predictions = {"dev": predict(best_model, x_dev)}
+    result: dict[str, Any] = {
+        "task": task.name, "model": "tfidf+" + ("ridge" if regression else "logreg"),
+        "param": param, "chosen": best_value, "selected_by": f"dev {metric}",
+        "grid": scores, "seed": seed,
+        "dev": task.evaluate("dev", predictions["dev"]),
+        "sizes": {"train": len(train), "dev": len(dev), "test": len(test)},
+    }
+    if test:
+        predictions["test"] = predict(best_model, x_test)
+        if all(e.label is not None for e in test):
+            result["test"] = task.evaluate("test", predictions["test"])
+    if return_predictions:
+        result["predictions"] = predictions
+    return result

@@ -1,0 +1,85 @@
+"""CoNLL-2003 style column files for named-entity recognition (BIO / IOB2 tags).
+
+Format: one token per line, space- (or tab-) separated columns ``token POS chunk NER`` (the NER
+tag is the last column, so two-column ``token TAG`` files read too); a blank line ends a
+sentence; ``-DOCSTART-`` lines separate documents and are skipped. The original CoNLL-2003 files
+use IOB1 (``I-`` may start an entity); :func:`iob1_to_iob2` converts them to IOB2 when wanted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lmlab.tasks.types import Example, Task
+from lmlab.utils.errors import LmlabError
+
+
+def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[Example]:
+    """Sentences of a CoNLL column file as tagging examples (``tokens`` + ``tags``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise LmlabError(f"CoNLL file {path} does not exist", "check the path")
+    examples: list[Example] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    start_line = 1
+
+    def flush() -> None:
+        if tokens:
+            examples.append(Example(id=f"{path.stem}-{len(examples)}", tokens=list(tokens),
+                                    tags=list(tags), extra={"line": start_line}))
+        tokens.clear()
+        tags.clear()
+
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            stripped = line.strip()
+            if not stripped:
+                flush()
+                continue
+            if stripped.startswith("-DOCSTART-"):
+                flush()
+                continue
+            fields = stripped.split()
+            if len(fields) < 2:
+                raise LmlabError(f"{path}, line {number}: {stripped!r} has one column",
+                                 "write 'token POS chunk NER' (or 'token TAG') per line")
+            if not tokens:
+                start_line = number
+            tokens.append(fields[0])
+            tags.append(fields[tag_column])
+    flush()
+    return examples
+
+
+def iob1_to_iob2(tags: list[str]) -> list[str]:
+    """IOB1 -> IOB2: an ``I-X`` that starts an entity (after O or another type) becomes ``B-X``."""
+    converted = []
+    previous = "O"
+    for tag in tags:
+        if tag.startswith("I-") and (previous == "O" or previous[2:] != tag[2:]):
+            tag = "B-" + tag[2:]
+        converted.append(tag)
+        previous = tag
+    return converted
+
+
+def load_conll_task(name: str, files: dict[str, str | os.PathLike],
+                    to_iob2: bool = False) -> Task:
+    """A tagging task from CoNLL files per split; the tag set comes from all splits' tags."""
+    splits = {}
+    for split, path in files.items():
+        examples = read_conll(path)
+        if not examples:
+            raise LmlabError(f"the {split} file {path} has no sentences",
+                             f"give a {split} file with at least one sentence")
+        if to_iob2:
+            for example in examples:
+                example.tags = iob1_to_iob2(example.tags or [])
+        splits[split] = examples
+    tag_set = sorted({t for examples in splits.values() for e in examples for t in e.tags or []},
+                     key=lambda t: (t != "O", t[2:], t))
+    return Task(name=name, type="tagging", labels=tag_set,
+                metrics=["entity_f1", "entity_precision", "entity_recall"], splits=splits,
+                description=f"CoNLL tagging from {', '.join(map(str, files.values()))}")

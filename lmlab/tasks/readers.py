@@ -1,0 +1,204 @@
+"""Read labelled examples from CSV, TSV and JSON-lines files through a column mapping.
+
+A user's own task is three files (train/dev/test) and the names of the columns holding the
+text, the optional second text, and the label. Every problem is reported with the file, the line
+and the fix: a missing column names the columns that are present, a label outside the label set
+names the label, the line and the valid labels.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from lmlab.tasks.types import Example, Task
+from lmlab.utils.errors import LmlabError
+
+FORMATS = ("csv", "tsv", "jsonl")
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """``csv``, ``tsv`` or ``jsonl`` from the file name (``.json`` counts as JSON lines)."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix in ("csv",):
+        return "csv"
+    if suffix in ("tsv", "tab", "txt"):
+        return "tsv"
+    if suffix in ("jsonl", "json", "ndjson"):
+        return "jsonl"
+    raise LmlabError(f"cannot tell the format of {path} from its extension",
+                     "name it .csv, .tsv or .jsonl, or pass format='csv'|'tsv'|'jsonl'")
+
+
+def iter_rows(path: str | os.PathLike, format: str | None = None,
+              fieldnames: Sequence[str] | None = None,
+              quoting: int | None = None) -> Iterator[tuple[int, dict[str, Any], list[str]]]:
+    """Yield ``(line number, row dict, column names)`` for each record of a table file.
+
+    Args:
+        format: ``csv``, ``tsv`` or ``jsonl`` (default: from the extension).
+        fieldnames: column names for a file without a header row (GLUE's CoLA).
+        quoting: csv quoting for csv/tsv; TSV defaults to ``csv.QUOTE_NONE`` (GLUE's files
+            contain unbalanced quote characters that must be read literally).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise LmlabError(f"task file {path} does not exist", "check the path")
+    format = format or detect_format(path)
+    if format not in FORMATS:
+        raise LmlabError(f"unknown table format {format!r}", f"use one of {', '.join(FORMATS)}")
+    if format == "jsonl":
+        with open(path, encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise LmlabError(f"{path}, line {number}: not valid JSON ({error.msg})",
+                                     "write one JSON object per line (JSON lines)") from None
+                if not isinstance(row, dict):
+                    raise LmlabError(f"{path}, line {number}: a JSON {type(row).__name__}, "
+                                     "not an object", "write one JSON object per line")
+                yield number, row, list(row)
+        return
+    delimiter = "," if format == "csv" else "\t"
+    if quoting is None:
+        quoting = csv.QUOTE_MINIMAL if format == "csv" else csv.QUOTE_NONE
+    csv.field_size_limit(1 << 30)
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
+        header = list(fieldnames) if fieldnames is not None else None
+        for cells in reader:
+            if not cells or (len(cells) == 1 and not cells[0].strip()):
+                continue
+            if header is None:
+                header = [c.strip() for c in cells]
+                continue
+            yield reader.line_num, dict(zip(header, cells)), header
+
+
+def _column(row: dict[str, Any], column: str, columns: list[str], path: Path, line: int) -> Any:
+    if column not in row:
+        if column not in columns:
+            raise LmlabError(f"{path} has no column {column!r} (columns: {', '.join(columns)})",
+                             "pass the right column name (e.g. --text-column/--label-column)")
+        raise LmlabError(f"{path}, line {line}: the row is too short, it has no {column!r} value",
+                         "check that every row has as many fields as the header")
+    return row[column]
+
+
+def read_table(path: str | os.PathLike, text_column: str, label_column: str | None = None,
+               text_pair_column: str | None = None, format: str | None = None,
+               fieldnames: Sequence[str] | None = None, id_column: str | None = None,
+               regression: bool = False, quoting: int | None = None,
+               skip_short_rows: bool = False) -> list[Example]:
+    """Examples from one CSV/TSV/JSON-lines file.
+
+    Args:
+        text_column: the column with the text (the first sentence of a pair).
+        label_column: the label column (None for unlabelled test files).
+        text_pair_column: the column with the second text of a pair task.
+        id_column: a column to use as example id (default: ``<file stem>-<line>``).
+        regression: parse labels as floats (STS-B) instead of keeping strings.
+        skip_short_rows: skip rows that lack a needed field instead of raising (GLUE's QQP
+            training file has a few broken rows that every reader skips).
+    """
+    path = Path(path)
+    examples = []
+    needed = [c for c in (text_column, text_pair_column, label_column) if c]
+    for line, row, columns in iter_rows(path, format, fieldnames, quoting):
+        if skip_short_rows and any(c in columns for c in needed) and not all(c in row for c in needed):
+            continue
+        text = _column(row, text_column, columns, path, line)
+        pair = _column(row, text_pair_column, columns, path, line) if text_pair_column else None
+        label: Any = None
+        if label_column is not None:
+            label = _column(row, label_column, columns, path, line)
+            if regression:
+                try:
+                    label = float(label)
+                except (TypeError, ValueError):
+                    raise LmlabError(f"{path}, line {line}: label {label!r} is not a number",
+                                     "a regression task needs numeric labels") from None
+            elif label is not None:
+                label = str(label).strip()
+        example_id = str(row[id_column]) if id_column and id_column in row else f"{path.stem}-{line}"
+        examples.append(Example(id=example_id, text=None if text is None else str(text),
+                                text_pair=None if pair is None else str(pair), label=label,
+                                extra={"line": line}))
+    return examples
+
+
+def check_labels(examples: Sequence[Example], labels: Sequence[str], where: str) -> None:
+    """Raise for the first example whose label is not in ``labels`` (name label, line, set)."""
+    valid = set(labels)
+    for example in examples:
+        if example.label is not None and example.label not in valid:
+            line = example.extra.get("line")
+            place = f"{where}, line {line}" if line is not None else f"{where}, example {example.id}"
+            raise LmlabError(f"{place}: label {example.label!r} is not in the label set "
+                             f"{sorted(valid)}",
+                             "fix the label, or pass the full label list (--labels) if the set "
+                             "is larger than what the training file shows")
+
+
+def check_pair_texts(examples: Sequence[Example], where: str) -> None:
+    """A pair task needs a second text in every example."""
+    for example in examples:
+        if not example.text_pair:
+            line = example.extra.get("line")
+            place = f"{where}, line {line}" if line is not None else f"{where}, example {example.id}"
+            raise LmlabError(f"{place}: a pair task got a single text (no second text)",
+                             "give the second text's column (--text-pair-column) or use a "
+                             "single-text task type")
+
+
+def load_table_task(name: str, files: dict[str, str | os.PathLike], text_column: str,
+                    label_column: str, text_pair_column: str | None = None,
+                    task_type: str | None = None, labels: Sequence[str] | None = None,
+                    metrics: Sequence[str] | None = None, format: str | None = None,
+                    positive_label: str | None = None) -> Task:
+    """A :class:`Task` from table files, one per split (``{"train": path, "dev": path, ...}``).
+
+    The label set is ``labels`` when given, else the sorted labels of the training file; dev and
+    test labels must belong to it. ``task_type`` defaults to pair-classification when a second
+    text column is named, else classification.
+    """
+    if task_type is None:
+        task_type = "pair-classification" if text_pair_column else "classification"
+    regression = task_type == "regression"
+    splits: dict[str, list[Example]] = {}
+    for split, path in files.items():
+        splits[split] = read_table(path, text_column, label_column, text_pair_column, format,
+                                   regression=regression)
+        if not splits[split]:
+            raise LmlabError(f"the {split} file {path} has no examples",
+                             f"give a {split} file with at least one labelled row")
+    if task_type == "pair-classification":
+        for split, examples in splits.items():
+            check_pair_texts(examples, str(files[split]))
+    if regression:
+        labels = []
+    elif labels is None:
+        source = splits.get("train") or next(iter(splits.values()))
+        labels = sorted({e.label for e in source if e.label is not None})
+    labels = list(labels)
+    if not regression:
+        for split, examples in splits.items():
+            check_labels(examples, labels, str(files[split]))
+    if metrics is None:
+        if regression:
+            metrics = ["pearson", "spearman"]
+        elif len(labels) == 2:
+            metrics = ["accuracy", "f1", "macro_f1"]
+        else:
+            metrics = ["accuracy", "macro_f1"]
+    if positive_label is None and len(labels) == 2:
+        positive_label = "1" if "1" in labels else labels[1]
+    return Task(name=name, type=task_type, labels=labels, metrics=list(metrics), splits=splits,
+                positive_label=positive_label, description=f"from {', '.join(map(str, files.values()))}")

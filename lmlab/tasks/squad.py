@@ -1,0 +1,91 @@
+"""SQuAD v1.1 / v2.0 JSON files as question-answering examples.
+
+Format: ``{"version": ..., "data": [{"title", "paragraphs": [{"context", "qas": [{"id",
+"question", "answers": [{"text", "answer_start"}], "is_impossible" (v2.0),
+"plausible_answers" (v2.0)}]}]}]}``. Every answer must occur in its context at
+``answer_start``; when the offset is off but the text occurs elsewhere the reader fixes the
+offset to the nearest occurrence (a few real files have such off-by-a-few offsets), and when the
+text does not occur at all it raises, naming the question id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from lmlab.tasks.types import Example, Task
+from lmlab.utils.errors import LmlabError
+
+
+def _locate(answer: dict[str, Any], context: str, qid: str, path: Path) -> dict[str, Any]:
+    text = answer.get("text")
+    if not isinstance(text, str):
+        raise LmlabError(f"{path}: question {qid!r} has an answer without text",
+                         "give every answer a 'text' and an 'answer_start'")
+    start = answer.get("answer_start")
+    if isinstance(start, int) and context[start:start + len(text)] == text:
+        return {"text": text, "answer_start": start}
+    positions = []
+    found = context.find(text)
+    while found != -1:
+        positions.append(found)
+        found = context.find(text, found + 1)
+    if not positions:
+        raise LmlabError(f"{path}: the answer {text!r} of question {qid!r} does not occur in "
+                         "its context", "fix the answer text or the context of that question")
+    target = start if isinstance(start, int) else 0
+    best = min(positions, key=lambda p: abs(p - target))
+    return {"text": text, "answer_start": best}
+
+
+def read_squad(path: str | os.PathLike) -> list[Example]:
+    """Questions of a SQuAD JSON file as qa examples (``question``, ``context``, ``answers``).
+
+    Unanswerable SQuAD 2.0 questions get ``answers=[]`` and ``extra["is_impossible"]=True``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise LmlabError(f"SQuAD file {path} does not exist", "check the path")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as error:
+        raise LmlabError(f"{path} is not valid JSON ({error.msg}, line {error.lineno})",
+                         "give the SQuAD JSON file (train-v1.1.json, dev-v2.0.json, ...)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise LmlabError(f"{path} has no top-level 'data' list",
+                         "give a SQuAD-format file: {'data': [{'paragraphs': [...]}]}")
+    examples = []
+    for article in data["data"]:
+        title = article.get("title", "")
+        for paragraph in article.get("paragraphs", []):
+            context = paragraph["context"]
+            for qa in paragraph.get("qas", []):
+                qid = str(qa.get("id", f"{path.stem}-{len(examples)}"))
+                impossible = bool(qa.get("is_impossible", False))
+                raw_answers = [] if impossible else qa.get("answers", [])
+                answers = [_locate(a, context, qid, path) for a in raw_answers]
+                if not answers and not impossible:
+                    raise LmlabError(f"{path}: question {qid!r} has no answers and is not "
+                                     "marked is_impossible",
+                                     "add its answers, or set is_impossible: true (SQuAD 2.0)")
+                extra: dict[str, Any] = {"title": title}
+                if impossible:
+                    extra["is_impossible"] = True
+                examples.append(Example(id=qid, question=qa["question"], context=context,
+                                        answers=answers, extra=extra))
+    return examples
+
+
+def load_squad_task(name: str, files: dict[str, str | os.PathLike]) -> Task:
+    """A qa task from SQuAD files per split (``{"train": ..., "dev": ...}``)."""
+    splits = {}
+    for split, path in files.items():
+        splits[split] = read_squad(path)
+        if not splits[split]:
+            raise LmlabError(f"the {split} file {path} has no questions",
+                             f"give a {split} file with at least one question")
+    return Task(name=name, type="qa", labels=[], metrics=["exact_match", "squad_f1"],
+                splits=splits, description=f"SQuAD from {', '.join(map(str, files.values()))}")

@@ -1,0 +1,234 @@
+"""Parse the WordNet 3.0 database files (Debian ``wordnet-base``) into synsets and examples.
+
+Each line of ``data.{noun,verb,adj,adv}`` is one synset::
+
+    offset lex_filenum ss_type w_cnt word lex_id [word lex_id ...] p_cnt [ptr ...] [frames] | gloss
+
+The two-digit ``lex_filenum`` names the synset's lexicographer file (``noun.animal``,
+``verb.motion``, ...: its *supersense*). The gloss is the definition followed by quoted example
+sentences: ``definition; "example one"; "example two"``.
+
+For word-in-context pairs we need to know where a synset's lemma occurs in its own examples.
+:func:`find_lemma` matches the lemma and its inflections: regular ones (-s, -es, -ies, -ed,
+-ing, -er, -est, doubled final consonants, dropped final e) and the irregular forms listed in the
+``*.exc`` files (``went -> go``, ``mice -> mouse``). Multi-word verbs inflect their first word
+(``warmed up``), multi-word nouns their last (``attorneys general`` comes from noun.exc).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.paths import find_system_path
+
+# The 45 lexicographer files of WordNet 3.0 (lexnames(5WN)), index = lex_filenum.
+STANDARD_LEXNAMES = (
+    "adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal", "noun.artifact",
+    "noun.attribute", "noun.body", "noun.cognition", "noun.communication", "noun.event",
+    "noun.feeling", "noun.food", "noun.group", "noun.location", "noun.motive", "noun.object",
+    "noun.person", "noun.phenomenon", "noun.plant", "noun.possession", "noun.process",
+    "noun.quantity", "noun.relation", "noun.shape", "noun.state", "noun.substance", "noun.time",
+    "verb.body", "verb.change", "verb.cognition", "verb.communication", "verb.competition",
+    "verb.consumption", "verb.contact", "verb.creation", "verb.emotion", "verb.motion",
+    "verb.perception", "verb.possession", "verb.social", "verb.stative", "verb.weather",
+    "adj.ppl",
+)
+POS_FILES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
+_SYNTACTIC_MARKER = re.compile(r"\((?:a|p|ip)\)$")
+_QUOTED = re.compile(r'"([^"]*)"(?:\s*-{1,2}\s*[^;"]*)?')
+_VOWELS = set("aeiou")
+
+
+@dataclass
+class Synset:
+    """One WordNet synset: id ``<pos><offset>``, lemmas (spaces, no markers), supersense."""
+
+    id: str
+    pos: str  # n, v, a, r (adjective satellites ``s`` are folded into ``a``)
+    lex_filenum: int
+    lemmas: list[str]
+    definition: str
+    examples: list[str] = field(default_factory=list)
+
+
+def wordnet_dir() -> Path:
+    """The folder holding WordNet's ``data.*`` files (``/usr/share/wordnet``)."""
+    path = find_system_path("usr/share/wordnet/data.noun")
+    if path is None:
+        raise LmlabError("WordNet's database files (data.noun, ...) are not installed",
+                         "install the Debian package wordnet-base (apt-get install wordnet-base)")
+    return path.parent
+
+
+def lexnames(folder: Path | None = None) -> list[str]:
+    """Lexicographer file names by number: from ``lexnames`` if installed, else the standard 45."""
+    folder = folder or wordnet_dir()
+    path = folder / "lexnames"
+    if path.is_file():
+        names: dict[int, str] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].isdigit():
+                names[int(parts[0])] = parts[1]
+        if names:
+            return [names.get(i, f"lex{i}") for i in range(max(names) + 1)]
+    return list(STANDARD_LEXNAMES)
+
+
+def split_gloss(gloss: str) -> tuple[str, list[str]]:
+    """(definition, example sentences) of a gloss; the definition keeps no quoted examples."""
+    examples = [m.group(1).strip() for m in _QUOTED.finditer(gloss) if m.group(1).strip()]
+    rest = _QUOTED.sub("", gloss)
+    parts = [p.strip() for p in rest.split(";")]
+    definition = "; ".join(p for p in parts if p)
+    return definition, examples
+
+
+def _clean_lemma(word: str) -> str:
+    return _SYNTACTIC_MARKER.sub("", word).replace("_", " ")
+
+
+def read_synsets(folder: Path | None = None) -> list[Synset]:
+    """Every synset of the four data files, in file order (noun, verb, adj, adv).
+
+    Parsed once per process and folder (about 1.5 s); treat the result as read-only.
+    """
+    return _read_synsets(folder or wordnet_dir())
+
+
+@functools.lru_cache(maxsize=2)
+def _read_synsets(folder: Path) -> list[Synset]:
+    synsets = []
+    for pos, name in POS_FILES.items():
+        path = folder / f"data.{name}"
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("  "):  # license header
+                    continue
+                head, _, gloss = line.partition(" | ")
+                fields = head.split()
+                count = int(fields[3], 16)
+                words = [_clean_lemma(fields[4 + 2 * i]) for i in range(count)]
+                definition, examples = split_gloss(gloss.strip())
+                synsets.append(Synset(id=f"{pos}{fields[0]}", pos=pos,
+                                      lex_filenum=int(fields[1]), lemmas=words,
+                                      definition=definition, examples=examples))
+    return synsets
+
+
+def read_exceptions(folder: Path | None = None) -> dict[str, dict[str, list[str]]]:
+    """Irregular forms per POS: ``{pos: {base form: [inflected forms]}}`` from the .exc files."""
+    folder = folder or wordnet_dir()
+    table: dict[str, dict[str, list[str]]] = {}
+    for pos, name in POS_FILES.items():
+        forms: dict[str, list[str]] = defaultdict(list)
+        path = folder / f"{name}.exc"
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                parts = line.split()
+                for base in parts[1:]:
+                    forms[base.replace("_", " ")].append(parts[0].replace("_", " "))
+        table[pos] = dict(forms)
+    return table
+
+
+def _regular_forms(word: str, pos: str) -> set[str]:
+    """Regular inflections of one word (over-generating is harmless: we only search for them)."""
+    forms = {word}
+    if not word.isalpha():
+        return forms
+    last = word[-1]
+    double = (len(word) >= 3 and last not in _VOWELS and last not in "wxy"
+              and word[-2] in _VOWELS and word[-3] not in _VOWELS)
+    if pos in ("n", "v"):
+        forms |= {word + "s", word + "es"}
+        if last == "y" and len(word) > 1 and word[-2] not in _VOWELS:
+            forms.add(word[:-1] + "ies")
+    if pos == "v":
+        forms |= {word + "ed", word + "ing", word + "d"}
+        if last == "e":
+            forms.add(word[:-1] + "ing")
+        if last == "y" and len(word) > 1 and word[-2] not in _VOWELS:
+            forms.add(word[:-1] + "ied")
+        if double:
+            forms |= {word + last + "ed", word + last + "ing"}
+    if pos in ("a", "r"):
+        forms |= {word + "er", word + "est", word + "r", word + "st"}
+        if last == "y" and len(word) > 1:
+            forms |= {word[:-1] + "ier", word[:-1] + "iest"}
+        if double:
+            forms |= {word + last + "er", word + last + "est"}
+    return forms
+
+
+def surface_forms(lemma: str, pos: str, exceptions: dict[str, dict[str, list[str]]]) -> set[str]:
+    """All lower-case forms under which ``lemma`` may appear in running text."""
+    lemma = lemma.lower()
+    irregular = exceptions.get(pos, {})
+    forms = {lemma, *irregular.get(lemma, [])}
+    words = lemma.split(" ")
+    head = 0 if pos == "v" else len(words) - 1  # verbs inflect first word, nouns the last
+    for form in _regular_forms(words[head], pos) | set(irregular.get(words[head], [])):
+        forms.add(" ".join(words[:head] + [form] + words[head + 1:]))
+    return {f.lower() for f in forms}
+
+
+_TOKEN = re.compile(r"\w+(?:-\w+)*")
+_SIMPLE_FORM = re.compile(r"\w+(?:-\w+)*(?: \w+(?:-\w+)*)*")
+
+
+def tokenize_with_spans(sentence: str) -> list[tuple[str, int, int]]:
+    """Lower-cased word tokens with their character spans; hyphenated compounds stay one token
+    (so ``well`` is not found inside ``well-known``), apostrophes split (``dog's`` has ``dog``)."""
+    return [(m.group().lower(), m.start(), m.end()) for m in _TOKEN.finditer(sentence)]
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _form_key(form: str) -> tuple[str, ...]:
+    """A form as the token tuple :func:`tokenize_with_spans` would produce for it."""
+    if _SIMPLE_FORM.fullmatch(form):
+        return tuple(form.split())
+    return tuple(t for t, _, _ in tokenize_with_spans(form))
+
+
+class LemmaMatcher:
+    """Finds any inflected form of a set of lemmas in a sentence, by whole tokens.
+
+    Faster than one regular expression per lemma (the whole of WordNet is matched in about a
+    second): each form is a tuple of lower-case tokens looked up in a dict.
+    """
+
+    def __init__(self, lemmas: list[str], pos: str, exceptions: dict[str, dict[str, list[str]]]):
+        self.forms: dict[tuple[str, ...], int] = {}
+        for index, lemma in enumerate(lemmas):
+            for form in surface_forms(lemma, pos, exceptions):
+                key = _form_key(form)
+                if key:
+                    self.forms.setdefault(key, index)
+        self.lengths = sorted({len(k) for k in self.forms}, reverse=True)
+
+    def find_all(self, sentence: str) -> dict[int, tuple[int, int]]:
+        """``{lemma index: (start, end)}``: the first (longest) occurrence of each lemma."""
+        tokens = tokenize_with_spans(sentence)
+        words = [t for t, _, _ in tokens]
+        found: dict[int, tuple[int, int]] = {}
+        for i in range(len(words)):
+            for length in self.lengths:
+                if i + length > len(words):
+                    continue
+                index = self.forms.get(tuple(words[i:i + length]))
+                if index is not None and index not in found:
+                    found[index] = (tokens[i][1], tokens[i + length - 1][2])
+                    break
+        return found
+
+
+def find_lemma(sentence: str, lemma: str, pos: str,
+               exceptions: dict[str, dict[str, list[str]]]) -> tuple[int, int] | None:
+    """Character span ``(start, end)`` of the first occurrence of ``lemma`` (any inflection)."""
+    return LemmaMatcher([lemma], pos, exceptions).find_all(sentence).get(0)
