@@ -1,9 +1,10 @@
 """Hugging Face folders: config.json + model.safetensors (single or sharded).
 
-Loading streams tensors one at a time from the safetensors file(s) straight into the model's
-parameters, so peak memory is one model plus one tensor, never two full copies. Every missing,
-unexpected or mis-shaped tensor is collected and reported in one error. Pickled ``.bin``/``.pt``
-weights load only with ``allow_pickle=True``: unpickling runs arbitrary code.
+Loading streams tensors one at a time from the safetensors file(s) (plain reads, no memory map)
+straight into the model's parameters, so peak memory is one model plus one tensor, never two
+full copies. Every missing, unexpected or mis-shaped tensor is collected and reported in one
+error. Pickled ``.bin``/``.pt`` weights load only with ``allow_pickle=True``: unpickling runs
+arbitrary code.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from lmlab.interop.families import FamilySpec, Rule, get_family
+from lmlab.interop.safetensors_reader import SafetensorsFile
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json
@@ -73,12 +75,11 @@ class CheckpointTensors:
             self._open_pickle(allow_pickle)
 
     def _open_safetensors(self, files: list[Path]) -> None:
-        from safetensors import safe_open
-
         for file in files:
-            handle = self._stack.enter_context(safe_open(str(file), framework="pt"))
-            for name in handle.keys():
-                self._where[name] = handle
+            reader = SafetensorsFile(file)  # plain reads, no memory map
+            self._stack.callback(reader.close)
+            for name in reader.keys():
+                self._where[name] = reader
 
     def _open_pickle(self, allow_pickle: bool) -> None:
         found = [self.path / name for name in PICKLE_FILES if (self.path / name).exists()]
@@ -159,10 +160,11 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
     """
     keys = set(tensors.keys())
     prefix = f"{family.base_prefix}." if any(k.startswith(f"{family.base_prefix}.") for k in keys) else ""
-    params = dict(model.named_parameters(remove_duplicate=False))
+    params = _targets(model)
     missing, mismatched, fresh_heads = [], [], []
     consumed: set[str] = set()
-    head_param_names = {name for name in params if name.startswith("heads.")}
+    head_param_names = {name for name, _ in model.named_parameters(remove_duplicate=False)
+                        if name.startswith("heads.")}
     head_rules_present: dict[str, bool] = {}
 
     for rule in model_rules(family, model, prefix):
@@ -197,6 +199,13 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
                         and not _is_tied(model, n)]
             missing.extend(f"({head} head) {n}" for n in leftover)
 
+    # tensors of heads the checkpoint has but the caller did not ask for (head="sop" on an
+    # AlbertForPreTraining checkpoint): left out on purpose, not unexpected
+    layers = len(model.transformer.layers)
+    for other, make_rules in family.head_rules.items():
+        if other not in model.heads:
+            for rule in expand_rules(make_rules(model.config), layers):
+                consumed.update(n for n in (rule.theirs, *rule.aliases) if n in keys)
     unexpected = sorted(k for k in keys - consumed if not _ignorable(k))
     problems = []
     if missing:
@@ -215,6 +224,14 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
             "files are complete",
         )
     return fresh_heads
+
+
+def _targets(model) -> dict[str, torch.Tensor]:
+    """Parameters and buffers by name: rules may fill a buffer (DistilBERT's stored sinusoid
+    table lands in ``transformer.embeddings.sinusoids``)."""
+    targets = dict(model.named_buffers(remove_duplicate=False))
+    targets.update(model.named_parameters(remove_duplicate=False))
+    return targets
 
 
 def _is_tied(model, name: str) -> bool:
@@ -281,7 +298,7 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     heads = tuple(model.heads.keys())
     architecture = architecture or family.architecture_for(heads)
     prefix = f"{family.base_prefix}." if heads else ""
-    params = dict(model.named_parameters(remove_duplicate=False))
+    params = _targets(model)
     embedding = model.transformer.embeddings.word_embeddings.weight
 
     tensors: dict[str, torch.Tensor] = {}

@@ -125,7 +125,7 @@ class TransformerConfig:
         if include_embeddings:
             emb = self.vocab_size * e
             if self.position_embedding == "learned":
-                emb += (self.max_position_embeddings + self.position_offset) * e
+                emb += self.max_position_embeddings * e
             emb += self.type_vocab_size * e
             if self.embedding_norm:
                 emb += 2 * e if self.norm_type == "layernorm" else e

@@ -13,12 +13,12 @@ def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
 
     Returns a (num_positions, dim) tensor.
     """
-    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
-    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(num_positions, dim)
+    position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))
+    table = torch.zeros(num_positions, dim, dtype=torch.float64)
     table[:, 0::2] = torch.sin(position * div)
     table[:, 1::2] = torch.cos(position * div[: dim // 2])
-    return table
+    return table.float()  # computed in float64 as transformers does, then cast
 
 
 class RotaryEmbedding(nn.Module):

@@ -1,0 +1,108 @@
+"""ALBERT (Lan et al. 2020): factorised embeddings, one layer shared by the whole stack, SOP.
+
+- Tokens are embedded at width ``embedding_size`` E (LayerNorm on E), then
+  ``encoder.embedding_hidden_mapping_in`` (E -> H) projects them: lmlab's
+  ``Embeddings.projection``.
+- Every layer reuses the weights of ``albert_layer_groups.0.albert_layers.0``
+  (``share_layers=True``). Checkpoints with several layer groups or several inner layers per
+  group (``num_hidden_groups > 1``, ``inner_group_num > 1``) are rejected: the released models
+  use one of each.
+- The MLM head narrows H -> E (``predictions.dense``) so the decoder shares the E-wide embedding
+  matrix; the SOP head reads the pooled [CLS] vector (``albert.pooler`` + tanh).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmlab.interop.families import FamilySpec, Rule
+from lmlab.interop.families.bert import encoder_config_from_hf, encoder_config_to_hf, mlm_rules
+from lmlab.models.config import TransformerConfig
+from lmlab.utils.errors import LmlabError
+
+
+def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
+    groups, inner = hf.get("num_hidden_groups", 1), hf.get("inner_group_num", 1)
+    if groups != 1 or inner != 1:
+        raise LmlabError(
+            f"this ALBERT checkpoint has num_hidden_groups={groups}, inner_group_num={inner}; "
+            "lmlab supports one shared layer (both 1), as in every released ALBERT",
+            "use a checkpoint with num_hidden_groups = inner_group_num = 1",
+        )
+    return encoder_config_from_hf(
+        hf, "albert",
+        hidden_act=hf.get("hidden_act", "gelu_new"),
+        hidden_dropout_prob=hf.get("hidden_dropout_prob", 0.0),
+        attention_probs_dropout_prob=hf.get("attention_probs_dropout_prob", 0.0),
+        embedding_size=hf.get("embedding_size", 128),
+        share_layers=True,
+        bos_token_id=hf.get("bos_token_id", 2),
+        eos_token_id=hf.get("eos_token_id", 3),
+    )
+
+
+def config_to_hf(config: TransformerConfig) -> dict[str, Any]:
+    if not config.share_layers:
+        raise LmlabError("an ALBERT checkpoint shares one layer across the stack, but this "
+                         "config has share_layers=False",
+                         "set share_layers=True, or save the model as family 'bert'")
+    hf = encoder_config_to_hf(config, "albert")
+    hf.update(embedding_size=config.input_embedding_size, num_hidden_groups=1, inner_group_num=1,
+              classifier_dropout_prob=config.extra.get("classifier_dropout_prob", 0.1))
+    return hf
+
+
+_LAYER = "encoder.albert_layer_groups.0.albert_layers.0."
+
+
+def _base_rules(config: TransformerConfig) -> list[Rule]:
+    rules = [
+        Rule("transformer.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
+        Rule("transformer.embeddings.position_embeddings.weight",
+             "embeddings.position_embeddings.weight"),
+        Rule("transformer.embeddings.norm.weight", "embeddings.LayerNorm.weight"),
+        Rule("transformer.embeddings.norm.bias", "embeddings.LayerNorm.bias"),
+    ]
+    if config.type_vocab_size > 0:
+        rules.append(Rule("transformer.embeddings.token_type_embeddings.weight",
+                          "embeddings.token_type_embeddings.weight"))
+    if config.input_embedding_size != config.hidden_size:
+        rules += [Rule(f"transformer.embeddings.projection.{p}",
+                       f"encoder.embedding_hidden_mapping_in.{p}") for p in ("weight", "bias")]
+    pairs = [
+        ("attention.q_proj", "attention.query"),
+        ("attention.k_proj", "attention.key"),
+        ("attention.v_proj", "attention.value"),
+        ("attention.o_proj", "attention.dense"),
+        ("attention_norm", "attention.LayerNorm"),
+        ("feed_forward.up_proj", "ffn"),
+        ("feed_forward.down_proj", "ffn_output"),
+        ("ffn_norm", "full_layer_layer_norm"),
+    ]
+    rules += [Rule(f"transformer.layers.0.{a}.{p}", f"{_LAYER}{b}.{p}")
+              for a, b in pairs for p in ("weight", "bias")]
+    return rules
+
+
+FAMILY = FamilySpec(
+    model_type="albert",
+    base_prefix="albert",
+    config_from_hf=config_from_hf,
+    config_to_hf=config_to_hf,
+    base_rules=_base_rules,
+    pooler_rules=[Rule("pooler.dense.weight", "pooler.weight"),
+                  Rule("pooler.dense.bias", "pooler.bias")],
+    head_rules={
+        "mlm": lambda config: mlm_rules("predictions.", transform="dense", norm="LayerNorm",
+                                        tied=config.tie_word_embeddings),
+        "sop": lambda config: [
+            Rule("heads.sop.classifier.weight", "sop_classifier.classifier.weight"),
+            Rule("heads.sop.classifier.bias", "sop_classifier.classifier.bias"),
+        ],
+    },
+    architectures={
+        "AlbertModel": (),
+        "AlbertForMaskedLM": ("mlm",),
+        "AlbertForPreTraining": ("mlm", "sop"),
+    },
+)
