@@ -16,7 +16,9 @@ def resolve_model_dir(path: str | Path) -> Path:
     if not path.exists():
         raise LmlabError(f"{path} does not exist",
                          "give the path of a model folder, an lmlab run directory or a .gguf file")
-    if path.is_dir() and not (path / "config.json").exists() and (path / "model" / "config.json").exists():
+    # A run directory has its own config.json (the run's settings) beside model/.
+    if path.is_dir() and (path / "model" / "config.json").exists() and (
+            not (path / "config.json").exists() or (path / "metrics.jsonl").exists()):
         return path / "model"
     return path
 

@@ -1,1 +1,17 @@
-"""lmlab.objectives"""
+"""Pretraining objectives: a batch transform (corruption) + the heads it needs + a loss.
+
+Build one by name with :func:`build_objective` (``"mlm"``, ``"wwm"``, ``"span"``, ``"nsp"``,
+``"sop"``, ``"rtd"``; several compose: ``"mlm,sop"``). Importing this package stays light:
+the objective classes (and torch) load on first use. See docs/objectives.md.
+"""
+
+from lmlab.objectives.registry import (
+    available_objectives,
+    build_objective,
+    get_factory,
+    register_objective,
+)
+from lmlab.objectives.special_tokens import SpecialTokens
+
+__all__ = ["SpecialTokens", "available_objectives", "build_objective", "get_factory",
+           "register_objective"]

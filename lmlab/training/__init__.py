@@ -1,1 +1,26 @@
-"""lmlab.training"""
+"""lmlab.training: the one training loop (pretraining, fine-tuning, decoders), its config,
+schedules, checkpoints and scale-out. Names are imported lazily (torch on first use)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Trainer": "lmlab.training.trainer:Trainer",
+    "TrainResult": "lmlab.training.trainer:TrainResult",
+    "TrainingConfig": "lmlab.training.config:TrainingConfig",
+    "Schedule": "lmlab.training.schedules:Schedule",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'lmlab.training' has no attribute {name!r}")
+    module_name, attribute = target.split(":")
+    value = getattr(importlib.import_module(module_name), attribute)
+    globals()[name] = value
+    return value

@@ -1,0 +1,191 @@
+"""Training throughput: lmlab's Trainer (bert MLM) vs transformers' BertForMaskedLM.
+
+Both sides train the same architecture (random init, BERT vocabulary 30522) on the same token
+ids, masked at collate time (ours: ``MaskedLM.corrupt`` in the stream; theirs:
+``DataCollatorForLanguageModeling``, 15%, 80/10/10), with AdamW (weight decay 0.01 except biases
+and LayerNorm weights), linear warmup + decay, clipping at 1.0, in one process, alternating
+A B A B. Ours runs its fast path: sparse MLM prediction (vocabulary projection only at masked
+positions); ``ours-bf16`` adds bf16 autocast (weights fp32). Reported: median tokens/s over the
+timed steps of each repetition, then the median over repetitions, and ours/reference.
+
+Run it as the Makefile does, under the same allocator settings for both sides:
+
+    GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 \\
+        .venv/bin/python bench/bench_pretrain.py --sizes mini --reps 3 --steps 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+SIZES = {  # name: (layers, hidden, batch)
+    "mini": (4, 256, 32),
+    "small": (4, 512, 32),
+    "base": (12, 768, 8),
+}
+VOCAB, SEQ, LR, WARMUP = 30522, 128, 1e-4, 2
+CLS, SEP, PAD, MASK = 101, 102, 0, 103
+
+
+def batches(batch: int, count: int, seed: int = 0) -> list[torch.Tensor]:
+    """Token-id rows [CLS] ... [SEP] (ids drawn from the text range of the vocabulary)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        ids = torch.randint(1000, VOCAB, (batch, SEQ), generator=g)
+        ids[:, 0], ids[:, -1] = CLS, SEP
+        out.append(ids)
+    return out
+
+
+def cpu_of_others() -> float:
+    """CPU seconds used by all processes but this one so far (interference record)."""
+    with open("/proc/stat") as handle:
+        fields = handle.readline().split()[1:]
+    total = sum(int(v) for v in fields[:3]) / os.sysconf("SC_CLK_TCK")
+    own = sum(os.times()[:2])
+    return total - own
+
+
+# -- ours ---------------------------------------------------------------------------------------
+class _Stream:
+    def __init__(self, rows: list[torch.Tensor], objective):
+        self.rows, self.objective, self.index = rows, objective, 0
+        self.rng = torch.Generator().manual_seed(1)
+
+    def __iter__(self):
+        while True:
+            ids = self.rows[self.index % len(self.rows)]
+            self.index += 1
+            batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                     "token_type_ids": torch.zeros_like(ids)}
+            yield self.objective.corrupt(batch, self.rng)
+
+    def state_dict(self):
+        return {"index": self.index}
+
+    def load_state_dict(self, state):
+        self.index = state["index"]
+
+
+def run_ours(size: str, rows: list[torch.Tensor], steps: int, precision: str) -> list[float]:
+    from lmlab.models.model import LanguageModel
+    from lmlab.models.presets import preset
+    from lmlab.objectives.registry import build_objective
+    from lmlab.objectives.special_tokens import SpecialTokens
+    from lmlab.training.config import TrainingConfig
+    from lmlab.training.metrics_log import read_metrics
+    from lmlab.training.trainer import Trainer
+
+    layers, hidden, batch = SIZES[size]
+    torch.manual_seed(0)
+    special = SpecialTokens(vocab_size=VOCAB, pad_id=PAD, cls_id=CLS, sep_id=SEP, mask_id=MASK,
+                            special_ids=(100,))
+    objective = build_objective("mlm", special)
+    model = LanguageModel(preset("bert", size), heads=["mlm"])
+    cfg = TrainingConfig(lr=LR, warmup_steps=WARMUP, max_steps=steps, log_every=1,
+                         progress=False, precision=precision, batch_size=batch, seq_len=SEQ,
+                         keep_last=1)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = Trainer(model, objective, _Stream(rows, objective), cfg, out, track_cost=False)
+        trainer._finish = lambda cost: None  # no final model/report: not part of a step
+        trainer.train()
+        records = [r for r in read_metrics(os.path.join(out, "metrics.jsonl"))
+                   if r["kind"] == "train"]
+    return [r["tokens_per_s"] for r in records[1:]]  # step 1 warms up
+
+
+# -- reference ----------------------------------------------------------------------------------
+def run_reference(size: str, rows: list[torch.Tensor], steps: int) -> list[float]:
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        BertTokenizerFast,
+        DataCollatorForLanguageModeling,
+        get_linear_schedule_with_warmup,
+    )
+
+    from lmlab.utils.paths import minilm_dir
+
+    layers, hidden, batch = SIZES[size]
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=hidden // 64, intermediate_size=4 * hidden,
+                        attn_implementation="sdpa")
+    model = BertForMaskedLM(config).train()
+    tokenizer = BertTokenizerFast.from_pretrained(str(minilm_dir()))  # BERT uncased vocab
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+         "weight_decay": 0.01},
+        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)],
+         "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=LR, betas=(0.9, 0.999), eps=1e-6)
+    scheduler = get_linear_schedule_with_warmup(optimizer, WARMUP, steps)
+    rates = []
+    for step in range(steps):
+        started = time.perf_counter()
+        ids = rows[step % len(rows)]
+        features = collator([{"input_ids": row} for row in ids.tolist()])
+        loss = model(**features).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        rates.append(ids.numel() / (time.perf_counter() - started))
+    return rates[1:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="mini", help="comma-separated: mini,small,base")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6, help="steps per repetition (1st untimed)")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    os.environ.setdefault("LMLAB_NO_PROGRESS", "1")
+    import transformers
+
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"threads {torch.get_num_threads()}, GLIBC_TUNABLES="
+          f"{os.environ.get('GLIBC_TUNABLES', '(unset)')}")
+    sides = {
+        "reference-fp32": lambda size, rows: run_reference(size, rows, args.steps),
+        "ours-fp32": lambda size, rows: run_ours(size, rows, args.steps, "fp32"),
+        "ours-bf16": lambda size, rows: run_ours(size, rows, args.steps, "bf16"),
+    }
+    for size in args.sizes.split(","):
+        rows = batches(SIZES[size][2], args.steps)
+        results: dict[str, list[float]] = {name: [] for name in sides}
+        for rep in range(args.reps):
+            for name, fn in sides.items():  # A B C, A B C, ...
+                others = cpu_of_others()
+                started = time.perf_counter()
+                rate = statistics.median(fn(size, rows))
+                wall = time.perf_counter() - started
+                busy = (cpu_of_others() - others) / wall
+                results[name].append(rate)
+                print(f"  {size} rep {rep} {name:15s} {rate:8,.0f} tokens/s "
+                      f"(other processes: {busy:.2f} cores)", flush=True)
+        medians = {name: statistics.median(v) for name, v in results.items()}
+        ref = medians["reference-fp32"]
+        print(f"{size}: " + ", ".join(f"{n} {m:,.0f}" for n, m in medians.items()) +
+              f" | ours-fp32/ref {medians['ours-fp32'] / ref:.2f}x, "
+              f"ours-bf16/ref {medians['ours-bf16'] / ref:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""ELECTRA's replaced-token detection (Clark et al. 2020).
+
+A small masked-LM *generator* fills the masked positions with tokens sampled from its output
+distribution; the model being trained (the *discriminator*) labels every token as original (0)
+or replaced (1). Sampling is not differentiated (the discriminator's loss does not reach the
+generator). The loss is ``generator MLM loss + 50 * discriminator loss``.
+
+Details that follow the paper and its code:
+
+* the generator has the discriminator's depth and a fraction of its width (``generator_size``,
+  default 1/4: ELECTRA-Small used 64/256; the paper found 1/4 to 1/2 best), ``max(1, H // 64)``
+  heads and a 4x feed-forward;
+* generator and discriminator share the token, position and segment embeddings (and the
+  embedding LayerNorm); with a factorised ``embedding_size`` E both project E to their own
+  width, so sharing works whenever E is the same;
+* 15% of tokens are masked; at masked positions the generator's input is [MASK] 85% of the time
+  and the original token 15% (ELECTRA does not use random replacement): ``replacement =
+  (0.85, 0.0, 0.15)``;
+* a token the generator happens to sample correctly counts as original (label 0).
+
+The generator lives inside this objective (``objective.generator``, built by
+:meth:`ReplacedTokenDetection.prepare`), so the trainer optimises and checkpoints it with the
+objective's parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from lmlab.models.model import LanguageModel
+from lmlab.objectives.base import ObjectiveResult, model_inputs
+from lmlab.objectives.masking import IGNORE_INDEX
+from lmlab.objectives.mlm import MaskedLM
+from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.errors import LmlabError
+
+_SEED_MOD = 2**63 - 1
+
+
+def generator_config(config, size: float = 0.25, layers: float = 1.0):
+    """The generator's TransformerConfig: ``size`` x the hidden width (rounded to a multiple of
+    the head count), ``layers`` x the depth, embeddings of the discriminator's width E."""
+    if not 0.0 < size <= 1.0 or not 0.0 < layers <= 1.0:
+        raise LmlabError(f"generator size {size} / layer fraction {layers} not in (0, 1]",
+                         "use generator_size=0.25 (ELECTRA-Small) to 0.5")
+    hidden = max(1, int(round(config.hidden_size * size)))
+    heads = max(1, hidden // 64)
+    hidden = max(heads, hidden - hidden % heads)
+    return dataclasses.replace(
+        config, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=None,
+        head_dim=None, intermediate_size=4 * hidden,
+        num_hidden_layers=max(1, int(round(config.num_hidden_layers * layers))),
+        embedding_size=config.input_embedding_size, tie_word_embeddings=True,
+        extra=dict(config.extra))
+
+
+class ReplacedTokenDetection(MaskedLM):
+    """ELECTRA: generator MLM + discriminator replaced-token detection.
+
+    Args (beyond :class:`~lmlab.objectives.mlm.MaskedLM`'s, whose defaults change to
+    ELECTRA's replacement split (0.85, 0, 0.15)):
+        generator_size: generator hidden width as a fraction of the discriminator's.
+        generator_layers: generator depth as a fraction of the discriminator's (1.0).
+        discriminator_weight: lambda in ``L_gen + lambda * L_disc`` (50).
+        generator_weight: weight of the generator's MLM loss (1).
+        temperature: sampling temperature of the generator (1).
+    """
+
+    name = "rtd"
+    head_names = ("rtd",)
+    salt = 4
+
+    def __init__(self, special: SpecialTokens, mask_prob: float = 0.15,
+                 replacement: tuple[float, float, float] = (0.85, 0.0, 0.15),
+                 masking: str = "dynamic", dupe_factor: int = 10, seed: int = 0,
+                 max_predictions: int | None = None, weight: float = 1.0,
+                 generator_size: float = 0.25, generator_layers: float = 1.0,
+                 discriminator_weight: float = 50.0, generator_weight: float = 1.0,
+                 temperature: float = 1.0):
+        super().__init__(special, mask_prob, replacement, masking, dupe_factor, seed,
+                         max_predictions, sparse=True, weight=weight)
+        self.generator_size = float(generator_size)
+        self.generator_layers = float(generator_layers)
+        self.discriminator_weight = float(discriminator_weight)
+        self.generator_weight = float(generator_weight)
+        if temperature <= 0:
+            raise LmlabError(f"temperature {temperature} must be positive", "use 1.0")
+        self.temperature = float(temperature)
+        self.generator: LanguageModel | None = None
+
+    # -- set-up -----------------------------------------------------------------------------------
+    def prepare(self, model: nn.Module) -> None:
+        """Add the "rtd" head and build the generator sharing ``model``'s embeddings."""
+        model.add_head("rtd")
+        if self.generator is not None:
+            return
+        config = model.config
+        if config.vocab_size != self.special.vocab_size:
+            raise LmlabError(f"the model's vocabulary ({config.vocab_size}) differs from the "
+                             f"tokenizer's ({self.special.vocab_size})",
+                             "build the model with vocab_size=len(tokenizer)")
+        generator = LanguageModel(generator_config(config, self.generator_size,
+                                                   self.generator_layers), heads=("mlm",))
+        shared, own = model.transformer.embeddings, generator.transformer.embeddings
+        own.word_embeddings = shared.word_embeddings
+        own.position_embeddings = shared.position_embeddings
+        own.token_type_embeddings = shared.token_type_embeddings
+        own.norm = shared.norm
+        if getattr(shared, "sinusoids", None) is not None:
+            own.sinusoids = shared.sinusoids
+        generator.tie_weights()
+        generator.to(next(model.parameters()).device)
+        self.generator = generator
+
+    # -- corruption / sampling ------------------------------------------------------------------
+    def corrupt(self, batch: dict[str, torch.Tensor],
+                rng: torch.Generator) -> dict[str, torch.Tensor]:
+        """Masked generator inputs + ``labels``; ``rtd_seed`` (a scalar) seeds the sampling so a
+        batch is replaced the same way whenever it is evaluated."""
+        out = super().corrupt(batch, rng)
+        out["rtd_seed"] = torch.randint(0, _SEED_MOD, (), generator=rng, dtype=torch.int64)
+        return out
+
+    def replace(self, generator_logits: torch.Tensor, batch: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample tokens at the masked positions from the generator's logits (N, V).
+
+        Returns (discriminator input ids (B, T), replaced labels (B, T) as 0/1 floats,
+        sampled ids (N,)). Labels are ``discriminator ids != original ids``.
+        """
+        labels = batch["labels"]
+        masked = labels != IGNORE_INDEX  # (B, T)
+        original = torch.where(masked, labels, batch["input_ids"])  # (B, T)
+        with torch.no_grad():
+            logits = generator_logits.detach().float() / self.temperature
+            seed = int(batch["rtd_seed"]) if "rtd_seed" in batch else None
+            noise_gen = None
+            if seed is not None:
+                noise_gen = torch.Generator(device=logits.device)
+                noise_gen.manual_seed(seed)
+            uniform = torch.rand(logits.shape, generator=noise_gen, device=logits.device)
+            gumbel = -torch.log(-torch.log(uniform.clamp(1e-9, 1.0 - 1e-9)))
+            sampled = (logits + gumbel).argmax(-1)  # (N,): a sample from softmax(logits)
+        discriminator_ids = batch["input_ids"].clone()
+        discriminator_ids[masked] = sampled
+        replaced = (discriminator_ids != original).float()
+        return discriminator_ids, replaced, sampled
+
+    # -- loss ------------------------------------------------------------------------------------
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        if self.generator is None:
+            raise LmlabError("the ELECTRA generator is not built",
+                             "call objective.prepare(model) before training")
+        if "labels" not in batch:
+            raise LmlabError("the batch has no 'labels'", "corrupt it with objective.corrupt")
+        inputs = model_inputs(batch, model)
+        labels = batch["labels"]
+        masked = labels != IGNORE_INDEX  # (B, T)
+        count = int(masked.sum())
+        gen_hidden = self.generator(**inputs, heads=[]).last_hidden_state
+        gen_logits = self.generator.heads["mlm"](gen_hidden, positions=masked)  # (N, V)
+        targets = labels[masked]
+        gen_loss = (self.generator.heads["mlm"].loss(gen_logits, targets) if count
+                    else gen_logits.sum() * 0.0)
+        disc_ids, replaced, sampled = self.replace(gen_logits, batch)
+        disc_inputs = dict(inputs, input_ids=disc_ids)
+        out = model(**disc_inputs, heads=[])
+        disc_logits = model.run_head("rtd", out.last_hidden_state, out.pooler_output)  # (B, T)
+        attention = batch.get("attention_mask")
+        disc_loss = model.heads["rtd"].loss(disc_logits, replaced, attention)
+        loss = self.generator_weight * gen_loss + self.discriminator_weight * disc_loss
+        with torch.no_grad():
+            keep = attention.bool() if attention is not None else torch.ones_like(replaced).bool()
+            predicted = (disc_logits > 0).float()
+            disc_accuracy = float((predicted == replaced)[keep].float().mean())
+            gen_accuracy = float((sampled == targets).float().mean()) if count else 0.0
+            replaced_share = float(replaced[keep].mean())
+        metrics = {"generator_loss": float(gen_loss.detach()),
+                   "discriminator_loss": float(disc_loss.detach()),
+                   "discriminator_accuracy": disc_accuracy,
+                   "generator_sample_accuracy": gen_accuracy,
+                   "replaced_fraction": replaced_share}
+        return ObjectiveResult(loss * self.weight, metrics, count)
+
+    def losses(self, model, batch, hidden, pooled) -> ObjectiveResult:
+        raise LmlabError("ELECTRA's replaced-token detection runs the model on the generator's "
+                         "samples, so it cannot share a forward pass with other objectives",
+                         "train 'rtd' on its own")

@@ -1,0 +1,181 @@
+"""Masked language modelling (BERT, RoBERTa) and whole-word masking.
+
+What the papers did:
+
+* BERT (Devlin et al. 2019): 15% of the WordPiece tokens are predicted; of those 80% become
+  [MASK], 10% a random token, 10% stay unchanged. The masks were *static*: computed once when
+  the data was generated, with the corpus duplicated ``dupe_factor = 10`` times so each
+  sequence was seen with 10 different masks over the 40 epochs.
+* RoBERTa (Liu et al. 2019): *dynamic* masking, a fresh mask every time a sequence is fed.
+* Whole-word masking (BERT's 2019 update): all pieces of a word are masked together.
+
+Here ``masking="static"`` derives each example's mask from (seed, example id,
+``epoch % dupe_factor``), which is BERT's pre-generated data without storing it; ``"dynamic"``
+draws from the batch's generator. ``sparse=True`` (default) runs the vocabulary projection only
+at the predicted positions (cramming's sparse prediction): same loss, far fewer FLOPs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from lmlab.objectives.base import Objective, ObjectiveResult
+from lmlab.objectives.masking import (
+    IGNORE_INDEX,
+    candidate_mask,
+    check_rate,
+    check_split,
+    choose_tokens,
+    choose_whole_words,
+    replace_tokens,
+)
+from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.errors import LmlabError
+
+MASKING_MODES = ("dynamic", "static")
+
+
+class MaskedLM(Objective):
+    """BERT's masked-LM objective (token-level masking).
+
+    Args:
+        special: the tokenizer's special tokens.
+        mask_prob: share of the (non-special, non-padding) tokens to predict.
+        replacement: probabilities (mask, random, keep) for a predicted token.
+        masking: ``"dynamic"`` (RoBERTa) or ``"static"`` (BERT, with ``dupe_factor``).
+        dupe_factor: number of distinct static corruptions of each example.
+        seed: seed of the static corruption.
+        max_predictions: cap on predictions per sequence (BERT's ``max_predictions_per_seq``,
+            20 at length 128); None = no cap.
+        sparse: vocabulary projection only at predicted positions.
+        weight: multiplies the loss when combined with other objectives.
+    """
+
+    name = "mlm"
+    head_names = ("mlm",)
+    corrupts_tokens = True
+    salt = 1
+
+    def __init__(self, special: SpecialTokens, mask_prob: float = 0.15,
+                 replacement: tuple[float, float, float] = (0.8, 0.1, 0.1),
+                 masking: str = "dynamic", dupe_factor: int = 10, seed: int = 0,
+                 max_predictions: int | None = None, sparse: bool = True, weight: float = 1.0):
+        super().__init__(special, weight)
+        special.require_mask()
+        if masking not in MASKING_MODES:
+            raise LmlabError(f"unknown masking mode {masking!r}",
+                             f"use one of {', '.join(MASKING_MODES)}")
+        if int(dupe_factor) < 1:
+            raise LmlabError(f"dupe_factor {dupe_factor} must be at least 1",
+                             "use 10 as BERT did, or masking='dynamic'")
+        self.mask_prob = check_rate(mask_prob)
+        self.replacement = check_split(replacement)
+        self.masking = masking
+        self.dupe_factor = int(dupe_factor)
+        self.seed = int(seed)
+        self.max_predictions = max_predictions
+        self.sparse = bool(sparse)
+        pool = np.setdiff1d(np.arange(special.vocab_size), np.asarray(special.special_ids))
+        self._random_pool = pool.astype(np.int64)
+        self._special_ids = np.asarray(special.special_ids, dtype=np.int64)
+
+    @property
+    def static(self) -> bool:
+        return self.masking == "static"
+
+    def data_epoch(self, epoch: int) -> int:
+        return epoch % self.dupe_factor if self.static else epoch
+
+    # -- corruption ------------------------------------------------------------------------------
+    def choose(self, candidates: np.ndarray, word_starts: np.ndarray | None,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, Any]:
+        """Positions to predict in one row: (chosen mask, replacement groups or None, extra)."""
+        return choose_tokens(candidates, self.mask_prob, rng, self.max_predictions), None, None
+
+    def mask_rows(self, batch: dict[str, torch.Tensor], rng: torch.Generator
+                  ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        """Corrupted ids (B, T), labels (B, T) and each row's ``extra`` from :meth:`choose`."""
+        ids = batch["input_ids"].numpy()
+        attention = (batch["attention_mask"].numpy() if "attention_mask" in batch
+                     else (ids != self.special.pad_id))
+        word_starts = batch["word_starts"].numpy() if "word_starts" in batch else None
+        generators = self.row_generators(batch, rng, self.static, self.seed, self.dupe_factor)
+        corrupted = np.empty(ids.shape, dtype=np.int64)
+        labels = np.empty(ids.shape, dtype=np.int64)
+        extras = []
+        all_candidates = candidate_mask(ids, attention, self._special_ids)  # (B, T)
+        for row, gen in enumerate(generators):
+            candidates = all_candidates[row]
+            starts = None if word_starts is None else word_starts[row]
+            chosen, groups, extra = self.choose(candidates, starts, gen)
+            corrupted[row], labels[row] = replace_tokens(
+                ids[row], chosen, self.replacement, gen, self.special.mask_id,
+                self._random_pool, groups)
+            extras.append(extra)
+        return corrupted, labels, extras
+
+    def corrupt(self, batch: dict[str, torch.Tensor],
+                rng: torch.Generator) -> dict[str, torch.Tensor]:
+        """``input_ids`` corrupted and ``labels`` (original ids where predicted, else -100)."""
+        corrupted, labels, _ = self.mask_rows(batch, rng)
+        out = dict(batch)
+        out["input_ids"] = torch.from_numpy(corrupted)
+        out["labels"] = torch.from_numpy(labels)
+        return out
+
+    # -- loss ------------------------------------------------------------------------------------
+    def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
+               pooled: torch.Tensor | None) -> ObjectiveResult:
+        if "labels" not in batch:
+            raise LmlabError("the batch has no 'labels' for the masked-LM loss",
+                             "corrupt batches with objective.corrupt (PretrainingStream does)")
+        labels = batch["labels"]
+        positions = labels != IGNORE_INDEX  # (B, T)
+        count = int(positions.sum())
+        head = model.heads["mlm"]
+        if self.sparse:
+            logits = model.run_head("mlm", hidden, pooled, positions=positions)  # (N, V)
+            targets = labels[positions]  # (N,)
+        else:
+            logits = model.run_head("mlm", hidden, pooled)  # (B, T, V)
+            targets = labels
+        if count == 0:
+            loss = logits.sum() * 0.0
+            return ObjectiveResult(loss, {"mlm_loss": 0.0, "mlm_accuracy": 0.0}, 0)
+        loss = head.loss(logits, targets)
+        with torch.no_grad():
+            predicted = logits.argmax(-1)
+            correct = (predicted == targets) & (targets != IGNORE_INDEX)
+            accuracy = float(correct.sum()) / count
+        return ObjectiveResult(loss, {"mlm_loss": float(loss.detach()),
+                                      "mlm_accuracy": accuracy}, count)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, mask_prob={self.mask_prob}, "
+                f"replacement={self.replacement}, masking={self.masking!r}, "
+                f"dupe_factor={self.dupe_factor}, sparse={self.sparse}")
+
+
+class WholeWordMaskedLM(MaskedLM):
+    """Masked LM where every piece of a chosen word is masked (BERT's whole-word masking).
+
+    Words come from the batch's ``word_starts`` (B, T) mask, which the shards store for every
+    tokenizer (WordPiece, byte-level BPE, Unigram): a word is what the pre-tokenizer split off.
+    """
+
+    name = "wwm"
+    salt = 2
+
+    def choose(self, candidates: np.ndarray, word_starts: np.ndarray | None,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, Any]:
+        if word_starts is None:
+            raise LmlabError("whole-word masking needs 'word_starts' in the batch",
+                             "build batches with PretrainingStream from token shards (they "
+                             "store word starts)")
+        chosen = choose_whole_words(candidates, word_starts, self.mask_prob, rng,
+                                    self.max_predictions)
+        return chosen, None, None

@@ -1,0 +1,142 @@
+"""Objectives by name, and ``build_objective("mlm,sop", special, **hparams)``.
+
+The registry maps a name to a factory ``factory(special: SpecialTokens, **hparams) -> Objective``
+or to a lazy ``"module:attribute"`` string, so listing names never imports torch. Other modules
+add theirs with :func:`register_objective` (the decoder objectives do, from
+``lmlab.objectives.causal``, which is imported on first use of an unknown name).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.errors import LmlabError
+
+_REGISTRY: dict[str, Callable[..., Any] | str] = {
+    "mlm": "lmlab.objectives.mlm:MaskedLM",
+    "wwm": "lmlab.objectives.mlm:WholeWordMaskedLM",
+    "span": "lmlab.objectives.span:SpanMaskedLM",
+    "nsp": "lmlab.objectives.sentence_pairs:NextSentencePrediction",
+    "sop": "lmlab.objectives.sentence_pairs:SentenceOrderPrediction",
+    "rtd": "lmlab.objectives.electra:ReplacedTokenDetection",
+    # decoder objectives (lmlab.objectives.causal registers them again when imported)
+    "clm": "lmlab.objectives.causal:CausalLM",
+    "prefix-lm": "lmlab.objectives.causal:PrefixLM",
+}
+_ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "wwm"}
+# Modules that register objectives when imported; tried when a name is not (yet) known.
+_PLUGIN_MODULES = ("lmlab.objectives.causal",)
+_plugins_loaded = False
+
+
+def register_objective(name: str, factory: Callable[..., Any] | str) -> None:
+    """Make ``name`` buildable by :func:`build_objective`.
+
+    Args:
+        name: the objective's name in specs like ``"mlm,sop"`` (no commas or spaces).
+        factory: ``factory(special: SpecialTokens, **hparams) -> Objective`` (an Objective
+            subclass works), or ``"module:attribute"`` naming one, imported on first use.
+    """
+    if not name or "," in name or name != name.strip():
+        raise LmlabError(f"objective name {name!r} is not valid",
+                         "use a short name without commas or spaces, e.g. 'clm'")
+    _REGISTRY[name] = factory
+
+
+def available_objectives() -> list[str]:
+    """Names :func:`build_objective` accepts (without importing the objectives' modules)."""
+    return sorted(_REGISTRY)
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for module in _PLUGIN_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name != module:
+                raise
+
+
+def get_factory(name: str) -> Callable[..., Any]:
+    """The factory registered under ``name`` (resolving lazy ``module:attribute`` strings)."""
+    name = _ALIASES.get(name, name)
+    if name not in _REGISTRY:
+        _load_plugins()
+    if name not in _REGISTRY:
+        raise LmlabError(f"unknown objective {name!r}",
+                         f"available objectives: {', '.join(available_objectives())}")
+    factory = _REGISTRY[name]
+    if isinstance(factory, str):
+        module_name, attribute = factory.split(":")
+        factory = getattr(importlib.import_module(module_name), attribute)
+        _REGISTRY[name] = factory
+    return factory
+
+
+def _accepted(factory: Callable[..., Any]) -> tuple[set[str], bool]:
+    """Keyword names a factory takes, and whether it takes ``**kwargs``."""
+    signature = inspect.signature(factory)
+    names, var = set(), False
+    for parameter in signature.parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            var = True
+        elif parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                inspect.Parameter.KEYWORD_ONLY):
+            names.add(parameter.name)
+    names.discard("self")
+    names.discard("special")
+    return names, var
+
+
+def build_objective(spec: str, tokenizer_info: SpecialTokens, **hparams: Any) -> Any:
+    """Build the objective named by ``spec``: one name (``"mlm"``) or several joined by commas
+    (``"mlm,sop"``, composed into a :class:`~lmlab.objectives.combined.CombinedObjective`).
+
+    Each hyperparameter goes to every component that accepts it (``mask_prob`` reaches the
+    masking objective, not SOP); a key written ``"name.key"`` (``"span.max_span_length"``)
+    goes only to that component. A hyperparameter no component accepts is an error, so a typo
+    never silently trains something else.
+    """
+    if not isinstance(tokenizer_info, SpecialTokens):
+        raise LmlabError(f"tokenizer_info must be SpecialTokens, not {type(tokenizer_info).__name__}",
+                         "build it with SpecialTokens.from_tokenizer(tokenizer)")
+    names = [part.strip() for part in spec.split(",") if part.strip()]
+    if not names:
+        raise LmlabError(f"empty objective spec {spec!r}", "name one, e.g. 'mlm' or 'mlm,sop'")
+    if len({_ALIASES.get(n, n) for n in names}) != len(names):
+        raise LmlabError(f"objective spec {spec!r} names an objective twice", "list each once")
+    used: set[str] = set()
+    components = []
+    for name in names:
+        canonical = _ALIASES.get(name, name)
+        factory = get_factory(canonical)
+        accepted, var = _accepted(factory)
+        kwargs: dict[str, Any] = {}
+        for key, value in hparams.items():
+            prefix, dot, short = key.partition(".")
+            if dot:
+                if _ALIASES.get(prefix, prefix) == canonical:
+                    kwargs[short] = value
+                    used.add(key)
+            elif key in accepted or var:
+                kwargs[key] = value
+                used.add(key)
+        components.append(factory(tokenizer_info, **kwargs))
+    unused = sorted(set(hparams) - used)
+    if unused:
+        raise LmlabError(f"hyperparameters {unused} are not used by objective(s) {names}",
+                         "check the spelling; see docs/objectives.md for each objective's "
+                         "parameters")
+    if len(components) == 1:
+        return components[0]
+    from lmlab.objectives.combined import CombinedObjective
+
+    return CombinedObjective(components)

@@ -1,0 +1,106 @@
+"""The token ids an objective needs to know: padding, [CLS]/[SEP], [MASK], and which ids are
+special (never masked, never drawn as random replacements).
+
+Kept free of torch so the CLI can build one cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmlab.utils.errors import LmlabError
+
+# Token strings tried, in order, for each role when a raw ``tokenizers.Tokenizer`` is given.
+_ROLE_TOKENS = {
+    "pad_id": ("[PAD]", "<pad>"),
+    "cls_id": ("[CLS]", "<s>"),
+    "sep_id": ("[SEP]", "</s>"),
+    "mask_id": ("[MASK]", "<mask>"),
+    "bos_id": ("<s>",),
+    "eos_id": ("</s>",),
+    "unk_id": ("[UNK]", "<unk>"),
+}
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Vocabulary size and special-token ids of the tokenizer an objective works with.
+
+    ``special_ids`` lists every id that is not text ([PAD], [CLS], [SEP], [MASK], [UNK], ...):
+    masking never selects them and random replacement never draws them.
+    """
+
+    vocab_size: int
+    pad_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    special_ids: tuple[int, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        ids = {self.pad_id, self.cls_id, self.sep_id, *self.special_ids}
+        ids |= {i for i in (self.mask_id, self.bos_id, self.eos_id) if i is not None}
+        bad = sorted(i for i in ids if not 0 <= i < self.vocab_size)
+        if bad:
+            raise LmlabError(f"special token ids {bad} lie outside the vocabulary "
+                             f"(size {self.vocab_size})",
+                             "build SpecialTokens from the tokenizer the shards were written with")
+        object.__setattr__(self, "special_ids", tuple(sorted(ids)))
+
+    def require_mask(self) -> int:
+        """The [MASK] id; an error naming the fix when the tokenizer has none."""
+        if self.mask_id is None:
+            raise LmlabError("the tokenizer has no mask token, which masked-LM objectives need",
+                             "use a tokenizer trained with a [MASK]/<mask> special token")
+        return self.mask_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vocab_size": self.vocab_size, "pad_id": self.pad_id, "cls_id": self.cls_id,
+                "sep_id": self.sep_id, "mask_id": self.mask_id, "bos_id": self.bos_id,
+                "eos_id": self.eos_id, "special_ids": list(self.special_ids)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> SpecialTokens:
+        values = dict(values)
+        values["special_ids"] = tuple(values.get("special_ids", ()))
+        return cls(**values)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> SpecialTokens:
+        """From an ``lmlab.Tokenizer`` (by role) or a raw ``tokenizers.Tokenizer`` (by the usual
+        BERT / RoBERTa token strings)."""
+        if hasattr(tokenizer, "cls_token_id"):  # lmlab.Tokenizer (or a transformers tokenizer)
+            pad, cls_, sep = (tokenizer.pad_token_id, tokenizer.cls_token_id,
+                              tokenizer.sep_token_id)
+            if cls_ is None:
+                cls_ = tokenizer.bos_token_id
+            if sep is None:
+                sep = tokenizer.eos_token_id
+            if pad is None or cls_ is None or sep is None:
+                raise LmlabError("the tokenizer lacks a pad, cls/bos or sep/eos token",
+                                 "pretraining encoders needs [PAD], [CLS] and [SEP] (or <pad>, "
+                                 "<s>, </s>); train the tokenizer with a bert or roberta template")
+            return cls(vocab_size=len(tokenizer), pad_id=pad, cls_id=cls_, sep_id=sep,
+                       mask_id=tokenizer.mask_token_id, bos_id=tokenizer.bos_token_id,
+                       eos_id=tokenizer.eos_token_id,
+                       special_ids=tuple(i for i in tokenizer.all_special_ids if i is not None))
+        if hasattr(tokenizer, "token_to_id"):  # tokenizers.Tokenizer
+            found: dict[str, int | None] = {}
+            for role, tokens in _ROLE_TOKENS.items():
+                found[role] = next((tokenizer.token_to_id(t) for t in tokens
+                                    if tokenizer.token_to_id(t) is not None), None)
+            if found["pad_id"] is None or found["cls_id"] is None or found["sep_id"] is None:
+                raise LmlabError("could not find [PAD]/[CLS]/[SEP] (or <pad>/<s>/</s>) in the "
+                                 "tokenizer's vocabulary",
+                                 "build SpecialTokens(...) by hand with the right ids")
+            added = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special]
+            special = tuple(tokenizer.token_to_id(t) for t in added)
+            unk = found.pop("unk_id")
+            extra = (unk,) if unk is not None else ()
+            return cls(vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+                       special_ids=special + extra, **found)
+        raise LmlabError(f"cannot read special tokens from a {type(tokenizer).__name__}",
+                         "pass an lmlab.Tokenizer or a tokenizers.Tokenizer")

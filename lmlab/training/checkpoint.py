@@ -1,0 +1,220 @@
+"""Checkpoints that resume a run exactly, written so a kill at any moment leaves a usable one.
+
+Layout of ``out_dir/checkpoints/step-N/``::
+
+    model.safetensors       model weights, one copy of tied tensors (aliases in the metadata)
+    objective.safetensors   the objective's own parameters (ELECTRA's generator), if any
+    optimizer.pt            optimizer state (torch.save; loaded with weights_only=True)
+    rng-rank{R}.pt          torch CPU (+ CUDA) generator states of rank R (dropout masks)
+    state.json              step, tokens, elapsed, data-stream position, python/numpy RNG,
+                            metrics so far: everything else, as JSON
+
+Atomicity: everything is written into ``step-N.tmp/``, each file and the folder are fsynced,
+then the folder is renamed to ``step-N`` (rename is atomic) and the parent fsynced. A folder
+without ``.tmp`` is therefore complete; leftover ``.tmp`` folders are deleted on the next save.
+
+Why torch.save for the optimizer: its state is nested dicts of tensors and numbers that only we
+write; it is read back with ``torch.load(weights_only=True)``, which refuses arbitrary pickled
+objects, so a tampered file cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.utils.errors import LmlabError
+
+STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+# -- tensors with shared storage ----------------------------------------------------------------
+def split_tied(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Drop every tensor that shares storage with an earlier one (safetensors refuses shared
+    tensors); returns (unique tensors, {alias: kept name})."""
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    owners: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if tensor.numel() and key in owners:
+            aliases[name] = owners[key]
+            continue
+        owners[key] = name
+        unique[name] = tensor.detach().contiguous().cpu()
+    return unique, aliases
+
+
+def save_state(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Write a state dict to a safetensors file (tied tensors stored once, aliases in metadata)."""
+    from safetensors.torch import save_file
+
+    unique, aliases = split_tied(state)
+    save_file(unique, str(path), metadata={"lmlab_aliases": json.dumps(aliases)})
+
+
+def load_state(path: Path) -> dict[str, torch.Tensor]:
+    """Read a file written by :func:`save_state`, re-creating the aliased entries."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata() or {}
+    aliases = json.loads(metadata.get("lmlab_aliases", "{}"))
+    state = load_file(str(path))
+    for alias, owner in aliases.items():
+        state[alias] = state[owner]
+    return state
+
+
+def load_into(module: nn.Module, state: dict[str, torch.Tensor], source: Path | str) -> None:
+    """Load ``state`` into ``module`` strictly (then re-tie shared weights)."""
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise LmlabError(f"checkpoint {source} does not match the model: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}",
+                         "resume with the same model configuration and objective as the run")
+    if hasattr(module, "tie_weights"):
+        module.tie_weights()
+
+
+def save_module(module: nn.Module, path: Path) -> None:
+    """Write ``module``'s weights to ``path`` (safetensors)."""
+    save_state(module.state_dict(), path)
+
+
+def load_module(module: nn.Module, path: Path) -> None:
+    """Load weights written by :func:`save_module` into ``module``."""
+    load_into(module, load_state(path), path)
+
+
+# -- RNG ------------------------------------------------------------------------------------------
+def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(JSON-able python/numpy states, torch generator states)."""
+    import numpy as np
+
+    py = random.getstate()
+    np_state = np.random.get_state()
+    json_state = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]),
+                  float(np_state[4])],
+    }
+    tensors = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for index, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda{index}"] = state
+    return json_state, tensors
+
+
+def set_rng_state(json_state: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+    import numpy as np
+
+    version, internal, gauss = json_state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = json_state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["cpu"])
+    if torch.cuda.is_available():
+        cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda"))]
+        if cuda:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+# -- files ----------------------------------------------------------------------------------------
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for child in path.iterdir():
+        if child.is_file():
+            with open(child, "rb+") as handle:
+                os.fsync(handle.fileno())
+    _fsync_dir(path)
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints as (step, folder), oldest first."""
+    if not checkpoints_dir.is_dir():
+        return []
+    found = []
+    for child in checkpoints_dir.iterdir():
+        match = STEP_DIR.match(child.name)
+        if match and child.is_dir() and (child / "state.json").is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
+    found = list_checkpoints(checkpoints_dir)
+    return found[-1][1] if found else None
+
+
+def staging_dir(checkpoints_dir: Path, step: int) -> Path:
+    """The ``step-N.tmp`` folder a checkpoint is assembled in (created empty)."""
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    for child in checkpoints_dir.glob("*.tmp"):  # remains of a run killed mid-save
+        shutil.rmtree(child, ignore_errors=True)
+    tmp = checkpoints_dir / f"step-{step}.tmp"
+    tmp.mkdir()
+    return tmp
+
+
+def write_rng(tmp: Path, rank: int) -> dict[str, Any]:
+    """Write rank ``rank``'s torch generator states into ``tmp``; returns python/numpy states."""
+    json_state, tensors = rng_state()
+    torch.save(tensors, tmp / f"rng-rank{rank}.pt")
+    return json_state
+
+
+def write_checkpoint(tmp: Path, model_state: dict[str, torch.Tensor],
+                     objective_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any],
+                     state: dict[str, Any]) -> None:
+    """Write model, objective, optimizer and ``state`` into the staging folder ``tmp``."""
+    save_state(model_state, tmp / "model.safetensors")
+    if objective_state:
+        save_state(objective_state, tmp / "objective.safetensors")
+    torch.save(optimizer_state, tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps(state, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def commit(tmp: Path, keep_last: int) -> Path:
+    """fsync and rename ``step-N.tmp`` to ``step-N``; delete all but the last ``keep_last``."""
+    _fsync_tree(tmp)
+    final = tmp.with_name(tmp.name[: -len(".tmp")])
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    for _, old in list_checkpoints(final.parent)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    return json.loads((path / "state.json").read_text(encoding="utf-8"))
+
+
+def load_optimizer_state(path: Path) -> dict[str, Any]:
+    return torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+
+
+def load_rng(path: Path, rank: int) -> dict[str, torch.Tensor]:
+    """Rank ``rank``'s generator states (rank 0's when the run had fewer ranks)."""
+    file = path / f"rng-rank{rank}.pt"
+    if not file.is_file():
+        file = path / "rng-rank0.pt"
+    return torch.load(file, map_location="cpu", weights_only=True)

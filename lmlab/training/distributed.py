@@ -1,0 +1,200 @@
+"""Scale-out with PyTorch's own tools: the same trainer under ``torchrun --nproc-per-node N``.
+
+- :func:`init_distributed` reads torchrun's environment (``RANK``, ``WORLD_SIZE``,
+  ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``) and starts the process group: gloo on CPU,
+  nccl on GPU. Without those variables everything runs in one process.
+- Data: every rank reads the *same* global batch sequence and keeps its contiguous slice
+  ``[r B/N, (r+1) B/N)`` (:class:`RankSlice`). So N ranks at per-rank batch B/N see exactly the
+  batches of one process at batch B, and "same global batch" runs can be compared step by step.
+  (Each rank corrupts the whole global batch and discards the rest: collate work is N-fold, model
+  work is not; for the sizes lmlab runs that is the cheap side.)
+- Gradients: DDP averages over ranks. The trainer weights each rank's loss by its number of
+  predictions so the result is the global per-token mean (see ``Trainer._backward``).
+- Rank 0 alone writes logs, reports, the final model and checkpoint files; every rank writes its
+  own RNG state into the checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lmlab.utils.errors import LmlabError
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: rank, world size, local rank, and whether a group is running."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    active: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def launched_by_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def init_distributed(device: torch.device) -> DistInfo:
+    """Start the process group if torchrun launched us (idempotent); one-process info otherwise."""
+    import torch.distributed as dist
+
+    if not launched_by_torchrun():
+        return DistInfo()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if world == 1:
+        return DistInfo(rank=0, world_size=1, local_rank=local)
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend=backend)
+    return DistInfo(rank=rank, world_size=world, local_rank=local, active=True)
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto``: the local GPU when there is one, else CPU."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank if launched_by_torchrun() else 0)
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise LmlabError(f"device {name!r} was asked for but CUDA is not available",
+                         "use --device cpu (or auto)")
+    return device
+
+
+def barrier(info: DistInfo) -> None:
+    if info.active:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
+    """Sum a few floats over ranks (one collective)."""
+    if not info.active:
+        return values
+    import torch.distributed as dist
+
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def broadcast_object(obj: Any, info: DistInfo) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if not info.active:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def broadcast_module(module: torch.nn.Module) -> None:
+    """Copy rank 0's parameters and buffers to every rank (in place)."""
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(tensor.data, src=0)
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.active:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class RankSlice:
+    """Wrap a stream of global batches; yield rank ``rank``'s contiguous share of each.
+
+    Tensors whose first dimension is the global batch size are sliced; others (scalars,
+    per-batch values) are passed through. ``state_dict``/``load_state_dict`` delegate to the
+    wrapped stream, whose position is the same on every rank.
+    """
+
+    def __init__(self, stream: Any, rank: int, world_size: int):
+        self.stream = stream
+        self.rank = rank
+        self.world_size = world_size
+
+    def _slice(self, batch: dict[str, Any]) -> dict[str, Any]:
+        sizes = {v.shape[0] for v in batch.values() if isinstance(v, torch.Tensor) and v.dim()}
+        if not sizes:
+            return batch
+        size = max(sizes)
+        if size % self.world_size:
+            raise LmlabError(f"global batch size {size} is not divisible by {self.world_size} "
+                             "processes", "choose a batch size that is a multiple of the "
+                             "process count")
+        share = size // self.world_size
+        lo, hi = self.rank * share, (self.rank + 1) * share
+        return {k: (v[lo:hi] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == size
+                    else v) for k, v in batch.items()}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for batch in self.stream:
+            yield self._slice(batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.load_state_dict(state)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+class LossModule(torch.nn.Module):
+    """Model + objective as one module whose forward returns the loss.
+
+    DDP/FSDP hook into a module's forward; objectives call several pieces of the model (the
+    stack, then a head at masked positions), so the whole loss computation is the forward that
+    gets wrapped. Returns ``(loss, metrics, num_predictions)``.
+    """
+
+    def __init__(self, model: torch.nn.Module, objective: torch.nn.Module):
+        super().__init__()
+        self.model = model
+        self.objective = objective
+
+    def forward(self, batch: dict[str, torch.Tensor]):
+        result = self.objective.compute_loss(self.model, batch)
+        return result.loss, dict(result.metrics), int(result.num_predictions)
+
+
+def wrap(module: LossModule, strategy: str, info: DistInfo, device: torch.device
+         ) -> torch.nn.Module:
+    """Wrap ``module`` for ``strategy`` (``ddp``/``fsdp``) when a process group is running."""
+    if not info.active:
+        return module
+    if strategy == "fsdp":
+        # FSDP2 (fully_shard): works on CPU with gloo, unlike FSDP1 (accelerator only). One unit
+        # over everything: tied embeddings/decoder must live in one unit. Parameters become
+        # DTensors sharded over ranks; rank 0's initial weights are broadcast first.
+        from torch.distributed.fsdp import fully_shard
+
+        broadcast_module(module)
+        fully_shard(module)
+        return module
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DDP(module, device_ids=ids, find_unused_parameters=True)

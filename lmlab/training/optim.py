@@ -1,0 +1,84 @@
+"""AdamW with BERT's weight-decay exclusions.
+
+BERT (``optimization.py``: ``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]``)
+decays every weight matrix *including the embeddings* and exempts biases and LayerNorm
+weights. We do the same, recognising norms by module type (LayerNorm and RMSNorm), not by name.
+Tied parameters (input embeddings = MLM decoder) are listed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.models.core.norms import RMSNorm
+
+NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, RMSNorm, nn.GroupNorm,
+                                           nn.BatchNorm1d)
+
+
+def no_decay_names(module: nn.Module) -> set[str]:
+    """Qualified names of the parameters of ``module`` that must not be weight-decayed: every
+    bias and every parameter of a normalisation layer."""
+    names: set[str] = set()
+    for module_name, sub in module.named_modules():
+        for param_name, _ in sub.named_parameters(recurse=False):
+            full = f"{module_name}.{param_name}" if module_name else param_name
+            if param_name == "bias" or param_name.endswith("_bias") or isinstance(sub, NORM_TYPES):
+                names.add(full)
+    return names
+
+
+def param_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict[str, Any]]:
+    """Two AdamW groups over the trainable parameters of ``modules`` (model, objective):
+    ``decay`` (weight matrices, embeddings) and ``no_decay`` (biases, norm weights).
+
+    Each group carries ``names`` (for logs and tests); torch ignores extra keys.
+    """
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    decay_names: list[str] = []
+    no_decay_names_: list[str] = []
+    seen: set[int] = set()
+    for index, module in enumerate(modules):
+        exempt = no_decay_names(module)
+        for name, parameter in module.named_parameters():
+            if not parameter.requires_grad or id(parameter) in seen:
+                continue
+            seen.add(id(parameter))
+            label = f"{index}:{name}"
+            if name in exempt:
+                no_decay.append(parameter)
+                no_decay_names_.append(label)
+            else:
+                decay.append(parameter)
+                decay_names.append(label)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay, "names": decay_names, "group": "decay"},
+        {"params": no_decay, "weight_decay": 0.0, "names": no_decay_names_, "group": "no_decay"},
+    ]
+    return [group for group in groups if group["params"]]
+
+
+def build_optimizer(groups: list[dict[str, Any]], lr: float, betas: tuple[float, float],
+                    eps: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over ``groups``; each group's ``lr`` defaults to ``lr`` and is kept as
+    ``initial_lr`` so schedules multiply it (discriminative LRs survive scheduling)."""
+    prepared = []
+    for group in groups:
+        group = dict(group)
+        group.setdefault("lr", lr)
+        group.setdefault("weight_decay", weight_decay)
+        group["initial_lr"] = group["lr"]
+        prepared.append(group)
+    return torch.optim.AdamW(prepared, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, factor: float) -> float:
+    """Set every group's LR to ``initial_lr * factor``; returns the first group's LR."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] * factor
+    return optimizer.param_groups[0]["lr"]

@@ -1,0 +1,169 @@
+"""What a finished run leaves for people: the final model folder and ``report.md``.
+
+``report.md`` holds a summary (steps, tokens, time, stop reason), the hyperparameters and speed
+settings, the last evaluation, the loss curve (``loss.png``, matplotlib's Agg backend) and the
+cost report (``cost.md`` from :mod:`lmlab.cost`, when the run tracked cost). ``lmlab runs show``
+prints it; :func:`run_summary` rebuilds the summary from the files of a run still in progress.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lmlab.training.metrics_log import read_metrics
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_path, atomic_write_json, atomic_write_text
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model")
+
+
+def copy_tokenizer(tokenizer_dir: Path, target: Path) -> list[Path]:
+    """Copy the tokenizer files of ``tokenizer_dir`` (or the file itself) into ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    sources = [tokenizer_dir] if tokenizer_dir.is_file() else [
+        tokenizer_dir / name for name in TOKENIZER_FILES if (tokenizer_dir / name).is_file()]
+    copied = []
+    for source in sources:
+        with atomic_path(target / source.name) as tmp:
+            shutil.copyfile(source, tmp)
+        copied.append(target / source.name)
+    return copied
+
+
+def save_final_model(model: Any, path: Path, tokenizer_dir: Path | None = None) -> Path:
+    """Write the trained model as a loadable folder (+ tokenizer files).
+
+    The Hugging Face format (:func:`lmlab.interop.hf.save_pretrained`) is used when the family
+    and heads have a mapping; otherwise lmlab's own: ``config.json`` (TransformerConfig plus
+    ``lmlab_heads``) and ``model.safetensors`` (tied tensors once).
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    saved = False
+    try:
+        from lmlab.interop.hf import save_pretrained
+
+        save_pretrained(model, path)
+        saved = True
+    except ImportError:
+        pass
+    except (LmlabError, KeyError, ValueError) as error:
+        print(f"lmlab: the final model has no Hugging Face mapping ({error}); writing lmlab's "
+              "own format", flush=True)
+    if not saved:
+        from safetensors.torch import save_file
+
+        from lmlab.training.checkpoint import split_tied
+
+        unique, aliases = split_tied(model.state_dict())
+        with atomic_path(path / "model.safetensors") as tmp:
+            save_file(unique, str(tmp), metadata={"lmlab_aliases": json.dumps(aliases)})
+        config = model.config.to_dict()
+        config["lmlab_heads"] = list(model.heads.keys())
+        atomic_write_json(path / "config.json", config)
+    if tokenizer_dir is not None and Path(tokenizer_dir).exists():
+        copy_tokenizer(Path(tokenizer_dir), path)
+    return path
+
+
+def plot_losses(records: list[dict[str, Any]], path: Path) -> Path | None:
+    """Training loss (and eval loss) against tokens, as a PNG; None when there is nothing."""
+    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("loss"), float)]
+    if not train:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evals = [r for r in records if r.get("kind") == "eval" and "eval_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.plot([r["tokens"] for r in train], [r["loss"] for r in train], label="train loss", lw=1)
+    if evals:
+        ax.plot([r["tokens"] for r in evals], [r["eval_loss"] for r in evals], "o-",
+                label="validation loss")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    return path
+
+
+def run_summary(run_dir: Path) -> dict[str, Any]:
+    """Steps, tokens, time, last loss and last evaluation of a run, from its files."""
+    run_dir = Path(run_dir)
+    records = read_metrics(run_dir / "metrics.jsonl")
+    train = [r for r in records if r.get("kind") == "train"]
+    evals = [r for r in records if r.get("kind") == "eval"]
+    diverged = [r for r in records if r.get("kind") == "diverged"]
+    last = train[-1] if train else {}
+    tps = [r["tokens_per_s"] for r in train[1:] if "tokens_per_s" in r] or \
+        [r["tokens_per_s"] for r in train if "tokens_per_s" in r]
+    return {
+        "steps": last.get("step", 0), "tokens": last.get("tokens", 0),
+        "elapsed": last.get("elapsed", 0.0), "last_loss": last.get("loss"),
+        "first_loss": train[0].get("loss") if train else None,
+        "median_tokens_per_s": sorted(tps)[len(tps) // 2] if tps else None,
+        "last_eval": {k: v for k, v in (evals[-1] if evals else {}).items()
+                      if k.startswith("eval_") or k == "step"},
+        "diverged_at": diverged[-1]["step"] if diverged else None,
+    }
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def write_report(run_dir: Path) -> Path:
+    """Write ``report.md`` and ``loss.png`` of a run directory; returns the report's path."""
+    run_dir = Path(run_dir)
+    config_file = run_dir / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    records = read_metrics(run_dir / "metrics.jsonl")
+    summary = run_summary(run_dir)
+    plot = plot_losses(records, run_dir / "loss.png")
+    lines = [f"# Run report: {run_dir.name}", "", "## Summary", ""]
+    lines += [f"- steps: {summary['steps']:,}", f"- tokens: {summary['tokens']:,}",
+              f"- wall time: {summary['elapsed']:.1f} s",
+              f"- loss: {_fmt(summary['first_loss'])} (first logged) -> "
+              f"{_fmt(summary['last_loss'])} (last logged)"]
+    if summary["median_tokens_per_s"] is not None:
+        lines.append(f"- throughput: {summary['median_tokens_per_s']:,.0f} tokens/s (median of "
+                     "logged windows)")
+    if summary["diverged_at"] is not None:
+        lines.append(f"- DIVERGED at step {summary['diverged_at']}")
+    for key in ("model", "objective", "data"):
+        if key in config:
+            value = config[key]
+            text = (", ".join(f"{k}={v}" for k, v in value.items())
+                    if isinstance(value, dict) else str(value))
+            lines.append(f"- {key}: {text}")
+    lines += ["", "## Last evaluation", ""]
+    if summary["last_eval"]:
+        lines += ["| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {_fmt(v)} |" for k, v in summary["last_eval"].items()]
+    else:
+        lines.append("no evaluation was run (no validation batches)")
+    if plot is not None:
+        lines += ["", "## Loss curve", "", "![loss curve](loss.png)"]
+    for section, title in (("hparams", "Hyperparameters (change the result)"),
+                           ("speed", "Speed settings (do not change the result)")):
+        if section in config:
+            lines += ["", f"## {title}", "", "| setting | value |", "|---|---|"]
+            lines += [f"| {k} | {_fmt(v)} |" for k, v in sorted(config[section].items())]
+    cost = run_dir / "cost.md"
+    if cost.is_file():
+        lines += ["", "## Cost", "", cost.read_text(encoding="utf-8").strip()]
+    path = run_dir / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,524 @@
+"""The one training loop: pretraining now, fine-tuning and decoders reuse it.
+
+``Trainer(model, objective, stream, cfg, out_dir).train()`` runs AdamW with a schedule,
+gradient accumulation, clipping, optional bf16 autocast and torch.compile, periodic evaluation on
+fixed validation batches, atomic checkpoints every ``save_every`` steps, and stops at the first
+of a step count, a token count or a time budget. Started on an ``out_dir`` that holds
+checkpoints, it resumes from the last one *exactly*: weights, optimizer, schedule position, data
+position and every RNG (dropout included) are restored, so the losses it logs are the ones an
+uninterrupted run logs.
+
+The loss of a step is the mean over all predictions of its micro-batches and ranks: each
+micro-batch's loss is weighted by its ``num_predictions`` and the summed gradient divided by the
+global count, so gradient accumulation and DDP give the gradient of one big batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.training import checkpoint as ckpt
+from lmlab.training.config import TrainingConfig
+from lmlab.training.distributed import (
+    DistInfo,
+    LossModule,
+    RankSlice,
+    all_reduce_sum,
+    barrier,
+    init_distributed,
+    resolve_device,
+    wrap,
+)
+from lmlab.training.metrics_log import MetricsWriter, truncate_metrics
+from lmlab.training.optim import build_optimizer, param_groups, set_lr
+from lmlab.training.schedules import Schedule, estimate_horizon
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_write_json
+
+# hparams that may differ between a run and its resumption (extending a finished run)
+_RESUMABLE_CHANGES = {"max_steps", "max_tokens", "budget_seconds"}
+
+
+@dataclass
+class TrainResult:
+    """How a run ended."""
+
+    step: int
+    tokens: int
+    elapsed: float
+    stop_reason: str
+    last_loss: float | None
+    last_eval: dict[str, float] = field(default_factory=dict)
+    out_dir: Path | None = None
+    checkpoint: Path | None = None
+    cost: dict[str, Any] | None = None
+
+
+def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v)
+            for k, v in batch.items()}
+
+
+def _count_tokens(batch: dict[str, Any]) -> int:
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        return int(mask.sum())
+    ids = batch.get("input_ids")
+    return int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices)."""
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """Train ``model`` with ``objective`` on ``train_stream`` under ``cfg``, writing ``out_dir``.
+
+    Args:
+        model: a :class:`~lmlab.models.model.LanguageModel` (weights stay fp32).
+        objective: implements ``prepare(model)`` (optional) and ``compute_loss(model, batch)``
+            returning an object with ``loss``, ``metrics`` and ``num_predictions``.
+        train_stream: iterable of batches (dicts of tensors) with ``state_dict`` /
+            ``load_state_dict``; under DDP it yields *global* batches (each rank keeps its slice).
+        cfg: the :class:`TrainingConfig`.
+        out_dir: the run directory.
+        eval_batches: fixed validation batches (evaluated every ``eval_every`` steps and at the end).
+        param_groups: optimizer groups (dicts with ``params`` and optionally ``lr`` and
+            ``weight_decay``); default: decay / no-decay groups over model and objective.
+        run_info: extra JSON-able sections for ``config.json`` (model config, data, objective).
+        tokenizer_dir: a tokenizer folder copied next to the final model (self-contained).
+        track_cost: attach an :class:`lmlab.cost` tracker when that package is available.
+        measure_peak: let the cost tracker measure the CPU peak (a few seconds, cached).
+    """
+
+    def __init__(self, model: nn.Module, objective: nn.Module, train_stream: Any,
+                 cfg: TrainingConfig, out_dir: str | Path,
+                 eval_batches: Iterable[dict[str, torch.Tensor]] | None = None,
+                 param_groups: list[dict[str, Any]] | None = None,
+                 run_info: dict[str, Any] | None = None, tokenizer_dir: str | Path | None = None,
+                 track_cost: bool = True, measure_peak: bool = True):
+        self.cfg = cfg
+        self.out_dir = Path(out_dir)
+        self.model = model
+        self.objective = objective
+        self.eval_batches = list(eval_batches) if eval_batches is not None else []
+        self.custom_groups = param_groups
+        self.run_info = dict(run_info or {})
+        self.tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
+        self.track_cost = track_cost
+        self.measure_peak = measure_peak
+        if cfg.threads:
+            torch.set_num_threads(int(cfg.threads))
+        self.device = resolve_device(cfg.device, int(__import__("os").environ.get("LOCAL_RANK", 0)))
+        self.dist: DistInfo = init_distributed(self.device)
+        self.stream = (RankSlice(train_stream, self.dist.rank, self.dist.world_size)
+                       if self.dist.active else train_stream)
+        self.schedule = Schedule(cfg.schedule, cfg.warmup_steps, cfg.warmup_fraction,
+                                 cfg.min_lr_ratio, cfg.cut_frac, cfg.ratio)
+        self.checkpoints_dir = self.out_dir / "checkpoints"
+        self.step = 0
+        self.tokens = 0
+        self.elapsed_before = 0.0
+        self.last_checkpoint: Path | None = None
+        self.last_eval: dict[str, float] = {}
+        self.last_loss: float | None = None
+        self._setup_done = False
+
+    # -- setup ----------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        cfg = self.cfg
+        if self.dist.active and cfg.strategy == "fsdp" and self.custom_groups is not None:
+            raise LmlabError("custom optimizer param_groups are not supported with FSDP",
+                             "use the default groups or the ddp strategy")
+        if hasattr(self.objective, "prepare"):
+            self.objective.prepare(self.model)
+        self.model.to(self.device)
+        self.objective.to(self.device)
+        if cfg.compile:
+            self.model.compile()  # in place: parameter names and state_dict keys stay the same
+        self.loss_module = LossModule(self.model, self.objective)
+        strategy = "fsdp" if cfg.strategy == "fsdp" else "ddp"
+        self.wrapped = wrap(self.loss_module, strategy, self.dist, self.device)
+        self.fsdp = self.dist.active and strategy == "fsdp"
+        groups = self.custom_groups or param_groups([self.model, self.objective], cfg.weight_decay)
+        self.optimizer = build_optimizer(groups, cfg.lr, cfg.betas, cfg.eps, cfg.weight_decay)
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self._resume()
+        self._setup_done = True
+
+    def _resume(self) -> None:
+        path = ckpt.latest_checkpoint(self.checkpoints_dir)
+        config_file = self.out_dir / "config.json"
+        if path is None:
+            seed_everything(self.cfg.seed + self.dist.rank)
+            return
+        if config_file.is_file():
+            self._check_same_hparams(json.loads(config_file.read_text(encoding="utf-8")))
+        state = ckpt.read_state(path)
+        model_state = ckpt.load_state(path / "model.safetensors")
+        objective_file = path / "objective.safetensors"
+        objective_state = ckpt.load_state(objective_file) if objective_file.is_file() else {}
+        optimizer_state = ckpt.load_optimizer_state(path)
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            full = {f"model.{k}": v for k, v in model_state.items()}
+            full.update({f"objective.{k}": v for k, v in objective_state.items()})
+            options = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.wrapped, full, options=options)
+            set_optimizer_state_dict(self.wrapped, self.optimizer, optimizer_state, options=options)
+        else:
+            ckpt.load_into(self.model, model_state, path)
+            if objective_state:
+                ckpt.load_into(self.objective, objective_state, path)
+            self.optimizer.load_state_dict(optimizer_state)
+        self.step = int(state["step"])
+        self.tokens = int(state["tokens"])
+        self.elapsed_before = float(state["elapsed"])
+        self.last_eval = state.get("last_eval", {})
+        self.last_loss = state.get("last_loss")
+        if state.get("stream") is not None and hasattr(self.stream, "load_state_dict"):
+            self.stream.load_state_dict(state["stream"])
+        ckpt.set_rng_state(state["rng"][str(self.dist.rank)] if str(self.dist.rank) in state["rng"]
+                           else state["rng"]["0"], ckpt.load_rng(path, self.dist.rank))
+        self.last_checkpoint = path
+        if self.dist.is_main:
+            truncate_metrics(self.out_dir / "metrics.jsonl", self.step)
+            print(f"lmlab: resuming from {path} (step {self.step}, {self.tokens:,} tokens)",
+                  flush=True)
+
+    def _check_same_hparams(self, saved: dict[str, Any]) -> None:
+        before = saved.get("hparams", {})
+        now = self.cfg.to_sections()["hparams"]
+        changed = sorted(k for k in now if k in before and before[k] != now[k]
+                         and k not in _RESUMABLE_CHANGES)
+        if changed:
+            diff = ", ".join(f"{k}: {before[k]!r} -> {now[k]!r}" for k in changed)
+            raise LmlabError(f"{self.out_dir} holds a run with other hyperparameters ({diff})",
+                             "resume with the same hyperparameters, or use a new --out folder")
+
+    def _write_config(self) -> None:
+        sections = self.cfg.to_sections()
+        sections["hparams"].update(self.run_info.pop("hparams_extra", {}))
+        sections["speed"].update(self.run_info.pop("speed_extra", {}))
+        sections.update(self.run_info)
+        sections["world_size"] = self.dist.world_size
+        sections["device"] = str(self.device)
+        atomic_write_json(self.out_dir / "config.json", sections)
+
+    # -- the step -------------------------------------------------------------------------------
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16,
+                              enabled=self.cfg.precision == "bf16")
+
+    def _forward(self, batch: dict[str, torch.Tensor]):
+        with self._autocast():
+            if not self.dist.active:
+                result = self.objective.compute_loss(self.model, batch)
+                return result.loss, dict(result.metrics), int(result.num_predictions)
+            return self.wrapped(batch)
+
+    def _train_step(self, batches: Iterator[dict[str, Any]]
+                    ) -> tuple[float, dict[str, float], int, float] | None:
+        """One optimizer step over ``grad_accum`` micro-batches; returns (loss, metrics,
+        global tokens, grad norm), or None when the stream has ended."""
+        self.model.train()
+        self.objective.train()
+        weighted_loss, weight_sum, tokens = 0.0, 0.0, 0
+        metric_sums: dict[str, float] = {}
+        for micro in range(self.cfg.grad_accum):
+            try:
+                batch = _to_device(next(batches), self.device)
+            except StopIteration:  # a finite stream ran out: drop the partial step
+                self.optimizer.zero_grad(set_to_none=True)
+                return None
+            tokens += _count_tokens(batch)
+            last = micro == self.cfg.grad_accum - 1
+            sync = contextlib.nullcontext()
+            if self.dist.active and not last and hasattr(self.wrapped, "no_sync"):
+                sync = self.wrapped.no_sync()  # DDP: all-reduce once, after the last micro-batch
+            with sync:
+                loss, metrics, count = self._forward(batch)
+                weight = float(count) if count > 0 else 1.0
+                (loss * weight).backward()
+            weighted_loss += float(loss.detach()) * weight
+            weight_sum += weight
+            for key, value in metrics.items():
+                metric_sums[key] = metric_sums.get(key, 0.0) + float(value)
+        # global mean over predictions: grads hold sum_i w_i grad(L_i) (averaged over ranks)
+        weighted_loss, weight_sum, tokens_all = all_reduce_sum(
+            [weighted_loss, weight_sum, float(tokens)], self.dist, self.device)
+        scale = self.dist.world_size / weight_sum
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        # clip_grad_norm_ also returns the norm (max_norm=inf: measure without clipping);
+        # under FSDP the grads are DTensors and the norm is reduced over ranks
+        norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.params if p.grad is not None], self.cfg.clip_norm or math.inf)
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        loss_value = weighted_loss / weight_sum
+        metrics = {k: v / self.cfg.grad_accum for k, v in metric_sums.items()}
+        return loss_value, metrics, int(round(tokens_all)), grad_norm
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        """Mean loss and objective metrics over the fixed validation batches (no RNG consumed:
+        generator states are forked, so evaluating never changes the training run)."""
+        if not self.eval_batches:
+            return {}
+        if self.dist.active and not self.fsdp and not self.dist.is_main:
+            return {}
+        self.model.eval()
+        self.objective.eval()
+        sums: dict[str, float] = {}
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            for batch in self.eval_batches:
+                batch = _to_device(batch, self.device)
+                with self._autocast():
+                    if self.fsdp:
+                        loss, metrics, _ = self.wrapped(batch)
+                    else:
+                        result = self.objective.compute_loss(self.model, batch)
+                        loss, metrics = result.loss, result.metrics
+                sums["loss"] = sums.get("loss", 0.0) + float(loss)
+                for key, value in metrics.items():
+                    if key != "loss":
+                        sums[key] = sums.get(key, 0.0) + float(value)
+        out = {f"eval_{k}": v / len(self.eval_batches) for k, v in sums.items()}
+        heads = tuple(getattr(self.objective, "head_names", ()))
+        if "eval_perplexity" not in out and heads in (("mlm",), ("clm",)):
+            out["eval_perplexity"] = math.exp(min(out["eval_loss"], 50.0))
+        self.model.train()
+        self.objective.train()
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def _full_states(self) -> tuple[dict, dict, dict]:
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+                get_optimizer_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            full = get_model_state_dict(self.wrapped, options=options)
+            optim = get_optimizer_state_dict(self.wrapped, self.optimizer, options=options)
+            # clones: the gathered tensors' storages are not readable by safetensors
+            model_state = {k[len("model."):]: v.clone() for k, v in full.items()
+                           if k.startswith("model.")}
+            obj_state = {k[len("objective."):]: v.clone() for k, v in full.items()
+                         if k.startswith("objective.")}
+            return model_state, obj_state, optim
+        return self.model.state_dict(), self.objective.state_dict(), self.optimizer.state_dict()
+
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/step-N`` atomically (all ranks' RNG; the rest from rank 0)."""
+        model_state, obj_state, optim_state = self._full_states()  # collective under FSDP
+        tmp = self.checkpoints_dir / f"step-{self.step}.tmp"
+        if self.dist.is_main:
+            tmp = ckpt.staging_dir(self.checkpoints_dir, self.step)
+        barrier(self.dist)
+        rng_json = ckpt.write_rng(tmp, self.dist.rank)
+        if self.dist.active:  # gather every rank's python/numpy states into state.json
+            import torch.distributed as dist
+
+            gathered: list[Any] = [None] * self.dist.world_size
+            dist.all_gather_object(gathered, rng_json)
+            all_rng = {str(r): s for r, s in enumerate(gathered)}
+        else:
+            all_rng = {"0": rng_json}
+        barrier(self.dist)
+        final = self.checkpoints_dir / f"step-{self.step}"
+        if self.dist.is_main:
+            stream_state = (self.stream.state_dict() if hasattr(self.stream, "state_dict")
+                            else None)
+            state = {"step": self.step, "tokens": self.tokens, "elapsed": self._elapsed(),
+                     "stream": stream_state, "rng": all_rng, "last_eval": self.last_eval,
+                     "last_loss": self.last_loss, "world_size": self.dist.world_size}
+            ckpt.write_checkpoint(tmp, model_state, obj_state, optim_state, state)
+            final = ckpt.commit(tmp, self.cfg.keep_last)
+        barrier(self.dist)
+        self.last_checkpoint = final
+        return final
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return self.elapsed_before + (time.perf_counter() - self._session_start)
+
+    def _stop_reason(self, elapsed: float) -> str | None:
+        cfg = self.cfg
+        if cfg.max_steps is not None and self.step >= cfg.max_steps:
+            return "max_steps"
+        if cfg.max_tokens is not None and self.tokens >= cfg.max_tokens:
+            return "max_tokens"
+        if cfg.budget_seconds is not None and elapsed >= cfg.budget_seconds:
+            return "budget"
+        return None
+
+    def _nan_error(self, loss: float, grad_norm: float) -> LmlabError:
+        last = (f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
+                else "no checkpoint was written before it")
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm}"
+        return LmlabError(
+            f"training diverged: {what} at step {self.step + 1}; {last}",
+            "lower --lr, lengthen --warmup, keep --clip-norm on or use fp32; rerunning on the "
+            "same --out resumes from the last good checkpoint")
+
+    def train(self) -> TrainResult:
+        """Run to the first stop condition, then evaluate, checkpoint, save the model, report."""
+        if not self._setup_done:
+            self._setup()
+        cfg, main = self.cfg, self.dist.is_main
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if main:
+            self._write_config()
+        writer = MetricsWriter(self.out_dir / "metrics.jsonl",
+                               self.out_dir / "tensorboard") if main else None
+        tracker = self._cost_tracker() if main else None
+        self._session_start = time.perf_counter()
+        elapsed = self.elapsed_before
+        batches = iter(self.stream)
+        bar = self._progress_bar() if main else None
+        window = {"tokens": 0, "seconds": 0.0}
+        stop = self._stop_reason(elapsed)
+        try:
+            while stop is None:
+                horizon = estimate_horizon(self.step, self.tokens, elapsed, cfg.max_steps,
+                                           cfg.max_tokens, cfg.budget_seconds)
+                lr = set_lr(self.optimizer, self.schedule.factor(self.step, horizon))
+                started = time.perf_counter()
+                outcome = self._train_step(batches)
+                if outcome is None:
+                    stop = "end_of_data"
+                    break
+                loss, metrics, tokens, grad_norm = outcome
+                if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    if writer is not None:
+                        writer.write({"kind": "diverged", "step": self.step + 1, "loss": loss,
+                                      "grad_norm": grad_norm})
+                    raise self._nan_error(loss, grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                seconds = time.perf_counter() - started
+                self.step += 1
+                self.tokens += tokens
+                self.last_loss = loss
+                window["tokens"] += tokens
+                window["seconds"] += seconds
+                if tracker is not None:
+                    tracker.add_tokens(tokens)
+                # one elapsed value for every rank (the LR and the stop decision depend on it)
+                elapsed = all_reduce_sum([self._elapsed()], self.dist, self.device)[0]
+                elapsed /= self.dist.world_size
+                if main and (self.step % cfg.log_every == 0 or self.step == 1):
+                    record = {"kind": "train", "step": self.step, "tokens": self.tokens,
+                              "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                              "tokens_per_s": window["tokens"] / max(window["seconds"], 1e-9),
+                              "elapsed": elapsed}
+                    record.update({k: v for k, v in metrics.items() if k != "loss"})
+                    writer.write(record)
+                    window = {"tokens": 0, "seconds": 0.0}
+                if bar is not None:
+                    self._update_bar(bar, loss, seconds, tokens, horizon)
+                stop = self._stop_reason(elapsed)
+                if cfg.eval_every and self.step % cfg.eval_every == 0 and stop is None:
+                    self._log_eval(writer)
+                if cfg.save_every and self.step % cfg.save_every == 0 and stop is None:
+                    self.save_checkpoint()
+        finally:
+            if bar is not None:
+                bar.close()
+        self._log_eval(writer)
+        self.save_checkpoint()
+        cost = None
+        if tracker is not None:
+            tracker.stop()
+            cost = tracker.report()
+        if main:
+            self._finish(cost)
+            writer.close()
+        barrier(self.dist)
+        return TrainResult(step=self.step, tokens=self.tokens, elapsed=self._elapsed(),
+                           stop_reason=stop or "", last_loss=self.last_loss,
+                           last_eval=self.last_eval, out_dir=self.out_dir,
+                           checkpoint=self.last_checkpoint,
+                           cost=cost.to_dict() if cost is not None else None)
+
+    def _log_eval(self, writer: MetricsWriter | None) -> None:
+        results = self.evaluate()
+        if results:
+            self.last_eval = results
+            if writer is not None:
+                writer.write({"kind": "eval", "step": self.step, "tokens": self.tokens,
+                              "elapsed": self._elapsed(), **results})
+
+    # -- progress, cost, final outputs ----------------------------------------------------------
+    def _progress_bar(self):
+        if not self.cfg.progress:
+            return None
+        from lmlab.utils.progress import progress
+
+        return progress(desc="train", total=self.cfg.max_steps, unit="step", initial=self.step)
+
+    def _update_bar(self, bar, loss: float, seconds: float, tokens: int, horizon: float) -> None:
+        bar.update(1)
+        remaining = max(0.0, horizon - self.step) * seconds if math.isfinite(horizon) else 0.0
+        if self.cfg.budget_seconds is not None:
+            remaining = min(remaining, max(0.0, self.cfg.budget_seconds - self._elapsed()))
+        bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / max(seconds, 1e-9):,.0f}",
+                        eta=f"{remaining / 60:.1f}m", refresh=False)
+
+    def _cost_tracker(self):
+        if not self.track_cost:
+            return None
+        try:
+            from lmlab.cost.report import CostTracker
+        except ImportError:
+            return None
+        config = getattr(self.model, "config", None)
+        if config is None:
+            return None
+        heads = tuple(getattr(self.objective, "head_names", ()))
+        head = "clm" if "clm" in heads else ("mlm" if "mlm" in heads else "none")
+        tracker = CostTracker(config, self.cfg.seq_len, precision=self.cfg.precision,
+                              device=self.device.type, devices=self.dist.world_size, head=head,
+                              measure_peak=self.measure_peak)
+        return tracker.start()
+
+    def _finish(self, cost: Any) -> None:
+        from lmlab.training.report import save_final_model, write_report
+
+        model = self.model
+        if self.fsdp:  # parameters are shards: rebuild a plain model from the full checkpoint
+            model = type(self.model)(self.model.config, heads=list(self.model.heads.keys()),
+                                     with_pooler=self.model.pooler is not None)
+            ckpt.load_module(model, self.last_checkpoint / "model.safetensors")
+        save_final_model(model, self.out_dir / "model", self.tokenizer_dir)
+        if cost is not None:
+            atomic_write_json(self.out_dir / "cost.json", cost.to_dict())
+            (self.out_dir / "cost.md").write_text(cost.to_markdown() + "\n", encoding="utf-8")
+        write_report(self.out_dir)

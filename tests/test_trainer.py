@@ -1,0 +1,272 @@
+"""The training loop: steps, accumulation, evaluation, run directory, NaN stop, param groups.
+
+A tiny MLM objective and an in-memory stream are defined here so the trainer is tested on its
+own (the real objectives and stream have their own tests); ``tests/test_trainer_resume.py`` and
+``tests/test_distributed.py`` reuse them from a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+
+from lmlab.models.config import TransformerConfig
+from lmlab.models.heads import MaskedLMHead
+from lmlab.models.model import LanguageModel
+from lmlab.training.config import TrainingConfig
+from lmlab.training.metrics_log import read_metrics
+from lmlab.training.trainer import Trainer
+from lmlab.utils.errors import LmlabError
+
+VOCAB = 97
+
+
+@dataclass
+class Result:
+    loss: torch.Tensor
+    metrics: dict
+    num_predictions: int
+
+
+class TinyMLM(nn.Module):
+    """Plain masked-LM loss with sparse prediction (the head runs at masked positions only)."""
+
+    name = "mlm"
+    head_names = ("mlm",)
+    example_format = "packed"
+
+    def __init__(self, nan_at_call: int | None = None):
+        super().__init__()
+        self.nan_at_call = nan_at_call
+        self.calls = 0
+
+    def prepare(self, model: LanguageModel) -> None:
+        if "mlm" not in model.heads:
+            model.add_head("mlm")
+
+    def compute_loss(self, model: LanguageModel, batch: dict) -> Result:
+        self.calls += 1
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    heads=[])
+        positions = batch["labels"] != -100
+        logits = model.heads["mlm"](out.last_hidden_state, positions=positions)  # (N, V)
+        labels = batch["labels"][positions]
+        loss = MaskedLMHead.loss(logits, labels)
+        if self.training and self.nan_at_call is not None and self.calls >= self.nan_at_call:
+            loss = loss * float("nan")
+        accuracy = float((logits.argmax(-1) == labels).float().mean())
+        return Result(loss, {"accuracy": accuracy}, int(positions.sum()))
+
+
+def make_batch(index: int, batch_size: int, seq_len: int, seed: int) -> dict:
+    """Global batch ``index`` of the sequence: Zipf-distributed ids (a learnable prior), 15%
+    masked (id 3 = [MASK])."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + index)
+    weights = 1.0 / torch.arange(1, VOCAB - 4, dtype=torch.float)
+    ids = 5 + torch.multinomial(weights, batch_size * seq_len, replacement=True, generator=g)
+    ids = ids.view(batch_size, seq_len)  # (B, T)
+    mask = torch.rand(batch_size, seq_len, generator=g) < 0.15
+    mask[:, 1] = True  # at least one prediction per row
+    labels = torch.where(mask, ids, torch.full_like(ids, -100))
+    inputs = torch.where(mask, torch.full_like(ids, 3), ids)
+    return {"input_ids": inputs, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+class TinyStream:
+    """Infinite deterministic stream with an exact resume position."""
+
+    def __init__(self, batch_size: int = 8, seq_len: int = 16, seed: int = 0,
+                 delay: float = 0.0):
+        self.batch_size, self.seq_len, self.seed, self.delay = batch_size, seq_len, seed, delay
+        self.index = 0
+
+    def __iter__(self):
+        while True:
+            if self.delay:
+                time.sleep(self.delay)
+            batch = make_batch(self.index, self.batch_size, self.seq_len, self.seed)
+            self.index += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"index": self.index}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.index = int(state["index"])
+
+
+def tiny_model(dropout: float = 0.1, seed: int = 0) -> LanguageModel:
+    torch.manual_seed(seed)
+    config = TransformerConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=64, hidden_dropout_prob=dropout,
+                               attention_probs_dropout_prob=dropout)
+    return LanguageModel(config, heads=["mlm"])
+
+
+def run(tmp_path, name="run", model=None, stream=None, objective=None, eval_batches=None,
+        **overrides):
+    values = dict(lr=1e-3, warmup_steps=2, max_steps=6, log_every=1, progress=False,
+                  batch_size=8, seq_len=16)
+    values.update(overrides)
+    cfg = TrainingConfig(**values)
+    trainer = Trainer(model or tiny_model(), objective or TinyMLM(), stream or TinyStream(),
+                      cfg, tmp_path / name, eval_batches=eval_batches, track_cost=False)
+    return trainer, trainer.train()
+
+
+def train_losses(run_dir) -> list[float]:
+    return [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+
+
+def test_run_writes_directory_and_learns(tmp_path):
+    eval_batches = [make_batch(i, 8, 16, seed=99) for i in range(2)]
+    trainer, result = run(tmp_path, max_steps=30, lr=3e-3, eval_every=10, save_every=10,
+                          eval_batches=eval_batches)
+    out = tmp_path / "run"
+    assert result.step == 30 and result.stop_reason == "max_steps"
+    assert result.tokens == 30 * 8 * 16
+    config = json.loads((out / "config.json").read_text())
+    assert config["hparams"]["lr"] == 3e-3 and config["speed"]["precision"] == "fp32"
+    assert "precision" not in config["hparams"] and "lr" not in config["speed"]
+    records = read_metrics(out / "metrics.jsonl")
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 31))
+    for key in ("step", "tokens", "loss", "lr", "tokens_per_s", "elapsed", "accuracy"):
+        assert key in train[0]
+    assert train[-1]["loss"] < train[0]["loss"] - 0.2  # random ids: learns the unigram prior
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [10, 20, 30]
+    assert math.isclose(evals[-1]["eval_perplexity"], math.exp(evals[-1]["eval_loss"]))
+    assert "eval_accuracy" in evals[-1]
+    # keep_last=2: steps 20 and 30 remain, complete; no staging folder left
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["step-20", "step-30"]
+    assert (out / "model" / "config.json").is_file()
+    assert (out / "model" / "model.safetensors").is_file()
+    report = (out / "report.md").read_text()
+    assert "Last evaluation" in report and "eval_loss" in report and (out / "loss.png").is_file()
+
+
+def test_final_model_loads_back(tmp_path):
+    trainer, _ = run(tmp_path, max_steps=3)
+    import lmlab
+
+    loaded = lmlab.from_pretrained(tmp_path / "run" / "model", head="mlm")
+    batch = make_batch(0, 2, 16, 0)
+    trainer.model.eval()
+    with torch.no_grad():
+        ours = trainer.model(input_ids=batch["input_ids"]).logits
+        theirs = loaded(input_ids=batch["input_ids"]).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_gradient_accumulation_equals_big_batch(tmp_path):
+    _, _ = run(tmp_path, "big", model=tiny_model(0.0), stream=TinyStream(batch_size=8),
+               max_steps=4)
+    class Halves(TinyStream):  # the same global batches, delivered as two halves
+        def __iter__(self):
+            for i in range(10**6):
+                big = make_batch(i, 8, 16, 0)
+                yield {k: v[:4] for k, v in big.items()}
+                yield {k: v[4:] for k, v in big.items()}
+
+    _, _ = run(tmp_path, "accum", model=tiny_model(0.0), stream=Halves(), max_steps=4,
+               grad_accum=2)
+    big, accum = train_losses(tmp_path / "big"), train_losses(tmp_path / "accum")
+    assert len(big) == len(accum) == 4
+    for a, b in zip(big, accum):
+        assert abs(a - b) < 1e-5, (big, accum)
+
+
+def test_nan_loss_stops_with_step_and_checkpoint(tmp_path):
+    with pytest.raises(LmlabError) as info:
+        run(tmp_path, objective=TinyMLM(nan_at_call=5), max_steps=10, save_every=2)
+    message = str(info.value)
+    assert "step 5" in message and "step-4" in message
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert records[-1]["kind"] == "diverged" and records[-1]["step"] == 5
+
+
+def test_token_limit_and_budget_stop(tmp_path):
+    _, result = run(tmp_path, "tok", max_steps=None, max_tokens=3 * 8 * 16)
+    assert result.stop_reason == "max_tokens" and result.step == 3
+    _, result = run(tmp_path, "budget", max_steps=None, budget_seconds=0.5,
+                    stream=TinyStream(delay=0.05))
+    assert result.stop_reason == "budget" and result.step >= 1
+    lrs = [r["lr"] for r in read_metrics(tmp_path / "budget" / "metrics.jsonl")
+           if r["kind"] == "train"]
+    assert lrs[0] == 0.0 and max(lrs) > 0  # warmup, then decay towards the budget's end
+
+
+def test_changed_hparams_refuse_to_resume(tmp_path):
+    run(tmp_path, max_steps=2)
+    with pytest.raises(LmlabError, match="other hyperparameters"):
+        run(tmp_path, max_steps=4, lr=5e-4)
+    _, result = run(tmp_path, max_steps=4)  # a longer run of the same config extends it
+    assert result.step == 4
+
+
+def test_param_groups_exclude_bias_and_norms():
+    from lmlab.training.optim import param_groups
+
+    model = tiny_model()
+    groups = {g["group"]: g for g in param_groups([model, TinyMLM()], 0.01)}
+    no_decay = set(groups["no_decay"]["names"])
+    decay = set(groups["decay"]["names"])
+    assert "0:transformer.embeddings.word_embeddings.weight" in decay  # BERT decays embeddings
+    assert any("norm" in n.lower() and n.endswith("weight") for n in no_decay)
+    assert all(n.endswith("bias") or "norm" in n.lower() for n in no_decay)
+    assert not any(n.endswith("bias") for n in decay)
+    # the tied decoder weight is the embedding: listed once in total
+    total = sum(len(g["params"]) for g in groups.values())
+    assert total == len({id(p) for p in model.parameters()})
+    assert groups["no_decay"]["weight_decay"] == 0.0
+
+
+def test_bf16_autocast_keeps_fp32_weights(tmp_path):
+    trainer, result = run(tmp_path, precision="bf16", max_steps=2)
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    assert math.isfinite(result.last_loss)
+
+
+def test_config_sections_roundtrip_and_errors(tmp_path):
+    cfg = TrainingConfig(max_steps=5, precision="bf16", lr=2e-4)
+    again = TrainingConfig.from_sections(cfg.to_sections())
+    assert again == cfg
+    with pytest.raises(LmlabError, match="move it under speed"):
+        TrainingConfig.from_sections({"hparams": {"max_steps": 1, "precision": "bf16"}})
+    with pytest.raises(LmlabError, match="no end"):
+        TrainingConfig()
+    with pytest.raises(LmlabError, match="schedule"):
+        TrainingConfig(max_steps=1, schedule="wobbly")
+
+
+@pytest.mark.slow
+def test_compile_flag_is_wired(tmp_path):
+    trainer, result = run(tmp_path, compile=True, max_steps=2)
+    assert result.step == 2 and getattr(trainer.model, "_compiled_call_impl", None) is not None
+
+
+def test_compile_flag_reaches_model(tmp_path, monkeypatch):
+    called = []
+    monkeypatch.setattr(LanguageModel, "compile", lambda self, *a, **k: called.append(True))
+    run(tmp_path, compile=True, max_steps=1)
+    assert called == [True]
+
+
+def test_finite_stream_ends_the_run(tmp_path):
+    class Finite(TinyStream):
+        def __iter__(self):
+            for _ in range(3):
+                yield make_batch(self.index, 8, 16, 0)
+                self.index += 1
+
+    _, result = run(tmp_path, stream=Finite(), max_steps=10)
+    assert result.stop_reason == "end_of_data" and result.step == 3
