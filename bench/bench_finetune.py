@@ -1,0 +1,159 @@
+"""Fine-tuning and evaluation throughput: lmlab against transformers' Trainer, same model.
+
+Both sides fine-tune all-MiniLM-L6-v2 with a fresh sequence-classification head on the same
+training examples of a built-in task, same batch size, one epoch, AdamW + linear schedule.
+transformers runs at its best CPU settings for this: DataCollatorWithPadding (dynamic padding)
+and train_sampling_strategy="group_by_length" (transformers 5's name for group_by_length); lmlab uses length-grouped batches and padding skipping. Runs
+alternate (ours, theirs, ours, theirs, ...) and the medians are printed with the ratio
+ours/theirs. Evaluation throughput (dev predictions) and the dev metric after the epoch are
+reported too; with --bf16 ours also runs under bf16 autocast (theirs stays fp32).
+
+    OMP_NUM_THREADS=1 python bench/bench_finetune.py --examples 256 --reps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def ours(task, model_dir: str, batch: int, precision: str, out: Path) -> dict:
+    from lmlab.finetune.runner import evaluate, finetune
+
+    started = time.perf_counter()
+    result = finetune(task, model_dir, out, epochs=1, batch_size=batch, precision=precision,
+                      show_progress=False, eval_splits=(), patience=99)
+    total = time.perf_counter() - started
+    started = time.perf_counter()
+    scores = evaluate(task, out, None, ("dev",), precision=precision)
+    eval_seconds = time.perf_counter() - started
+    return {"train_ex_s": result["train_examples_per_s"], "total_s": total,
+            "eval_ex_s": len(task.split("dev")) / eval_seconds,
+            "dev": scores["dev"][task.metrics[0]]}
+
+
+def theirs(task, model_dir: str, batch: int) -> dict:
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+    )
+
+    transformers.logging.set_verbosity_error()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    labels = {label: i for i, label in enumerate(task.labels)}
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir,
+                                                               num_labels=len(task.labels))
+
+    class Data(torch.utils.data.Dataset):
+        def __init__(self, examples):
+            pairs = [e.text_pair for e in examples] if task.is_pair else None
+            self.enc = tok([e.text for e in examples], pairs, truncation=True, max_length=128)
+            self.labels = [labels[e.label] for e in examples]
+
+        def __len__(self):
+            return len(self.labels)
+
+        def __getitem__(self, i):
+            item = {k: v[i] for k, v in self.enc.items()}
+            item["labels"] = self.labels[i]
+            return item
+
+    train, dev = Data(task.split("train")), Data(task.split("dev"))
+    # transformers' Trainer needs `accelerate` (not installed here): this is Trainer's loop
+    # built from transformers' own pieces: LengthGroupedSampler (group_by_length),
+    # DataCollatorWithPadding, AdamW + get_linear_schedule_with_warmup (10% warmup)
+    from transformers import get_linear_schedule_with_warmup
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    torch.manual_seed(0)
+    collator = DataCollatorWithPadding(tok)
+    sampler = LengthGroupedSampler(batch, lengths=[len(x) for x in train.enc["input_ids"]])
+    loader = torch.utils.data.DataLoader(train, batch_size=batch, sampler=sampler,
+                                         collate_fn=collator)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * len(loader)), len(loader))
+    model.train()
+    started = time.perf_counter()
+    for inputs in loader:
+        model(**inputs).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    train_seconds = time.perf_counter() - started
+    model.eval()
+    order = sorted(range(len(dev)), key=lambda i: len(dev.enc["input_ids"][i]))
+    predictions = []
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for start in range(0, len(order), 64):
+            rows = [{k: v for k, v in dev[i].items() if k != "labels"}
+                    for i in order[start:start + 64]]
+            predictions += model(**collator(rows)).logits.argmax(-1).tolist()
+    eval_seconds = time.perf_counter() - started
+    accuracy = float(np.mean(np.asarray(predictions) == np.asarray([dev.labels[i]
+                                                                     for i in order])))
+    return {"train_ex_s": len(train) / train_seconds, "total_s": train_seconds,
+            "eval_ex_s": len(dev) / eval_seconds, "dev": accuracy}
+
+
+def main() -> None:
+    import torch
+
+    from lmlab.finetune.runner import _subset, sample_examples
+    from lmlab.tasks import load_builtin_task
+    from lmlab.utils.paths import minilm_dir
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--task", default="wordnet-supersense")
+    parser.add_argument("--examples", type=int, default=256)
+    parser.add_argument("--dev-examples", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--bf16", action="store_true", help="also time ours under bf16")
+    args = parser.parse_args()
+    model_dir = str(minilm_dir())
+    task = _subset(load_builtin_task(args.task, "cpu"), args.examples)
+    task.splits["dev"] = sample_examples(task.splits["dev"], args.dev_examples)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, task {args.task}, "
+          f"{args.examples} train / {args.dev_examples} dev examples, batch {args.batch_size}")
+    rows: dict[str, list[dict]] = {"ours fp32": [], "theirs fp32": []}
+    if args.bf16:
+        rows["ours bf16"] = []
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ft-"))
+    try:
+        for rep in range(args.reps):
+            for name in rows:
+                out = tmp / f"{name.replace(' ', '-')}-{rep}"
+                if name.startswith("ours"):
+                    row = ours(task, model_dir, args.batch_size, name.split()[1], out)
+                else:
+                    row = theirs(task, model_dir, args.batch_size)
+                rows[name].append(row)
+                print(f"rep {rep} {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()),
+                      flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+           for name, runs in rows.items()}
+    print("\n| run | train ex/s | eval ex/s | dev " + task.metrics[0] + " |")
+    print("|---|---|---|---|")
+    for name, m in med.items():
+        print(f"| {name} | {m['train_ex_s']:.1f} | {m['eval_ex_s']:.1f} | {m['dev']:.3f} |")
+    base = med["theirs fp32"]
+    for name, m in med.items():
+        if name != "theirs fp32":
+            print(f"{name} / theirs fp32: train {m['train_ex_s'] / base['train_ex_s']:.2f}x, "
+                  f"eval {m['eval_ex_s'] / base['eval_ex_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""``lmlab finetune`` and ``lmlab evaluate``: fine-tune a model on a task, score a run."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "finetune", help="fine-tune a model on a task (BERT, ULMFiT or feature-based recipe), "
+        "over one or several seeds",
+        example="lmlab finetune --task wordnet-supersense --model PATH --out runs/ss "
+                "--seeds 0,1,2 --max-train-examples 1000",
+        handler=_finetune)
+    _task_args(p)
+    p.add_argument("--model", required=True,
+                   help="Hugging Face folder, lmlab run dir, or random:PATH (same architecture, "
+                        "random weights)")
+    p.add_argument("--random-init", action="store_true",
+                   help="randomly initialise the model's architecture (pretrained vs random)")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--recipe", default="bert", choices=("bert", "ulmfit", "feature"))
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    p.add_argument("--max-train-examples", type=int, help="use the first N training examples")
+    p.add_argument("--budget", help="training time limit per seed, e.g. 5m, 90s, 1h")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--max-length", type=int, help="tokens per sequence (default 128)")
+    p.add_argument("--layer", type=int,
+                   help="feature recipe: hidden state to use (-1 = last); default: scalar mix")
+    p.add_argument("--pooling", choices=("family", "cls", "mean", "concat"),
+                   help="sentence representation (default: the recipe's)")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+
+    p = commands.command(
+        "evaluate", help="score a fine-tuned model on a task's splits (predictions, metrics, "
+        "confusion matrix), or a causal LM few-shot",
+        example="lmlab evaluate --task wordnet-supersense --model runs/ss",
+        handler=_evaluate)
+    _task_args(p)
+    p.add_argument("--model", required=True, help="a fine-tuning run dir or a folder with a head")
+    p.add_argument("--splits", default="dev", help="comma-separated splits (default dev)")
+    p.add_argument("--out", help="where to write results (default: the run dir)")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--few-shot", help="causal LMs: comma-separated shot counts, e.g. 0,1,8")
+
+
+def _task_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True,
+                   help="built-in task (wordnet-supersense, wordnet-wic, fortunes-topic) or a "
+                        "name for the task given by --train/--dev")
+    p.add_argument("--split", default="cpu", choices=("cpu", "full"),
+                   help="size of a built-in task (default cpu)")
+    p.add_argument("--train", help="training file (.csv, .tsv or .jsonl)")
+    p.add_argument("--dev", help="dev file")
+    p.add_argument("--test", help="test file (optional)")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--text-pair-column")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--type", choices=("classification", "pair-classification", "regression"))
+
+
+def load_task(args: argparse.Namespace):
+    """The task named by the arguments: built-in, or files through lmlab.tasks readers."""
+    from lmlab.tasks import load_builtin_task, load_table_task
+    from lmlab.tasks.builtin import BUILTIN_TASKS
+    from lmlab.utils.errors import LmlabError
+
+    if args.train or args.dev:
+        if not (args.train and args.dev) and not getattr(args, "model", None):
+            raise LmlabError("a task from files needs --train and --dev", "give both files")
+        files = {k: v for k, v in (("train", args.train), ("dev", args.dev),
+                                   ("test", args.test)) if v}
+        return load_table_task(args.task, files, args.text_column, args.label_column,
+                               args.text_pair_column, args.type)
+    if args.task not in BUILTIN_TASKS:
+        raise LmlabError(f"unknown task {args.task!r}",
+                         f"use a built-in task ({', '.join(BUILTIN_TASKS)}) or give --train and "
+                         "--dev files with --text-column/--label-column")
+    return load_builtin_task(args.task, size=args.split)
+
+
+def parse_budget(text: str | None) -> float | None:
+    """``90s``, ``5m``, ``1.5h`` or plain seconds -> seconds."""
+    from lmlab.utils.errors import LmlabError
+
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except (ValueError, IndexError):
+        raise LmlabError(f"cannot read the budget {text!r}", "write e.g. 90s, 5m or 1h") from None
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    import json
+
+    from lmlab.finetune.runner import finetune, finetune_seeds
+
+    task = load_task(args)
+    seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+    kwargs = dict(recipe=args.recipe, epochs=args.epochs, lr=args.lr,
+                  batch_size=args.batch_size, max_train_examples=args.max_train_examples,
+                  budget_seconds=parse_budget(args.budget), precision=args.precision,
+                  random_init=args.random_init, layer=args.layer, pooling=args.pooling,
+                  max_length=args.max_length)
+    if len(seeds) == 1:
+        result = finetune(task, args.model, args.out, seed=seeds[0], **kwargs)
+        print(json.dumps({k: result.get(k) for k in ("dev", "test", "best_epoch",
+                                                     "stop_reason")}, indent=2))
+    else:
+        summary = finetune_seeds(task, args.model, args.out, seeds, **kwargs)
+        for split in ("dev", "test"):
+            for name, stats in summary[split].items():
+                print(f"{split} {name}: median {stats['median']:.4f}  spread "
+                      f"{stats['spread']:.4f}  (n={stats['n']})")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import importlib
+    import json
+    from pathlib import Path
+
+    from lmlab.utils.errors import LmlabError
+
+    task = load_task(args)
+    if args.few_shot:
+        try:
+            module = importlib.import_module("lmlab.evaluation.lm")
+        except ModuleNotFoundError:
+            raise LmlabError("few-shot evaluation is not available in this version",
+                             "evaluate a fine-tuned encoder without --few-shot") from None
+        from lmlab.models.auto import from_pretrained
+        from lmlab.tokenization.tokenizer import Tokenizer
+
+        model = from_pretrained(args.model)
+        tokenizer = Tokenizer.from_pretrained(args.model)
+        for shots in (int(s) for s in args.few_shot.split(",")):
+            print(json.dumps({"shots": shots, **module.few_shot_evaluate(model, tokenizer, task,
+                                                                          shots)}))
+        return 0
+    from lmlab.finetune.runner import evaluate
+
+    out = Path(args.out) if args.out else Path(args.model)
+    splits = tuple(s for s in args.splits.split(",") if s)
+    result = evaluate(task, args.model, out, splits, precision=args.precision)
+    print(json.dumps(result, indent=2))
+    return 0

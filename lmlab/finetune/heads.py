@@ -1,0 +1,292 @@
+"""Task heads: sequence classification (single, pair, regression), token classification,
+extractive question answering and multiple choice.
+
+Each head matches the Hugging Face class of its family so checkpoints interchange and logits are
+equal (``BertForSequenceClassification`` etc.); the family decides the head's layout:
+
+=====================  =============================================  ==========================
+family                 sequence classification                        multiple choice
+=====================  =============================================  ==========================
+bert, albert           pooler (tanh) -> dropout -> ``classifier``      same, one score per choice
+roberta                ``<s>`` -> ``classifier.dense`` -> tanh ->      pooler -> ``classifier``
+                       ``classifier.out_proj``
+electra                ``[CLS]`` -> ``classifier.dense`` -> gelu ->    ``sequence_summary``
+                       ``classifier.out_proj``                         (dense, gelu) -> classifier
+distilbert             ``[CLS]`` -> ``pre_classifier`` -> relu ->      same as its classification
+                       ``classifier``
+=====================  =============================================  ==========================
+
+Token classification is ``dropout -> classifier`` and QA is ``qa_outputs`` (2 logits per token)
+in every family. lmlab-only sentence representations, for ULMFiT-style and feature experiments,
+are chosen with ``config.extra["pooling"]``: ``"mean"`` (mean over real tokens) or ``"concat"``
+(ULMFiT's ``[last, max, mean]``); the default ``"family"`` is the layout above.
+
+``config.extra["num_labels"]`` sets the output width (1 = regression with MSE).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import lmlab.interop.task_heads  # noqa: F401  (registers the task heads' checkpoint names)
+from lmlab.models.config import TransformerConfig
+from lmlab.models.core.activations import activation
+from lmlab.models.heads import IGNORE_INDEX, register_head
+from lmlab.utils.errors import LmlabError
+
+SEQUENCE_CLASSIFICATION = "sequence-classification"
+TOKEN_CLASSIFICATION = "token-classification"
+QUESTION_ANSWERING = "question-answering"
+MULTIPLE_CHOICE = "multiple-choice"
+TASK_HEADS = (SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, QUESTION_ANSWERING, MULTIPLE_CHOICE)
+POOLINGS = ("family", "cls", "mean", "concat")
+
+# task type (lmlab.tasks) -> head name
+HEAD_FOR_TASK = {
+    "classification": SEQUENCE_CLASSIFICATION,
+    "pair-classification": SEQUENCE_CLASSIFICATION,
+    "regression": SEQUENCE_CLASSIFICATION,
+    "tagging": TOKEN_CLASSIFICATION,
+    "qa": QUESTION_ANSWERING,
+    "multiple-choice": MULTIPLE_CHOICE,
+}
+
+
+def num_labels(config: TransformerConfig) -> int:
+    """Output width of a classification head (``config.extra["num_labels"]``, default 2)."""
+    return int(config.extra.get("num_labels", 2))
+
+
+def _dropout(config: TransformerConfig, *keys: str) -> nn.Dropout:
+    """Dropout before the classifier: the first of ``keys`` set in extra, else hidden dropout."""
+    for key in keys:
+        if config.extra.get(key) is not None:
+            return nn.Dropout(float(config.extra[key]))
+    return nn.Dropout(config.hidden_dropout_prob)
+
+
+def _pooling(config: TransformerConfig) -> str:
+    pooling = config.extra.get("pooling", "family")
+    if pooling not in POOLINGS:
+        raise LmlabError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
+    return pooling
+
+
+def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``hidden`` (B, T, H) over real tokens -> (B, H)."""
+    if attention_mask is None:
+        return hidden.mean(1)
+    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+def concat_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """ULMFiT's concat pooling ``[h_last, max_t h_t, mean_t h_t]`` over real tokens -> (B, 3H).
+
+    For a bidirectional encoder "last" is the last real token (the final [SEP]/</s>)."""
+    if attention_mask is None:
+        attention_mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
+    lengths = attention_mask.long().sum(1).clamp(min=1)  # (B,)
+    last = hidden[torch.arange(hidden.shape[0], device=hidden.device), lengths - 1]  # (B, H)
+    masked = hidden.masked_fill(~attention_mask.bool().unsqueeze(-1), float("-inf"))
+    return torch.cat([last, masked.max(1).values, masked_mean(hidden, attention_mask)], dim=-1)
+
+
+class _PooledHead(nn.Module):
+    """Shared machinery: reads the pooled vector or the hidden states, family layout."""
+
+    takes_hidden = True  # LanguageModel.run_head passes hidden states and pooled=...
+    takes_attention_mask = True
+
+    def __init__(self, config: TransformerConfig, outputs: int, mc: bool = False):
+        super().__init__()
+        self.family = config.family
+        self.pooling = _pooling(config)
+        style = self.pooling
+        if style in ("family", "cls"):
+            if config.family in ("roberta", "electra") and not mc:
+                style = "dense-out"  # classifier.dense -> act -> classifier.out_proj
+            elif config.family == "electra" and mc:
+                style = "summary"
+            elif config.family == "distilbert":
+                style = "pre-classifier"
+            else:
+                style = "pooler"
+        self.style = style
+        h = config.hidden_size
+        if style == "dense-out":
+            self.dense = nn.Linear(h, h)
+            self.act = activation("tanh" if config.family == "roberta" else "gelu")
+            self.out_proj = nn.Linear(h, outputs)
+            self.dropout = _dropout(config, "classifier_dropout")
+        elif style == "summary":
+            self.summary = nn.Linear(h, h)
+            self.act = activation(config.extra.get("summary_activation", "gelu"))
+            self.classifier = nn.Linear(h, outputs)
+            self.dropout = _dropout(config, "summary_last_dropout")
+        elif style == "pre-classifier":
+            self.pre_classifier = nn.Linear(h, h)
+            self.act = nn.ReLU()
+            self.classifier = nn.Linear(h, outputs)
+            self.dropout = _dropout(config, "seq_classif_dropout")
+        else:
+            width = 3 * h if style == "concat" else h
+            self.classifier = nn.Linear(width, outputs)
+            self.dropout = _dropout(config, "classifier_dropout", "classifier_dropout_prob")
+
+    def represent(self, hidden: torch.Tensor, pooled: torch.Tensor | None,
+                  attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """The sentence vector the final linear layer reads (after the family's transform)."""
+        style = self.style
+        if style == "pooler":
+            if pooled is None:
+                raise LmlabError("this head reads the pooled [CLS] vector but the model has no "
+                                 "pooler", "add the head with add_task_head(), which adds one")
+            return self.dropout(pooled)
+        if style == "mean":
+            return self.dropout(masked_mean(hidden, attention_mask))
+        if style == "concat":
+            return self.dropout(concat_pool(hidden, attention_mask))
+        first = hidden[:, 0]  # (B, H): [CLS] / <s>
+        if style == "dense-out":
+            return self.dropout(self.act(self.dense(self.dropout(first))))
+        if style == "summary":
+            return self.dropout(self.act(self.summary(first)))
+        return self.dropout(self.act(self.pre_classifier(first)))  # pre-classifier
+
+    def project(self, vector: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(vector) if self.style == "dense-out" else self.classifier(vector)
+
+
+@register_head(SEQUENCE_CLASSIFICATION, needs_pooler=True,
+               description="sentence (pair) classification or regression (num_labels=1)")
+class SequenceClassificationHead(_PooledHead):
+    """Sentence or sentence-pair classification; regression (MSE) when ``num_labels == 1``."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config, num_labels(config))
+        self.num_labels = num_labels(config)
+
+    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, num_labels)."""
+        return self.project(self.represent(hidden, pooled, attention_mask))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor,
+             attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.num_labels == 1:
+            return F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
+        return F.cross_entropy(logits.float(), labels.reshape(-1))
+
+
+@register_head(MULTIPLE_CHOICE, needs_pooler=True,
+               description="multiple choice: one score per (context, choice) sequence")
+class MultipleChoiceHead(_PooledHead):
+    """SWAG-style multiple choice: the inputs (B, C, T) are flattened to (B*C, T) by the caller;
+    this head scores each sequence and, given ``num_choices``, returns (B, C)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config, 1, mc=True)
+
+    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                num_choices: int | None = None) -> torch.Tensor:
+        scores = self.project(self.represent(hidden, pooled, attention_mask))  # (B*C, 1)
+        if num_choices is None:
+            return scores.squeeze(-1)  # (B*C,)
+        return scores.view(-1, num_choices)  # (B, C)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor,
+             attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return F.cross_entropy(logits.float(), labels.reshape(-1))
+
+
+@register_head(TOKEN_CLASSIFICATION, description="per-token tags (NER, POS): dropout, linear")
+class TokenClassificationHead(nn.Module):
+    """One label distribution per token; labels -100 (padding, continuation sub-tokens) are
+    ignored by the loss."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.dropout = _dropout(config, "classifier_dropout", "classifier_dropout_prob")
+        self.classifier = nn.Linear(config.hidden_size, num_labels(config))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(hidden))  # (B, T, num_labels)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+
+
+@register_head(QUESTION_ANSWERING, description="extractive QA: start and end logit per token")
+class QuestionAnsweringHead(nn.Module):
+    """``qa_outputs``: (B, T, H) -> (B, T, 2); ``[..., 0]`` start, ``[..., 1]`` end logits."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.qa_outputs(hidden)  # (B, T, 2)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean of start and end cross-entropies; ``labels`` (B, 2) = start and end positions
+        (positions outside the window are clamped and ignored, as in Hugging Face)."""
+        length = logits.shape[1]
+        labels = labels.reshape(-1, 2).clamp(0, length)
+        start = F.cross_entropy(logits[..., 0].float(), labels[:, 0], ignore_index=length)
+        end = F.cross_entropy(logits[..., 1].float(), labels[:, 1], ignore_index=length)
+        return (start + end) / 2
+
+
+def add_task_head(model, head: str, num_labels_: int | None = None,
+                  id2label: dict[int, str] | None = None, pooling: str | None = None,
+                  problem_type: str | None = None) -> nn.Module:
+    """Add a task head to ``model`` (a LanguageModel), replacing one of the same name whose
+    width differs. Records ``num_labels``/``id2label``/``pooling`` in ``config.extra`` so the
+    saved checkpoint says what the head predicts."""
+    if head not in TASK_HEADS:
+        raise LmlabError(f"unknown task head {head!r}", f"use one of {', '.join(TASK_HEADS)}")
+    extra = model.config.extra
+    if num_labels_ is not None:
+        if head in model.heads and int(extra.get("num_labels", 2)) != num_labels_:
+            del model.heads[head]
+        extra["num_labels"] = int(num_labels_)
+    if id2label is not None:
+        extra["id2label"] = {int(k): str(v) for k, v in id2label.items()}
+    if pooling is not None:
+        if pooling not in POOLINGS:
+            raise LmlabError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
+        if head in model.heads and extra.get("pooling", "family") != pooling:
+            del model.heads[head]
+        extra["pooling"] = pooling
+    if problem_type is not None:
+        extra["problem_type"] = problem_type
+    return model.add_head(head)
+
+
+def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
+    """Run the stack and one task head on a batch; multiple-choice inputs (B, C, T) are
+    flattened to (B*C, T) and the scores returned as (B, C)."""
+    input_ids = batch["input_ids"]
+    num_choices = None
+    flat = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
+            if batch.get(k) is not None}
+    if head == MULTIPLE_CHOICE:
+        if input_ids.dim() != 3:
+            raise LmlabError(f"multiple-choice input_ids must be (B, C, T), got "
+                             f"{tuple(input_ids.shape)}", "encode one sequence per choice")
+        num_choices = input_ids.shape[1]
+        flat = {k: v.reshape(-1, v.shape[-1]) for k, v in flat.items()}  # (B*C, T)
+    out = model(**flat, heads=[])
+    kwargs = {"num_choices": num_choices} if num_choices is not None else {}
+    return model.run_head(head, out.last_hidden_state, out.pooler_output,
+                          flat.get("attention_mask"), **kwargs)
