@@ -120,9 +120,13 @@ class _SplitWriter:
         index = len(self.shards)
         stem = f"{self.split}-{index:05d}"
         names = {"tokens": f"{stem}.bin", "words": f"{stem}.words.bin"}
+        # boundary offsets also stream to disk (raw int64), so memory does not grow with the
+        # shard either; they become .npy files when the shard is finished
+        boundaries = {"docs": f"{stem}.docs.npy", "sents": f"{stem}.sents.npy"}
         self._open = {
-            "stem": stem, "names": names, "count": 0, "docs": [], "sents": [],
-            "files": {k: open(self.out / f".{n}.partial", "wb") for k, n in names.items()},
+            "stem": stem, "names": names, "boundaries": boundaries, "count": 0,
+            "files": {k: open(self.out / f".{n}.partial", "wb")
+                      for k, n in {**names, **boundaries}.items()},
             "hash": {k: hashlib.sha256() for k in names},
         }
 
@@ -147,8 +151,10 @@ class _SplitWriter:
             lo = np.searchsorted(chunk.sent_starts, pos, "left")
             hi = np.searchsorted(chunk.sent_starts, pos + take, "left")
             base = self.total - pos  # global offset of chunk token 0
-            self._open["sents"].append(chunk.sent_starts[lo:hi] + base)
-            self._open["docs"].append(chunk.sent_starts[lo:hi][doc_start[lo:hi]] + base)
+            files = self._open["files"]
+            files["sents"].write((chunk.sent_starts[lo:hi] + base).astype(np.int64).tobytes())
+            files["docs"].write((chunk.sent_starts[lo:hi][doc_start[lo:hi]] + base)
+                                .astype(np.int64).tobytes())
             self._append("tokens", chunk.ids[pos:pos + take].astype(self.dtype))
             self._append("words", chunk.word_starts[pos:pos + take])
             self._open["count"] += take
@@ -171,12 +177,18 @@ class _SplitWriter:
             handle.close()
             os.replace(self.out / f".{name}.partial", self.out / name)
             files[kind] = {"file": name, "sha256": shard["hash"][kind].hexdigest()}
-        for kind, parts in (("docs", shard["docs"]), ("sents", shard["sents"])):
-            name = f"{shard['stem']}.{kind}.npy"
-            array = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-            with atomic_path(self.out / name) as tmp:
-                with open(tmp, "wb") as handle:
-                    np.save(handle, array.astype(np.int64))
+        for kind, name in shard["boundaries"].items():
+            shard["files"][kind].close()
+            raw = self.out / f".{name}.partial"
+            count = raw.stat().st_size // 8
+            with atomic_path(self.out / name) as tmp, open(tmp, "wb") as handle, \
+                    open(raw, "rb") as source:
+                np.lib.format.write_array_header_1_0(
+                    handle, {"descr": np.dtype(np.int64).str, "fortran_order": False,
+                             "shape": (count,)})
+                while block := source.read(1 << 20):
+                    handle.write(block)
+            raw.unlink()
             files[kind] = {"file": name, "sha256": sha256_file(self.out / name)}
         self.shards.append({"num_tokens": shard["count"], "files": files, "resume": resume})
         self.on_shard(self.shards)
@@ -186,7 +198,7 @@ class _SplitWriter:
         if self._open is not None and self._open["count"] > 0:
             self._finish(resume)
         elif self._open is not None:
-            for kind, name in self._open["names"].items():
+            for kind, name in {**self._open["names"], **self._open["boundaries"]}.items():
                 self._open["files"][kind].close()
                 (self.out / f".{name}.partial").unlink(missing_ok=True)
             self._open = None
@@ -194,7 +206,8 @@ class _SplitWriter:
 
 def _consolidate(out: Path, split: str, shards: list[dict], total: int) -> dict[str, Any]:
     """Concatenate the per-shard boundary pieces into ``SPLIT.documents.npy`` /
-    ``SPLIT.sentences.npy`` (with the end offset appended), streaming through a memmap."""
+    ``SPLIT.sentences.npy`` (with the end offset appended), one piece at a time (plain
+    writes, no memmap, so resident memory does not grow with the corpus)."""
     import numpy as np
 
     result = {}
@@ -202,16 +215,13 @@ def _consolidate(out: Path, split: str, shards: list[dict], total: int) -> dict[
         pieces = [out / s["files"][kind]["file"] for s in shards]
         count = sum(np.load(p, mmap_mode="r").shape[0] for p in pieces)
         target = out / f"{split}.{name}.npy"
-        with atomic_path(target) as tmp:
-            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(count + 1,))
-            position = 0
+        with atomic_path(target) as tmp, open(tmp, "wb") as handle:
+            np.lib.format.write_array_header_1_0(
+                handle, {"descr": np.dtype(np.int64).str, "fortran_order": False,
+                         "shape": (count + 1,)})
             for piece in pieces:
-                values = np.load(piece, mmap_mode="r")
-                array[position:position + len(values)] = values
-                position += len(values)
-            array[count] = total
-            array.flush()
-            del array
+                handle.write(np.load(piece).astype(np.int64).tobytes())
+            handle.write(np.asarray([total], dtype=np.int64).tobytes())
         result[name] = {"file": target.name, "count": count, "sha256": sha256_file(target)}
     return result
 

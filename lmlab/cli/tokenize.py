@@ -1,0 +1,87 @@
+"""``lmlab tokenizer train|encode`` and ``lmlab data tokenize`` (corpus -> token shards)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from lmlab.cli._common import CommandRegistry
+
+
+def register(commands: CommandRegistry) -> None:
+    p = commands.command(
+        "train", help="train a WordPiece, byte-level BPE or Unigram tokenizer",
+        example="lmlab tokenizer train --corpus corpus/ --kind wordpiece --vocab-size 8000 "
+                "--out tok/",
+        handler=_train, group="tokenizer")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--corpus", help="lmlab corpus folder (its train split is used)")
+    source.add_argument("--files", nargs="+", help="text files, one text per line")
+    p.add_argument("--kind", choices=("wordpiece", "bpe", "unigram"), default="wordpiece")
+    p.add_argument("--vocab-size", type=int, default=30522)
+    p.add_argument("--min-frequency", type=int, default=2)
+    p.add_argument("--limit-alphabet", type=int, default=None)
+    p.add_argument("--special-tokens", nargs="+", default=None,
+                   help="special tokens (default: the template's)")
+    p.add_argument("--template", choices=("bert", "roberta", "gpt2", "t5"), default=None,
+                   help="special-token template (default: bert/roberta/t5 by kind)")
+    p.add_argument("--cased", action="store_true", help="keep case (no lower-casing)")
+    p.add_argument("--out", required=True, help="folder to save the tokenizer in")
+
+    p = commands.command(
+        "encode", help="show the tokens and ids of a text (or a pair)",
+        example='lmlab tokenizer encode --tokenizer tok/ "The cat sat." --pair "It purred."',
+        handler=_encode, group="tokenizer")
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder (or .gguf)")
+    p.add_argument("text")
+    p.add_argument("--pair", default=None, help="second segment")
+    p.add_argument("--max-length", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the full encoding as JSON")
+
+    p = commands.command(
+        "tokenize", help="tokenize a corpus into memory-mapped token shards",
+        example="lmlab data tokenize --tokenizer tok/ --corpus corpus/ --out shards/",
+        handler=_tokenize, group="data")
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder (or .gguf)")
+    p.add_argument("--corpus", required=True, help="lmlab corpus folder")
+    p.add_argument("--out", required=True, help="shard folder (a killed run resumes here)")
+    p.add_argument("--workers", type=int, default=1, help="encoding processes")
+    p.add_argument("--shard-tokens", type=int, default=1 << 24, help="tokens per shard file")
+
+
+def _train(args: argparse.Namespace) -> None:
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    tok = Tokenizer.train(args.corpus or args.files, kind=args.kind, vocab_size=args.vocab_size,
+                          min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
+                          special_tokens=args.special_tokens, template=args.template,
+                          lowercase=not args.cased, show_progress=True)
+    tok.save_pretrained(args.out)
+    print(f"{tok} saved to {args.out} (fingerprint {tok.fingerprint()[:12]})")
+
+
+def _encode(args: argparse.Namespace) -> None:
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(args.tokenizer)
+    out = tok(args.text, args.pair, truncation=args.max_length is not None,
+              max_length=args.max_length, return_offsets_mapping=True,
+              return_special_tokens_mask=True, return_token_type_ids=True)
+    if args.json:
+        print(json.dumps({**dict(out), "tokens": out.tokens(0), "word_ids": out.word_ids(0)}))
+        return
+    for token, token_id, type_id in zip(out.tokens(0), out["input_ids"], out["token_type_ids"]):
+        print(f"{token_id:>7}  {type_id}  {token}")
+
+
+def _tokenize(args: argparse.Namespace) -> None:
+    from lmlab.data.shards import build_shards
+
+    manifest = build_shards(args.tokenizer, args.corpus, args.out,
+                            shard_tokens=args.shard_tokens, workers=args.workers)
+    for split, info in manifest["splits"].items():
+        print(f"{split}: {info['num_tokens']:,} tokens, {info['num_documents']:,} documents, "
+              f"{info['num_sentences']:,} sentences in {len(info['shards'])} shards "
+              f"({manifest['dtype']})")
+    if manifest["resumed_shards"]:
+        print(f"resumed: {manifest['resumed_shards']} finished shards verified and kept")

@@ -1,0 +1,121 @@
+"""Special-token templates of the model families: which special tokens a family has and where
+they go around one text or a pair of texts.
+
+==========  ==================================  ===============================  =========
+family      single                              pair                             type ids
+==========  ==================================  ===============================  =========
+bert        ``[CLS] A [SEP]``                   ``[CLS] A [SEP] B [SEP]``        0 / 1
+roberta     ``<s> A </s>``                      ``<s> A </s></s> B </s>``        all 0
+gpt2        ``A``                               ``A B``                          all 0
+t5          ``A </s>``                          ``A </s> B </s>``                all 0
+==========  ==================================  ===============================  =========
+
+The template is stored in the Rust engine's post-processor, so a saved ``tokenizer.json`` carries
+it and Hugging Face loaders apply the same one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmlab.utils.errors import LmlabError
+
+SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                 "mask_token")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family's special tokens (role -> token, in vocabulary order) and its HF class name."""
+
+    name: str
+    special_tokens: dict[str, str]
+    tokenizer_class: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def ordered_tokens(self) -> list[str]:
+        """Distinct special tokens in the order they get ids when a tokenizer is trained."""
+        seen: list[str] = []
+        for token in self.special_tokens.values():
+            if token not in seen:
+                seen.append(token)
+        return seen
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family("bert", {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
+                            "sep_token": "[SEP]", "mask_token": "[MASK]"}, "BertTokenizer"),
+    # RoBERTa's order: <s>=0, <pad>=1, </s>=2, <unk>=3, then the vocabulary, <mask> last-ish.
+    "roberta": Family("roberta", {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>",
+                                  "unk_token": "<unk>", "mask_token": "<mask>",
+                                  "cls_token": "<s>", "sep_token": "</s>"}, "RobertaTokenizer"),
+    "gpt2": Family("gpt2", {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+                            "unk_token": "<|endoftext|>"}, "GPT2Tokenizer"),
+    # transformers' T5Tokenizer rebuilds its own normaliser (no lower-casing) instead of reading
+    # tokenizer.json, so saved Unigram folders name the generic class that loads the file as is.
+    "t5": Family("t5", {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
+                 "PreTrainedTokenizerFast"),
+}
+
+# Hugging Face tokenizer_class names (slow and fast) -> our family.
+CLASS_TO_FAMILY = {
+    "BertTokenizer": "bert", "BertTokenizerFast": "bert", "DistilBertTokenizer": "bert",
+    "DistilBertTokenizerFast": "bert", "ElectraTokenizer": "bert", "ElectraTokenizerFast": "bert",
+    "MPNetTokenizer": "bert",
+    "RobertaTokenizer": "roberta", "RobertaTokenizerFast": "roberta",
+    "BartTokenizer": "roberta", "BartTokenizerFast": "roberta",
+    "GPT2Tokenizer": "gpt2", "GPT2TokenizerFast": "gpt2",
+    "T5Tokenizer": "t5", "T5TokenizerFast": "t5", "AlbertTokenizer": "t5",
+}
+
+DEFAULT_FAMILY = {"wordpiece": "bert", "bpe": "roberta", "unigram": "t5"}
+
+
+def get_family(name: str) -> Family:
+    """The family called ``name``, or an LmlabError listing the known ones."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise LmlabError(f"unknown special-token template {name!r}",
+                         f"use one of {', '.join(FAMILIES)}") from None
+
+
+def build_post_processor(family: str, special: dict[str, str], token_to_id: Any,
+                         byte_level: bool = False):
+    """The engine post-processor adding ``family``'s special tokens.
+
+    Args:
+        family: one of :data:`FAMILIES`.
+        special: role -> token actually used by the tokenizer.
+        token_to_id: callable mapping a token to its id (None when missing).
+        byte_level: the tokenizer is byte-level BPE (offsets then drop the leading space).
+    """
+    from tokenizers import processors
+
+    def ident(role: str) -> tuple[str, int]:
+        token = special.get(role)
+        token_id = None if token is None else token_to_id(token)
+        if token_id is None:
+            raise LmlabError(f"the {family} template needs a {role} but "
+                             f"{token!r} is not in the vocabulary",
+                             f"add {token!r} to the special tokens or pick another template")
+        return token, token_id
+
+    if family == "bert":
+        cls, sep = ident("cls_token"), ident("sep_token")
+        return processors.TemplateProcessing(
+            single=f"{cls[0]} $A:0 {sep[0]}:0", pair=f"{cls[0]} $A:0 {sep[0]}:0 $B:1 {sep[0]}:1",
+            special_tokens=[cls, sep])
+    if family == "roberta":
+        return processors.RobertaProcessing(ident("sep_token"), ident("cls_token"),
+                                            trim_offsets=True, add_prefix_space=False)
+    if family == "t5":
+        eos = ident("eos_token")
+        return processors.TemplateProcessing(single=f"$A:0 {eos[0]}:0",
+                                             pair=f"$A:0 {eos[0]}:0 $B:0 {eos[0]}:0",
+                                             special_tokens=[eos])
+    if family == "gpt2":
+        return processors.ByteLevel(trim_offsets=False) if byte_level else None
+    raise LmlabError(f"unknown special-token template {family!r}",
+                     f"use one of {', '.join(FAMILIES)}")

@@ -1,0 +1,500 @@
+"""``lmlab.Tokenizer``: train, load, save and apply WordPiece, byte-level BPE and Unigram
+tokenizers.
+
+The Rust ``tokenizers`` engine does the work (normalising, pre-tokenising, the subword model,
+special-token templates, truncation, padding, overflow windows, batch parallelism); this class
+keeps what the engine does not know (which token plays which role, the family's template, the
+model's maximum length) and speaks the Hugging Face calling convention, so code written against
+``transformers`` tokenizers reads the same.
+
+Example:
+    >>> tok = Tokenizer.train("corpus/", kind="wordpiece", vocab_size=8000)
+    >>> batch = tok(["a gloss", "another"], padding=True, return_tensors="pt")
+    >>> tok.save_pretrained("my-tokenizer")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lmlab.tokenization.encoding import BatchEncoding
+from lmlab.tokenization.templates import (
+    DEFAULT_FAMILY,
+    FAMILIES,
+    SPECIAL_ROLES,
+    build_post_processor,
+    get_family,
+)
+from lmlab.utils.errors import LmlabError
+
+_TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
+_DEFAULT_MAX_LENGTH = {"bert": 512, "roberta": 512, "gpt2": 1024, "t5": 512}
+
+
+class Tokenizer:
+    """A subword tokenizer (WordPiece, byte-level BPE or Unigram) with a family's special tokens.
+
+    Build one with :meth:`train` or :meth:`from_pretrained`; call it on texts to encode.
+
+    Args:
+        engine: a ``tokenizers.Tokenizer`` (the Rust engine).
+        family: special-token template: ``"bert"``, ``"roberta"``, ``"gpt2"`` or ``"t5"``.
+        special_tokens: role (``"cls_token"``, ``"pad_token"``, ...) -> token string.
+        additional_special_tokens: further special tokens (e.g. T5 sentinels).
+        model_max_length: longest input of the model; the default ``max_length``.
+        do_lower_case: recorded in ``tokenizer_config.json`` (the engine's normaliser decides).
+        padding_side / truncation_side: ``"right"`` or ``"left"``.
+    """
+
+    def __init__(self, engine: Any, family: str = "bert", special_tokens: dict[str, str] | None = None,
+                 additional_special_tokens: Sequence[str] = (), model_max_length: int | None = None,
+                 do_lower_case: bool = True, padding_side: str = "right",
+                 truncation_side: str = "right", name_or_path: str = ""):
+        get_family(family)
+        self._engine = engine
+        self.family = family
+        self._special = dict(special_tokens if special_tokens is not None
+                             else FAMILIES[family].special_tokens)
+        self.additional_special_tokens = list(additional_special_tokens)
+        self.model_max_length = model_max_length or _DEFAULT_MAX_LENGTH[family]
+        self.do_lower_case = do_lower_case
+        self.padding_side = _side(padding_side, "padding_side")
+        self.truncation_side = _side(truncation_side, "truncation_side")
+        self.name_or_path = name_or_path
+        self._engine_state: tuple | None = None
+        engine.no_truncation()
+        engine.no_padding()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def train(cls, source: str | os.PathLike | Iterable[str] | list[str | os.PathLike],
+              kind: str = "wordpiece", vocab_size: int = 30522, min_frequency: int = 2,
+              special_tokens: Sequence[str] | None = None, limit_alphabet: int | None = None,
+              template: str | None = None, lowercase: bool = True,
+              strip_accents: bool | None = None, extra_ids: int = 0,
+              model_max_length: int | None = None, show_progress: bool = False) -> Tokenizer:
+        """Train a tokenizer on streamed text.
+
+        Args:
+            source: an lmlab corpus folder (its train split's sentences), a text file (one text
+                per line), a list of text files, or an iterable of strings. Streamed, never
+                loaded whole.
+            kind: ``"wordpiece"`` (BERT), ``"bpe"`` (byte-level, GPT-2/RoBERTa) or
+                ``"unigram"`` (SentencePiece-style with the ``▁`` metaspace).
+            vocab_size: size of the vocabulary, special tokens included.
+            min_frequency: pairs seen fewer times are not merged (WordPiece, BPE).
+            special_tokens: tokens that get the first ids; default: the template's.
+            limit_alphabet: keep at most this many initial characters (WordPiece, BPE).
+            template: special-token family; default bert / roberta / t5 for the three kinds.
+            lowercase, strip_accents: normaliser options (WordPiece, Unigram). ``None`` for
+                strip_accents follows BERT: strip when lower-casing.
+            extra_ids: add ``<extra_id_0..N-1>`` sentinels (T5 span corruption) at the top of
+                the vocabulary, ``<extra_id_0>`` last, as T5 does.
+            model_max_length: the model's longest input (default 512, GPT-2 1024).
+        """
+        from lmlab.tokenization.training import KINDS, train_engine
+
+        if kind not in KINDS:
+            raise LmlabError(f"unknown tokenizer kind {kind!r}", f"use one of {', '.join(KINDS)}")
+        family = get_family(template or DEFAULT_FAMILY[kind])
+        roles = dict(family.special_tokens)
+        ordered = list(special_tokens) if special_tokens is not None else family.ordered_tokens()
+        missing = [tok for tok in family.ordered_tokens() if tok not in ordered]
+        if missing:
+            raise LmlabError(f"special_tokens {list(ordered)} lack {missing}, which the "
+                             f"{family.name} template needs",
+                             f"add {missing} to special_tokens or pick another template")
+        unk = roles.get("unk_token", ordered[0])
+        engine = train_engine(kind, source, vocab_size - extra_ids, min_frequency, ordered, unk,
+                              limit_alphabet, lowercase, strip_accents, show_progress)
+        extra = [f"<extra_id_{i}>" for i in range(extra_ids)]
+        from tokenizers import AddedToken
+
+        if extra:
+            engine.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                       for t in reversed(extra)])
+        engine.post_processor = build_post_processor(family.name, roles, engine.token_to_id,
+                                                     byte_level=kind == "bpe")
+        others = [tok for tok in ordered if tok not in roles.values()]
+        return cls(engine, family=family.name, special_tokens=roles,
+                   additional_special_tokens=[*others, *extra],
+                   model_max_length=model_max_length, do_lower_case=lowercase)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> Tokenizer:
+        """Load a tokenizer folder (ours or Hugging Face's) or, for a ``.gguf`` path, the
+        tokenizer embedded in a GGUF checkpoint."""
+        from lmlab.tokenization.hf_files import load_folder
+
+        path = Path(path)
+        if path.suffix.lower() == ".gguf":
+            try:
+                module = importlib.import_module("lmlab.tokenization.gguf")
+            except ModuleNotFoundError:
+                raise LmlabError(f"{path} is a GGUF file but GGUF tokenizer support is not "
+                                 "available (lmlab.tokenization.gguf is missing)",
+                                 "load a Hugging Face tokenizer folder instead") from None
+            return module.tokenizer_from_gguf(path)
+        if path.is_file() and path.name == "tokenizer.json":
+            path = path.parent
+        parts = load_folder(path)
+        return cls(parts["engine"], family=parts["family"], special_tokens=parts["special"],
+                   additional_special_tokens=parts["extra"],
+                   model_max_length=parts["model_max_length"], do_lower_case=parts["lowercase"],
+                   padding_side=parts["padding_side"], truncation_side=parts["truncation_side"],
+                   name_or_path=str(path))
+
+    def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
+        """Write ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` and
+        the vocabulary files into folder ``path`` (each atomically). The folder loads with
+        :meth:`from_pretrained` and with ``transformers.AutoTokenizer``."""
+        from lmlab.tokenization.hf_files import save_folder
+
+        config: dict[str, Any] = {
+            "tokenizer_class": FAMILIES[self.family].tokenizer_class,
+            "model_max_length": self.model_max_length,
+            "padding_side": self.padding_side,
+            "truncation_side": self.truncation_side,
+            "do_lower_case": self.do_lower_case,
+            # the engine decoder already cleans up spaces; a second pass would differ
+            "clean_up_tokenization_spaces": False,
+            **self._special,
+        }
+        if self.additional_special_tokens:
+            config["additional_special_tokens"] = list(self.additional_special_tokens)
+        if self.family == "bert":
+            config.update(tokenize_chinese_chars=True, strip_accents=None)
+        if self.family in ("roberta", "gpt2"):
+            config.update(add_prefix_space=False, errors="replace")
+        if self.family == "roberta":
+            config["trim_offsets"] = True
+        if self.family == "t5":
+            config["extra_ids"] = sum(t.startswith("<extra_id_")
+                                      for t in self.additional_special_tokens)
+        special_map = dict(self._special)
+        if self.additional_special_tokens:
+            special_map["additional_special_tokens"] = list(self.additional_special_tokens)
+        return save_folder(Path(path), self._engine, config, special_map)
+
+    # ------------------------------------------------------------------ vocabulary
+    @property
+    def backend_tokenizer(self) -> Any:
+        """The Rust engine (``tokenizers.Tokenizer``); the fast path for bulk work."""
+        return self._engine
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the base vocabulary (without tokens added after training)."""
+        return self._engine.get_vocab_size(with_added_tokens=False)
+
+    def __len__(self) -> int:
+        """Size of the full vocabulary, added tokens included (the embedding rows needed)."""
+        return self._engine.get_vocab_size(with_added_tokens=True)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._engine.get_vocab(with_added_tokens=True)
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | None | list[int | None]:
+        """Id of a token (or list of ids); unknown tokens map to the unk id."""
+        if isinstance(tokens, str):
+            token_id = self._engine.token_to_id(tokens)
+            return self.unk_token_id if token_id is None else token_id
+        return [self.convert_tokens_to_ids(t) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | None | list[str | None]:
+        if isinstance(ids, int):
+            return self._engine.id_to_token(ids)
+        return [self._engine.id_to_token(int(i)) for i in _to_list(ids)]
+
+    def tokenize(self, text: str) -> list[str]:
+        """The subword tokens of ``text`` (no special tokens)."""
+        return self._engine.encode(text, add_special_tokens=False).tokens
+
+    def _role_id(self, role: str) -> int | None:
+        token = self._special.get(role)
+        return None if token is None else self._engine.token_to_id(token)
+
+    def _set_role(self, role: str, token: str | None) -> None:
+        if token is None:
+            self._special.pop(role, None)
+            return
+        if self._engine.token_to_id(token) is None:
+            raise LmlabError(f"{role}={token!r} is not in the vocabulary",
+                             "use a token of the vocabulary (e.g. tokenizer.eos_token)")
+        self._special[role] = token
+
+    pad_token = property(lambda self: self._special.get("pad_token"),
+                         lambda self, t: self._set_role("pad_token", t))
+    cls_token = property(lambda self: self._special.get("cls_token"))
+    sep_token = property(lambda self: self._special.get("sep_token"))
+    mask_token = property(lambda self: self._special.get("mask_token"))
+    unk_token = property(lambda self: self._special.get("unk_token"))
+    bos_token = property(lambda self: self._special.get("bos_token"))
+    eos_token = property(lambda self: self._special.get("eos_token"))
+    pad_token_id = property(lambda self: self._role_id("pad_token"))
+    cls_token_id = property(lambda self: self._role_id("cls_token"))
+    sep_token_id = property(lambda self: self._role_id("sep_token"))
+    mask_token_id = property(lambda self: self._role_id("mask_token"))
+    unk_token_id = property(lambda self: self._role_id("unk_token"))
+    bos_token_id = property(lambda self: self._role_id("bos_token"))
+    eos_token_id = property(lambda self: self._role_id("eos_token"))
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        return dict(self._special)
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return list(dict.fromkeys([*self._special.values(), *self.additional_special_tokens]))
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self._engine.token_to_id(t) for t in self.all_special_tokens]
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the serialized tokenizer (vocabulary, merges, normaliser, template) and
+        its special-token roles. Token shards record it so ids are never read with another
+        vocabulary. Per-call settings (truncation, padding) do not change it."""
+        state = _rounded(json.loads(self._engine.to_str()))
+        state["truncation"] = None
+        state["padding"] = None
+        payload = json.dumps({"engine": state, "family": self.family, "special": self._special},
+                             sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    # ------------------------------------------------------------------ encoding
+    def _configure(self, truncation: str | None, max_length: int | None, stride: int,
+                   padding: str | None, pad_to_multiple_of: int | None,
+                   padding_side: str, truncation_side: str) -> None:
+        """Set the engine's truncation/padding for this call (only when they change)."""
+        state = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side,
+                 truncation_side, self.pad_token)
+        if state == self._engine_state:
+            return
+        engine = self._engine
+        if truncation is None:
+            engine.no_truncation()
+        else:
+            try:
+                engine.enable_truncation(max_length, stride=stride, strategy=truncation,
+                                         direction=truncation_side)
+            except Exception as error:
+                raise LmlabError(f"cannot truncate to max_length={max_length} with "
+                                 f"stride={stride}: {error}",
+                                 "use a stride smaller than max_length minus the special "
+                                 "tokens") from None
+        if padding is None:
+            engine.no_padding()
+        else:
+            pad_id = self.pad_token_id
+            if pad_id is None:
+                raise LmlabError(f"padding needs a pad token and this {self.family} tokenizer "
+                                 "has none",
+                                 "set tokenizer.pad_token = tokenizer.eos_token (GPT-2 style)")
+            engine.enable_padding(direction=padding_side, pad_id=pad_id, pad_type_id=0,
+                                  pad_token=self.pad_token,
+                                  length=max_length if padding == "max_length" else None,
+                                  pad_to_multiple_of=pad_to_multiple_of)
+        self._engine_state = state
+
+    def __call__(self, text: str | Sequence[str] | Sequence[Sequence[str]],
+                 text_pair: str | Sequence[str] | None = None, *,
+                 add_special_tokens: bool = True, padding: bool | str = False,
+                 truncation: bool | str | None = None, max_length: int | None = None,
+                 stride: int = 0, pad_to_multiple_of: int | None = None,
+                 padding_side: str | None = None, truncation_side: str | None = None,
+                 is_split_into_words: bool = False, return_tensors: str | None = None,
+                 return_token_type_ids: bool | None = None, return_attention_mask: bool = True,
+                 return_special_tokens_mask: bool = False, return_offsets_mapping: bool = False,
+                 return_overflowing_tokens: bool = False, return_length: bool = False,
+                 text_pairs: Sequence[str] | None = None) -> BatchEncoding:
+        """Encode one text, a batch of texts, or (batches of) pairs.
+
+        Args:
+            text: a string or a list of strings (with ``is_split_into_words``: a list of words
+                or a list of such lists).
+            text_pair / text_pairs: the second segment(s) of each pair.
+            padding: ``True``/``"longest"``, ``"max_length"``, or ``False``.
+            truncation: ``True``/``"longest_first"``, ``"only_first"``, ``"only_second"``, or
+                ``False``. ``max_length`` defaults to ``model_max_length``.
+            stride: with ``return_overflowing_tokens``, tokens shared by consecutive windows.
+            return_tensors: ``"pt"`` (torch), ``"np"`` or None (lists).
+            return_*: which extra keys to return (Hugging Face names and defaults;
+                ``token_type_ids`` by default only for BERT-family tokenizers).
+
+        Returns:
+            A :class:`BatchEncoding`; unbatched lists when ``text`` is a single string and no
+            tensors are asked for.
+        """
+        if text_pairs is not None:
+            if text_pair is not None:
+                raise LmlabError("both text_pair and text_pairs were given", "pass only one")
+            text_pair = text_pairs
+        batched = _is_batched(text, is_split_into_words)
+        texts = list(text) if batched else [text]
+        if text_pair is None:
+            inputs: list[Any] = texts
+        else:
+            pairs = list(text_pair) if batched else [text_pair]
+            if len(pairs) != len(texts):
+                raise LmlabError(f"{len(texts)} texts but {len(pairs)} text pairs",
+                                 "pass one pair per text")
+            inputs = list(zip(texts, pairs))
+        if not is_split_into_words:
+            for item in texts if text_pair is None else [x for p in inputs for x in p]:
+                if not isinstance(item, str):
+                    raise LmlabError(f"texts must be strings, got {type(item).__name__}",
+                                     "pass str or a list of str (is_split_into_words=True "
+                                     "for lists of words)")
+
+        trunc, length = _truncation_args(truncation, max_length, self.model_max_length)
+        pad = _padding_arg(padding)
+        if pad == "max_length":
+            length = length or max_length or self.model_max_length
+        if return_overflowing_tokens and trunc is None:
+            raise LmlabError("return_overflowing_tokens needs truncation",
+                             "pass truncation=True (or a strategy) and max_length")
+        self._configure(trunc, length, stride if trunc else 0, pad, pad_to_multiple_of,
+                        _side(padding_side or self.padding_side, "padding_side"),
+                        _side(truncation_side or self.truncation_side, "truncation_side"))
+        encodings = self._engine.encode_batch(inputs, is_pretokenized=is_split_into_words,
+                                              add_special_tokens=add_special_tokens)
+        mapping = None
+        if return_overflowing_tokens:
+            flat, mapping = [], []
+            for index, encoding in enumerate(encodings):
+                for piece in (encoding, *encoding.overflowing):
+                    flat.append(piece)
+                    mapping.append(index)
+            encodings = flat
+
+        if return_token_type_ids is None:
+            return_token_type_ids = self.family == "bert"
+        data: dict[str, Any] = {"input_ids": [e.ids for e in encodings]}
+        if return_token_type_ids:
+            data["token_type_ids"] = [e.type_ids for e in encodings]
+        if return_attention_mask:
+            data["attention_mask"] = [e.attention_mask for e in encodings]
+        if return_special_tokens_mask:
+            data["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
+        if return_offsets_mapping:
+            data["offset_mapping"] = [e.offsets for e in encodings]
+        if mapping is not None:
+            data["overflow_to_sample_mapping"] = mapping
+        if return_length:
+            data["length"] = [len(e.ids) for e in encodings]
+        if return_tensors is not None:
+            data = _as_tensors(data, return_tensors)
+        elif not batched and mapping is None:
+            data = {key: value[0] for key, value in data.items()}
+        return BatchEncoding(data, encodings, batched=batched or return_tensors is not None)
+
+    def encode(self, text: str, text_pair: str | None = None, add_special_tokens: bool = True,
+               **kwargs: Any) -> list[int]:
+        """Ids of one text (or pair), with the template's special tokens by default."""
+        out = self(text, text_pair, add_special_tokens=add_special_tokens,
+                   return_attention_mask=False, return_token_type_ids=False, **kwargs)
+        return out["input_ids"]
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
+        """Text of a sequence of ids (list, tensor or array)."""
+        return self._engine.decode([int(i) for i in _to_list(ids)],
+                                   skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, sequences: Any, skip_special_tokens: bool = False) -> list[str]:
+        """Texts of a batch of id sequences (list of lists, 2-D tensor or array)."""
+        rows = [[int(i) for i in _to_list(row)] for row in _to_list(sequences)]
+        return self._engine.decode_batch(rows, skip_special_tokens=skip_special_tokens)
+
+    def __repr__(self) -> str:
+        kind = json.loads(self._engine.to_str())["model"]["type"]
+        return (f"Tokenizer({kind}, family={self.family}, vocab={len(self)}, "
+                f"max_length={self.model_max_length})")
+
+
+def _rounded(value: Any) -> Any:
+    """Floats rounded to 12 significant digits: Unigram scores may differ in the last bit
+    after a save/load round trip, which must not change the fingerprint."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
+
+
+def _side(value: str, name: str) -> str:
+    if value not in ("left", "right"):
+        raise LmlabError(f"{name}={value!r} is not a side", f"use {name}='right' or 'left'")
+    return value
+
+
+def _is_batched(text: Any, split_into_words: bool) -> bool:
+    if isinstance(text, str):
+        if split_into_words:
+            raise LmlabError("is_split_into_words=True needs a list of words, got a string",
+                             "pass text.split() or set is_split_into_words=False")
+        return False
+    if isinstance(text, list | tuple):
+        if split_into_words:
+            return bool(text) and not isinstance(text[0], str)
+        return True
+    raise LmlabError(f"cannot encode a {type(text).__name__}", "pass a str or a list of str")
+
+
+def _truncation_args(truncation: Any, max_length: int | None,
+                     model_max: int) -> tuple[str | None, int | None]:
+    if truncation is None:
+        truncation = max_length is not None
+    if truncation is False or truncation == "do_not_truncate":
+        return None, max_length
+    strategy = "longest_first" if truncation is True else truncation
+    if strategy not in _TRUNCATION_STRATEGIES:
+        raise LmlabError(f"unknown truncation strategy {truncation!r}",
+                         f"use True, False or one of {', '.join(_TRUNCATION_STRATEGIES)}")
+    return strategy, max_length or model_max
+
+
+def _padding_arg(padding: Any) -> str | None:
+    if padding is False or padding is None or padding == "do_not_pad":
+        return None
+    if padding is True or padding == "longest":
+        return "longest"
+    if padding == "max_length":
+        return "max_length"
+    raise LmlabError(f"unknown padding {padding!r}", "use True/'longest', 'max_length' or False")
+
+
+def _to_list(values: Any) -> list:
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, int):
+        return [values]
+    return list(values)
+
+
+def _as_tensors(data: dict[str, Any], kind: str) -> dict[str, Any]:
+    lengths = {len(row) for key, rows in data.items()
+               if key not in ("overflow_to_sample_mapping", "length") for row in rows}
+    if len(lengths) > 1:
+        raise LmlabError("sequences of different lengths cannot form one tensor",
+                         "pass padding=True (or padding='max_length' with max_length)")
+    if kind == "pt":
+        import torch
+
+        return {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
+    if kind == "np":
+        import numpy as np
+
+        return {key: np.asarray(value, dtype=np.int64) for key, value in data.items()}
+    raise LmlabError(f"return_tensors={kind!r} is not supported", "use 'pt', 'np' or None")
+
+
+__all__ = ["Tokenizer", "BatchEncoding", "SPECIAL_ROLES"]
