@@ -172,7 +172,8 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
         name = next((n for n in (rule.theirs, *rule.aliases) if n in keys), None)
         head = rule.ours_names[0].split(".")[1] if rule.ours_names[0].startswith("heads.") else None
         if name is None:
-            if head is not None:
+            # a decoder tied to the embeddings is left out of the file: the head is not fresh
+            if head is not None and not (rule.optional and _is_tied(model, rule.ours_names[0])):
                 head_rules_present.setdefault(head, False)
             if not rule.optional and head is None:
                 missing.append(rule.theirs)

@@ -79,6 +79,8 @@ class SpecialTokens:
                 cls_ = tokenizer.bos_token_id
             if sep is None:
                 sep = tokenizer.eos_token_id
+            if pad is None:  # GPT-2 style vocabularies have no pad token: pad with end-of-text
+                pad = tokenizer.eos_token_id
             if pad is None or cls_ is None or sep is None:
                 raise LmlabError("the tokenizer lacks a pad, cls/bos or sep/eos token",
                                  "pretraining encoders needs [PAD], [CLS] and [SEP] (or <pad>, "

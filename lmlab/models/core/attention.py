@@ -49,6 +49,14 @@ class Attention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
 
+    def _share_kv_heads(self, k: torch.Tensor, v: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Grouped-query attention: repeat each key/value head for its group of query heads."""
+        if self.num_kv_heads == self.num_heads:
+            return k, v
+        repeat = self.num_heads // self.num_kv_heads
+        return k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)  # (B, nh, Tk, hd)
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -73,10 +81,7 @@ class Attention(nn.Module):
             q = self._split_heads(padding.pad(q_flat), self.num_heads)  # (B, nh, T, hd)
             k = self._split_heads(padding.pad(k_flat), self.num_kv_heads)
             v = self._split_heads(padding.pad(v_flat), self.num_kv_heads)
-            if self.num_kv_heads != self.num_heads:
-                repeat = self.num_heads // self.num_kv_heads
-                k = k.repeat_interleave(repeat, dim=1)
-                v = v.repeat_interleave(repeat, dim=1)
+            k, v = self._share_kv_heads(k, v)
             context = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
                 scale=self.scale)
@@ -99,10 +104,7 @@ class Attention(nn.Module):
             if cache is not None:
                 k, v = cache.update(layer_index, k, v)
 
-        if self.num_kv_heads != self.num_heads:
-            repeat = self.num_heads // self.num_kv_heads
-            k = k.repeat_interleave(repeat, dim=1)  # (B, nh, Tk, hd)
-            v = v.repeat_interleave(repeat, dim=1)
+        k, v = self._share_kv_heads(k, v)
 
         dropout_p = self.dropout_p if self.training else 0.0
         probs = None

@@ -1,0 +1,204 @@
+"""``lmlab generate``, ``lmlab chat``, ``lmlab perplexity`` and ``lmlab lm-eval``: use a causal
+LM (GPT-2, Llama-style, a .gguf file) without fine-tuning it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bf16", action="store_true", help="run in bfloat16 (faster on CPU)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads")
+
+
+def _add_generation_options(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--num-beams", type=int, default=1)
+    p.add_argument("--length-penalty", type=float, default=1.0)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "generate", help="continue a prompt with a causal LM, streaming tokens as they come",
+        example='lmlab generate SmolLM2-135M-Instruct.Q4_1.gguf "Once upon a time" '
+                '--max-new-tokens 40 --sample --top-p 0.9',
+        handler=_generate)
+    p.add_argument("model", help="model folder, lmlab run directory or .gguf file")
+    p.add_argument("prompt", nargs="+", help="prompt text(s); several run as one batch")
+    _add_generation_options(p, 50)
+    _add_model_options(p)
+    p.add_argument("--no-stream", action="store_true", help="print only when done")
+    p.add_argument("--json", action="store_true", help="print JSON lines")
+
+    p = commands.command(
+        "chat", help="chat with an instruction-tuned model using its chat template",
+        example="lmlab chat SmolLM2-135M-Instruct.Q4_1.gguf --system 'Answer briefly.'",
+        handler=_chat)
+    p.add_argument("model")
+    p.add_argument("--system", help="system message")
+    _add_generation_options(p, 256)
+    _add_model_options(p)
+
+    p = commands.command(
+        "perplexity", help="sliding-window perplexity of a text file",
+        example="lmlab perplexity SmolLM2-135M-Instruct.Q4_1.gguf book.txt --stride 256",
+        handler=_perplexity)
+    p.add_argument("model")
+    p.add_argument("file", help="UTF-8 text file")
+    p.add_argument("--max-length", type=int, help="window length (default: model's, <= 1024)")
+    p.add_argument("--stride", type=int, help="window step (default: max-length / 2)")
+    p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
+    _add_model_options(p)
+
+    p = commands.command(
+        "lm-eval", help="evaluate a causal LM without fine-tuning: k-shot classification or "
+                        "last-word cloze",
+        example="lmlab lm-eval --task fortunes-topic --model SmolLM2-135M-Instruct.Q4_1.gguf "
+                "--few-shot 0,1,8 --max-examples 100",
+        handler=_lm_eval)
+    p.add_argument("--task", required=True,
+                   help="a classification task (e.g. fortunes-topic) or 'cloze'")
+    p.add_argument("--model", required=True)
+    p.add_argument("--few-shot", default="0", help="comma-separated shot counts, e.g. 0,1,8")
+    p.add_argument("--split", default="test")
+    p.add_argument("--max-examples", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--corpus", help="corpus folder for --task cloze (its validation split)")
+    p.add_argument("--json", action="store_true")
+    _add_model_options(p)
+
+
+def _load(args: argparse.Namespace):
+    import torch
+
+    from lmlab.pipelines.base import load_model_and_tokenizer
+
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+    dtype = torch.bfloat16 if args.bf16 else None
+    return load_model_and_tokenizer(args.model, head=None, dtype=dtype)  # see text_generation
+
+
+def _options(args: argparse.Namespace) -> dict:
+    return dict(max_new_tokens=args.max_new_tokens, do_sample=args.sample,
+                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
+                length_penalty=args.length_penalty, stop_strings=args.stop or None)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from lmlab.generation.generate import generate_text
+
+    model, tokenizer = _load(args)
+    options = _options(args)
+    stream = not args.no_stream and not args.json and len(args.prompt) == 1 \
+        and args.num_beams == 1
+    if stream:
+        sys.stdout.write(args.prompt[0])
+        sys.stdout.flush()
+
+        def show(piece: str) -> None:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+        generate_text(model, tokenizer, args.prompt[0], seed=args.seed, on_text=show, **options)
+        sys.stdout.write("\n")
+        return 0
+    outputs = generate_text(model, tokenizer, args.prompt, seed=args.seed, **options)
+    for prompt, output in zip(args.prompt, outputs):
+        if args.json:
+            print(json.dumps({"prompt": prompt, "generated": output}, ensure_ascii=False))
+        else:
+            print(prompt + output)
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from lmlab.generation.chat import ChatSession
+
+    model, tokenizer = _load(args)
+    session = ChatSession(model, tokenizer, system=args.system)
+    options = _options(args)
+    print("Chatting; an empty line or /exit ends.", file=sys.stderr)
+    while True:
+        try:
+            line = input("you> ")
+        except EOFError:
+            break
+        if not line.strip() or line.strip() in ("/exit", "/quit"):
+            break
+        sys.stdout.write("bot> ")
+        sys.stdout.flush()
+
+        def show(piece: str) -> None:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+        session.say(line, on_text=show, **options)
+        sys.stdout.write("\n")
+    return 0
+
+
+def _perplexity(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lmlab.evaluation.lm import perplexity
+    from lmlab.utils.errors import LmlabError
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise LmlabError(f"{path} does not exist", "give the path of a UTF-8 text file")
+    model, tokenizer = _load(args)
+    ids = tokenizer.encode(path.read_text(encoding="utf-8"), add_special_tokens=False)
+    if args.max_tokens:
+        ids = ids[: args.max_tokens]
+    result = perplexity(model, ids, max_length=args.max_length, stride=args.stride,
+                        show_progress=True)
+    print(json.dumps(result.to_dict()))
+    return 0
+
+
+def _lm_eval(args: argparse.Namespace) -> int:
+    from lmlab.evaluation.lm import corpus_passages, few_shot_evaluate, lambada_cloze
+    from lmlab.utils.errors import LmlabError
+
+    try:
+        shots = [int(k) for k in args.few_shot.split(",") if k.strip()]
+    except ValueError:
+        raise LmlabError(f"--few-shot {args.few_shot!r} is not a list of numbers",
+                         "write e.g. --few-shot 0,1,8") from None
+    if args.task == "cloze":
+        if not args.corpus:
+            raise LmlabError("--task cloze needs --corpus DIR",
+                             "build one with `lmlab data build --out DIR`")
+        model, tokenizer = _load(args)
+        passages = corpus_passages(args.corpus, limit=args.max_examples)
+        result = {"task": "cloze", **lambada_cloze(model, tokenizer, passages,
+                                                   show_progress=True)}
+        print(json.dumps(result))
+        return 0
+    from lmlab.tasks.builtin import load_builtin_task
+
+    task = load_builtin_task(args.task)
+    model, tokenizer = _load(args)
+    results = few_shot_evaluate(model, tokenizer, task, shots, split=args.split,
+                                max_examples=args.max_examples, seed=args.seed,
+                                show_progress=True)
+    if args.json:
+        print(json.dumps({"task": task.name, "split": args.split,
+                          "results": {str(k): v for k, v in results.items()}}))
+    else:
+        print(f"{task.name} ({args.split}, {args.max_examples} examples, "
+              f"{len(task.labels)} labels)")
+        for k, value in results.items():
+            print(f"  {k:>2}-shot accuracy: {value['accuracy']:.3f}  (n={value['n']})")
+    return 0

@@ -1,0 +1,2 @@
+"""Evaluation without fine-tuning: perplexity, cloze, few-shot classification (see
+:mod:`lmlab.evaluation.lm`)."""

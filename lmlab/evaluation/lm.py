@@ -1,0 +1,284 @@
+"""Evaluating a language model without fine-tuning it.
+
+- :func:`perplexity`: sliding-window perplexity of a long text (the Hugging Face perplexity
+  guide's method): windows of ``max_length`` tokens advance by ``stride``; each token is scored
+  once, in the window where it is among the last ``stride`` tokens, so it sees up to
+  ``max_length - stride`` tokens of context. ``stride == max_length`` is plain chunking.
+- :func:`lambada_cloze`: LAMBADA-style last-word prediction (Paperno et al. 2016): greedy
+  decoding after a passage must produce its final word; the score is accuracy.
+- :func:`few_shot_evaluate`: GPT-3-style in-context classification (Brown et al. 2020): a
+  prompt of ``k`` labelled training examples, then the test text; the predicted class is the
+  label whose continuation has the highest total log-likelihood.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from lmlab.utils.errors import LmlabError
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _check_decoder(model: Any) -> None:
+    if not getattr(model.config, "causal", False) or "clm" not in model.heads:
+        raise LmlabError("this evaluation needs a causal LM (a decoder with a 'clm' head)",
+                         "load a GPT-2/Llama checkpoint or a .gguf file")
+
+
+# -- perplexity ----------------------------------------------------------------------------------
+@dataclass
+class PerplexityResult:
+    perplexity: float
+    nll: float  # mean negative log-likelihood per scored token (nats)
+    tokens: int  # tokens scored
+    windows: int
+
+    def to_dict(self) -> dict[str, float]:
+        return {"perplexity": self.perplexity, "nll": self.nll, "tokens": self.tokens,
+                "windows": self.windows}
+
+
+@torch.no_grad()
+def perplexity(model: Any, input_ids: Sequence[int] | torch.Tensor, max_length: int | None = None,
+               stride: int | None = None, show_progress: bool = False) -> PerplexityResult:
+    """Sliding-window perplexity of one token sequence.
+
+    Args:
+        input_ids: the token ids of the whole text (1-D).
+        max_length: window length (default: the model's ``max_position_embeddings``, at most
+            1024).
+        stride: how far each window advances (default ``max_length // 2``).
+    """
+    _check_decoder(model)
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(-1)
+    if ids.numel() < 2:
+        raise LmlabError("the text has fewer than 2 tokens", "give a longer text")
+    max_length = max_length or min(model.config.max_position_embeddings, 1024)
+    stride = stride or max(1, max_length // 2)
+    if not 0 < stride <= max_length:
+        raise LmlabError(f"stride {stride} must be in 1..max_length ({max_length})",
+                         "use e.g. stride = max_length // 2")
+    model.eval()
+    device = _device(model)
+    total, count, windows, previous_end = 0.0, 0, 0, 0
+    starts = list(range(0, ids.numel(), stride))
+    if show_progress:
+        from lmlab.utils.progress import progress
+
+        starts = progress(starts, desc="perplexity")
+    for begin in starts:
+        end = min(begin + max_length, ids.numel())
+        new = end - previous_end  # tokens not scored by an earlier window
+        window = ids[begin:end].unsqueeze(0).to(device)  # (1, T)
+        logits = model(input_ids=window, heads=["clm"]).logits[0, :-1].float()  # (T-1, V)
+        targets = window[0, 1:]
+        nll = F.cross_entropy(logits, targets, reduction="none")  # (T-1,)
+        first = max(0, nll.numel() - new)  # score only the window's last ``new`` targets
+        total += float(nll[first:].sum())
+        count += nll.numel() - first
+        windows += 1
+        previous_end = end
+        if end == ids.numel():
+            break
+    mean = total / count
+    return PerplexityResult(math.exp(mean), mean, count, windows)
+
+
+def perplexity_of_text(model: Any, tokenizer: Any, text: str, **kwargs: Any) -> PerplexityResult:
+    """:func:`perplexity` of a text (tokenised without special tokens)."""
+    return perplexity(model, tokenizer.encode(text, add_special_tokens=False), **kwargs)
+
+
+# -- LAMBADA-style cloze ---------------------------------------------------------------------------
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+
+
+def cloze_passages(texts: Iterable[str], min_words: int = 20, max_words: int = 80,
+                   limit: int | None = None) -> list[tuple[str, str]]:
+    """(context, last word) pairs: each text's first ``max_words`` words cut back to a sentence
+    end, kept when the final word is alphabetic and the passage has ``min_words`` words."""
+    passages = []
+    for text in texts:
+        words = text.split()[:max_words]
+        while words and not words[-1].endswith((".", "!", "?")) and len(words) > min_words:
+            words.pop()
+        if len(words) < min_words:
+            continue
+        last = words[-1].strip(".,;:!?\"')(")
+        if not _WORD.fullmatch(last) or len(last) < 2:
+            continue
+        context = " ".join(words[:-1])
+        passages.append((context, last))
+        if limit is not None and len(passages) >= limit:
+            break
+    return passages
+
+
+def corpus_passages(corpus_dir: str | Path, split: str = "validation", limit: int = 200,
+                    **kwargs: Any) -> list[tuple[str, str]]:
+    """Cloze passages from an lmlab corpus folder's documents (the validation split)."""
+    from lmlab.data.corpus import read_corpus
+
+    return cloze_passages((doc.text for doc in read_corpus(corpus_dir, split)), limit=limit,
+                          **kwargs)
+
+
+@torch.no_grad()
+def lambada_cloze(model: Any, tokenizer: Any, passages: Sequence[tuple[str, str]],
+                  show_progress: bool = False) -> dict[str, float]:
+    """Accuracy of greedy last-word prediction: decode after the context until the first word is
+    complete and compare it with the passage's last word (exact match)."""
+    from lmlab.generation.generate import generate
+
+    _check_decoder(model)
+    if not passages:
+        raise LmlabError("no cloze passages", "give passages with at least min_words words")
+    device = _device(model)
+    correct = 0
+    items: Iterable = passages
+    if show_progress:
+        from lmlab.utils.progress import progress
+
+        items = progress(passages, desc="cloze")
+    for context, word in items:
+        ids = torch.tensor([tokenizer.encode(context, add_special_tokens=False)], device=device)
+        budget = len(tokenizer.encode(" " + word, add_special_tokens=False)) + 1
+        out = generate(model, ids, max_new_tokens=budget, eos_token_id=[])
+        continuation = tokenizer.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
+        match = _WORD.match(continuation.lstrip())
+        predicted = match.group(0) if match else ""
+        correct += predicted == word
+    return {"accuracy": correct / len(passages), "n": len(passages)}
+
+
+# -- few-shot classification -----------------------------------------------------------------------
+@dataclass
+class FewShotFormat:
+    """How an example becomes prompt text."""
+
+    instruction: str = ""
+    text_prefix: str = "Text: "
+    label_prefix: str = "Topic:"
+    separator: str = "\n\n"
+    max_chars: int = 300  # long texts are cut so k-shot prompts stay short on a CPU
+
+    def render(self, text: str, label: str | None = None) -> str:
+        text = " ".join(text.split())
+        if len(text) > self.max_chars:
+            text = text[: self.max_chars].rsplit(" ", 1)[0] + " ..."
+        out = f"{self.text_prefix}{text}\n{self.label_prefix}"
+        return out if label is None else f"{out} {label}"
+
+
+def label_text(label: str) -> str:
+    """A label as words (``"computers"``, ``"science_fiction"`` -> ``"science fiction"``)."""
+    return label.replace("_", " ").replace("-", " ")
+
+
+@torch.no_grad()
+def score_continuations(model: Any, prompt_ids: list[int], continuations: list[list[int]]
+                        ) -> torch.Tensor:
+    """Total log-likelihood of each continuation after the prompt: (C,).
+
+    The prompt runs once; its key/value cache is copied to every continuation, and all
+    continuations (right-padded) run in one batch.
+    """
+    device = _device(model)
+    prompt = torch.tensor([prompt_ids], device=device)
+    out = model(input_ids=prompt, use_cache=True, heads=["clm"])
+    first = F.log_softmax(out.logits[0, -1].float(), dim=-1)  # (V,) next after the prompt
+    cache = out.past_key_values
+    n, width = len(continuations), max(len(c) for c in continuations)
+    cache.reorder(torch.zeros(n, dtype=torch.long, device=device))  # (C, ...) copies
+    ids = torch.zeros(n, width, dtype=torch.long, device=device)
+    mask = torch.zeros(n, width, dtype=torch.long, device=device)
+    for i, cont in enumerate(continuations):
+        ids[i, :len(cont)] = torch.tensor(cont)
+        mask[i, :len(cont)] = 1
+    scores = first[ids[:, 0]]  # (C,)
+    if width > 1:
+        past = len(prompt_ids)
+        full_mask = torch.cat([torch.ones(n, past, dtype=torch.long, device=device), mask], 1)
+        positions = torch.arange(past, past + width, device=device).expand(n, width)
+        logits = model(input_ids=ids, attention_mask=full_mask, position_ids=positions,
+                       past_key_values=cache, use_cache=True, heads=["clm"]).logits
+        log_probs = F.log_softmax(logits[:, :-1].float(), dim=-1)  # (C, W-1, V)
+        picked = log_probs.gather(2, ids[:, 1:, None]).squeeze(2)  # (C, W-1)
+        scores = scores + (picked * mask[:, 1:]).sum(dim=1)
+    return scores
+
+
+def few_shot_prompt(task: Any, example: Any, shots: int, rng: random.Random,
+                    fmt: FewShotFormat, train: Sequence[Any]) -> str:
+    """``shots`` random training examples with their labels, then ``example`` without."""
+    chosen = rng.sample(list(train), shots) if shots else []
+    parts = [fmt.render(e.text, label_text(e.label)) for e in chosen]
+    parts.append(fmt.render(example.text))
+    body = fmt.separator.join(parts)
+    return f"{fmt.instruction}{fmt.separator}{body}" if fmt.instruction else body
+
+
+@torch.no_grad()
+def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequence[int],
+                      split: str = "test", max_examples: int | None = 100, seed: int = 0,
+                      fmt: FewShotFormat | None = None,
+                      show_progress: bool = False) -> dict[int, dict[str, float]]:
+    """In-context classification accuracy for each number of shots.
+
+    Args:
+        task: an ``lmlab.tasks`` Task (classification), or a built-in task's name.
+        shots: one k or several (e.g. ``[0, 1, 8]``).
+        max_examples: evaluate the first N examples of ``split`` (None = all).
+        seed: the random choice of shots (a fresh draw per test example, as in GPT-3).
+
+    Returns:
+        {k: {"accuracy": ..., "n": ...}}.
+    """
+    _check_decoder(model)
+    if isinstance(task, str):
+        from lmlab.tasks.builtin import load_builtin_task
+
+        task = load_builtin_task(task)
+    if task.type not in ("classification",):
+        raise LmlabError(f"few-shot evaluation scores label continuations; task {task.name!r} "
+                         f"is {task.type}",
+                         "use a single-text classification task (e.g. fortunes-topic)")
+    fmt = fmt or FewShotFormat(
+        instruction=f"Classify each text. Possible labels: "
+                    f"{', '.join(label_text(label) for label in task.labels)}.")
+    examples = list(task.split(split))[: max_examples or None]
+    train = task.split("train")
+    label_ids = [tokenizer.encode(" " + label_text(label), add_special_tokens=False)
+                 for label in task.labels]
+    ks = [shots] if isinstance(shots, int) else list(shots)
+    results: dict[int, dict[str, float]] = {}
+    for k in ks:
+        if k < 0 or k > len(train):
+            raise LmlabError(f"{k} shots requested; the train split has {len(train)} examples",
+                             "use 0 or more shots, at most the train split's size")
+        rng = random.Random(seed * 1000 + k)
+        correct = 0
+        items: Iterable = examples
+        if show_progress:
+            from lmlab.utils.progress import progress
+
+            items = progress(examples, desc=f"{k}-shot")
+        for example in items:
+            prompt = few_shot_prompt(task, example, k, rng, fmt, train)
+            scores = score_continuations(model, tokenizer.encode(prompt, add_special_tokens=False),
+                                         label_ids)
+            correct += task.labels[int(scores.argmax())] == example.label
+        results[k] = {"accuracy": correct / len(examples), "n": len(examples)}
+    return results

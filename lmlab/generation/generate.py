@@ -1,0 +1,463 @@
+"""Text generation with a decoder: greedy, sampling (temperature, top-k, top-p), repetition
+penalty, beam search, stop tokens and stop strings, batched left-padded prompts, the key/value
+cache and a streaming callback.
+
+Conventions follow Hugging Face's ``generate`` so results can be compared token for token:
+
+- logits are processed in the order repetition penalty -> temperature -> top-k -> top-p;
+- the repetition penalty (Keskar et al. 2019, CTRL) divides positive and multiplies negative
+  logits of every token already in the sequence (prompt included, padding excluded);
+- beam search keeps ``2 * num_beams`` candidates per step, scores finished hypotheses by
+  ``sum log p / generated_length ** length_penalty`` and stops by ``early_stopping``
+  (True: as soon as ``num_beams`` hypotheses are finished; False: when no running beam can beat
+  the worst finished one at its current length; "never": also considering the longest possible
+  length when ``length_penalty > 0``);
+- finished rows are filled with the pad id (the eos id when there is no pad);
+- left padding: position ids count real tokens only (``cumsum(mask) - 1``).
+
+Example:
+    >>> out = generate(model, ids, attention_mask=mask, max_new_tokens=20, do_sample=True,
+    ...                top_p=0.9, generator=torch.Generator().manual_seed(0))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from lmlab.utils.errors import LmlabError
+
+TokenCallback = Callable[[torch.Tensor], None]
+
+
+@dataclass
+class GenerationConfig:
+    """How to generate. ``top_k=0`` and ``top_p=1.0`` switch those filters off."""
+
+    max_new_tokens: int = 20
+    min_new_tokens: int = 0
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    stop_strings: list[str] = field(default_factory=list)
+    use_cache: bool = True
+
+    def validate(self) -> None:
+        if self.max_new_tokens < 1:
+            raise LmlabError(f"max_new_tokens={self.max_new_tokens}", "ask for at least 1 token")
+        if self.do_sample and self.temperature <= 0:
+            raise LmlabError(f"temperature={self.temperature} must be positive when sampling",
+                             "use do_sample=False for greedy decoding, or a temperature > 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise LmlabError(f"top_p={self.top_p} is outside (0, 1]", "use e.g. top_p=0.9")
+        if self.top_k < 0:
+            raise LmlabError(f"top_k={self.top_k} is negative", "use 0 (off) or a positive k")
+        if self.repetition_penalty <= 0:
+            raise LmlabError(f"repetition_penalty={self.repetition_penalty} must be positive",
+                             "use 1.0 (off) or e.g. 1.2")
+        if self.num_beams < 1:
+            raise LmlabError(f"num_beams={self.num_beams}", "use 1 (no beam search) or more")
+        if self.num_beams > 1 and self.do_sample:
+            raise LmlabError("beam sampling is not implemented",
+                             "use num_beams > 1 with do_sample=False, or sampling with 1 beam")
+        if self.early_stopping not in (True, False, "never"):
+            raise LmlabError(f"early_stopping={self.early_stopping!r}",
+                             "use True, False or 'never'")
+
+    @property
+    def eos_ids(self) -> list[int]:
+        if self.eos_token_id is None:
+            return []
+        if isinstance(self.eos_token_id, int):
+            return [self.eos_token_id]
+        return [int(i) for i in self.eos_token_id]
+
+
+# -- logits processing ---------------------------------------------------------------------------
+def apply_repetition_penalty(scores: torch.Tensor, sequences: torch.Tensor, penalty: float,
+                             mask: torch.Tensor | None = None) -> torch.Tensor:
+    """CTRL's penalty on tokens already present: ``s / p`` if ``s > 0`` else ``s * p``.
+
+    scores (B, V); sequences (B, T); mask (B, T) 1 for tokens that count (padding excluded).
+    """
+    if penalty == 1.0:
+        return scores
+    counts = torch.zeros_like(scores)
+    weights = torch.ones_like(sequences, dtype=scores.dtype) if mask is None else \
+        mask.to(scores.dtype)
+    counts.scatter_add_(1, sequences, weights)  # (B, V): occurrences of each token
+    penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
+    return torch.where(counts > 0, penalised, scores)
+
+
+def top_k_filter(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the ``k`` largest scores per row (ties at the k-th kept), others to -inf."""
+    if k <= 0 or k >= scores.shape[-1]:
+        return scores
+    threshold = torch.topk(scores, k, dim=-1).values[..., -1:]  # (B, 1)
+    return scores.masked_fill(scores < threshold, float("-inf"))
+
+
+def top_p_filter(scores: torch.Tensor, p: float, min_keep: int = 1) -> torch.Tensor:
+    """Nucleus filter (Holtzman et al. 2020): keep the smallest set of most likely tokens whose
+    probability reaches ``p``; the rest to -inf."""
+    if p >= 1.0:
+        return scores
+    sorted_scores, order = torch.sort(scores, descending=False)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - p)
+    remove[..., -min_keep:] = False
+    return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+
+
+def process_logits(scores: torch.Tensor, sequences: torch.Tensor, mask: torch.Tensor,
+                   config: GenerationConfig, step: int) -> torch.Tensor:
+    """All of ``config``'s logit processors, in Hugging Face's order."""
+    scores = apply_repetition_penalty(scores, sequences, config.repetition_penalty, mask)
+    if step < config.min_new_tokens and config.eos_ids:
+        scores[:, config.eos_ids] = float("-inf")
+    if config.do_sample:
+        if config.temperature != 1.0:
+            scores = scores / config.temperature
+        scores = top_k_filter(scores, config.top_k)
+        scores = top_p_filter(scores, config.top_p)
+    return scores
+
+
+# -- the model loop ------------------------------------------------------------------------------
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count only real tokens (left padding gets position 1, unused)."""
+    positions = mask.long().cumsum(-1) - 1
+    return positions.masked_fill(mask == 0, 1)
+
+
+class _Decoder:
+    """Runs the model on a growing sequence, with or without the key/value cache."""
+
+    def __init__(self, model: Any, use_cache: bool):
+        self.model = model
+        self.use_cache = use_cache
+        self.cache = None
+
+    def logits(self, sequences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Next-token logits (B, V) in float32 for the sequences so far."""
+        positions = _positions(mask)
+        if self.use_cache and self.cache is not None:
+            past = self.cache.seq_len()
+            out = self.model(input_ids=sequences[:, past:], attention_mask=mask,
+                             position_ids=positions[:, past:], past_key_values=self.cache,
+                             use_cache=True, heads=["clm"])
+        else:
+            out = self.model(input_ids=sequences, attention_mask=mask, position_ids=positions,
+                             use_cache=self.use_cache, heads=["clm"])
+        if self.use_cache:
+            self.cache = out.past_key_values
+        return out.logits[:, -1].float()
+
+    def reorder(self, index: torch.Tensor) -> None:
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+def _check_model(model: Any) -> None:
+    if not getattr(model.config, "causal", False):
+        raise LmlabError("generation needs a decoder (causal) model",
+                         "load a GPT-2 or Llama-style checkpoint, e.g. a .gguf file")
+    if "clm" not in model.heads:
+        raise LmlabError("the model has no 'clm' (causal LM) head",
+                         "load it with head='clm' or add one: model.add_head('clm')")
+
+
+def make_config(config: GenerationConfig | None, model: Any, **overrides: Any) -> GenerationConfig:
+    """``config`` (or the defaults) with ``overrides``; eos/pad default to the model's."""
+    config = GenerationConfig() if config is None else GenerationConfig(
+        **{f.name: getattr(config, f.name) for f in fields(config)})
+    known = {f.name for f in fields(GenerationConfig)}
+    for key, value in overrides.items():
+        if key not in known:
+            raise LmlabError(f"unknown generation option {key!r}",
+                             f"valid options: {', '.join(sorted(known))}")
+        if value is not None:
+            setattr(config, key, value)
+    if config.eos_token_id is None:
+        config.eos_token_id = model.config.eos_token_id
+    if config.pad_token_id is None:
+        config.pad_token_id = model.config.pad_token_id
+    if config.pad_token_id is None and config.eos_ids:
+        config.pad_token_id = config.eos_ids[0]
+    config.stop_strings = list(config.stop_strings or [])
+    config.validate()
+    return config
+
+
+@torch.no_grad()
+def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+             config: GenerationConfig | None = None, *, generator: torch.Generator | None = None,
+             streamer: TokenCallback | None = None, tokenizer: Any = None,
+             **options: Any) -> torch.Tensor:
+    """Continue ``input_ids`` (B, T), left-padded when ``attention_mask`` has zeros.
+
+    Args:
+        model: a :class:`~lmlab.models.model.LanguageModel` with a causal ``"clm"`` head.
+        config / options: a :class:`GenerationConfig` and/or its fields as keywords.
+        generator: the random generator for sampling (seeded: reproducible output).
+        streamer: called after every step with the new tokens (B,) (greedy/sampling only).
+        tokenizer: needed for ``stop_strings`` (decodes the generated text).
+
+    Returns:
+        (B, T + n) prompt plus generated tokens; rows that stopped early are padded with the
+        pad id. Beam search returns the best hypothesis per prompt.
+    """
+    _check_model(model)
+    config = make_config(config, model, **options)
+    if input_ids.dim() != 2:
+        raise LmlabError(f"input_ids has shape {tuple(input_ids.shape)}",
+                         "pass a (batch, length) tensor of token ids")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    if bool((attention_mask[:, -1] == 0).any()):
+        raise LmlabError("prompts are right-padded", "pad prompts on the left for generation "
+                         "(tokenizer.padding_side = 'left')")
+    if config.stop_strings and tokenizer is None:
+        raise LmlabError("stop_strings need a tokenizer to decode the text",
+                         "pass tokenizer=... to generate()")
+    was_training = model.training
+    model.eval()
+    try:
+        if config.num_beams > 1:
+            return _beam_search(model, input_ids, attention_mask, config)
+        return _sample(model, input_ids, attention_mask, config, generator, streamer, tokenizer)
+    finally:
+        model.train(was_training)
+
+
+def _sample(model: Any, input_ids: torch.Tensor, mask: torch.Tensor, config: GenerationConfig,
+            generator: torch.Generator | None, streamer: TokenCallback | None,
+            tokenizer: Any) -> torch.Tensor:
+    """Greedy decoding or sampling, one token per step for every row."""
+    decoder = _Decoder(model, config.use_cache)
+    sequences, prompt_len = input_ids, input_ids.shape[1]
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+    eos = torch.tensor(config.eos_ids, dtype=torch.long, device=input_ids.device)
+    pad = config.pad_token_id if config.pad_token_id is not None else 0
+    for step in range(config.max_new_tokens):
+        scores = decoder.logits(sequences, mask)
+        scores = process_logits(scores, sequences, mask, config, step)
+        if config.do_sample:
+            probs = F.softmax(scores, dim=-1)
+            next_tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        else:
+            next_tokens = scores.argmax(dim=-1)
+        next_tokens = torch.where(unfinished, next_tokens, next_tokens.new_full((), pad))
+        sequences = torch.cat([sequences, next_tokens[:, None]], dim=1)
+        mask = torch.cat([mask, unfinished.long()[:, None].to(mask.dtype)], dim=1)
+        if streamer is not None:
+            streamer(next_tokens)
+        if len(eos):
+            unfinished &= ~torch.isin(next_tokens, eos)
+        if config.stop_strings:
+            unfinished &= ~_hits_stop_string(sequences[:, prompt_len:], tokenizer,
+                                             config.stop_strings)
+        if not bool(unfinished.any()):
+            break
+    return sequences
+
+
+def _hits_stop_string(generated: torch.Tensor, tokenizer: Any, stops: Sequence[str]
+                      ) -> torch.Tensor:
+    """(B,) whether each row's generated text contains a stop string."""
+    texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+    return torch.tensor([any(s in text for s in stops) for text in texts],
+                        device=generated.device)
+
+
+def cut_at_stop_strings(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to (not including) the first stop string it contains."""
+    cut = len(text)
+    for stop in stops:
+        index = text.find(stop)
+        if index != -1:
+            cut = min(cut, index)
+    return text[:cut]
+
+
+# -- beam search ---------------------------------------------------------------------------------
+def _beam_search(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
+                 config: GenerationConfig) -> torch.Tensor:
+    """Beam search with Hugging Face's candidate selection, scoring and stopping rules."""
+    batch, prompt_len = input_ids.shape
+    beams, device = config.num_beams, input_ids.device
+    max_len = prompt_len + config.max_new_tokens
+    eos = torch.tensor(config.eos_ids, dtype=torch.long, device=device)
+    keep = max(2, 1 + len(eos)) * beams  # candidates kept per prompt and step
+    fill = config.pad_token_id if config.pad_token_id is not None else (
+        config.eos_ids[0] if config.eos_ids else 0)
+    lp, early = config.length_penalty, config.early_stopping
+    neg = -1.0e9
+
+    running = input_ids.new_full((batch, beams, max_len), fill)  # (B, nb, L)
+    running[:, :, :prompt_len] = input_ids[:, None]
+    finished_seqs = running.clone()
+    running_scores = torch.zeros(batch, beams, device=device)
+    running_scores[:, 1:] = neg  # only the first copy of the prompt expands at step one
+    finished_scores = torch.full((batch, beams), neg, device=device)
+    is_finished = torch.zeros(batch, beams, dtype=torch.bool, device=device)
+    undecided = torch.ones(batch, 1, dtype=torch.bool, device=device)
+    generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens per beam
+    finished_len = torch.zeros(batch, beams, dtype=torch.long, device=device)
+    top_mask = torch.arange(keep, device=device) < beams  # (keep,)
+    flat_mask = mask.repeat_interleave(beams, dim=0)  # (B*nb, T)
+    decoder = _Decoder(model, config.use_cache)
+    offsets = torch.arange(batch, device=device)[:, None] * beams  # (B, 1)
+
+    cur = prompt_len
+    for step in range(config.max_new_tokens):
+        flat = running[:, :, :cur].reshape(batch * beams, cur)  # (B*nb, cur)
+        logits = decoder.logits(flat, flat_mask)
+        log_probs = F.log_softmax(logits, dim=-1)
+        log_probs = process_logits(log_probs, flat, flat_mask, config, step)
+        vocab = log_probs.shape[-1]
+        total = (log_probs.view(batch, beams, vocab) + running_scores[:, :, None]).view(batch, -1)
+        top_scores, top_index = torch.topk(total, keep, dim=-1)  # (B, keep)
+        source = top_index // vocab  # beam each candidate extends
+        tokens = top_index % vocab
+        cand = torch.take_along_dim(running, source[:, :, None], dim=1)  # (B, keep, L)
+        cand[:, :, cur] = tokens
+        cand_len = torch.take_along_dim(generated, source, dim=1) + 1
+
+        stops = torch.isin(tokens, eos) if len(eos) else torch.zeros_like(tokens, dtype=torch.bool)
+        if cur + 1 >= max_len:
+            stops = torch.ones_like(stops)
+
+        # Next running beams: the best candidates that did not stop.
+        alive_scores = top_scores + stops.float() * neg
+        pick = torch.topk(alive_scores, beams, dim=-1).indices  # (B, nb)
+        running = torch.take_along_dim(cand, pick[:, :, None], dim=1)
+        running_scores = torch.take_along_dim(alive_scores, pick, dim=1)
+        generated = torch.take_along_dim(cand_len, pick, dim=1)
+        beam_source = torch.take_along_dim(source, pick, dim=1)
+
+        # Finished hypotheses: stopped candidates among the top ``beams``, length-normalised.
+        just_finished = stops & top_mask[None, :]
+        normalised = top_scores / float(cur + 1 - prompt_len) ** lp
+        full = is_finished.all(dim=-1, keepdim=True) & (early is True)
+        normalised = normalised + full.float() * neg + (~undecided).float() * neg
+        normalised = normalised + (~just_finished).float() * neg
+        merged_seqs = torch.cat([finished_seqs, cand], dim=1)
+        merged_scores = torch.cat([finished_scores, normalised], dim=1)
+        merged_done = torch.cat([is_finished, just_finished], dim=1)
+        merged_len = torch.cat([finished_len, cand_len], dim=1)
+        best = torch.topk(merged_scores, beams, dim=-1).indices
+        finished_seqs = torch.take_along_dim(merged_seqs, best[:, :, None], dim=1)
+        finished_scores = torch.take_along_dim(merged_scores, best, dim=1)
+        is_finished = torch.take_along_dim(merged_done, best, dim=1)
+        finished_len = torch.take_along_dim(merged_len, best, dim=1)
+
+        decoder.reorder((beam_source + offsets).reshape(-1))
+        flat_mask = torch.cat([flat_mask, flat_mask.new_ones(batch * beams, 1)], dim=1)
+        cur += 1
+
+        # Can a running beam still beat the worst finished hypothesis?
+        length = (max_len if early == "never" and lp > 0.0 else cur) - prompt_len
+        best_running = running_scores[:, :1] / float(length) ** lp
+        worst = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True).values,
+                            torch.full_like(finished_scores, neg))
+        undecided = undecided & (best_running > worst).any(dim=-1, keepdim=True)
+        open_beams = not (bool(is_finished.all()) and early is True)
+        if not (bool(undecided.any()) and open_beams and not bool(stops.all())):
+            break
+
+    out_len = prompt_len + int(finished_len[:, 0].max())
+    return finished_seqs[:, 0, :out_len]
+
+
+# -- text in, text out ---------------------------------------------------------------------------
+def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
+                  config: GenerationConfig | None = None, *,
+                  generator: torch.Generator | None = None, seed: int | None = None,
+                  on_text: Callable[[str], None] | None = None,
+                  skip_special_tokens: bool = True, **options: Any) -> list[str]:
+    """Generate continuations of text prompts; returns the new text of each (stop strings cut).
+
+    Prompts are left-padded into one batch. ``seed`` seeds a fresh generator for sampling.
+    ``on_text`` streams the text of the first prompt as it is generated (batch size 1 only).
+    """
+    single = isinstance(prompts, str)
+    texts = [prompts] if single else list(prompts)
+    if not texts:
+        return []
+    if generator is None and seed is not None:
+        generator = torch.Generator().manual_seed(seed)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
+        tokenizer.eos_token_id
+    encoded = [tokenizer.encode(t) for t in texts]
+    if any(not ids for ids in encoded):
+        bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else pad_id
+        encoded = [ids or [bos] for ids in encoded]
+    width = max(len(ids) for ids in encoded)
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([[pad_id or 0] * (width - len(ids)) + ids for ids in encoded],
+                             device=device)
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded],
+                        device=device)
+    streamer = None
+    if on_text is not None:
+        if len(texts) != 1:
+            raise LmlabError("streaming text works for one prompt at a time",
+                             "call generate_text once per prompt when streaming")
+        streamer = TextStreamer(tokenizer, on_text, skip_special_tokens=skip_special_tokens)
+    eos = options.pop("eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else None
+    out = generate(model, input_ids, mask, config, generator=generator, streamer=streamer,
+                   tokenizer=tokenizer, eos_token_id=eos, pad_token_id=pad_id, **options)
+    if streamer is not None:
+        streamer.end()
+    stops = list(options.get("stop_strings") or (config.stop_strings if config else []))
+    results = []
+    for row in out[:, width:].tolist():
+        text = tokenizer.decode(row, skip_special_tokens=skip_special_tokens)
+        results.append(cut_at_stop_strings(text, stops) if stops else text)
+    return results
+
+
+class TextStreamer:
+    """Turns the per-step token callback into text pieces for one sequence.
+
+    Decodes everything generated so far and emits the new suffix, holding back text that ends
+    in an incomplete UTF-8 character (byte-level BPE splits characters across tokens).
+    """
+
+    def __init__(self, tokenizer: Any, on_text: Callable[[str], None],
+                 skip_special_tokens: bool = True):
+        self.tokenizer = tokenizer
+        self.on_text = on_text
+        self.skip_special_tokens = skip_special_tokens
+        self.tokens: list[int] = []
+        self.emitted = 0
+
+    def __call__(self, next_tokens: torch.Tensor) -> None:
+        self.tokens.append(int(next_tokens.reshape(-1)[0]))
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
+        if text.endswith("\ufffd"):
+            return
+        if len(text) > self.emitted:
+            self.on_text(text[self.emitted:])
+            self.emitted = len(text)
+
+    def end(self) -> None:
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
+        if len(text) > self.emitted:
+            self.on_text(text[self.emitted:])
+            self.emitted = len(text)

@@ -1,0 +1,144 @@
+"""Causal language modelling (GPT-2, Llama) and prefix language modelling (UniLM, T5's prefix LM).
+
+``"clm"``: every position predicts the next token (Radford et al. 2018/2019). Documents are
+packed into fixed windows separated by the end-of-text token, as GPT-2 was trained. With
+``separate_documents=True`` a block-diagonal causal mask
+(:func:`lmlab.models.core.masks.document_mask`) stops attention across the packed documents and
+the first token of each document is not predicted from the previous one's separator; the
+default (False) is GPT-2's plain packing.
+
+``"prefix-lm"``: each row is cut at a random point; the prefix is read bidirectionally
+(:func:`~lmlab.models.core.masks.prefix_lm_mask`) and only the continuation is predicted.
+
+Both use the ``"clm"`` head (tied to the embeddings in GPT-2 and SmolLM2).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lmlab.models.core.masks import document_mask, prefix_lm_mask
+from lmlab.models.heads import IGNORE_INDEX
+from lmlab.objectives.base import Objective, ObjectiveResult
+from lmlab.objectives.registry import register_objective
+from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.errors import LmlabError
+
+
+def _padding_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B, T) 1 for real tokens: the batch's 2-D attention mask, or all ones."""
+    ids = batch["input_ids"]
+    mask = batch.get("attention_mask")
+    if mask is None or mask.dim() != 2:
+        return torch.ones_like(ids)
+    return mask
+
+
+def document_ids(input_ids: torch.Tensor, separator_ids: tuple[int, ...]) -> torch.Tensor:
+    """(B, T) index of the document each token belongs to; a separator ends its document."""
+    is_sep = torch.zeros_like(input_ids, dtype=torch.bool)
+    for sep in separator_ids:
+        is_sep |= input_ids == sep
+    ends = is_sep.long()
+    return torch.cumsum(ends, dim=1) - ends  # the separator stays in the document it closes
+
+
+class CausalLM(Objective):
+    """Next-token prediction over packed token windows.
+
+    Args:
+        special: the tokenizer's special tokens (``eos_id``/``sep_id`` separate documents).
+        separate_documents: block-diagonal mask so packed documents do not see each other.
+        weight: multiplies the loss when combined with other objectives.
+    """
+
+    name = "clm"
+    head_names = ("clm",)
+    example_format = "packed"
+
+    def __init__(self, special: SpecialTokens, separate_documents: bool = False,
+                 weight: float = 1.0):
+        super().__init__(special, weight)
+        self.separate_documents = bool(separate_documents)
+        ids = {i for i in (special.eos_id, special.sep_id) if i is not None}
+        self.separator_ids = tuple(sorted(ids))
+
+    def corrupt(self, batch: dict[str, torch.Tensor],
+                rng: torch.Generator) -> dict[str, torch.Tensor]:
+        """Labels are the inputs (padding -> -100); optionally the per-document mask."""
+        out = dict(batch)
+        ids = batch["input_ids"]
+        padding = _padding_mask(batch)
+        labels = ids.masked_fill(padding == 0, IGNORE_INDEX)
+        if self.separate_documents:
+            docs = batch.get("document_ids")
+            if docs is None:
+                docs = document_ids(ids, self.separator_ids)
+            mask = document_mask(docs, causal=True) & padding.bool().unsqueeze(1)  # (B, T, T)
+            out["attention_mask"] = mask
+            # The first token of a document is not predictable from another document.
+            starts = torch.zeros_like(labels, dtype=torch.bool)
+            starts[:, 1:] = docs[:, 1:] != docs[:, :-1]
+            labels = labels.masked_fill(starts, IGNORE_INDEX)
+            out["document_ids"] = docs
+        out["labels"] = labels
+        return out
+
+    def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
+               pooled: torch.Tensor | None) -> ObjectiveResult:
+        labels = batch.get("labels")
+        if labels is None:
+            raise LmlabError(f"objective {self.name!r} needs 'labels' in the batch",
+                             "pass the batch through objective.corrupt() first")
+        head = model.heads["clm"]
+        logits = head(hidden)  # (B, T, V)
+        loss = head.loss(logits, labels)
+        with torch.no_grad():
+            target = labels[:, 1:]
+            keep = target != IGNORE_INDEX
+            count = int(keep.sum())
+            correct = (logits[:, :-1].argmax(-1) == target) & keep
+            accuracy = float(correct.sum()) / max(count, 1)
+            value = float(loss.detach())
+        metrics = {f"{self.name}_loss": value, f"{self.name}_accuracy": accuracy,
+                   f"{self.name}_perplexity": float(torch.exp(torch.tensor(min(value, 50.0))))}
+        return ObjectiveResult(loss, metrics, count)
+
+
+class PrefixLM(CausalLM):
+    """Prefix LM: a bidirectional prefix of random length, then causal prediction of the rest.
+
+    Args:
+        min_prefix, max_prefix: bounds on the prefix's share of each row's real tokens.
+    """
+
+    name = "prefix-lm"
+
+    def __init__(self, special: SpecialTokens, min_prefix: float = 0.1, max_prefix: float = 0.9,
+                 weight: float = 1.0):
+        super().__init__(special, separate_documents=False, weight=weight)
+        if not 0.0 <= min_prefix <= max_prefix < 1.0:
+            raise LmlabError(f"prefix bounds ({min_prefix}, {max_prefix}) are not valid",
+                             "use 0 <= min_prefix <= max_prefix < 1, e.g. 0.1 and 0.9")
+        self.min_prefix, self.max_prefix = float(min_prefix), float(max_prefix)
+
+    def corrupt(self, batch: dict[str, torch.Tensor],
+                rng: torch.Generator) -> dict[str, torch.Tensor]:
+        out = dict(batch)
+        ids = batch["input_ids"]
+        padding = _padding_mask(batch)
+        lengths = padding.sum(dim=1)  # (B,)
+        share = torch.rand(ids.shape[0], generator=rng)
+        share = self.min_prefix + (self.max_prefix - self.min_prefix) * share
+        prefix = (share * lengths).long().clamp(min=1)
+        prefix = torch.minimum(prefix, (lengths - 1).clamp(min=1))  # keep >= 1 target
+        positions = torch.arange(ids.shape[1]).unsqueeze(0)  # (1, T)
+        labels = ids.masked_fill((padding == 0) | (positions < prefix.unsqueeze(1)), IGNORE_INDEX)
+        mask = prefix_lm_mask(prefix, ids.shape[1]) & padding.bool().unsqueeze(1)  # (B, T, T)
+        out.update(labels=labels, attention_mask=mask, prefix_lengths=prefix)
+        return out
+
+
+register_objective("clm", CausalLM)
+register_objective("prefix-lm", PrefixLM)

@@ -1,0 +1,58 @@
+"""Text generation: continue prompts (or chat) with a causal LM.
+
+Example:
+    >>> generate = lmlab.pipeline("text-generation", model="SmolLM2-135M-Instruct.Q4_1.gguf")
+    >>> generate("Once upon a time", max_new_tokens=30, do_sample=True, top_p=0.9, seed=0)
+    [{'generated_text': 'Once upon a time, ...'}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from lmlab.pipelines.base import load_model_and_tokenizer
+from lmlab.utils.errors import LmlabError
+
+
+class TextGenerationPipeline:
+    """``pipe(prompt or prompts, **generation options)`` -> ``[{"generated_text": ...}]`` per
+    prompt (the prompt followed by its continuation, unless ``return_full_text=False``)."""
+
+    def __init__(self, model: Any, tokenizer: Any):
+        if not getattr(model.config, "causal", False) or "clm" not in model.heads:
+            raise LmlabError("text generation needs a causal LM with a 'clm' head",
+                             "load a GPT-2/Llama checkpoint or a .gguf file")
+        self.model, self.tokenizer = model, tokenizer
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any = None, **kwargs: Any
+                   ) -> TextGenerationPipeline:
+        # head=None: the heads config.json names (a tied "clm" head is listed in fresh_heads by
+        # interop.hf when lm_head.weight is omitted, which head="clm" would reject).
+        model, tokenizer = load_model_and_tokenizer(model, tokenizer, head=None, **kwargs)
+        return cls(model, tokenizer)
+
+    def __call__(self, prompts: str | Sequence[str], return_full_text: bool = True,
+                 seed: int | None = None, on_text: Callable[[str], None] | None = None,
+                 **options: Any) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+        from lmlab.generation.generate import generate_text
+
+        single = isinstance(prompts, str)
+        texts = [prompts] if single else list(prompts)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        outputs = generate_text(self.model, self.tokenizer, texts, generator=generator,
+                                on_text=on_text, **options)
+        results = [[{"generated_text": (p + o) if return_full_text else o}]
+                   for p, o in zip(texts, outputs)]
+        return results[0] if single else results
+
+    def chat(self, messages: Sequence[dict[str, str]], **options: Any) -> str:
+        """The assistant's reply to a conversation (the model's chat template)."""
+        from lmlab.generation.chat import apply_chat_template
+        from lmlab.generation.generate import generate_text
+
+        prompt = apply_chat_template(self.tokenizer, messages, add_generation_prompt=True)
+        return generate_text(self.model, self.tokenizer, prompt, **options)[0].strip()

@@ -1,0 +1,154 @@
+"""LM evaluation without fine-tuning: sliding-window perplexity, LAMBADA-style cloze, few-shot
+classification by label log-likelihood."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from lmlab.evaluation.lm import (
+    cloze_passages,
+    few_shot_evaluate,
+    lambada_cloze,
+    perplexity,
+    score_continuations,
+)
+from lmlab.models.model import LanguageModel
+from lmlab.models.presets_decoders import decoder_config
+
+
+def tiny(family: str = "gpt2", vocab: int = 61) -> LanguageModel:
+    torch.manual_seed(0)
+    extra = dict(num_key_value_heads=2) if family == "llama" else {}
+    config = decoder_config(family, vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=64,
+                            max_position_embeddings=256, initializer_range=0.3, **extra)
+    return LanguageModel(config, heads=("clm",)).eval()
+
+
+def _nll(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(input_ids=ids[None]).logits[0, :-1]
+    return F.cross_entropy(logits, ids[1:], reduction="none")
+
+
+def test_perplexity_full_window_equals_model_loss():
+    model = tiny()
+    ids = torch.randint(0, 61, (40,))
+    result = perplexity(model, ids, max_length=64)
+    assert result.tokens == 39 and result.windows == 1
+    assert math.isclose(result.perplexity, float(_nll(model, ids).mean().exp()), rel_tol=1e-5)
+
+
+def test_perplexity_sliding_window_scores_each_token_once():
+    model = tiny("llama")
+    ids = torch.randint(0, 61, (100,))
+    result = perplexity(model, ids, max_length=32, stride=16)
+    assert result.tokens == 99
+    # Manual HF-guide computation: window [b, b+32), score its last (end - prev_end) targets.
+    total, prev = 0.0, 0
+    for begin in range(0, 100, 16):
+        end = min(begin + 32, 100)
+        nll = _nll(model, ids[begin:end])
+        total += float(nll[max(0, len(nll) - (end - prev)):].sum())
+        prev = end
+        if end == 100:
+            break
+    assert math.isclose(result.nll, total / 99, rel_tol=1e-5)
+    chunked = perplexity(model, ids, max_length=32, stride=32)
+    # Plain chunking: the first token of each of the 4 chunks has no context and is not scored.
+    assert chunked.tokens == 96 and chunked.windows == 4
+    with pytest.raises(Exception, match="stride"):
+        perplexity(model, ids, max_length=16, stride=32)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_score_continuations_equals_naive(family):
+    model = tiny(family)
+    prompt = [3, 14, 15, 9]
+    conts = [[26], [5, 35, 8], [1, 2]]
+    scores = score_continuations(model, prompt, conts)
+    for score, cont in zip(scores, conts):
+        ids = torch.tensor(prompt + cont)
+        with torch.no_grad():
+            log_probs = F.log_softmax(model(input_ids=ids[None]).logits[0, :-1], dim=-1)
+        naive = sum(float(log_probs[len(prompt) - 1 + j, t]) for j, t in enumerate(cont))
+        assert math.isclose(float(score), naive, rel_tol=1e-4, abs_tol=1e-4)
+
+
+class CharTokenizer:
+    """Bytes as tokens (ids 0..255 mod vocab) — enough to drive the evaluation code."""
+
+    def __init__(self, vocab: int = 61):
+        self.vocab = vocab
+        self.eos_token_id = None
+        self.pad_token_id = 0
+        self.bos_token_id = None
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [32 + (b % (self.vocab - 32)) for b in text.encode()] or [32]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+def test_few_shot_predictions_equal_naive_argmax():
+    from lmlab.tasks.types import Example, Task
+
+    model = tiny()
+    tok = CharTokenizer()
+    train = [Example(id=f"t{i}", text=f"text number {i}", label=["ab", "cd"][i % 2])
+             for i in range(6)]
+    test = [Example(id=f"e{i}", text=f"query {i}", label=["ab", "cd"][i % 2]) for i in range(4)]
+    task = Task(name="toy", type="classification", labels=["ab", "cd"], metrics=["accuracy"],
+                splits={"train": train, "test": test})
+    results = few_shot_evaluate(model, tok, task, [0, 2], max_examples=4)
+    assert set(results) == {0, 2} and results[0]["n"] == 4
+    for k in (0, 2):
+        assert 0.0 <= results[k]["accuracy"] <= 1.0
+    # Zero-shot prompts are fixed: recompute the predictions by brute force.
+    from lmlab.evaluation.lm import FewShotFormat
+
+    fmt = FewShotFormat(instruction="Classify each text. Possible labels: ab, cd.")
+    correct = 0
+    for example in test:
+        prompt = fmt.instruction + fmt.separator + fmt.render(example.text)
+        scores = []
+        for label in task.labels:
+            ids = torch.tensor(tok.encode(prompt) + tok.encode(" " + label))
+            n = len(tok.encode(" " + label))
+            with torch.no_grad():
+                lp = F.log_softmax(model(input_ids=ids[None]).logits[0, :-1], dim=-1)
+            scores.append(sum(float(lp[len(ids) - n - 1 + j, ids[len(ids) - n + j]])
+                              for j in range(n)))
+        correct += task.labels[max(range(2), key=scores.__getitem__)] == example.label
+    assert results[0]["accuracy"] == correct / 4
+
+
+def test_cloze_passages_and_accuracy():
+    text = ("The old man walked slowly down the long road toward the village where he had "
+            "lived for many years and he finally saw the church.")
+    passages = cloze_passages([text, "too short."], min_words=10)
+    assert passages == [(text[: text.rindex(" ")], "church")]
+    model = tiny()
+    result = lambada_cloze(model, CharTokenizer(), passages)
+    assert result["n"] == 1 and result["accuracy"] in (0.0, 1.0)
+
+
+@pytest.mark.slow
+def test_real_smollm2_few_shot_and_cloze(smollm2_gguf):
+    import lmlab
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    model = lmlab.from_pretrained(smollm2_gguf)
+    tok = Tokenizer.from_pretrained(smollm2_gguf)
+    passages = cloze_passages([
+        "The seven days of the week are Monday, Tuesday, Wednesday, Thursday, Friday, "
+        "Saturday and Sunday."],
+        min_words=10)
+    assert lambada_cloze(model, tok, passages)["accuracy"] == 1.0
+    result = few_shot_evaluate(model, tok, "fortunes-topic", [0], max_examples=10)
+    assert result[0]["n"] == 10
