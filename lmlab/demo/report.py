@@ -1,0 +1,252 @@
+"""The demo's report: markdown and a self-contained HTML page, from the run's own numbers."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from lmlab.utils.io import atomic_write_text
+
+VERDICT_RULE = ("\"pretraining helped\" when the median gain of the pretrained model over the "
+                "randomly initialised one exceeds the larger of their two spreads (max - min "
+                "over seeds); \"hurt\" in the mirror case; otherwise \"no clear difference\".")
+
+
+def metric_values(runs: list[dict], split: str, metric: str) -> list[float]:
+    return [float(r[split][metric]) for r in runs if r.get(split) and metric in r[split]]
+
+
+def median_spread(values: list[float]) -> tuple[float, float]:
+    return statistics.median(values), max(values) - min(values)
+
+
+def verdict(pretrained: list[float], random: list[float]) -> tuple[str, float, float]:
+    """Apply :data:`VERDICT_RULE`; returns (verdict, gain, threshold)."""
+    pre_median, pre_spread = median_spread(pretrained)
+    rnd_median, rnd_spread = median_spread(random)
+    gain, threshold = pre_median - rnd_median, max(pre_spread, rnd_spread)
+    if gain > threshold:
+        return "pretraining helped", gain, threshold
+    if gain < -threshold:
+        return "pretraining hurt", gain, threshold
+    return "no clear difference", gain, threshold
+
+
+def results_table(results: dict[str, dict[str, list[dict]]], split: str = "test") -> list[dict]:
+    rows = []
+    for task, kinds in results.items():
+        metric = next(iter(kinds["pretrained"][0][split]))  # the task's first metric
+        row: dict[str, Any] = {"task": task, "metric": metric}
+        for kind in ("pretrained", "random", "tfidf"):
+            values = metric_values(kinds[kind], split, metric)
+            row[kind] = median_spread(values) + (values,)
+        row["verdict"], row["gain"], row["threshold"] = verdict(
+            metric_values(kinds["pretrained"], split, metric),
+            metric_values(kinds["random"], split, metric))
+        rows.append(row)
+    return rows
+
+
+def _cell(entry) -> str:
+    median, spread, _ = entry
+    return f"{median:.3f} ± {spread / 2:.3f} (spread {spread:.3f})"
+
+
+def loss_curve(run: Path, out: Path) -> Path | None:
+    """Plot train and validation loss against wall time from the run's metrics.jsonl."""
+    metrics = run / "metrics.jsonl"
+    if not metrics.exists():
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train, evals = [], []
+    for line in metrics.read_text().splitlines():
+        record = json.loads(line)
+        if "loss" in record and record.get("kind", "train") == "train":
+            train.append((record.get("elapsed", 0) / 60, record["loss"]))
+        for key in ("eval_loss", "val_loss"):
+            if key in record:
+                evals.append((record.get("elapsed", 0) / 60, record[key]))
+        if record.get("kind") == "eval":
+            value = record.get("loss") or record.get("mlm_loss")
+            if value is not None:
+                evals.append((record.get("elapsed", 0) / 60, value))
+    if not train:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(*zip(*train), label="training loss", alpha=0.7)
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="validation loss (fixed masks)")
+    ax.set_xlabel("wall time (minutes)")
+    ax.set_ylabel("masked-LM loss")
+    ax.set_title("Pretraining")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = out / "pretraining-loss.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _cost_markdown(run: Path) -> str:
+    cost = run / "cost.md"
+    return cost.read_text() if cost.exists() else "_No cost report was written for this run._"
+
+
+def build_markdown(summary: dict[str, Any], plot: Path | None) -> str:
+    s = summary["settings"]
+    rows = results_table(summary["results"])
+    lines = [
+        "# lmlab demo report",
+        "",
+        "Does pretraining a Transformer on unlabelled text make it better at downstream tasks? "
+        f"This run pretrained a BERT-{s['size']} ({s['objective']}) on "
+        f"{summary['corpus']['words']:,} words ({summary['shards']['train']['tokens']:,} tokens) for {s['budget'] * 0.45 / 60:.1f} "
+        "minutes, then fine-tuned it, the same architecture with random weights, and a TF-IDF "
+        f"baseline on {', '.join(s['tasks'])} with seeds {s['seeds']}.",
+        "",
+        "## Results (test split)",
+        "",
+        "| task | metric | pretrained | random init | TF-IDF | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row['task']} | {row['metric']} | {_cell(row['pretrained'])} | "
+                     f"{_cell(row['random'])} | {_cell(row['tfidf'])} | **{row['verdict']}** "
+                     f"(gain {row['gain']:+.3f}, threshold {row['threshold']:.3f}) |")
+    lines += ["", f"Values: median over seeds ± half the spread. Verdict rule: {VERDICT_RULE}",
+              "", "Per-seed values:", ""]
+    for row in rows:
+        for kind in ("pretrained", "random", "tfidf"):
+            lines.append(f"- {row['task']} / {kind}: "
+                         + ", ".join(f"{v:.4f}" for v in row[kind][2]))
+    lines += ["", "## Pretraining", ""]
+    if plot:
+        lines += [f"![pretraining loss]({plot.name})", ""]
+    lines += [f"Run directory: `{summary['pretrain_run']}` (its `report.md` has the details).",
+              "", "### Cost", "", _cost_markdown(Path(summary["pretrain_run"])), ""]
+    lines += ["## Words in context", "",
+              "Each query's word is compared with the same word in corpus sentences. "
+              "*Contextual* uses the last layer; *layer 0* is the embedding layer, where a "
+              "word's vector barely depends on its sentence.", ""]
+    for entry in summary["analysis"]["neighbours"]:
+        if "error" in entry:
+            lines += [f"**{entry['word']}**: {entry['error']}", ""]
+            continue
+        sims = entry["query_similarity"]
+        lines += [f"### {entry['word']} ({entry['occurrences']} corpus occurrences)", "",
+                  f"Cosine similarity of the word's vectors in the two queries: contextual "
+                  f"{sims['contextual']:.3f}, layer 0 {sims['layer0']:.3f}.", "",
+                  "Static (input-embedding) neighbours, the same for every sense: "
+                  + ", ".join(f"{w} ({v:.2f})" for w, v in entry["static_vocabulary_neighbours"]),
+                  ""]
+        for query in entry["queries"]:
+            lines.append(f"**{query['query']}**")
+            lines.append("")
+            for name in ("contextual", "layer0"):
+                for hit in query[name]:
+                    lines.append(f"- {name}: {hit['score']:.3f} {hit['sentence']}")
+            lines.append("")
+    lines += ["## Fill-mask", ""]
+    for row in summary["analysis"]["fill_mask"]:
+        lines.append(f"- {row['text']} → " + ", ".join(
+            f"{g['token']} ({g['score']:.2f})" for g in row["guesses"]))
+    lines += ["", "## Stages", "", "| stage | cached | seconds | folder |", "|---|---|---|---|"]
+    for stage in summary["stages"]:
+        lines.append(f"| {stage['stage']} | {'yes' if stage['cached'] else 'no'} | "
+                     f"{stage['seconds']} | `{stage['folder']}` |")
+    lines += ["", f"Total wall time of this invocation: {summary['total_seconds'] / 60:.1f} min.",
+              "", "## Settings", "", "```json", json.dumps(s, indent=2), "```", ""]
+    return "\n".join(lines)
+
+
+def markdown_to_html(markdown: str, out: Path) -> str:
+    """A small converter for the report's own markdown (headings, tables, lists, images)."""
+    body: list[str] = []
+    in_table = in_list = in_code = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            body.append("</pre>" if in_code else "<pre>")
+            in_code = not in_code
+            continue
+        if in_code:
+            body.append(html.escape(line))
+            continue
+        if in_list and not line.startswith("- "):
+            body.append("</ul>")
+            in_list = False
+        if in_table and not line.startswith("|"):
+            body.append("</table>")
+            in_table = False
+        text = html.escape(line)
+        text = _inline(text)
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{_inline(html.escape(line[level:].strip()))}</h{level}>")
+        elif line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if all(set(c) <= set("-: ") for c in cells):
+                continue
+            tag = "th" if not in_table else "td"
+            if not in_table:
+                body.append("<table>")
+                in_table = True
+            body.append("<tr>" + "".join(f"<{tag}>{_inline(html.escape(c))}</{tag}>"
+                                         for c in cells) + "</tr>")
+        elif line.startswith("- "):
+            if not in_list:
+                body.append("<ul>")
+                in_list = True
+            body.append(f"<li>{_inline(html.escape(line[2:]))}</li>")
+        elif line.startswith("![") and "](" in line:
+            name = line.split("](", 1)[1].rstrip(")")
+            image = out / name
+            if image.exists():
+                data = base64.b64encode(image.read_bytes()).decode()
+                body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+        elif line.strip():
+            body.append(f"<p>{text}</p>")
+    if in_table:
+        body.append("</table>")
+    if in_list:
+        body.append("</ul>")
+    style = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto;line-height:1.4}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}"
+             "pre{background:#f4f4f4;padding:8px}img{max-width:100%}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>lmlab demo report</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _inline(text: str) -> str:
+    import re
+
+    text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+    text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+    return re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<i>\1</i>", text)
+
+
+def write_report(out: Path, summary: dict[str, Any]) -> Path:
+    plot = loss_curve(Path(summary["pretrain_run"]), out)
+    markdown = build_markdown(summary, plot)
+    atomic_write_text(out / "report.md", markdown)
+    atomic_write_text(out / "report.html", markdown_to_html(markdown, out))
+    return out / "report.md"
+
+
+def print_summary(summary: dict[str, Any], report: Path) -> None:
+    """The short summary ``lmlab demo`` prints at the end."""
+    print("\nlmlab demo: results on the test split (median over seeds, spread in brackets)")
+    print(f"{'task':<22}{'pretrained':>20}{'random init':>20}{'TF-IDF':>20}  verdict")
+    for row in results_table(summary["results"]):
+        cells = "".join(f"{r[0]:>12.3f} ({r[1]:.3f})" for r in
+                        (row["pretrained"], row["random"], row["tfidf"]))
+        print(f"{row['task']:<22}{cells}  {row['verdict']}")
+    print(f"report: {report} (and {report.with_suffix('.html')})")
