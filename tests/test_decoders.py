@@ -271,3 +271,23 @@ def test_pretrain_cli_gpt2_clm(tmp_path, minilm_dir):
     assert [r["step"] for r in train] == [1, 2, 3]
     model = lmlab.from_pretrained(out / "model")
     assert model.config.family == "gpt2" and model.config.causal and "clm" in model.heads
+
+
+def test_clm_loss_equals_transformers_with_padding_labels(tmp_path):
+    """The causal-LM loss (labels shifted, -100 ignored) equals GPT2LMHeadModel's."""
+    import transformers
+
+    import lmlab
+
+    config = transformers.GPT2Config(vocab_size=101, n_embd=32, n_layer=2, n_head=4,
+                                     n_positions=32)
+    reference = transformers.GPT2LMHeadModel(config).eval()
+    reference.save_pretrained(tmp_path)
+    ours = lmlab.from_pretrained(tmp_path)
+    ids = torch.randint(0, 101, (3, 11))
+    labels = ids.clone()
+    labels[1, 7:] = -100
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, labels=labels).loss
+        mine = ours(input_ids=ids, labels=labels).loss
+    assert abs(float(theirs) - float(mine)) < 1e-5

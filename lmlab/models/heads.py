@@ -154,6 +154,10 @@ class CausalLMHead(nn.Module):
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Position t predicts label t+1 (labels are the input ids; -100 ignored)."""
-        shifted = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
-        return F.cross_entropy(shifted, labels[:, 1:].reshape(-1), ignore_index=IGNORE_INDEX)
+        """Position t predicts label t+1 (labels are the input ids; -100 ignored).
+
+        The labels are shifted, not the logits: slicing (B, T, V) logits would copy the largest
+        tensor of the step."""
+        targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): next token or -100
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
