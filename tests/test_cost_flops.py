@@ -192,3 +192,29 @@ def test_bad_arguments_raise_lmlab_errors():
         flops_per_token(config, 128, head="seq2seq")
     with pytest.raises(LmlabError):
         flops_per_token(TransformerConfig(add_cross_attention=True), 128)
+
+
+@pytest.mark.parametrize("kind", ["bert-mlm", "llama-clm", "albert-mlm"])
+def test_lmlab_models_match_flop_counter(kind):
+    """The analytic count also holds for lmlab's own models (math attention path, which the
+    flop counter can see; the fused path computes the same products)."""
+    from lmlab.models.model import LanguageModel
+
+    base = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=128, max_position_embeddings=64)
+    if kind == "llama-clm":
+        config = TransformerConfig(**base, family="llama", causal=True, num_key_value_heads=2,
+                                   position_embedding="rotary", norm_type="rmsnorm",
+                                   pre_norm=True, final_norm=True, embedding_norm=False,
+                                   type_vocab_size=0, ffn_type="glu", hidden_act="silu",
+                                   attention_bias=False, mlp_bias=False, pad_token_id=None)
+        head = "clm"
+    else:
+        extra = {"embedding_size": 32, "share_layers": True} if kind == "albert-mlm" else {}
+        config = TransformerConfig(**base, **extra)
+        head = "mlm"
+    model = LanguageModel(config, heads=[head])
+    ids = _ids()
+    inputs = {"input_ids": ids, "labels": ids, "output_attentions": True}
+    result = compare_with_analytic(model, inputs, config, S, B * S, training=True, head=head)
+    assert result["ratio"] == pytest.approx(1.0, rel=1e-9), result
