@@ -270,3 +270,19 @@ def test_finite_stream_ends_the_run(tmp_path):
 
     _, result = run(tmp_path, stream=Finite(), max_steps=10)
     assert result.stop_reason == "end_of_data" and result.step == 3
+
+
+def test_cost_counts_the_vocabulary_projection_only_where_mlm_predicts():
+    """Sparse MLM pays the vocabulary projection at the masked share of positions only; the
+    cost report must count that, not the dense projection (or MFU reads too high)."""
+    from types import SimpleNamespace
+
+    from lmlab.objectives import SpecialTokens, build_objective
+    from lmlab.training.trainer import Trainer
+
+    special = SpecialTokens(vocab_size=100, pad_id=0, cls_id=1, sep_id=2, mask_id=3,
+                            special_ids=(0, 1, 2, 3))
+    fraction = Trainer._sparse_prediction_fraction
+    assert fraction(SimpleNamespace(objective=build_objective("mlm,sop", special))) == 0.15
+    dense = build_objective("mlm", special, sparse=False)
+    assert fraction(SimpleNamespace(objective=dense)) is None

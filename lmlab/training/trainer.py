@@ -506,8 +506,18 @@ class Trainer:
         head = "clm" if "clm" in heads else ("mlm" if "mlm" in heads else "none")
         tracker = CostTracker(config, self.cfg.seq_len, precision=self.cfg.precision,
                               device=self.device.type, devices=self.dist.world_size, head=head,
-                              measure_peak=self.measure_peak)
+                              measure_peak=self.measure_peak,
+                              sparse_prediction_fraction=self._sparse_prediction_fraction())
         return tracker.start()
+
+    def _sparse_prediction_fraction(self) -> float | None:
+        """Share of positions that pay the vocabulary projection when the objective predicts
+        sparsely (masked LM predicts only its masked positions), for honest FLOP counts."""
+        modules = self.objective.modules() if isinstance(self.objective, nn.Module) else ()
+        for module in modules:
+            if getattr(module, "sparse", False) and hasattr(module, "mask_prob"):
+                return float(module.mask_prob)
+        return None
 
     def _finish(self, cost: Any) -> None:
         from lmlab.training.report import save_final_model, write_report
