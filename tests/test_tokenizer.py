@@ -142,8 +142,16 @@ def test_training_sources_corpus_dir_and_files(texts, tmp_path):
     text_file = tmp_path / "a.txt"
     text_file.write_text("\n".join(texts[:600]), encoding="utf-8")
     from_file = Tokenizer.train([text_file], kind="wordpiece", vocab_size=700)
-    # same sentences, same vocabulary (ids of equally frequent pieces may differ run to run)
-    assert set(from_dir.get_vocab()) == set(from_file.get_vocab())
+    # Both sources stream exactly the same sentences ...
+    from lmlab.tokenization.training import iter_training_texts
+
+    assert list(iter_training_texts(corpus)) == list(iter_training_texts([text_file]))
+    # ... so the vocabularies agree up to ties: the tokenizers engine breaks equal pair counts in
+    # hash-map order, which differs from run to run even on identical input (measured: 0-16 of
+    # 700 pieces on this text), so an exact set comparison would be flaky.
+    a, b = set(from_dir.get_vocab()), set(from_file.get_vocab())
+    assert len(a) == len(b) == 700
+    assert len(a ^ b) <= 0.05 * len(a), sorted(a ^ b)
 
 
 def test_vocab_smaller_than_alphabet(texts):
