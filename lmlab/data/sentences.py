@@ -152,3 +152,10 @@ def text_to_sentences(text: str, max_chars: int = DEFAULT_MAX_SENTENCE_CHARS) ->
     for paragraph in split_paragraphs(text):
         sentences.extend(split_sentences(paragraph, max_chars))
     return sentences
+
+
+def record_sentences(value: object) -> list[str]:
+    """Sentences of one record's text field: a string, or a list of strings (one per item)."""
+    if isinstance(value, list):
+        return [s for item in value for s in split_sentences(str(item))]
+    return text_to_sentences(str(value or ""))

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lmlab.data.corpus import Document
-from lmlab.data.sentences import split_sentences, text_to_sentences
+from lmlab.data.sentences import record_sentences
 from lmlab.data.sources.base import Source
 from lmlab.utils.errors import LmlabError
 
@@ -72,9 +72,6 @@ class HuggingFaceSource(Source):
                              f"name the text column: hf:{self.dataset}:COLUMN")
         for number, row in enumerate(data):
             value = row[self.field]
-            if isinstance(value, list):
-                sentences = [s for item in value for s in split_sentences(str(item))]
-            else:
-                sentences = text_to_sentences(str(value or ""))
+            sentences = record_sentences(value)
             if sentences:
                 yield Document(f"{self.name}/{number}", self.name, sentences)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lmlab.data.corpus import Document
-from lmlab.data.sentences import split_sentences, text_to_sentences
+from lmlab.data.sentences import record_sentences
 from lmlab.data.sources.base import Source
 from lmlab.data.sources.textfile import CorpusWarning, iter_lines
 from lmlab.utils.errors import LmlabError
@@ -64,9 +64,6 @@ class JsonlSource(Source):
                 raise LmlabError(f"{self.path}:{number} has no field {self.field!r} ({keys})",
                                  f"name the text field: jsonl:{self.path}:FIELD")
             value = record[self.field]
-            if isinstance(value, list):
-                sentences = [s for item in value for s in split_sentences(str(item))]
-            else:
-                sentences = text_to_sentences(str(value or ""))
+            sentences = record_sentences(value)
             if sentences:
                 yield Document(f"{self.name}/{number}", self.name, sentences)

@@ -16,7 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.interop.families import FamilySpec, Rule
-from lmlab.interop.families.bert import encoder_config_from_hf, encoder_config_to_hf, mlm_rules
+from lmlab.interop.families.bert import (
+    bert_embedding_rules,
+    encoder_config_from_hf,
+    encoder_config_to_hf,
+    mlm_rules,
+)
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
@@ -56,16 +61,7 @@ _LAYER = "encoder.albert_layer_groups.0.albert_layers.0."
 
 
 def _base_rules(config: TransformerConfig) -> list[Rule]:
-    rules = [
-        Rule("transformer.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
-        Rule("transformer.embeddings.position_embeddings.weight",
-             "embeddings.position_embeddings.weight"),
-        Rule("transformer.embeddings.norm.weight", "embeddings.LayerNorm.weight"),
-        Rule("transformer.embeddings.norm.bias", "embeddings.LayerNorm.bias"),
-    ]
-    if config.type_vocab_size > 0:
-        rules.append(Rule("transformer.embeddings.token_type_embeddings.weight",
-                          "embeddings.token_type_embeddings.weight"))
+    rules = bert_embedding_rules(config)
     if config.input_embedding_size != config.hidden_size:
         rules += [Rule(f"transformer.embeddings.projection.{p}",
                        f"encoder.embedding_hidden_mapping_in.{p}") for p in ("weight", "bias")]
