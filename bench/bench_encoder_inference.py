@@ -51,7 +51,13 @@ def make_checkpoint(path: Path, size: str) -> None:
 def peak_memory(side: str, checkpoint: str, tokens_path: str) -> float:
     """Peak RSS (MB) of a fresh process that loads the model and runs the batches once."""
     code = f"""
-import json, resource, torch
+import json, torch
+
+def peak_mb():  # VmHWM: ru_maxrss would include the parent's peak (inherited across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+
 torch.set_num_threads(2)
 batches = json.load(open({tokens_path!r}))
 if {side!r} == "ours":
@@ -60,11 +66,11 @@ if {side!r} == "ours":
 else:
     import transformers
     model = transformers.BertModel.from_pretrained({checkpoint!r}, attn_implementation="sdpa").eval()
-load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+load = peak_mb()
 with torch.inference_mode():
     for ids, mask in batches:
         model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
-print(json.dumps([load, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]))
+print(json.dumps([load, peak_mb()]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
