@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -130,3 +132,19 @@ def test_cli_embed_and_neighbours(minilm_dir, tmp_path, capsys):
                  "The vase broke.", "--k", "2"]) == 0
     out = capsys.readouterr().out
     assert "indexed 3 occurrences" in out and "static vector" in out
+
+
+def test_cli_fill_mask(tmp_path, minilm_dir, capsys):
+    transformers = pytest.importorskip("transformers")
+    from lmlab.cli import main
+
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64)
+    transformers.BertForMaskedLM(config).save_pretrained(tmp_path)
+    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)
+    assert main(["fill-mask", str(tmp_path), "Paris is the [MASK] of [MASK].", "--top-k", "3",
+                 "--json"]) == 0
+    record = json.loads(capsys.readouterr().out.strip())
+    assert len(record["masks"]) == 2 and all(len(m) == 3 for m in record["masks"])
+    assert main(["fill-mask", str(tmp_path), "No mask here."]) == 2
+    assert "no [MASK] token" in capsys.readouterr().err
