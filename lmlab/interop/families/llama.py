@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.interop.families import FamilySpec, Rule, pick
+from lmlab.interop.families.gpt2 import clm_rules  # the same lm_head, tied or not
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
@@ -113,11 +114,6 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
         if bias:
             rules.append(Rule(f"{ours}{a}.bias", f"{theirs}{b}.bias"))
     return rules
-
-
-def clm_rules(config: TransformerConfig) -> list[Rule]:
-    return [Rule("heads.clm.decoder.weight", "lm_head.weight",
-                 optional=config.tie_word_embeddings)]
 
 
 FAMILY = FamilySpec(
