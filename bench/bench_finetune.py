@@ -3,7 +3,9 @@
 Both sides fine-tune all-MiniLM-L6-v2 with a fresh sequence-classification head on the same
 training examples of a built-in task, same batch size, one epoch, AdamW + linear schedule.
 transformers runs at its best CPU settings for this: DataCollatorWithPadding (dynamic padding)
-and train_sampling_strategy="group_by_length" (transformers 5's name for group_by_length); lmlab uses length-grouped batches and padding skipping. Runs
+and train_sampling_strategy="group_by_length" (transformers 5's name for group_by_length),
+through ``transformers.Trainer`` when ``accelerate`` is installed (it is in the dev extras);
+lmlab uses length-grouped batches and padding skipping. Runs
 alternate (ours, theirs, ours, theirs, ...) and the medians are printed with the ratio
 ours/theirs. Evaluation throughput (dev predictions) and the dev metric after the epoch are
 reported too; with --bf16 ours also runs under bf16 autocast (theirs stays fp32).
@@ -28,12 +30,10 @@ def ours(task, model_dir: str, batch: int, precision: str, out: Path) -> dict:
     result = finetune(task, model_dir, out, epochs=1, batch_size=batch, precision=precision,
                       show_progress=False, eval_splits=(), patience=99)
     total = time.perf_counter() - started
-    started = time.perf_counter()
+    # evaluate() times tokenising + predicting, after loading the model (as theirs is timed)
     scores = evaluate(task, out, None, ("dev",), precision=precision)
-    eval_seconds = time.perf_counter() - started
     return {"train_ex_s": result["train_examples_per_s"], "total_s": total,
-            "eval_ex_s": len(task.split("dev")) / eval_seconds,
-            "dev": scores["dev"][task.metrics[0]]}
+            "eval_ex_s": scores["examples_per_s"], "dev": scores["dev"][task.metrics[0]]}
 
 
 def theirs(task, model_dir: str, batch: int) -> dict:
@@ -66,15 +66,60 @@ def theirs(task, model_dir: str, batch: int) -> dict:
             item["labels"] = self.labels[i]
             return item
 
-    train, dev = Data(task.split("train")), Data(task.split("dev"))
-    # transformers' Trainer needs `accelerate` (not installed here): this is Trainer's loop
-    # built from transformers' own pieces: LengthGroupedSampler (group_by_length),
-    # DataCollatorWithPadding, AdamW + get_linear_schedule_with_warmup (10% warmup)
+    train = Data(task.split("train"))
+    collator = DataCollatorWithPadding(tok)
+    torch.manual_seed(0)
+    loop, train_seconds = train_reference(model, train, collator, batch)
+
+    # evaluation, timed from raw text as ours is (tokenising is part of it): batches of 64
+    # sorted by length, which is faster than Trainer.predict's unsorted order
+    model.eval()
+    started = time.perf_counter()
+    dev = Data(task.split("dev"))
+    order = sorted(range(len(dev)), key=lambda i: len(dev.enc["input_ids"][i]))
+    predictions = []
+    with torch.inference_mode():
+        for start in range(0, len(order), 64):
+            rows = [{k: v for k, v in dev[i].items() if k != "labels"}
+                    for i in order[start:start + 64]]
+            predictions += model(**collator(rows)).logits.argmax(-1).tolist()
+    eval_seconds = time.perf_counter() - started
+    accuracy = float(np.mean(np.asarray(predictions) == np.asarray([dev.labels[i]
+                                                                     for i in order])))
+    return {"train_ex_s": len(train) / train_seconds, "total_s": train_seconds,
+            "eval_ex_s": len(dev) / eval_seconds, "dev": accuracy, "loop": loop}
+
+
+def train_reference(model, train, collator, batch: int) -> tuple[str, float]:
+    """One epoch of the reference: transformers' ``Trainer`` (group_by_length sampling,
+    DataCollatorWithPadding, AdamW, 10% warmup + linear decay, clipping at 1.0) when
+    ``accelerate`` is installed, else the same loop built from transformers' own pieces.
+    Returns which one ran and its training seconds (the epoch only, not the set-up)."""
+    import torch
+
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        accelerate = None
+    if accelerate is not None:
+        from transformers import Trainer, TrainingArguments
+
+        with tempfile.TemporaryDirectory(prefix="bench-ft-trainer-") as out:
+            arguments = TrainingArguments(
+                output_dir=out, per_device_train_batch_size=batch, num_train_epochs=1,
+                learning_rate=5e-5, weight_decay=0.01, warmup_steps=0.1,
+                lr_scheduler_type="linear", max_grad_norm=1.0,
+                train_sampling_strategy="group_by_length", use_cpu=True,
+                save_strategy="no", logging_strategy="no", eval_strategy="no",
+                report_to="none", disable_tqdm=True, seed=0, dataloader_num_workers=0)
+            trainer = Trainer(model=model, args=arguments, train_dataset=train,
+                              data_collator=collator)
+            started = time.perf_counter()
+            trainer.train()
+            return "transformers.Trainer", time.perf_counter() - started
     from transformers import get_linear_schedule_with_warmup
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
-    torch.manual_seed(0)
-    collator = DataCollatorWithPadding(tok)
     sampler = LengthGroupedSampler(batch, lengths=[len(x) for x in train.enc["input_ids"]])
     loader = torch.utils.data.DataLoader(train, batch_size=batch, sampler=sampler,
                                          collate_fn=collator)
@@ -88,21 +133,8 @@ def theirs(task, model_dir: str, batch: int) -> dict:
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-    train_seconds = time.perf_counter() - started
-    model.eval()
-    order = sorted(range(len(dev)), key=lambda i: len(dev.enc["input_ids"][i]))
-    predictions = []
-    started = time.perf_counter()
-    with torch.inference_mode():
-        for start in range(0, len(order), 64):
-            rows = [{k: v for k, v in dev[i].items() if k != "labels"}
-                    for i in order[start:start + 64]]
-            predictions += model(**collator(rows)).logits.argmax(-1).tolist()
-    eval_seconds = time.perf_counter() - started
-    accuracy = float(np.mean(np.asarray(predictions) == np.asarray([dev.labels[i]
-                                                                     for i in order])))
-    return {"train_ex_s": len(train) / train_seconds, "total_s": train_seconds,
-            "eval_ex_s": len(dev) / eval_seconds, "dev": accuracy}
+    return ("Trainer's loop from transformers' pieces (accelerate not installed)",
+            time.perf_counter() - started)
 
 
 def main() -> None:
@@ -138,12 +170,14 @@ def main() -> None:
                 else:
                     row = theirs(task, model_dir, args.batch_size)
                 rows[name].append(row)
-                print(f"rep {rep} {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()),
-                      flush=True)
+                print(f"rep {rep} {name}: " + ", ".join(
+                    f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in row.items()), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    med = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-           for name, runs in rows.items()}
+    med = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]
+                  if isinstance(runs[0][k], float)} for name, runs in rows.items()}
+    print(f"reference loop: {rows['theirs fp32'][0]['loop']}")
     print("\n| run | train ex/s | eval ex/s | dev " + task.metrics[0] + " |")
     print("|---|---|---|---|")
     for name, m in med.items():

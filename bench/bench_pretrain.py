@@ -7,6 +7,8 @@ and LayerNorm weights), linear warmup + decay, clipping at 1.0, in one process, 
 A B A B. Ours runs its fast path: sparse MLM prediction (vocabulary projection only at masked
 positions); ``ours-bf16`` adds bf16 autocast (weights fp32). Reported: median tokens/s over the
 timed steps of each repetition, then the median over repetitions, and ours/reference.
+With ``--memory`` each side also trains once in a fresh process and reports its peak resident
+memory (``VmHWM`` of /proc/self/status: the whole process, Python and torch included).
 
 Run it as the Makefile does, under the same allocator settings for both sides:
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -146,16 +149,46 @@ def run_reference(size: str, rows: list[torch.Tensor], steps: int) -> list[float
     return rates[1:]
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM) in MB; unlike ru_maxrss it is not inherited
+    across fork/exec."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def measure_memory(size: str, side: str, steps: int, threads: int | None) -> float:
+    """Peak RSS (MB) of a fresh process that trains ``side`` for ``steps`` steps."""
+    command = [sys.executable, os.path.abspath(__file__), "--child", side, "--sizes", size,
+               "--steps", str(steps)] + (["--threads", str(threads)] if threads else [])
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return float(output.strip().splitlines()[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="mini", help="comma-separated: mini,small,base")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6, help="steps per repetition (1st untimed)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--memory", action="store_true",
+                        help="also measure each side's peak RSS in a fresh process")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: one side, print VmHWM
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     os.environ.setdefault("LMLAB_NO_PROGRESS", "1")
+    if args.child:
+        size = args.sizes.split(",")[0]
+        rows = batches(SIZES[size][2], args.steps)
+        if args.child == "reference-fp32":
+            run_reference(size, rows, args.steps)
+        else:
+            run_ours(size, rows, args.steps, args.child.split("-")[1])
+        print(f"{peak_rss_mb():.1f}")
+        return 0
     import transformers
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
@@ -184,6 +217,12 @@ def main() -> int:
         print(f"{size}: " + ", ".join(f"{n} {m:,.0f}" for n, m in medians.items()) +
               f" | ours-fp32/ref {medians['ours-fp32'] / ref:.2f}x, "
               f"ours-bf16/ref {medians['ours-bf16'] / ref:.2f}x")
+        if args.memory:
+            peaks = {name: measure_memory(size, name, args.steps, args.threads)
+                     for name in ("reference-fp32", "ours-fp32")}
+            print(f"{size} peak RSS (fresh process, {args.steps} steps): " + ", ".join(
+                f"{n} {m:,.0f} MB" for n, m in peaks.items()) +
+                f" | ours/ref {peaks['ours-fp32'] / peaks['reference-fp32']:.2f}")
     return 0
 
 

@@ -14,9 +14,11 @@ fixed-mask validation batches:
   :class:`~lmlab.data.pretraining.PretrainingStream` with the same seed, left uncorrupted)
   masked by ``transformers.DataCollatorForLanguageModeling`` (mlm_probability 0.15), torch
   AdamW with the same hyperparameters and decay exclusions (biases, LayerNorm weights),
-  ``get_linear_schedule_with_warmup`` and gradient clipping at the same norm. transformers'
-  ``Trainer`` needs ``accelerate``; when it is not installed the plain loop a user would write
-  runs instead (the JSON says which). A linear schedule needs its step count up front, so the
+  ``get_linear_schedule_with_warmup`` and gradient clipping at the same norm, driven by
+  ``transformers.Trainer`` itself (its optimizer, scheduler, clipping and data loader; a
+  callback evaluates and stops it at the budget). Trainer needs ``accelerate`` (in the dev
+  extras); without it the same loop written by hand runs instead (the JSON says which, and
+  ``--reference-loop plain`` forces it). A linear schedule needs its step count up front, so the
   reference times a few steps of a throwaway copy before its clock starts and plans
   ``budget / step time`` steps; it stops at the budget or at the planned count, whichever
   comes first.
@@ -268,13 +270,9 @@ def reference_loop() -> str:
 def run_reference(args: argparse.Namespace, shards: Path, tokenizer_dir: Path, special: Any,
                   tokenizer: Any, val: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
     """transformers' BertForMaskedLM for ``budget`` seconds of training time on the same
-    windows, masked by DataCollatorForLanguageModeling, evaluated on our fixed-mask batches."""
-    from transformers import (
-        AutoTokenizer,
-        BertForMaskedLM,
-        DataCollatorForLanguageModeling,
-        get_linear_schedule_with_warmup,
-    )
+    windows, masked by DataCollatorForLanguageModeling, evaluated on our fixed-mask batches:
+    through transformers' Trainer when it can run, else the equivalent hand-written loop."""
+    from transformers import AutoTokenizer, BertForMaskedLM, DataCollatorForLanguageModeling
 
     from lmlab.data.pretraining import PretrainingStream
     from lmlab.training.trainer import seed_everything
@@ -285,24 +283,25 @@ def run_reference(args: argparse.Namespace, shards: Path, tokenizer_dir: Path, s
                          f"vocabulary (mask id {hf_tokenizer.mask_token_id}), lmlab as "
                          f"{special.vocab_size} (mask id {special.mask_id})",
                          "pass --tokenizer with the Hugging Face-style folder the shards record")
-    collator = DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=0.15,
-                                               seed=args.seed)
     seed_everything(args.seed)
     model = BertForMaskedLM(reference_config(args, tokenizer)).train()
-    attention = model.config._attn_implementation
 
     def windows() -> Any:
         return iter(PretrainingStream(shards, split="train", objective=PassThrough(special),
                                       batch_size=args.batch_size, seq_len=args.seq_len,
                                       seed=args.seed))
 
+    def collator() -> Any:  # a fresh masking RNG for each use
+        return DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=0.15,
+                                               seed=args.seed)
+
     # plan the schedule's length from the step time of a throwaway copy (not on the clock)
     scratch = copy.deepcopy(model)
     scratch_opt = reference_optimizer(scratch, args)
-    scratch_windows, times = windows(), []
+    scratch_windows, scratch_collator, times = windows(), collator(), []
     for index in range(CALIBRATION_STEPS + 1):
         started = time.perf_counter()
-        features = reference_features(next(scratch_windows), collator)
+        features = reference_features(next(scratch_windows), scratch_collator)
         scratch(**features).loss.backward()
         torch.nn.utils.clip_grad_norm_(scratch.parameters(), args.clip_norm)
         scratch_opt.step()
@@ -313,8 +312,31 @@ def run_reference(args: argparse.Namespace, shards: Path, tokenizer_dir: Path, s
     step_time = statistics.median(times)
     planned = max(1, int(args.budget_seconds / step_time))
     warmup = int(math.ceil(args.warmup * planned))
-    collator = DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=0.15,
-                                               seed=args.seed)  # fresh masking RNG
+
+    loop = reference_loop() if args.reference_loop == "auto" else args.reference_loop
+    run = run_reference_trainer if loop == "trainer" else run_reference_plain
+    result = run(args, model, windows, collator(), val, planned, warmup)
+    result.update({
+        "planned_steps": planned, "calibrated_step_seconds": round(step_time, 4),
+        "warmup_steps": warmup, "attn_implementation": model.config._attn_implementation,
+        "model_parameters": sum(p.numel() for p in model.parameters())})
+    result["final_val_loss"] = result["curve"][-1][1]
+    result["tokens_per_s"] = result["tokens"] / max(result["train_seconds"], 1e-9)
+    result["config"] = {
+        "lr": args.lr, "warmup_fraction": args.warmup, "weight_decay": args.weight_decay,
+        "betas": [0.9, 0.999], "eps": 1e-6, "clip_norm": args.clip_norm,
+        "schedule": "linear warmup + decay (transformers' get_linear_schedule_with_warmup)",
+        "masking": "DataCollatorForLanguageModeling (Bernoulli 0.15, 80/10/10, "
+                   "full-vocabulary logits)"}
+    return result
+
+
+def run_reference_plain(args: argparse.Namespace, model: torch.nn.Module, windows: Any,
+                        collator: Any, val: list[dict[str, torch.Tensor]], planned: int,
+                        warmup: int) -> dict[str, Any]:
+    """The reference trained by the loop a user writes by hand (what Trainer does, minus its
+    bookkeeping): AdamW, linear schedule, clipping, evaluation excluded from the clock."""
+    from transformers import get_linear_schedule_with_warmup
 
     optimizer = reference_optimizer(model, args)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, planned)
@@ -356,20 +378,103 @@ def run_reference(args: argparse.Namespace, shards: Path, tokenizer_dir: Path, s
             break
         if clock >= next_eval:
             evaluate()
-    return {"loop": "plain loop (transformers.Trainer needs accelerate, which is not installed)"
-            if reference_loop() == "plain" else
-            "plain loop (transformers.Trainer path not implemented; accelerate is installed)",
-            "curve": curve, "final_val_loss": curve[-1][1], "steps": steps, "tokens": tokens,
-            "train_seconds": round(clock, 3), "tokens_per_s": tokens / max(clock, 1e-9),
-            "eval_seconds": round(eval_seconds, 2), "stop_reason": stop_reason,
-            "planned_steps": planned, "calibrated_step_seconds": round(step_time, 4),
-            "warmup_steps": warmup, "attn_implementation": attention,
-            "model_parameters": sum(p.numel() for p in model.parameters()),
-            "config": {"lr": args.lr, "warmup_fraction": args.warmup,
-                       "weight_decay": args.weight_decay, "betas": [0.9, 0.999], "eps": 1e-6,
-                       "clip_norm": args.clip_norm, "schedule": "get_linear_schedule_with_warmup",
-                       "masking": "DataCollatorForLanguageModeling (Bernoulli 0.15, 80/10/10, "
-                       "full-vocabulary logits)"}}
+    return {"loop": "plain loop (hand-written; transformers.Trainer not used)", "curve": curve,
+            "steps": steps, "tokens": tokens, "train_seconds": round(clock, 3),
+            "eval_seconds": round(eval_seconds, 2), "stop_reason": stop_reason}
+
+
+class WindowRows(torch.utils.data.IterableDataset):
+    """The clean packed windows as the examples a Trainer's data loader batches: one
+    ``{"input_ids", "token_type_ids"}`` per row, padding removed, in the stream's order."""
+
+    def __init__(self, windows: Any):
+        self.windows = windows
+
+    def __iter__(self) -> Any:
+        for batch in self.windows():
+            lengths = batch["attention_mask"].sum(dim=1).tolist()
+            for row, n in enumerate(lengths):
+                yield {"input_ids": batch["input_ids"][row, :n].tolist(),
+                       "token_type_ids": batch["token_type_ids"][row, :n].tolist()}
+
+
+def run_reference_trainer(args: argparse.Namespace, model: torch.nn.Module, windows: Any,
+                          collator: Any, val: list[dict[str, torch.Tensor]], planned: int,
+                          warmup: int) -> dict[str, Any]:
+    """The reference trained by ``transformers.Trainer`` itself (its AdamW with decay
+    exclusions, linear schedule, clipping, data loader), ``planned`` steps at most; a callback
+    evaluates every ``eval_every_seconds`` of training time (evaluation off the clock) and
+    stops training when the budget is spent."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    counted = {"tokens": 0}
+
+    def collate(rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        features = collator(rows)
+        counted["tokens"] += int(features["attention_mask"].sum())
+        return features
+
+    class BudgetCallback(TrainerCallback):
+        """Training clock = wall time since train begin minus evaluation time."""
+
+        def __init__(self) -> None:
+            self.curve: list[list[float]] = []
+            self.eval_seconds = 0.0
+            self.next_eval = 0.0
+            self.began = 0.0
+            self.stop_reason = "planned_steps"
+            self.steps = 0
+
+        def clock(self) -> float:
+            return time.perf_counter() - self.began - self.eval_seconds
+
+        def evaluate(self, model: torch.nn.Module, clock: float) -> None:
+            started = time.perf_counter()
+            self.curve.append([round(clock, 3), reference_eval(model, val)])
+            self.eval_seconds += time.perf_counter() - started
+            while self.next_eval <= clock:
+                self.next_eval += args.eval_every_seconds
+
+        def on_train_begin(self, arguments, state, control, model=None, **kwargs):
+            self.began = time.perf_counter()
+            self.evaluate(model, 0.0)
+
+        def on_step_end(self, arguments, state, control, model=None, **kwargs):
+            clock = self.clock()
+            self.steps = state.global_step
+            if clock >= args.budget_seconds:
+                self.stop_reason = "budget"
+                control.should_training_stop = True
+            elif clock >= self.next_eval:
+                self.evaluate(model, clock)
+
+        def on_train_end(self, arguments, state, control, model=None, **kwargs):
+            self.train_seconds = self.clock()
+            self.evaluate(model, self.train_seconds)
+
+    callback = BudgetCallback()
+    with tempfile.TemporaryDirectory(prefix="ttq-trainer-") as out:
+        arguments = TrainingArguments(
+            output_dir=out, max_steps=planned, per_device_train_batch_size=args.batch_size,
+            learning_rate=args.lr, weight_decay=args.weight_decay, adam_beta1=0.9,
+            adam_beta2=0.999, adam_epsilon=1e-6, max_grad_norm=args.clip_norm,
+            lr_scheduler_type="linear", warmup_steps=warmup, seed=args.seed,
+            use_cpu=True, save_strategy="no", eval_strategy="no", logging_strategy="no",
+            report_to="none", disable_tqdm=True, dataloader_num_workers=0,
+            remove_unused_columns=False)
+        trainer = Trainer(model=model, args=arguments, train_dataset=WindowRows(windows),
+                          data_collator=collate, callbacks=[callback])
+        optimizer_name = str(arguments.optim)
+        trainer.train()
+    last = callback.curve[-1][1]
+    if not math.isfinite(last):
+        raise LmlabError(f"the reference diverged (validation loss {last})",
+                         "lower --lr or lengthen --warmup")
+    return {"loop": "transformers.Trainer", "optimizer": optimizer_name,
+            "curve": callback.curve, "steps": callback.steps, "tokens": counted["tokens"],
+            "train_seconds": round(callback.train_seconds, 3),
+            "eval_seconds": round(callback.eval_seconds, 2),
+            "stop_reason": callback.stop_reason}
 
 
 # ------------------------------------------------------------------------------------- output
@@ -443,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-batches", type=int, default=8,
                         help="fixed-mask validation batches (lmlab pretrain's default: 8)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reference-loop", choices=["auto", "trainer", "plain"],
+                        default="auto", help="transformers.Trainer (auto: when accelerate is "
+                                             "installed) or the hand-written loop")
     parser.add_argument("--order", choices=["ours-first", "reference-first"],
                         default="ours-first", help="which side runs first")
     parser.add_argument("--out", default="runs/time-to-quality", help="output folder")

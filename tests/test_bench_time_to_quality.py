@@ -176,3 +176,45 @@ def test_end_to_end_on_the_demo_shards(tmp_path):
     assert result["ours"]["curve"][0][1] == pytest.approx(result["reference"]["curve"][0][1],
                                                           abs=0.5)  # both start near ln(V)
     assert (out / "time_to_quality.png").stat().st_size > 1000
+
+
+def _masking_collator(rows):
+    """A stand-in for DataCollatorForLanguageModeling: pads, predicts every third token."""
+    length = max(len(r["input_ids"]) for r in rows)
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, :len(row["input_ids"])] = torch.tensor(row["input_ids"])
+        mask[i, :len(row["input_ids"])] = 1
+    labels = torch.full_like(ids, -100)
+    labels[:, 1::3] = torch.where(mask[:, 1::3] == 1, ids[:, 1::3], -100)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+            "labels": labels}
+
+
+@pytest.mark.parametrize("budget, steps, reason", [(1e9, 3, "planned_steps"),
+                                                    (0.0, 1, "budget")])
+def test_trainer_reference_stops_at_the_plan_or_the_budget(budget, steps, reason):
+    pytest.importorskip("accelerate")
+    from transformers import BertForMaskedLM
+
+    source = _source()
+    args = argparse.Namespace(size="tiny", lr=1e-3, weight_decay=0.01, clip_norm=1.0, seed=0,
+                              batch_size=4, budget_seconds=budget, eval_every_seconds=1e9)
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BENCH.reference_config(args, _Tok())).train()
+    before = model.bert.embeddings.word_embeddings.weight.detach().clone()
+
+    def windows():
+        return iter(PretrainingStream(source, objective=BENCH.PassThrough(SPECIAL),
+                                      batch_size=4, seq_len=16, seed=0))
+
+    val = [_masking_collator([{"input_ids": list(range(5, 15))}] * 2)]
+    result = BENCH.run_reference_trainer(args, model, windows, _masking_collator, val,
+                                         planned=3, warmup=0)
+    assert result["loop"] == "transformers.Trainer"
+    assert result["steps"] == steps and result["stop_reason"] == reason
+    assert len(result["curve"]) == 2 and result["curve"][0][0] == 0.0  # start and end
+    assert all(math.isfinite(loss) for _, loss in result["curve"])
+    assert result["tokens"] >= steps * 4 * 8  # every trained row was counted
+    assert not torch.equal(before, model.bert.embeddings.word_embeddings.weight)

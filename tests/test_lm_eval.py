@@ -152,3 +152,37 @@ def test_real_smollm2_few_shot_and_cloze(smollm2_gguf):
     assert lambada_cloze(model, tok, passages)["accuracy"] == 1.0
     result = few_shot_evaluate(model, tok, "fortunes-topic", [0], max_examples=10)
     assert result[0]["n"] == 10
+
+
+def test_evaluate_cli_few_shot_reports_accuracy_per_shot(tmp_path, capsys):
+    """`lmlab evaluate --few-shot` on a saved decoder and a task from files: one accuracy per
+    shot count, the same numbers as the library call, chance and majority printed for scale."""
+    import json
+
+    from lmlab.cli import main
+    from lmlab.tasks import load_table_task
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    rows = [{"text": f"item {i} is {'red' if i % 3 else 'blue'}", "label": "warm" if i % 3
+             else "cold"} for i in range(12)]
+    for split, part in (("train", rows[:8]), ("dev", rows[8:])):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    tokenizer = Tokenizer.train([r["text"] for r in rows] * 5, kind="bpe", vocab_size=300,
+                                template="gpt2", min_frequency=1)
+    model_dir = tmp_path / "model"
+    tiny("gpt2", vocab=len(tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    files = ["--task", "colours", "--train", str(tmp_path / "train.jsonl"),
+             "--dev", str(tmp_path / "dev.jsonl"), "--model", str(model_dir)]
+    assert main(["evaluate", *files, "--few-shot", "0,2", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    task = load_table_task("colours", {"train": str(tmp_path / "train.jsonl"),
+                                       "dev": str(tmp_path / "dev.jsonl")}, "text", "label")
+    expected = few_shot_evaluate(tiny("gpt2", vocab=len(tokenizer)), tokenizer, task, [0, 2],
+                                 split="dev")
+    assert printed["split"] == "dev"
+    assert {int(k): v for k, v in printed["results"].items()} == expected
+    assert main(["evaluate", *files, "--few-shot", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "chance 0.500" in text and "majority class 'warm' 0.750" in text
+    assert " 0-shot accuracy: " in text

@@ -44,13 +44,18 @@ def register(commands) -> None:
     p.add_argument("--out", help="where to write results (default: the run dir)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--few-shot", help="causal LMs: comma-separated shot counts, e.g. 0,1,8")
+    p.add_argument("--max-examples", type=int, default=100,
+                   help="--few-shot: score the first N examples of each split (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="--few-shot: the draw of the shots")
+    p.add_argument("--json", action="store_true", help="--few-shot: one JSON line per split")
 
 
 def _task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True,
                    help="built-in task (wordnet-supersense, wordnet-wic, fortunes-topic) or a "
                         "name for the task given by --train/--dev")
-    p.add_argument("--split", default="cpu", choices=("cpu", "full"),
+    # --size as in `lmlab baseline` and `lmlab tasks export-texts`; --split is its old name
+    p.add_argument("--size", "--split", dest="size", default="cpu", choices=("cpu", "full"),
                    help="size of a built-in task (default cpu)")
     p.add_argument("--train", help="training file (.csv, .tsv or .jsonl)")
     p.add_argument("--dev", help="dev file")
@@ -78,7 +83,7 @@ def load_task(args: argparse.Namespace):
         raise LmlabError(f"unknown task {args.task!r}",
                          f"use a built-in task ({', '.join(BUILTIN_TASKS)}) or give --train and "
                          "--dev files with --text-column/--label-column")
-    return load_builtin_task(args.task, size=args.split)
+    return load_builtin_task(args.task, size=args.size)
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -122,7 +127,6 @@ def _finetune(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    import importlib
     import json
     from pathlib import Path
 
@@ -130,19 +134,26 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     task = load_task(args)
     if args.few_shot:
-        try:
-            module = importlib.import_module("lmlab.evaluation.lm")
-        except ModuleNotFoundError:
-            raise LmlabError("few-shot evaluation is not available in this version",
-                             "evaluate a fine-tuned encoder without --few-shot") from None
+        from lmlab.evaluation.lm import few_shot_evaluate, few_shot_report
         from lmlab.models.auto import from_pretrained
         from lmlab.tokenization.tokenizer import Tokenizer
 
+        try:
+            shots = [int(k) for k in args.few_shot.split(",") if k.strip()]
+        except ValueError:
+            raise LmlabError(f"--few-shot {args.few_shot!r} is not a list of numbers",
+                             "write e.g. --few-shot 0,1,8") from None
         model = from_pretrained(args.model)
         tokenizer = Tokenizer.from_pretrained(args.model)
-        for shots in (int(s) for s in args.few_shot.split(",")):
-            print(json.dumps({"shots": shots, **module.few_shot_evaluate(model, tokenizer, task,
-                                                                          shots)}))
+        for split in (s for s in args.splits.split(",") if s):
+            results = few_shot_evaluate(model, tokenizer, task, shots, split=split,
+                                        max_examples=args.max_examples, seed=args.seed,
+                                        show_progress=True)
+            if args.json:
+                print(json.dumps({"task": task.name, "split": split,
+                                  "results": {str(k): v for k, v in results.items()}}))
+            else:
+                print(few_shot_report(task, split, results))
         return 0
     from lmlab.finetune.runner import evaluate
 

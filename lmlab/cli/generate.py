@@ -168,7 +168,12 @@ def _perplexity(args: argparse.Namespace) -> int:
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
-    from lmlab.evaluation.lm import corpus_passages, few_shot_evaluate, lambada_cloze
+    from lmlab.evaluation.lm import (
+        corpus_passages,
+        few_shot_evaluate,
+        few_shot_report,
+        lambada_cloze,
+    )
     from lmlab.utils.errors import LmlabError
 
     try:
@@ -197,8 +202,5 @@ def _lm_eval(args: argparse.Namespace) -> int:
         print(json.dumps({"task": task.name, "split": args.split,
                           "results": {str(k): v for k, v in results.items()}}))
     else:
-        print(f"{task.name} ({args.split}, {args.max_examples} examples, "
-              f"{len(task.labels)} labels)")
-        for k, value in results.items():
-            print(f"  {k:>2}-shot accuracy: {value['accuracy']:.3f}  (n={value['n']})")
+        print(few_shot_report(task, args.split, results))
     return 0

@@ -282,3 +282,19 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
             correct += task.labels[int(scores.argmax())] == example.label
         results[k] = {"accuracy": correct / len(examples), "n": len(examples)}
     return results
+
+
+def few_shot_report(task: Any, split: str, results: dict[int, dict[str, float]]) -> str:
+    """The accuracy-against-shots table the CLI prints, with two reference levels for scale:
+    chance (1 / labels) and the majority class of the train split scored on the same
+    examples."""
+    from collections import Counter
+
+    count = int(next(iter(results.values()))["n"])
+    examples = list(task.split(split))[:count]
+    majority = Counter(e.label for e in task.split("train")).most_common(1)[0][0]
+    majority_accuracy = sum(e.label == majority for e in examples) / max(len(examples), 1)
+    lines = [f"{task.name} ({split}, {count} examples, {len(task.labels)} labels): chance "
+             f"{1 / len(task.labels):.3f}, majority class {majority!r} {majority_accuracy:.3f}"]
+    lines += [f"  {k:>2}-shot accuracy: {value['accuracy']:.3f}" for k, value in results.items()]
+    return "\n".join(lines)
