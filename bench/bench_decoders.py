@@ -34,7 +34,8 @@ def _median_pair(run_a, run_b, reps: int) -> tuple[float, float]:
 
 
 # -- 1. training ---------------------------------------------------------------------------------
-def training(reps: int, steps: int, batch: int, seq: int) -> list[dict]:
+def training(reps: int, steps: int, batch: int, seq: int,
+             with_bf16: bool = True) -> list[dict]:
     import transformers
 
     from lmlab.models.model import LanguageModel
@@ -73,7 +74,9 @@ def training(reps: int, steps: int, batch: int, seq: int) -> list[dict]:
         return run
 
     rows = []
-    for label, bf16 in (("fp32 vs fp32", False), ("ours bf16 vs theirs fp32", True)):
+    settings = [("fp32 vs fp32", False)] + ([("ours bf16 vs theirs fp32", True)] if with_bf16
+                                            else [])
+    for label, bf16 in settings:
         a, b = _median_pair(timed(lambda bf16=bf16: step_ours(bf16)), timed(step_theirs), reps)
         rows.append({"bench": "train gpt2 6x384 8x256", "setting": label,
                      "ours_tok_s": round(a), "ref_tok_s": round(b), "ratio": round(a / b, 2)})
@@ -143,9 +146,10 @@ _LOAD = {
 def load_memory() -> list[dict]:
     rows = []
     for side, code in _LOAD.items():
-        script = ("import resource, time; t = time.perf_counter(); " + code +
-                  "; print(time.perf_counter() - t, "
-                  "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+        # VmHWM, not ru_maxrss: after fork + exec ru_maxrss still holds the parent's peak
+        script = ("import time; t = time.perf_counter(); " + code +
+                  "; hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')]"
+                  "; print(time.perf_counter() - t, int(hwm[0].split()[1]) / 1024)")
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                              cwd=os.path.join(os.path.dirname(__file__), ".."), check=True)
         seconds, rss = map(float, out.stdout.split()[-2:])
@@ -160,17 +164,25 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fewer steps and tokens")
     parser.add_argument("--only", choices=["train", "generate", "memory"])
+    parser.add_argument("--force-bf16", action="store_true",
+                        help="time bf16 even on a CPU without bf16 instructions")
     args = parser.parse_args()
     torch.manual_seed(0)
+    from lmlab.utils.precision import cpu_has_native_bf16
+
+    with_bf16 = cpu_has_native_bf16() is not False or args.force_bf16
+    if not with_bf16:
+        print("bf16 rows skipped: this CPU has no bf16 instructions, so bf16 matmuls are "
+              "emulated (~100x slower than fp32); --force-bf16 runs them anyway", flush=True)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}", flush=True)
     if args.only in (None, "memory"):
         load_memory()
     if args.only in (None, "train"):
-        training(args.reps, steps=2 if args.quick else 5, batch=8, seq=256)
+        training(args.reps, steps=2 if args.quick else 5, batch=8, seq=256, with_bf16=with_bf16)
     if args.only in (None, "generate"):
         generation(args.reps, new_tokens=16 if args.quick else 32, batches=[1, 8],
-                   dtypes=["fp32", "bf16"])
+                   dtypes=["fp32", "bf16"] if with_bf16 else ["fp32"])
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ A B A B. Ours runs its fast path: sparse MLM prediction (vocabulary projection o
 positions); ``ours-bf16`` adds bf16 autocast (weights fp32). Reported: median tokens/s over the
 timed steps of each repetition, then the median over repetitions, and ours/reference.
 With ``--memory`` each side also trains once in a fresh process and reports its peak resident
-memory (``VmHWM`` of /proc/self/status: the whole process, Python and torch included).
+memory (``VmHWM`` of /proc/self/status: the whole process, Python and torch included). With
+``--profile`` each side's steps run under ``torch.profiler`` and the self CPU time is printed
+by kind of operator (matmuls, attention, optimizer, the rest), per step: the table that
+explains a ratio.
 
 Run it as the Makefile does, under the same allocator settings for both sides:
 
@@ -149,6 +152,36 @@ def run_reference(size: str, rows: list[torch.Tensor], steps: int) -> list[float
     return rates[1:]
 
 
+OPERATOR_KINDS = (  # (kind, substrings of aten operator names): the first match wins
+    ("loss (log-softmax, cross-entropy)", ("log_softmax", "nll_loss", "cross_entropy")),
+    ("attention", ("attention", "bmm", "softmax")),
+    ("layer norm", ("layer_norm",)),
+    ("matmul (linear layers, vocabulary projection)", ("addmm", "mm", "linear", "matmul")),
+    ("optimizer (AdamW, clipping)", ("_foreach", "adam", "norm", "clamp", "lerp", "addcdiv",
+                                     "addcmul", "sqrt")),
+    ("gelu / dropout", ("gelu", "dropout", "bernoulli")),
+    ("embedding, gather, index", ("embedding", "index", "gather", "scatter", "masked")),
+    ("copies and casts", ("copy", "to", "contiguous", "clone", "cat", "fill", "zero")),
+)
+
+
+def profile_side(fn, steps: int) -> dict[str, float]:
+    """Self CPU milliseconds per training step of ``fn`` (which runs ``steps`` steps, the
+    warm-up step included), summed by OPERATOR_KINDS; the rest is "other"."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    kinds: dict[str, float] = {}
+    for event in prof.key_averages():
+        if not event.key.startswith("aten::"):
+            continue
+        name = event.key[len("aten::"):]
+        kind = next((k for k, keys in OPERATOR_KINDS if any(x in name for x in keys)), "other")
+        kinds[kind] = kinds.get(kind, 0.0) + event.self_cpu_time_total / 1000 / steps
+    return kinds
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set (VmHWM) in MB; unlike ru_maxrss it is not inherited
     across fork/exec."""
@@ -175,6 +208,10 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--memory", action="store_true",
                         help="also measure each side's peak RSS in a fresh process")
+    parser.add_argument("--force-bf16", action="store_true",
+                        help="time bf16 even on a CPU without bf16 instructions")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile each side's steps by kind of operator")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: one side, print VmHWM
     args = parser.parse_args()
     if args.threads:
@@ -199,6 +236,12 @@ def main() -> int:
         "ours-fp32": lambda size, rows: run_ours(size, rows, args.steps, "fp32"),
         "ours-bf16": lambda size, rows: run_ours(size, rows, args.steps, "bf16"),
     }
+    from lmlab.utils.precision import cpu_has_native_bf16
+
+    if cpu_has_native_bf16() is False and not args.force_bf16:
+        del sides["ours-bf16"]
+        print("ours-bf16 skipped: this CPU has no bf16 instructions, so bf16 matmuls are "
+              "emulated (~100x slower than fp32); --force-bf16 runs it anyway")
     for size in args.sizes.split(","):
         rows = batches(SIZES[size][2], args.steps)
         results: dict[str, list[float]] = {name: [] for name in sides}
@@ -215,8 +258,23 @@ def main() -> int:
         medians = {name: statistics.median(v) for name, v in results.items()}
         ref = medians["reference-fp32"]
         print(f"{size}: " + ", ".join(f"{n} {m:,.0f}" for n, m in medians.items()) +
-              f" | ours-fp32/ref {medians['ours-fp32'] / ref:.2f}x, "
-              f"ours-bf16/ref {medians['ours-bf16'] / ref:.2f}x")
+              f" | ours-fp32/ref {medians['ours-fp32'] / ref:.2f}x"
+              + (f", ours-bf16/ref {medians['ours-bf16'] / ref:.2f}x"
+                 if "ours-bf16" in medians else ""))
+        if args.profile:
+            profiles = {name: profile_side(
+                lambda fn=fn, size=size, rows=rows: fn(size, rows), args.steps)
+                        for name, fn in sides.items() if name != "ours-bf16"}
+            names = list(profiles)
+            kinds = sorted({k for p in profiles.values() for k in p},
+                           key=lambda k: -profiles[names[0]].get(k, 0.0))
+            print(f"{size} self CPU ms per step (torch.profiler):")
+            print(f"  {'kind':48s} " + " ".join(f"{n:>15s}" for n in names))
+            for kind in kinds:
+                print(f"  {kind:48s} " + " ".join(f"{profiles[n].get(kind, 0.0):15,.0f}"
+                                                    for n in names))
+            print(f"  {'total':48s} " + " ".join(f"{sum(profiles[n].values()):15,.0f}"
+                                                  for n in names))
         if args.memory:
             peaks = {name: measure_memory(size, name, args.steps, args.threads)
                      for name in ("reference-fp32", "ours-fp32")}

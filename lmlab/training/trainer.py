@@ -126,6 +126,10 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
         self.device = resolve_device(cfg.device, int(__import__("os").environ.get("LOCAL_RANK", 0)))
+        if cfg.precision == "bf16":
+            from lmlab.utils.precision import warn_if_slow_bf16
+
+            warn_if_slow_bf16(self.device.type)
         self.dist: DistInfo = init_distributed(self.device)
         self.stream = (RankSlice(train_stream, self.dist.rank, self.dist.world_size)
                        if self.dist.active else train_stream)
