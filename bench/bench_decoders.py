@@ -35,7 +35,7 @@ def _median_pair(run_a, run_b, reps: int) -> tuple[float, float]:
 
 # -- 1. training ---------------------------------------------------------------------------------
 def training(reps: int, steps: int, batch: int, seq: int,
-             with_bf16: bool = True) -> list[dict]:
+             with_bf16: bool = True, profile: bool = False) -> list[dict]:
     import transformers
 
     from lmlab.models.model import LanguageModel
@@ -73,6 +73,21 @@ def training(reps: int, steps: int, batch: int, seq: int,
             return steps * batch * seq / (time.perf_counter() - start)
         return run
 
+    if profile:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_pretrain import print_profiles, profile_side
+
+        def profiled(fn):
+            def run() -> None:
+                for _ in range(steps):
+                    fn()
+            return run
+
+        step_ours(False)
+        step_theirs()  # warm-up outside the profile
+        print_profiles("gpt2 6x384 8x256", {
+            "reference-fp32": profile_side(profiled(step_theirs), steps),
+            "ours-fp32": profile_side(profiled(lambda: step_ours(False)), steps)})
     rows = []
     settings = [("fp32 vs fp32", False)] + ([("ours bf16 vs theirs fp32", True)] if with_bf16
                                             else [])
@@ -166,6 +181,8 @@ def main() -> None:
     parser.add_argument("--only", choices=["train", "generate", "memory"])
     parser.add_argument("--force-bf16", action="store_true",
                         help="time bf16 even on a CPU without bf16 instructions")
+    parser.add_argument("--profile", action="store_true",
+                        help="training: also print self CPU time per step by kind of operator")
     args = parser.parse_args()
     torch.manual_seed(0)
     from lmlab.utils.precision import cpu_has_native_bf16
@@ -179,7 +196,8 @@ def main() -> None:
     if args.only in (None, "memory"):
         load_memory()
     if args.only in (None, "train"):
-        training(args.reps, steps=2 if args.quick else 5, batch=8, seq=256, with_bf16=with_bf16)
+        training(args.reps, steps=2 if args.quick else 5, batch=8, seq=256, with_bf16=with_bf16,
+                 profile=args.profile)
     if args.only in (None, "generate"):
         generation(args.reps, new_tokens=16 if args.quick else 32, batches=[1, 8],
                    dtypes=["fp32", "bf16"] if with_bf16 else ["fp32"])

@@ -182,6 +182,20 @@ def profile_side(fn, steps: int) -> dict[str, float]:
     return kinds
 
 
+def print_profiles(title: str, profiles: dict[str, dict[str, float]]) -> None:
+    """One table: a row per kind of operator, a column per side (ms per step)."""
+    names = list(profiles)
+    kinds = sorted({k for p in profiles.values() for k in p},
+                   key=lambda k: -profiles[names[0]].get(k, 0.0))
+    print(f"{title} self CPU ms per step (torch.profiler):")
+    print(f"  {'kind':48s} " + " ".join(f"{n:>15s}" for n in names))
+    for kind in kinds:
+        print(f"  {kind:48s} " + " ".join(f"{profiles[n].get(kind, 0.0):15,.0f}"
+                                            for n in names))
+    print(f"  {'total':48s} " + " ".join(f"{sum(profiles[n].values()):15,.0f}"
+                                          for n in names))
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set (VmHWM) in MB; unlike ru_maxrss it is not inherited
     across fork/exec."""
@@ -262,19 +276,9 @@ def main() -> int:
               + (f", ours-bf16/ref {medians['ours-bf16'] / ref:.2f}x"
                  if "ours-bf16" in medians else ""))
         if args.profile:
-            profiles = {name: profile_side(
+            print_profiles(size, {name: profile_side(
                 lambda fn=fn, size=size, rows=rows: fn(size, rows), args.steps)
-                        for name, fn in sides.items() if name != "ours-bf16"}
-            names = list(profiles)
-            kinds = sorted({k for p in profiles.values() for k in p},
-                           key=lambda k: -profiles[names[0]].get(k, 0.0))
-            print(f"{size} self CPU ms per step (torch.profiler):")
-            print(f"  {'kind':48s} " + " ".join(f"{n:>15s}" for n in names))
-            for kind in kinds:
-                print(f"  {kind:48s} " + " ".join(f"{profiles[n].get(kind, 0.0):15,.0f}"
-                                                    for n in names))
-            print(f"  {'total':48s} " + " ".join(f"{sum(profiles[n].values()):15,.0f}"
-                                                  for n in names))
+                for name, fn in sides.items() if name != "ours-bf16"})
         if args.memory:
             peaks = {name: measure_memory(size, name, args.steps, args.threads)
                      for name in ("reference-fp32", "ours-fp32")}

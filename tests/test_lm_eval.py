@@ -128,6 +128,52 @@ def test_few_shot_predictions_equal_naive_argmax():
     assert results[0]["accuracy"] == correct / 4
 
 
+
+def test_calibrated_few_shot_subtracts_the_content_free_prior():
+    """With calibrate=True the prediction is argmax over labels of log p(label | prompt) -
+    log p(label | the same shots + "N/A"), computed here by brute force (no cache)."""
+    import random
+
+    from lmlab.evaluation.lm import CONTENT_FREE_TEXT, FewShotFormat, render_prompt
+    from lmlab.tasks.types import Example, Task
+
+    model = tiny()
+    tok = CharTokenizer()
+    train = [Example(id=f"t{i}", text=f"text number {i}", label=["ab", "cd", "ef"][i % 3])
+             for i in range(9)]
+    test = [Example(id=f"e{i}", text=f"query {i}", label=["ab", "cd", "ef"][i % 3])
+            for i in range(6)]
+    task = Task(name="toy", type="classification", labels=["ab", "cd", "ef"],
+                metrics=["accuracy"], splits={"train": train, "test": test})
+    fmt = FewShotFormat(instruction="Classify each text. Possible labels: ab, cd, ef.")
+
+    def total(prompt: str, label: str) -> float:
+        ids = torch.tensor(tok.encode(prompt) + tok.encode(" " + label))
+        n = len(tok.encode(" " + label))
+        with torch.no_grad():
+            lp = F.log_softmax(model(input_ids=ids[None]).logits[0, :-1], dim=-1)
+        return sum(float(lp[len(ids) - n - 1 + j, ids[len(ids) - n + j]]) for j in range(n))
+
+    flipped = 0  # predictions calibration changes: the test must see some, or it proves nothing
+    for k in (0, 2):
+        rng = random.Random(0 * 1000 + k)  # few_shot_evaluate's draw for seed 0
+        expected = []
+        for example in test:
+            chosen = rng.sample(train, k) if k else []
+            plain = [total(render_prompt(chosen, example.text, fmt), lab) for lab in task.labels]
+            prior = [total(render_prompt(chosen, CONTENT_FREE_TEXT, fmt), lab)
+                     for lab in task.labels]
+            calibrated = [a - b for a, b in zip(plain, prior)]
+            best = max(range(3), key=calibrated.__getitem__)
+            expected.append(task.labels[best])
+            flipped += best != max(range(3), key=plain.__getitem__)
+        result = few_shot_evaluate(model, tok, task, k, max_examples=6, calibrate=True)[k]
+        assert result["predictions"] == expected
+        assert result["accuracy"] == pytest.approx(
+            sum(p == e.label for p, e in zip(expected, test)) / 6)
+    assert flipped > 0
+
+
 def test_cloze_passages_and_accuracy():
     text = ("The old man walked slowly down the long road toward the village where he had "
             "lived for many years and he finally saw the church.")

@@ -47,6 +47,9 @@ def register(commands) -> None:
     p.add_argument("--max-examples", type=int, default=100,
                    help="--few-shot: score the first N examples of each split (default 100)")
     p.add_argument("--seed", type=int, default=0, help="--few-shot: the draw of the shots")
+    p.add_argument("--calibrate", action="store_true",
+                   help="few-shot: contextual calibration (subtract each label's log-likelihood "
+                        "after the content-free text 'N/A'; Zhao et al. 2021)")
     p.add_argument("--json", action="store_true", help="--few-shot: one JSON line per split")
 
 
@@ -148,7 +151,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         for split in (s for s in args.splits.split(",") if s):
             results = few_shot_evaluate(model, tokenizer, task, shots, split=split,
                                         max_examples=args.max_examples, seed=args.seed,
-                                        show_progress=True)
+                                        show_progress=True, calibrate=args.calibrate)
             if args.json:
                 print(json.dumps({"task": task.name, "split": split,
                                   "results": {str(k): v for k, v in results.items()}}))

@@ -71,6 +71,9 @@ def register(commands) -> None:
     p.add_argument("--few-shot", default="0", help="comma-separated shot counts, e.g. 0,1,8")
     p.add_argument("--split", default="test")
     p.add_argument("--max-examples", type=int, default=100)
+    p.add_argument("--calibrate", action="store_true",
+                   help="few-shot: contextual calibration (subtract each label's log-likelihood "
+                        "after the content-free text 'N/A'; Zhao et al. 2021)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--corpus", help="corpus folder for --task cloze (its validation split)")
     p.add_argument("--json", action="store_true")
@@ -201,7 +204,7 @@ def _lm_eval(args: argparse.Namespace) -> int:
     model, tokenizer = _load(args)
     results = few_shot_evaluate(model, tokenizer, task, shots, split=args.split,
                                 max_examples=args.max_examples, seed=args.seed,
-                                show_progress=True)
+                                show_progress=True, calibrate=args.calibrate)
     if args.json:
         print(json.dumps({"task": task.name, "split": args.split,
                           "results": {str(k): v for k, v in results.items()}}))

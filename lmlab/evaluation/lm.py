@@ -224,17 +224,25 @@ def few_shot_prompt(task: Any, example: Any, shots: int, rng: random.Random,
                     fmt: FewShotFormat, train: Sequence[Any]) -> str:
     """``shots`` random training examples with their labels, then ``example`` without."""
     chosen = rng.sample(list(train), shots) if shots else []
-    parts = [fmt.render(e.text, label_text(e.label)) for e in chosen]
-    parts.append(fmt.render(example.text))
+    return render_prompt(chosen, example.text, fmt)
+
+
+def render_prompt(shots: Sequence[Any], text: str, fmt: FewShotFormat) -> str:
+    """The instruction, the labelled ``shots``, then ``text`` awaiting its label."""
+    parts = [fmt.render(e.text, label_text(e.label)) for e in shots]
+    parts.append(fmt.render(text))
     body = fmt.separator.join(parts)
     return f"{fmt.instruction}{fmt.separator}{body}" if fmt.instruction else body
+
+
+CONTENT_FREE_TEXT = "N/A"
 
 
 @torch.no_grad()
 def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequence[int],
                       split: str = "test", max_examples: int | None = 100, seed: int = 0,
-                      fmt: FewShotFormat | None = None,
-                      show_progress: bool = False) -> dict[int, dict[str, float]]:
+                      fmt: FewShotFormat | None = None, show_progress: bool = False,
+                      calibrate: bool = False) -> dict[int, dict[str, float]]:
     """In-context classification accuracy for each number of shots.
 
     Args:
@@ -242,9 +250,14 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
         shots: one k or several (e.g. ``[0, 1, 8]``).
         max_examples: evaluate the first N examples of ``split`` (None = all).
         seed: the random choice of shots (a fresh draw per test example, as in GPT-3).
+        calibrate: contextual calibration (Zhao et al. 2021, "Calibrate before use"): the same
+            prompt with the content-free text "N/A" in place of the test text gives each
+            label's prior under these shots; the prediction is the label with the largest
+            log-likelihood minus that prior (argmax of ``diag(p_cf)^-1 p``). It removes the
+            bias towards labels shown in the prompt, at twice the cost.
 
     Returns:
-        {k: {"accuracy": ..., "n": ...}}.
+        {k: {"accuracy": ..., "n": ..., "predictions": [label per example]}}.
     """
     _check_decoder(model)
     if isinstance(task, str):
@@ -269,18 +282,25 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
             raise LmlabError(f"{k} shots requested; the train split has {len(train)} examples",
                              "use 0 or more shots, at most the train split's size")
         rng = random.Random(seed * 1000 + k)
-        correct = 0
+        correct, predictions = 0, []
         items: Iterable = examples
         if show_progress:
             from lmlab.utils.progress import progress
 
             items = progress(examples, desc=f"{k}-shot")
         for example in items:
-            prompt = few_shot_prompt(task, example, k, rng, fmt, train)
+            chosen = rng.sample(list(train), k) if k else []
+            prompt = render_prompt(chosen, example.text, fmt)
             scores = score_continuations(model, tokenizer.encode(prompt, add_special_tokens=False),
                                          label_ids)
-            correct += task.labels[int(scores.argmax())] == example.label
-        results[k] = {"accuracy": correct / len(examples), "n": len(examples)}
+            if calibrate:
+                neutral = render_prompt(chosen, CONTENT_FREE_TEXT, fmt)
+                scores = scores - score_continuations(
+                    model, tokenizer.encode(neutral, add_special_tokens=False), label_ids)
+            predictions.append(task.labels[int(scores.argmax())])
+            correct += predictions[-1] == example.label
+        results[k] = {"accuracy": correct / len(examples), "n": len(examples),
+                      "predictions": predictions}
     return results
 
 
