@@ -16,6 +16,7 @@ reported too; with --bf16 ours also runs under bf16 autocast (theirs stays fp32)
 from __future__ import annotations
 
 import argparse
+import copy
 import shutil
 import statistics
 import tempfile
@@ -137,6 +138,29 @@ def train_reference(model, train, collator, batch: int) -> tuple[str, float]:
             time.perf_counter() - started)
 
 
+def profile(task, model_dir: str, batch: int) -> None:
+    """Self CPU time per training step by kind of operator, one epoch per side (ours with a
+    32-example dev split, so its per-epoch model selection adds little)."""
+    import os
+    import sys
+
+    from lmlab.finetune.runner import finetune, sample_examples
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_pretrain import print_profiles, profile_side
+
+    steps = -(-len(task.split("train")) // batch)
+    small = copy.copy(task)
+    small.splits = dict(task.splits, dev=sample_examples(task.splits["dev"], 32))
+    with tempfile.TemporaryDirectory(prefix="bench-ft-profile-") as out:
+        ours_profile = profile_side(
+            lambda: finetune(small, model_dir, out, epochs=1, batch_size=batch,
+                             show_progress=False, eval_splits=(), patience=99), steps)
+    print_profiles(f"fine-tuning {task.name}, batch {batch}", {
+        "reference-fp32": profile_side(lambda: theirs(task, model_dir, batch), steps),
+        "ours-fp32": ours_profile})
+
+
 def main() -> None:
     import torch
 
@@ -151,12 +175,17 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--bf16", action="store_true", help="also time ours under bf16")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of timing, profile one epoch of each side by operator")
     args = parser.parse_args()
     model_dir = str(minilm_dir())
     task = _subset(load_builtin_task(args.task, "cpu"), args.examples)
     task.splits["dev"] = sample_examples(task.splits["dev"], args.dev_examples)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, task {args.task}, "
           f"{args.examples} train / {args.dev_examples} dev examples, batch {args.batch_size}")
+    if args.profile:
+        profile(task, model_dir, args.batch_size)
+        return
     rows: dict[str, list[dict]] = {"ours fp32": [], "theirs fp32": []}
     if args.bf16:
         rows["ours bf16"] = []

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from lmlab.models.core.masks import document_mask, prefix_lm_mask
 from lmlab.models.heads import IGNORE_INDEX
 from lmlab.objectives.base import Objective, ObjectiveResult
+from lmlab.objectives.linear_cross_entropy import linear_cross_entropy
 from lmlab.objectives.registry import register_objective
 from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
@@ -92,15 +94,22 @@ class CausalLM(Objective):
             raise LmlabError(f"objective {self.name!r} needs 'labels' in the batch",
                              "pass the batch through objective.corrupt() first")
         head = model.heads["clm"]
-        logits = head(hidden)  # (B, T, V)
-        loss = head.loss(logits, labels)
-        with torch.no_grad():
-            target = labels[:, 1:]
-            keep = target != IGNORE_INDEX
-            count = int(keep.sum())
-            correct = (logits[:, :-1].argmax(-1) == target) & keep
-            accuracy = float(correct.sum()) / max(count, 1)
-            value = float(loss.detach())
+        targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): next token or -100
+        count = int((targets != IGNORE_INDEX).sum())
+        projection = getattr(head, "decoder", None)
+        if isinstance(projection, nn.Linear) and projection.bias is None:
+            # the projection and the loss fused in chunks: the (B, T, V) logits never exist;
+            # only predicted positions are projected (not padding, not each row's last token)
+            keep = targets.reshape(-1) != IGNORE_INDEX  # (B*T,)
+            loss, correct = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1])[keep],
+                                                 projection.weight, targets.reshape(-1)[keep])
+        else:  # a custom head: its own logits and loss
+            logits = head(hidden)  # (B, T, V)
+            loss = head.loss(logits, labels)
+            with torch.no_grad():
+                correct = ((logits.argmax(-1) == targets) & (targets != IGNORE_INDEX)).sum()
+        accuracy = float(correct) / max(count, 1)
+        value = float(loss.detach())
         metrics = {f"{self.name}_loss": value, f"{self.name}_accuracy": accuracy,
                    f"{self.name}_perplexity": float(torch.exp(torch.tensor(min(value, 50.0))))}
         return ObjectiveResult(loss, metrics, count)

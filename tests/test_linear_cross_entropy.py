@@ -1,0 +1,99 @@
+"""The chunked, fused projection + cross-entropy equals F.linear + F.cross_entropy: loss,
+argmax count and gradients, with ignored rows, without gradients, and inside the CLM
+objective."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from lmlab.objectives.linear_cross_entropy import linear_cross_entropy
+
+
+def _data(rows: int = 37, hidden: int = 16, vocab: int = 50, ignored: int = 5):
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(rows, hidden, generator=g, requires_grad=True)
+    w = torch.randn(vocab, hidden, generator=g, requires_grad=True)
+    t = torch.randint(0, vocab, (rows,), generator=g)
+    t[torch.randperm(rows, generator=g)[:ignored]] = -100
+    return h, w, t
+
+
+def _reference(h, w, t):
+    logits = F.linear(h, w)
+    loss = F.cross_entropy(logits, t, ignore_index=-100)
+    correct = int(((logits.argmax(-1) == t) & (t != -100)).sum())
+    return loss, correct
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 8, 37, 1000])
+def test_loss_count_and_gradients_equal_the_unfused_computation(chunk_rows):
+    h, w, t = _data()
+    loss, correct = linear_cross_entropy(h, w, t, chunk_rows=chunk_rows)
+    (2.5 * loss).backward()  # a non-unit upstream gradient reaches both inputs
+    grads = h.grad.clone(), w.grad.clone()
+    h.grad, w.grad = None, None
+    expected, expected_correct = _reference(h, w, t)
+    (2.5 * expected).backward()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert int(correct) == expected_correct
+    torch.testing.assert_close(grads[0], h.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads[1], w.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_without_gradients_and_with_every_row_ignored():
+    h, w, t = _data()
+    with torch.no_grad():
+        loss, _ = linear_cross_entropy(h, w, t, chunk_rows=8)
+    assert float(loss) == pytest.approx(_reference(h, w, t)[0].item(), rel=1e-6)
+    assert loss.grad_fn is None
+    loss, correct = linear_cross_entropy(h, w, torch.full_like(t, -100))
+    loss.backward()
+    assert loss.item() == 0.0 and int(correct) == 0
+    assert torch.count_nonzero(h.grad) == 0 and torch.count_nonzero(w.grad) == 0
+
+
+def test_autocast_falls_back_to_the_plain_computation():
+    h, w, t = _data()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, correct = linear_cross_entropy(h, w, t)
+    assert loss.dtype == torch.float32
+    assert float(loss) == pytest.approx(_reference(h, w, t)[0].item(), rel=0.05)
+
+
+def test_clm_objective_equals_the_heads_unfused_loss_and_gradients():
+    """The objective (fused) and model(..., labels=...) (logits + F.cross_entropy) agree on a
+    tied GPT-2, padding included."""
+    from lmlab.models.model import LanguageModel
+    from lmlab.models.presets_decoders import decoder_config
+    from lmlab.objectives import SpecialTokens, build_objective
+
+    torch.manual_seed(0)
+    config = decoder_config("gpt2", vocab_size=97, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=64,
+                            max_position_embeddings=64, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0)
+    model = LanguageModel(config, heads=("clm",))
+    special = SpecialTokens(vocab_size=97, pad_id=0, cls_id=1, sep_id=1, bos_id=1, eos_id=1)
+    objective = build_objective("clm", special)
+    ids = torch.randint(2, 97, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[2, 7:] = 0
+    batch = objective.corrupt({"input_ids": ids, "attention_mask": mask},
+                              torch.Generator().manual_seed(0))
+    result = objective.compute_loss(model, batch)
+    result.loss.backward()
+    fused = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    out = model(input_ids=ids, attention_mask=mask, labels=batch["labels"])
+    out.loss.backward()
+    assert float(result.loss) == pytest.approx(float(out.loss), rel=1e-5)
+    assert result.num_predictions == 11 + 11 + 6
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(fused[name], parameter.grad, rtol=1e-4, atol=1e-6)
+    logits = out.logits[:, :-1]
+    targets = batch["labels"][:, 1:]
+    keep = targets != -100
+    accuracy = float(((logits.argmax(-1) == targets) & keep).sum()) / int(keep.sum())
+    assert result.metrics["clm_accuracy"] == pytest.approx(accuracy)
