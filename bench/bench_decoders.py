@@ -1,7 +1,9 @@
 """Decoder benchmarks: lmlab vs transformers, side by side in one process, A B A B.
 
 1. Causal-LM training throughput (tokens/s): GPT-2 6 layers x 384, batch 8 x 256, AdamW step,
-   random weights; ours fp32 vs theirs fp32, and ours bf16 autocast vs theirs fp32.
+   random weights; ours (the clm objective, as ``lmlab pretrain`` runs it: fused projection +
+   loss) fp32 vs theirs (``GPT2LMHeadModel(..., labels=...)``) fp32, and ours bf16 autocast vs
+   theirs fp32.
 2. Generation throughput (new tokens/s) with the key/value cache on SmolLM2-135M (the real
    GGUF), greedy, batch 1 and batch 8, fp32 and bf16, ours vs transformers' ``generate``.
 3. Peak resident memory of loading the GGUF (fresh subprocess per side).
@@ -51,9 +53,19 @@ def training(reps: int, steps: int, batch: int, seq: int,
     opt_a = torch.optim.AdamW(ours.parameters(), lr=1e-4)
     opt_b = torch.optim.AdamW(theirs.parameters(), lr=1e-4)
 
+    # ours runs what `lmlab pretrain --objective clm` runs: the objective's fused
+    # projection + loss (no full logits), on the same ids as labels
+    from lmlab.objectives import SpecialTokens, build_objective
+
+    eos = config.vocab_size - 1
+    objective = build_objective("clm", SpecialTokens(vocab_size=config.vocab_size, pad_id=eos,
+                                                     cls_id=eos, sep_id=eos, eos_id=eos))
+    batch_ours = objective.corrupt({"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                                   torch.Generator().manual_seed(0))
+
     def step_ours(bf16: bool) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = ours(input_ids=ids, labels=ids).loss
+            loss = objective.compute_loss(ours, batch_ours).loss
         loss.backward()
         opt_a.step()
         opt_a.zero_grad(set_to_none=True)

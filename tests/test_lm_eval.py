@@ -232,3 +232,14 @@ def test_evaluate_cli_few_shot_reports_accuracy_per_shot(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "chance 0.500" in text and "majority class 'warm' 0.750" in text
     assert " 0-shot accuracy: " in text
+
+
+def test_shot_counts_parse_or_fail_clearly():
+    from lmlab.evaluation.lm import parse_shot_counts
+    from lmlab.utils.errors import LmlabError
+
+    assert parse_shot_counts("0, 1,8") == [0, 1, 8]
+    with pytest.raises(LmlabError, match="not a list of numbers"):
+        parse_shot_counts("0,one")
+    with pytest.raises(LmlabError, match="names no shot count"):
+        parse_shot_counts(" , ")

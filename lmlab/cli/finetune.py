@@ -133,19 +133,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from lmlab.utils.errors import LmlabError
 
     task = load_task(args)
     if args.few_shot:
-        from lmlab.evaluation.lm import few_shot_evaluate, few_shot_report
+        from lmlab.evaluation.lm import few_shot_evaluate, few_shot_report, parse_shot_counts
         from lmlab.models.auto import from_pretrained
         from lmlab.tokenization.tokenizer import Tokenizer
 
-        try:
-            shots = [int(k) for k in args.few_shot.split(",") if k.strip()]
-        except ValueError:
-            raise LmlabError(f"--few-shot {args.few_shot!r} is not a list of numbers",
-                             "write e.g. --few-shot 0,1,8") from None
+        shots = parse_shot_counts(args.few_shot)
         model = from_pretrained(args.model)
         tokenizer = Tokenizer.from_pretrained(args.model)
         for split in (s for s in args.splits.split(",") if s):

@@ -180,14 +180,11 @@ def _lm_eval(args: argparse.Namespace) -> int:
         few_shot_evaluate,
         few_shot_report,
         lambada_cloze,
+        parse_shot_counts,
     )
     from lmlab.utils.errors import LmlabError
 
-    try:
-        shots = [int(k) for k in args.few_shot.split(",") if k.strip()]
-    except ValueError:
-        raise LmlabError(f"--few-shot {args.few_shot!r} is not a list of numbers",
-                         "write e.g. --few-shot 0,1,8") from None
+    shots = parse_shot_counts(args.few_shot)
     if args.task == "cloze":
         if not args.corpus:
             raise LmlabError("--task cloze needs --corpus DIR",

@@ -304,6 +304,18 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
     return results
 
 
+def parse_shot_counts(text: str) -> list[int]:
+    """``"0,1,8"`` -> ``[0, 1, 8]`` (the CLI's ``--few-shot``), with a clear error."""
+    try:
+        counts = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError:
+        raise LmlabError(f"--few-shot {text!r} is not a list of numbers",
+                         "write e.g. --few-shot 0,1,8") from None
+    if not counts:
+        raise LmlabError("--few-shot names no shot count", "write e.g. --few-shot 0,1,8")
+    return counts
+
+
 def few_shot_report(task: Any, split: str, results: dict[int, dict[str, float]]) -> str:
     """The accuracy-against-shots table the CLI prints, with two reference levels for scale:
     chance (1 / labels) and the majority class of the train split scored on the same
