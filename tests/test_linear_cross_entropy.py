@@ -59,7 +59,7 @@ def test_autocast_falls_back_to_the_plain_computation():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss, correct = linear_cross_entropy(h, w, t)
     assert loss.dtype == torch.float32
-    assert float(loss) == pytest.approx(_reference(h, w, t)[0].item(), rel=0.05)
+    assert loss.item() == pytest.approx(_reference(h, w, t)[0].item(), rel=0.05)
 
 
 def test_clm_objective_equals_the_heads_unfused_loss_and_gradients():
@@ -88,7 +88,7 @@ def test_clm_objective_equals_the_heads_unfused_loss_and_gradients():
     model.zero_grad()
     out = model(input_ids=ids, attention_mask=mask, labels=batch["labels"])
     out.loss.backward()
-    assert float(result.loss) == pytest.approx(float(out.loss), rel=1e-5)
+    assert result.loss.item() == pytest.approx(out.loss.item(), rel=1e-5)
     assert result.num_predictions == 11 + 11 + 6
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(fused[name], parameter.grad, rtol=1e-4, atol=1e-6)

@@ -9,7 +9,8 @@ import sys
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bf16", action="store_true", help="run in bfloat16 (faster on CPUs with bf16 instructions and on GPUs)")
+    p.add_argument("--bf16", action="store_true",
+                   help="run in bfloat16 (faster on CPUs with bf16 instructions and on GPUs)")
     p.add_argument("--threads", type=int, help="torch intra-op threads")
 
 
@@ -88,7 +89,7 @@ def _load(args: argparse.Namespace):
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.bf16 else None
-    if args.bf16 and getattr(args, "device", "cpu") in (None, "cpu"):
+    if args.bf16:  # the model is loaded on the CPU
         from lmlab.utils.precision import warn_if_slow_bf16
 
         warn_if_slow_bf16("cpu")

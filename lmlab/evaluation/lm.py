@@ -220,13 +220,6 @@ def score_continuations(model: Any, prompt_ids: list[int], continuations: list[l
     return scores
 
 
-def few_shot_prompt(task: Any, example: Any, shots: int, rng: random.Random,
-                    fmt: FewShotFormat, train: Sequence[Any]) -> str:
-    """``shots`` random training examples with their labels, then ``example`` without."""
-    chosen = rng.sample(list(train), shots) if shots else []
-    return render_prompt(chosen, example.text, fmt)
-
-
 def render_prompt(shots: Sequence[Any], text: str, fmt: FewShotFormat) -> str:
     """The instruction, the labelled ``shots``, then ``text`` awaiting its label."""
     parts = [fmt.render(e.text, label_text(e.label)) for e in shots]

@@ -49,16 +49,19 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             keep = valid[start:end]
             safe = t.clamp(min=0)
             logits = h @ weight.t()  # (c, V)
-            lse = torch.logsumexp(logits, dim=-1)  # (c,)
+            # few passes over the (c, V) block: max (with argmax), subtract, exp, sum, scale
+            top, best = logits.max(dim=-1)  # (c,), (c,)
+            correct += ((best == t) & keep).sum()
             picked = logits.gather(1, safe[:, None]).squeeze(1)  # (c,)
+            exp = logits.sub_(top[:, None]).exp_()  # in place: exp(logits - max)
+            sums = exp.sum(dim=-1)  # (c,)
+            lse = top + sums.log()
             total += ((lse - picked) * keep).sum()
-            correct += ((logits.argmax(dim=-1) == t) & keep).sum()
             if not need_grad:
                 continue
             # d(mean loss)/d(logits) = (softmax - one_hot) / count, zero at ignored rows
-            grad = logits.sub_(lse[:, None]).exp_()  # softmax, in place: (c, V)
-            grad[torch.arange(end - start), safe] -= 1.0
-            grad.mul_((keep.to(grad.dtype) * scale)[:, None])
+            grad = exp.mul_((keep.to(exp.dtype) * scale / sums)[:, None])  # softmax / count
+            grad[torch.arange(end - start), safe] -= keep.to(exp.dtype) * scale
             if grad_hidden is not None:
                 grad_hidden[start:end] = grad @ weight  # (c, H)
             if grad_weight is not None:
