@@ -202,7 +202,7 @@ def main() -> None:
     with_bf16 = cpu_has_native_bf16() is not False or args.force_bf16
     if not with_bf16:
         print("bf16 rows skipped: this CPU has no bf16 instructions, so bf16 matmuls are "
-              "emulated (~100x slower than fp32); --force-bf16 runs them anyway", flush=True)
+              "emulated (5-60x slower than fp32); --force-bf16 runs them anyway", flush=True)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}", flush=True)
     if args.only in (None, "memory"):

@@ -255,7 +255,7 @@ def main() -> int:
     if cpu_has_native_bf16() is False and not args.force_bf16:
         del sides["ours-bf16"]
         print("ours-bf16 skipped: this CPU has no bf16 instructions, so bf16 matmuls are "
-              "emulated (~100x slower than fp32); --force-bf16 runs it anyway")
+              "emulated (5-60x slower than fp32); --force-bf16 runs it anyway")
     for size in args.sizes.split(","):
         rows = batches(SIZES[size][2], args.steps)
         results: dict[str, list[float]] = {name: [] for name in sides}

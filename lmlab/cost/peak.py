@@ -12,7 +12,7 @@ peak is *measured* per path:
 Each path is timed on square matrices (2048 and 3072 by default), a few repetitions after a
 warm-up; the figure is the best median over the sizes. A path is first probed at 512: one
 whose big products would take over a second each (bf16 on a CPU without AVX512-BF16/AMX runs
-a scalar fallback at ~1 GFLOP/s) keeps its probe figure, so the measurement stays short.
+an emulated path at 1-10 GFLOP/s) keeps its probe figure, so the measurement stays short.
 Results are cached per machine in ``cache_dir()/cost/peaks.json`` keyed by CPU model name,
 ISA flags, thread count and torch version, so the ~5-10 s measurement runs once.
 

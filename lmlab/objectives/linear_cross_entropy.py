@@ -61,7 +61,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 continue
             # d(mean loss)/d(logits) = (softmax - one_hot) / count, zero at ignored rows
             grad = exp.mul_((keep.to(exp.dtype) * scale / sums)[:, None])  # softmax / count
-            grad[torch.arange(end - start), safe] -= keep.to(exp.dtype) * scale
+            grad[torch.arange(end - start, device=grad.device), safe] -= keep.to(exp.dtype) * scale
             if grad_hidden is not None:
                 grad_hidden[start:end] = grad @ weight  # (c, H)
             if grad_weight is not None:
