@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import torch
 
 from lmlab.utils import precision
 from lmlab.utils.precision import SlowPrecisionWarning, native_bf16_from_cpuinfo
@@ -59,3 +60,14 @@ def test_trainer_and_finetuning_warn_before_running_bf16(emulated_bf16, tmp_path
     with pytest.warns(SlowPrecisionWarning):
         with _autocast("bf16"):
             pass
+
+
+def test_precision_autocast_enables_bf16_only_for_bf16(emulated_bf16):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with precision.precision_autocast("fp32"):
+            assert not torch.is_autocast_enabled("cpu")
+    with pytest.warns(SlowPrecisionWarning):
+        with precision.precision_autocast("bf16"):
+            assert torch.is_autocast_enabled("cpu")
+            assert torch.get_autocast_dtype("cpu") == torch.bfloat16

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.precision import precision_autocast
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def layer_features(model: nn.Module, batches, pooling: str = "mean",
     order: list[int] = []
     chunks = []
     for indices, batch in batches:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with precision_autocast(precision, "cpu"):
             out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                         token_type_ids=batch.get("token_type_ids"), heads=[],
                         output_hidden_states=True)

@@ -53,7 +53,7 @@ from lmlab.finetune.results import (
 from lmlab.tasks.types import Task
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json
-from lmlab.utils.precision import warn_if_slow_bf16
+from lmlab.utils.precision import precision_autocast
 
 RANDOM_PREFIX = "random:"
 
@@ -121,9 +121,7 @@ def check_head_matches(model, task: Task) -> None:
 
 # -- prediction ------------------------------------------------------------------------------------
 def _autocast(precision: str):
-    if precision == "bf16":
-        warn_if_slow_bf16("cpu")
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    return precision_autocast(precision, "cpu")
 
 
 @torch.no_grad()
@@ -236,8 +234,6 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     task.split("dev")
     if precision not in ("fp32", "bf16"):
         raise LmlabError(f"unknown precision {precision!r}", "use fp32 or bf16")
-    if precision == "bf16":
-        warn_if_slow_bf16("cpu")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer, folder = load_model(model_source, random_init, seed)

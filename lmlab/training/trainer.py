@@ -45,6 +45,7 @@ from lmlab.training.optim import build_optimizer, param_groups, set_lr
 from lmlab.training.schedules import Schedule, estimate_horizon
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json
+from lmlab.utils.precision import precision_autocast
 
 # hparams that may differ between a run and its resumption (extending a finished run)
 _RESUMABLE_CHANGES = {"max_steps", "max_tokens", "budget_seconds"}
@@ -126,10 +127,6 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
         self.device = resolve_device(cfg.device, int(__import__("os").environ.get("LOCAL_RANK", 0)))
-        if cfg.precision == "bf16":
-            from lmlab.utils.precision import warn_if_slow_bf16
-
-            warn_if_slow_bf16(self.device.type)
         self.dist: DistInfo = init_distributed(self.device)
         self.stream = (RankSlice(train_stream, self.dist.rank, self.dist.world_size)
                        if self.dist.active else train_stream)
@@ -232,8 +229,7 @@ class Trainer:
 
     # -- the step -------------------------------------------------------------------------------
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16,
-                              enabled=self.cfg.precision == "bf16")
+        return precision_autocast(self.cfg.precision, self.device.type)
 
     def _forward(self, batch: dict[str, torch.Tensor]):
         with self._autocast():

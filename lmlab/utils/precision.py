@@ -13,6 +13,8 @@ from __future__ import annotations
 import warnings
 from functools import lru_cache
 
+import torch
+
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 /proc/cpuinfo; Arm "Features"
 
 
@@ -57,3 +59,12 @@ def warn_if_slow_bf16(device_type: str = "cpu") -> bool:
             SlowPrecisionWarning, stacklevel=3)
         _warned = True
     return True
+
+
+def precision_autocast(precision: str, device_type: str = "cpu") -> torch.autocast:
+    """The autocast context for a run's ``precision`` ("fp32": disabled, "bf16": bfloat16),
+    warning once first when bf16 would be emulated. Every bf16 path of lmlab enters through
+    here, so the warning cannot be forgotten on one of them."""
+    if precision == "bf16":
+        warn_if_slow_bf16(device_type)
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
