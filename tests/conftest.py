@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import pytest
@@ -67,3 +68,117 @@ def _seed_everything():
     except ImportError:  # pragma: no cover
         pass
     yield
+
+
+# Float tolerances. Two computations of the same values that differ only in rounding (another
+# summation order, another kernel: AVX2 / AVX-512 / AVX512-BF16 / oneDNN, the fused or the
+# readable attention, ours or transformers on the same weights) agree to within a bound that
+# follows from the dtype and the magnitudes, never from one machine's kernels. A sum of n terms
+# whose values are of size `scale` rounds to within about sqrt(n) * eps * scale (random rounding;
+# Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., sections 3.1 and 4.2); through
+# `depth` chained reductions (layers) the independent errors add up to sqrt(depth) times that.
+# ROUNDING_SLACK covers the constant and the amplification by norms and softmax: measured
+# differences (AVX-512 and forced AVX2) stay under a tenth of the bound, while a real bug (a
+# wrong mask, a missing bias, a swapped tensor) moves outputs by about their own size. Exact
+# equality (torch.equal) is kept for values computed op for op the same way (a copy, an index,
+# the same function on the same inputs). See docs/setup.md, "Float tolerances in the tests".
+ROUNDING_SLACK = 8.0
+
+
+def rounding_tolerance(dtype=None, *, terms: int = 1, scale: float = 1.0, depth: int = 1) -> float:
+    """Absolute tolerance between two computations of values of size ``scale`` in ``dtype``
+    (default float32) that each sum ``terms`` numbers per reduction through ``depth`` chained
+    reductions: ROUNDING_SLACK * sqrt(depth * terms) * eps(dtype) * scale."""
+    import torch
+
+    eps = torch.finfo(dtype or torch.float32).eps
+    return ROUNDING_SLACK * math.sqrt(depth * terms) * eps * scale
+
+
+def assert_close_rounding(actual, expected, *, terms: int = 1, depth: int = 1,
+                          scale: float | None = None, dtype=None, msg: str | None = None) -> None:
+    """Assert ``actual`` equals ``expected`` up to rounding (see :func:`rounding_tolerance`).
+
+    ``scale`` is the size of the values summed (default: the largest ``|expected|``); the
+    tolerance is absolute so that values near zero in a tensor of size ``scale`` are judged by
+    the rounding of the sums that made them, not by their own tiny magnitude. ``dtype`` is the
+    precision the computation ran in (default: ``expected``'s, float32 for Python floats)."""
+    import torch
+
+    expected = torch.as_tensor(expected)
+    actual = torch.as_tensor(actual)
+    if scale is None:
+        scale = float(expected.detach().abs().max()) if expected.numel() else 1.0
+    if dtype is None and expected.is_floating_point():
+        dtype = expected.dtype
+    atol = rounding_tolerance(dtype, terms=terms, scale=max(scale, 1e-30), depth=depth)
+    torch.testing.assert_close(actual, expected.to(actual.dtype), atol=atol, rtol=0,
+                               msg=msg and (lambda default: f"{default}\n{msg}"))
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                   "special_tokens_map.json")
+
+
+def tiny_bert(hidden: int = 32, layers: int = 2, ffn: int = 64, with_pooler: bool | None = True):
+    """A randomly initialised BERT on MiniLM's vocabulary (30,522 pieces), seeded: small enough
+    that fine-tuning tests train it in seconds, real enough to tokenize real text."""
+    import torch
+
+    from lmlab.models.config import TransformerConfig
+    from lmlab.models.model import LanguageModel
+
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
+                               num_attention_heads=4, intermediate_size=ffn,
+                               max_position_embeddings=128)
+    return LanguageModel(config, with_pooler=with_pooler)
+
+
+def save_tiny_bert_folder(folder, **shape):
+    """:func:`tiny_bert` saved as a Hugging Face folder with MiniLM's real tokenizer files."""
+    import shutil
+    from pathlib import Path
+
+    from lmlab.utils.paths import minilm_dir
+
+    source = minilm_dir()
+    if source is None:
+        pytest.skip("MiniLM tokenizer not available")
+    folder = Path(folder)
+    tiny_bert(**shape).save_pretrained(folder)
+    for name in TOKENIZER_FILES:
+        if (source / name).exists():
+            shutil.copy(source / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_folder(tmp_path_factory):
+    """A random 2-layer BERT (hidden 32) with MiniLM's tokenizer, saved once per session."""
+    return save_tiny_bert_folder(tmp_path_factory.mktemp("tiny") / "bert")
+
+
+def kjv_shards(tmp_path_factory, train: int, validation: int):
+    """Token shards (MiniLM's WordPiece, 8,192 tokens a shard) of the first ``train`` +
+    ``validation`` KJV chapters: real text for the pretraining tests, built in seconds."""
+    import itertools
+    import json
+
+    from lmlab.data.shards import build_shards
+    from lmlab.data.sources.kjv import KJVSource
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.paths import minilm_dir
+
+    docs = [d.sentences for d in itertools.islice(KJVSource().iter_documents(),
+                                                  train + validation)]
+    corpus = tmp_path_factory.mktemp("corpus")
+    for split, part in (("train", docs[:train]), ("validation", docs[train:])):
+        with open(corpus / f"{split}.jsonl", "w", encoding="utf-8") as handle:
+            for i, sentences in enumerate(part):
+                handle.write(json.dumps({"id": f"kjv/{split}/{i}", "source": "kjv",
+                                         "sentences": sentences}) + "\n")
+    out = tmp_path_factory.mktemp("shards")
+    build_shards(Tokenizer.from_pretrained(minilm_dir()), corpus, out, shard_tokens=8192,
+                 show_progress=False)
+    return out

@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 import torch
+from conftest import assert_close_rounding
 
 from lmlab.data.pretraining import InMemoryTokenSource, PretrainingStream
 from lmlab.models.config import TransformerConfig
@@ -93,7 +94,9 @@ def test_sparse_prediction_matches_dense(special):
     model.eval()
     a = sparse.compute_loss(model, batch)
     b = dense.compute_loss(model, batch)
-    assert torch.allclose(a.loss, b.loss, atol=1e-5)
+    # The head on the masked rows only vs on all rows: other matrix shapes; the loss sums
+    # log-sum-exps over the vocabulary.
+    assert_close_rounding(a.loss, b.loss, terms=special.vocab_size, depth=2)
     assert a.metrics["mlm_accuracy"] == pytest.approx(b.metrics["mlm_accuracy"])
 
 
@@ -120,7 +123,7 @@ def test_sbo_head_reads_span_boundaries(special):
     changed = hidden.clone()
     changed[0, free] += 5.0
     again = head(changed, positions, batch["sbo_left"], batch["sbo_right"], batch["sbo_offset"])
-    assert torch.allclose(logits, again)
+    assert torch.equal(logits, again)  # the same gathered inputs, op for op
     assert boundary
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import minilm_raw_tokenizer
+from conftest import kjv_shards, minilm_raw_tokenizer
 
 from lmlab.data.pretraining import (
     InMemoryTokenSource,
@@ -293,21 +293,9 @@ def test_errors_name_the_fix(special):
 
 # ------------------------------------------------------------------------------ real token shards
 @pytest.fixture(scope="module")
-def shard_dir(tmp_path_factory, minilm_dir) -> Path:
-    from lmlab.data.shards import build_shards
-    from lmlab.tokenization.tokenizer import Tokenizer
-
-    corpus = tmp_path_factory.mktemp("corpus")
-    docs = _kjv_docs()
-    for split, part in (("train", docs[:40]), ("validation", docs[40:50])):
-        with open(corpus / f"{split}.jsonl", "w", encoding="utf-8") as handle:
-            for i, sentences in enumerate(part):
-                handle.write(json.dumps({"id": f"kjv/{split}/{i}", "source": "kjv",
-                                         "sentences": sentences}) + "\n")
-    out = tmp_path_factory.mktemp("shards")
-    build_shards(Tokenizer.from_pretrained(minilm_dir), corpus, out, shard_tokens=8192,
-                 show_progress=False)
-    return out
+def shard_dir(tmp_path_factory) -> Path:
+    """Shards of 40 + 10 KJV chapters (the same as _kjv_docs()[:50])."""
+    return kjv_shards(tmp_path_factory, train=40, validation=10)
 
 
 def test_stream_from_real_shards(shard_dir, special):

@@ -3,33 +3,20 @@ tokenizer), with the real objectives and data stream."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
 import pytest
+from conftest import kjv_shards
 
 from lmlab.cli import main
 from lmlab.training.metrics_log import read_metrics
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory, minilm_dir) -> Path:
-    from lmlab.data.shards import build_shards
-    from lmlab.data.sources.kjv import KJVSource
-    from lmlab.tokenization.tokenizer import Tokenizer
-
-    docs = [d.sentences for d in itertools.islice(KJVSource().iter_documents(), 30)]
-    corpus = tmp_path_factory.mktemp("corpus")
-    for split, part in (("train", docs[:24]), ("validation", docs[24:])):
-        with open(corpus / f"{split}.jsonl", "w", encoding="utf-8") as handle:
-            for i, sentences in enumerate(part):
-                handle.write(json.dumps({"id": f"kjv/{split}/{i}", "source": "kjv",
-                                         "sentences": sentences}) + "\n")
-    out = tmp_path_factory.mktemp("shards")
-    build_shards(Tokenizer.from_pretrained(minilm_dir), corpus, out, shard_tokens=8192,
-                 show_progress=False)
-    return out
+def shards(tmp_path_factory) -> Path:
+    """Shards of 24 + 6 KJV chapters."""
+    return kjv_shards(tmp_path_factory, train=24, validation=6)
 
 
 def test_pretrain_cli_runs_resumes_and_reports(shards, tmp_path, capsys):
