@@ -152,10 +152,15 @@ def test_folder_without_text_files_is_an_error(tmp_path):
         list(get_source(f"folder:{tmp_path / 'missing'}").iter_documents())
 
 
-def test_non_utf8_bytes_are_replaced_with_a_warning_naming_file_and_offset(tmp_path):
+def test_non_utf8_bytes_are_an_error_or_replaced_naming_file_and_offset(tmp_path):
+    from lmlab.data.sources.folder import FolderSource
+
     path = tmp_path / "latin1.txt"
     path.write_bytes(b"Caf" + b"\xe9 is open. " + "Ünïcode stays.".encode())
-    source = get_source(f"folder:{tmp_path}")
+    with pytest.raises(LmlabError, match=r"(?s)latin1\.txt: byte 3 \(0xe9\) is not UTF-8.*"
+                                         r"--encoding-errors replace"):
+        list(get_source(f"folder:{tmp_path}").iter_documents())  # strict by default
+    source = FolderSource(tmp_path, encoding_errors="replace")
     with pytest.warns(CorpusWarning, match=r"latin1\.txt: byte 3 \(0xe9\) is not UTF-8"):
         docs = list(source.iter_documents())
     assert docs[0].sentences == ["Caf\ufffd is open.", "Ünïcode stays."]
@@ -164,8 +169,10 @@ def test_non_utf8_bytes_are_replaced_with_a_warning_naming_file_and_offset(tmp_p
 def test_bad_byte_offset_is_exact_across_chunk_boundaries(tmp_path):
     path = tmp_path / "x.txt"
     path.write_bytes(b"ab" + "é".encode() * 10 + b"\xff tail")  # bad byte at offset 22
+    with pytest.raises(LmlabError, match="byte 22 "):
+        "".join(iter_paragraphs(path, chunk_bytes=3))  # strict; splits 'é' across chunks
     with pytest.warns(CorpusWarning, match="byte 22 "):
-        text = "".join(iter_paragraphs(path, chunk_bytes=3))  # splits 'é' across chunks
+        text = "".join(iter_paragraphs(path, chunk_bytes=3, errors="replace"))
     assert text == "ab" + "é" * 10 + "\ufffd tail"
 
 
@@ -216,15 +223,14 @@ def test_jsonl_source_with_field_and_errors(tmp_path):
         list(get_source(f"jsonl:{bad}").iter_documents())
 
 
-def test_jsonl_overlong_line_is_skipped_with_a_warning(tmp_path):
+def test_jsonl_overlong_line_is_an_error_naming_file_and_line(tmp_path):
     from lmlab.data.sources.jsonl import JsonlSource
 
     path = tmp_path / "long.jsonl"
-    path.write_text(json.dumps({"text": "x " * 5000}) + "\n" + json.dumps({"text": "Kept."}))
+    path.write_text(json.dumps({"text": "Kept."}) + "\n" + json.dumps({"text": "x " * 5000}))
     source = JsonlSource(path, max_line_chars=1000)
-    with pytest.warns(CorpusWarning, match=r"long\.jsonl:1 is longer than 1,000"):
-        docs = list(source.iter_documents())
-    assert [d.sentences for d in docs] == [["Kept."]]
+    with pytest.raises(LmlabError, match=r"(?s)long\.jsonl:2 is longer than 1,000.*split"):
+        list(source.iter_documents())  # never silently dropped
 
 
 def test_hf_source_without_datasets_names_the_extra():

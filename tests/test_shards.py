@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import filecmp
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -129,9 +128,15 @@ def test_workers_give_identical_shards(built, corpus, tokenizer, tmp_path):
 
 
 _KILLED_RUN = """
-import sys
+import sys, time
+from lmlab.data import shards
 from lmlab.data.shards import build_shards
 from lmlab.tokenization.tokenizer import Tokenizer
+write = shards.atomic_write_json
+def slow_write(*args, **kwargs):  # 0.3 s after each manifest update: time to kill us midway
+    write(*args, **kwargs)
+    time.sleep(0.3)
+shards.atomic_write_json = slow_write
 build_shards(Tokenizer.from_pretrained(sys.argv[1]), sys.argv[2], sys.argv[3],
              shard_tokens=4096, show_progress=False)
 """
@@ -140,9 +145,8 @@ build_shards(Tokenizer.from_pretrained(sys.argv[1]), sys.argv[2], sys.argv[3],
 def test_sigkill_midway_then_resume_is_byte_identical(built, corpus, minilm_dir, tokenizer,
                                                       tmp_path):
     out = tmp_path / "shards"
-    env = {**os.environ, "LMLAB_TEST_SHARD_DELAY": "0.3"}
     process = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, str(minilm_dir),
-                                str(corpus), str(out)], env=env)
+                                str(corpus), str(out)])
     manifest = out / "manifest.json"
     deadline = time.time() + 60
     while time.time() < deadline:

@@ -25,16 +25,26 @@ def register(commands) -> None:
         "build", help="build a corpus folder (train/validation JSON lines + manifest)",
         example="lmlab data build --sources kjv,wordnet --out corpus/", handler=_build,
         group="data",
-        description="Build a corpus: documents split into sentences, exact duplicates and "
-                    "excluded documents removed, a deterministic train/validation split by "
-                    "document, written atomically (manifest.json last).")
+        description="Build a corpus: documents split into sentences, the dev/test texts of "
+                    "the built-in tasks (and --exclude texts) removed as whole segments, exact "
+                    "duplicates removed, a deterministic train/validation split by document, "
+                    "written atomically (manifest.json last).")
     p.add_argument("--sources", default=None,
                    help="comma-separated: kjv, wordnet, gcide, fortunes, jargon, pydocs, "
                         "folder:PATH, jsonl:PATH[:FIELD], hf:NAME[:FIELD] "
                         "(default: every installed built-in source)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--exclude", action="append", default=[], metavar="FILE",
-                   help="drop every document containing a line of FILE (repeatable)")
+                   help="also keep out the texts of FILE, one per line, matched as whole "
+                        "segments (repeatable)")
+    p.add_argument("--exclude-tasks", default="all", metavar="TASKS",
+                   help="built-in tasks whose dev/test texts are kept out: all (default: "
+                        "those installed), none, or a comma-separated list")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out folder that already holds something")
+    p.add_argument("--encoding-errors", choices=("strict", "replace"), default="strict",
+                   help="a non-UTF-8 byte in your files: strict = error naming file and byte "
+                        "offset (default), replace = read it as U+FFFD")
     p.add_argument("--validation-fraction", type=float, default=0.01,
                    help="share of documents in validation (default 0.01)")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
@@ -100,14 +110,21 @@ def _build(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     manifest = build_corpus(args.sources, args.out, exclude=args.exclude,
                             validation_fraction=args.validation_fraction, seed=args.seed,
-                            max_documents=args.max_documents)
+                            max_documents=args.max_documents, exclude_tasks=args.exclude_tasks,
+                            overwrite=args.overwrite, encoding_errors=args.encoding_errors)
     seconds = time.perf_counter() - start
     rows = [{"source": name, "train docs": f"{e['train']['documents']:,}",
              "validation docs": f"{e['validation']['documents']:,}",
              "words": f"{e['train']['words'] + e['validation']['words']:,}",
-             "duplicates": f"{e['duplicates']:,}", "excluded": f"{e['excluded']:,}"}
+             "duplicates": f"{e['duplicates']:,}",
+             "excluded sentences": f"{e['excluded_sentences']:,}",
+             "excluded docs": f"{e['excluded']:,}"}
             for name, e in manifest["sources"].items()]
     _print_table(rows, list(rows[0]))
-    print(f"\n{manifest['total_words']:,} words, {manifest['total_documents']:,} documents "
+    kept_out = ", ".join(f"{e['name']} ({e['texts']:,} texts)" for e in manifest["exclude"])
+    print(f"\nkept out (whole segments): {kept_out or 'nothing (--exclude-tasks none)'}; "
+          f"{manifest['excluded_sentences']:,} sentences, {manifest['excluded_words']:,} words "
+          "removed")
+    print(f"{manifest['total_words']:,} words, {manifest['total_documents']:,} documents "
           f"written to {args.out} in {seconds:.1f} s (sha256 {manifest['sha256'][:16]})")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from lmlab.cli._common import CommandRegistry
 
@@ -16,7 +17,7 @@ def register(commands: CommandRegistry) -> None:
         handler=_train, group="tokenizer")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--corpus", help="lmlab corpus folder (its train split is used)")
-    source.add_argument("--files", nargs="+", help="text files, one text per line")
+    source.add_argument("--files", nargs="+", type=Path, help="text files, one text per line")
     p.add_argument("--kind", choices=("wordpiece", "bpe", "unigram"), default="wordpiece")
     p.add_argument("--vocab-size", type=int, default=30522)
     p.add_argument("--min-frequency", type=int, default=2)
@@ -27,12 +28,15 @@ def register(commands: CommandRegistry) -> None:
                    help="special-token template (default: bert/roberta/t5 by kind)")
     p.add_argument("--cased", action="store_true", help="keep case (no lower-casing)")
     p.add_argument("--out", required=True, help="folder to save the tokenizer in")
+    p.add_argument("--overwrite", action="store_true",
+                   help="save into an --out folder that already holds something")
+    _encoding_errors_option(p)
 
     p = commands.command(
         "encode", help="show the tokens and ids of a text (or a pair)",
         example='lmlab tokenizer encode --tokenizer tok/ "The cat sat." --pair "It purred."',
         handler=_encode, group="tokenizer")
-    p.add_argument("--tokenizer", required=True, help="tokenizer folder (or .gguf)")
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder, .gguf file or short name (minilm, smollm2)")
     p.add_argument("text")
     p.add_argument("--pair", default=None, help="second segment")
     p.add_argument("--max-length", type=int, default=None)
@@ -42,20 +46,36 @@ def register(commands: CommandRegistry) -> None:
         "tokenize", help="tokenize a corpus into memory-mapped token shards",
         example="lmlab data tokenize --tokenizer tok/ --corpus corpus/ --out shards/",
         handler=_tokenize, group="data")
-    p.add_argument("--tokenizer", required=True, help="tokenizer folder (or .gguf)")
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder, .gguf file or short name (minilm, smollm2)")
     p.add_argument("--corpus", required=True, help="lmlab corpus folder")
     p.add_argument("--out", required=True, help="shard folder (a killed run resumes here)")
     p.add_argument("--workers", type=int, default=1, help="encoding processes")
     p.add_argument("--shard-tokens", type=int, default=1 << 24, help="tokens per shard file")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace shards of another tokenizer, corpus or shard size in --out "
+                        "(the same settings resume without it)")
+    _encoding_errors_option(p)
+
+
+def _encoding_errors_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--encoding-errors", choices=("strict", "replace"), default="strict",
+                        help="a byte that is not UTF-8: strict = error naming the file and "
+                             "byte offset (default), replace = read it as U+FFFD")
 
 
 def _train(args: argparse.Namespace) -> None:
     from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.tokenization.training import check_training_source
+    from lmlab.utils.io import check_output_folder
 
-    tok = Tokenizer.train(args.corpus or args.files, kind=args.kind, vocab_size=args.vocab_size,
+    source = args.corpus or args.files
+    check_training_source(source)  # before the (long) training, like the output check
+    check_output_folder(args.out, args.overwrite, "tokenizer")
+    tok = Tokenizer.train(source, kind=args.kind, vocab_size=args.vocab_size,
                           min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
                           special_tokens=args.special_tokens, template=args.template,
-                          lowercase=not args.cased, show_progress=True)
+                          lowercase=not args.cased, show_progress=True,
+                          encoding_errors=args.encoding_errors)
     tok.save_pretrained(args.out)
     print(f"{tok} saved to {args.out} (fingerprint {tok.fingerprint()[:12]})")
 
@@ -78,7 +98,8 @@ def _tokenize(args: argparse.Namespace) -> None:
     from lmlab.data.shards import build_shards
 
     manifest = build_shards(args.tokenizer, args.corpus, args.out,
-                            shard_tokens=args.shard_tokens, workers=args.workers)
+                            shard_tokens=args.shard_tokens, workers=args.workers,
+                            overwrite=args.overwrite, encoding_errors=args.encoding_errors)
     for split, info in manifest["splits"].items():
         print(f"{split}: {info['num_tokens']:,} tokens, {info['num_documents']:,} documents, "
               f"{info['num_sentences']:,} sentences in {len(info['shards'])} shards "

@@ -4,8 +4,9 @@ Steps, streaming one document at a time (memory holds only 16-byte digests and t
 index, never the corpus):
 
 1. read each source's documents (sentences already split and normalised);
-2. drop documents containing an exclusion line (``--exclude FILE``: evaluation sentences that
-   must not leak into pretraining);
+2. remove the segments where a dev/test text of a built-in task (by default) or a line of an
+   ``--exclude FILE`` occurs as a whole segment (:mod:`lmlab.data.exclusion`), and documents
+   left without words;
 3. drop exact duplicates (same normalised text) -- which also guarantees that no validation
    document's text occurs in train;
 4. assign each document to train or validation by a hash of its normalised text and the seed
@@ -19,30 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from lmlab.data.corpus import Document
+from lmlab.data.exclusion import SegmentExclusion, TextSet
 from lmlab.data.sentences import normalize_text
 from lmlab.data.sources import BUILTIN_SOURCES, Source, SourceCounts, builtin_sources, get_source
+from lmlab.data.sources.textfile import check_encoding_errors
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import check_output_folder
 
 MANIFEST_VERSION = 1
 TMP_DIRNAME = ".tmp-build"
-# Too frequent to key the exclusion index on (each would send most documents to a slow check).
-_COMMON_WORDS = frozenset("""
-a an as at be by do he if in is it me my no of on or so to up us we i
-all and any are but can did for had has her him his its may not now one our out own she too
-two was who why you
-the and that this with from have were been they their there which what when where will would
-could should about into than then them these those also only other some such more most very
-made used being does done over under upon your ours shall unto
-""".split())
-
-
 # ----------------------------------------------------------------------------- listing
 
 def list_sources(count: bool = True) -> list[dict]:
@@ -75,109 +67,57 @@ def default_source_names() -> list[str]:
 
 # ----------------------------------------------------------------------------- exclusion
 
-class Exclusions:
-    """Lines whose presence in a document removes the document (substring test on the
-    normalised text, case-sensitive).
-
-    Fast for thousands of lines against ~10^5 documents: a substring match of a line with
-    three or more words implies that its interior words (all but the first and last, which may
-    be cut) occur as whole whitespace-separated tokens of the document. Each such line is
-    indexed under its longest interior word that is not a common word; a document intersects
-    its set of tokens with the index keys (one C-level set operation) and runs the exact
-    ``in`` test only on the few lines indexed there. Lines without such a word (one or two
-    words, or "x of y") are compiled into one regular expression shaped as a trie of their
-    characters, searched once per document. Measured on the default corpus (264k documents)
-    with 5,000 WordNet example sentences: about 10 s, against about 25 minutes for the naive
-    test of every line against every document.
-    """
-
-    def __init__(self, files: Sequence[str | Path] = ()):
-        self.files = [Path(f) for f in files]
-        self.index: dict[str, list[tuple[str, int]]] = {}
-        self.short: list[tuple[str, int]] = []
-        self.line_counts = [0] * len(self.files)
-        self.removed = [0] * len(self.files)
-        for file_number, path in enumerate(self.files):
-            if not path.is_file():
-                raise LmlabError(f"exclude file {path} does not exist",
-                                 "give a text file with one line to exclude per line")
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                for raw in handle:
-                    line = normalize_text(raw)
-                    if not line:
-                        continue
-                    self.line_counts[file_number] += 1
-                    interior = [w for w in line.split(" ")[1:-1]
-                                if w.lower() not in _COMMON_WORDS]
-                    if interior:
-                        key = max(interior, key=len)
-                        self.index.setdefault(key, []).append((line, file_number))
-                    else:
-                        self.short.append((line, file_number))
-
-        self.keys = frozenset(self.index)
-        self.short_regex = _trie_regex([line for line, _ in self.short]) if self.short else None
-
-    def __bool__(self) -> bool:
-        return bool(self.index or self.short)
-
-    def match(self, text: str) -> int | None:
-        """Index of the first exclude file (in the order given) with a line inside ``text``,
-        or None. Removals are attributed to that file in the manifest."""
-        best: int | None = None
-        if self.short_regex is not None and self.short_regex.search(text):
-            for line, file_number in self.short:
-                if (best is None or file_number < best) and line in text:
-                    best = file_number
-                    if best == 0:
-                        return 0
-        if self.index:
-            index = self.index
-            for token in self.keys.intersection(text.split(" ")):
-                for line, file_number in index[token]:
-                    if (best is None or file_number < best) and line in text:
-                        best = file_number
-                        if best == 0:
-                            return 0
-        return best
-
-    def check(self, text: str) -> bool:
-        """True (and counted) when the document must be dropped."""
-        file_number = self.match(text)
-        if file_number is None:
-            return False
-        self.removed[file_number] += 1
-        return True
-
-    def summary(self) -> list[dict]:
-        from lmlab.utils.io import sha256_file
-
-        return [{"path": str(path), "sha256": sha256_file(path), "lines": lines,
-                 "documents_removed": removed}
-                for path, lines, removed in zip(self.files, self.line_counts, self.removed)]
+ALL_TASKS = "all"
 
 
-def _trie_regex(lines: Sequence[str]) -> re.Pattern:
-    """One regex matching any of ``lines`` (literally), factored as a trie of characters so
-    that the search never backtracks over alternatives that share a prefix."""
-    trie: dict = {}
-    for line in lines:
-        node = trie
-        for char in line:
-            node = node.setdefault(char, {})
-        node[""] = {}
+def task_exclusion_names(exclude_tasks: str | Sequence[str]) -> list[str]:
+    """Built-in task names from ``"all"``, ``"none"``, a comma-separated string or a list."""
+    from lmlab.tasks.builtin import BUILTIN_TASKS
 
-    def pattern(node: dict) -> str:
-        branches = [re.escape(char) + pattern(child)
-                    for char, child in sorted(node.items()) if char != ""]
-        if not branches:
-            return ""
-        if len(branches) == 1 and "" not in node:
-            return branches[0]
-        group = "(?:" + "|".join(branches) + ")"
-        return group + "?" if "" in node else group
+    if isinstance(exclude_tasks, str):
+        exclude_tasks = [n.strip() for n in exclude_tasks.split(",") if n.strip()]
+    names = list(exclude_tasks)
+    if names == [ALL_TASKS]:
+        return list(BUILTIN_TASKS)
+    if names == ["none"]:
+        return []
+    unknown = [n for n in names if n not in BUILTIN_TASKS]
+    if unknown:
+        raise LmlabError(f"unknown built-in task(s) to exclude: {', '.join(unknown)}",
+                         f"use {ALL_TASKS}, none, or some of {', '.join(BUILTIN_TASKS)}")
+    return names
 
-    return re.compile(pattern(trie))
+
+def load_exclusions(files: Sequence[str | Path] = (),
+                    exclude_tasks: str | Sequence[str] = ALL_TASKS,
+                    encoding_errors: str = "strict") -> SegmentExclusion:
+    """The exclusion index: the dev/test texts of the built-in tasks (those whose data is
+    installed, for ``"all"``) and every line of ``files``."""
+    from lmlab.data.sources.textfile import iter_lines
+    from lmlab.tasks.builtin import BUILTIN_TASKS, eval_texts
+    from lmlab.utils.io import sha256_file
+
+    exclusion = SegmentExclusion()
+    paths = [Path(f) for f in files]
+    for path in paths:  # every file is checked before the slow task loading
+        if not path.is_file():
+            raise LmlabError(f"exclude file {path} does not exist",
+                             "give a text file with one text to exclude per line")
+    requested = exclude_tasks != ALL_TASKS
+    for name in task_exclusion_names(exclude_tasks):
+        try:
+            BUILTIN_TASKS[name][1]()  # its source files: raises when not installed
+        except LmlabError:
+            if requested:
+                raise
+            continue  # "all": a task whose data is missing cannot leak either
+        exclusion.add(TextSet(f"task:{name}", "task", details={"splits": ["dev", "test"]}),
+                      eval_texts([name], ("dev", "test"), "full"))
+    for path in paths:
+        lines = (line or "" for _, line in iter_lines(path, errors=encoding_errors))
+        exclusion.add(TextSet(str(path), "file", details={"file_sha256": sha256_file(path)}),
+                      lines)
+    return exclusion
 
 
 # ----------------------------------------------------------------------------- split & dedup
@@ -186,6 +126,10 @@ def normalized_sentences(document: Document) -> list[str]:
     """The document's sentences, NFC + collapsed whitespace, empty ones dropped."""
     sentences = (normalize_text(s) for s in document.sentences)
     return [s for s in sentences if s]
+
+
+def _words(sentences: list[str]) -> int:
+    return sum(len(s.split()) for s in sentences)
 
 
 def content_digest(text: str) -> bytes:
@@ -227,18 +171,25 @@ def resolve_sources(sources: str | Iterable[str | Source] | None) -> list[Source
 
 def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
                  exclude: Sequence[str | Path] = (), validation_fraction: float = 0.01,
-                 seed: int = 0, max_documents: int | None = None) -> dict:
+                 seed: int = 0, max_documents: int | None = None,
+                 exclude_tasks: str | Sequence[str] = ALL_TASKS, overwrite: bool = False,
+                 encoding_errors: str = "strict") -> dict:
     """Build a corpus folder and return its manifest.
 
     Args:
         sources: built-in names (``"kjv,wordnet"`` or a list), user specs (``folder:PATH``,
             ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]``), Source objects, or None for every
             installed built-in source (the default corpus).
-        out: the corpus folder (created; an old corpus there is replaced).
-        exclude: text files; every document containing one of their lines is dropped.
+        out: the corpus folder (created; a folder holding anything needs ``overwrite``).
+        exclude: text files, one text per line, kept out like the tasks' texts.
         validation_fraction: share of documents (by hash) in validation.jsonl.
         seed: changes which documents go to validation.
         max_documents: read at most this many documents from *each* source (quick slices).
+        exclude_tasks: built-in tasks whose dev/test texts are kept out: ``"all"`` (the
+            default: every task whose data is installed), a list of names, or ``()``.
+        overwrite: replace the corpus files in a folder that already holds something.
+        encoding_errors: ``"strict"`` (a non-UTF-8 byte in a user file or an exclude file is
+            an error naming the file and byte offset) or ``"replace"`` (U+FFFD, one warning).
 
     Example:
         >>> build_corpus(["kjv", "wordnet"], "corpus/")   # doctest: +SKIP
@@ -252,9 +203,14 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
     if max_documents is not None and max_documents < 1:
         raise LmlabError(f"--max-documents {max_documents} must be at least 1", "drop it or "
                          "give a positive number")
-    resolved = resolve_sources(sources)
-    exclusions = Exclusions(exclude)
+    check_encoding_errors(encoding_errors)
     out = Path(out)
+    check_output_folder(out, overwrite, "corpus", ignore=(TMP_DIRNAME,))
+    resolved = resolve_sources(sources)
+    for source in resolved:  # user files (folder:, jsonl:) decide what a bad byte does
+        if hasattr(source, "encoding_errors"):
+            source.encoding_errors = encoding_errors
+    exclusions = load_exclusions(exclude, exclude_tasks, encoding_errors)
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "manifest.json"
     if manifest_path.exists():
@@ -275,7 +231,8 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
         try:
             for source in resolved:
                 stats = {split: SourceCounts() for split in ("train", "validation")}
-                stats_extra = {"read": 0, "duplicates": 0, "excluded": 0}
+                stats_extra = {"read": 0, "duplicates": 0, "excluded": 0,
+                               "excluded_sentences": 0, "excluded_words": 0}
                 raw = SourceCounts()
                 cached = source.cached_counts()
                 total = cached.documents if cached else None
@@ -293,10 +250,16 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
                     if not sentences:
                         continue
                     stats_extra["read"] += 1
+                    if exclusions:
+                        kept = exclusions.filter(sentences)
+                        if kept is not sentences:
+                            stats_extra["excluded_sentences"] += len(sentences) - len(kept)
+                            stats_extra["excluded_words"] += (_words(sentences) - _words(kept))
+                        sentences = kept
+                        if not sentences:
+                            stats_extra["excluded"] += 1
+                            continue
                     text = " ".join(sentences)
-                    if exclusions and exclusions.check(text):
-                        stats_extra["excluded"] += 1
-                        continue
                     digest = content_digest(text)
                     if digest in seen:
                         stats_extra["duplicates"] += 1
@@ -332,7 +295,7 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
             raise LmlabError(
                 "the corpus is empty: no documents left after reading, exclusion and "
                 f"deduplication (sources: {', '.join(s.name for s in resolved)})",
-                "check the sources hold text and that --exclude files do not match everything")
+                "check the sources hold text and that the excluded texts do not cover them")
         if totals["validation"].documents == 0 and validation_fraction > 0:
             warnings.warn(f"no document landed in validation (fraction {validation_fraction} "
                           f"of {total_documents} documents); raise --validation-fraction",
@@ -347,7 +310,9 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
             "total_documents": total_documents,
             "duplicates_removed": duplicates,
             "exclude": exclusions.summary(),
-            "excluded_documents": sum(exclusions.removed),
+            "excluded_documents": sum(e["excluded"] for e in per_source.values()),
+            "excluded_sentences": sum(e["excluded_sentences"] for e in per_source.values()),
+            "excluded_words": sum(e["excluded_words"] for e in per_source.values()),
             "files": {f"{split}.jsonl": {"sha256": file_hashes[split], "bytes": sizes[split]}
                       for split in file_hashes},
             # one hash over both files' hashes: equal corpora have equal sha256
@@ -357,7 +322,9 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
             "settings": {"sources": [s.name for s in resolved],
                          "validation_fraction": validation_fraction, "seed": seed,
                          "max_documents": max_documents,
-                         "exclude": [str(p) for p in exclusions.files]},
+                         "exclude": [str(p) for p in exclude],
+                         "exclude_tasks": [s.name.removeprefix("task:")
+                                           for s in exclusions.sets if s.kind == "task"]},
         }
         for split in ("train", "validation"):
             os.replace(tmp / f"{split}.jsonl", out / f"{split}.jsonl")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,6 @@ VERSION = 1
 MANIFEST = "manifest.json"
 DEFAULT_SHARD_TOKENS = 1 << 24  # 16.8M tokens: 32 MiB per uint16 shard
 _CHUNK_DOCS = 256
-_TEST_DELAY_ENV = "LMLAB_TEST_SHARD_DELAY"  # seconds to sleep after each shard (kill tests)
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -238,21 +237,38 @@ def _verified_prefix(out: Path, shards: list[dict]) -> list[dict]:
     return good
 
 
-def _iter_lines(path: Path):
-    """(index, line) of the non-empty lines of a corpus split (index = document number)."""
-    with open(path, encoding="utf-8") as handle:
-        index = 0
-        for line in handle:
+def _iter_lines(path: Path, encoding_errors: str = "strict"):
+    """(index, line) of the non-empty lines of a corpus split (index = document number).
+
+    A byte that is not UTF-8 is an error naming the file and its byte offset, or (with
+    ``encoding_errors="replace"``) becomes U+FFFD with one warning."""
+    from lmlab.data.sources.textfile import CorpusWarning, not_utf8_error
+
+    with open(path, "rb") as handle:
+        index = offset = 0
+        warned = False
+        for raw in handle:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                if encoding_errors == "strict":
+                    raise not_utf8_error(path, offset + error.start, raw[error.start]) from None
+                if not warned:
+                    warnings.warn(f"{path}: byte {offset + error.start} is not UTF-8; read as "
+                                  "U+FFFD", CorpusWarning, stacklevel=2)
+                    warned = True
+                line = raw.decode("utf-8", "replace")
+            offset += len(raw)
             if line.strip():
                 yield index, line
                 index += 1
 
 
-def _chunks(path: Path, start_line: int, size: int):
+def _chunks(path: Path, start_line: int, size: int, encoding_errors: str = "strict"):
     """Lists of lines from document ``start_line`` on, with the first line's index."""
     batch: list[str] = []
     first = start_line
-    for index, line in _iter_lines(path):
+    for index, line in _iter_lines(path, encoding_errors):
         if index < start_line:
             continue
         if not batch:
@@ -280,10 +296,11 @@ def _encode_in_worker(first: int, lines: list[str]) -> EncodedChunk:
     return encode_lines(_WORKER_ENGINE, lines, first)
 
 
-def _encoded_chunks(engine: Any, path: Path, start_line: int, workers: int, chunk_docs: int):
+def _encoded_chunks(engine: Any, path: Path, start_line: int, workers: int, chunk_docs: int,
+                    encoding_errors: str = "strict"):
     """Encoded chunks in corpus order; with ``workers > 1`` a process pool encodes them, with
     at most ``2 * workers`` chunks in flight (Pool.imap would read the whole corpus ahead)."""
-    chunks = _chunks(path, start_line, chunk_docs)
+    chunks = _chunks(path, start_line, chunk_docs, encoding_errors)
     if workers <= 1:
         for first, lines in chunks:
             yield encode_lines(engine, lines, first)
@@ -316,12 +333,15 @@ def _engine_for_shards(tokenizer: Any) -> Any:
 def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | os.PathLike,
                  shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int = 1,
                  splits: tuple[str, ...] | None = None, chunk_docs: int = _CHUNK_DOCS,
-                 show_progress: bool = True) -> dict[str, Any]:
+                 show_progress: bool = True, overwrite: bool = False,
+                 encoding_errors: str = "strict") -> dict[str, Any]:
     """Tokenize every split of an lmlab corpus into token shards in ``out_dir``.
 
     Re-running on a folder left by a killed run resumes after the last finished shard when the
-    manifest's tokenizer fingerprint, dtype and shard size match and the shard files still hash
-    to the manifest; otherwise the folder's shard files are rebuilt from scratch.
+    manifest's tokenizer fingerprint, dtype, shard size and corpus match and the shard files
+    still hash to the manifest. A folder holding shards made with other settings (another
+    tokenizer, corpus or shard size), or anything else, is refused before any work unless
+    ``overwrite``: then its shard files are deleted and rebuilt from scratch.
 
     Args:
         tokenizer: an :class:`lmlab.Tokenizer` (or a path that loads as one).
@@ -331,6 +351,9 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
         workers: encoding processes; 1 encodes in this process (the engine still uses
             threads when ``TOKENIZERS_PARALLELISM`` allows).
         splits: which splits (default: those present, ``train`` required).
+        overwrite: replace what ``out_dir`` holds (see above).
+        encoding_errors: ``"strict"`` (a non-UTF-8 byte in the corpus is an error naming the
+            file and byte offset) or ``"replace"`` (read as U+FFFD).
 
     Returns:
         The manifest (also written to ``out_dir/manifest.json``) plus ``"resumed_shards"``.
@@ -342,13 +365,16 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
     if shard_tokens < 1:
         raise LmlabError(f"shard_tokens={shard_tokens} must be positive",
                          f"use e.g. {DEFAULT_SHARD_TOKENS}")
+    from lmlab.data.sources.textfile import check_encoding_errors
+    from lmlab.utils.io import check_output_folder
+
+    check_encoding_errors(encoding_errors)
     corpus_dir, out = Path(corpus_dir), Path(out_dir)
     if splits is None:
         split_path(corpus_dir, "train")  # clear error when this is no corpus
         splits = tuple(s for s in SPLITS if (corpus_dir / f"{s}.jsonl").exists())
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob(".*.partial"):
-        stale.unlink()
+    if not (out / MANIFEST).exists():  # shards of ours (resumable or not) are judged below
+        check_output_folder(out, overwrite, "token shards", ignore=(".*.partial",))
 
     dtype = token_dtype(len(tokenizer))
     header = {
@@ -359,11 +385,13 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
                                       for role, tok in tokenizer.special_tokens_map.items()}},
         "corpus": {"path": str(corpus_dir.resolve()), "hash": _corpus_hash(corpus_dir)},
     }
-    previous = _previous_manifest(out, header)
+    previous = _previous_manifest(out, header, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(".*.partial"):
+        stale.unlink()
     manifest = {**header, "splits": {}}
     engine = _engine_for_shards(tokenizer)
     resumed = 0
-    delay = float(os.environ.get(_TEST_DELAY_ENV, "0") or 0)
     for split in splits:
         path = split_path(corpus_dir, split)
         old = previous.get(split, {})
@@ -385,8 +413,6 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
         def on_shard(shards: list[dict], split: str = split) -> None:
             manifest["splits"][split] = {"complete": False, "shards": shards}
             atomic_write_json(out / MANIFEST, manifest)
-            if delay:
-                time.sleep(delay)
 
         writer = _SplitWriter(out, split, dtype, shard_tokens, finished, on_shard)
         start_line, skip_sentence, skip_tokens = (finished[-1]["resume"] if finished
@@ -394,7 +420,8 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
         bar = _progress(show_progress, split, path)
         last_position = [start_line, 0, 0]
         first_chunk = True
-        for chunk in _encoded_chunks(engine, path, start_line, workers, chunk_docs):
+        for chunk in _encoded_chunks(engine, path, start_line, workers, chunk_docs,
+                                     encoding_errors):
             skip = 0
             if first_chunk and finished:
                 skip = _resume_offset(chunk, start_line, skip_sentence, skip_tokens)
@@ -437,8 +464,9 @@ def _resume_offset(chunk: EncodedChunk, line: int, sentence: int, tokens: int) -
     return int(chunk.sent_starts[rows[0]]) + tokens
 
 
-def _previous_manifest(out: Path, header: dict[str, Any]) -> dict[str, Any]:
-    """Splits of an earlier run that may be resumed; {} (and stale files removed) otherwise."""
+def _previous_manifest(out: Path, header: dict[str, Any], overwrite: bool) -> dict[str, Any]:
+    """Splits of an earlier run that may be resumed; {} when there is none. Shards made with
+    other settings are an error, or with ``overwrite`` are deleted (our files only)."""
     path = out / MANIFEST
     if not path.exists():
         return {}
@@ -446,11 +474,16 @@ def _previous_manifest(out: Path, header: dict[str, Any]) -> dict[str, Any]:
         old = read_json(path)
     except (json.JSONDecodeError, OSError):
         old = {}
-    same = all(old.get(k) == header[k] for k in ("format", "version", "dtype", "shard_tokens",
-                                                 "corpus")) and \
-        old.get("tokenizer", {}).get("fingerprint") == header["tokenizer"]["fingerprint"]
-    if same:
+    differs = [k for k in ("format", "version", "dtype", "shard_tokens", "corpus")
+               if old.get(k) != header[k]]
+    if old.get("tokenizer", {}).get("fingerprint") != header["tokenizer"]["fingerprint"]:
+        differs.insert(0, "tokenizer")
+    if not differs:
         return old.get("splits", {})
+    if not overwrite:
+        raise LmlabError(f"{out} holds token shards made with another "
+                         f"{' and '.join(differs)}; writing there would delete them",
+                         "choose a new --out folder, or pass --overwrite to replace them")
     for split in SPLITS:  # restart cleanly: our own files only
         for pattern in (f"{split}-[0-9]*.*", f"{split}.documents.npy", f"{split}.sentences.npy"):
             for stale in out.glob(pattern):

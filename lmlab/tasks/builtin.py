@@ -328,18 +328,14 @@ def list_tasks(cache: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def export_eval_texts(task_names: Iterable[str], path: str | os.PathLike,
-                      splits: Iterable[str] = ("dev", "test"), size: str = "full",
-                      cache: str | os.PathLike | None = None) -> int:
-    """Write the distinct texts of ``splits`` of each task to ``path``, one per line.
+def eval_texts(task_names: Iterable[str], splits: Iterable[str] = ("dev", "test"),
+               size: str = "full", cache: str | os.PathLike | None = None) -> list[str]:
+    """The distinct texts of ``splits`` of each task, whitespace collapsed to single spaces.
 
-    Meant for ``lmlab data build --exclude``: a pretraining corpus should not contain the
-    evaluation texts. Whitespace inside a text (multi-line fortunes) is collapsed to single
-    spaces. The full size is the default because its dev/test splits contain the cpu ones.
-    Returns the number of lines written.
+    These are what must not leak into a pretraining corpus: ``lmlab data build`` excludes the
+    built-in tasks' dev/test texts by default (see :mod:`lmlab.data.exclusion`). The full size
+    is the default because its dev/test splits contain the cpu ones.
     """
-    from lmlab.utils.io import atomic_write_text
-
     seen: set[str] = set()
     lines: list[str] = []
     splits = list(splits)
@@ -355,5 +351,16 @@ def export_eval_texts(task_names: Iterable[str], path: str | os.PathLike,
                     if line and line not in seen:
                         seen.add(line)
                         lines.append(line)
+    return lines
+
+
+def export_eval_texts(task_names: Iterable[str], path: str | os.PathLike,
+                      splits: Iterable[str] = ("dev", "test"), size: str = "full",
+                      cache: str | os.PathLike | None = None) -> int:
+    """Write :func:`eval_texts` to ``path``, one text per line (multi-line fortunes become one
+    line), for ``lmlab data build --exclude FILE``. Returns the number of lines written."""
+    from lmlab.utils.io import atomic_write_text
+
+    lines = eval_texts(task_names, splits, size, cache)
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)

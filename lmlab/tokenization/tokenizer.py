@@ -78,7 +78,8 @@ class Tokenizer:
               special_tokens: Sequence[str] | None = None, limit_alphabet: int | None = None,
               template: str | None = None, lowercase: bool = True,
               strip_accents: bool | None = None, extra_ids: int = 0,
-              model_max_length: int | None = None, show_progress: bool = False) -> Tokenizer:
+              model_max_length: int | None = None, show_progress: bool = False,
+              encoding_errors: str = "strict") -> Tokenizer:
         """Train a tokenizer on streamed text.
 
         Args:
@@ -97,6 +98,8 @@ class Tokenizer:
             extra_ids: add ``<extra_id_0..N-1>`` sentinels (T5 span corruption) at the top of
                 the vocabulary, ``<extra_id_0>`` last, as T5 does.
             model_max_length: the model's longest input (default 512, GPT-2 1024).
+            encoding_errors: a non-UTF-8 byte in a text file: ``"strict"`` raises an error
+                naming the file and byte offset, ``"replace"`` reads it as U+FFFD.
         """
         from lmlab.tokenization.training import KINDS, train_engine
 
@@ -112,7 +115,8 @@ class Tokenizer:
                              f"add {missing} to special_tokens or pick another template")
         unk = roles.get("unk_token", ordered[0])
         engine = train_engine(kind, source, vocab_size - extra_ids, min_frequency, ordered, unk,
-                              limit_alphabet, lowercase, strip_accents, show_progress)
+                              limit_alphabet, lowercase, strip_accents, show_progress,
+                              encoding_errors)
         extra = [f"<extra_id_{i}>" for i in range(extra_ids)]
         from tokenizers import AddedToken
 
@@ -129,10 +133,12 @@ class Tokenizer:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> Tokenizer:
         """Load a tokenizer folder (ours or Hugging Face's) or, for a ``.gguf`` path, the
-        tokenizer embedded in a GGUF checkpoint."""
+        tokenizer embedded in a GGUF checkpoint. ``path`` may also be a short name from
+        ``lmlab models list`` (``"minilm"``, ``"smollm2"``)."""
+        from lmlab.models.catalog import resolve_short_name
         from lmlab.tokenization.hf_files import load_folder
 
-        path = Path(path)
+        path = resolve_short_name(path)
         if path.suffix.lower() == ".gguf":
             try:
                 module = importlib.import_module("lmlab.tokenization.gguf")

@@ -26,9 +26,36 @@ KINDS = ("wordpiece", "bpe", "unigram")
 TextSource = str | os.PathLike | Iterable[str]
 
 
-def iter_training_texts(source: TextSource | list[str | os.PathLike]) -> Iterator[str]:
+def _is_file_list(source: Any) -> bool:
+    """A list of paths (``Path`` objects, or strings naming existing files) rather than texts."""
+    return isinstance(source, list | tuple) and bool(source) and all(
+        isinstance(item, os.PathLike) or (isinstance(item, str) and os.path.isfile(item))
+        for item in source)
+
+
+def check_training_source(source: TextSource | list[str | os.PathLike]) -> None:
+    """Fail before any work when a named path does not exist (a missing file must never be
+    taken for a text, nor turn into "holds no text" half-way through training)."""
+    paths: list[Path] = []
+    if isinstance(source, str | os.PathLike):
+        paths = [Path(source)]
+    elif isinstance(source, list | tuple) and any(isinstance(i, os.PathLike) for i in source):
+        paths = [Path(item) for item in source]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise LmlabError(f"training text file(s) not found: {', '.join(missing)}",
+                         "check the paths; pass text files (one text per line), an lmlab corpus "
+                         "folder, or an iterator of strings")
+
+
+def iter_training_texts(source: TextSource | list[str | os.PathLike],
+                        encoding_errors: str = "strict") -> Iterator[str]:
     """Stream the texts of ``source``: an lmlab corpus folder (every sentence of its train
-    split), a text file (one text per line), a list of text files, or an iterable of strings."""
+    split), a text file (one text per line), a list of text files, or an iterable of strings.
+
+    A byte that is not UTF-8 in a text file is an error naming the file and its byte offset
+    (``encoding_errors="strict"``) or is read as U+FFFD with one warning (``"replace"``).
+    """
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         if path.is_dir():
@@ -41,18 +68,19 @@ def iter_training_texts(source: TextSource | list[str | os.PathLike]) -> Iterato
             for document in read_corpus(path, "train"):
                 yield from document.sentences
             return
-        if not path.exists():
-            raise LmlabError(f"training text {path} does not exist",
-                             "pass an lmlab corpus folder, text files or an iterator of strings")
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                yield line.rstrip("\n")
+        check_training_source(path)
+        from lmlab.data.sources.textfile import iter_lines
+
+        for number, line in iter_lines(path, errors=encoding_errors):
+            if line is None:
+                raise LmlabError(f"{path}:{number} is longer than 16,000,000 characters",
+                                 "put one text per line (a sentence or a paragraph)")
+            yield line.rstrip("\r")
         return
-    if isinstance(source, list | tuple) and source and all(
-            isinstance(item, os.PathLike) or (isinstance(item, str) and os.path.isfile(item))
-            for item in source):
+    if _is_file_list(source):
+        check_training_source([Path(item) for item in source])
         for item in source:
-            yield from iter_training_texts(Path(item))
+            yield from iter_training_texts(Path(item), encoding_errors)
         return
     for text in source:
         if not isinstance(text, str):
@@ -61,17 +89,24 @@ def iter_training_texts(source: TextSource | list[str | os.PathLike]) -> Iterato
         yield text
 
 
-def _batches(texts: Iterator[str], counter: dict[str, int], size: int = 1000) -> Iterator[list[str]]:
-    """Group texts into lists (the engine's iterator API is faster on batches) and count them."""
+def _batches(texts: Iterator[str], counter: dict[str, Any], size: int = 1000) -> Iterator[list[str]]:
+    """Group texts into lists (the engine's iterator API is faster on batches) and count them.
+
+    An :class:`LmlabError` raised while reading (a bad byte, a missing file) is kept in
+    ``counter["error"]``: the engine would otherwise swallow it into its own exception."""
     batch: list[str] = []
-    for text in texts:
-        if text.strip():
-            counter["texts"] += 1
-            counter["chars"] += len(text)
-            batch.append(text)
-            if len(batch) == size:
-                yield batch
-                batch = []
+    try:
+        for text in texts:
+            if text.strip():
+                counter["texts"] += 1
+                counter["chars"] += len(text)
+                batch.append(text)
+                if len(batch) == size:
+                    yield batch
+                    batch = []
+    except LmlabError as error:
+        counter["error"] = error
+        raise
     if batch:
         yield batch
 
@@ -111,9 +146,15 @@ def build_engine(kind: str, lowercase: bool = True, strip_accents: bool | None =
 
 def train_engine(kind: str, source: TextSource, vocab_size: int, min_frequency: int,
                  special_tokens: list[str], unk_token: str, limit_alphabet: int | None,
-                 lowercase: bool, strip_accents: bool | None, show_progress: bool) -> Any:
+                 lowercase: bool, strip_accents: bool | None, show_progress: bool,
+                 encoding_errors: str = "strict") -> Any:
     """Train an engine tokenizer of ``kind`` on the streamed ``source``; checks the result."""
     from tokenizers import pre_tokenizers, trainers
+
+    from lmlab.data.sources.textfile import check_encoding_errors
+
+    check_encoding_errors(encoding_errors)
+    check_training_source(source)
 
     if vocab_size <= len(special_tokens):
         raise LmlabError(f"vocab_size={vocab_size} leaves no room beyond the "
@@ -142,10 +183,13 @@ def train_engine(kind: str, source: TextSource, vocab_size: int, min_frequency: 
             vocab_size=vocab_size, special_tokens=special_tokens, unk_token=unk_token,
             show_progress=show_progress)
 
-    counter = {"texts": 0, "chars": 0}
+    counter: dict[str, Any] = {"texts": 0, "chars": 0, "error": None}
+    texts = iter_training_texts(source, encoding_errors)
     try:
-        engine.train_from_iterator(_batches(iter_training_texts(source), counter), trainer=trainer)
+        engine.train_from_iterator(_batches(texts, counter), trainer=trainer)
     except Exception as error:  # the engine raises plain Exception subclasses
+        if counter["error"] is not None:
+            raise counter["error"] from None
         if counter["texts"] == 0:
             raise _empty_corpus_error(source) from None
         if "not large enough to contain all chars" in str(error):

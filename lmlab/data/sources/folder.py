@@ -4,8 +4,8 @@ Files are found recursively and read in sorted order. Each file is split into pa
 blank lines and each paragraph into sentences. Markdown loses its fenced code blocks, heading
 marks and list markers. A file larger than ``max_document_chars`` becomes several documents
 (``path#2``, ``path#3``, ...) so that one giant file never has to sit in memory whole.
-Non-UTF-8 bytes and giant lines are repaired with a warning (see
-:mod:`lmlab.data.sources.textfile`).
+A non-UTF-8 byte is an error naming the file and byte offset unless ``encoding_errors`` is
+``"replace"``; giant lines are cut with a warning (see :mod:`lmlab.data.sources.textfile`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from lmlab.data.corpus import Document
 from lmlab.data.sentences import split_sentences
 from lmlab.data.sources.base import Source
-from lmlab.data.sources.textfile import iter_paragraphs
+from lmlab.data.sources.textfile import check_encoding_errors, iter_paragraphs
 from lmlab.utils.errors import LmlabError
 
 TEXT_SUFFIXES = (".txt", ".md")
@@ -29,7 +29,10 @@ _MD_LIST = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+", re.MULTILINE)
 class FolderSource(Source):
     description = "your .txt/.md files, a document per file"
 
-    def __init__(self, folder: str | Path, max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+    def __init__(self, folder: str | Path, max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
+                 encoding_errors: str = "strict"):
+        check_encoding_errors(encoding_errors)
+        self.encoding_errors = encoding_errors
         self.folder = Path(folder).expanduser()
         self.name = f"folder:{folder}"
         self.max_document_chars = max_document_chars
@@ -56,7 +59,8 @@ class FolderSource(Source):
             markdown = path.suffix.lower() == ".md"
             part, size, sentences = 1, 0, []
             in_fence = False
-            for paragraph in iter_paragraphs(path, max_paragraph_chars=self.max_document_chars):
+            for paragraph in iter_paragraphs(path, max_paragraph_chars=self.max_document_chars,
+                                             errors=self.encoding_errors):
                 if markdown:
                     paragraph, in_fence = _strip_markdown(paragraph, in_fence)
                 if sentences and size + len(paragraph) > self.max_document_chars:

@@ -4,21 +4,21 @@ Each line is a JSON object; its ``FIELD`` (default ``text``) holds the document'
 is split into paragraphs at blank lines and then into sentences. A field holding a list of
 strings is taken as the document's sentences (each still normalised and split). Blank lines are
 skipped. A line that is not JSON or lacks the field is an error naming the file and line.
-Non-UTF-8 bytes are replaced with a warning; a line longer than ``max_line_chars`` (16M
-characters) cannot be parsed in bounded memory and is skipped with a warning.
+A non-UTF-8 byte is an error naming the file and byte offset unless ``encoding_errors`` is
+``"replace"``. A line longer than ``max_line_chars`` (16M characters) is an error naming the
+file and line (never silently dropped): such a record is split into several lines.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from lmlab.data.corpus import Document
 from lmlab.data.sentences import record_sentences
 from lmlab.data.sources.base import Source
-from lmlab.data.sources.textfile import CorpusWarning, iter_lines
+from lmlab.data.sources.textfile import check_encoding_errors, iter_lines
 from lmlab.utils.errors import LmlabError
 
 DEFAULT_FIELD = "text"
@@ -29,8 +29,10 @@ class JsonlSource(Source):
     description = "your JSON lines, a document per line"
 
     def __init__(self, path: str | Path, field: str = DEFAULT_FIELD,
-                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS):
+                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, encoding_errors: str = "strict"):
+        check_encoding_errors(encoding_errors)
         self.path = Path(path).expanduser()
+        self.encoding_errors = encoding_errors
         self.field = field
         self.max_line_chars = max_line_chars
         self.name = f"jsonl:{path}" + (f":{field}" if field != DEFAULT_FIELD else "")
@@ -47,11 +49,13 @@ class JsonlSource(Source):
 
     def iter_documents(self) -> Iterator[Document]:
         self.files()
-        for number, line in iter_lines(self.path, max_line_chars=self.max_line_chars):
+        for number, line in iter_lines(self.path, max_line_chars=self.max_line_chars,
+                                       errors=self.encoding_errors):
             if line is None:
-                warnings.warn(f"{self.path}:{number} is longer than {self.max_line_chars:,} "
-                              "characters; skipped", CorpusWarning, stacklevel=2)
-                continue
+                raise LmlabError(f"{self.path}:{number} is longer than "
+                                 f"{self.max_line_chars:,} characters",
+                                 "split that record into several JSON lines (a document "
+                                 "each); longer lines cannot be parsed in bounded memory")
             if not line.strip():
                 continue
             try:

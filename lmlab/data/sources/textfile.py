@@ -1,10 +1,11 @@
 """Reading users' text files safely: bounded memory, bad bytes and giant lines survived.
 
-Files are read in 1 MiB chunks and cut into paragraphs at blank lines. Two kinds of bad input
-are handled with a :class:`CorpusWarning` instead of a crash:
+Files are read in 1 MiB chunks and cut into paragraphs at blank lines. Two kinds of bad input:
 
-- bytes that are not UTF-8: the file is decoded with U+FFFD replacement characters from there
-  on, and the warning names the file and the byte offset of the first bad byte;
+- bytes that are not UTF-8: with ``errors="strict"`` (the default) an :class:`LmlabError`
+  names the file and the byte offset of the first bad byte *in the file* (not in a chunk);
+  with ``errors="replace"`` the file is decoded with U+FFFD replacement characters from there
+  on and one :class:`CorpusWarning` names the file and the offset;
 - a paragraph (or a single line) longer than ``max_paragraph_chars``: it is cut at spaces
   into pieces of at most that size, so memory stays bounded however long the line is; the
   sentence splitter then cuts pieces without punctuation into pseudo-sentences.
@@ -18,6 +19,9 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from lmlab.utils.errors import LmlabError
+
+ENCODING_ERRORS = ("strict", "replace")
 CHUNK_BYTES = 1 << 20
 DEFAULT_MAX_PARAGRAPH_CHARS = 1_000_000
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
@@ -27,12 +31,28 @@ class CorpusWarning(UserWarning):
     """Input that lmlab could read only after repairing it (bad bytes, giant lines)."""
 
 
-class _Decoder:
-    """UTF-8 incremental decoder that switches to replacement on the first bad byte and
-    warns once, naming the file and the byte offset."""
+def check_encoding_errors(errors: str) -> None:
+    """Accept only the two documented policies for bytes that are not UTF-8."""
+    if errors not in ENCODING_ERRORS:
+        raise LmlabError(f"unknown --encoding-errors {errors!r}",
+                         f"use one of {', '.join(ENCODING_ERRORS)}")
 
-    def __init__(self, path: Path):
+
+def not_utf8_error(path: Path, offset: int, byte: int) -> LmlabError:
+    """The error for a byte that is not UTF-8, naming the file and its offset in the file."""
+    return LmlabError(f"{path}: byte {offset} (0x{byte:02x}) is not UTF-8",
+                      "convert the file (e.g. `iconv -f LATIN1 -t UTF-8`), or pass "
+                      "--encoding-errors replace to read bad bytes as U+FFFD")
+
+
+class _Decoder:
+    """UTF-8 incremental decoder; on the first bad byte it raises (``strict``) or switches to
+    replacement and warns once (``replace``), naming the file and the byte offset."""
+
+    def __init__(self, path: Path, errors: str = "strict"):
+        check_encoding_errors(errors)
         self.path = path
+        self.errors = errors
         self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
         self.replacing = False
         self.consumed = 0  # bytes handed to the decoder so far
@@ -48,6 +68,9 @@ class _Decoder:
         except UnicodeDecodeError as error:
             # error.start counts from the start of pending + data
             bad_offset = offset - len(pending) + error.start
+            if self.errors == "strict":
+                raise not_utf8_error(self.path, bad_offset,
+                                     (pending + data)[error.start]) from None
             warnings.warn(
                 f"{self.path}: byte {bad_offset} (0x{(pending + data)[error.start]:02x}) is not "
                 "UTF-8; decoding the rest of the file with U+FFFD replacement characters "
@@ -58,10 +81,11 @@ class _Decoder:
             return self.decoder.decode(pending + data, final)
 
 
-def iter_file_text(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+def iter_file_text(path: str | Path, chunk_bytes: int = CHUNK_BYTES,
+                   errors: str = "strict") -> Iterator[str]:
     """Yield a file's decoded text in chunks (never the whole file at once)."""
     path = Path(path)
-    decoder = _Decoder(path)
+    decoder = _Decoder(path, errors)
     with open(path, "rb") as handle:
         while True:
             data = handle.read(chunk_bytes)
@@ -76,7 +100,7 @@ def iter_file_text(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator
 
 
 def iter_paragraphs(path: str | Path, max_paragraph_chars: int = DEFAULT_MAX_PARAGRAPH_CHARS,
-                    chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+                    chunk_bytes: int = CHUNK_BYTES, errors: str = "strict") -> Iterator[str]:
     """Yield the paragraphs of a text file (split at blank lines), in bounded memory.
 
     A paragraph longer than ``max_paragraph_chars`` is yielded in pieces cut at spaces, with
@@ -85,7 +109,7 @@ def iter_paragraphs(path: str | Path, max_paragraph_chars: int = DEFAULT_MAX_PAR
     path = Path(path)
     buffer = ""
     warned = False
-    for text in iter_file_text(path, chunk_bytes):
+    for text in iter_file_text(path, chunk_bytes, errors):
         buffer += text
         start = 0
         for match in _PARAGRAPH_BREAK.finditer(buffer):
@@ -109,7 +133,8 @@ def iter_paragraphs(path: str | Path, max_paragraph_chars: int = DEFAULT_MAX_PAR
 
 
 def iter_lines(path: str | Path, max_line_chars: int = 16 * DEFAULT_MAX_PARAGRAPH_CHARS,
-               chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, str | None]]:
+               chunk_bytes: int = CHUNK_BYTES,
+               errors: str = "strict") -> Iterator[tuple[int, str | None]]:
     """Yield ``(line_number, line)`` for a text file in bounded memory.
 
     A line longer than ``max_line_chars`` is not kept: it is yielded as ``None`` (the caller
@@ -118,7 +143,7 @@ def iter_lines(path: str | Path, max_line_chars: int = 16 * DEFAULT_MAX_PARAGRAP
     buffer = ""
     number = 1
     overlong = False
-    for text in iter_file_text(path, chunk_bytes):
+    for text in iter_file_text(path, chunk_bytes, errors):
         buffer += text
         start = 0
         while True:
