@@ -32,7 +32,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-import lmlab.interop.task_heads  # noqa: F401  (registers the task heads' checkpoint names)
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
 from lmlab.models.heads import IGNORE_INDEX, register_head
@@ -275,11 +274,19 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
 
 def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
     """Run the stack and one task head on a batch; multiple-choice inputs (B, C, T) are
-    flattened to (B*C, T) and the scores returned as (B, C)."""
+    flattened to (B*C, T) and the scores returned as (B, C). A feature-based run
+    (:class:`~lmlab.finetune.recipes.FeatureClassifier`) runs its encoder and feature head."""
+    from lmlab.finetune.recipes import FeatureClassifier
+
     input_ids = batch["input_ids"]
     num_choices = None
     flat = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
             if batch.get(k) is not None}
+    if isinstance(model, FeatureClassifier):
+        if head != SEQUENCE_CLASSIFICATION:
+            raise LmlabError(f"a feature-based run has no {head!r} head",
+                             f"use it for {SEQUENCE_CLASSIFICATION}")
+        return model(**flat)
     if head == MULTIPLE_CHOICE:
         if input_ids.dim() != 3:
             raise LmlabError(f"multiple-choice input_ids must be (B, C, T), got "

@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from lmlab.interop import task_heads  # noqa: F401  (registers task-head names per family)
 from lmlab.interop.families import FamilySpec, Rule, get_family
 from lmlab.interop.safetensors_reader import SafetensorsFile
 from lmlab.models.config import TransformerConfig

@@ -1,8 +1,9 @@
 """Checkpoint names of the task heads (``...ForSequenceClassification`` etc.) for the encoder
-families, added to their :class:`FamilySpec` objects when this module is imported.
+families.
 
-The family modules describe the bare stack and the pretraining heads; this module adds, for
-BERT, RoBERTa, ALBERT, ELECTRA and DistilBERT:
+The family modules describe the bare stack and the pretraining heads;
+:func:`~lmlab.interop.families.get_family` passes each family through :func:`with_task_heads`,
+which returns the spec with, for BERT, RoBERTa, ALBERT, ELECTRA and DistilBERT:
 
 - head rules for ``sequence-classification``, ``token-classification``,
   ``question-answering`` and ``multiple-choice`` (Hugging Face names, see
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from lmlab.interop.families import FamilySpec, Rule, get_family
+from lmlab.interop.families import FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
 
 FAMILY_CLASS_PREFIX = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert",
@@ -31,7 +32,7 @@ TASK_CLASS_SUFFIX = {"sequence-classification": "ForSequenceClassification",
                      "question-answering": "ForQuestionAnswering",
                      "multiple-choice": "ForMultipleChoice"}
 _CARRIED = ("problem_type", "pooling", "summary_activation", "classifier_dropout",
-            "summary_last_dropout")
+            "summary_last_dropout", "word_labels")
 
 
 def _linear(ours: str, theirs: str) -> list[Rule]:
@@ -60,10 +61,9 @@ def _pooled_rules(head: str, family: str, mc: bool) -> Callable[[TransformerConf
     return rules
 
 
-def _wrap_config(spec: FamilySpec) -> None:
-    """Carry label names and task settings through config.json <-> TransformerConfig.extra."""
-    if getattr(spec.config_from_hf, "_lmlab_task_heads", False):
-        return
+def _with_label_config(spec: FamilySpec) -> tuple[Callable, Callable]:
+    """The family's config.json translators, also carrying label names and task settings
+    between config.json and ``TransformerConfig.extra``."""
     from_hf, to_hf = spec.config_from_hf, spec.config_to_hf
 
     def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
@@ -90,36 +90,38 @@ def _wrap_config(spec: FamilySpec) -> None:
             id2label = {int(k): str(v) for k, v in id2label.items()}
             hf["id2label"] = {str(k): v for k, v in sorted(id2label.items())}
             hf["label2id"] = {v: k for k, v in sorted(id2label.items())}
-        for key in ("problem_type", "summary_activation", "classifier_dropout"):
+        for key in ("problem_type", "summary_activation", "classifier_dropout", "word_labels"):
             if extra.get(key) is not None:
                 hf[key] = extra[key]
         if extra.get("pooling") not in (None, "family"):
             hf["lmlab_pooling"] = extra["pooling"]
         return hf
 
-    config_from_hf._lmlab_task_heads = True  # type: ignore[attr-defined]
-    spec.config_from_hf = config_from_hf
-    spec.config_to_hf = config_to_hf
+    return config_from_hf, config_to_hf
 
 
-def extend_family(model_type: str) -> FamilySpec:
-    """Add the task heads to one family's mapping (idempotent)."""
-    spec = get_family(model_type)
-    prefix = FAMILY_CLASS_PREFIX[model_type]
-    spec.head_rules["sequence-classification"] = _pooled_rules(
+def with_task_heads(spec: FamilySpec) -> FamilySpec:
+    """``spec`` plus the task heads' rules, architectures and label settings, as a new spec
+    (the family module's own is left unchanged); families without task heads come back as is."""
+    prefix = FAMILY_CLASS_PREFIX.get(spec.model_type)
+    if prefix is None:
+        return spec
+    model_type = spec.model_type
+    head_rules = dict(spec.head_rules)
+    head_rules["sequence-classification"] = _pooled_rules(
         "sequence-classification", model_type, mc=False)
-    spec.head_rules["multiple-choice"] = _pooled_rules("multiple-choice", model_type, mc=True)
-    spec.head_rules["token-classification"] = lambda config: _linear(
+    head_rules["multiple-choice"] = _pooled_rules("multiple-choice", model_type, mc=True)
+    head_rules["token-classification"] = lambda config: _linear(
         "heads.token-classification.classifier", "classifier")
-    spec.head_rules["question-answering"] = lambda config: _linear(
+    head_rules["question-answering"] = lambda config: _linear(
         "heads.question-answering.qa_outputs", "qa_outputs")
+    architectures = dict(spec.architectures)
     for head, suffix in TASK_CLASS_SUFFIX.items():
-        spec.architectures[prefix + suffix] = (head,)
+        architectures[prefix + suffix] = (head,)
+    pooler_rules = list(spec.pooler_rules)
     if model_type == "roberta":
-        spec.pooler_rules[:] = [replace(rule, optional=True) for rule in spec.pooler_rules]
-    _wrap_config(spec)
-    return spec
-
-
-for _model_type in FAMILY_CLASS_PREFIX:
-    extend_family(_model_type)
+        pooler_rules = [replace(rule, optional=True) for rule in pooler_rules]
+    config_from_hf, config_to_hf = _with_label_config(spec)
+    return replace(spec, head_rules=head_rules, architectures=architectures,
+                   pooler_rules=pooler_rules, config_from_hf=config_from_hf,
+                   config_to_hf=config_to_hf)

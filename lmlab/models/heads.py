@@ -1,12 +1,18 @@
 """Heads: what sits on top of the Transformer stack for an objective or a task.
 
-Every head is registered by name (``"mlm"``, ``"nsp"``, ``"sop"``, ``"rtd"``, ``"clm"``, and the
-task heads that :mod:`lmlab.tasks` adds) so objectives and checkpoints can ask for them by name.
-A head maps the stack's output to logits and knows its own loss.
+Every head is registered by name (``"mlm"``, ``"nsp"``, ``"sop"``, ``"rtd"``, ``"clm"`` here; the
+task heads of :mod:`lmlab.finetune.heads` and SpanBERT's ``"sbo"`` elsewhere) so objectives and
+checkpoints can ask for them by name. A head maps the stack's output to logits and knows its
+own loss.
+
+Heads defined in other modules are listed in :data:`LAZY_HEADS` as ``"module:Class"`` and
+imported on first lookup, so loading a checkpoint never depends on which modules the caller
+happened to import first.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,11 +37,25 @@ class HeadSpec:
     description: str = ""
 
 
+# Heads registered so far (by :func:`register_head`, when their module is imported).
 HEADS: dict[str, HeadSpec] = {}
+
+# Heads defined outside this module: name -> "module:Class", imported by :func:`head_spec` on
+# first use. The module's @register_head gives the head's settings; this table only says where.
+LAZY_HEADS = {
+    "sequence-classification": "lmlab.finetune.heads:SequenceClassificationHead",
+    "token-classification": "lmlab.finetune.heads:TokenClassificationHead",
+    "question-answering": "lmlab.finetune.heads:QuestionAnsweringHead",
+    "multiple-choice": "lmlab.finetune.heads:MultipleChoiceHead",
+    "sbo": "lmlab.objectives.span:SpanBoundaryHead",
+}
 
 
 def register_head(name: str, needs_pooler: bool = False, description: str = ""):
-    """Class decorator adding a head to :data:`HEADS` under ``name``."""
+    """Class decorator adding a head to :data:`HEADS` under ``name``.
+
+    A head defined outside :mod:`lmlab.models.heads` must also be listed in
+    :data:`LAZY_HEADS`, or checkpoints naming it load only after its module was imported."""
 
     def decorate(cls):
         HEADS[name] = HeadSpec(cls, needs_pooler, description or (cls.__doc__ or "").strip())
@@ -44,10 +64,28 @@ def register_head(name: str, needs_pooler: bool = False, description: str = ""):
     return decorate
 
 
-def build_head(name: str, config: TransformerConfig) -> nn.Module:
+def available_heads() -> list[str]:
+    """Every head name :func:`build_head` accepts (without importing the lazy ones)."""
+    return sorted(set(HEADS) | set(LAZY_HEADS))
+
+
+def head_spec(name: str) -> HeadSpec:
+    """The :class:`HeadSpec` of ``name``, importing the module of a lazy head on first use."""
+    if name not in HEADS and name in LAZY_HEADS:
+        module_name, class_name = LAZY_HEADS[name].split(":")
+        cls = getattr(importlib.import_module(module_name), class_name)  # registers the head
+        if name not in HEADS or HEADS[name].factory is not cls:
+            raise LmlabError(f"internal error: {LAZY_HEADS[name]} is not registered as head "
+                             f"{name!r}", f"decorate it with @register_head({name!r})")
     if name not in HEADS:
-        raise LmlabError(f"unknown head {name!r}", f"available heads: {', '.join(sorted(HEADS))}")
-    return HEADS[name].factory(config)
+        raise LmlabError(f"unknown head {name!r}",
+                         f"available heads: {', '.join(available_heads())}")
+    return HEADS[name]
+
+
+def build_head(name: str, config: TransformerConfig) -> nn.Module:
+    """A fresh head ``name`` for a model of ``config``."""
+    return head_spec(name).factory(config)
 
 
 class Pooler(nn.Module):

@@ -1,7 +1,9 @@
 """Per-family mapping tables between lmlab's names and Hugging Face's.
 
 A family module ``lmlab/interop/families/<model_type>.py`` defines ``FAMILY = FamilySpec(...)``;
-:func:`get_family` imports it on first use, so adding a family means adding one module.
+:func:`get_family` imports it on first use and adds the fine-tuning task heads
+(:func:`lmlab.interop.task_heads.with_task_heads`), so adding a family means adding one module
+and what a lookup returns never depends on what was imported before.
 """
 
 from __future__ import annotations
@@ -77,13 +79,18 @@ _FAMILIES: dict[str, FamilySpec] = {}
 
 
 def register_family(spec: FamilySpec) -> FamilySpec:
+    """Make ``spec`` the mapping :func:`get_family` returns for its ``model_type`` (as given:
+    add task heads with :func:`lmlab.interop.task_heads.with_task_heads` first if wanted)."""
     _FAMILIES[spec.model_type] = spec
     return spec
 
 
 def get_family(model_type: str) -> FamilySpec:
-    """The mapping of a ``model_type``; imports ``lmlab.interop.families.<model_type>``."""
+    """The mapping of a ``model_type``: ``lmlab.interop.families.<model_type>``'s ``FAMILY``
+    with the task heads (``...ForSequenceClassification`` etc.) added, built on first use."""
     if model_type not in _FAMILIES:
+        from lmlab.interop.task_heads import with_task_heads
+
         try:
             module = importlib.import_module(f"{__name__}.{model_type}")
         except ModuleNotFoundError as error:
@@ -93,7 +100,7 @@ def get_family(model_type: str) -> FamilySpec:
                 f"lmlab cannot read checkpoints of model_type {model_type!r}",
                 f"supported model types: {', '.join(KNOWN_FAMILIES)}",
             ) from None
-        register_family(module.FAMILY)
+        register_family(with_task_heads(module.FAMILY))
     return _FAMILIES[model_type]
 
 
