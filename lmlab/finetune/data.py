@@ -10,7 +10,7 @@
 * multiple-choice: one (context, choice) sequence per choice.
 
 Batches group examples of similar length (length-grouped sampling) so little padding is
-computed; with ``model.transformer.skip_padding`` the rest is skipped too.
+computed; the model skips the rest (``skip_padding``, on by default).
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ from typing import Any
 from lmlab.finetune.heads import IGNORE_INDEX
 from lmlab.tasks.types import Example, Task
 from lmlab.utils.errors import LmlabError
+
+WORD_LABELS = "first-subtoken"
+"""How a tagging task's word labels go onto sub-tokens (:func:`word_labels_to_tokens`). A
+fine-tuned model records it as ``word_labels`` in its config, so the token-classification
+pipeline reads each word's tag where training put it (its first sub-token) by default."""
 
 
 @dataclass

@@ -41,12 +41,17 @@ class TaskObjective(nn.Module):
         self.pooling = pooling
 
     def prepare(self, model: nn.Module) -> None:
-        """Add the task head when the model lacks it (or has one of another width)."""
+        """Add the task head when the model lacks it (or has one of another width); for
+        tagging, also record in the config how word labels were put on sub-tokens."""
         width = None if self.head == MULTIPLE_CHOICE else self.num_labels
         if self.task_type == "qa":
             width = 2
         add_task_head(model, self.head, width, self.id2label, self.pooling,
                       "regression" if self.task_type == "regression" else None)
+        if self.task_type == "tagging":  # saved in the config: the pipeline groups words alike
+            from lmlab.finetune.data import WORD_LABELS
+
+            model.config.extra["word_labels"] = WORD_LABELS
 
     def corrupt(self, batch: dict[str, torch.Tensor], rng: torch.Generator | None = None
                 ) -> dict[str, torch.Tensor]:

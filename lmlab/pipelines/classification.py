@@ -3,9 +3,12 @@
 * ``TextClassificationPipeline``: ``clf("a text")`` -> ``{"label", "score"}``; ``top_k=n`` ->
   the n best ``[{"label", "score"}]``; ``clf({"text": a, "text_pair": b})`` for pairs.
 * ``TokenClassificationPipeline``: ``ner("text")`` -> entities. ``aggregation_strategy="none"``
-  gives one row per sub-token; ``"simple"`` groups sub-tokens into words and adjacent
-  ``B-X I-X`` tokens into entity groups (as transformers does); ``"first"`` labels each word
-  with its first sub-token's tag before grouping.
+  gives one row per sub-token; ``"simple"`` groups adjacent ``B-X I-X`` sub-tokens into entity
+  groups, each sub-token with its own tag (as transformers does); ``"first"`` labels each word
+  (the tokenizer's pre-tokenizer words) with its first sub-token's tag before grouping. The
+  default follows how the model was trained: ``"first"`` for a model fine-tuned here (its config
+  records ``word_labels: "first-subtoken"``: only a word's first sub-token was trained, so the
+  tags of the others mean nothing), ``"simple"`` for a checkpoint that does not say.
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ from lmlab.pipelines.base import load_model_and_tokenizer
 from lmlab.utils.errors import LmlabError
 
 AGGREGATIONS = ("none", "simple", "first")
+
+
+def default_aggregation(model) -> str:
+    """The aggregation that matches the model's training labels: ``"first"`` when its config
+    says words were labelled on their first sub-token, else ``"simple"``."""
+    from lmlab.finetune.data import WORD_LABELS
+
+    return "first" if model.config.extra.get("word_labels") == WORD_LABELS else "simple"
 
 
 def _labels(model) -> dict[int, str]:
@@ -79,12 +90,14 @@ class TextClassificationPipeline:
 class TokenClassificationPipeline:
     """Per-token tags, aggregated into words and BIO entity groups."""
 
-    def __init__(self, model, tokenizer, aggregation_strategy: str = "simple",
+    def __init__(self, model, tokenizer, aggregation_strategy: str | None = None,
                  ignore_labels: tuple[str, ...] = ("O",)):
         if TOKEN_CLASSIFICATION not in model.heads:
             raise LmlabError("this model has no token-classification head",
                              "fine-tune one on a tagging task or load a "
                              "...ForTokenClassification folder")
+        if aggregation_strategy is None:
+            aggregation_strategy = default_aggregation(model)
         if aggregation_strategy not in AGGREGATIONS:
             raise LmlabError(f"unknown aggregation_strategy {aggregation_strategy!r}",
                              f"use one of {', '.join(AGGREGATIONS)}")
@@ -94,8 +107,11 @@ class TokenClassificationPipeline:
         self.ignore_labels = ignore_labels
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any = None, aggregation_strategy: str = "simple",
+    def from_model(cls, model: Any, tokenizer: Any = None,
+                   aggregation_strategy: str | None = None,
                    **kwargs: Any) -> TokenClassificationPipeline:
+        """Load ``model`` (a path or a loaded model); ``aggregation_strategy=None`` picks the
+        one that matches the model's training (:func:`default_aggregation`)."""
         model, tokenizer = load_model_and_tokenizer(model, tokenizer, head=TOKEN_CLASSIFICATION,
                                                     **kwargs)
         return cls(model, tokenizer, aggregation_strategy)

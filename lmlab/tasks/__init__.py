@@ -1,6 +1,7 @@
 """Downstream tasks: one in-memory shape (:class:`Task` of :class:`Example`), readers for the
-real formats (CSV/TSV/JSONL tables, GLUE TSV, CoNLL-2003 columns, SQuAD JSON), built-in tasks
-made from offline Debian data, and the TF-IDF baseline.
+real formats (CSV/TSV/JSONL tables, multiple-choice tables, GLUE TSV, CoNLL-2003 columns, SQuAD
+JSON), built-in tasks made from offline Debian data, the TF-IDF baseline, and :func:`load_task`,
+the one loader every command uses.
 
 Example:
     >>> from lmlab.tasks import load_builtin_task, run_tfidf_baseline
@@ -19,12 +20,14 @@ from lmlab.tasks.builtin import (
 )
 from lmlab.tasks.conll import load_conll_task, read_conll
 from lmlab.tasks.glue import GLUE_FORMATS, load_glue_task
-from lmlab.tasks.readers import load_table_task, read_table
+from lmlab.tasks.loader import load_task
+from lmlab.tasks.readers import load_choice_task, load_table_task, read_choices_table, read_table
 from lmlab.tasks.squad import load_squad_task, read_squad
 from lmlab.tasks.types import TASK_TYPES, Example, Task
 
 __all__ = [
     "BUILTIN_TASKS", "GLUE_FORMATS", "TASK_TYPES", "Example", "Task", "export_eval_texts",
-    "list_tasks", "load_builtin_task", "load_conll_task", "load_glue_task", "load_squad_task",
-    "load_table_task", "read_conll", "read_squad", "read_table", "run_tfidf_baseline",
+    "list_tasks", "load_builtin_task", "load_choice_task", "load_conll_task", "load_glue_task",
+    "load_squad_task", "load_table_task", "load_task", "read_choices_table", "read_conll",
+    "read_squad", "read_table", "run_tfidf_baseline",
 ]

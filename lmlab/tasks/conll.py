@@ -45,6 +45,11 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[Example]:
             if len(fields) < 2:
                 raise LmlabError(f"{path}, line {number}: {stripped!r} has one column",
                                  "write 'token POS chunk NER' (or 'token TAG') per line")
+            if tag_column == 0 or not -len(fields) < tag_column < len(fields):
+                raise LmlabError(f"{path}, line {number}: tag column {tag_column} is not among "
+                                 f"the {len(fields) - 1} tag columns of {stripped!r}",
+                                 "pass a column from 1 (the first after the token) to "
+                                 f"{len(fields) - 1}, or -1 for the last")
             if not tokens:
                 start_line = number
             tokens.append(fields[0])
@@ -66,11 +71,14 @@ def iob1_to_iob2(tags: list[str]) -> list[str]:
 
 
 def load_conll_task(name: str, files: dict[str, str | os.PathLike],
-                    to_iob2: bool = False) -> Task:
-    """A tagging task from CoNLL files per split; the tag set comes from all splits' tags."""
+                    to_iob2: bool = False, tag_column: int = -1) -> Task:
+    """A tagging task from CoNLL files per split; the tag set comes from all splits' tags.
+
+    ``tag_column`` picks the tag among each line's columns (default -1, the last: NER in
+    CoNLL-2003; 1 is its POS tag, 2 its chunk tag)."""
     splits = {}
     for split, path in files.items():
-        examples = read_conll(path)
+        examples = read_conll(path, tag_column)
         if not examples:
             raise LmlabError(f"the {split} file {path} has no sentences",
                              f"give a {split} file with at least one sentence")

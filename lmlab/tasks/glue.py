@@ -64,6 +64,13 @@ class GlueFormat:
     regression: bool = False
     positive_label: str | None = None
 
+    @property
+    def task_type(self) -> str:
+        """``regression`` (STS-B), ``pair-classification`` or ``classification``."""
+        if self.regression:
+            return "regression"
+        return "pair-classification" if self.text_pair else "classification"
+
 
 GLUE_FORMATS: dict[str, GlueFormat] = {
     f.key: f
@@ -135,9 +142,7 @@ def load_glue_task(name: str, data_dir: str | os.PathLike,
     if not loaded:
         raise LmlabError(f"no {spec.folder} split files found in {folder}",
                          f"expected {', '.join(files[s] for s in splits)}")
-    task_type = ("regression" if spec.regression else
-                 "pair-classification" if spec.text_pair else "classification")
-    return Task(name=f"glue-{spec.key}", type=task_type, labels=list(spec.labels),
+    return Task(name=f"glue-{spec.key}", type=spec.task_type, labels=list(spec.labels),
                 metrics=list(GLUE_TASKS[spec.key].metrics), splits=loaded,
                 positive_label=spec.positive_label,
                 description=f"GLUE {GLUE_TASKS[spec.key].name} from {folder}")

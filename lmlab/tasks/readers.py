@@ -1,7 +1,8 @@
 """Read labelled examples from CSV, TSV and JSON-lines files through a column mapping.
 
 A user's own task is three files (train/dev/test) and the names of the columns holding the
-text, the optional second text, and the label. Every problem is reported with the file, the line
+text, the optional second text, and the label (for multiple choice: the context, the choices
+and the index of the correct one). Every problem is reported with the file, the line
 and the fix: a missing column names the columns that are present, a label outside the label set
 names the label, the line and the valid labels.
 """
@@ -202,3 +203,83 @@ def load_table_task(name: str, files: dict[str, str | os.PathLike], text_column:
         positive_label = "1" if "1" in labels else labels[1]
     return Task(name=name, type=task_type, labels=labels, metrics=list(metrics), splits=splits,
                 positive_label=positive_label, description=f"from {', '.join(map(str, files.values()))}")
+
+
+def _choices_of(row: dict[str, Any], choice_columns: Sequence[str], columns: list[str],
+                path: Path, line: int) -> list[str]:
+    """The candidate answers of one row: one column per choice (SWAG's ``ending0..3``), or one
+    column holding a list (a JSON list, or a JSON-encoded list string in CSV/TSV)."""
+    if len(choice_columns) > 1:
+        return [str(_column(row, c, columns, path, line)) for c in choice_columns]
+    value = _column(row, choice_columns[0], columns, path, line)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = None
+    if not isinstance(value, list) or not value:
+        raise LmlabError(f"{path}, line {line}: column {choice_columns[0]!r} is not a list of "
+                         "choices", "give a JSON list of the candidate answers, or name one "
+                         "column per choice (--choices-column ending0,ending1,...)")
+    return [str(v) for v in value]
+
+
+def read_choices_table(path: str | os.PathLike, text_column: str, choices_columns: Sequence[str],
+                       label_column: str | None = None,
+                       format: str | None = None) -> list[Example]:
+    """Multiple-choice examples from a CSV/TSV/JSON-lines file.
+
+    Args:
+        text_column: the context (or question stem) shared by every choice.
+        choices_columns: one column holding the list of choices, or one column per choice.
+        label_column: the index of the correct choice, 0-based (None for unlabelled files).
+    """
+    path = Path(path)
+    examples = []
+    for line, row, columns in iter_rows(path, format):
+        text = _column(row, text_column, columns, path, line)
+        choices = _choices_of(row, choices_columns, columns, path, line)
+        label = None
+        if label_column is not None:
+            raw = _column(row, label_column, columns, path, line)
+            try:
+                index = int(str(raw).strip())
+            except ValueError:
+                index = -1
+            if not 0 <= index < len(choices):
+                raise LmlabError(f"{path}, line {line}: label {raw!r} is not the index of one "
+                                 f"of its {len(choices)} choices",
+                                 f"give the 0-based index (0..{len(choices) - 1}) of the correct "
+                                 "choice")
+            label = str(index)
+        examples.append(Example(id=f"{path.stem}-{line}", text=str(text), choices=choices,
+                                label=label, extra={"line": line}))
+    return examples
+
+
+def load_choice_task(name: str, files: dict[str, str | os.PathLike], text_column: str,
+                     choices_columns: Sequence[str], label_column: str = "label",
+                     format: str | None = None) -> Task:
+    """A multiple-choice :class:`Task` from table files, one per split.
+
+    Every example must have the same number of choices (a batch is one (B, C, T) tensor); the
+    labels are the choice indices ``"0" .. "C-1"`` and the metric is accuracy.
+    """
+    if not choices_columns:
+        raise LmlabError("no column of choices was named",
+                         "name the column with the list of choices, or one column per choice")
+    splits: dict[str, list[Example]] = {}
+    for split, path in files.items():
+        splits[split] = read_choices_table(path, text_column, choices_columns, label_column,
+                                           format)
+        if not splits[split]:
+            raise LmlabError(f"the {split} file {path} has no examples",
+                             f"give a {split} file with at least one labelled row")
+    counts = {len(e.choices or []) for examples in splits.values() for e in examples}
+    if len(counts) > 1:
+        raise LmlabError(f"the examples have different numbers of choices ({sorted(counts)})",
+                         "give every example the same number of choices")
+    count = counts.pop()
+    return Task(name=name, type="multiple-choice", labels=[str(i) for i in range(count)],
+                metrics=["accuracy"], splits=splits,
+                description=f"multiple choice from {', '.join(map(str, files.values()))}")
