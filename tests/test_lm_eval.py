@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import assert_close_rounding
 from torch.nn import functional as F
 
 from lmlab.evaluation.lm import (
@@ -40,7 +41,10 @@ def test_perplexity_full_window_equals_model_loss():
     ids = torch.randint(0, 61, (40,))
     result = perplexity(model, ids, max_length=64)
     assert result.tokens == 39 and result.windows == 1
-    assert math.isclose(result.perplexity, float(_nll(model, ids).mean().exp()), rel_tol=1e-5)
+    nll = _nll(model, ids)
+    # The same logits; only the mean of the 39 token losses sums in another order.
+    assert_close_rounding(result.nll, nll.mean(), terms=39, scale=float(nll.max()))
+    assert result.perplexity == math.exp(result.nll)
 
 
 def test_perplexity_sliding_window_scores_each_token_once():
@@ -57,7 +61,7 @@ def test_perplexity_sliding_window_scores_each_token_once():
         prev = end
         if end == 100:
             break
-    assert math.isclose(result.nll, total / 99, rel_tol=1e-5)
+    assert_close_rounding(result.nll, total / 99, terms=99)  # the same windows, summed again
     chunked = perplexity(model, ids, max_length=32, stride=32)
     # Plain chunking: the first token of each of the 4 chunks has no context and is not scored.
     assert chunked.tokens == 96 and chunked.windows == 4
@@ -76,7 +80,9 @@ def test_score_continuations_equals_naive(family):
         with torch.no_grad():
             log_probs = F.log_softmax(model(input_ids=ids[None]).logits[0, :-1], dim=-1)
         naive = sum(float(log_probs[len(prompt) - 1 + j, t]) for j, t in enumerate(cont))
-        assert math.isclose(float(score), naive, rel_tol=1e-4, abs_tol=1e-4)
+        # Cached prompt + padded batch vs one full pass: other kernels through 2 layers of
+        # sums of up to 64 terms, then a log-softmax over 61 words.
+        assert_close_rounding(score, naive, terms=64, depth=3)
 
 
 class CharTokenizer:
@@ -174,14 +180,12 @@ def test_calibrated_few_shot_subtracts_the_content_free_prior():
     assert flipped > 0
 
 
-def test_cloze_passages_and_accuracy():
+def test_cloze_passages():
+    """Passage extraction (the scorer is tested in test_eval_and_reports.py on a known answer)."""
     text = ("The old man walked slowly down the long road toward the village where he had "
             "lived for many years and he finally saw the church.")
     passages = cloze_passages([text, "too short."], min_words=10)
     assert passages == [(text[: text.rindex(" ")], "church")]
-    model = tiny()
-    result = lambada_cloze(model, CharTokenizer(), passages)
-    assert result["n"] == 1 and result["accuracy"] in (0.0, 1.0)
 
 
 @pytest.mark.slow

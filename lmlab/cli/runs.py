@@ -1,4 +1,4 @@
-"""``lmlab runs show runs/NAME``: a run's report (summary, last evaluation, cost)."""
+"""``lmlab runs show runs/NAME``: a run's report (summary, last evaluation, cost, host)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,11 @@ def summary_text(run_dir: Path) -> str:
     summary = run_summary(run_dir)
     lines = [f"run {run_dir} (in progress or interrupted: no report.md yet)",
              f"  steps {summary['steps']:,}, tokens {summary['tokens']:,}, "
-             f"{summary['elapsed']:.1f} s"]
+             f"{summary['elapsed']:.1f} s"
+             + (f", stopped by {summary['stop_reason']}" if summary["stop_reason"] else "")]
     if summary["last_loss"] is not None:
-        lines.append(f"  loss {summary['first_loss']:.4f} -> {summary['last_loss']:.4f}")
+        lines.append(f"  loss {summary['first_loss']:.4f} -> {summary['last_loss']:.4f} "
+                     f"(step {summary['last_loss_step']:,}, the last logged)")
     if summary["median_tokens_per_s"]:
         lines.append(f"  {summary['median_tokens_per_s']:,.0f} tokens/s (median)")
     if summary["last_eval"]:
@@ -34,11 +36,13 @@ def summary_text(run_dir: Path) -> str:
             for k, v in summary["last_eval"].items()))
     if summary["diverged_at"] is not None:
         lines.append(f"  DIVERGED at step {summary['diverged_at']}")
-    config = run_dir / "config.json"
-    if config.is_file():
-        hparams = json.loads(config.read_text(encoding="utf-8")).get("hparams", {})
-        keys = ("family", "size", "objective", "lr", "batch_size", "seq_len")
+    config_file = run_dir / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    hparams = config.get("hparams", {})
+    keys = ("family", "size", "objective", "lr", "batch_size", "seq_len")
+    if any(k in hparams for k in keys):
         lines.append("  " + ", ".join(f"{k}={hparams[k]}" for k in keys if k in hparams))
+    lines.append(f"  host: {config.get('host', 'not recorded')}")
     return "\n".join(lines)
 
 

@@ -17,6 +17,8 @@ Carbon: ``kg CO2e = kWh x PUE x grid intensity``. The default intensity
 in 2023 (Ember, *Global Electricity Review 2024*); pass your grid's figure. For comparison,
 Strubell et al. (2019) used the US average of 0.954 lb/kWh (432.7 g/kWh, EPA 2018) and a PUE
 of 1.58. Money: ``hours x devices x price per device-hour``; there is no default price.
+A run sets both with ``lmlab pretrain --price-per-hour P --grid-intensity G`` or a ``cost:``
+section of its config file (keys :data:`COST_SETTINGS`, checked by :func:`cost_settings`).
 """
 
 from __future__ import annotations
@@ -26,12 +28,43 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.host import describe_host
 
 DEFAULT_GRID_G_PER_KWH = 480.0
 STRUBELL_US_LB_PER_KWH = 0.954
 STRUBELL_PUE = 1.58
 LB_PER_KG = 2.20462262
 J_PER_KWH = 3.6e6
+
+
+COST_SETTINGS = {  # key of a run's cost: section -> what it is
+    "price_per_hour": "price per device-hour (your currency; no default: money is not priced)",
+    "grid_g_per_kwh": f"grid carbon intensity in g CO2e/kWh (default {DEFAULT_GRID_G_PER_KWH:g})",
+}
+
+
+def cost_settings(values: dict[str, Any] | None) -> dict[str, float]:
+    """A run's ``cost:`` settings checked before any work: known keys, numbers >= 0.
+
+    Returns the keyword arguments for :class:`CostTracker` (``price_per_hour``,
+    ``grid_g_per_kwh``); given values only.
+    """
+    checked: dict[str, float] = {}
+    for key, value in (values or {}).items():
+        if value is None:
+            continue
+        if key not in COST_SETTINGS:
+            raise LmlabError(f"unknown cost setting {key!r}",
+                             f"use {' or '.join(COST_SETTINGS)} in the cost: section")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not number >= 0 or number == float("inf"):
+            raise LmlabError(f"cost setting {key} = {value!r} is not a number >= 0",
+                             f"give the {COST_SETTINGS[key]}, e.g. 0.5")
+        checked[key] = number
+    return checked
 
 
 def co2_kg(energy_joules: float, grid_g_per_kwh: float = DEFAULT_GRID_G_PER_KWH,
@@ -83,6 +116,7 @@ class CostReport:
     price_per_device_hour: float | None
     money: float | None
     notes: list[str] = field(default_factory=list)
+    host: str = ""  # lmlab.utils.host.describe_host() of the machine that ran
 
     @property
     def energy_kwh(self) -> float | None:
@@ -109,6 +143,7 @@ class CostReport:
             ("FLOPs (model, total)", _si(self.flops, "FLOP")),
             ("wall time", f"{self.wall_seconds:,.1f} s"),
             ("device", f"{self.devices} x {self.device}, {self.precision}"),
+            ("host", self.host or "not recorded"),
             ("achieved", _si(self.achieved_flops_per_s, "FLOP/s")),
             ("peak (MFU denominator)", f"{peak}: {self.peak_label}"),
             ("MFU", mfu),
@@ -168,6 +203,7 @@ class CostTracker:
                  model_name: str | None = None):
         from lmlab.cost.flops import flops_per_token
 
+        cost_settings({"price_per_hour": price_per_hour, "grid_g_per_kwh": grid_g_per_kwh})
         self.config = config
         self.seq_len = int(seq_len)
         self.precision = precision.lower()
@@ -279,4 +315,5 @@ class CostTracker:
             money=(None if self.price_per_hour is None
                    else money(seconds, self.devices, self.price_per_hour)),
             notes=notes,
+            host=describe_host(),
         )

@@ -24,7 +24,9 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from lmlab.tasks.sampling import sample_examples
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.host import describe_host
 
 
 def _device(model: Any) -> torch.device:
@@ -241,16 +243,20 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
     Args:
         task: an ``lmlab.tasks`` Task (classification), or a built-in task's name.
         shots: one k or several (e.g. ``[0, 1, 8]``).
-        max_examples: evaluate the first N examples of ``split`` (None = all).
+        max_examples: evaluate N examples of ``split`` (None = all), drawn by
+            :func:`lmlab.tasks.sampling.sample_examples`: stable and label-stratified, the
+            sample fine-tuning uses, never a prefix (task files are sorted by label).
         seed: the random choice of shots (a fresh draw per test example, as in GPT-3).
         calibrate: contextual calibration (Zhao et al. 2021, "Calibrate before use"): the same
             prompt with the content-free text "N/A" in place of the test text gives each
             label's prior under these shots; the prediction is the label with the largest
             log-likelihood minus that prior (argmax of ``diag(p_cf)^-1 p``). It removes the
-            bias towards labels shown in the prompt, at twice the cost.
+            bias towards labels shown in the prompt, at twice the cost. The uncalibrated
+            accuracy of the same prompts comes for free and is returned too.
 
     Returns:
-        {k: {"accuracy": ..., "n": ..., "predictions": [label per example]}}.
+        {k: {"accuracy": ..., "n": ..., "predictions": [label per example]}}, plus
+        ``"uncalibrated_accuracy"`` when ``calibrate``.
     """
     _check_decoder(model)
     if isinstance(task, str):
@@ -264,7 +270,7 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
     fmt = fmt or FewShotFormat(
         instruction=f"Classify each text. Possible labels: "
                     f"{', '.join(label_text(label) for label in task.labels)}.")
-    examples = list(task.split(split))[: max_examples or None]
+    examples = sample_examples(task.split(split), max_examples)
     train = task.split("train")
     label_ids = [tokenizer.encode(" " + label_text(label), add_special_tokens=False)
                  for label in task.labels]
@@ -275,7 +281,7 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
             raise LmlabError(f"{k} shots requested; the train split has {len(train)} examples",
                              "use 0 or more shots, at most the train split's size")
         rng = random.Random(seed * 1000 + k)
-        correct, predictions = 0, []
+        correct, uncalibrated_correct, predictions = 0, 0, []
         items: Iterable = examples
         if show_progress:
             from lmlab.utils.progress import progress
@@ -287,6 +293,7 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
             scores = score_continuations(model, tokenizer.encode(prompt, add_special_tokens=False),
                                          label_ids)
             if calibrate:
+                uncalibrated_correct += task.labels[int(scores.argmax())] == example.label
                 neutral = render_prompt(chosen, CONTENT_FREE_TEXT, fmt)
                 scores = scores - score_continuations(
                     model, tokenizer.encode(neutral, add_special_tokens=False), label_ids)
@@ -294,6 +301,8 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
             correct += predictions[-1] == example.label
         results[k] = {"accuracy": correct / len(examples), "n": len(examples),
                       "predictions": predictions}
+        if calibrate:
+            results[k]["uncalibrated_accuracy"] = uncalibrated_correct / len(examples)
     return results
 
 
@@ -316,10 +325,15 @@ def few_shot_report(task: Any, split: str, results: dict[int, dict[str, float]])
     from collections import Counter
 
     count = int(next(iter(results.values()))["n"])
-    examples = list(task.split(split))[:count]
+    examples = sample_examples(task.split(split), count)  # the examples few_shot_evaluate scored
     majority = Counter(e.label for e in task.split("train")).most_common(1)[0][0]
     majority_accuracy = sum(e.label == majority for e in examples) / max(len(examples), 1)
     lines = [f"{task.name} ({split}, {count} examples, {len(task.labels)} labels): chance "
              f"{1 / len(task.labels):.3f}, majority class {majority!r} {majority_accuracy:.3f}"]
-    lines += [f"  {k:>2}-shot accuracy: {value['accuracy']:.3f}" for k, value in results.items()]
+    for k, value in results.items():
+        line = f"  {k:>2}-shot accuracy: {value['accuracy']:.3f}"
+        if "uncalibrated_accuracy" in value:
+            line += f" calibrated ({value['uncalibrated_accuracy']:.3f} without calibration)"
+        lines.append(line)
+    lines.append(f"  host: {describe_host()}")
     return "\n".join(lines)

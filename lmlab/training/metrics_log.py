@@ -1,9 +1,11 @@
 """``metrics.jsonl``: one JSON object per logged step or evaluation, plus optional TensorBoard.
 
 Train records: ``{"kind": "train", "step", "tokens", "loss", "lr", "tokens_per_s", "elapsed",
-...objective metrics}``. Eval records: ``{"kind": "eval", "step", "tokens", "eval_loss",
-"eval_<metric>"...}``. On resume the file is cut back to the checkpoint's step, so a resumed run's
-file reads like an uninterrupted one.
+...objective metrics}``, every ``log_every`` steps, at step 1 and at the last step. Eval records:
+``{"kind": "eval", "step", "tokens", "eval_loss", "eval_<metric>"...}``. A finished training
+session ends with ``{"kind": "end", "step", "tokens", "elapsed", "stop_reason"}``, which reports
+read as the run's true end. On resume the file is cut back to the checkpoint's step, so a resumed
+run's file reads like an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -69,9 +71,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def truncate_metrics(path: Path, step: int) -> None:
-    """Keep only the records of steps ``<= step`` (resuming from the checkpoint of ``step``)."""
+    """Keep only the records of steps ``<= step`` (resuming from the checkpoint of ``step``),
+    less "end" records: the run goes on, and writes its own end when it finishes."""
     path = Path(path)
     if not path.is_file():
         return
-    kept = [r for r in read_metrics(path) if int(r.get("step", 0)) <= step]
+    kept = [r for r in read_metrics(path)
+            if int(r.get("step", 0)) <= step and r.get("kind") != "end"]
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))

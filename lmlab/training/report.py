@@ -1,9 +1,10 @@
 """What a finished run leaves for people: the final model folder and ``report.md``.
 
-``report.md`` holds a summary (steps, tokens, time, stop reason), the hyperparameters and speed
-settings, the last evaluation, the loss curve (``loss.png``, matplotlib's Agg backend) and the
-cost report (``cost.md`` from :mod:`lmlab.cost`, when the run tracked cost). ``lmlab runs show``
-prints it; :func:`run_summary` rebuilds the summary from the files of a run still in progress.
+``report.md`` holds a summary (steps, tokens, time, stop reason, host), the hyperparameters and
+speed settings, the last evaluation, the loss curve (``loss.png``, matplotlib's Agg backend) and
+the cost report (``cost.md`` from :mod:`lmlab.cost`, when the run tracked cost). ``lmlab runs
+show`` prints it; :func:`run_summary` rebuilds the summary from the files of a run still in
+progress.
 """
 
 from __future__ import annotations
@@ -98,18 +99,30 @@ def plot_losses(records: list[dict[str, Any]], path: Path) -> Path | None:
 
 
 def run_summary(run_dir: Path) -> dict[str, Any]:
-    """Steps, tokens, time, last loss and last evaluation of a run, from its files."""
+    """Steps, tokens, time, stop reason, last loss and last evaluation of a run, from its files.
+
+    Steps, tokens and time come from the newest record of any kind (train, eval, or the "end"
+    record a finished run writes), not from the last *train* record: train records are written
+    every ``log_every`` steps, so the last one can lag the run's real end.
+    """
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in records if r.get("kind") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
     diverged = [r for r in records if r.get("kind") == "diverged"]
+    progress = [r for r in records if r.get("kind") in ("train", "eval", "end")]
+    newest: dict[str, Any] = {}
+    for record in progress:  # the last record of the highest step (a resumed run repeats steps)
+        if int(record.get("step", 0)) >= int(newest.get("step", 0)):
+            newest = record
     last = train[-1] if train else {}
     tps = [r["tokens_per_s"] for r in train[1:] if "tokens_per_s" in r] or \
         [r["tokens_per_s"] for r in train if "tokens_per_s" in r]
     return {
-        "steps": last.get("step", 0), "tokens": last.get("tokens", 0),
-        "elapsed": last.get("elapsed", 0.0), "last_loss": last.get("loss"),
+        "steps": newest.get("step", 0), "tokens": newest.get("tokens", 0),
+        "elapsed": newest.get("elapsed", 0.0),
+        "stop_reason": newest.get("stop_reason") if newest.get("kind") == "end" else None,
+        "last_loss": last.get("loss"), "last_loss_step": last.get("step"),
         "first_loss": train[0].get("loss") if train else None,
         "median_tokens_per_s": sorted(tps)[len(tps) // 2] if tps else None,
         "last_eval": {k: v for k, v in (evals[-1] if evals else {}).items()
@@ -135,8 +148,10 @@ def write_report(run_dir: Path) -> Path:
     lines = [f"# Run report: {run_dir.name}", "", "## Summary", ""]
     lines += [f"- steps: {summary['steps']:,}", f"- tokens: {summary['tokens']:,}",
               f"- wall time: {summary['elapsed']:.1f} s",
+              f"- stopped by: {summary['stop_reason'] or 'not finished'}",
               f"- loss: {_fmt(summary['first_loss'])} (first logged) -> "
-              f"{_fmt(summary['last_loss'])} (last logged)"]
+              f"{_fmt(summary['last_loss'])} (step {summary['last_loss_step']})",
+              f"- host: {config.get('host', 'not recorded')}"]
     if summary["median_tokens_per_s"] is not None:
         lines.append(f"- throughput: {summary['median_tokens_per_s']:,.0f} tokens/s (median of "
                      "logged windows)")

@@ -44,6 +44,7 @@ from lmlab.training.metrics_log import MetricsWriter, truncate_metrics
 from lmlab.training.optim import build_optimizer, param_groups, set_lr
 from lmlab.training.schedules import Schedule, estimate_horizon
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json
 from lmlab.utils.precision import precision_autocast
 
@@ -106,6 +107,8 @@ class Trainer:
         tokenizer_dir: a tokenizer folder copied next to the final model (self-contained).
         track_cost: attach an :class:`lmlab.cost` tracker when that package is available.
         measure_peak: let the cost tracker measure the CPU peak (a few seconds, cached).
+        cost_settings: ``price_per_hour`` and ``grid_g_per_kwh`` for the cost report's money
+            and CO2 (:func:`lmlab.cost.report.cost_settings`); written to config.json too.
     """
 
     def __init__(self, model: nn.Module, objective: nn.Module, train_stream: Any,
@@ -113,7 +116,8 @@ class Trainer:
                  eval_batches: Iterable[dict[str, torch.Tensor]] | None = None,
                  param_groups: list[dict[str, Any]] | None = None,
                  run_info: dict[str, Any] | None = None, tokenizer_dir: str | Path | None = None,
-                 track_cost: bool = True, measure_peak: bool = True):
+                 track_cost: bool = True, measure_peak: bool = True,
+                 cost_settings: dict[str, float] | None = None):
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.model = model
@@ -124,6 +128,7 @@ class Trainer:
         self.tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
         self.track_cost = track_cost
         self.measure_peak = measure_peak
+        self.cost_settings = dict(cost_settings or {})
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
         self.device = resolve_device(cfg.device, int(__import__("os").environ.get("LOCAL_RANK", 0)))
@@ -225,6 +230,9 @@ class Trainer:
         sections.update(self.run_info)
         sections["world_size"] = self.dist.world_size
         sections["device"] = str(self.device)
+        if self.cost_settings:
+            sections["cost"] = self.cost_settings
+        sections["host"] = describe_host()  # the machine of the newest session (reports show it)
         atomic_write_json(self.out_dir / "config.json", sections)
 
     # -- the step -------------------------------------------------------------------------------
@@ -403,6 +411,7 @@ class Trainer:
         batches = iter(self.stream)
         bar = self._progress_bar() if main else None
         window = {"tokens": 0, "seconds": 0.0}
+        record: dict[str, Any] | None = None  # the newest step's train record, until written
         stop = self._stop_reason(elapsed)
         try:
             while stop is None:
@@ -434,13 +443,14 @@ class Trainer:
                 # one elapsed value for every rank (the LR and the stop decision depend on it)
                 elapsed = all_reduce_sum([self._elapsed()], self.dist, self.device)[0]
                 elapsed /= self.dist.world_size
+                record = {"kind": "train", "step": self.step, "tokens": self.tokens,
+                          "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                          "tokens_per_s": window["tokens"] / max(window["seconds"], 1e-9),
+                          "elapsed": elapsed}
+                record.update({k: v for k, v in metrics.items() if k != "loss"})
                 if main and (self.step % cfg.log_every == 0 or self.step == 1):
-                    record = {"kind": "train", "step": self.step, "tokens": self.tokens,
-                              "loss": loss, "lr": lr, "grad_norm": grad_norm,
-                              "tokens_per_s": window["tokens"] / max(window["seconds"], 1e-9),
-                              "elapsed": elapsed}
-                    record.update({k: v for k, v in metrics.items() if k != "loss"})
                     writer.write(record)
+                    record = None
                     window = {"tokens": 0, "seconds": 0.0}
                 if bar is not None:
                     self._update_bar(bar, loss, seconds, tokens, horizon)
@@ -452,7 +462,12 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
+        if main and record is not None:  # the last step, off the log interval: log it too
+            writer.write(record)
         self._log_eval(writer)
+        if main:  # what reports read as the run's end (the last train record may be older)
+            writer.write({"kind": "end", "step": self.step, "tokens": self.tokens,
+                          "elapsed": self._elapsed(), "stop_reason": stop or ""})
         self.save_checkpoint()
         cost = None
         if tracker is not None:
@@ -507,7 +522,8 @@ class Trainer:
         tracker = CostTracker(config, self.cfg.seq_len, precision=self.cfg.precision,
                               device=self.device.type, devices=self.dist.world_size, head=head,
                               measure_peak=self.measure_peak,
-                              sparse_prediction_fraction=self._sparse_prediction_fraction())
+                              sparse_prediction_fraction=self._sparse_prediction_fraction(),
+                              **self.cost_settings)
         return tracker.start()
 
     def _sparse_prediction_fraction(self) -> float | None:
