@@ -3,10 +3,13 @@
 Batches of 32 real sentences of the default corpus in corpus order (so lengths vary as they
 really do), truncated to 128 tokens. Reference: transformers' BertModel with sdpa attention,
 padded to the longest sentence of each batch (how its users run it), and - for honesty - the
-same with batches formed after sorting by length. Ours: the default path (padding skipped),
-and bf16. Also batch-1 latency at 128 tokens and peak memory of loading + inference.
+same with batches formed after sorting by length. Ours: the plain call ``model(**batch)`` on
+a model from ``lmlab.from_pretrained`` (padding is skipped by default), the same with
+``skip_padding=False`` (what the default saves), and bf16. Also batch-1 latency at 128 tokens
+and peak memory of loading + inference.
 
     GLIBC_TUNABLES=... .venv/bin/python bench/bench_encoder_inference.py --batches 8 --reps 5
+    .venv/bin/python bench/bench_encoder_inference.py --size mini --batches 1 --reps 1  # smoke
 
 Prints JSON with medians and ratios (ours / reference); tokens/s counts real tokens only.
 """
@@ -62,14 +65,14 @@ torch.set_num_threads(2)
 batches = json.load(open({tokens_path!r}))
 if {side!r} == "ours":
     import lmlab
-    model = lmlab.from_pretrained({checkpoint!r}); model.transformer.skip_padding = True
+    model = lmlab.from_pretrained({checkpoint!r})
 else:
     import transformers
     model = transformers.BertModel.from_pretrained({checkpoint!r}, attn_implementation="sdpa").eval()
 load = peak_mb()
 with torch.inference_mode():
     for ids, mask in batches:
-        model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+        model(**{{"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}})
 print(json.dumps([load, peak_mb()]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -103,26 +106,24 @@ def main() -> None:
         for i in range(0, len(texts), args.batch_size):
             enc = tokenizer(texts[i:i + args.batch_size], padding=True, truncation=True,
                             max_length=128, return_tensors="pt")
-            out.append((enc["input_ids"], enc["attention_mask"]))
+            out.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
         return out
 
     corpus_order = batches_of(sentences)
     sorted_order = batches_of(sorted(sentences, key=lambda s: len(tokenizer.encode(s))))
-    real_tokens = sum(int(m.sum()) for _, m in corpus_order)
-    padded_tokens = sum(m.numel() for _, m in corpus_order)
+    real_tokens = sum(int(b["attention_mask"].sum()) for b in corpus_order)
+    padded_tokens = sum(b["attention_mask"].numel() for b in corpus_order)
 
     reference = transformers.BertModel.from_pretrained(work, attn_implementation="sdpa").eval()
-    ours = lmlab.from_pretrained(work)
-    ours.transformer.skip_padding = True
+    ours = lmlab.from_pretrained(work)  # as a user gets it: no setting touched
     ours_bf16 = lmlab.from_pretrained(work, dtype=torch.bfloat16)
-    ours_bf16.transformer.skip_padding = True
 
-    def throughput(model, batches):
+    def throughput(model, batches, **options):
         def run():
             start = time.perf_counter()
             with torch.inference_mode():
-                for ids, mask in batches:
-                    model(input_ids=ids, attention_mask=mask)
+                for batch in batches:
+                    model(**batch, **options)  # the plain call
             return real_tokens / (time.perf_counter() - start)
         return run
 
@@ -132,15 +133,16 @@ def main() -> None:
         "reference_padded": throughput(reference, corpus_order),
         "reference_length_sorted": throughput(reference, sorted_order),
         "ours_fp32": throughput(ours, corpus_order),
+        "ours_fp32_padding_computed": throughput(ours, corpus_order, skip_padding=False),
         "ours_bf16": throughput(ours_bf16, corpus_order),
     }, args.reps)
 
     with torch.inference_mode():
-        ids, mask = corpus_order[0]
-        real = mask.bool()
-        fp32 = ours(input_ids=ids, attention_mask=mask).last_hidden_state
-        bf16 = ours_bf16(input_ids=ids, attention_mask=mask).last_hidden_state.float()
-        ref = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+        batch = corpus_order[0]
+        real = batch["attention_mask"].bool()
+        fp32 = ours(**batch).last_hidden_state
+        bf16 = ours_bf16(**batch).last_hidden_state.float()
+        ref = reference(**batch).last_hidden_state
         bf16_deviation = float((fp32[real] - bf16[real]).abs().max())
         fp32_vs_reference = float((fp32[real] - ref[real]).abs().max())
 
@@ -158,7 +160,8 @@ def main() -> None:
     latencies = alternate({"reference": latency(reference), "ours": latency(ours)}, args.reps * 2)
 
     token_file = work / "batches.json"
-    token_file.write_text(json.dumps([(i.tolist(), m.tolist()) for i, m in corpus_order]))
+    token_file.write_text(json.dumps([(b["input_ids"].tolist(), b["attention_mask"].tolist())
+                                      for b in corpus_order]))
     memory = {side: peak_memory(side, str(work), str(token_file)) for side in ("reference", "ours")}
 
     ref_median = results["reference_padded"]["median"]

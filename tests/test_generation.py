@@ -15,6 +15,7 @@ from lmlab.generation.generate import (
 )
 from lmlab.models.model import LanguageModel
 from lmlab.models.presets_decoders import decoder_config
+from lmlab.utils.errors import LmlabError
 
 
 def tiny(family: str = "gpt2", vocab: int = 61, seed: int = 0) -> LanguageModel:
@@ -224,3 +225,185 @@ def test_pipeline_and_cli_on_saved_gpt2(tmp_path, capsys):
     assert main(["generate", str(tmp_path), "the cat", "--max-new-tokens", "5",
                  "--no-stream"]) == 0
     assert capsys.readouterr().out.startswith("the cat")
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer(smollm2_gguf):
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained(smollm2_gguf)
+
+
+def _streamed(model, tokenizer, prompt: str, stops: list[str], **options
+              ) -> tuple[str, list[str]]:
+    """(the streamed text joined, the text emitted so far after each generated token)."""
+    from lmlab.generation.generate import TextStreamer
+
+    pieces: list[str] = []
+    streamer = TextStreamer(tokenizer, pieces.append, stop_strings=stops)
+    after_each: list[str] = []
+
+    def record(tokens: torch.Tensor) -> None:
+        streamer(tokens)
+        after_each.append("".join(pieces))
+
+    ids = torch.tensor([tokenizer.encode(prompt)])
+    generate(model, ids, streamer=record, tokenizer=tokenizer, stop_strings=stops, **options)
+    streamer.end()
+    return "".join(pieces), after_each
+
+
+def test_streaming_with_stop_strings_prints_what_no_stream_returns(smol_tokenizer):
+    """The issue: streaming printed the stop string, --no-stream did not. For stop strings
+    inside one token, across two tokens, in the first token, a prefix that then diverges (held
+    back, then released) and one that never occurs, the streamed text equals the returned
+    text and never contains the stop string."""
+    tokenizer = smol_tokenizer
+    model = tiny("llama", vocab=len(tokenizer), seed=3)
+    prompt, n = "The cat", 16
+    ids = tokenizer.encode(prompt)
+    tokens = generate(model, torch.tensor([ids]), max_new_tokens=n)[0, len(ids):].tolist()
+    texts = [tokenizer.decode(tokens[:i]) for i in range(n + 1)]  # text after i tokens
+    full = texts[-1]
+    assert all(len(texts[i]) < len(texts[i + 1]) for i in range(n)), texts
+    cases = {
+        "across two tokens": texts[5][-2:] + full[len(texts[5]):len(texts[5]) + 2],
+        "inside one token": full[len(texts[7]) + 1:len(texts[8])],
+        "first token": full[:2],
+        "prefix then diverge": full[len(texts[3]) - 2:len(texts[4])] + "\u2603",
+        "never": "\u2603",
+    }
+    for name, stop in cases.items():
+        stops = [stop] if name != "inside one token" else [stop, cases["across two tokens"]]
+        returned = generate_text(model, tokenizer, prompt, max_new_tokens=n,
+                                 stop_strings=stops)[0]
+        expected = full[:min(full.find(s) if s in full else len(full) for s in stops)]
+        assert returned == expected, name
+        pieces: list[str] = []
+        streamed = generate_text(model, tokenizer, prompt, max_new_tokens=n,
+                                 stop_strings=stops, on_text=pieces.append)[0]
+        assert "".join(pieces) == streamed == returned, name
+        assert not any(s in "".join(pieces) for s in stops), name
+        joined, after_each = _streamed(model, tokenizer, prompt, stops, max_new_tokens=n)
+        assert joined == returned, name
+        if name == "prefix then diverge":
+            start = len(texts[3]) - 2  # the stop string's first 2 + len(token 4) characters
+            assert after_each[3] == full[:start], "the possible start of a stop string is held"
+            assert after_each[4].startswith(full[:len(texts[4])]), "and released when it diverges"
+
+
+def test_partial_stop_length():
+    from lmlab.generation.generate import partial_stop_length
+
+    assert partial_stop_length("Answer: yes. Q", ["Question:"]) == 1
+    assert partial_stop_length("Answer: yes. Quest", ["uest?", "Question:"]) == 5  # longest
+    assert partial_stop_length("Answer: yes.", ["Question:"]) == 0
+    assert partial_stop_length("ab", ["abc", "b"]) == 2
+    assert partial_stop_length("", ["abc"]) == 0
+
+
+def test_cli_stream_and_no_stream_print_the_same_with_stop(tmp_path, capsys):
+    """`lmlab generate --stop` prints the same text streamed (the default) and with --no-stream."""
+    from lmlab.cli import main
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    texts = ["the cat sat on the mat", "a dog ran in the park", "the sun is bright"] * 20
+    tokenizer = Tokenizer.train(texts, kind="bpe", vocab_size=300, template="gpt2",
+                                min_frequency=1)
+    model = tiny("gpt2", vocab=len(tokenizer), seed=1)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    args = ["generate", str(tmp_path), "the cat", "--max-new-tokens", "12"]
+    assert main(args + ["--no-stream"]) == 0
+    full = capsys.readouterr().out[len("the cat"):-1]
+    ids = tokenizer.encode("the cat")
+    tokens = generate(model, torch.tensor([ids]), max_new_tokens=12)[0, len(ids):].tolist()
+    boundary = len(tokenizer.decode(tokens[:4]))
+    stop = full[boundary - 1:boundary + 1]  # spans the 4th and 5th generated tokens
+    assert len(stop) == 2 and stop in full
+    outputs = []
+    for extra in ([], ["--no-stream"]):
+        assert main(args + ["--stop", stop] + extra) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] == "the cat" + full[:full.index(stop)] + "\n"
+
+
+def _single_character_token(tokenizer, tokens: list[int]) -> tuple[int, str] | None:
+    """A generated token whose text is one printable ASCII character that no other token of the
+    vocabulary contains: then "the text contains it" means "this token was generated"."""
+    vocab = [tokenizer.decode([i]) for i in range(len(tokenizer))]
+    for token in tokens:
+        text = vocab[token]
+        if len(text) == 1 and text.isprintable() and text.isascii() and text != " " \
+                and sum(text in piece for piece in vocab) == 1:
+            return token, text
+    return None
+
+
+def test_beam_search_stop_string_finishes_a_hypothesis_like_eos():
+    """A stop string finishes a beam exactly as an end-of-sequence token does (and eos beam
+    search equals transformers', tested above): with a one-character stop string that only one
+    token of the vocabulary contains, stop_strings=[c] and eos_token_id=token(c) give the same
+    beams. generate_text cuts the text before the stop string, and streams the best
+    hypothesis once at the end."""
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    texts = ["the cat sat on the mat", "a dog ran in the park", "the sun is bright"] * 20
+    tokenizer = Tokenizer.train(texts, kind="bpe", vocab_size=300, template="gpt2",
+                                min_frequency=1)
+    model = tiny("gpt2", vocab=len(tokenizer), seed=2)
+    prompts = [tokenizer.encode("the cat"), tokenizer.encode("a dog ran")]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    options = dict(max_new_tokens=10, num_beams=3, pad_token_id=0)
+    free = generate(model, ids, mask, **options)
+    found = _single_character_token(tokenizer, free[0, width + 1:].tolist())
+    assert found is not None, tokenizer.decode(free[0, width:].tolist())
+    token, stop = found
+    by_string = generate(model, ids, mask, stop_strings=[stop], tokenizer=tokenizer, **options)
+    by_eos = generate(model, ids, mask, eos_token_id=token, **options)
+    assert by_string.tolist() == by_eos.tolist()
+    assert not torch.equal(by_string[0], free[0, :by_string.shape[1]]) or \
+        by_string.shape[1] < free.shape[1], "the stop string changed the search"
+
+    best = tokenizer.decode(by_string[0, width:].tolist())
+    assert stop in best
+    pieces: list[str] = []
+    text = generate_text(model, tokenizer, "the cat", stop_strings=[stop], on_text=pieces.append,
+                         max_new_tokens=10, num_beams=3)[0]
+    assert text == best[:best.index(stop)] and pieces == [text]
+    with pytest.raises(LmlabError, match="streamer cannot follow beam search"):
+        generate(model, ids, mask, streamer=lambda t: None, **options)
+
+
+def test_bad_stop_strings_raise():
+    model = tiny("gpt2")
+    ids = torch.tensor([[1, 2]])
+    with pytest.raises(LmlabError, match="one string, not a list"):
+        generate(model, ids, stop_strings="\n", tokenizer=object())
+    with pytest.raises(LmlabError, match="empty"):
+        generate(model, ids, stop_strings=["x", ""], tokenizer=object())
+    with pytest.raises(LmlabError, match="need a tokenizer"):
+        generate(model, ids, stop_strings=["x"])
+
+
+@pytest.mark.slow
+def test_smollm2_streams_what_it_returns_with_stop_strings(smollm2_gguf):
+    """The real SmolLM2: "The three primary colors are" continues " the primary colors of the
+    RGB color model: red, blue, and green." (greedy, measured); with stop strings after a
+    token, across tokens (" red, blue") and one that starts like the text and diverges
+    ("colors of light"), streaming prints what --no-stream returns."""
+    from lmlab.pipelines.base import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(str(smollm2_gguf), head=None)
+    prompt = "The three primary colors are"
+    full = generate_text(model, tokenizer, prompt, max_new_tokens=16)[0]
+    for stops in ([","], [" red, blue"], ["colors of light"], ["\n", "RGB color"]):
+        pieces: list[str] = []
+        streamed = generate_text(model, tokenizer, prompt, max_new_tokens=16, stop_strings=stops,
+                                 on_text=pieces.append)[0]
+        returned = generate_text(model, tokenizer, prompt, max_new_tokens=16,
+                                 stop_strings=stops)[0]
+        assert "".join(pieces) == streamed == returned, stops
+        assert full.startswith(returned) and not any(s in returned for s in stops), stops

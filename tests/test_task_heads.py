@@ -1,10 +1,11 @@
 """Task heads against transformers: for every family x head, random-weight checkpoints load both
-ways and give the same logits (within 1e-4)."""
+ways and give the same logits (within float32 rounding: tests/conftest.py, rounding_tolerance)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import assert_close_rounding
 
 transformers = pytest.importorskip("transformers")
 
@@ -76,7 +77,13 @@ def test_head_parity_both_ways(tmp_path, family, head):
         expected = their_logits(theirs, head, batch)
         got = task_logits(ours, head, batch)
     assert got.shape == expected.shape
-    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    if head in ("token-classification", "question-answering"):
+        # Per-token logits: padding positions are no predictions, and lmlab skips the padding
+        # by default (models.md), so the real tokens are compared.
+        real = batch["attention_mask"].bool()  # (B, T)
+        got, expected = got[real], expected[real]
+    # Other kernels on each side: 2 layers and a head of sums of up to 64 terms.
+    assert_close_rounding(got, expected, terms=64, depth=3)
     # and back: our save -> their AutoModelFor... load
     ours.save_pretrained(tmp_path / "ours")
     auto = {"sequence-classification": transformers.AutoModelForSequenceClassification,
@@ -86,8 +93,8 @@ def test_head_parity_both_ways(tmp_path, family, head):
     reloaded = auto.from_pretrained(tmp_path / "ours").eval()
     assert type(reloaded) is cls
     with torch.no_grad():
-        torch.testing.assert_close(their_logits(reloaded, head, batch), expected,
-                                   atol=1e-4, rtol=1e-4)
+        assert_close_rounding(their_logits(reloaded, head, batch), their_logits(theirs, head, batch),
+                              terms=64, depth=3)
 
 
 def test_regression_head_and_labels_roundtrip(tmp_path):
@@ -101,7 +108,7 @@ def test_regression_head_and_labels_roundtrip(tmp_path):
         out = ours(**batch, labels=labels, heads=["sequence-classification"])
         ref = theirs(**batch, labels=labels)
     assert out.logits.shape == (2, 1)
-    torch.testing.assert_close(out.loss, ref.loss, atol=1e-5, rtol=1e-4)
+    assert_close_rounding(out.loss, ref.loss, terms=64, depth=3)
 
     model = ours
     add_task_head(model, "sequence-classification", 3, {0: "a", 1: "b", 2: "c"})
@@ -131,6 +138,7 @@ def test_lmlab_poolings(pooling):
         a = task_logits(model, "sequence-classification", {"input_ids": ids})
         b = task_logits(model, "sequence-classification",
                         {"input_ids": padded, "attention_mask": mask})
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # Padded rows change the matrix shapes, not the sums: rounding of 1 layer + head, 32 terms.
+    assert_close_rounding(a, b, terms=32, depth=2)
     width = 48 if pooling == "concat" else 16
     assert model.heads["sequence-classification"].classifier.in_features == width

@@ -93,7 +93,6 @@ class FeatureExtractor:
     def __init__(self, model, tokenizer, layer: int | str = "last", batch_size: int = 32,
                  max_length: int | None = None):
         self.model = model.eval()
-        self.model.transformer.skip_padding = True  # speed only: real-token outputs unchanged
         self.tokenizer = tokenizer
         self.layer = layer
         self.batch_size = batch_size

@@ -15,6 +15,12 @@ Conventions follow Hugging Face's ``generate`` so results can be compared token 
 - finished rows are filled with the pad id (the eos id when there is no pad);
 - left padding: position ids count real tokens only (``cumsum(mask) - 1``).
 
+Stop strings end a row (or, in beam search, finish a hypothesis, exactly as an end-of-sequence
+token would) at the step whose generated text first contains one. The returned tokens include
+the token that completed it; :func:`generate_text` cuts the text before the stop string, and
+:class:`TextStreamer` never prints it: it holds back any text that could still be the start of
+a stop string, so streamed and returned text are the same.
+
 Example:
     >>> out = generate(model, ids, attention_mask=mask, max_new_tokens=20, do_sample=True,
     ...                top_p=0.9, generator=torch.Generator().manual_seed(0))
@@ -74,6 +80,13 @@ class GenerationConfig:
         if self.early_stopping not in (True, False, "never"):
             raise LmlabError(f"early_stopping={self.early_stopping!r}",
                              "use True, False or 'never'")
+        if isinstance(self.stop_strings, str):
+            raise LmlabError(f"stop_strings={self.stop_strings!r} is one string, not a list",
+                             f"pass a list: stop_strings=[{self.stop_strings!r}]")
+        if any(not isinstance(stop, str) or not stop for stop in self.stop_strings):
+            raise LmlabError(f"stop_strings={self.stop_strings!r} holds an empty or non-text "
+                             "entry (an empty string would stop before the first token)",
+                             "give non-empty strings, e.g. stop_strings=['\\n']")
 
     @property
     def eos_ids(self) -> list[int]:
@@ -196,7 +209,8 @@ def make_config(config: GenerationConfig | None, model: Any, **overrides: Any) -
         config.pad_token_id = model.config.pad_token_id
     if config.pad_token_id is None and config.eos_ids:
         config.pad_token_id = config.eos_ids[0]
-    config.stop_strings = list(config.stop_strings or [])
+    if not isinstance(config.stop_strings, str):
+        config.stop_strings = list(config.stop_strings or [])
     config.validate()
     return config
 
@@ -212,7 +226,9 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
         model: a :class:`~lmlab.models.model.LanguageModel` with a causal ``"clm"`` head.
         config / options: a :class:`GenerationConfig` and/or its fields as keywords.
         generator: the random generator for sampling (seeded: reproducible output).
-        streamer: called after every step with the new tokens (B,) (greedy/sampling only).
+        streamer: called after every step with the new tokens (B,); greedy and sampling only
+            (beam search has no single stream until it ends: :func:`generate_text` hands its
+            ``on_text`` the best hypothesis at the end instead).
         tokenizer: needed for ``stop_strings`` (decodes the generated text).
 
     Returns:
@@ -232,11 +248,16 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
     if config.stop_strings and tokenizer is None:
         raise LmlabError("stop_strings need a tokenizer to decode the text",
                          "pass tokenizer=... to generate()")
+    if streamer is not None and config.num_beams > 1:
+        raise LmlabError("a streamer cannot follow beam search: the best hypothesis is known "
+                         "only when the search ends",
+                         "drop streamer=..., or use generate_text(..., on_text=...), which "
+                         "hands over the best hypothesis's text at the end")
     was_training = model.training
     model.eval()
     try:
         if config.num_beams > 1:
-            return _beam_search(model, input_ids, attention_mask, config)
+            return _beam_search(model, input_ids, attention_mask, config, tokenizer)
         return _sample(model, input_ids, attention_mask, config, generator, streamer, tokenizer)
     finally:
         model.train(was_training)
@@ -294,8 +315,11 @@ def cut_at_stop_strings(text: str, stops: Sequence[str]) -> str:
 
 # -- beam search ---------------------------------------------------------------------------------
 def _beam_search(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
-                 config: GenerationConfig) -> torch.Tensor:
-    """Beam search with Hugging Face's candidate selection, scoring and stopping rules."""
+                 config: GenerationConfig, tokenizer: Any) -> torch.Tensor:
+    """Beam search with Hugging Face's candidate selection, scoring and stopping rules.
+
+    A candidate whose generated text contains a stop string is finished, as if it had ended
+    with an end-of-sequence token (scored at its length so far)."""
     batch, prompt_len = input_ids.shape
     beams, device = config.num_beams, input_ids.device
     max_len = prompt_len + config.max_new_tokens
@@ -337,6 +361,9 @@ def _beam_search(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
         cand_len = torch.take_along_dim(generated, source, dim=1) + 1
 
         stops = torch.isin(tokens, eos) if len(eos) else torch.zeros_like(tokens, dtype=torch.bool)
+        if config.stop_strings:
+            texts = cand[:, :, prompt_len:cur + 1].reshape(batch * keep, -1)  # (B*keep, n)
+            stops |= _hits_stop_string(texts, tokenizer, config.stop_strings).view(batch, keep)
         if cur + 1 >= max_len:
             stops = torch.ones_like(stops)
 
@@ -391,7 +418,9 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
     """Generate continuations of text prompts; returns the new text of each (stop strings cut).
 
     Prompts are left-padded into one batch. ``seed`` seeds a fresh generator for sampling.
-    ``on_text`` streams the text of the first prompt as it is generated (batch size 1 only).
+    ``on_text`` receives the text of a single prompt's continuation in pieces as it is
+    generated, exactly the text returned (never a stop string); under beam search it gets the
+    best hypothesis's text in one piece when the search ends.
     """
     single = isinstance(prompts, str)
     texts = [prompts] if single else list(prompts)
@@ -411,24 +440,28 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
                              device=device)
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded],
                         device=device)
+    eos = options.pop("eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else None
+    config = make_config(config, model, eos_token_id=eos, pad_token_id=pad_id, **options)
     streamer = None
     if on_text is not None:
         if len(texts) != 1:
             raise LmlabError("streaming text works for one prompt at a time",
                              "call generate_text once per prompt when streaming")
-        streamer = TextStreamer(tokenizer, on_text, skip_special_tokens=skip_special_tokens)
-    eos = options.pop("eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else None
+        if config.num_beams == 1:
+            streamer = TextStreamer(tokenizer, on_text, skip_special_tokens=skip_special_tokens,
+                                    stop_strings=config.stop_strings)
     out = generate(model, input_ids, mask, config, generator=generator, streamer=streamer,
-                   tokenizer=tokenizer, eos_token_id=eos, pad_token_id=pad_id, **options)
-    if streamer is not None:
-        streamer.end()
-    stops = list(options.get("stop_strings") or (config.stop_strings if config else []))
+                   tokenizer=tokenizer)
     results = []
     for row in out[:, width:].tolist():
         text = tokenizer.decode(row, skip_special_tokens=skip_special_tokens)
-        results.append(cut_at_stop_strings(text, stops) if stops else text)
+        results.append(cut_at_stop_strings(text, config.stop_strings))
+    if streamer is not None:
+        streamer.end()
+    elif on_text is not None and results[0]:
+        on_text(results[0])  # beam search: the best hypothesis, once it is known
     return results
 
 
@@ -436,28 +469,59 @@ class TextStreamer:
     """Turns the per-step token callback into text pieces for one sequence.
 
     Decodes everything generated so far and emits the new suffix, holding back text that ends
-    in an incomplete UTF-8 character (byte-level BPE splits characters across tokens).
+    in an incomplete UTF-8 character (byte-level BPE splits characters across tokens) and text
+    that could be the start of a stop string (the longest suffix that is a prefix of one) until
+    the next tokens settle it. Once a stop string appears, the text before it is emitted and
+    nothing after. The pieces joined equal :func:`generate_text`'s result.
     """
 
     def __init__(self, tokenizer: Any, on_text: Callable[[str], None],
-                 skip_special_tokens: bool = True):
+                 skip_special_tokens: bool = True, stop_strings: Sequence[str] = ()):
         self.tokenizer = tokenizer
         self.on_text = on_text
         self.skip_special_tokens = skip_special_tokens
+        self.stop_strings = list(stop_strings)
         self.tokens: list[int] = []
-        self.emitted = 0
+        self.emitted = 0  # characters of the decoded text already handed to on_text
+        self.stopped = False
 
     def __call__(self, next_tokens: torch.Tensor) -> None:
-        self.tokens.append(int(next_tokens.reshape(-1)[0]))
-        text = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
-        if text.endswith("\ufffd"):
+        if self.stopped:
             return
-        if len(text) > self.emitted:
-            self.on_text(text[self.emitted:])
-            self.emitted = len(text)
+        self.tokens.append(int(next_tokens.reshape(-1)[0]))
+        self._flush(final=False)
 
     def end(self) -> None:
+        """Emit what was held back (generation is over: nothing can complete it now)."""
+        if not self.stopped:
+            self._flush(final=True)
+
+    def _flush(self, final: bool) -> None:
         text = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
-        if len(text) > self.emitted:
-            self.on_text(text[self.emitted:])
-            self.emitted = len(text)
+        cut = cut_at_stop_strings(text, self.stop_strings)
+        if len(cut) < len(text):
+            self.stopped, ready = True, len(cut)
+        elif final:
+            ready = len(text)
+        elif text.endswith("\ufffd"):
+            return
+        else:
+            ready = len(text) - partial_stop_length(text, self.stop_strings)
+        if ready > self.emitted:
+            self.on_text(text[self.emitted:ready])
+            self.emitted = ready
+
+
+def partial_stop_length(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of a stop string.
+
+    >>> partial_stop_length("The end. Q", ["Question:"])
+    1
+    """
+    longest = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:size]):
+                longest = size
+                break
+    return longest

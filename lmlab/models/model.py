@@ -11,7 +11,7 @@ from torch import nn
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.transformer import Transformer
-from lmlab.models.heads import HEADS, Pooler, build_head
+from lmlab.models.heads import IGNORE_INDEX, Pooler, build_head, head_spec
 from lmlab.models.outputs import ModelOutput
 
 
@@ -34,7 +34,7 @@ class LanguageModel(nn.Module):
         super().__init__()
         self.config = config
         self.transformer = Transformer(config)
-        needs_pooler = any(HEADS[name].needs_pooler for name in heads if name in HEADS)
+        needs_pooler = any(head_spec(name).needs_pooler for name in heads)
         self.pooler = Pooler(config) if (with_pooler or needs_pooler) else None
         self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})
         self.apply(self._init_weights)
@@ -70,7 +70,7 @@ class LanguageModel(nn.Module):
             head = build_head(name, self.config)
             head.apply(self._init_weights)
             self.heads[name] = head
-            if HEADS[name].needs_pooler and self.pooler is None:
+            if head_spec(name).needs_pooler and self.pooler is None:
                 self.pooler = Pooler(self.config)
                 self.pooler.apply(self._init_weights)
             self.tie_weights()
@@ -96,7 +96,7 @@ class LanguageModel(nn.Module):
         head = self.heads[name]
         if getattr(head, "takes_attention_mask", False):
             kwargs["attention_mask"] = attention_mask
-        if HEADS[name].needs_pooler:
+        if head_spec(name).needs_pooler:
             return head(pooled, **kwargs) if not getattr(head, "takes_hidden", False) else head(
                 hidden, pooled=pooled, **kwargs)
         return head(hidden, **kwargs)
@@ -114,16 +114,23 @@ class LanguageModel(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         heads: Sequence[str] | None = None,
+        skip_padding: bool = True,
     ) -> ModelOutput:
         """Run the stack and the heads (all, or those named in ``heads``).
 
-        With ``labels``, ``loss`` is the primary head's loss.
+        With ``labels``, ``loss`` is the primary head's loss. ``skip_padding`` (a speed
+        setting, on by default) computes only the real tokens of a padded batch; real-token
+        outputs and the loss are unchanged, padding positions hold zero hidden states (see
+        :meth:`Transformer.forward`). Labels that count a padding position switch it off.
         """
+        if skip_padding and _labels_read_padding(labels, attention_mask):
+            skip_padding = False
         out = self.transformer(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds,
             past_key_values=past_key_values, use_cache=use_cache,
             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+            skip_padding=skip_padding,
         )
         hidden = out.last_hidden_state
         pooled = self.pooler(hidden) if self.pooler is not None else None
@@ -151,3 +158,11 @@ class LanguageModel(nn.Module):
         from lmlab.interop.hf import save_pretrained
 
         return save_pretrained(self, path, **kwargs)
+
+
+def _labels_read_padding(labels: torch.Tensor | None, attention_mask: torch.Tensor | None) -> bool:
+    """Whether per-token ``labels`` (B, T) give a padding position a target (not -100): the
+    loss then reads the padding's logits, which skipping the padding would change."""
+    if labels is None or attention_mask is None or labels.shape != attention_mask.shape:
+        return False
+    return bool((labels[attention_mask == 0] != IGNORE_INDEX).any())

@@ -1,7 +1,7 @@
 """Text generation: continue prompts (or chat) with a causal LM.
 
 Example:
-    >>> generate = lmlab.pipeline("text-generation", model="SmolLM2-135M-Instruct.Q4_1.gguf")
+    >>> generate = lmlab.pipeline("text-generation", model="smollm2")
     >>> generate("Once upon a time", max_new_tokens=30, do_sample=True, top_p=0.9, seed=0)
     [{'generated_text': 'Once upon a time, ...'}]
 """

@@ -71,32 +71,24 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend; returns (output (B, T, H), probabilities (B, nh, Tq, Tk) or None).
 
-        With ``padding``, ``hidden_states`` holds only the real tokens (N, H): projections run on
-        them, and only the attention product sees the padded (B, T) layout.
+        With ``padding`` (self-attention only), ``hidden_states`` holds only the real tokens
+        (N, H): the projections run on them, only the attention product sees the padded (B, T)
+        layout, and the output is (N, H) again.
         """
         if padding is not None:
-            q_flat = self.q_proj(hidden_states)  # (N, nh*hd)
-            k_flat = self.k_proj(hidden_states)
-            v_flat = self.v_proj(hidden_states)
-            q = self._split_heads(padding.pad(q_flat), self.num_heads)  # (B, nh, T, hd)
-            k = self._split_heads(padding.pad(k_flat), self.num_kv_heads)
-            v = self._split_heads(padding.pad(v_flat), self.num_kv_heads)
-            k, v = self._share_kv_heads(k, v)
-            context = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
-                scale=self.scale)
-            context = context.transpose(1, 2).reshape(padding.batch, padding.length, -1)
-            return self.o_proj(padding.unpad(context)), None
-
-        batch, q_len, _ = hidden_states.shape
+            batch, q_len = padding.batch, padding.length
+            layout = padding.pad  # (N, D) -> (B, T, D), zeros at padding positions
+        else:
+            batch, q_len = hidden_states.shape[:2]
+            layout = _unchanged
         source = hidden_states if key_value_states is None else key_value_states
-        q = self._split_heads(self.q_proj(hidden_states), self.num_heads)  # (B, nh, Tq, hd)
+        q = self._split_heads(layout(self.q_proj(hidden_states)), self.num_heads)  # (B, nh, Tq, hd)
 
         if self.cross and cache is not None and cache.seq_len(layer_index) > 0:
             k, v = cache.keys[layer_index], cache.values[layer_index]  # encoder keys, computed once
         else:
-            k = self._split_heads(self.k_proj(source), self.num_kv_heads)  # (B, nkv, Tk, hd)
-            v = self._split_heads(self.v_proj(source), self.num_kv_heads)
+            k = self._split_heads(layout(self.k_proj(source)), self.num_kv_heads)  # (B, nkv, Tk, hd)
+            v = self._split_heads(layout(self.v_proj(source)), self.num_kv_heads)
             if rotary is not None:
                 cos, sin = rotary
                 q = apply_rotary(q, cos, sin)
@@ -124,4 +116,10 @@ class Attention(nn.Module):
                 scale=self.scale,
             )
         context = context.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)
+        if padding is not None:
+            context = padding.unpad(context)  # (N, nh*hd): real tokens only
         return self.o_proj(context), probs
+
+
+def _unchanged(x: torch.Tensor) -> torch.Tensor:
+    return x

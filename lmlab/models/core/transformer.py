@@ -22,15 +22,12 @@ class Transformer(nn.Module):
 
     ``forward`` takes the Hugging Face argument names. A decoder (``config.causal``) masks the
     future; ``past_key_values`` (a :class:`KVCache`) with ``use_cache=True`` makes decoding
-    incremental.
+    incremental. ``skip_padding`` (on by default) is a speed setting: see :meth:`forward`.
     """
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = config
-        # Speed setting, not a hyperparameter: compute only real tokens of padded batches
-        # (see core/unpad.py). Results at real tokens are unchanged.
-        self.skip_padding = False
         self.embeddings = Embeddings(config)
         count = 1 if config.share_layers else config.num_hidden_layers
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(count))
@@ -56,7 +53,20 @@ class Transformer(nn.Module):
         encoder_attention_mask: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        skip_padding: bool = True,
     ) -> TransformerOutput:
+        """Embed and run the layers; returns the last hidden state (B, T, H) and, on request,
+        every layer's hidden states, attention probabilities and the key/value cache.
+
+        ``skip_padding`` is a speed setting: when the batch is padded (a (B, T)
+        ``attention_mask`` with zeros, every row starting with a real token), the token-wise
+        work runs on the real tokens only (see core/unpad.py). Hidden states at real tokens
+        equal the padded computation within float noise; at padding positions they are zeros
+        (the padded computation leaves values there that nothing should read). It falls back
+        to the padded computation by itself where it cannot apply: a key/value cache, attention
+        probabilities requested, cross-attention, a 3-D mask, left padding. ``False`` always
+        computes the padding too (what transformers returns at padding positions).
+        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         cache = past_key_values if past_key_values is not None else (KVCache() if use_cache else None)
@@ -80,9 +90,8 @@ class Transformer(nn.Module):
                                                    encoder_hidden_states.shape[1], False, x.device)
 
         padding = None
-        if (self.skip_padding and mask is not None and attention_mask is not None
-                and attention_mask.dim() == 2 and not self.config.causal and cache is None
-                and not output_attentions and encoder_hidden_states is None and rotary is None):
+        if (skip_padding and cache is None and not output_attentions
+                and encoder_hidden_states is None and _skippable_padding(attention_mask)):
             padding = PaddingIndex.from_mask(attention_mask)
             x = padding.unpad(x)  # (N, H): real tokens only
         repad = padding.pad if padding is not None else (lambda t: t)
@@ -110,3 +119,10 @@ class Transformer(nn.Module):
             attentions=tuple(attentions) if output_attentions else None,
             past_key_values=cache if use_cache else None,
         )
+
+
+def _skippable_padding(attention_mask: torch.Tensor | None) -> bool:
+    """Whether ``attention_mask`` is a (B, T) padding mask with some padding and a real first
+    token in every row (where [CLS]-style poolers read: they must not read a skipped token)."""
+    return (attention_mask is not None and attention_mask.dim() == 2
+            and bool(attention_mask[:, 0].all()) and not bool(attention_mask.all()))
