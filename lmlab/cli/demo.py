@@ -29,22 +29,26 @@ def register(commands) -> None:
     p.add_argument("--max-eval-examples", type=int)
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument("--threads", type=int, help="torch threads (speed only)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out folder that holds files other than a demo's")
 
 
 def _demo(args: argparse.Namespace) -> int:
     from lmlab.demo.job import DemoConfig, load_summary, run_demo
     from lmlab.demo.report import print_summary
+    from lmlab.utils.checks import parse_int_list
     from lmlab.utils.durations import parse_duration
 
     config = DemoConfig(
         out=args.out, budget=parse_duration(args.budget),
         sources=args.sources.split(",") if args.sources else None,
         max_documents=args.max_documents, size=args.size, objective=args.objective,
-        seeds=tuple(int(s) for s in args.seeds.split(",")),
-        tasks=tuple(args.tasks.split(",")), max_train_examples=args.max_train_examples,
+        seeds=parse_int_list(args.seeds, "--seeds"),
+        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples, vocab_size=args.vocab_size,
         fresh=args.fresh, threads=args.threads,
     )
-    report = run_demo(config)
+    report = run_demo(config, overwrite=args.overwrite)
     print_summary(load_summary(args.out), report)
     return 0

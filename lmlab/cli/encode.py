@@ -9,7 +9,7 @@ import json
 def register(commands) -> None:
     p = commands.command(
         "fill-mask", help="top-k guesses of a masked-LM for each [MASK] in a text",
-        example='lmlab fill-mask runs/demo/pretrain "Paris is the [MASK] of France."',
+        example='lmlab fill-mask runs/mini "Paris is the [MASK] of France."',
         handler=_fill_mask)
     p.add_argument("model", help="model folder, run directory")
     p.add_argument("text", nargs="+", help="text(s) with one or more [MASK] tokens")
@@ -18,7 +18,7 @@ def register(commands) -> None:
 
     p = commands.command(
         "embed", help="sentence vectors (or token vectors) of texts from any layer",
-        example='lmlab embed MODEL "The vase broke." "Dawn broke." --pooling mean',
+        example='lmlab embed minilm "The vase broke." "Dawn broke." --pooling mean',
         handler=_embed)
     p.add_argument("model")
     p.add_argument("texts", nargs="+")
@@ -28,10 +28,11 @@ def register(commands) -> None:
                         "second_to_last, sum_last_four, concat_last_four, weighted_sum_all")
     p.add_argument("--normalize", action="store_true")
     p.add_argument("--out", help="write vectors to this .npy file instead of printing")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
     p = commands.command(
         "neighbours", help="contextual nearest neighbours of a word, next to its static vector",
-        example='lmlab neighbours MODEL --corpus corpus/ --word broke "The vase broke." "Dawn broke."',
+        example='lmlab neighbours minilm --corpus corpus/ --word broke "The vase broke." "Dawn broke."',
         handler=_neighbours)
     p.add_argument("model")
     p.add_argument("queries", nargs="+", help="query sentences containing --word")
@@ -44,7 +45,9 @@ def register(commands) -> None:
 
 def _fill_mask(args: argparse.Namespace) -> int:
     from lmlab.pipelines import pipeline
+    from lmlab.utils.checks import check_at_least
 
+    check_at_least(args.top_k, 1, "--top-k")
     fill = pipeline("fill-mask", model=args.model)
     for text in args.text:
         result = fill(text, top_k=args.top_k)
@@ -59,13 +62,25 @@ def _fill_mask(args: argparse.Namespace) -> int:
     return 0
 
 
-def _layer(value: str):
-    return int(value) if value.lstrip("-").isdigit() else value
+def _layer(value: str) -> int | str:
+    """A layer index (``-1``, ``0``, ...) or a strategy name of
+    :data:`lmlab.analysis.features.STRATEGIES`; an unknown name is refused before loading."""
+    if value.lstrip("-").isdigit():
+        return int(value)
+    from lmlab.analysis.features import STRATEGIES
+    from lmlab.utils.checks import check_names
+
+    check_names([value], list(STRATEGIES), "--layer", "layer strategy")
+    return value
 
 
 def _embed(args: argparse.Namespace) -> int:
     from lmlab.pipelines import pipeline
 
+    if args.out:
+        from lmlab.utils.checks import check_output_file
+
+        check_output_file(args.out, args.overwrite)
     embed = pipeline("feature-extraction", model=args.model, layer=_layer(args.layer))
     pooling = None if args.pooling == "none" else args.pooling
     vectors = embed(args.texts, pooling=pooling, normalize=args.normalize)
@@ -86,12 +101,26 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _neighbours(args: argparse.Namespace) -> int:
+    from lmlab.utils.checks import check_at_least, check_folder
+    from lmlab.utils.errors import LmlabError
+
+    check_folder(args.corpus, "--corpus", "give a folder written by `lmlab data build --out "
+                 "DIR`", holds="train.jsonl", what="corpus folder")
+    check_at_least(args.k, 1, "--k")
+    check_at_least(args.limit, 1, "--limit")
+    if not args.word.strip():
+        raise LmlabError("--word is empty", "give the word to look at, e.g. --word broke")
+    for query in args.queries:  # the word as text; the index checks it again as a token
+        if args.word.lower() not in query.lower():
+            raise LmlabError(f"the query {query!r} does not contain the word {args.word!r}",
+                             "use a query sentence that contains the indexed word")
+    layer = _layer(args.layer)
     from lmlab.analysis.neighbours import ContextualIndex, StaticWordVectors, corpus_sentences
     from lmlab.pipelines.base import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(args.model)
     index = ContextualIndex.build(model, tokenizer, corpus_sentences(args.corpus), args.word,
-                                  layer=_layer(args.layer), limit=args.limit)
+                                  layer=layer, limit=args.limit)
     print(f"indexed {len(index.sentences)} occurrences of {args.word!r} from {args.corpus}")
     static = StaticWordVectors(model, tokenizer)
     print(f"\nstatic vector of {args.word!r} (same for every sentence) is nearest to: "

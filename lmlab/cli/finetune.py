@@ -9,21 +9,26 @@ def register(commands) -> None:
     p = commands.command(
         "finetune", help="fine-tune a model on a task (BERT, ULMFiT or feature-based recipe), "
         "over one or several seeds",
-        example="lmlab finetune --task wordnet-supersense --model PATH --out runs/ss "
+        example="lmlab finetune --task wordnet-supersense --model minilm --out runs/ss "
                 "--seeds 0,1,2 --max-train-examples 1000",
         handler=_finetune)
     _task_args(p)
     p.add_argument("--model", required=True,
-                   help="Hugging Face folder, lmlab run dir, or random:PATH (same architecture, "
-                        "random weights)")
+                   help="Hugging Face folder, lmlab run dir, short name (minilm), or "
+                        "random:PATH (same architecture, random weights)")
     p.add_argument("--random-init", action="store_true",
                    help="randomly initialise the model's architecture (pretrained vs random)")
     p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out folder that already holds files")
     p.add_argument("--recipe", default="bert", choices=("bert", "ulmfit", "feature"))
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     p.add_argument("--max-train-examples", type=int, help="use the first N training examples")
     p.add_argument("--budget", help="training time limit per seed, e.g. 5m, 90s, 1h")
     p.add_argument("--epochs", type=int)
+    p.add_argument("--patience", type=int,
+                   help="early stopping: epochs without a better dev score (default: the "
+                        "recipe's, 2; feature 3)")
     p.add_argument("--lr", type=float)
     p.add_argument("--batch-size", type=int)
     p.add_argument("--max-length", type=int, help="tokens per sequence (default 128)")
@@ -39,13 +44,16 @@ def register(commands) -> None:
         example="lmlab evaluate --task wordnet-supersense --model runs/ss",
         handler=_evaluate)
     _task_args(p)
-    p.add_argument("--model", required=True, help="a fine-tuning run dir or a folder with a head")
+    p.add_argument("--model", required=True,
+                   help="a fine-tuning run dir (all its seed-N/: median and spread) or a folder "
+                        "with a head")
     p.add_argument("--splits", default="dev", help="comma-separated splits (default dev)")
     p.add_argument("--out", help="where to write results (default: the run dir)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--few-shot", help="causal LMs: comma-separated shot counts, e.g. 0,1,8")
     p.add_argument("--max-examples", type=int, default=100,
-                   help="--few-shot: score the first N examples of each split (default 100)")
+                   help="--few-shot: score N examples of each split, a stable label-stratified "
+                        "sample (default 100; 0 = all)")
     p.add_argument("--seed", type=int, default=0, help="--few-shot: the draw of the shots")
     p.add_argument("--calibrate", action="store_true",
                    help="few-shot: contextual calibration (subtract each label's log-likelihood "
@@ -54,39 +62,17 @@ def register(commands) -> None:
 
 
 def _task_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", required=True,
-                   help="built-in task (wordnet-supersense, wordnet-wic, fortunes-topic) or a "
-                        "name for the task given by --train/--dev")
-    # --size as in `lmlab baseline` and `lmlab tasks export-texts`; --split is its old name
-    p.add_argument("--size", "--split", dest="size", default="cpu", choices=("cpu", "full"),
-                   help="size of a built-in task (default cpu)")
-    p.add_argument("--train", help="training file (.csv, .tsv or .jsonl)")
-    p.add_argument("--dev", help="dev file")
-    p.add_argument("--test", help="test file (optional)")
-    p.add_argument("--text-column", default="text")
-    p.add_argument("--text-pair-column")
-    p.add_argument("--label-column", default="label")
-    p.add_argument("--type", choices=("classification", "pair-classification", "regression"))
+    from lmlab.cli._task_options import add_task_arguments
+
+    add_task_arguments(p)
 
 
-def load_task(args: argparse.Namespace):
-    """The task named by the arguments: built-in, or files through lmlab.tasks readers."""
-    from lmlab.tasks import load_builtin_task, load_table_task
-    from lmlab.tasks.builtin import BUILTIN_TASKS
-    from lmlab.utils.errors import LmlabError
+def load_task(args: argparse.Namespace, required: tuple[str, ...] = ()):
+    """The task named by the arguments (:func:`lmlab.tasks.load_task`, shared with
+    ``lmlab baseline``)."""
+    from lmlab.cli._task_options import task_from_args
 
-    if args.train or args.dev:
-        if not (args.train and args.dev) and not getattr(args, "model", None):
-            raise LmlabError("a task from files needs --train and --dev", "give both files")
-        files = {k: v for k, v in (("train", args.train), ("dev", args.dev),
-                                   ("test", args.test)) if v}
-        return load_table_task(args.task, files, args.text_column, args.label_column,
-                               args.text_pair_column, args.type)
-    if args.task not in BUILTIN_TASKS:
-        raise LmlabError(f"unknown task {args.task!r}",
-                         f"use a built-in task ({', '.join(BUILTIN_TASKS)}) or give --train and "
-                         "--dev files with --text-column/--label-column")
-    return load_builtin_task(args.task, size=args.size)
+    return task_from_args(args, required)
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -104,18 +90,46 @@ def parse_budget(text: str | None) -> float | None:
         raise LmlabError(f"cannot read the budget {text!r}", "write e.g. 90s, 5m or 1h") from None
 
 
+def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
+    """Check the numbers, the model and the --out folder before any work; returns the seeds."""
+    from pathlib import Path
+
+    from lmlab.finetune.settings import check_settings
+    from lmlab.utils.checks import parse_int_list
+    from lmlab.utils.errors import LmlabError
+    from lmlab.utils.io import check_output_folder
+
+    seeds = parse_int_list(args.seeds, "--seeds")
+    check_settings(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
+                   max_train_examples=args.max_train_examples, patience=args.patience,
+                   lr=args.lr, budget_seconds=parse_budget(args.budget))
+    check_output_folder(Path(args.out), args.overwrite, "fine-tuning run")
+    from lmlab.models.auto import resolve_model_dir  # imports torch: after the cheap checks
+
+    source = resolve_model_dir(str(args.model).removeprefix("random:"))
+    config_file = source / "config.json"
+    if args.max_length and config_file.is_file():
+        import json
+
+        positions = json.loads(config_file.read_text()).get("max_position_embeddings")
+        if positions and args.max_length > positions:
+            raise LmlabError(f"--max-length {args.max_length} exceeds the model's {positions} "
+                             "positions", f"use --max-length {positions} or less")
+    return seeds
+
+
 def _finetune(args: argparse.Namespace) -> int:
     import json
 
+    seeds = check_finetune_args(args)
+    task = load_task(args, required=("train", "dev"))
     from lmlab.finetune.runner import finetune, finetune_seeds
 
-    task = load_task(args)
-    seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     kwargs = dict(recipe=args.recipe, epochs=args.epochs, lr=args.lr,
                   batch_size=args.batch_size, max_train_examples=args.max_train_examples,
                   budget_seconds=parse_budget(args.budget), precision=args.precision,
                   random_init=args.random_init, layer=args.layer, pooling=args.pooling,
-                  max_length=args.max_length)
+                  max_length=args.max_length, patience=args.patience)
     if len(seeds) == 1:
         result = finetune(task, args.model, args.out, seed=seeds[0], **kwargs)
         print(json.dumps({k: result.get(k) for k in ("dev", "test", "best_epoch",
@@ -135,6 +149,11 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
     task = load_task(args)
+    from lmlab.utils.checks import check_at_least
+
+    check_at_least(args.max_examples, 0, "--max-examples")
+    for split in (s for s in args.splits.split(",") if s):
+        task.split(split)  # an unknown split is refused before the model loads
     if args.few_shot:
         from lmlab.evaluation.lm import few_shot_evaluate, few_shot_report, parse_shot_counts
         from lmlab.models.auto import from_pretrained

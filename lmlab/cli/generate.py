@@ -30,10 +30,11 @@ def _add_generation_options(p: argparse.ArgumentParser, max_new_tokens: int) -> 
 def register(commands) -> None:
     p = commands.command(
         "generate", help="continue a prompt with a causal LM, streaming tokens as they come",
-        example='lmlab generate SmolLM2-135M-Instruct.Q4_1.gguf "Once upon a time" '
+        example='lmlab generate smollm2 "Once upon a time" '
                 '--max-new-tokens 40 --sample --top-p 0.9',
         handler=_generate)
-    p.add_argument("model", help="model folder, lmlab run directory or .gguf file")
+    p.add_argument("model",
+                   help="model folder, lmlab run directory, .gguf file or short name (smollm2)")
     p.add_argument("prompt", nargs="+", help="prompt text(s); several run as one batch")
     _add_generation_options(p, 50)
     _add_model_options(p)
@@ -42,7 +43,7 @@ def register(commands) -> None:
 
     p = commands.command(
         "chat", help="chat with an instruction-tuned model using its chat template",
-        example="lmlab chat SmolLM2-135M-Instruct.Q4_1.gguf --system 'Answer briefly.'",
+        example="lmlab chat smollm2 --system 'Answer briefly.'",
         handler=_chat)
     p.add_argument("model")
     p.add_argument("--system", help="system message")
@@ -51,7 +52,7 @@ def register(commands) -> None:
 
     p = commands.command(
         "perplexity", help="sliding-window perplexity of a text file",
-        example="lmlab perplexity SmolLM2-135M-Instruct.Q4_1.gguf book.txt --stride 256",
+        example="lmlab perplexity smollm2 book.txt --stride 256",
         handler=_perplexity)
     p.add_argument("model")
     p.add_argument("file", help="UTF-8 text file")
@@ -63,7 +64,7 @@ def register(commands) -> None:
     p = commands.command(
         "lm-eval", help="evaluate a causal LM without fine-tuning: k-shot classification or "
                         "last-word cloze",
-        example="lmlab lm-eval --task fortunes-topic --model SmolLM2-135M-Instruct.Q4_1.gguf "
+        example="lmlab lm-eval --task fortunes-topic --model smollm2 "
                 "--few-shot 0,1,8 --max-examples 100",
         handler=_lm_eval)
     p.add_argument("--task", required=True,
@@ -81,11 +82,26 @@ def register(commands) -> None:
     _add_model_options(p)
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Check the generation and speed options before the model is loaded: the same
+    :meth:`GenerationConfig.validate` that ``generate_text`` runs."""
+    from lmlab.utils.checks import check_at_least
+
+    check_at_least(args.threads, 1, "--threads")
+    if hasattr(args, "max_new_tokens"):
+        from lmlab.generation.generate import GenerationConfig
+
+        options = _options(args)
+        options["stop_strings"] = list(args.stop)
+        GenerationConfig(**options).validate()
+
+
 def _load(args: argparse.Namespace):
     import torch
 
     from lmlab.pipelines.base import load_model_and_tokenizer
 
+    _check_options(args)
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.bf16 else None
@@ -157,15 +173,23 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _perplexity(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from lmlab.evaluation.lm import perplexity
+    from lmlab.utils.checks import check_at_least, check_file
     from lmlab.utils.errors import LmlabError
 
-    path = Path(args.file)
-    if not path.is_file():
-        raise LmlabError(f"{path} does not exist", "give the path of a UTF-8 text file")
+    path = check_file(args.file, "FILE", "give the path of a UTF-8 text file")
+    check_at_least(args.max_length, 2, "--max-length")
+    check_at_least(args.stride, 1, "--stride")
+    check_at_least(args.max_tokens, 2, "--max-tokens")
+    if args.stride and args.max_length and args.stride > args.max_length:
+        raise LmlabError(f"--stride {args.stride} is longer than --max-length {args.max_length}",
+                         "use a stride of at most the window length, e.g. half of it")
+    from lmlab.evaluation.lm import perplexity
+
     model, tokenizer = _load(args)
+    positions = model.config.max_position_embeddings
+    if args.max_length and args.max_length > positions:
+        raise LmlabError(f"--max-length {args.max_length} exceeds the model's {positions} "
+                         "positions", f"use --max-length {positions} or less")
     ids = tokenizer.encode(path.read_text(encoding="utf-8"), add_special_tokens=False)
     if args.max_tokens:
         ids = ids[: args.max_tokens]
@@ -183,13 +207,17 @@ def _lm_eval(args: argparse.Namespace) -> int:
         lambada_cloze,
         parse_shot_counts,
     )
+    from lmlab.utils.checks import check_at_least, check_folder
     from lmlab.utils.errors import LmlabError
 
     shots = parse_shot_counts(args.few_shot)
+    check_at_least(args.max_examples, 0, "--max-examples")  # 0: every example
     if args.task == "cloze":
         if not args.corpus:
             raise LmlabError("--task cloze needs --corpus DIR",
                              "build one with `lmlab data build --out DIR`")
+        check_folder(args.corpus, "--corpus", "give a folder written by `lmlab data build "
+                     "--out DIR`", holds="validation.jsonl", what="corpus folder")
         model, tokenizer = _load(args)
         passages = corpus_passages(args.corpus, limit=args.max_examples)
         result = {"task": "cloze", **lambada_cloze(model, tokenizer, passages,
@@ -199,6 +227,7 @@ def _lm_eval(args: argparse.Namespace) -> int:
     from lmlab.tasks.builtin import load_builtin_task
 
     task = load_builtin_task(args.task)
+    task.split(args.split)  # an unknown split is refused before the model loads
     model, tokenizer = _load(args)
     results = few_shot_evaluate(model, tokenizer, task, shots, split=args.split,
                                 max_examples=args.max_examples, seed=args.seed,

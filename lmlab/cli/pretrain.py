@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from lmlab.cli._common import pretrain_choices
 from lmlab.utils.errors import LmlabError
 
 # keys of the hparams: section that describe the model and data, not the TrainingConfig
@@ -33,6 +34,7 @@ _FLAGS: dict[str, tuple[str, str]] = {
     "eval_every": ("speed", "eval_every"), "save_every": ("speed", "save_every"),
     "keep_last": ("speed", "keep_last"), "log_every": ("speed", "log_every"),
     "strategy": ("speed", "strategy"), "device": ("speed", "device"),
+    "price_per_hour": ("cost", "price_per_hour"), "grid_intensity": ("cost", "grid_g_per_kwh"),
 }
 
 
@@ -48,13 +50,16 @@ def register(commands) -> None:
     )
     p.add_argument("--config", help="YAML/JSON file with hparams: and speed: sections "
                                      "(flags override it)")
-    p.add_argument("--family", help="model family (bert, roberta, albert, electra, gpt2, llama)")
-    p.add_argument("--size", help="preset size (tiny, mini, small, base, ...)")
-    p.add_argument("--objective", help="objective(s), comma-separated, e.g. mlm or mlm,sop")
+    choices = pretrain_choices()  # from the registries: what --help lists is what works
+    p.add_argument("--family", help=f"model family: {choices['families']}")
+    p.add_argument("--size", help=f"preset size of the family: {choices['sizes']}")
+    p.add_argument("--objective", help="objective(s), comma-separated, e.g. mlm or mlm,sop: "
+                                       f"{choices['objectives']}")
     p.add_argument("--shards", help="token-shard folder (from `lmlab data tokenize`)")
     p.add_argument("--out", required=True, help="run directory (resumed when it has checkpoints)")
     p.add_argument("--init", help="start from a checkpoint: a run directory, a checkpoint "
-                                  "folder or a Hugging Face model folder")
+                                  "folder, a Hugging Face model folder or a short name "
+                                  "from `lmlab models list` (minilm)")
     p.add_argument("--seq-len", type=int)
     p.add_argument("--batch-size", type=int, help="global batch size (sequences per step)")
     p.add_argument("--lr", type=float)
@@ -80,13 +85,22 @@ def register(commands) -> None:
     p.add_argument("--device", help="auto | cpu | cuda")
     p.add_argument("--tokenizer", help="tokenizer folder (default: the one the shards record)")
     p.add_argument("--no-cost", action="store_true", help="do not track FLOPs/energy/cost")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out folder that holds other files, or start a run "
+                        "that is there over (its checkpoints, metrics and model are removed) "
+                        "instead of resuming it")
+    p.add_argument("--price-per-hour", type=float,
+                   help="cost report: price per device-hour, for the money figure (no default)")
+    p.add_argument("--grid-intensity", type=float,
+                   help="cost report: grid carbon intensity in g CO2e/kWh (default 480, the "
+                        "2023 world average)")
 
 
 def resolve_settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Config file sections overlaid with the flags that were given."""
     from lmlab.training.config import load_config_file
 
-    sections: dict[str, dict[str, Any]] = {"hparams": {}, "speed": {}}
+    sections: dict[str, dict[str, Any]] = {"hparams": {}, "speed": {}, "cost": {}}
     if getattr(args, "config", None):
         loaded = load_config_file(args.config)
         for key in sections:
@@ -112,7 +126,14 @@ def training_config(sections: dict[str, dict[str, Any]]):
         hparams["budget_seconds"] = parse_duration(hparams["budget_seconds"])
     warmup = hparams.pop("warmup", None)
     if warmup is not None:
-        value = float(warmup)
+        try:
+            value = float(warmup)
+        except ValueError:
+            raise LmlabError(f"cannot read the warmup {warmup!r}",
+                             "give optimizer steps (e.g. --warmup 500) or a fraction of the "
+                             "run (e.g. --warmup 0.06)") from None
+        if value < 0:
+            raise LmlabError(f"--warmup must be >= 0, got {warmup}", "use e.g. 0.06 or 500")
         if 0 < value < 1:
             hparams["warmup_fraction"] = value
         else:
@@ -152,7 +173,12 @@ def build_model(hparams: dict[str, Any], tokenizer: Any):
     """A fresh preset model, or one initialised from ``hparams['init']``."""
     init = hparams.get("init")
     if init:
-        return load_init(Path(init), len(tokenizer))
+        model = load_init(Path(init), len(tokenizer))
+        positions, seq_len = model.config.max_position_embeddings, int(hparams.get("seq_len", 128))
+        if positions < seq_len:
+            raise LmlabError(f"--seq-len {seq_len} exceeds the --init model's {positions} "
+                             "positions", f"use --seq-len {positions} or less")
+        return model
     from lmlab.models.model import LanguageModel
     from lmlab.models.presets import preset
 
@@ -207,25 +233,101 @@ def load_init(path: Path, vocab_size: int):
     return model
 
 
+def check_pretrain_inputs(hparams: dict[str, Any], seq_len: int,
+                          tokenizer: str | None) -> tuple[Path, str]:
+    """Check every model and data argument before any work: the shards folder, the objective
+    names, the family and size (or the --init checkpoint), --seq-len against the model's
+    positions, the tokenizer folder. Returns (shards folder, objective spec)."""
+    from lmlab.models.presets import preset
+    from lmlab.objectives.registry import check_objective_spec
+    from lmlab.utils.checks import check_at_least, check_folder
+
+    shards = hparams.get("shards")
+    if not shards:
+        raise LmlabError("no training data given", "pass --shards DIR (from `lmlab data tokenize`)")
+    shards = check_folder(shards, "--shards", "give the folder written by `lmlab data tokenize "
+                          "--out SHARDS`", holds="manifest.json", what="token-shard folder")
+    spec = hparams.get("objective") or "mlm"
+    check_objective_spec(spec)
+    for key in ("objective_args", "model_args"):
+        if not isinstance(hparams.get(key) or {}, dict):
+            raise LmlabError(f"{key} must be a mapping of names to values, got "
+                             f"{hparams[key]!r}", f"write {key}: as a YAML mapping")
+    check_at_least(hparams.get("eval_batches"), 1, "--eval-batches")
+    if tokenizer is not None and not Path(tokenizer).exists():
+        raise LmlabError(f"--tokenizer {tokenizer} does not exist",
+                         "give the tokenizer folder the shards were written with")
+    init = hparams.get("init")
+    if init:
+        from lmlab.models.catalog import resolve_short_name
+
+        if not resolve_short_name(init).exists():
+            raise LmlabError(f"--init {init} does not exist", "give a run directory, a "
+                             "checkpoint folder, a Hugging Face model folder or a short name "
+                             "from `lmlab models list`")
+        return shards, spec
+    family, size = hparams.get("family"), hparams.get("size")
+    if not family or not size:
+        raise LmlabError("no model given", "pass --family and --size (or --init PATH)")
+    config = preset(family, size, **(hparams.get("model_args") or {}))
+    if config.max_position_embeddings < seq_len:
+        raise LmlabError(f"--seq-len {seq_len} exceeds the {family}-{size} model's "
+                         f"{config.max_position_embeddings} positions",
+                         f"use --seq-len {config.max_position_embeddings} or less")
+    return shards, spec
+
+
+def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any]) -> None:
+    """Refuse an --out folder that holds something else, or a run with other result-changing
+    settings (:func:`~lmlab.training.resume.check_resumable`), unless ``overwrite``; with
+    it, a previous run there is removed and started over."""
+    from lmlab.utils.io import check_output_folder
+
+    if not (out / "config.json").is_file():
+        check_output_folder(out, overwrite, "run")
+        return
+    import os
+
+    from lmlab.training.resume import check_resumable, remove_run
+
+    if overwrite:
+        if int(os.environ.get("RANK", 0)) == 0:  # under torchrun, one process removes
+            remove_run(out)
+    else:
+        check_resumable(out, config)
+
+
 def _pretrain(args: argparse.Namespace) -> int:
     import shutil
 
-    from lmlab.training.trainer import Trainer, seed_everything
+    from lmlab.cost.report import cost_settings
+    from lmlab.training.resume import shards_fingerprint
+    from lmlab.utils.io import read_json
 
     sections = resolve_settings(args)
     cfg = training_config(sections)
+    costs = cost_settings(sections["cost"])
     hparams = sections["hparams"]
+    shards, spec = check_pretrain_inputs(hparams, cfg.seq_len, args.tokenizer)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise LmlabError(f"--out {out} is a file", "give the path of a run folder")
+    tokenizer, tokenizer_dir = find_tokenizer(shards, args.tokenizer)
+    hparams["objective"] = spec
+    hparams.setdefault("eval_batches", 8)
+    data = {"shards": str(shards), "tokenizer": str(tokenizer_dir),
+            "tokenizer_fingerprint": tokenizer.fingerprint(),
+            "shards_fingerprint": shards_fingerprint(read_json(shards / "manifest.json"))}
+    extras = {k: hparams.get(k) for k in RUN_HPARAMS}
+    prepare_run_folder(out, args.overwrite,
+                       {"hparams": {**cfg.to_sections()["hparams"], **extras}, "data": data})
+
+    from lmlab.training.trainer import Trainer, seed_everything
+
     if cfg.threads:
         import torch
 
         torch.set_num_threads(cfg.threads)
-    shards = hparams.get("shards")
-    if not shards:
-        raise LmlabError("no training data given", "pass --shards DIR (from `lmlab data tokenize`)")
-    shards = Path(shards)
-    tokenizer, tokenizer_dir = find_tokenizer(shards, args.tokenizer)
-    spec = hparams.get("objective") or "mlm"
-
     from lmlab.data.pretraining import PretrainingStream, validation_batches
     from lmlab.objectives.registry import build_objective
     from lmlab.objectives.special_tokens import SpecialTokens
@@ -252,7 +354,6 @@ def _pretrain(args: argparse.Namespace) -> int:
     except LmlabError as error:
         print(f"lmlab: no validation batches ({error.problem}); evaluation is skipped",
               flush=True)
-    out = Path(args.out)
     run_tokenizer = out / "tokenizer"
     if not run_tokenizer.exists():
         from lmlab.training.report import copy_tokenizer
@@ -260,15 +361,14 @@ def _pretrain(args: argparse.Namespace) -> int:
         src = tokenizer_dir
         copy_tokenizer(src, run_tokenizer) if src.is_dir() else shutil.copy(src, run_tokenizer)
     run_info = {
-        "hparams_extra": {k: hparams[k] for k in RUN_HPARAMS if k in hparams},
+        "hparams_extra": {k: v for k, v in extras.items() if v is not None},
         "model": model.config.to_dict(),
         "objective": {"spec": spec, "heads": list(model.heads.keys())},
-        "data": {"shards": str(shards), "tokenizer": str(tokenizer_dir),
-                 "tokenizer_fingerprint": tokenizer.fingerprint()},
+        "data": data,
     }
     trainer = Trainer(model, objective, stream, cfg, out, eval_batches=eval_batches,
                       run_info=run_info, tokenizer_dir=run_tokenizer,
-                      track_cost=not args.no_cost)
+                      track_cost=not args.no_cost, cost_settings=costs)
     result = trainer.train()
     if trainer.dist.is_main:
         loss = f"{result.last_loss:.4f}" if result.last_loss is not None else "n/a"
@@ -276,6 +376,9 @@ def _pretrain(args: argparse.Namespace) -> int:
               f"{result.elapsed:.1f} s, last loss {loss}")
         if result.last_eval:
             print("lmlab: eval " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_eval.items()))
+        if result.cost is not None:
+            print("lmlab: cost of this session (" + str(out / "cost.md") + ")\n"
+                  + (out / "cost.md").read_text(encoding="utf-8").rstrip())
         print(f"lmlab: report {out / 'report.md'}; model {out / 'model'}")
     from lmlab.training.distributed import shutdown
 

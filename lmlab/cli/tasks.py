@@ -21,28 +21,19 @@ def register(commands) -> None:
     p.add_argument("--size", default="full", choices=("cpu", "full"),
                    help="task size (default full: its dev/test contain the cpu ones)")
     p.add_argument("--out", required=True, help="output text file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
     p = commands.command(
         "baseline", help="run the TF-IDF + logistic/ridge regression baseline on a task",
         example="lmlab baseline --task fortunes-topic --out runs/baseline-fortunes",
         handler=_baseline)
-    p.add_argument("--task", required=True,
-                   help="a built-in task, a GLUE task (with --glue-dir), or a name for the task "
-                        "given by --train/--dev/--test")
-    p.add_argument("--size", default="cpu", choices=("cpu", "full"),
-                   help="size of a built-in task (default cpu)")
-    p.add_argument("--glue-dir", help="folder of the GLUE data (glue_data/ with CoLA/, SST-2/, ...)")
-    p.add_argument("--train", help="training file (.csv, .tsv or .jsonl)")
-    p.add_argument("--dev", help="dev file, used to choose C")
-    p.add_argument("--test", help="test file (optional)")
-    p.add_argument("--text-column", default="text", help="column of the text (default text)")
-    p.add_argument("--text-pair-column", help="column of the second text of a pair task")
-    p.add_argument("--label-column", default="label", help="column of the label (default label)")
-    p.add_argument("--type", choices=("classification", "pair-classification", "regression"),
-                   help="task type (default: pair-classification with --text-pair-column, "
-                        "else classification)")
+    from lmlab.cli._task_options import add_task_arguments
+
+    add_task_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder (metrics.json, predictions)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out folder that already holds files")
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -79,50 +70,29 @@ def _task_names(values: list[str]) -> list[str]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from lmlab.tasks.builtin import export_eval_texts
+    from lmlab.tasks.builtin import BUILTIN_TASKS, export_eval_texts
+    from lmlab.utils.checks import check_names, check_output_file
 
     names = _task_names(args.task)
+    check_names(names, list(BUILTIN_TASKS), "--task", "built-in task")
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    check_names(splits or [args.splits], ["train", "dev", "test"], "--splits", "split")
+    check_output_file(args.out, args.overwrite)
     count = export_eval_texts(names, args.out, splits=splits, size=args.size)
     print(f"wrote {count} texts of {', '.join(names)} ({', '.join(splits)}) to {args.out}")
     return 0
-
-
-def _load_task(args: argparse.Namespace):
-    from lmlab.tasks.builtin import BUILTIN_TASKS, load_builtin_task
-    from lmlab.utils.errors import LmlabError
-
-    if args.train or args.dev:
-        if not (args.train and args.dev):
-            raise LmlabError("a task from files needs both --train and --dev",
-                             "give --train FILE --dev FILE (and optionally --test FILE)")
-        from lmlab.tasks.readers import load_table_task
-
-        files = {"train": args.train, "dev": args.dev}
-        if args.test:
-            files["test"] = args.test
-        return load_table_task(args.task, files, text_column=args.text_column,
-                               label_column=args.label_column,
-                               text_pair_column=args.text_pair_column, task_type=args.type)
-    if args.glue_dir:
-        from lmlab.tasks.glue import load_glue_task
-
-        return load_glue_task(args.task, args.glue_dir)
-    if args.task in BUILTIN_TASKS:
-        return load_builtin_task(args.task, args.size)
-    raise LmlabError(f"unknown task {args.task!r}",
-                     f"use a built-in task ({', '.join(BUILTIN_TASKS)}), a GLUE task with "
-                     "--glue-dir, or give --train/--dev files")
 
 
 def _baseline(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from lmlab.cli._task_options import task_from_args
     from lmlab.tasks.baseline import run_tfidf_baseline
-    from lmlab.utils.io import atomic_write_json, atomic_write_text
+    from lmlab.utils.io import atomic_write_json, atomic_write_text, check_output_folder
 
-    task = _load_task(args)
+    check_output_folder(args.out, args.overwrite, "baseline")
+    task = task_from_args(args, required=("train", "dev"))
     result = run_tfidf_baseline(task, seed=args.seed, return_predictions=True)
     predictions = result.pop("predictions")
     out = Path(args.out)

@@ -130,6 +130,12 @@ def estimate_run(model: str, tokens: float, device: str = "v100", devices: int =
         raise LmlabError(f"MFU must be in (0, 1], got {mfu}", "pass e.g. --mfu 0.3")
     if devices < 1:
         raise LmlabError(f"device count must be at least 1, got {devices}", "pass --count 1 or more")
+    if peak_flops_per_s is not None and not peak_flops_per_s > 0:
+        raise LmlabError(f"peak must be positive, got {peak_flops_per_s:g} FLOP/s",
+                         "pass e.g. --peak-tflops 125, or leave it out for the data sheet's")
+    if power_watts is not None and not power_watts > 0:
+        raise LmlabError(f"power per device must be positive, got {power_watts:g} W",
+                         "pass e.g. --power-watts 300, or leave it out for the TDP")
     config = preset_config(model)
     head = head or default_head(config)
     schedule = parse_seq_len_schedule(seq_len)

@@ -71,6 +71,40 @@ class DemoConfig:
         runs = max(1, len(self.tasks) * len(self.seeds) * 2)
         return FINETUNE_SHARE * self.budget / runs
 
+    def validate(self) -> None:
+        """Check every setting before any stage runs: a typo in ``tasks`` must not cost the
+        data stages and the pretraining first. Names are checked against the registries
+        (tasks, sources, model presets, objectives), numbers against their ranges."""
+        from lmlab.data.build import resolve_sources
+        from lmlab.models.presets import preset
+        from lmlab.objectives.registry import check_objective_spec
+        from lmlab.tasks.builtin import BUILTIN_TASKS
+        from lmlab.utils.checks import check_at_least, check_names
+
+        if self.budget < 30:
+            raise LmlabError(f"a budget of {self.budget:.0f} s is too small for the demo",
+                             "give at least 30s (the default is 20m; about 2m makes a smoke run)")
+        if not self.tasks:
+            raise LmlabError("--tasks names no task", f"use some of: {', '.join(BUILTIN_TASKS)}")
+        check_names(self.tasks, list(BUILTIN_TASKS), "--tasks", "task")
+        if not self.seeds or any(isinstance(s, bool) or not isinstance(s, int)
+                                 for s in self.seeds):
+            raise LmlabError(f"--seeds {self.seeds!r} must be one or more whole numbers",
+                             "write e.g. --seeds 0,1,2")
+        if self.sources is not None:
+            resolve_sources(self.sources)
+        positions = preset(self.family, self.size).max_position_embeddings
+        if self.seq_len > positions:
+            raise LmlabError(f"seq_len {self.seq_len} exceeds the {self.family}-{self.size} "
+                             f"model's {positions} positions", f"use {positions} or less")
+        check_objective_spec(self.objective)
+        check_at_least(self.vocab_size, 128, "--vocab-size")
+        for option, value in (("--max-documents", self.max_documents),
+                              ("--max-train-examples", self.max_train_examples),
+                              ("--max-eval-examples", self.max_eval_examples),
+                              ("--threads", self.threads)):
+            check_at_least(value, 1, option)
+
     def result_settings(self) -> dict[str, Any]:
         values = asdict(self)
         for name in ("out", "fresh", "threads"):
@@ -96,15 +130,27 @@ def _subset_eval(task, count: int | None):
                 task.positive_label, task.description)
 
 
-def run_demo(config: DemoConfig) -> Path:
-    """Run (or resume) the whole demo; returns the path of the markdown report."""
+def check_demo_folder(out: str | Path, overwrite: bool = False) -> None:
+    """Refuse an ``out`` folder that holds something other than a demo (no ``stages/``)
+    unless ``overwrite``: the demo then writes its stages and report beside what is there."""
+    from lmlab.utils.io import check_output_folder
+
+    if not (Path(out) / "stages").is_dir():
+        check_output_folder(out, overwrite, "demo")
+
+
+def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
+    """Run (or resume) the whole demo; returns the path of the markdown report.
+
+    Every setting is checked (:meth:`DemoConfig.validate`) and ``config.out`` must be new, a
+    demo folder, or ``overwrite`` given, before anything is computed or written.
+    """
+    config.validate()
+    check_demo_folder(config.out, overwrite)
     import torch
 
     if config.threads:
         torch.set_num_threads(config.threads)
-    if config.budget < 30:
-        raise LmlabError(f"a budget of {config.budget:.0f} s is too small for the demo",
-                         "give at least 30s (the default is 20m; about 2m makes a smoke run)")
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     log = StageLog()
@@ -112,30 +158,21 @@ def run_demo(config: DemoConfig) -> Path:
     started = time.perf_counter()
     settings = config.result_settings()
 
-    # 1. the corpus, without the evaluation texts of the built-in tasks
-    def exclude_stage(folder: Path):
-        from lmlab.tasks.builtin import export_eval_texts
-
-        lines = export_eval_texts(["wordnet-supersense", "wordnet-wic", "fortunes-topic"],
-                                  folder / "eval-texts.txt")
-        return {"lines": lines, "path": str(folder / "eval-texts.txt")}
-
-    _say("1/7 evaluation texts to keep out of the corpus")
-    _, excluded = stages.run("exclude", {"tasks": ["wordnet-supersense", "wordnet-wic",
-                                                   "fortunes-topic"], "v": 1}, exclude_stage)
-
+    # 1. the corpus, without the dev/test texts of the built-in tasks (build_corpus's default)
     def corpus_stage(folder: Path):
         from lmlab.data.build import build_corpus
 
-        manifest = build_corpus(config.sources, folder / "corpus", exclude=[excluded["path"]],
+        manifest = build_corpus(config.sources, folder / "corpus",
                                 max_documents=config.max_documents)
         return {"words": manifest["total_words"], "documents": manifest["total_documents"],
+                "excluded_texts": sum(e["texts"] for e in manifest["exclude"]),
+                "excluded_words": manifest["excluded_words"],
                 "excluded_documents": manifest["excluded_documents"]}
 
-    _say("2/7 corpus")
+    _say("1/6 corpus, without the built-in tasks' dev/test texts")
     corpus_folder, corpus = stages.run(
         "corpus", {"sources": config.sources, "max_documents": config.max_documents,
-                   "exclude": excluded}, corpus_stage)
+                   "exclude": "builtin-tasks-dev-test-segments"}, corpus_stage)
     corpus_dir = corpus_folder / "corpus"
 
     # 2. tokenizer and shards
@@ -147,7 +184,7 @@ def run_demo(config: DemoConfig) -> Path:
         tokenizer.save_pretrained(folder / "tokenizer")
         return {"vocab_size": len(tokenizer), "fingerprint": tokenizer.fingerprint()}
 
-    _say("3/7 WordPiece tokenizer and token shards")
+    _say("2/6 WordPiece tokenizer and token shards")
     tok_folder, tok_info = stages.run("tokenizer", {"corpus": corpus_folder.name,
                                                     "vocab_size": config.vocab_size},
                                       tokenizer_stage)
@@ -186,7 +223,7 @@ def run_demo(config: DemoConfig) -> Path:
             raise LmlabError(f"pretraining failed (exit {code})", f"see {run}/report.md")
         return {"run": str(run)}
 
-    _say(f"4/7 pretraining a BERT-{config.size} with {config.objective} "
+    _say(f"3/6 pretraining a BERT-{config.size} with {config.objective} "
          f"({config.pretrain_seconds / 60:.1f} min)")
     pretrain_inputs = {"shards": shards_folder.name, "family": config.family, "size": config.size,
                        "objective": config.objective, "seq_len": config.seq_len,
@@ -201,7 +238,7 @@ def run_demo(config: DemoConfig) -> Path:
 
     results: dict[str, dict[str, list[dict]]] = {}
     per_run = config.finetune_seconds_per_run
-    _say(f"5/7 fine-tuning on {', '.join(config.tasks)} x seeds {list(config.seeds)} "
+    _say(f"4/6 fine-tuning on {', '.join(config.tasks)} x seeds {list(config.seeds)} "
          f"({per_run:.0f} s per run), and the TF-IDF baseline")
     for task_name in config.tasks:
         task = _subset_eval(load_builtin_task(task_name, "cpu"), config.max_eval_examples)
@@ -252,7 +289,7 @@ def run_demo(config: DemoConfig) -> Path:
                                                   config.neighbour_occurrences),
                 "fill_mask": fill_mask_examples(pretrained_model, FILL_MASK_EXAMPLES)}
 
-    _say("6/7 contextual neighbours and fill-mask")
+    _say("5/6 contextual neighbours and fill-mask")
     _, analysis = stages.run("analysis", {"model": pretrain_folder.name,
                                           "examples": CONTEXT_EXAMPLES,
                                           "fill": FILL_MASK_EXAMPLES,
@@ -260,12 +297,12 @@ def run_demo(config: DemoConfig) -> Path:
                              analysis_stage)
 
     # 6. the report (always rewritten: cheap, and it records this invocation's timings)
-    _say("7/7 report")
+    _say("6/6 report")
     from lmlab.demo.report import write_report
 
     summary = {
         "settings": settings, "corpus": corpus, "tokenizer": tok_info, "shards": shards,
-        "excluded_eval_texts": excluded["lines"], "pretrain_run": pretrain["run"],
+        "excluded_eval_texts": corpus["excluded_texts"], "pretrain_run": pretrain["run"],
         "results": results, "analysis": analysis, "stages": log.entries,
         "data_seconds": round(data_seconds, 1),
         "total_seconds": round(time.perf_counter() - started, 1),

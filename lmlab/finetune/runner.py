@@ -2,7 +2,7 @@
 dev metric, best-checkpoint selection, predictions and plots in the run directory.
 
 A run directory ``runs/NAME`` holds ``model/`` (a Hugging Face folder with the task head and
-the tokenizer; for the feature recipe ``feature_head.safetensors`` + the encoder's path),
+the tokenizer; for the feature recipe the frozen encoder + ``feature_head.safetensors``),
 ``finetune.json`` (task, recipe, seed, history), ``metrics.json``, ``predictions-<split>.jsonl``
 and ``confusion-<split>.png``. With several seeds each seed has ``seed-N/`` and the run directory
 has ``summary.json`` (median and spread over seeds).
@@ -36,6 +36,7 @@ from lmlab.finetune.heads import (
 )
 from lmlab.finetune.objective import TaskObjective
 from lmlab.finetune.recipes import (
+    FeatureClassifier,
     FeatureHead,
     Recipe,
     discriminative_groups,
@@ -50,6 +51,7 @@ from lmlab.finetune.results import (
     write_metrics,
     write_predictions,
 )
+from lmlab.tasks.sampling import sample_examples  # also imported from here by callers
 from lmlab.tasks.types import Task
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json
@@ -180,16 +182,6 @@ def predict_examples(model, tokenizer, task: Task, examples, batch_size: int = 6
 
 
 # -- training --------------------------------------------------------------------------------------
-def sample_examples(examples: list, count: int | None) -> list:
-    """``count`` examples drawn by a stable hash of their ids (the same subset for every seed
-    and system). Never a prefix: task files are often sorted by id, hence by label."""
-    from lmlab.tasks.builtin import hash_unit
-
-    if not count or count >= len(examples):
-        return list(examples)
-    return sorted(examples, key=lambda e: hash_unit(f"subset:{e.id}"))[:count]
-
-
 def _subset(task: Task, max_train_examples: int | None) -> Task:
     if not max_train_examples:
         return task
@@ -222,7 +214,11 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     ``patience`` epochs without improvement. ``budget_seconds`` bounds the training time.
     """
     from lmlab.finetune.recipes import RECIPES
+    from lmlab.finetune.settings import check_settings
 
+    check_settings(epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
+                   max_train_examples=max_train_examples, patience=patience,
+                   budget_seconds=budget_seconds)
     if recipe not in RECIPES:
         raise LmlabError(f"unknown recipe {recipe!r}", f"use one of {', '.join(RECIPES)}")
     rec = get_recipe(recipe, epochs=epochs, lr=lr, batch_size=batch_size, pooling=pooling,
@@ -237,7 +233,6 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer, folder = load_model(model_source, random_init, seed)
-    model.transformer.skip_padding = True  # speed only: real-token outputs unchanged
     started = time.perf_counter()
     if rec.frozen_encoder:
         result = _train_feature(task, model, tokenizer, rec, seed, budget_seconds, precision,
@@ -478,17 +473,11 @@ def _train_feature(task: Task, model, tokenizer, rec: Recipe, seed: int,
             return decode(head(vectors))
 
     def saver(path: Path) -> None:
-        from safetensors.torch import save_file
-
-        from lmlab.utils.io import atomic_path
-
-        path.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path / "feature_head.safetensors") as tmp:
-            save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp))
-        atomic_write_json(path / "feature_head.json",
-                          {"layers": layers, "hidden": hidden, "outputs": _num_labels(task),
-                           "layer": layer, "pooling": pooling, "labels": list(task.labels),
-                           "max_length": rec.max_length})
+        # the encoder, its tokenizer and the head: the folder loads on its own (lmlab evaluate,
+        # lmlab.from_pretrained, pipelines), wherever the base model was
+        FeatureClassifier(model, head, pooling, list(task.labels),
+                          rec.max_length).save_pretrained(path)
+        tokenizer.save_pretrained(path)
 
     return {"history": history, "best_epoch": best_epoch, "stop_reason": stop or "epochs",
             "encode_seconds": encode_seconds, "scalar_mix": mix,
@@ -516,24 +505,55 @@ def finetune_seeds(task: Task, model_source: str | Path, out_dir: str | Path,
 
 
 # -- evaluation of a finished run --------------------------------------------------------------
+def seed_runs(path: str | Path) -> list[tuple[int, Path]]:
+    """The ``seed-N/`` run directories of a several-seed run, by seed (empty for one run)."""
+    path = Path(path)
+    if not path.is_dir() or (path / "model").exists():
+        return []
+    found = []
+    for child in path.glob("seed-*"):
+        suffix = child.name.removeprefix("seed-")
+        if child.is_dir() and suffix.lstrip("-").isdigit():
+            found.append((int(suffix), child))
+    return sorted(found)
+
+
 def evaluate(task: Task, model_source: str | Path, out_dir: str | Path | None = None,
              splits: tuple[str, ...] = ("dev",), precision: str = "fp32",
              batch_size: int = 64, max_length: int = 128) -> dict[str, Any]:
     """Metrics of a fine-tuned model (a run dir or a Hugging Face folder with a task head) on
-    ``splits``; writes predictions, metrics and confusion plots into ``out_dir`` when given."""
+    ``splits``; writes predictions, metrics and confusion plots into ``out_dir`` when given.
+
+    A run with several seeds (``seed-N/`` folders) is evaluated seed by seed (their files go to
+    ``out_dir/seed-N/``): ``result["seeds"]`` lists the seeds, ``result["per_seed"]`` holds each
+    seed's result and ``result[split]`` the median and spread of every metric over the seeds,
+    as in the ``summary.json`` of ``lmlab finetune --seeds``."""
+    seeds = seed_runs(model_source)
+    out = Path(out_dir) if out_dir is not None else None
+    if not seeds:
+        return _evaluate_run(task, model_source, out, splits, precision, batch_size, max_length)
+    runs = [_evaluate_run(task, folder, out / folder.name if out is not None else None, splits,
+                          precision, batch_size, max_length) for _, folder in seeds]
+    result: dict[str, Any] = {"task": task.name, "model": str(model_source),
+                              "seeds": [seed for seed, _ in seeds],
+                              "per_seed": {str(seed): run for (seed, _), run in zip(seeds, runs)}}
+    for split in splits:
+        if any(split in run for run in runs):
+            result[split] = summarize_seeds(runs, split)
+    if out is not None:
+        write_metrics(out / "eval-metrics.json", result)
+    return result
+
+
+def _evaluate_run(task: Task, model_source: str | Path, out: Path | None,
+                  splits: tuple[str, ...], precision: str, batch_size: int,
+                  max_length: int) -> dict[str, Any]:
+    """:func:`evaluate` of one run (one seed) or model folder."""
     from lmlab.models.auto import resolve_model_dir
 
-    path = Path(model_source)
-    if (path / "seed-0").is_dir() and not (path / "model").exists():
-        path = path / "seed-0"
-    folder = resolve_model_dir(path)
-    out = Path(out_dir) if out_dir is not None else None
-    if (folder / "feature_head.json").exists():
-        raise LmlabError(f"{folder} holds a feature-based head; its dev/test results are in "
-                         "the run's metrics.json", "evaluate a full fine-tuning run")
+    folder = resolve_model_dir(model_source)
     model, tokenizer, _ = load_model(folder)
     check_head_matches(model, task)
-    model.transformer.skip_padding = True
     result: dict[str, Any] = {"task": task.name, "model": str(model_source)}
     started = time.perf_counter()
     count = 0

@@ -52,6 +52,23 @@ def available_objectives() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def check_objective_spec(spec: str) -> list[str]:
+    """The canonical names in ``spec`` (``"mlm,sop"``), checked against the registry without
+    building (or importing) anything, so a typo is refused before any work starts."""
+    names = [part.strip() for part in str(spec).split(",") if part.strip()]
+    if not names:
+        raise LmlabError(f"empty objective spec {spec!r}", "name one, e.g. 'mlm' or 'mlm,sop'")
+    canonical = [_ALIASES.get(name, name) for name in names]
+    # the plugin modules' names are in the lazy table already: no import (torch) needed here
+    unknown = [name for name in canonical if name not in _REGISTRY]
+    if unknown:
+        raise LmlabError(f"unknown objective {', '.join(repr(n) for n in unknown)} in {spec!r}",
+                         f"available objectives: {', '.join(available_objectives())}")
+    if len(set(canonical)) != len(canonical):
+        raise LmlabError(f"objective spec {spec!r} names an objective twice", "list each once")
+    return canonical
+
+
 def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:

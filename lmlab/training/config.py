@@ -75,8 +75,24 @@ class TrainingConfig:
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
         self.validate()
 
+    def _check_types(self) -> None:
+        """Numbers must be numbers: a config file's ``lr: 1e-3`` is text to YAML 1.1 (it wants
+        ``1.0e-3``), and comparing text with a number would fail with a traceback."""
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), str(f.type)
+            if value is None and "None" in kind:
+                continue
+            if kind.startswith("float") and (isinstance(value, bool)
+                                             or not isinstance(value, int | float)):
+                raise LmlabError(f"{f.name} must be a number, got {value!r}",
+                                 f"write {f.name} as a number (in YAML: 1.0e-3, not 1e-3)")
+            if kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):
+                raise LmlabError(f"{f.name} must be a whole number, got {value!r}",
+                                 f"write {f.name} as a whole number, e.g. 1")
+
     def validate(self) -> None:
         """Raise :class:`LmlabError` on values that cannot work."""
+        self._check_types()
         if self.schedule not in SCHEDULES:
             raise LmlabError(f"unknown learning-rate schedule {self.schedule!r}",
                              f"use one of: {', '.join(SCHEDULES)}")
@@ -107,6 +123,24 @@ class TrainingConfig:
         if self.keep_last < 1:
             raise LmlabError(f"keep_last must be >= 1, got {self.keep_last}",
                              "keep at least the last checkpoint")
+        for name, minimum in (("batch_size", 1), ("seq_len", 1), ("log_every", 1),
+                              ("eval_every", 1), ("save_every", 1), ("threads", 1),
+                              ("workers", 0), ("warmup_steps", 0)):
+            value = getattr(self, name)
+            if value is not None and value < minimum:
+                raise LmlabError(f"{name} must be >= {minimum}, got {value!r}",
+                                 f"set {name} to {minimum} or more")
+        if self.weight_decay < 0:
+            raise LmlabError(f"weight_decay must be >= 0, got {self.weight_decay}",
+                             "use 0 (off) or e.g. 0.01")
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            raise LmlabError(f"clip_norm must be positive, got {self.clip_norm}",
+                             "use e.g. 1.0, or leave it unset (null) for no clipping")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise LmlabError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}",
+                             "use 0 (decay to zero) or e.g. 0.1")
+        if self.device != "auto" and self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
+            raise LmlabError(f"unknown device {self.device!r}", "use auto, cpu or cuda[:N]")
 
     # -- sections -------------------------------------------------------------------------------
     @classmethod
@@ -151,7 +185,8 @@ class TrainingConfig:
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or JSON run config with ``hparams:`` and ``speed:`` sections."""
+    """Read a YAML or JSON run config with ``hparams:`` and ``speed:`` sections (and an
+    optional ``cost:`` section: price per hour and grid intensity for the cost report)."""
     path = Path(path)
     if not path.is_file():
         raise LmlabError(f"config file {path} does not exist", "pass an existing .yaml or .json")
@@ -167,8 +202,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not ({"hparams", "speed"} & set(data)):
         raise LmlabError(f"config file {path} has no hparams: or speed: section",
                          "write two sections, hparams: (result-changing) and speed: (speed-only)")
-    extra = sorted(set(data) - {"hparams", "speed"})
+    extra = sorted(set(data) - {"hparams", "speed", "cost"})
     if extra:
         raise LmlabError(f"config file {path} has unknown sections: {', '.join(extra)}",
-                         "use only hparams: and speed:")
+                         "use only hparams:, speed: and cost:")
     return data

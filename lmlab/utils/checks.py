@@ -1,0 +1,116 @@
+"""Small checks that API entry points run on their arguments before any work.
+
+Each raises :class:`LmlabError` naming the option and the bad value, with the fix. They are
+torch-free so that a command refuses bad input in the time Python takes to start. ``option``
+is the name a person typed (``--batch-size``); the library functions that call these pass
+the same name, so the CLI and the API raise the same error for the same value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmlab.utils.errors import LmlabError
+
+
+def parse_int_list(text: str, option: str, example: str = "0,1,2") -> tuple[int, ...]:
+    """Comma-separated integers (``"0,1,2"`` -> ``(0, 1, 2)``); at least one, none repeated."""
+    parts = [part.strip() for part in str(text).split(",") if part.strip()]
+    try:
+        values = tuple(int(part) for part in parts)
+    except ValueError:
+        raise LmlabError(f"{option} {text!r} is not a list of whole numbers",
+                         f"write comma-separated integers, e.g. {option} {example}") from None
+    if not values:
+        raise LmlabError(f"{option} {text!r} names no number",
+                         f"write comma-separated integers, e.g. {option} {example}")
+    if len(set(values)) != len(values):
+        raise LmlabError(f"{option} {text!r} repeats a value", "list each value once")
+    return values
+
+
+def _check_number(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise LmlabError(f"{option} must be a number, got {value!r}",
+                         f"give {option} a number (in YAML: 1.0e-3, not 1e-3)")
+
+
+def check_at_least(value: float | None, minimum: float, option: str) -> None:
+    """``value >= minimum`` (``None`` means "not given" and passes)."""
+    if value is None:
+        return
+    _check_number(value, option)
+    if value < minimum:
+        raise LmlabError(f"{option} must be at least {minimum:g}, got {value:g}",
+                         f"give {option} {minimum:g} or more")
+
+
+def check_positive(value: float | None, option: str) -> None:
+    """``value > 0`` (``None`` passes)."""
+    if value is None:
+        return
+    _check_number(value, option)
+    if not value > 0:
+        raise LmlabError(f"{option} must be positive, got {value:g}",
+                         f"give {option} a number greater than 0")
+
+
+def check_fraction(value: float | None, option: str, include_zero: bool = False) -> None:
+    """``value`` in (0, 1] (or [0, 1] with ``include_zero``; ``None`` passes)."""
+    if value is None:
+        return
+    _check_number(value, option)
+    low_ok = value >= 0 if include_zero else value > 0
+    if not (low_ok and value <= 1):
+        interval = "[0, 1]" if include_zero else "(0, 1]"
+        raise LmlabError(f"{option} must be in {interval}, got {value:g}",
+                         f"give {option} a fraction such as 0.5")
+
+
+def check_names(names: list[str] | tuple[str, ...], known: list[str] | tuple[str, ...],
+                option: str, what: str) -> None:
+    """Every one of ``names`` is in ``known`` (the registry of ``what``)."""
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise LmlabError(f"{option}: unknown {what} {', '.join(repr(n) for n in unknown)}",
+                         f"use one of: {', '.join(known)}")
+
+
+def check_file(path: str | Path, option: str, fix: str) -> Path:
+    """``path`` is an existing, readable file."""
+    path = Path(path)
+    if not path.exists():
+        raise LmlabError(f"{option} {path} does not exist", fix)
+    if not path.is_file():
+        raise LmlabError(f"{option} {path} is a folder, not a file", fix)
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+    except OSError as error:
+        raise LmlabError(f"{option} {path} cannot be read ({error.strerror})", fix) from None
+    return path
+
+
+def check_folder(path: str | Path, option: str, fix: str, holds: str | None = None,
+                 what: str = "folder") -> Path:
+    """``path`` is an existing folder (holding the file ``holds``, when given: what makes it
+    the right kind of folder, e.g. ``manifest.json`` for token shards)."""
+    path = Path(path)
+    if not path.exists():
+        raise LmlabError(f"{option} {path} does not exist", fix)
+    if not path.is_dir():
+        raise LmlabError(f"{option} {path} is a file, not a {what}", fix)
+    if holds is not None and not (path / holds).is_file():
+        raise LmlabError(f"{option} {path} is not a {what} (it has no {holds})", fix)
+    return path
+
+
+def check_output_file(path: str | Path, overwrite: bool, option: str = "--out") -> Path:
+    """Refuse to replace an existing file without ``overwrite`` (and a folder in any case)."""
+    path = Path(path)
+    if path.is_dir():
+        raise LmlabError(f"{option} {path} is a folder", f"give {option} a file name")
+    if path.exists() and not overwrite:
+        raise LmlabError(f"{option} {path} already exists",
+                         "choose another file name, or pass --overwrite to replace it")
+    return path
