@@ -24,6 +24,7 @@ from lmlab.finetune.results import summarize_seeds
 from lmlab.finetune.runner import finetune_seeds, sample_examples
 from lmlab.tasks import load_builtin_task, run_tfidf_baseline
 from lmlab.tasks.types import Task
+from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json, atomic_write_text
 from lmlab.utils.paths import minilm_dir
 
@@ -81,9 +82,11 @@ def render(results: dict, args: argparse.Namespace, seeds: tuple[int, ...]) -> s
         "(early stopping), so dev numbers are optimistic; test is untouched.",
         "",
         f"Training examples per task: {args.max_train_examples or 'all (4,000)'}; dev/test "
-        f"examples: {args.max_eval_examples or 'all (1,000)'} (subsets drawn by a stable hash "
-        "of the example ids, the same for every system and seed); epochs (BERT recipe): "
+        f"examples: {args.max_eval_examples or 'all (1,000)'} (subsets: stable, label-stratified "
+        "samples by hashes of the example ids, the same for every system and seed); epochs (BERT recipe): "
         f"{args.epochs or 3}; batch size {args.batch_size or 32}; precision {args.precision}.",
+        "",
+        f"Host of the times (s) below: {describe_host()}.",
         "",
         "Systems: **minilm-finetuned** = all-MiniLM-L6-v2 (real weights), BERT recipe (AdamW, "
         "10% warmup, linear decay, every weight trained); **minilm-random** = the same "

@@ -33,6 +33,9 @@ def test_report_has_every_part(demo_run):
     page = (out / "report.html").read_text()
     assert "<table>" in page and "data:image/png;base64," in page
     assert "MFU" in report and "FLOPs" in report
+    from lmlab.utils.host import describe_host
+
+    assert describe_host().split(",")[0] in report  # the host beside the run's time
 
 
 def test_report_numbers_come_from_the_run(demo_run):

@@ -3,52 +3,131 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
 Handler = Callable[[argparse.Namespace], Any]
 
+# What each command group is for (shown in ``lmlab --help`` and the group's own --help).
+GROUP_HELP = {
+    "cost": "estimate and measure what training costs: FLOPs, MFU, time, energy, CO2, money",
+    "data": "corpora and token shards: list the offline sources, build a corpus, tokenize it",
+    "models": "offline pretrained checkpoints known by short name (minilm, smollm2)",
+    "runs": "look at run directories written by `lmlab pretrain`",
+    "tasks": "the built-in downstream tasks: list them, export their evaluation texts",
+    "tokenizer": "train a WordPiece / BPE / Unigram tokenizer and encode text with it",
+}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps epilog examples as written and never breaks a name at a hyphen
+    (``small-generator-released`` stays one word in the option help)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
 
 class CommandRegistry:
     """Lets each CLI module add top-level commands (``lmlab pretrain``) or commands inside a
-    group shared by several modules (``lmlab data build`` and ``lmlab data tokenize``)."""
+    group shared by several modules (``lmlab data build`` and ``lmlab data tokenize``).
+
+    Every parser gets an "example:" section in its --help: a command shows the example it was
+    given, a group the examples of its commands (collected as they are added, so the group's
+    help cannot disagree with them).
+    """
 
     def __init__(self, subparsers: argparse._SubParsersAction):
         self._subparsers = subparsers
         self._groups: dict[str, argparse._SubParsersAction] = {}
+        self._group_parsers: dict[str, argparse.ArgumentParser] = {}
+        self._group_examples: dict[str, list[str]] = {}
 
     def command(self, name: str, help: str, example: str, handler: Handler,
                 group: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
-        """Add a command; ``example`` is shown under "example:" in its --help.
+        """Add a command; ``example`` is shown under "example:" in its --help (and its group's).
 
         Returns the command's parser so the caller can add arguments.
         """
         parent = self._subparsers if group is None else self.group(group)
         parser = parent.add_parser(
             name, help=help, description=description or help,
-            epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=f"example:\n  {example}", formatter_class=HelpFormatter,
         )
         parser.set_defaults(handler=handler)
+        if group is not None:
+            self._add_group_example(group, example)
         return parser
 
-    def group(self, name: str, help: str | None = None) -> argparse._SubParsersAction:
-        """The sub-command set of group ``name`` (created on first use)."""
+    def group(self, name: str, help: str | None = None,
+              example: str | None = None) -> argparse._SubParsersAction:
+        """The sub-command set of group ``name`` (created on first use).
+
+        ``help`` describes the group (a later call may set it when the first was silent);
+        ``example`` adds a line to the group's "example:" section, which also lists the example
+        of every command added to the group.
+        """
+        help = help or GROUP_HELP.get(name)
         if name not in self._groups:
-            parser = self._subparsers.add_parser(name, help=help or f"{name} commands",
-                                                 description=help or f"{name} commands")
+            parser = self._subparsers.add_parser(
+                name, help=help or f"{name} commands", description=help or f"{name} commands",
+                formatter_class=HelpFormatter)
             parser.set_defaults(handler=lambda _args, p=parser: p.print_help())
             self._groups[name] = parser.add_subparsers(title="commands", metavar="COMMAND")
+            self._group_parsers[name] = parser
+            self._group_examples[name] = []
+        elif help:
+            self._group_parsers[name].description = help
+            for action in self._subparsers._choices_actions:
+                if action.dest == name:
+                    action.help = help
+        if example:
+            self._add_group_example(name, example)
         return self._groups[name]
+
+    def _add_group_example(self, group: str, example: str) -> None:
+        examples = self._group_examples[group]
+        if example not in examples:
+            examples.append(example)
+        self._group_parsers[group].epilog = "example:\n" + "\n".join(f"  {e}" for e in examples)
+
+
+def pretrain_choices() -> dict[str, str]:
+    """The objectives, families and sizes ``lmlab pretrain`` accepts, as help text, read from
+    their registries (so --help lists exactly what works, without importing torch)."""
+    from lmlab.models.presets import list_presets
+    from lmlab.objectives.registry import available_objectives
+
+    sizes: dict[str, list[str]] = {}
+    for family, size in list_presets():
+        sizes.setdefault(family, []).append(size)
+    return {
+        "objectives": ", ".join(available_objectives()),
+        "families": ", ".join(sizes),
+        "sizes": "; ".join(f"{family}: {', '.join(names)}" for family, names in sizes.items()),
+    }
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, reporting a malformed argument (``--seed abc``, a missing
+    ``--out``) as every other bad input is: "lmlab: error:" and "lmlab: fix:", exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        import sys
+
+        self.print_usage(sys.stderr)
+        self.exit(2, f"lmlab: error: {self.prog}: {message}\n"
+                     f"lmlab: fix: see `{self.prog} --help` for the arguments and an example\n")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, CommandRegistry]:
     from lmlab import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lmlab",
         description="Pretrain, fine-tune, probe and compress Transformer language models.",
         epilog="example:\n  lmlab data list\n\nEvery command's --help shows an example.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"lmlab {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")

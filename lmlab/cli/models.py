@@ -1,0 +1,35 @@
+"""``lmlab models list``: the offline checkpoints on this machine, their size and location."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "list", help="the offline checkpoints (short name, kind, size, where they are); a short "
+                     "name works wherever a model path does",
+        example="lmlab models list", handler=_list, group="models")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def _list(args: argparse.Namespace) -> int:
+    import json
+
+    from lmlab.models.catalog import list_models
+
+    rows = list_models()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [("name", "kind", "size", "path")]
+    for row in rows:
+        size = f"{row['bytes'] / 1e6:.1f} MB" if row["installed"] else "-"
+        where = row["path"] if row["installed"] else f"not installed: {row['install']}"
+        table.append((row["name"], row["kind"], size, where))
+    widths = [max(len(line[i]) for line in table) for i in range(3)]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[3])
+    print("\nUse the short name as a model path, e.g. `lmlab generate smollm2 \"Hello\"` or "
+          "`lmlab.from_pretrained(\"minilm\")`.")
+    return 0
