@@ -53,6 +53,18 @@ def test_bert_recipe_learns_and_writes_run(tiny_folder, tmp_path):
     hf = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
     assert hf["architectures"] == ["BertForSequenceClassification"]
     assert hf["id2label"] == {"0": "animal", "1": "tool"}
+    # a task read from a dev file that holds one class only: the model's labels are used
+    only_tools = Task("toy", "classification", ["tool"], ["accuracy"],
+                      {"dev": [e for e in toy_task().split("dev") if e.label == "tool"]})
+    scored = evaluate(only_tools, tmp_path / "run", None, ("dev",))
+    expected = [p for p in _predictions(tmp_path / "run" / "predictions-dev.jsonl")
+                if p["reference"] == "tool"]
+    assert scored["dev"]["accuracy"] == pytest.approx(
+        sum(p["prediction"] == "tool" for p in expected) / len(expected))
+
+
+def _predictions(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_seeds_summary_median_and_spread(tiny_folder, tmp_path):

@@ -407,3 +407,18 @@ def test_smollm2_streams_what_it_returns_with_stop_strings(smollm2_gguf):
                                  stop_strings=stops)[0]
         assert "".join(pieces) == streamed == returned, stops
         assert full.startswith(returned) and not any(s in returned for s in stops), stops
+
+
+def test_stop_option_reads_newline_tab_and_backslash_escapes():
+    """A shell passes --stop "\\n" as backslash + n; the CLI must stop at the end of a line."""
+    from lmlab.cli import _register_all
+    from lmlab.cli._common import build_parser
+    from lmlab.cli.generate import stop_string
+
+    assert stop_string("\\n") == "\n" and stop_string("a\\tb") == "a\tb"
+    assert stop_string("\\\\n") == "\\n"  # an escaped backslash, then a plain n
+    assert stop_string("C:\\x") == "C:\\x" and stop_string("end\\") == "end\\"
+    parser, registry = build_parser()
+    _register_all(registry)
+    args = parser.parse_args(["generate", "smollm2", "hi", "--stop", "\\n", "--stop", "###"])
+    assert args.stop == ["\n", "###"]

@@ -14,6 +14,23 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="torch intra-op threads")
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def stop_string(text: str) -> str:
+    """A ``--stop`` value as typed: ``\\n``, ``\\t`` and ``\\\\`` become a newline, a tab and a
+    backslash (a shell passes ``"\\n"`` as two characters); any other backslash stays."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in _ESCAPES:
+            out.append(_ESCAPES[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 def _add_generation_options(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
@@ -23,7 +40,9 @@ def _add_generation_options(p: argparse.ArgumentParser, max_new_tokens: int) -> 
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--num-beams", type=int, default=1)
     p.add_argument("--length-penalty", type=float, default=1.0)
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--stop", action="append", default=[], type=stop_string,
+                   help="stop string (repeatable); \\n, \\t and \\\\ stand for a newline, a tab "
+                        "and a backslash, so --stop '\\n' stops at the end of a line")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
 
 

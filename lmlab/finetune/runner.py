@@ -96,29 +96,35 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     return model, load_tokenizer(folder), folder
 
 
-def check_head_matches(model, task: Task) -> None:
-    """A fine-tuned head must fit the task: same head kind and number of labels."""
+def check_head_matches(model, task: Task) -> Task:
+    """The task as the fine-tuned head sees it: same head kind, the model's labels in the model's
+    order. A task read from files knows only the labels its files hold (a dev file may lack a
+    class); when they are a subset of the model's ``id2label`` the model's label list is used."""
     head = HEAD_FOR_TASK[task.type]
     if head not in model.heads:
         raise LmlabError(f"the model has no {head!r} head for the {task.type} task {task.name!r} "
                          f"(its heads: {', '.join(model.heads) or 'none'})",
                          f"fine-tune it first: lmlab finetune --task {task.name} --model ...")
     if head in (MULTIPLE_CHOICE, QUESTION_ANSWERING):
-        return
-    expected = 1 if task.type == "regression" else len(task.labels)
+        return task
     width = int(model.config.extra.get("num_labels", 2))
+    names = model.config.extra.get("id2label") or {}
+    ours = [names.get(i, names.get(str(i))) for i in range(width)]
+    named = task.type != "regression" and all(ours) and \
+        not all(str(n).startswith("LABEL_") for n in ours)
+    if named and list(task.labels) != ours and set(task.labels) <= set(ours):
+        return replace(task, labels=ours)
+    expected = 1 if task.type == "regression" else len(task.labels)
     if width != expected:
         raise LmlabError(f"the model's {head} head predicts {width} labels but task "
                          f"{task.name!r} has {expected}",
                          "evaluate a model fine-tuned on this task, or fine-tune with "
                          "--model pointing at the base model")
-    names = model.config.extra.get("id2label")
-    if names and task.type != "regression":
-        ours = [names.get(i) for i in range(width)]
-        if ours != list(task.labels) and not all(n.startswith("LABEL_") for n in ours if n):
-            raise LmlabError(f"the model's labels {ours[:5]}... differ from the task's "
-                             f"{list(task.labels)[:5]}...",
-                             "evaluate on the task the model was fine-tuned on")
+    if named and ours != list(task.labels):
+        raise LmlabError(f"the model's labels {ours[:5]}... differ from the task's "
+                         f"{list(task.labels)[:5]}...",
+                         "evaluate on the task the model was fine-tuned on")
+    return task
 
 
 # -- prediction ------------------------------------------------------------------------------------
@@ -553,7 +559,7 @@ def _evaluate_run(task: Task, model_source: str | Path, out: Path | None,
 
     folder = resolve_model_dir(model_source)
     model, tokenizer, _ = load_model(folder)
-    check_head_matches(model, task)
+    task = check_head_matches(model, task)
     result: dict[str, Any] = {"task": task.name, "model": str(model_source)}
     started = time.perf_counter()
     count = 0
