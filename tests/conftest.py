@@ -159,26 +159,84 @@ def tiny_bert_folder(tmp_path_factory):
     return save_tiny_bert_folder(tmp_path_factory.mktemp("tiny") / "bert")
 
 
-def kjv_shards(tmp_path_factory, train: int, validation: int):
-    """Token shards (MiniLM's WordPiece, 8,192 tokens a shard) of the first ``train`` +
-    ``validation`` KJV chapters: real text for the pretraining tests, built in seconds."""
+def write_kjv_corpus(folder, train: int, validation: int):
+    """A corpus folder (``train.jsonl``, ``validation.jsonl``) of the first ``train`` +
+    ``validation`` KJV chapters: real text for the pretraining tests."""
     import itertools
     import json
+    from pathlib import Path
 
-    from lmlab.data.shards import build_shards
     from lmlab.data.sources.kjv import KJVSource
-    from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.paths import minilm_dir
 
     docs = [d.sentences for d in itertools.islice(KJVSource().iter_documents(),
                                                   train + validation)]
-    corpus = tmp_path_factory.mktemp("corpus")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     for split, part in (("train", docs[:train]), ("validation", docs[train:])):
-        with open(corpus / f"{split}.jsonl", "w", encoding="utf-8") as handle:
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as handle:
             for i, sentences in enumerate(part):
                 handle.write(json.dumps({"id": f"kjv/{split}/{i}", "source": "kjv",
                                          "sentences": sentences}) + "\n")
+    return folder
+
+
+def kjv_shards(tmp_path_factory, train: int, validation: int):
+    """Token shards (MiniLM's WordPiece, 8,192 tokens a shard) of :func:`write_kjv_corpus`,
+    built in seconds."""
+    from lmlab.data.shards import build_shards
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.paths import minilm_dir
+
+    corpus = write_kjv_corpus(tmp_path_factory.mktemp("corpus"), train, validation)
     out = tmp_path_factory.mktemp("shards")
     build_shards(Tokenizer.from_pretrained(minilm_dir()), corpus, out, shard_tokens=8192,
                  show_progress=False)
     return out
+
+
+def run_lmlab(*args: object, cwd=None, timeout: int = 300):
+    """``python -m lmlab ARGS`` in a fresh process (this interpreter), offline, no progress bars:
+    what a user's shell would run. Returns the CompletedProcess (text output)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, LMLAB_NO_PROGRESS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([sys.executable, "-m", "lmlab", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def disk_snapshot(*roots, times: bool = True) -> dict[str, tuple]:
+    """Every path under ``roots`` (a missing root gives nothing) with its kind, size,
+    modification time and, for files, content hash: equal snapshots mean nothing was created,
+    removed, rewritten or touched (a folder's mtime changes when an entry comes or goes).
+    ``times=False`` leaves the times out: equal means the same paths with the same contents."""
+    import hashlib
+    from pathlib import Path
+
+    state: dict[str, tuple] = {}
+    for root in map(Path, roots):
+        if not root.exists():
+            continue
+        for path in [root, *sorted(root.rglob("*"))]:
+            info = path.lstat()
+            digest = None if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+            state[str(path)] = (path.is_dir(), info.st_size if digest else None,
+                                info.st_mtime_ns if times else None, digest)
+    return state
+
+
+def assert_clean_refusal(result, *problem: str, fix: str = "") -> str:
+    """``result`` is a refusal as the CLI gives one: exit 2, no traceback, an ``lmlab: error:``
+    line containing every fragment of ``problem`` and a real ``lmlab: fix:`` line (containing
+    ``fix`` when given). Returns the error line."""
+    err = result.stderr
+    assert result.returncode == 2, (result.args, result.returncode, err[-2000:])
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("lmlab: error: ")]
+    fixes = [line for line in err.splitlines() if line.startswith("lmlab: fix: ")]
+    assert errors and fixes and len(fixes[0]) > len("lmlab: fix: ") + 5, err
+    for fragment in problem:
+        assert fragment in errors[0], (fragment, errors[0])
+    assert fix in fixes[0], (fix, fixes[0])
+    return errors[0]

@@ -13,55 +13,26 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import assert_clean_refusal, disk_snapshot, run_lmlab, write_kjv_corpus
 
 from lmlab.utils.errors import LmlabError
-
-
-def snapshot(*roots: Path) -> dict[str, tuple]:
-    """Every path under ``roots`` with its kind, size and modification time (a folder's mtime
-    changes when an entry is created or removed in it)."""
-    state: dict[str, tuple] = {}
-    for root in roots:
-        for path in [root, *root.rglob("*")]:
-            info = path.lstat()
-            state[str(path)] = (path.is_dir(), None if path.is_dir() else info.st_size,
-                                info.st_mtime_ns)
-    return state
-
-
-def run_lmlab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, LMLAB_NO_PROGRESS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, "-m", "lmlab", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 def assert_refused(args: list[str], cwd: Path, names: tuple[str, ...],
                    watched: tuple[Path, ...] = ()) -> str:
     """Run ``lmlab args``; assert a clean refusal whose error line contains every one of
     ``names`` and that nothing on disk changed. Returns stderr."""
-    before = snapshot(cwd, *watched)
-    result = run_lmlab(args, cwd)
-    after = snapshot(cwd, *watched)
-    err = result.stderr
-    assert result.returncode == 2, (args, result.returncode, err[-2000:])
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("lmlab: error: ")]
-    assert errors, err
-    assert any(line.startswith("lmlab: fix: ") and len(line) > len("lmlab: fix: ") + 5
-               for line in err.splitlines()), err
-    for name in names:
-        assert name in errors[0], (name, errors[0])
+    before = disk_snapshot(cwd, *watched)
+    result = run_lmlab(*args, cwd=cwd)
+    after = disk_snapshot(cwd, *watched)
+    assert_clean_refusal(result, *names)
     changed = sorted(set(before) ^ set(after)
                      | {k for k in before.keys() & after.keys() if before[k] != after[k]})
     assert not changed, f"{args} changed files on disk: {changed[:5]}"
-    return err
+    return result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +42,10 @@ def workspace(tmp_path_factory, minilm_dir) -> dict[str, Path]:
     folder holding unrelated files, an existing text file."""
     from lmlab.cli import main
     from lmlab.data.shards import build_shards
-    from lmlab.data.sources.kjv import KJVSource
     from lmlab.tokenization.tokenizer import Tokenizer
 
     root = tmp_path_factory.mktemp("workspace")
-    docs = [d.sentences for d in itertools.islice(KJVSource().iter_documents(), 30)]
-    corpus = root / "corpus"
-    corpus.mkdir()
-    for split, part in (("train", docs[:24]), ("validation", docs[24:])):
-        with open(corpus / f"{split}.jsonl", "w", encoding="utf-8") as handle:
-            for i, sentences in enumerate(part):
-                handle.write(json.dumps({"id": f"kjv/{split}/{i}", "source": "kjv",
-                                         "sentences": sentences}) + "\n")
+    corpus = write_kjv_corpus(root / "corpus", train=24, validation=6)
     tokenizer = Tokenizer.from_pretrained(minilm_dir)
     build_shards(tokenizer, corpus, root / "shards", shard_tokens=8192, show_progress=False)
     build_shards(tokenizer, corpus, root / "shards-other", shard_tokens=4096,

@@ -6,46 +6,13 @@ disk are exactly as they were (nothing written, nothing deleted).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
 
 from lmlab.utils.paths import find_system_path
-
-
-def run_cli(*args: object, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``lmlab ARGS`` in a fresh Python process (the same interpreter as the tests)."""
-    env = {**os.environ, "LMLAB_NO_PROGRESS": "1"}
-    return subprocess.run([sys.executable, "-m", "lmlab.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def snapshot(*folders: Path) -> dict[str, str]:
-    """sha256 of every file under ``folders`` (a missing folder contributes nothing)."""
-    files = {}
-    for folder in folders:
-        for path in sorted(Path(folder).rglob("*")) if Path(folder).exists() else []:
-            if path.is_file():
-                files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return files
-
-
-def assert_refused(result: subprocess.CompletedProcess, *problem: str, fix: str) -> None:
-    """Exit 2 with ``lmlab: error: ...`` naming ``problem`` and ``lmlab: fix: ...`` naming
-    ``fix``; no traceback."""
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    error = [line for line in result.stderr.splitlines() if line.startswith("lmlab: error:")]
-    fixes = [line for line in result.stderr.splitlines() if line.startswith("lmlab: fix:")]
-    assert error and fixes, result.stderr
-    for fragment in problem:
-        assert fragment in error[0], (fragment, error[0])
-    assert fix in fixes[0], (fix, fixes[0])
-    assert "Traceback" not in result.stderr
 
 
 def _glosses(limit: int) -> list[str]:
@@ -87,9 +54,9 @@ def corpus(tmp_path_factory) -> Path:
 
 def test_tokenizer_train_on_a_missing_file_is_refused(tmp_path):
     out = tmp_path / "tok"
-    result = run_cli("tokenizer", "train", "--files", tmp_path / "missing.txt",
-                     "--vocab-size", 200, "--out", out)
-    assert_refused(result, "not found", "missing.txt", fix="check the paths")
+    result = run_lmlab("tokenizer", "train", "--files", tmp_path / "missing.txt",
+                       "--vocab-size", 200, "--out", out)
+    assert_clean_refusal(result, "not found", "missing.txt", fix="check the paths")
     assert not out.exists()
 
 
@@ -105,14 +72,14 @@ def test_tokenizer_train_names_file_and_byte_offset_of_a_bad_byte(tmp_path, text
         data += b"late \xff byte\n" + good
     bad.write_bytes(data)
     out = tmp_path / "tok"
-    before = snapshot(tmp_path)
-    result = run_cli("tokenizer", "train", "--files", bad, "--vocab-size", 300, "--out", out)
-    assert_refused(result, f"{bad}: byte {offset} ", "is not UTF-8",
-                   fix="--encoding-errors replace")
-    assert snapshot(tmp_path) == before
+    before = disk_snapshot(tmp_path)
+    result = run_lmlab("tokenizer", "train", "--files", bad, "--vocab-size", 300, "--out", out)
+    assert_clean_refusal(result, f"{bad}: byte {offset} ", "is not UTF-8",
+                         fix="--encoding-errors replace")
+    assert disk_snapshot(tmp_path) == before
     if where == "early":  # the documented option reads it
-        result = run_cli("tokenizer", "train", "--files", bad, "--vocab-size", 300,
-                         "--out", out, "--encoding-errors", "replace")
+        result = run_lmlab("tokenizer", "train", "--files", bad, "--vocab-size", 300,
+                           "--out", out, "--encoding-errors", "replace")
         assert result.returncode == 0, result.stderr
         assert (out / "tokenizer.json").is_file()
 
@@ -121,13 +88,13 @@ def test_tokenizer_train_into_a_folder_holding_something_is_refused(tmp_path, te
     out = tmp_path / "tok"
     out.mkdir()
     (out / "notes.md").write_text("mine\n")
-    before = snapshot(out)
-    result = run_cli("tokenizer", "train", "--files", text_file, "--vocab-size", 300,
-                     "--out", out)
-    assert_refused(result, str(out), "notes.md", fix="--overwrite")
-    assert snapshot(out) == before
-    result = run_cli("tokenizer", "train", "--files", text_file, "--vocab-size", 300,
-                     "--out", out, "--overwrite")
+    before = disk_snapshot(out)
+    result = run_lmlab("tokenizer", "train", "--files", text_file, "--vocab-size", 300,
+                       "--out", out)
+    assert_clean_refusal(result, str(out), "notes.md", fix="--overwrite")
+    assert disk_snapshot(out) == before
+    result = run_lmlab("tokenizer", "train", "--files", text_file, "--vocab-size", 300,
+                       "--out", out, "--overwrite")
     assert result.returncode == 0, result.stderr
     assert (out / "notes.md").read_text() == "mine\n"  # --overwrite replaces only our files
 
@@ -144,19 +111,19 @@ def test_data_tokenize_refuses_to_delete_shards_of_another_tokenizer(tmp_path, c
                  show_progress=False)
     other = tmp_path / "other-tok"
     Tokenizer.train(text_file, vocab_size=400).save_pretrained(other)
-    before = snapshot(out)
-    result = run_cli("data", "tokenize", "--tokenizer", other, "--corpus", corpus,
-                     "--out", out, "--shard-tokens", 4096)
-    assert_refused(result, str(out), "another tokenizer", fix="--overwrite")
-    assert snapshot(out) == before
-    # the same tokenizer and settings resume (no --overwrite needed) ...
-    result = run_cli("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", corpus,
-                     "--out", out, "--shard-tokens", 4096)
+    before, contents = disk_snapshot(out), disk_snapshot(out, times=False)
+    result = run_lmlab("data", "tokenize", "--tokenizer", other, "--corpus", corpus,
+                       "--out", out, "--shard-tokens", 4096)
+    assert_clean_refusal(result, str(out), "another tokenizer", fix="--overwrite")
+    assert disk_snapshot(out) == before
+    # the same tokenizer and settings resume (no --overwrite needed; same files, same bytes) ...
+    result = run_lmlab("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", corpus,
+                       "--out", out, "--shard-tokens", 4096)
     assert result.returncode == 0, result.stderr
-    assert snapshot(out) == before
+    assert disk_snapshot(out, times=False) == contents
     # ... and --overwrite replaces them
-    result = run_cli("data", "tokenize", "--tokenizer", other, "--corpus", corpus,
-                     "--out", out, "--shard-tokens", 4096, "--overwrite")
+    result = run_lmlab("data", "tokenize", "--tokenizer", other, "--corpus", corpus,
+                       "--out", out, "--shard-tokens", 4096, "--overwrite")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["tokenizer"]["size"] == len(Tokenizer.from_pretrained(other))
@@ -167,11 +134,11 @@ def test_data_tokenize_into_a_folder_holding_other_files_is_refused(tmp_path, co
     out = tmp_path / "shards"
     out.mkdir()
     (out / "results.csv").write_text("a,b\n")
-    before = snapshot(out)
-    result = run_cli("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", corpus,
-                     "--out", out)
-    assert_refused(result, str(out), "results.csv", fix="--overwrite")
-    assert snapshot(out) == before
+    before = disk_snapshot(out)
+    result = run_lmlab("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", corpus,
+                       "--out", out)
+    assert_clean_refusal(result, str(out), "results.csv", fix="--overwrite")
+    assert disk_snapshot(out) == before
 
 
 def test_data_tokenize_names_file_and_offset_of_a_bad_byte(tmp_path, corpus, minilm_dir):
@@ -185,12 +152,12 @@ def test_data_tokenize_names_file_and_offset_of_a_bad_byte(tmp_path, corpus, min
     offset = data.index(marker, data.index(b"\n")) + len(marker) + 5  # in document 2's text
     train.write_bytes(data[:offset] + b"\xe9" + data[offset + 1:])
     out = tmp_path / "shards"
-    result = run_cli("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", broken,
-                     "--out", out)
-    assert_refused(result, f"{train}: byte {offset} ", fix="--encoding-errors replace")
+    result = run_lmlab("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", broken,
+                       "--out", out)
+    assert_clean_refusal(result, f"{train}: byte {offset} ", fix="--encoding-errors replace")
     assert "manifest.json" not in {p.name for p in out.glob("*")}
-    result = run_cli("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", broken,
-                     "--out", out, "--encoding-errors", "replace")
+    result = run_lmlab("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", broken,
+                       "--out", out, "--encoding-errors", "replace")
     assert result.returncode == 0, result.stderr
 
 
@@ -203,13 +170,13 @@ def test_data_build_into_a_folder_holding_something_is_refused(tmp_path, text_fi
     users = tmp_path / "mine"
     users.mkdir()
     (users / "a.txt").write_bytes(text_file.read_bytes())
-    before = snapshot(out)
+    before = disk_snapshot(out)
     args = ("data", "build", "--sources", f"folder:{users}", "--out", out,
             "--exclude-tasks", "none")
-    result = run_cli(*args)
-    assert_refused(result, str(out), "draft.txt", fix="--overwrite")
-    assert snapshot(out) == before
-    result = run_cli(*args, "--overwrite")
+    result = run_lmlab(*args)
+    assert_clean_refusal(result, str(out), "draft.txt", fix="--overwrite")
+    assert disk_snapshot(out) == before
+    result = run_lmlab(*args, "--overwrite")
     assert result.returncode == 0, result.stderr
     assert (out / "draft.txt").read_text() == "keep me\n"
     assert (out / "manifest.json").is_file()
@@ -223,11 +190,11 @@ def test_data_build_names_file_and_offset_of_a_bad_byte(tmp_path, text_file):
     out = tmp_path / "corpus"
     args = ("data", "build", "--sources", f"folder:{users}", "--out", out,
             "--exclude-tasks", "none")
-    result = run_cli(*args)
-    assert_refused(result, f"{users / 'latin1.txt'}: byte {len(good) + 2} ",
-                   fix="--encoding-errors replace")
+    result = run_lmlab(*args)
+    assert_clean_refusal(result, f"{users / 'latin1.txt'}: byte {len(good) + 2} ",
+                         fix="--encoding-errors replace")
     assert not (out / "manifest.json").exists()
-    result = run_cli(*args, "--overwrite", "--encoding-errors", "replace")
+    result = run_lmlab(*args, "--overwrite", "--encoding-errors", "replace")
     assert result.returncode == 0, result.stderr
     assert "na\ufffdve" in (out / "train.jsonl").read_text(encoding="utf-8") + \
         (out / "validation.jsonl").read_text(encoding="utf-8")
@@ -239,8 +206,8 @@ def test_data_build_with_a_jsonl_line_over_16m_characters_is_an_error(tmp_path):
         handle.write(json.dumps({"text": "A first short document."}) + "\n")
         handle.write('{"text": "' + "lorem ipsum dolor sit amet. " * 600_000 + '"}\n')
     out = tmp_path / "corpus"
-    result = run_cli("data", "build", "--sources", f"jsonl:{path}", "--out", out,
-                     "--exclude-tasks", "none")
-    assert_refused(result, f"{path}:2 is longer than 16,000,000 characters",
-                   fix="split that record")
+    result = run_lmlab("data", "build", "--sources", f"jsonl:{path}", "--out", out,
+                       "--exclude-tasks", "none")
+    assert_clean_refusal(result, f"{path}:2 is longer than 16,000,000 characters",
+                         fix="split that record")
     assert not (out / "manifest.json").exists()

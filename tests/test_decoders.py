@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_close_rounding
+from conftest import assert_close_rounding, write_kjv_corpus
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.model import LanguageModel
@@ -245,24 +245,14 @@ def test_prefix_lm_sees_prefix_both_ways():
 
 def test_pretrain_cli_gpt2_clm(tmp_path, minilm_dir):
     """`lmlab pretrain --family gpt2 --objective clm` for a few steps on real KJV shards."""
-    import itertools
-    import json
 
     import lmlab
     from lmlab.cli import main
     from lmlab.data.shards import build_shards
-    from lmlab.data.sources.kjv import KJVSource
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.training.metrics_log import read_metrics
 
-    docs = [d.sentences for d in itertools.islice(KJVSource().iter_documents(), 12)]
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for split, part in (("train", docs[:10]), ("validation", docs[10:])):
-        with open(corpus / f"{split}.jsonl", "w", encoding="utf-8") as handle:
-            for i, sentences in enumerate(part):
-                handle.write(json.dumps({"id": f"kjv/{split}/{i}", "source": "kjv",
-                                         "sentences": sentences}) + "\n")
+    corpus = write_kjv_corpus(tmp_path / "corpus", train=10, validation=2)
     shards = tmp_path / "shards"
     build_shards(Tokenizer.from_pretrained(minilm_dir), corpus, shards, shard_tokens=8192,
                  show_progress=False)

@@ -23,7 +23,6 @@ GPU peaks come from the vendors' data sheets (dense, i.e. without 2:4 sparsity);
 from __future__ import annotations
 
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.host import cpu_name
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 CPU_PATHS = ("fp32", "fp32-onednn", "bf16")
@@ -152,38 +152,11 @@ _PATH_LABELS = {
 }
 
 
-def cpu_model_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown cpu"
-
-
-def _isa_flags() -> str:
-    """The matmul-relevant ISA flags (hypervisors often hide the real model name)."""
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return "+".join(f for f in wanted if f in flags) or "none"
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def machine_key(threads: int | None = None) -> str:
-    """Cache key: CPU model, ISA flags, thread count, torch version."""
-    import torch
+    """Cache key: the host line of every report (CPU with family/model, ISA, threads, torch)."""
+    from lmlab.utils.host import describe_host
 
-    threads = threads or torch.get_num_threads()
-    return f"{cpu_model_name()} | isa={_isa_flags()} | threads={threads} | torch={torch.__version__}"
+    return describe_host(threads)
 
 
 def _time_median(fn: Callable[[], Any], reps: int) -> float:
@@ -288,7 +261,7 @@ def cpu_peaks(refresh: bool = False, measure: bool = True,
             peaks = {k: max(v, float(entry["peaks"].get(k, 0.0))) for k, v in peaks.items()}
         entry = {
             "load_average": load_before,
-            "cpu_model": cpu_model_name(), "threads": torch.get_num_threads(),
+            "cpu_model": cpu_name(), "threads": torch.get_num_threads(),
             "torch_version": torch.__version__, "peaks": peaks, "sizes": list(sizes),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }

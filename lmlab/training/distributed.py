@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,6 +60,10 @@ def init_distributed(device: torch.device) -> DistInfo:
         if device.type == "cuda":
             torch.cuda.set_device(local)
         dist.init_process_group(backend=backend)
+        # A script that trains through the library never calls shutdown(); a process group left
+        # to the interpreter's teardown can abort a rank at exit (gloo threads destroyed while
+        # joinable: "terminate called without an active exception"). Destroy it first.
+        atexit.register(shutdown, DistInfo(active=True))
     return DistInfo(rank=rank, world_size=world, local_rank=local, active=True)
 
 

@@ -53,6 +53,11 @@ def _cpu() -> tuple[str, str]:
     return name or platform.processor() or platform.machine() or "unknown cpu", isa
 
 
+def cpu_name() -> str:
+    """The CPU's name with its family and model numbers, e.g. "AMD EPYC (family 26 model 2)"."""
+    return _cpu()[0]
+
+
 def describe_host(threads: int | None = None) -> str:
     """One line naming the CPU, its vector ISA, the torch thread count and the torch version,
     e.g. "AMD EPYC (family 26 model 2), AVX-512 + AVX512-BF16, 2 threads, torch 2.13.0".
