@@ -74,3 +74,13 @@ def test_pretrain_config_file_sections(shards, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("hparams:\n  max_steps: 1\n  precision: bf16\n")
     assert main(["pretrain", "--config", str(bad), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_pretrain_tokenizer_accepts_a_short_name(shards):
+    """--tokenizer minilm finds the catalogued MiniLM the shards were written with."""
+    from lmlab.cli.pretrain import check_pretrain_inputs, find_tokenizer
+    from lmlab.utils.paths import minilm_dir
+
+    check_pretrain_inputs({"shards": str(shards), "family": "bert", "size": "tiny"}, 32, "minilm")
+    tokenizer, folder = find_tokenizer(shards, "minilm")
+    assert folder == minilm_dir() and len(tokenizer) == 30522

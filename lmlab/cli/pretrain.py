@@ -157,7 +157,10 @@ def find_tokenizer(shards: Path, override: str | None):
         raise LmlabError(f"{shards} has no manifest.json", "build shards with `lmlab data "
                          "tokenize --tokenizer T --corpus DIR --out SHARDS`")
     info = read_json(manifest_path).get("tokenizer", {})
-    candidates = [override] if override else [str(shards / "tokenizer"), info.get("name_or_path")]
+    from lmlab.models.catalog import resolve_short_name
+
+    candidates = [str(resolve_short_name(override))] if override else [
+        str(shards / "tokenizer"), info.get("name_or_path")]
     for candidate in candidates:
         if candidate and Path(candidate).exists():
             tokenizer = Tokenizer.from_pretrained(candidate)
@@ -254,13 +257,13 @@ def check_pretrain_inputs(hparams: dict[str, Any], seq_len: int,
             raise LmlabError(f"{key} must be a mapping of names to values, got "
                              f"{hparams[key]!r}", f"write {key}: as a YAML mapping")
     check_at_least(hparams.get("eval_batches"), 1, "--eval-batches")
-    if tokenizer is not None and not Path(tokenizer).exists():
+    from lmlab.models.catalog import resolve_short_name
+
+    if tokenizer is not None and not resolve_short_name(tokenizer).exists():
         raise LmlabError(f"--tokenizer {tokenizer} does not exist",
                          "give the tokenizer folder the shards were written with")
     init = hparams.get("init")
     if init:
-        from lmlab.models.catalog import resolve_short_name
-
         if not resolve_short_name(init).exists():
             raise LmlabError(f"--init {init} does not exist", "give a run directory, a "
                              "checkpoint folder, a Hugging Face model folder or a short name "
