@@ -95,9 +95,8 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
     from pathlib import Path
 
     from lmlab.finetune.settings import check_settings
-    from lmlab.utils.checks import parse_int_list
+    from lmlab.utils.checks import check_output_folder, parse_int_list
     from lmlab.utils.errors import LmlabError
-    from lmlab.utils.io import check_output_folder
 
     seeds = parse_int_list(args.seeds, "--seeds")
     check_settings(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,

@@ -284,7 +284,7 @@ def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any]) -> No
     """Refuse an --out folder that holds something else, or a run with other result-changing
     settings (:func:`~lmlab.training.resume.check_resumable`), unless ``overwrite``; with
     it, a previous run there is removed and started over."""
-    from lmlab.utils.io import check_output_folder
+    from lmlab.utils.checks import check_output_folder
 
     if not (out / "config.json").is_file():
         check_output_folder(out, overwrite, "run")

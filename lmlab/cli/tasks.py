@@ -89,7 +89,8 @@ def _baseline(args: argparse.Namespace) -> int:
 
     from lmlab.cli._task_options import task_from_args
     from lmlab.tasks.baseline import run_tfidf_baseline
-    from lmlab.utils.io import atomic_write_json, atomic_write_text, check_output_folder
+    from lmlab.utils.checks import check_output_folder
+    from lmlab.utils.io import atomic_write_json, atomic_write_text
 
     check_output_folder(args.out, args.overwrite, "baseline")
     task = task_from_args(args, required=("train", "dev"))

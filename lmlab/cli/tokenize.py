@@ -66,7 +66,7 @@ def _encoding_errors_option(parser: argparse.ArgumentParser) -> None:
 def _train(args: argparse.Namespace) -> None:
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.tokenization.training import check_training_source
-    from lmlab.utils.io import check_output_folder
+    from lmlab.utils.checks import check_output_folder
 
     source = args.corpus or args.files
     check_training_source(source)  # before the (long) training, like the output check

@@ -30,8 +30,8 @@ from lmlab.data.exclusion import SegmentExclusion, TextSet
 from lmlab.data.sentences import normalize_text
 from lmlab.data.sources import BUILTIN_SOURCES, Source, SourceCounts, builtin_sources, get_source
 from lmlab.data.sources.textfile import check_encoding_errors
+from lmlab.utils.checks import check_output_folder
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import check_output_folder
 
 MANIFEST_VERSION = 1
 TMP_DIRNAME = ".tmp-build"

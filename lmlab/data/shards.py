@@ -366,7 +366,7 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
         raise LmlabError(f"shard_tokens={shard_tokens} must be positive",
                          f"use e.g. {DEFAULT_SHARD_TOKENS}")
     from lmlab.data.sources.textfile import check_encoding_errors
-    from lmlab.utils.io import check_output_folder
+    from lmlab.utils.checks import check_output_folder
 
     check_encoding_errors(encoding_errors)
     corpus_dir, out = Path(corpus_dir), Path(out_dir)

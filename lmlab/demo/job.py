@@ -133,7 +133,7 @@ def _subset_eval(task, count: int | None):
 def check_demo_folder(out: str | Path, overwrite: bool = False) -> None:
     """Refuse an ``out`` folder that holds something other than a demo (no ``stages/``)
     unless ``overwrite``: the demo then writes its stages and report beside what is there."""
-    from lmlab.utils.io import check_output_folder
+    from lmlab.utils.checks import check_output_folder
 
     if not (Path(out) / "stages").is_dir():
         check_output_folder(out, overwrite, "demo")

@@ -114,3 +114,28 @@ def check_output_file(path: str | Path, overwrite: bool, option: str = "--out") 
         raise LmlabError(f"{option} {path} already exists",
                          "choose another file name, or pass --overwrite to replace it")
     return path
+
+
+def check_output_folder(path: str | Path, overwrite: bool, what: str,
+                        ignore: tuple[str, ...] = ()) -> None:
+    """Refuse, before any work, to write ``what`` into a folder that already holds something.
+
+    ``ignore`` lists glob patterns of the writer's own leftovers (temporary files of a killed
+    run), which do not count. With ``overwrite`` the folder is used as it is: the writer
+    replaces its own files and leaves other files alone.
+    """
+    import fnmatch
+
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise LmlabError(f"--out {folder} is a file, not a folder",
+                         "give the path of a new (or empty) folder")
+    if overwrite or not folder.is_dir():
+        return
+    held = sorted(p.name for p in folder.iterdir()
+                  if not any(fnmatch.fnmatch(p.name, pattern) for pattern in ignore))
+    if held:
+        shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+        raise LmlabError(f"{folder} already holds {shown}; the {what} would be written over it",
+                         "choose a new or empty --out folder, or pass --overwrite to replace "
+                         "what is there")
