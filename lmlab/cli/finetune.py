@@ -76,18 +76,10 @@ def load_task(args: argparse.Namespace, required: tuple[str, ...] = ()):
 
 
 def parse_budget(text: str | None) -> float | None:
-    """``90s``, ``5m``, ``1.5h`` or plain seconds -> seconds."""
-    from lmlab.utils.errors import LmlabError
+    """``--budget`` in seconds (``90s``, ``5m``, ``1.5h`` or plain seconds); ``None`` if not given."""
+    from lmlab.utils.durations import parse_duration
 
-    if text is None:
-        return None
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except (ValueError, IndexError):
-        raise LmlabError(f"cannot read the budget {text!r}", "write e.g. 90s, 5m or 1h") from None
+    return None if text is None else parse_duration(text)
 
 
 def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
