@@ -284,7 +284,7 @@ def _run_config(workspace) -> dict:
 
 
 def test_resume_accepts_the_same_settings_and_a_moved_shards_folder(workspace):
-    from lmlab.training.resume import check_resumable
+    from lmlab.training.run_dir import check_resumable
 
     config = _run_config(workspace)
     check_resumable(workspace["run"], config)
@@ -303,7 +303,7 @@ def test_resume_accepts_the_same_settings_and_a_moved_shards_folder(workspace):
     ("data", "tokenizer_fingerprint", "0" * 64), ("data", "shards_fingerprint", "f" * 16),
 ])
 def test_resume_refuses_each_result_changing_setting(workspace, section, key, value):
-    from lmlab.training.resume import check_resumable
+    from lmlab.training.run_dir import check_resumable
 
     config = json.loads(json.dumps(_run_config(workspace)))
     config[section][key] = value
@@ -313,7 +313,7 @@ def test_resume_refuses_each_result_changing_setting(workspace, section, key, va
 
 
 def test_the_run_records_both_fingerprints(workspace):
-    from lmlab.training.resume import shards_fingerprint
+    from lmlab.training.run_dir import shards_fingerprint
     from lmlab.utils.io import read_json
 
     data = _run_config(workspace)["data"]
@@ -327,8 +327,7 @@ def test_the_run_records_both_fingerprints(workspace):
 def test_overwrite_starts_a_run_over_and_keeps_other_files(tmp_path, workspace):
     import shutil
 
-    from lmlab.cli.pretrain import prepare_run_folder
-    from lmlab.training.resume import RUN_OUTPUTS
+    from lmlab.training.run_dir import RUN_OUTPUTS, prepare_run_folder
 
     run = tmp_path / "run"
     shutil.copytree(workspace["run"], run)

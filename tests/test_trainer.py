@@ -41,6 +41,9 @@ class TinyMLM(nn.Module):
     name = "mlm"
     head_names = ("mlm",)
     example_format = "packed"
+    flops_head = "mlm"  # what the Trainer asks of an objective (lmlab.objectives.base)
+    reports_perplexity = True
+    predicted_fraction = 0.15
 
     def __init__(self, nan_at_call: int | None = None):
         super().__init__()
@@ -231,7 +234,7 @@ def test_token_limit_and_budget_stop(tmp_path, monkeypatch):
 
 def test_changed_hparams_refuse_to_resume(tmp_path):
     run(tmp_path, max_steps=2)
-    with pytest.raises(LmlabError, match="other hyperparameters"):
+    with pytest.raises(LmlabError, match=r"other settings .*lr: 0\.001 -> 0\.0005"):
         run(tmp_path, max_steps=4, lr=5e-4)
     _, result = run(tmp_path, max_steps=4)  # a longer run of the same config extends it
     assert result.step == 4
@@ -299,14 +302,18 @@ def test_finite_stream_ends_the_run(tmp_path):
 def test_cost_counts_the_vocabulary_projection_only_where_mlm_predicts():
     """Sparse MLM pays the vocabulary projection at the masked share of positions only; the
     cost report must count that, not the dense projection (or MFU reads too high)."""
-    from types import SimpleNamespace
-
     from lmlab.objectives import SpecialTokens, build_objective
-    from lmlab.training.trainer import Trainer
 
     special = SpecialTokens(vocab_size=100, pad_id=0, cls_id=1, sep_id=2, mask_id=3,
                             special_ids=(0, 1, 2, 3))
-    fraction = Trainer._sparse_prediction_fraction
-    assert fraction(SimpleNamespace(objective=build_objective("mlm,sop", special))) == 0.15
+    combined = build_objective("mlm,sop", special)
+    assert combined.predicted_fraction == 0.15 and combined.flops_head == "mlm"
+    assert not combined.reports_perplexity  # MLM + SOP: a sum of losses
     dense = build_objective("mlm", special, sparse=False)
-    assert fraction(SimpleNamespace(objective=dense)) is None
+    assert dense.predicted_fraction is None and dense.reports_perplexity
+    clm = build_objective("clm", special)
+    assert clm.flops_head == "clm" and clm.reports_perplexity and clm.predicted_fraction is None
+    rtd = build_objective("rtd", special)
+    assert rtd.flops_head == "none" and not rtd.reports_perplexity
+    span = build_objective("span", special)
+    assert span.flops_head == "mlm" and not span.reports_perplexity  # span + SBO losses

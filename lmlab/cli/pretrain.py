@@ -280,31 +280,11 @@ def check_pretrain_inputs(hparams: dict[str, Any], seq_len: int,
     return shards, spec
 
 
-def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any]) -> None:
-    """Refuse an --out folder that holds something else, or a run with other result-changing
-    settings (:func:`~lmlab.training.resume.check_resumable`), unless ``overwrite``; with
-    it, a previous run there is removed and started over."""
-    from lmlab.utils.checks import check_output_folder
-
-    if not (out / "config.json").is_file():
-        check_output_folder(out, overwrite, "run")
-        return
-    import os
-
-    from lmlab.training.resume import check_resumable, remove_run
-
-    if overwrite:
-        if int(os.environ.get("RANK", 0)) == 0:  # under torchrun, one process removes
-            remove_run(out)
-    else:
-        check_resumable(out, config)
-
-
 def _pretrain(args: argparse.Namespace) -> int:
     import shutil
 
     from lmlab.cost.report import cost_settings
-    from lmlab.training.resume import shards_fingerprint
+    from lmlab.training.run_dir import RunRecord, prepare_run_folder, shards_fingerprint
     from lmlab.utils.io import read_json
 
     sections = resolve_settings(args)
@@ -322,8 +302,8 @@ def _pretrain(args: argparse.Namespace) -> int:
             "tokenizer_fingerprint": tokenizer.fingerprint(),
             "shards_fingerprint": shards_fingerprint(read_json(shards / "manifest.json"))}
     extras = {k: hparams.get(k) for k in RUN_HPARAMS}
-    prepare_run_folder(out, args.overwrite,
-                       {"hparams": {**cfg.to_sections()["hparams"], **extras}, "data": data})
+    prepare_run_folder(out, args.overwrite, {"hparams": {**cfg.to_sections()["hparams"],
+                                                         **extras}, "data": data})
 
     from lmlab.training.trainer import Trainer, seed_everything
 
@@ -363,14 +343,10 @@ def _pretrain(args: argparse.Namespace) -> int:
 
         src = tokenizer_dir
         copy_tokenizer(src, run_tokenizer) if src.is_dir() else shutil.copy(src, run_tokenizer)
-    run_info = {
-        "hparams_extra": {k: v for k, v in extras.items() if v is not None},
-        "model": model.config.to_dict(),
-        "objective": {"spec": spec, "heads": list(model.heads.keys())},
-        "data": data,
-    }
+    record = RunRecord(hparams=extras, model=model.config.to_dict(),
+                       objective={"spec": spec, "heads": list(model.heads.keys())}, data=data)
     trainer = Trainer(model, objective, stream, cfg, out, eval_batches=eval_batches,
-                      run_info=run_info, tokenizer_dir=run_tokenizer,
+                      record=record, tokenizer_dir=run_tokenizer,
                       track_cost=not args.no_cost, cost_settings=costs)
     result = trainer.train()
     if trainer.dist.is_main:

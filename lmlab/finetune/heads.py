@@ -100,6 +100,7 @@ class _PooledHead(nn.Module):
 
     takes_hidden = True  # LanguageModel.run_head passes hidden states and pooled=...
     takes_attention_mask = True
+    loss_takes_attention_mask = True
 
     def __init__(self, config: TransformerConfig, outputs: int, mc: bool = False):
         super().__init__()

@@ -26,6 +26,9 @@ class TaskObjective(nn.Module):
 
     name = "task"
     example_format = "task"
+    flops_head = "none"  # task heads are small: the FLOP count is the stack's
+    reports_perplexity = False
+    predicted_fraction = None
 
     def __init__(self, task_type: str, num_labels: int, id2label: dict[int, str] | None = None,
                  pooling: str | None = None):

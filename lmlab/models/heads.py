@@ -160,6 +160,8 @@ class SentenceOrderHead(_SentencePairHead):
 class ReplacedTokenDetectionHead(nn.Module):
     """ELECTRA's discriminator head: per-token logit that the token was replaced."""
 
+    loss_takes_attention_mask = True  # the loss counts real tokens only
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)

@@ -142,7 +142,7 @@ class LanguageModel(nn.Module):
             if not names:
                 raise ValueError("labels were given but the model has no head to train")
             head = self.heads[names[0]]
-            if getattr(head, "takes_attention_mask", False) or names[0] == "rtd":
+            if getattr(head, "loss_takes_attention_mask", False):
                 loss = head.loss(logits, labels, attention_mask)
             else:
                 loss = head.loss(logits, labels)

@@ -54,6 +54,10 @@ class Objective(nn.Module):
         corrupts_tokens: whether :meth:`corrupt` rewrites ``input_ids`` (at most one component
             of a combination may).
         salt: mixed into the per-row random seeds so components draw independent numbers.
+        flops_head: the vocabulary head the cost report's FLOP count includes (``"mlm"``,
+            ``"clm"`` or ``"none"``).
+        reports_perplexity: the evaluation loss is a mean per-token LM loss, so its exp is a
+            perplexity (not so for sums of losses or sentence-level losses).
     """
 
     name: str = ""
@@ -61,6 +65,8 @@ class Objective(nn.Module):
     example_format: str = "packed"
     corrupts_tokens: bool = False
     salt: int = 0
+    flops_head: str = "none"
+    reports_perplexity: bool = False
 
     def __init__(self, special: SpecialTokens, weight: float = 1.0):
         super().__init__()
@@ -69,6 +75,12 @@ class Objective(nn.Module):
                              "build it with SpecialTokens.from_tokenizer(tokenizer)")
         self.special = special
         self.weight = float(weight)
+
+    @property
+    def predicted_fraction(self) -> float | None:
+        """Share of the positions that pay the vocabulary projection when the objective predicts
+        sparsely (masked LM: its masking rate), for honest FLOP counts; None = every position."""
+        return None
 
     # -- set-up -----------------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> None:

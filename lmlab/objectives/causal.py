@@ -58,6 +58,8 @@ class CausalLM(Objective):
     name = "clm"
     head_names = ("clm",)
     example_format = "packed"
+    flops_head = "clm"
+    reports_perplexity = True
 
     def __init__(self, special: SpecialTokens, separate_documents: bool = False,
                  weight: float = 1.0):

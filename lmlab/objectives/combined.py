@@ -45,6 +45,14 @@ class CombinedObjective(Objective):
                                                       for c in components) else "packed")
         self.corrupts_tokens = bool(corrupting)
         self.pair_mode = pair_modes[0] if pair_modes else ""
+        self.flops_head = next((c.flops_head for c in components if c.flops_head != "none"),
+                               "none")
+        self.reports_perplexity = False  # the loss is a sum of the components' losses
+
+    @property
+    def predicted_fraction(self) -> float | None:
+        return next((c.predicted_fraction for c in self.components
+                     if c.predicted_fraction is not None), None)
 
     def prepare(self, model: nn.Module) -> None:
         for component in self.components:

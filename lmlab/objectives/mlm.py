@@ -59,6 +59,8 @@ class MaskedLM(Objective):
     head_names = ("mlm",)
     corrupts_tokens = True
     salt = 1
+    flops_head = "mlm"
+    reports_perplexity = True
 
     def __init__(self, special: SpecialTokens, mask_prob: float = 0.15,
                  replacement: tuple[float, float, float] = (0.8, 0.1, 0.1),
@@ -82,6 +84,10 @@ class MaskedLM(Objective):
         pool = np.setdiff1d(np.arange(special.vocab_size), np.asarray(special.special_ids))
         self._random_pool = pool.astype(np.int64)
         self._special_ids = np.asarray(special.special_ids, dtype=np.int64)
+
+    @property
+    def predicted_fraction(self) -> float | None:
+        return self.mask_prob if self.sparse else None
 
     @property
     def static(self) -> bool:

@@ -99,6 +99,7 @@ class SpanMaskedLM(MaskedLM):
         self.sbo = bool(sbo)
         self.sbo_weight = float(sbo_weight)
         self.head_names = ("mlm", "sbo") if self.sbo else ("mlm",)
+        self.reports_perplexity = not self.sbo  # with SBO the loss is a sum of two losses
 
     def choose(self, candidates: np.ndarray, word_starts: np.ndarray | None,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, Any]:

@@ -16,7 +16,6 @@ global count, so gradient accumulation and DDP give the gradient of one big batc
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import time
@@ -42,14 +41,12 @@ from lmlab.training.distributed import (
 )
 from lmlab.training.metrics_log import MetricsWriter, truncate_metrics
 from lmlab.training.optim import build_optimizer, param_groups, set_lr
+from lmlab.training.run_dir import RunRecord, check_resumable, run_config
 from lmlab.training.schedules import Schedule, estimate_horizon
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json
 from lmlab.utils.precision import precision_autocast
-
-# hparams that may differ between a run and its resumption (extending a finished run)
-_RESUMABLE_CHANGES = {"max_steps", "max_tokens", "budget_seconds"}
 
 
 @dataclass
@@ -103,7 +100,8 @@ class Trainer:
         eval_batches: fixed validation batches (evaluated every ``eval_every`` steps and at the end).
         param_groups: optimizer groups (dicts with ``params`` and optionally ``lr`` and
             ``weight_decay``); default: decay / no-decay groups over model and objective.
-        run_info: extra JSON-able sections for ``config.json`` (model config, data, objective).
+        record: what ``config.json`` records beyond ``cfg`` (:class:`RunRecord`: the model,
+            objective and data settings); resuming refuses a run whose record differs.
         tokenizer_dir: a tokenizer folder copied next to the final model (self-contained).
         track_cost: attach an :class:`lmlab.cost` tracker when that package is available.
         measure_peak: let the cost tracker measure the CPU peak (a few seconds, cached).
@@ -115,7 +113,7 @@ class Trainer:
                  cfg: TrainingConfig, out_dir: str | Path,
                  eval_batches: Iterable[dict[str, torch.Tensor]] | None = None,
                  param_groups: list[dict[str, Any]] | None = None,
-                 run_info: dict[str, Any] | None = None, tokenizer_dir: str | Path | None = None,
+                 record: RunRecord | None = None, tokenizer_dir: str | Path | None = None,
                  track_cost: bool = True, measure_peak: bool = True,
                  cost_settings: dict[str, float] | None = None):
         self.cfg = cfg
@@ -124,7 +122,7 @@ class Trainer:
         self.objective = objective
         self.eval_batches = list(eval_batches) if eval_batches is not None else []
         self.custom_groups = param_groups
-        self.run_info = dict(run_info or {})
+        self.record = record or RunRecord()
         self.tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
         self.track_cost = track_cost
         self.measure_peak = measure_peak
@@ -170,12 +168,10 @@ class Trainer:
 
     def _resume(self) -> None:
         path = ckpt.latest_checkpoint(self.checkpoints_dir)
-        config_file = self.out_dir / "config.json"
         if path is None:
             seed_everything(self.cfg.seed + self.dist.rank)
             return
-        if config_file.is_file():
-            self._check_same_hparams(json.loads(config_file.read_text(encoding="utf-8")))
+        check_resumable(self.out_dir, run_config(self.cfg, self.record))
         state = ckpt.read_state(path)
         model_state = ckpt.load_state(path / "model.safetensors")
         objective_file = path / "objective.safetensors"
@@ -213,21 +209,8 @@ class Trainer:
             print(f"lmlab: resuming from {path} (step {self.step}, {self.tokens:,} tokens)",
                   flush=True)
 
-    def _check_same_hparams(self, saved: dict[str, Any]) -> None:
-        before = saved.get("hparams", {})
-        now = self.cfg.to_sections()["hparams"]
-        changed = sorted(k for k in now if k in before and before[k] != now[k]
-                         and k not in _RESUMABLE_CHANGES)
-        if changed:
-            diff = ", ".join(f"{k}: {before[k]!r} -> {now[k]!r}" for k in changed)
-            raise LmlabError(f"{self.out_dir} holds a run with other hyperparameters ({diff})",
-                             "resume with the same hyperparameters, or use a new --out folder")
-
     def _write_config(self) -> None:
-        sections = self.cfg.to_sections()
-        sections["hparams"].update(self.run_info.pop("hparams_extra", {}))
-        sections["speed"].update(self.run_info.pop("speed_extra", {}))
-        sections.update(self.run_info)
+        sections = run_config(self.cfg, self.record)
         sections["world_size"] = self.dist.world_size
         sections["device"] = str(self.device)
         if self.cost_settings:
@@ -315,8 +298,7 @@ class Trainer:
                     if key != "loss":
                         sums[key] = sums.get(key, 0.0) + float(value)
         out = {f"eval_{k}": v / len(self.eval_batches) for k, v in sums.items()}
-        heads = tuple(getattr(self.objective, "head_names", ()))
-        if "eval_perplexity" not in out and heads in (("mlm",), ("clm",)):
+        if "eval_perplexity" not in out and self.objective.reports_perplexity:
             out["eval_perplexity"] = math.exp(min(out["eval_loss"], 50.0))
         self.model.train()
         self.objective.train()
@@ -510,30 +492,17 @@ class Trainer:
     def _cost_tracker(self):
         if not self.track_cost:
             return None
-        try:
-            from lmlab.cost.report import CostTracker
-        except ImportError:
-            return None
+        from lmlab.cost.report import CostTracker
+
         config = getattr(self.model, "config", None)
         if config is None:
             return None
-        heads = tuple(getattr(self.objective, "head_names", ()))
-        head = "clm" if "clm" in heads else ("mlm" if "mlm" in heads else "none")
         tracker = CostTracker(config, self.cfg.seq_len, precision=self.cfg.precision,
-                              device=self.device.type, devices=self.dist.world_size, head=head,
-                              measure_peak=self.measure_peak,
-                              sparse_prediction_fraction=self._sparse_prediction_fraction(),
+                              device=self.device.type, devices=self.dist.world_size,
+                              head=self.objective.flops_head, measure_peak=self.measure_peak,
+                              sparse_prediction_fraction=self.objective.predicted_fraction,
                               **self.cost_settings)
         return tracker.start()
-
-    def _sparse_prediction_fraction(self) -> float | None:
-        """Share of positions that pay the vocabulary projection when the objective predicts
-        sparsely (masked LM predicts only its masked positions), for honest FLOP counts."""
-        modules = self.objective.modules() if isinstance(self.objective, nn.Module) else ()
-        for module in modules:
-            if getattr(module, "sparse", False) and hasattr(module, "mask_prob"):
-                return float(module.mask_prob)
-        return None
 
     def _finish(self, cost: Any) -> None:
         from lmlab.training.report import save_final_model, write_report

@@ -1,4 +1,9 @@
-"""Resuming a run directory: the same settings, or a refusal that names what differs.
+"""The run directory: what its config.json records (:class:`RunRecord`), and resuming it with
+the same settings or a refusal that names what differs.
+
+The Trainer is the one writer of ``config.json``: the :class:`TrainingConfig` (its ``hparams``
+and ``speed`` sections) plus a :class:`RunRecord` that the caller (``lmlab.pretrain``,
+``lmlab.finetune``) fills with typed fields.
 
 Rerunning ``lmlab pretrain`` on an ``--out`` folder continues the run there. That is only
 right when every setting that changes the result is the run's own: the model (family, size,
@@ -14,7 +19,12 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lmlab.training.config import TrainingConfig
+
+from dataclasses import dataclass, field
 
 from lmlab.utils.errors import LmlabError
 
@@ -23,6 +33,40 @@ from lmlab.utils.errors import LmlabError
 RESUMABLE_CHANGES = frozenset({"max_steps", "max_tokens", "budget_seconds", "shards"})
 # fingerprints in config.json's ``data`` section (compared only when both runs recorded them)
 FINGERPRINTS = ("tokenizer_fingerprint", "shards_fingerprint")
+
+
+@dataclass
+class RunRecord:
+    """What a run's ``config.json`` holds beyond its :class:`TrainingConfig`.
+
+    Attributes:
+        hparams: result-changing settings the TrainingConfig does not hold (the model's
+            ``family``, ``size``, ``init``, ``model_args``; the ``objective`` and its
+            ``objective_args``; a fine-tuning run's task and recipe). Written into the
+            ``hparams`` section and compared on resume like the TrainingConfig's.
+        model: the model's ``TransformerConfig.to_dict()`` (a checkpoint is rebuilt from it).
+        objective: ``{"spec": ..., "heads": [...]}``: the objective and the heads it trains.
+        data: where the data came from, and its fingerprints (compared on resume).
+    """
+
+    hparams: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] | None = None
+    objective: dict[str, Any] | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def run_config(cfg: TrainingConfig, record: RunRecord | None = None) -> dict[str, Any]:
+    """The settings sections of ``config.json``: ``hparams`` (the TrainingConfig's and the
+    record's, unset ones left out), ``speed``, and the record's ``model``, ``objective``, ``data``."""
+    record = record or RunRecord()
+    sections: dict[str, Any] = cfg.to_sections()
+    sections["hparams"].update({k: v for k, v in record.hparams.items() if v is not None})
+    for name in ("model", "objective"):
+        if getattr(record, name) is not None:
+            sections[name] = getattr(record, name)
+    if record.data:
+        sections["data"] = record.data
+    return json.loads(json.dumps(sections))  # tuples -> lists, as config.json holds them
 
 
 def shards_fingerprint(manifest: dict[str, Any]) -> str:
@@ -70,6 +114,22 @@ def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any]) -> None:
         raise LmlabError(f"{run_dir} holds a run with other settings than this command "
                          f"({diff})", f"resume with the run's settings (see {config_file}), "
                          "give a new --out folder, or pass --overwrite to start the run over")
+
+
+def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any]) -> None:
+    """Before any work: refuse an ``out`` folder that holds something else, or a run with
+    other result-changing settings (:func:`check_resumable`), unless ``overwrite``; with it, a
+    previous run there is removed (by one process under torchrun) and started over."""
+    from lmlab.utils.checks import check_output_folder
+
+    out = Path(out)
+    if not (out / "config.json").is_file():
+        check_output_folder(out, overwrite, "run")
+    elif overwrite:
+        if int(os.environ.get("RANK", 0)) == 0:
+            remove_run(out)
+    else:
+        check_resumable(out, config)
 
 
 # what a pretraining run writes into its folder (removed when a run is started over)
