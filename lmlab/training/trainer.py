@@ -39,6 +39,7 @@ from lmlab.training.distributed import (
     resolve_device,
     wrap,
 )
+from lmlab.training.hooks import TrainerHook
 from lmlab.training.metrics_log import MetricsWriter, truncate_metrics
 from lmlab.training.optim import build_optimizer, param_groups, set_lr
 from lmlab.training.run_dir import RunRecord, check_resumable, run_config
@@ -107,6 +108,8 @@ class Trainer:
         measure_peak: let the cost tracker measure the CPU peak (a few seconds, cached).
         cost_settings: ``price_per_hour`` and ``grid_g_per_kwh`` for the cost report's money
             and CO2 (:func:`lmlab.cost.report.cost_settings`); written to config.json too.
+        hooks: :class:`~lmlab.training.hooks.TrainerHook` objects called at fixed points of the
+            loop (per-epoch evaluation, unfreezing, ...); their state is checkpointed.
     """
 
     def __init__(self, model: nn.Module, objective: nn.Module, train_stream: Any,
@@ -115,7 +118,8 @@ class Trainer:
                  param_groups: list[dict[str, Any]] | None = None,
                  record: RunRecord | None = None, tokenizer_dir: str | Path | None = None,
                  track_cost: bool = True, measure_peak: bool = True,
-                 cost_settings: dict[str, float] | None = None):
+                 cost_settings: dict[str, float] | None = None,
+                 hooks: Iterable[TrainerHook] = ()):
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.model = model
@@ -127,6 +131,7 @@ class Trainer:
         self.track_cost = track_cost
         self.measure_peak = measure_peak
         self.cost_settings = dict(cost_settings or {})
+        self.hooks = list(hooks)
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
         self.device = resolve_device(cfg.device, int(__import__("os").environ.get("LOCAL_RANK", 0)))
@@ -201,6 +206,9 @@ class Trainer:
         self.last_loss = state.get("last_loss")
         if state.get("stream") is not None and hasattr(self.stream, "load_state_dict"):
             self.stream.load_state_dict(state["stream"])
+        hook_states = state.get("hooks") or [{}] * len(self.hooks)
+        for hook, hook_state in zip(self.hooks, hook_states):
+            hook.load(path, hook_state)
         ckpt.set_rng_state(state["rng"][str(self.dist.rank)] if str(self.dist.rank) in state["rng"]
                            else state["rng"]["0"], ckpt.load_rng(path, self.dist.rank))
         self.last_checkpoint = path
@@ -347,7 +355,8 @@ class Trainer:
                             else None)
             state = {"step": self.step, "tokens": self.tokens, "elapsed": self._elapsed(),
                      "stream": stream_state, "rng": all_rng, "last_eval": self.last_eval,
-                     "last_loss": self.last_loss, "world_size": self.dist.world_size}
+                     "last_loss": self.last_loss, "world_size": self.dist.world_size,
+                     "hooks": [hook.save(tmp) for hook in self.hooks]}
             ckpt.write_checkpoint(tmp, model_state, obj_state, optim_state, state)
             final = ckpt.commit(tmp, self.cfg.keep_last)
         barrier(self.dist)
@@ -395,8 +404,12 @@ class Trainer:
         window = {"tokens": 0, "seconds": 0.0}
         record: dict[str, Any] | None = None  # the newest step's train record, until written
         stop = self._stop_reason(elapsed)
+        for hook in self.hooks:
+            hook.on_train_start(self)
         try:
             while stop is None:
+                for hook in self.hooks:
+                    hook.on_step_start(self)
                 horizon = estimate_horizon(self.step, self.tokens, elapsed, cfg.max_steps,
                                            cfg.max_tokens, cfg.budget_seconds)
                 lr = set_lr(self.optimizer, self.schedule.factor(self.step, horizon))
@@ -437,6 +450,8 @@ class Trainer:
                 if bar is not None:
                     self._update_bar(bar, loss, seconds, tokens, horizon)
                 stop = self._stop_reason(elapsed)
+                for hook in self.hooks:
+                    stop = hook.on_step_end(self) or stop
                 if cfg.eval_every and self.step % cfg.eval_every == 0 and stop is None:
                     self._log_eval(writer)
                 if cfg.save_every and self.step % cfg.save_every == 0 and stop is None:
@@ -446,6 +461,8 @@ class Trainer:
                 bar.close()
         if main and record is not None:  # the last step, off the log interval: log it too
             writer.write(record)
+        for hook in self.hooks:
+            hook.on_train_end(self)
         self._log_eval(writer)
         if main:  # what reports read as the run's end (the last train record may be older)
             writer.write({"kind": "end", "step": self.step, "tokens": self.tokens,
