@@ -41,10 +41,9 @@ def training(reps: int, steps: int, batch: int, seq: int,
     import transformers
 
     from lmlab.models.model import LanguageModel
-    from lmlab.models.presets_decoders import decoder_preset
+    from lmlab.models.presets import preset
 
-    config = decoder_preset("gpt2", "6x384", hidden_dropout_prob=0.0,
-                            attention_probs_dropout_prob=0.0)
+    config = preset("gpt2", "6x384", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     ours = LanguageModel(config, heads=("clm",)).train()
     hf_config = transformers.GPT2Config(n_embd=384, n_layer=6, n_head=6, n_positions=1024,
                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)

@@ -19,14 +19,14 @@ def assert_same_outputs(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 def tiny_config(family: str, **overrides) -> TransformerConfig:
-    from lmlab.models.presets_decoders import decoder_config
+    from lmlab.models.presets import family_config
 
     values = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=64, max_position_embeddings=64)
     if family == "llama":
         values.update(num_key_value_heads=2, tie_word_embeddings=False, rope_theta=5000.0)
     values.update(overrides)
-    return decoder_config(family, **values)
+    return family_config(family, **values)
 
 
 def randomise(model: torch.nn.Module) -> torch.nn.Module:
@@ -148,29 +148,29 @@ def test_gpt2_config_round_trip_and_names(tmp_path):
 
 
 def test_llama_rejects_rope_scaling():
-    from lmlab.interop.families.llama import config_from_hf
+    from lmlab.interop.families import get_family
     from lmlab.utils.errors import LmlabError
 
     with pytest.raises(LmlabError, match="RoPE scaling"):
-        config_from_hf({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
-                        "num_attention_heads": 2, "intermediate_size": 16,
-                        "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+        get_family("llama").config_from_hf({
+            "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 16, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
 
 
 def test_presets():
-    from lmlab.models.presets_decoders import DECODER_PRESETS, decoder_preset
+    from lmlab.models.presets import list_presets, preset
 
-    small = decoder_preset("gpt2", "small")
+    small = preset("gpt2", "small")
     assert (small.num_hidden_layers, small.hidden_size, small.vocab_size) == (12, 768, 50257)
     # GPT-2 small has 124M parameters with its tied head.
     assert abs(small.num_parameters() - 124_439_808) < 1000
-    cpu = decoder_preset("gpt2", "6x384")
+    cpu = preset("gpt2", "6x384")
     assert (cpu.num_hidden_layers, cpu.hidden_size, cpu.num_attention_heads) == (6, 384, 6)
-    smol = decoder_preset("llama", "smollm2-135m")
+    smol = preset("llama", "smollm2-135m")
     assert (smol.num_hidden_layers, smol.hidden_size, smol.num_attention_heads,
             smol.num_key_value_heads, smol.intermediate_size) == (30, 576, 9, 3, 1536)
     assert abs(smol.num_parameters() - 134_515_008) < 1000
-    assert ("gpt2", "medium") in DECODER_PRESETS
+    assert ("gpt2", "medium") in list_presets()
 
 
 # ---------------------------------------------------------------------------- objectives

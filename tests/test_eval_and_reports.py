@@ -166,10 +166,10 @@ class AsciiTokenizer:
 
 def _tiny_decoder(vocab: int = 128):
     from lmlab.models.model import LanguageModel
-    from lmlab.models.presets_decoders import decoder_config
+    from lmlab.models.presets import family_config
 
     torch.manual_seed(0)  # the same weights on every call
-    config = decoder_config("gpt2", vocab_size=vocab, hidden_size=32, num_hidden_layers=1,
+    config = family_config("gpt2", vocab_size=vocab, hidden_size=32, num_hidden_layers=1,
                             num_attention_heads=4, intermediate_size=64,
                             max_position_embeddings=512, initializer_range=0.3)
     return LanguageModel(config, heads=("clm",)).eval()
@@ -207,9 +207,9 @@ def scripted_decoder(text: str, width: int = 64):
     with certainty ("." past the end): word embeddings and blocks are zero, position p's
     embedding is one-hot, and the LM head maps that one-hot to the scripted character."""
     from lmlab.models.model import LanguageModel
-    from lmlab.models.presets_decoders import decoder_config
+    from lmlab.models.presets import family_config
 
-    config = decoder_config("gpt2", vocab_size=128, hidden_size=width, num_hidden_layers=1,
+    config = family_config("gpt2", vocab_size=128, hidden_size=width, num_hidden_layers=1,
                             num_attention_heads=4, intermediate_size=64,
                             max_position_embeddings=width, tie_word_embeddings=False)
     model = LanguageModel(config, heads=("clm",)).eval()

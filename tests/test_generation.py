@@ -14,14 +14,14 @@ from lmlab.generation.generate import (
     top_p_filter,
 )
 from lmlab.models.model import LanguageModel
-from lmlab.models.presets_decoders import decoder_config
+from lmlab.models.presets import family_config
 from lmlab.utils.errors import LmlabError
 
 
 def tiny(family: str = "gpt2", vocab: int = 61, seed: int = 0) -> LanguageModel:
     torch.manual_seed(seed)
     extra = dict(num_key_value_heads=2, tie_word_embeddings=False) if family == "llama" else {}
-    config = decoder_config(family, vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+    config = family_config(family, vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
                             num_attention_heads=4, intermediate_size=64,
                             max_position_embeddings=128, eos_token_id=None, bos_token_id=None,
                             initializer_range=0.3, **extra)

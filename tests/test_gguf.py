@@ -13,9 +13,15 @@ import pytest
 import torch
 from conftest import assert_close_rounding
 
-from lmlab.interop.gguf import GGUFFile, load_gguf_model, unpermute_rotary_rows
+from lmlab.interop.gguf import (
+    GGUFFile,
+    config_from_gguf,
+    gguf_tensor_names,
+    load_gguf_model,
+    unpermute_rotary_rows,
+)
 from lmlab.models.model import LanguageModel
-from lmlab.models.presets_decoders import decoder_config
+from lmlab.models.presets import family_config
 
 
 def assert_real_logits_close(ours: torch.Tensor, theirs: torch.Tensor) -> None:
@@ -82,11 +88,38 @@ def write_tiny_gguf(path, model: LanguageModel, qtype_name: str = "F32") -> None
 
 def tiny_llama(tied: bool) -> LanguageModel:
     torch.manual_seed(0)
-    config = decoder_config("llama", vocab_size=64, hidden_size=64, num_hidden_layers=2,
+    config = family_config("llama", vocab_size=64, hidden_size=64, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
                             max_position_embeddings=64, rope_theta=30000.0,
                             tie_word_embeddings=tied, initializer_range=0.2)
     return LanguageModel(config, heads=("clm",)).eval()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_every_llama_parameter_has_a_gguf_name(tied):
+    """The GGUF tensor names are entries of the family's Rules and cover the whole model."""
+    model = tiny_llama(tied)
+    names = gguf_tensor_names(model.config)
+    assert set(names.values()) == {name for name, _ in model.named_parameters()}
+    assert ("output.weight" in names) == (not tied)
+
+
+def test_gguf_metadata_through_the_rename_table():
+    """Metadata written from the family's gguf_names reads back as the same config."""
+    from lmlab.interop.families import get_family
+    from lmlab.utils.errors import LmlabError
+
+    config = family_config("llama", vocab_size=64, hidden_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                           rope_theta=30000.0, norm_eps=1e-6)
+    metadata = {f"llama.{key}": getattr(config, name)
+                for key, name in get_family("llama").gguf_names.items()}
+    metadata.update({"general.architecture": "llama", "tokenizer.ggml.bos_token_id": 1,
+                     "tokenizer.ggml.eos_token_id": 2})
+    assert config_from_gguf(metadata, tensor_names=set()) == config  # no output.weight: tied
+    metadata["general.architecture"] = "qwen2"
+    with pytest.raises(LmlabError, match="GGUF architecture 'qwen2' is not supported"):
+        config_from_gguf(metadata)
 
 
 def test_unpermute_inverts_llama_cpp_permutation():

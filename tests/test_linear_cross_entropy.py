@@ -76,11 +76,11 @@ def test_clm_objective_equals_the_heads_unfused_loss_and_gradients():
     """The objective (fused) and model(..., labels=...) (logits + F.cross_entropy) agree on a
     tied GPT-2, padding included."""
     from lmlab.models.model import LanguageModel
-    from lmlab.models.presets_decoders import decoder_config
+    from lmlab.models.presets import family_config
     from lmlab.objectives import SpecialTokens, build_objective
 
     torch.manual_seed(0)
-    config = decoder_config("gpt2", vocab_size=97, hidden_size=32, num_hidden_layers=2,
+    config = family_config("gpt2", vocab_size=97, hidden_size=32, num_hidden_layers=2,
                             num_attention_heads=4, intermediate_size=64,
                             max_position_embeddings=64, hidden_dropout_prob=0.0,
                             attention_probs_dropout_prob=0.0)

@@ -18,13 +18,13 @@ from lmlab.evaluation.lm import (
     score_continuations,
 )
 from lmlab.models.model import LanguageModel
-from lmlab.models.presets_decoders import decoder_config
+from lmlab.models.presets import family_config
 
 
 def tiny(family: str = "gpt2", vocab: int = 61) -> LanguageModel:
     torch.manual_seed(0)
     extra = dict(num_key_value_heads=2) if family == "llama" else {}
-    config = decoder_config(family, vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+    config = family_config(family, vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
                             num_attention_heads=4, intermediate_size=64,
                             max_position_embeddings=256, initializer_range=0.3, **extra)
     return LanguageModel(config, heads=("clm",)).eval()

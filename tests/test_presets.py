@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -71,9 +69,7 @@ def test_register_preset(monkeypatch):
     assert preset("bert", "dict").head_dim == 16
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lmlab.models.presets_decoders") is None,
-                    reason="decoder presets module not present")
-def test_decoder_presets_registered_lazily():
+def test_decoder_presets_listed():
     families = {family for family, _ in list_presets()}
     assert {"gpt2", "llama"} <= families
 
@@ -107,3 +103,40 @@ def test_presets_match_transformers(family, size):
     theirs_count = sum(p.numel() for n, p in theirs.named_parameters() if "pooler" not in n)
     assert ours.num_parameters() == theirs_count
     assert spec.config_from_hf(hf_values) == config
+
+
+@pytest.mark.parametrize("family,size", list_presets())
+def test_config_json_round_trip(family, size):
+    """Every preset written through its family's rename table reads back unchanged."""
+    from lmlab.interop.families import get_family
+
+    spec = get_family(family)
+    config = preset(family, size)
+    assert spec.config_from_hf(spec.config_to_hf(config)) == config
+
+
+@pytest.mark.parametrize("family,field,value", [
+    ("llama", "position_embedding", "learned"), ("gpt2", "causal", False),
+    ("bert", "pre_norm", True), ("albert", "share_layers", False),
+    ("distilbert", "type_vocab_size", 2)])
+def test_config_json_refuses_other_shapes(family, field, value):
+    """A config.json cannot express a field of the family's shape: such a config is refused
+    rather than written as a checkpoint that loads as another model."""
+    from lmlab.interop.families import get_family
+
+    spec = get_family(family)
+    config = preset(family, next(iter(spec.sizes)), **{field: value})
+    with pytest.raises(LmlabError, match=f"not {family} shaped: {field}="):
+        spec.config_to_hf(config)
+
+
+def test_config_json_without_sizes_is_refused():
+    from lmlab.interop.families import get_family
+
+    with pytest.raises(LmlabError, match="lacks n_heads"):
+        get_family("distilbert").config_from_hf({"vocab_size": 9, "dim": 8, "n_layers": 1})
+    with pytest.raises(LmlabError, match="lacks vocab_size, intermediate_size"):
+        get_family("llama").config_from_hf({"hidden_size": 8, "num_hidden_layers": 1,
+                                            "num_attention_heads": 2})
+    with pytest.raises(LmlabError, match="no model family 'xlnet'"):
+        get_family("xlnet")

@@ -160,19 +160,24 @@ def test_every_head_loads_in_a_fresh_process(tmp_path, family):
 
 
 def test_registries_resolve_without_prior_imports():
-    """In a fresh process, every head name builds and every encoder family knows its task
-    heads, with nothing imported beforehand but the registry being asked."""
+    """In a fresh process, every head name builds, every encoder family knows its task heads
+    and every family's presets are listed, with nothing imported beforehand but the registry
+    being asked: the registries are "module:attribute" tables, filled by no import."""
     code = """
 import sys
+from lmlab.interop.families import KNOWN_FAMILIES
 from lmlab.models.config import TransformerConfig
-from lmlab.models.heads import available_heads, build_head, head_spec
+from lmlab.models.heads import HEADS, available_heads, build_head, needs_pooler
 assert "lmlab.finetune.heads" not in sys.modules
+assert all(isinstance(entry, str) for entry in (*HEADS.values(), *KNOWN_FAMILIES.values()))
+from lmlab.models.presets import list_presets
+assert {"bert", "gpt2", "llama"} <= {family for family, _ in list_presets()}
 config = TransformerConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                            num_attention_heads=2, intermediate_size=32)
 for name in available_heads():
     build_head(name, config)
-assert head_spec("sequence-classification").needs_pooler
-assert not head_spec("token-classification").needs_pooler
+assert needs_pooler("sequence-classification")
+assert not needs_pooler("token-classification")
 from lmlab.interop.families import get_family
 for family, prefix in (("bert", "Bert"), ("roberta", "Roberta"), ("albert", "Albert"),
                        ("electra", "Electra"), ("distilbert", "DistilBert")):
@@ -187,16 +192,15 @@ print("ok")
 
 
 def test_family_lookup_leaves_the_family_module_unchanged():
-    """The task heads are added to the spec get_family returns, not written into the family
-    module's FAMILY object (no module changes another when imported)."""
+    """get_family returns the family module's own FAMILY, which declares its task heads itself:
+    nothing wraps or edits a family spec after its module is imported."""
     from lmlab.interop.families import bert, get_family
 
     spec = get_family("bert")
+    assert spec is bert.FAMILY
     assert "sequence-classification" in spec.head_rules
     assert "BertForTokenClassification" in spec.architectures
-    assert "sequence-classification" not in bert.FAMILY.head_rules
-    assert "BertForTokenClassification" not in bert.FAMILY.architectures
-    assert get_family("gpt2").architectures == get_family("gpt2").architectures  # no task heads
+    assert not {"config_from_hf", "config_to_hf"} & set(vars(spec))  # not wrapped per spec
     assert not any(name.endswith("ForSequenceClassification")
                    for name in get_family("gpt2").architectures)
 

@@ -142,3 +142,24 @@ def test_lmlab_poolings(pooling):
     assert_close_rounding(a, b, terms=32, depth=2)
     width = 48 if pooling == "concat" else 16
     assert model.heads["sequence-classification"].classifier.in_features == width
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("pooling", ["family", "mean"])
+def test_task_heads_are_the_declared_layout(family, pooling):
+    """One declaration (FamilySpec.task_heads) gives both the modules lmlab builds for each task
+    head and the checkpoint names they are saved under: the two cover the same parameters."""
+    from lmlab.finetune.heads import TASK_HEADS
+    from lmlab.interop.families import get_family
+    from lmlab.models.model import LanguageModel
+
+    spec = get_family(family)
+    config = spec.config(vocab_size=99, hidden_size=32, num_hidden_layers=1,
+                         num_attention_heads=4, intermediate_size=64, extra={"pooling": pooling})
+    model = LanguageModel(config, heads=[])
+    for head in TASK_HEADS:
+        add_task_head(model, head)
+    built = {name for name, _ in model.named_parameters() if name.startswith("heads.")}
+    declared = {rule.ours for head in TASK_HEADS for rule in spec.head_rules[head](config)}
+    assert built == declared
+    assert set(spec.task_heads) == set(TASK_HEADS)

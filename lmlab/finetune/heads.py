@@ -2,24 +2,22 @@
 extractive question answering and multiple choice.
 
 Each head matches the Hugging Face class of its family so checkpoints interchange and logits are
-equal (``BertForSequenceClassification`` etc.); the family decides the head's layout:
+equal (``BertForSequenceClassification`` etc.). The family spec declares each head's layout
+(``FamilySpec.task_heads``, :data:`lmlab.interop.families.TASK_LAYOUTS`), and the same
+declaration gives the checkpoint names; the pooled heads' layouts are:
 
-=====================  =============================================  ==========================
-family                 sequence classification                        multiple choice
-=====================  =============================================  ==========================
-bert, albert           pooler (tanh) -> dropout -> ``classifier``      same, one score per choice
-roberta                ``<s>`` -> ``classifier.dense`` -> tanh ->      pooler -> ``classifier``
-                       ``classifier.out_proj``
-electra                ``[CLS]`` -> ``classifier.dense`` -> gelu ->    ``sequence_summary``
-                       ``classifier.out_proj``                         (dense, gelu) -> classifier
-distilbert             ``[CLS]`` -> ``pre_classifier`` -> relu ->      same as its classification
-                       ``classifier``
-=====================  =============================================  ==========================
+- ``pooler``: pooled [CLS] (tanh) -> dropout -> ``classifier`` (BERT, ALBERT; RoBERTa's multiple
+  choice; any family that declares nothing);
+- ``dense-tanh`` / ``dense-gelu``: ``[CLS]`` -> ``classifier.dense`` -> tanh (RoBERTa) / GELU
+  (ELECTRA) -> ``classifier.out_proj``;
+- ``summary``: ``[CLS]`` -> ``sequence_summary`` (dense, GELU) -> ``classifier`` (ELECTRA's
+  multiple choice);
+- ``pre-classifier``: ``[CLS]`` -> ``pre_classifier`` -> ReLU -> ``classifier`` (DistilBERT).
 
 Token classification is ``dropout -> classifier`` and QA is ``qa_outputs`` (2 logits per token)
 in every family. lmlab-only sentence representations, for ULMFiT-style and feature experiments,
 are chosen with ``config.extra["pooling"]``: ``"mean"`` (mean over real tokens) or ``"concat"``
-(ULMFiT's ``[last, max, mean]``); the default ``"family"`` is the layout above.
+(ULMFiT's ``[last, max, mean]``); the default ``"family"`` is the family's layout.
 
 ``config.extra["num_labels"]`` sets the output width (1 = regression with MSE).
 """
@@ -32,9 +30,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from lmlab.interop.families import task_layout
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
-from lmlab.models.heads import IGNORE_INDEX, register_head
+from lmlab.models.heads import IGNORE_INDEX
 from lmlab.utils.errors import LmlabError
 
 SEQUENCE_CLASSIFICATION = "sequence-classification"
@@ -101,26 +100,20 @@ class _PooledHead(nn.Module):
     takes_hidden = True  # LanguageModel.run_head passes hidden states and pooled=...
     takes_attention_mask = True
     loss_takes_attention_mask = True
+    needs_pooler = True
 
-    def __init__(self, config: TransformerConfig, outputs: int, mc: bool = False):
+    def __init__(self, config: TransformerConfig, outputs: int, head: str):
         super().__init__()
         self.family = config.family
         self.pooling = _pooling(config)
         style = self.pooling
         if style in ("family", "cls"):
-            if config.family in ("roberta", "electra") and not mc:
-                style = "dense-out"  # classifier.dense -> act -> classifier.out_proj
-            elif config.family == "electra" and mc:
-                style = "summary"
-            elif config.family == "distilbert":
-                style = "pre-classifier"
-            else:
-                style = "pooler"
+            style = task_layout(config.family, head)
         self.style = style
         h = config.hidden_size
-        if style == "dense-out":
+        if style in ("dense-tanh", "dense-gelu"):  # classifier.dense -> act -> out_proj
             self.dense = nn.Linear(h, h)
-            self.act = activation("tanh" if config.family == "roberta" else "gelu")
+            self.act = activation(style.removeprefix("dense-"))
             self.out_proj = nn.Linear(h, outputs)
             self.dropout = _dropout(config, "classifier_dropout")
         elif style == "summary":
@@ -152,23 +145,22 @@ class _PooledHead(nn.Module):
         if style == "concat":
             return self.dropout(concat_pool(hidden, attention_mask))
         first = hidden[:, 0]  # (B, H): [CLS] / <s>
-        if style == "dense-out":
+        if style in ("dense-tanh", "dense-gelu"):
             return self.dropout(self.act(self.dense(self.dropout(first))))
         if style == "summary":
             return self.dropout(self.act(self.summary(first)))
         return self.dropout(self.act(self.pre_classifier(first)))  # pre-classifier
 
     def project(self, vector: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(vector) if self.style == "dense-out" else self.classifier(vector)
+        return self.out_proj(vector) if self.style.startswith("dense-") \
+            else self.classifier(vector)
 
 
-@register_head(SEQUENCE_CLASSIFICATION, needs_pooler=True,
-               description="sentence (pair) classification or regression (num_labels=1)")
 class SequenceClassificationHead(_PooledHead):
     """Sentence or sentence-pair classification; regression (MSE) when ``num_labels == 1``."""
 
     def __init__(self, config: TransformerConfig):
-        super().__init__(config, num_labels(config))
+        super().__init__(config, num_labels(config), SEQUENCE_CLASSIFICATION)
         self.num_labels = num_labels(config)
 
     def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None,
@@ -183,14 +175,12 @@ class SequenceClassificationHead(_PooledHead):
         return F.cross_entropy(logits.float(), labels.reshape(-1))
 
 
-@register_head(MULTIPLE_CHOICE, needs_pooler=True,
-               description="multiple choice: one score per (context, choice) sequence")
 class MultipleChoiceHead(_PooledHead):
     """SWAG-style multiple choice: the inputs (B, C, T) are flattened to (B*C, T) by the caller;
     this head scores each sequence and, given ``num_choices``, returns (B, C)."""
 
     def __init__(self, config: TransformerConfig):
-        super().__init__(config, 1, mc=True)
+        super().__init__(config, 1, MULTIPLE_CHOICE)
 
     def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -206,7 +196,6 @@ class MultipleChoiceHead(_PooledHead):
         return F.cross_entropy(logits.float(), labels.reshape(-1))
 
 
-@register_head(TOKEN_CLASSIFICATION, description="per-token tags (NER, POS): dropout, linear")
 class TokenClassificationHead(nn.Module):
     """One label distribution per token; labels -100 (padding, continuation sub-tokens) are
     ignored by the loss."""
@@ -225,7 +214,6 @@ class TokenClassificationHead(nn.Module):
                                ignore_index=IGNORE_INDEX)
 
 
-@register_head(QUESTION_ANSWERING, description="extractive QA: start and end logit per token")
 class QuestionAnsweringHead(nn.Module):
     """``qa_outputs``: (B, T, H) -> (B, T, 2); ``[..., 0]`` start, ``[..., 1]`` end logits."""
 
@@ -276,8 +264,8 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
 def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
     """Run the stack and one task head on a batch; multiple-choice inputs (B, C, T) are
     flattened to (B*C, T) and the scores returned as (B, C). A feature-based run
-    (:class:`~lmlab.finetune.recipes.FeatureClassifier`) runs its encoder and feature head."""
-    from lmlab.finetune.recipes import FeatureClassifier
+    (:class:`~lmlab.finetune.feature_based.FeatureClassifier`) runs its encoder and feature head."""
+    from lmlab.finetune.feature_based import FeatureClassifier
 
     input_ids = batch["input_ids"]
     num_choices = None

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from lmlab.interop.families import KNOWN_FAMILIES, FamilySpec, expand_rules, get_family
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
@@ -234,89 +235,48 @@ def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
     return w.swapaxes(1, 2).reshape(weight.shape)  # (nh, 2, hd/2, in) -> rows
 
 
-# -- Llama-style architectures ---------------------------------------------------------------------
-SUPPORTED_ARCHITECTURES = ("llama",)
+# -- models --------------------------------------------------------------------------------------
+def _family(metadata: dict[str, Any]) -> FamilySpec:
+    """The family of ``general.architecture``, if its spec has GGUF names."""
+    arch = metadata.get("general.architecture")
+    readable = [name for name in KNOWN_FAMILIES if get_family(name).gguf_names]
+    if arch not in readable:
+        raise LmlabError(f"GGUF architecture {arch!r} is not supported",
+                         f"lmlab reads GGUF files of: {', '.join(readable)}")
+    return get_family(arch)
 
 
 def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | None = None
                      ) -> TransformerConfig:
-    """A :class:`TransformerConfig` from GGUF metadata (``llama.*`` keys and the tokenizer's)."""
-    arch = metadata.get("general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise LmlabError(f"GGUF architecture {arch!r} is not supported",
-                         f"lmlab reads GGUF files of: {', '.join(SUPPORTED_ARCHITECTURES)}")
-
-    def key(name: str, default: Any = None, required: bool = False) -> Any:
-        value = metadata.get(f"{arch}.{name}", default)
-        if value is None and required:
-            raise LmlabError(f"the GGUF metadata lacks {arch}.{name}",
-                             "re-convert the model with a recent llama.cpp convert_hf_to_gguf.py")
-        return value
-
-    if key("rope.scaling.type") not in (None, "none", "linear") or key("rope.scaling.factor", 1.0) \
-            not in (1.0, None) or (tensor_names and "rope_freqs.weight" in tensor_names):
+    """A :class:`TransformerConfig` from GGUF metadata: ``<architecture>.*`` keys through the
+    family's ``gguf_names``, token ids from the tokenizer's keys, biases and a tied output
+    projection from which tensors the file holds."""
+    spec = _family(metadata)
+    arch = spec.model_type
+    tensors = tensor_names or set()
+    if metadata.get(f"{arch}.rope.scaling.type") not in (None, "none", "linear") \
+            or metadata.get(f"{arch}.rope.scaling.factor", 1.0) not in (1.0, None) \
+            or "rope_freqs.weight" in tensors:
         raise LmlabError("this GGUF uses RoPE scaling, which lmlab does not implement",
                          "use a model with plain rotary embeddings (e.g. SmolLM2, Llama 2)")
-    heads = int(key("attention.head_count", required=True))
-    hidden = int(key("embedding_length", required=True))
     tokens = metadata.get("tokenizer.ggml.tokens")
-    vocab = key("vocab_size") or (len(tokens) if tokens is not None else None)
-    if vocab is None:
-        raise LmlabError("the GGUF metadata gives no vocabulary size",
-                         "re-convert the model with its tokenizer")
-    head_dim = key("attention.key_length") or key("rope.dimension_count") or hidden // heads
-    tied = tensor_names is not None and "output.weight" not in tensor_names
-    pad = metadata.get("tokenizer.ggml.padding_token_id")
-    return TransformerConfig(
-        family="llama",
-        vocab_size=int(vocab),
-        hidden_size=hidden,
-        num_hidden_layers=int(key("block_count", required=True)),
-        num_attention_heads=heads,
-        num_key_value_heads=int(key("attention.head_count_kv") or heads),
-        head_dim=int(head_dim),
-        intermediate_size=int(key("feed_forward_length", required=True)),
-        hidden_act="silu",
-        ffn_type="glu",
-        max_position_embeddings=int(key("context_length", 2048)),
-        type_vocab_size=0,
-        position_embedding="rotary",
-        rope_theta=float(key("rope.freq_base", 10000.0)),
-        norm_type="rmsnorm",
-        norm_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
-        pre_norm=True,
-        embedding_norm=False,
-        final_norm=True,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        attention_bias=bool(tensor_names and "blk.0.attn_q.bias" in tensor_names),
-        mlp_bias=False,
-        causal=True,
-        tie_word_embeddings=tied,
-        pad_token_id=None if pad is None else int(pad),
-        bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
-        eos_token_id=metadata.get("tokenizer.ggml.eos_token_id"),
-    )
+    if tokens is not None:
+        metadata = {f"{arch}.vocab_size": len(tokens), **metadata}
+    values = spec.read(spec.gguf_names, metadata, "the GGUF metadata", prefix=f"{arch}.")
+    for name, key in (("pad", "padding"), ("bos", "bos"), ("eos", "eos")):
+        values[f"{name}_token_id"] = metadata.get(f"tokenizer.ggml.{key}_token_id")
+    values["tie_word_embeddings"] = tensor_names is not None and "output.weight" not in tensors
+    values["attention_bias"] = "blk.0.attn_q.bias" in tensors
+    return TransformerConfig(**values)
 
 
-def _llama_names(config: TransformerConfig) -> dict[str, str]:
-    """GGUF tensor name -> lmlab parameter name."""
-    names = {"token_embd.weight": "transformer.embeddings.word_embeddings.weight",
-             "output_norm.weight": "transformer.final_norm.weight"}
-    if not config.tie_word_embeddings:
-        names["output.weight"] = "heads.clm.decoder.weight"
-    per_layer = {"attn_norm.weight": "attention_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
-                 "ffn_gate.weight": "feed_forward.gate_proj.weight",
-                 "ffn_up.weight": "feed_forward.up_proj.weight",
-                 "ffn_down.weight": "feed_forward.down_proj.weight"}
-    for short, ours in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("output", "o_proj")):
-        per_layer[f"attn_{short}.weight"] = f"attention.{ours}.weight"
-        if config.attention_bias:
-            per_layer[f"attn_{short}.bias"] = f"attention.{ours}.bias"
-    for i in range(config.num_hidden_layers):
-        for theirs, ours in per_layer.items():
-            names[f"blk.{i}.{theirs}"] = f"transformer.layers.{i}.{ours}"
-    return names
+def gguf_tensor_names(config: TransformerConfig) -> dict[str, str]:
+    """GGUF tensor name -> lmlab parameter name, from the family's Rules (the LM head's too,
+    unless tied to the embeddings)."""
+    spec = get_family(config.family)
+    rules = spec.base_rules(config) + spec.head_rules["clm"](config)
+    return {rule.gguf: rule.ours for rule in expand_rules(rules, config.num_hidden_layers)
+            if rule.gguf and not rule.optional}
 
 
 def load_gguf_model(path: str | Path, dtype: Any = None):
@@ -342,14 +302,14 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
             if isinstance(module, RotaryEmbedding):
                 module.inv_freq.copy_(RotaryEmbedding(config.head_dim, config.rope_theta).inv_freq)
         params = dict(model.named_parameters())
-        names = _llama_names(config)
+        names = gguf_tensor_names(config)
         missing = [n for n in names if n not in file.tensors]
         unexpected = sorted(set(file.tensors) - set(names))
         if missing or unexpected:
             raise LmlabError(
-                f"{file.path} does not hold the tensors a Llama model needs "
+                f"{file.path} does not hold the tensors a {config.family} model needs "
                 f"(missing: {missing[:8]}, unexpected: {unexpected[:8]})",
-                "use a GGUF converted from a Llama-architecture model")
+                f"use a GGUF converted from a {config.family}-architecture model")
         for theirs, ours in names.items():
             target = params[ours]
             if tuple(target.shape) != file.tensors[theirs].shape:
@@ -365,8 +325,6 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
                 else:
                     file.tensor_into(theirs, target.detach().numpy())
         model.chat_template = file.metadata.get("tokenizer.chat_template")
-        model.gguf_metadata = {k: v for k, v in file.metadata.items()
-                               if not k.startswith("tokenizer.ggml.")}
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()

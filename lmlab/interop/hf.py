@@ -10,14 +10,14 @@ arbitrary code.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lmlab.interop.families import FamilySpec, Rule, get_family
+from lmlab.interop.families import FamilySpec, Rule, expand_rules, get_family
 from lmlab.interop.safetensors_reader import SafetensorsFile
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
@@ -115,19 +115,6 @@ class CheckpointTensors:
         self._pickled.clear()
 
 
-def expand_rules(rules: list[Rule], num_layers: int) -> Iterator[Rule]:
-    """Substitute ``{i}`` by each layer index."""
-    for rule in rules:
-        if "{i}" in rule.theirs or any("{i}" in o for o in rule.ours_names):
-            for i in range(num_layers):
-                ours = tuple(o.format(i=i) for o in rule.ours_names)
-                yield Rule(ours if len(ours) > 1 else ours[0], rule.theirs.format(i=i),
-                           rule.transpose, rule.split, tuple(a.format(i=i) for a in rule.aliases),
-                           rule.optional)
-        else:
-            yield rule
-
-
 def model_rules(family: FamilySpec, model, prefix: str) -> list[Rule]:
     """All rules for ``model`` (its stack, pooler and heads), with base names under ``prefix``."""
     config = model.config
@@ -135,8 +122,7 @@ def model_rules(family: FamilySpec, model, prefix: str) -> list[Rule]:
     base = list(family.base_rules(config))
     if model.pooler is not None:
         base += family.pooler_rules
-    rules = [Rule(r.ours, prefix + r.theirs, r.transpose, r.split,
-                  tuple(prefix + a for a in r.aliases), r.optional)
+    rules = [replace(r, theirs=prefix + r.theirs, aliases=tuple(prefix + a for a in r.aliases))
              for r in expand_rules(base, layers)]
     for head in model.heads:
         if head in family.head_rules:

@@ -49,7 +49,7 @@ def from_pretrained(path: str | Path, head: str | list[str] | None = None, *,
         head: ``None`` = the heads the checkpoint names in ``architectures`` (bare model if
             none); ``"mlm"``, ``"nsp"``, ``"rtd"``, ... = that head, freshly initialised when the
             checkpoint lacks it. A feature-based fine-tuning run (``feature_head.json``) loads
-            as a :class:`~lmlab.finetune.recipes.FeatureClassifier`.
+            as a :class:`~lmlab.finetune.feature_based.FeatureClassifier`.
         allow_pickle: also read pickled ``.bin``/``.pt`` weights (unsafe for untrusted files).
         dtype: cast after loading (``torch.bfloat16`` for fast CPU inference).
 
@@ -61,7 +61,7 @@ def from_pretrained(path: str | Path, head: str | list[str] | None = None, *,
     if path.suffix == ".gguf":
         gguf = importlib.import_module("lmlab.interop.gguf")
         return gguf.load_gguf_model(path, dtype=dtype)
-    from lmlab.finetune.recipes import is_feature_run, load_feature_classifier
+    from lmlab.finetune.feature_based import is_feature_run, load_feature_classifier
 
     if is_feature_run(path):  # a feature-based fine-tuning run: encoder + feature head
         return load_feature_classifier(path, head=head, dtype=dtype)

@@ -1,20 +1,17 @@
 """Heads: what sits on top of the Transformer stack for an objective or a task.
 
-Every head is registered by name (``"mlm"``, ``"nsp"``, ``"sop"``, ``"rtd"``, ``"clm"`` here; the
-task heads of :mod:`lmlab.finetune.heads` and SpanBERT's ``"sbo"`` elsewhere) so objectives and
-checkpoints can ask for them by name. A head maps the stack's output to logits and knows its
-own loss.
+Every head has a name (``"mlm"``, ``"nsp"``, ``"sop"``, ``"rtd"``, ``"clm"`` here; the task heads
+of :mod:`lmlab.finetune.heads` and SpanBERT's ``"sbo"`` elsewhere) so objectives and checkpoints
+can ask for them by name. A head maps the stack's output to logits and knows its own loss; a
+head that reads the pooled [CLS] vector says so with the class attribute ``needs_pooler``.
 
-Heads defined in other modules are listed in :data:`LAZY_HEADS` as ``"module:Class"`` and
-imported on first lookup, so loading a checkpoint never depends on which modules the caller
-happened to import first.
+:data:`HEADS` lists every head as ``"module:Class"``, imported on first lookup, so loading a
+checkpoint never depends on which modules the caller happened to import first.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -27,22 +24,14 @@ from lmlab.utils.errors import LmlabError
 
 IGNORE_INDEX = -100
 
-
-@dataclass
-class HeadSpec:
-    """How to build a head and whether it reads the pooled [CLS] vector."""
-
-    factory: Callable[[TransformerConfig], nn.Module]
-    needs_pooler: bool = False
-    description: str = ""
-
-
-# Heads registered so far (by :func:`register_head`, when their module is imported).
-HEADS: dict[str, HeadSpec] = {}
-
-# Heads defined outside this module: name -> "module:Class", imported by :func:`head_spec` on
-# first use. The module's @register_head gives the head's settings; this table only says where.
-LAZY_HEADS = {
+#: head name -> "module:Class" (the class itself once imported). A head defined elsewhere is
+#: added with ``HEADS[name] = "module:Class"``.
+HEADS: dict[str, str | type[nn.Module]] = {
+    "mlm": f"{__name__}:MaskedLMHead",
+    "nsp": f"{__name__}:NextSentenceHead",
+    "sop": f"{__name__}:SentenceOrderHead",
+    "rtd": f"{__name__}:ReplacedTokenDetectionHead",
+    "clm": f"{__name__}:CausalLMHead",
     "sequence-classification": "lmlab.finetune.heads:SequenceClassificationHead",
     "token-classification": "lmlab.finetune.heads:TokenClassificationHead",
     "question-answering": "lmlab.finetune.heads:QuestionAnsweringHead",
@@ -51,41 +40,32 @@ LAZY_HEADS = {
 }
 
 
-def register_head(name: str, needs_pooler: bool = False, description: str = ""):
-    """Class decorator adding a head to :data:`HEADS` under ``name``.
-
-    A head defined outside :mod:`lmlab.models.heads` must also be listed in
-    :data:`LAZY_HEADS`, or checkpoints naming it load only after its module was imported."""
-
-    def decorate(cls):
-        HEADS[name] = HeadSpec(cls, needs_pooler, description or (cls.__doc__ or "").strip())
-        return cls
-
-    return decorate
-
-
 def available_heads() -> list[str]:
-    """Every head name :func:`build_head` accepts (without importing the lazy ones)."""
-    return sorted(set(HEADS) | set(LAZY_HEADS))
+    """Every head name :func:`build_head` accepts (without importing their modules)."""
+    return sorted(HEADS)
 
 
-def head_spec(name: str) -> HeadSpec:
-    """The :class:`HeadSpec` of ``name``, importing the module of a lazy head on first use."""
-    if name not in HEADS and name in LAZY_HEADS:
-        module_name, class_name = LAZY_HEADS[name].split(":")
-        cls = getattr(importlib.import_module(module_name), class_name)  # registers the head
-        if name not in HEADS or HEADS[name].factory is not cls:
-            raise LmlabError(f"internal error: {LAZY_HEADS[name]} is not registered as head "
-                             f"{name!r}", f"decorate it with @register_head({name!r})")
+def head_class(name: str) -> type[nn.Module]:
+    """The class of head ``name`` (built as ``cls(config)``), importing its module on first
+    use."""
     if name not in HEADS:
         raise LmlabError(f"unknown head {name!r}",
                          f"available heads: {', '.join(available_heads())}")
-    return HEADS[name]
+    cls = HEADS[name]
+    if isinstance(cls, str):
+        module_name, class_name = cls.split(":")
+        cls = HEADS[name] = getattr(importlib.import_module(module_name), class_name)
+    return cls
+
+
+def needs_pooler(name: str) -> bool:
+    """Whether head ``name`` reads the pooled [CLS] vector (class attribute, default False)."""
+    return bool(getattr(head_class(name), "needs_pooler", False))
 
 
 def build_head(name: str, config: TransformerConfig) -> nn.Module:
     """A fresh head ``name`` for a model of ``config``."""
-    return head_spec(name).factory(config)
+    return head_class(name)(config)
 
 
 class Pooler(nn.Module):
@@ -99,7 +79,6 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))
 
 
-@register_head("mlm", description="masked-LM: transform, norm, vocabulary projection")
 class MaskedLMHead(nn.Module):
     """Masked-LM head: ``dense -> act -> norm -> decoder`` to the vocabulary.
 
@@ -134,6 +113,8 @@ class MaskedLMHead(nn.Module):
 class _SentencePairHead(nn.Module):
     """Binary classifier over the pooled [CLS] vector (NSP or SOP)."""
 
+    needs_pooler = True
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.classifier = nn.Linear(config.hidden_size, 2)
@@ -146,17 +127,14 @@ class _SentencePairHead(nn.Module):
         return F.cross_entropy(logits.float(), labels.reshape(-1))
 
 
-@register_head("nsp", needs_pooler=True)
 class NextSentenceHead(_SentencePairHead):
     """Next-sentence prediction (BERT): label 0 = B follows A, 1 = B is random."""
 
 
-@register_head("sop", needs_pooler=True)
 class SentenceOrderHead(_SentencePairHead):
     """Sentence-order prediction (ALBERT): label 0 = A, B in order, 1 = swapped."""
 
 
-@register_head("rtd")
 class ReplacedTokenDetectionHead(nn.Module):
     """ELECTRA's discriminator head: per-token logit that the token was replaced."""
 
@@ -181,7 +159,6 @@ class ReplacedTokenDetectionHead(nn.Module):
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
-@register_head("clm", description="causal LM: next-token prediction over the vocabulary")
 class CausalLMHead(nn.Module):
     """Next-token prediction: a bias-free projection to the vocabulary (tied in GPT-2)."""
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.transformer import Transformer
-from lmlab.models.heads import IGNORE_INDEX, Pooler, build_head, head_spec
+from lmlab.models.heads import IGNORE_INDEX, Pooler, build_head, needs_pooler
 from lmlab.models.outputs import ModelOutput
 
 
@@ -34,8 +34,8 @@ class LanguageModel(nn.Module):
         super().__init__()
         self.config = config
         self.transformer = Transformer(config)
-        needs_pooler = any(head_spec(name).needs_pooler for name in heads)
-        self.pooler = Pooler(config) if (with_pooler or needs_pooler) else None
+        pooled = any(needs_pooler(name) for name in heads)
+        self.pooler = Pooler(config) if (with_pooler or pooled) else None
         self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})
         self.apply(self._init_weights)
         self.tie_weights()
@@ -70,15 +70,11 @@ class LanguageModel(nn.Module):
             head = build_head(name, self.config)
             head.apply(self._init_weights)
             self.heads[name] = head
-            if head_spec(name).needs_pooler and self.pooler is None:
+            if needs_pooler(name) and self.pooler is None:
                 self.pooler = Pooler(self.config)
                 self.pooler.apply(self._init_weights)
             self.tie_weights()
         return self.heads[name]
-
-    @property
-    def primary_head(self) -> str | None:
-        return next(iter(self.heads.keys()), None)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         seen, total = set(), 0
@@ -96,7 +92,7 @@ class LanguageModel(nn.Module):
         head = self.heads[name]
         if getattr(head, "takes_attention_mask", False):
             kwargs["attention_mask"] = attention_mask
-        if head_spec(name).needs_pooler:
+        if needs_pooler(name):
             return head(pooled, **kwargs) if not getattr(head, "takes_hidden", False) else head(
                 hidden, pooled=pooled, **kwargs)
         return head(hidden, **kwargs)

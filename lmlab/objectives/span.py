@@ -22,7 +22,7 @@ from torch import nn
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
 from lmlab.models.core.norms import make_norm
-from lmlab.models.heads import MaskedLMHead, register_head
+from lmlab.models.heads import MaskedLMHead
 from lmlab.objectives.base import ObjectiveResult
 from lmlab.objectives.masking import IGNORE_INDEX, choose_spans
 from lmlab.objectives.mlm import MaskedLM
@@ -32,8 +32,6 @@ from lmlab.utils.errors import LmlabError
 DEFAULT_SBO_POSITIONS = 32
 
 
-@register_head("sbo", description="SpanBERT span boundary objective: boundary tokens + "
-                                  "relative position -> 2-layer GeLU/LayerNorm FFN -> vocabulary")
 class SpanBoundaryHead(nn.Module):
     """Predicts a masked token from the span's boundary hidden states and its offset.
 

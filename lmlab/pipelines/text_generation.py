@@ -48,11 +48,3 @@ class TextGenerationPipeline:
         results = [[{"generated_text": (p + o) if return_full_text else o}]
                    for p, o in zip(texts, outputs)]
         return results[0] if single else results
-
-    def chat(self, messages: Sequence[dict[str, str]], **options: Any) -> str:
-        """The assistant's reply to a conversation (the model's chat template)."""
-        from lmlab.generation.chat import apply_chat_template
-        from lmlab.generation.generate import generate_text
-
-        prompt = apply_chat_template(self.tokenizer, messages, add_generation_prompt=True)
-        return generate_text(self.model, self.tokenizer, prompt, **options)[0].strip()

@@ -1,32 +1,39 @@
-"""Per-family mapping tables between lmlab's names and Hugging Face's.
+"""Model families, each defined once: shape, preset sizes, checkpoint names, task heads.
 
-A family module ``lmlab/interop/families/<model_type>.py`` defines ``FAMILY = FamilySpec(...)``;
-:func:`get_family` imports it on first use and adds the fine-tuning task heads
-(:func:`lmlab.interop.task_heads.with_task_heads`), so adding a family means adding one module
-and what a lookup returns never depends on what was imported before.
+A family module ``lmlab/interop/families/<model_type>.py`` defines ``FAMILY = FamilySpec(...)``
+and :data:`KNOWN_FAMILIES` names it as ``"module:attribute"``; :func:`get_family` imports it on
+first use, so what a lookup returns never depends on what was imported before, and importing a
+module changes no other. Presets (:mod:`lmlab.models.presets`), Hugging Face folders
+(:mod:`lmlab.interop.hf`), GGUF files (:mod:`lmlab.interop.gguf`) and the task heads
+(:mod:`lmlab.finetune.heads`) all read these specs.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
-KNOWN_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "gpt2", "llama")
+#: model_type -> "module:attribute" of its :class:`FamilySpec` (the spec once imported).
+KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
+    name: f"{__name__}.{name}:FAMILY"
+    for name in ("bert", "roberta", "albert", "electra", "distilbert", "gpt2", "llama")}
 
 
 @dataclass(frozen=True)
 class Rule:
     """One checkpoint tensor and the lmlab parameter(s) it becomes.
 
-    ``ours`` and ``theirs`` may contain ``{i}`` (the layer index). ``transpose``: theirs is
-    stored (in, out) as GPT-2's Conv1D does. ``split``: theirs is ours' tensors concatenated
-    along that dim (GPT-2's fused c_attn). ``aliases``: older names accepted when loading.
-    ``optional``: the checkpoint may omit it (e.g. a decoder weight tied to the embeddings).
+    ``ours``, ``theirs`` and ``gguf`` may contain ``{i}`` (the layer index). ``transpose``:
+    theirs is stored (in, out) as GPT-2's Conv1D does. ``split``: theirs is ours' tensors
+    concatenated along that dim (GPT-2's fused c_attn). ``aliases``: older names accepted when
+    loading. ``optional``: the checkpoint may omit it (e.g. a decoder weight tied to the
+    embeddings). ``gguf``: the tensor's name in a GGUF file (llama.cpp's names), if any.
     """
 
     ours: str | tuple[str, ...]
@@ -35,34 +42,194 @@ class Rule:
     split: int | None = None
     aliases: tuple[str, ...] = ()
     optional: bool = False
+    gguf: str | None = None
 
     @property
     def ours_names(self) -> tuple[str, ...]:
         return (self.ours,) if isinstance(self.ours, str) else self.ours
 
 
+def expand_rules(rules: list[Rule], num_layers: int) -> Iterator[Rule]:
+    """Substitute ``{i}`` by each layer index."""
+    for rule in rules:
+        if "{i}" not in rule.theirs and not any("{i}" in o for o in rule.ours_names):
+            yield rule
+            continue
+        for i in range(num_layers):
+            ours = tuple(o.format(i=i) for o in rule.ours_names)
+            yield replace(rule, ours=ours if len(ours) > 1 else ours[0],
+                          theirs=rule.theirs.format(i=i),
+                          aliases=tuple(a.format(i=i) for a in rule.aliases),
+                          gguf=rule.gguf and rule.gguf.format(i=i))
+
+
+# Task heads (lmlab.finetune.heads builds them): Hugging Face class suffix of each, and each
+# layout's modules as lmlab name -> checkpoint name (every module has a weight and a bias).
+TASK_CLASS_SUFFIX = {"sequence-classification": "ForSequenceClassification",
+                     "token-classification": "ForTokenClassification",
+                     "question-answering": "ForQuestionAnswering",
+                     "multiple-choice": "ForMultipleChoice"}
+TASK_LAYOUTS: dict[str, dict[str, str]] = {
+    "pooler": {"classifier": "classifier"},  # pooled [CLS] (tanh) -> dropout -> classifier
+    "dense-tanh": {"dense": "classifier.dense", "out_proj": "classifier.out_proj"},
+    "dense-gelu": {"dense": "classifier.dense", "out_proj": "classifier.out_proj"},
+    "summary": {"summary": "sequence_summary.summary", "classifier": "classifier"},
+    "pre-classifier": {"pre_classifier": "pre_classifier", "classifier": "classifier"},
+    "tokens": {"classifier": "classifier"},  # per token: dropout -> classifier
+    "span": {"qa_outputs": "qa_outputs"},  # per token: start and end logits
+}
+#: The BERT layouts; a family declares its own as a copy with some entries changed.
+BERT_TASK_HEADS = {"sequence-classification": "pooler", "multiple-choice": "pooler",
+                   "token-classification": "tokens", "question-answering": "span"}
+# config.json label settings carried to and from TransformerConfig.extra (any family)
+_LABEL_KEYS = ("problem_type", "pooling", "summary_activation", "classifier_dropout",
+               "summary_last_dropout", "word_labels")
+
+
+def task_head_rules(head: str, layout: str, config: TransformerConfig) -> list[Rule]:
+    """Checkpoint rules of task head ``head`` in ``layout``; lmlab's own poolings (``"mean"``,
+    ``"concat"``) have a single ``classifier``."""
+    if layout not in ("tokens", "span") and config.extra.get("pooling") in ("mean", "concat"):
+        layout = "pooler"
+    return [Rule(f"heads.{head}.{ours}.{p}", f"{theirs}.{p}")
+            for ours, theirs in TASK_LAYOUTS[layout].items() for p in ("weight", "bias")]
+
+
 @dataclass
 class FamilySpec:
-    """Everything needed to map one Hugging Face ``model_type`` to lmlab and back.
+    """Everything lmlab knows about one family, and its mapping to checkpoints.
 
     Attributes:
-        model_type: the ``model_type`` of config.json.
+        model_type: the family's name, the ``model_type`` of config.json.
         base_prefix: the name under which task classes nest the bare model (``"bert"``).
-        config_from_hf / config_to_hf: translate config.json <-> :class:`TransformerConfig`.
+        shape: the :class:`TransformerConfig` values that make a config this family (Llama:
+            rotary positions, RMSNorm, a gated feed-forward, ...); a checkpoint cannot say
+            otherwise, so reading sets them and writing refuses a config that differs.
+        defaults: the family's other values, the sizes aside (vocabulary, activation, dropout,
+            special token ids; fields absent here keep :class:`TransformerConfig`'s defaults,
+            which are BERT-base's).
+        sizes: preset name -> size fields, on top of shape and defaults.
+        hf_names: config.json key -> TransformerConfig field (``"extra.<key>"``: an entry of
+            ``extra``); the first key present sets a field named twice.
+        hf_defaults: fields transformers assumes when config.json omits their key, where
+            they differ from ``defaults``.
+        hf_constants: written verbatim into every config.json.
+        gguf_names: GGUF metadata key (after ``"<architecture>."``) -> field, as hf_names.
+        required: fields a checkpoint must give (its sizes); their absence is refused.
+        from_hf / to_hf: the family's checks and derived values, applied to the field values
+            read from a config.json / to the config.json written.
         base_rules: weight rules of the bare stack, names relative to ``base_prefix``.
         pooler_rules: rules of the pooler (relative to ``base_prefix``), if the family has one.
         head_rules: per lmlab head name, rules with absolute checkpoint names.
         architectures: HF class name -> lmlab heads, primary first (``()`` = bare encoder).
+        task_heads: task head -> its layout (a :data:`TASK_LAYOUTS` key) for the fine-tuning
+            heads the family supports; their rules and ``<Family>For<Task>`` classes are added
+            to head_rules and architectures, and :mod:`lmlab.finetune.heads` builds the layout.
     """
 
     model_type: str
     base_prefix: str
-    config_from_hf: Callable[[dict[str, Any]], TransformerConfig]
-    config_to_hf: Callable[[TransformerConfig], dict[str, Any]]
     base_rules: Callable[[TransformerConfig], list[Rule]]
-    head_rules: dict[str, Callable[[TransformerConfig], list[Rule]]] = field(default_factory=dict)
+    shape: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    sizes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hf_names: dict[str, str] = field(default_factory=dict)
+    hf_defaults: dict[str, Any] = field(default_factory=dict)
+    hf_constants: dict[str, Any] = field(default_factory=dict)
+    gguf_names: dict[str, str] = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+    from_hf: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    to_hf: Callable[[TransformerConfig, dict[str, Any]], None] | None = None
     pooler_rules: list[Rule] = field(default_factory=list)
+    head_rules: dict[str, Callable[[TransformerConfig], list[Rule]]] = field(default_factory=dict)
     architectures: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    task_heads: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        prefix = next((n for n, heads in self.architectures.items() if not heads), "")
+        self.head_rules = {**self.head_rules, **{
+            head: lambda config, head=head, layout=layout: task_head_rules(head, layout, config)
+            for head, layout in self.task_heads.items()}}
+        self.architectures = {**self.architectures, **{
+            prefix.removesuffix("Model") + TASK_CLASS_SUFFIX[head]: (head,)
+            for head in self.task_heads}}
+
+    def config(self, **fields: Any) -> TransformerConfig:
+        """A config of this family's shape and defaults with ``fields`` (sizes, overrides)."""
+        return TransformerConfig(**self._values(fields))
+
+    def _values(self, fields: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy({"family": self.model_type, **self.defaults, **self.shape,
+                              **fields})
+
+    def read(self, names: dict[str, str], source: dict[str, Any], where: str,
+             prefix: str = "", **known: Any) -> dict[str, Any]:
+        """Field values for a checkpoint's settings ``source`` (keys ``prefix + name``): the
+        family's values, then ``known``, then what ``names`` finds in ``source``."""
+        values, found = self._values(known), set()
+        for key, name in names.items():
+            if prefix + key in source and name not in found:
+                found.add(name)
+                if name.startswith("extra."):
+                    values.setdefault("extra", {})[name.removeprefix("extra.")] = \
+                        source[prefix + key]
+                else:
+                    values[name] = source[prefix + key]
+        sizes = {prefix + key: name for key, name in names.items() if name in self.required}
+        missing = [key for key, name in sizes.items() if name not in found]
+        if missing:
+            raise LmlabError(f"{where} lacks {', '.join(missing)}",
+                             f"a {self.model_type} checkpoint gives its sizes "
+                             f"({', '.join(sizes)}); re-convert or re-download it")
+        return values
+
+    def config_from_hf(self, hf: dict[str, Any]) -> TransformerConfig:
+        """A config.json as a :class:`TransformerConfig` (label settings go to ``extra``)."""
+        values = self.read(self.hf_names, hf, f"this {self.model_type} config.json",
+                           **self.hf_defaults)
+        if self.from_hf is not None:
+            self.from_hf(hf, values)
+        extra = values.setdefault("extra", {})
+        id2label = hf.get("id2label")
+        if isinstance(id2label, dict) and id2label:
+            extra["id2label"] = {int(k): str(v) for k, v in id2label.items()}
+            extra["num_labels"] = len(id2label)
+        if hf.get("num_labels") is not None:
+            extra["num_labels"] = int(hf["num_labels"])
+        extra.update({key: hf[key] for key in _LABEL_KEYS if hf.get(key) is not None})
+        if hf.get("lmlab_pooling"):
+            extra["pooling"] = hf["lmlab_pooling"]
+        return TransformerConfig(**values)
+
+    def config_to_hf(self, config: TransformerConfig) -> dict[str, Any]:
+        """The config.json transformers reads for ``config``; refused when ``config`` is not
+        of this family's shape (the checkpoint would load as another model)."""
+        wrong = [f"{name}={getattr(config, name)!r} (needs {value!r})"
+                 for name, value in self.shape.items() if getattr(config, name) != value]
+        if wrong:
+            raise LmlabError(f"this config is not {self.model_type} shaped: {', '.join(wrong)}",
+                             f"save it under its own family, or build it from a "
+                             f"{self.model_type} preset")
+        extra, family_extra = config.extra, self.defaults.get("extra", {})
+        hf = {"model_type": self.model_type, **self.hf_constants}
+        for key, name in self.hf_names.items():
+            short = name.removeprefix("extra.")
+            hf[key] = extra.get(short, family_extra.get(short)) if short != name \
+                else getattr(config, name)
+        if self.to_hf is not None:
+            self.to_hf(config, hf)
+        if "num_labels" in extra:
+            count = int(extra["num_labels"])
+            id2label = extra.get("id2label") or {i: f"LABEL_{i}" for i in range(count)}
+            id2label = {int(k): str(v) for k, v in id2label.items()}
+            hf["id2label"] = {str(k): v for k, v in sorted(id2label.items())}
+            hf["label2id"] = {v: k for k, v in sorted(id2label.items())}
+        for key in ("problem_type", "summary_activation", "classifier_dropout", "word_labels"):
+            if extra.get(key) is not None:
+                hf[key] = extra[key]
+        if extra.get("pooling") not in (None, "family"):
+            hf["lmlab_pooling"] = extra["pooling"]
+        return hf
 
     def architecture_for(self, heads: tuple[str, ...]) -> str:
         """The HF class name whose heads are exactly ``heads`` (bare model when none match)."""
@@ -75,38 +242,20 @@ class FamilySpec:
         return next(name for name, arch_heads in self.architectures.items() if not arch_heads)
 
 
-_FAMILIES: dict[str, FamilySpec] = {}
-
-
-def register_family(spec: FamilySpec) -> FamilySpec:
-    """Make ``spec`` the mapping :func:`get_family` returns for its ``model_type`` (as given:
-    add task heads with :func:`lmlab.interop.task_heads.with_task_heads` first if wanted)."""
-    _FAMILIES[spec.model_type] = spec
-    return spec
-
-
 def get_family(model_type: str) -> FamilySpec:
-    """The mapping of a ``model_type``: ``lmlab.interop.families.<model_type>``'s ``FAMILY``
-    with the task heads (``...ForSequenceClassification`` etc.) added, built on first use."""
-    if model_type not in _FAMILIES:
-        from lmlab.interop.task_heads import with_task_heads
-
-        try:
-            module = importlib.import_module(f"{__name__}.{model_type}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{model_type}":
-                raise
-            raise LmlabError(
-                f"lmlab cannot read checkpoints of model_type {model_type!r}",
-                f"supported model types: {', '.join(KNOWN_FAMILIES)}",
-            ) from None
-        register_family(with_task_heads(module.FAMILY))
-    return _FAMILIES[model_type]
+    """The spec of a family (``"bert"``, ``"llama"``, ...), imported on first use."""
+    entry = KNOWN_FAMILIES.get(model_type)
+    if entry is None:
+        raise LmlabError(f"lmlab has no model family {model_type!r}",
+                         f"supported model types: {', '.join(KNOWN_FAMILIES)}")
+    if isinstance(entry, str):
+        module_name, attribute = entry.split(":")
+        entry = KNOWN_FAMILIES[model_type] = getattr(importlib.import_module(module_name),
+                                                     attribute)
+    return entry
 
 
-def pick(values: dict[str, Any], *names: str, default: Any = None) -> Any:
-    """First present key among ``names`` (HF configs rename fields across versions)."""
-    for name in names:
-        if name in values and values[name] is not None:
-            return values[name]
-    return default
+def task_layout(family: str, head: str) -> str:
+    """The layout of task head ``head`` in ``family`` (the pooled [CLS] one, ``"pooler"``,
+    where the family declares none)."""
+    return get_family(family).task_heads.get(head, "pooler")

@@ -9,24 +9,29 @@
   use one of each.
 - The MLM head narrows H -> E (``predictions.dense``) so the decoder shares the E-wide embedding
   matrix; the SOP head reads the pooled [CLS] vector (``albert.pooler`` + tanh).
+
+Presets base and large: BERT's shapes with E = 128, ``gelu_new`` and no dropout.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import FamilySpec, Rule
+from lmlab.interop.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.interop.families.bert import (
+    ENCODER_HF_NAMES,
+    ENCODER_SHAPE,
+    SIZE_FIELDS,
     bert_embedding_rules,
-    encoder_config_from_hf,
-    encoder_config_to_hf,
+    check_absolute_positions,
+    encoder_size,
     mlm_rules,
 )
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
 
-def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
+def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
     groups, inner = hf.get("num_hidden_groups", 1), hf.get("inner_group_num", 1)
     if groups != 1 or inner != 1:
         raise LmlabError(
@@ -34,27 +39,12 @@ def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
             "lmlab supports one shared layer (both 1), as in every released ALBERT",
             "use a checkpoint with num_hidden_groups = inner_group_num = 1",
         )
-    return encoder_config_from_hf(
-        hf, "albert",
-        hidden_act=hf.get("hidden_act", "gelu_new"),
-        hidden_dropout_prob=hf.get("hidden_dropout_prob", 0.0),
-        attention_probs_dropout_prob=hf.get("attention_probs_dropout_prob", 0.0),
-        embedding_size=hf.get("embedding_size", 128),
-        share_layers=True,
-        bos_token_id=hf.get("bos_token_id", 2),
-        eos_token_id=hf.get("eos_token_id", 3),
-    )
+    check_absolute_positions(hf, values)
 
 
-def config_to_hf(config: TransformerConfig) -> dict[str, Any]:
-    if not config.share_layers:
-        raise LmlabError("an ALBERT checkpoint shares one layer across the stack, but this "
-                         "config has share_layers=False",
-                         "set share_layers=True, or save the model as family 'bert'")
-    hf = encoder_config_to_hf(config, "albert")
+def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
     hf.update(embedding_size=config.input_embedding_size, num_hidden_groups=1, inner_group_num=1,
               classifier_dropout_prob=config.extra.get("classifier_dropout_prob", 0.1))
-    return hf
 
 
 _LAYER = "encoder.albert_layer_groups.0.albert_layers.0."
@@ -83,8 +73,16 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
 FAMILY = FamilySpec(
     model_type="albert",
     base_prefix="albert",
-    config_from_hf=config_from_hf,
-    config_to_hf=config_to_hf,
+    shape={**ENCODER_SHAPE, "share_layers": True},
+    defaults=dict(vocab_size=30000, embedding_size=128, hidden_act="gelu_new",
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, bos_token_id=2,
+                  eos_token_id=3),
+    sizes={"base": encoder_size(768, 12), "large": encoder_size(1024, 24)},
+    hf_names={**ENCODER_HF_NAMES, "embedding_size": "embedding_size"},
+    hf_constants={"position_embedding_type": "absolute"},
+    required=(*SIZE_FIELDS, "intermediate_size"),
+    from_hf=from_hf,
+    to_hf=to_hf,
     base_rules=_base_rules,
     pooler_rules=[Rule("pooler.dense.weight", "pooler.weight"),
                   Rule("pooler.dense.bias", "pooler.bias")],
@@ -101,4 +99,5 @@ FAMILY = FamilySpec(
         "AlbertForMaskedLM": ("mlm",),
         "AlbertForPreTraining": ("mlm", "sop"),
     },
+    task_heads=BERT_TASK_HEADS,
 )

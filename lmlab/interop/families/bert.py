@@ -1,69 +1,49 @@
-"""BERT (Devlin et al. 2019): post-norm encoder, learned positions, segment embeddings."""
+"""BERT (Devlin et al. 2019): post-norm encoder, learned positions, segment embeddings.
+
+Presets: tiny / mini / small / medium from Turc et al. 2019, "Well-Read Students Learn Better"
+(L2/H128, L4/H256, L4/H512, L8/H512); base (L12/H768) and large (L24/H1024) from Devlin et al.
+2019. Heads = H / 64, feed-forward 4H; everything else is :class:`TransformerConfig`'s defaults,
+which are BERT-base's. The names and helpers here are shared by the BERT-like encoders.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import FamilySpec, Rule, pick
+from lmlab.interop.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
+#: What makes a config a BERT-like encoder (post-norm, learned absolute positions, biases).
+ENCODER_SHAPE: dict[str, Any] = dict(
+    position_embedding="learned", norm_type="layernorm", pre_norm=False, embedding_norm=True,
+    final_norm=False, ffn_type="mlp", causal=False, attention_bias=True, mlp_bias=True)
+ENCODER_HF_NAMES = {name: name for name in (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
+    "max_position_embeddings", "type_vocab_size", "initializer_range")} | {
+    "layer_norm_eps": "norm_eps", "pad_token_id": "pad_token_id", "bos_token_id": "bos_token_id",
+    "eos_token_id": "eos_token_id", "tie_word_embeddings": "tie_word_embeddings"}
+SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 
-def encoder_config_from_hf(hf: dict[str, Any], family: str, **overrides: Any) -> TransformerConfig:
-    """Fields shared by the BERT-like encoders' config.json files."""
+
+def encoder_size(hidden: int, layers: int, **fields: Any) -> dict[str, Any]:
+    """A BERT-style size: heads of 64 dimensions, a feed-forward 4x as wide."""
+    return dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=hidden // 64,
+                intermediate_size=4 * hidden, **fields)
+
+
+def check_absolute_positions(hf: dict[str, Any], values: dict[str, Any]) -> None:
+    """Refuse relative position embeddings (``position_embedding_type``)."""
     position_type = hf.get("position_embedding_type", "absolute")
     if position_type not in (None, "absolute"):
         raise LmlabError(f"position_embedding_type {position_type!r} is not supported",
                          "lmlab reads BERT-family checkpoints with absolute positions")
-    values = dict(
-        family=family,
-        vocab_size=hf["vocab_size"],
-        hidden_size=hf["hidden_size"],
-        num_hidden_layers=hf["num_hidden_layers"],
-        num_attention_heads=hf["num_attention_heads"],
-        intermediate_size=hf["intermediate_size"],
-        hidden_act=hf.get("hidden_act", "gelu"),
-        hidden_dropout_prob=hf.get("hidden_dropout_prob", 0.1),
-        attention_probs_dropout_prob=hf.get("attention_probs_dropout_prob", 0.1),
-        max_position_embeddings=hf.get("max_position_embeddings", 512),
-        type_vocab_size=hf.get("type_vocab_size", 2),
-        initializer_range=hf.get("initializer_range", 0.02),
-        norm_eps=pick(hf, "layer_norm_eps", default=1e-12),
-        pad_token_id=hf.get("pad_token_id", 0),
-        bos_token_id=hf.get("bos_token_id"),
-        eos_token_id=hf.get("eos_token_id"),
-        tie_word_embeddings=hf.get("tie_word_embeddings", True),
-    )
-    values.update(overrides)
-    return TransformerConfig(**values)
 
 
-def encoder_config_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
-    return {
-        "model_type": model_type,
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_hidden_layers,
-        "num_attention_heads": config.num_attention_heads,
-        "intermediate_size": config.intermediate_size,
-        "hidden_act": config.hidden_act,
-        "hidden_dropout_prob": config.hidden_dropout_prob,
-        "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
-        "max_position_embeddings": config.max_position_embeddings,
-        "type_vocab_size": config.type_vocab_size,
-        "initializer_range": config.initializer_range,
-        "layer_norm_eps": config.norm_eps,
-        "pad_token_id": config.pad_token_id,
-        "bos_token_id": config.bos_token_id,
-        "eos_token_id": config.eos_token_id,
-        "position_embedding_type": "absolute",
-        "tie_word_embeddings": config.tie_word_embeddings,
-    }
-
-
-def bert_layer_rules(prefix: str = "encoder.layer.{i}.") -> list[Rule]:
+def bert_layer_rules() -> list[Rule]:
     """BERT's per-layer names (shared by RoBERTa and ELECTRA)."""
-    ours = "transformer.layers.{i}."
+    ours, prefix = "transformer.layers.{i}.", "encoder.layer.{i}."
     pairs = [
         ("attention.q_proj", "attention.self.query"),
         ("attention.k_proj", "attention.self.key"),
@@ -107,16 +87,18 @@ def mlm_rules(prefix: str, decoder: str = "decoder", bias: str | None = "bias",
     return rules
 
 
-def _base_rules(config: TransformerConfig) -> list[Rule]:
-    return bert_embedding_rules(config) + bert_layer_rules()
-
-
 FAMILY = FamilySpec(
     model_type="bert",
     base_prefix="bert",
-    config_from_hf=lambda hf: encoder_config_from_hf(hf, "bert"),
-    config_to_hf=lambda config: encoder_config_to_hf(config, "bert"),
-    base_rules=_base_rules,
+    shape=ENCODER_SHAPE,
+    sizes={size: encoder_size(hidden, layers) for size, (hidden, layers) in {
+        "tiny": (128, 2), "mini": (256, 4), "small": (512, 4), "medium": (512, 8),
+        "base": (768, 12), "large": (1024, 24)}.items()},
+    hf_names=ENCODER_HF_NAMES,
+    hf_constants={"position_embedding_type": "absolute"},
+    required=(*SIZE_FIELDS, "intermediate_size"),
+    from_hf=check_absolute_positions,
+    base_rules=lambda config: bert_embedding_rules(config) + bert_layer_rules(),
     pooler_rules=[Rule("pooler.dense.weight", "pooler.dense.weight"),
                   Rule("pooler.dense.bias", "pooler.dense.bias")],
     head_rules={
@@ -130,4 +112,5 @@ FAMILY = FamilySpec(
         "BertForPreTraining": ("mlm", "nsp"),
         "BertForNextSentencePrediction": ("nsp",),
     },
+    task_heads=BERT_TASK_HEADS,
 )

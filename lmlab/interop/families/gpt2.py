@@ -5,6 +5,9 @@ embeddings, LayerNorm *before* each sublayer plus a final ``ln_f``, a causal mas
 (``gelu_new``) and an LM head tied to the token embeddings. Two checkpoint details need
 transforms: OpenAI's ``Conv1D`` stores weights as (in, out) (``transpose=True``), and the query,
 key and value projections are fused into one ``c_attn`` tensor (``split=0`` after the transpose).
+
+Presets: small and medium (the released models) and CPU-sized stacks named
+``"<layers>x<hidden>"`` (``"6x384"``: 6 layers of width 384, heads of 64 dims, FFN 4x wide).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from lmlab.interop.families import FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
+CPU_SIZES = ((2, 128), (4, 256), (6, 384), (8, 512))  # (layers, hidden) of the CPU presets
 
-def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
-    """A GPT-2 ``config.json`` as a :class:`TransformerConfig`."""
+
+def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
     for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
         if hf.get(flag):
             raise LmlabError(f"GPT-2 option {flag}=true is not supported",
@@ -25,64 +29,8 @@ def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
     if hf.get("scale_attn_weights", True) is False:
         raise LmlabError("GPT-2 option scale_attn_weights=false is not supported",
                          "use a checkpoint with the standard 1/sqrt(head_dim) attention scale")
-    hidden = hf.get("n_embd", 768)
-    return TransformerConfig(
-        family="gpt2",
-        vocab_size=hf.get("vocab_size", 50257),
-        hidden_size=hidden,
-        num_hidden_layers=hf.get("n_layer", 12),
-        num_attention_heads=hf.get("n_head", 12),
-        intermediate_size=hf.get("n_inner") or 4 * hidden,
-        hidden_act=hf.get("activation_function", "gelu_new"),
-        max_position_embeddings=hf.get("n_positions", 1024),
-        type_vocab_size=0,
-        position_embedding="learned",
-        norm_type="layernorm",
-        norm_eps=hf.get("layer_norm_epsilon", 1e-5),
-        pre_norm=True,
-        embedding_norm=False,
-        final_norm=True,
-        hidden_dropout_prob=hf.get("resid_pdrop", 0.1),
-        attention_probs_dropout_prob=hf.get("attn_pdrop", 0.1),
-        attention_bias=True,
-        mlp_bias=True,
-        causal=True,
-        tie_word_embeddings=hf.get("tie_word_embeddings", True),
-        initializer_range=hf.get("initializer_range", 0.02),
-        pad_token_id=hf.get("pad_token_id"),
-        bos_token_id=hf.get("bos_token_id", 50256),
-        eos_token_id=hf.get("eos_token_id", 50256),
-    )
-
-
-def config_to_hf(config: TransformerConfig) -> dict[str, Any]:
-    """The ``config.json`` transformers' GPT2 classes read for ``config``."""
-    if config.position_embedding != "learned" or config.norm_type != "layernorm" \
-            or not config.pre_norm or not config.causal or config.ffn_type != "mlp":
-        raise LmlabError("this config is not GPT-2 shaped (needs learned positions, pre-norm "
-                         "LayerNorm, a plain MLP and a causal mask)",
-                         "save it under its own family, or build it from the gpt2 preset")
-    return {
-        "model_type": "gpt2",
-        "vocab_size": config.vocab_size,
-        "n_embd": config.hidden_size,
-        "n_layer": config.num_hidden_layers,
-        "n_head": config.num_attention_heads,
-        "n_inner": config.intermediate_size,
-        "activation_function": config.hidden_act,
-        "n_positions": config.max_position_embeddings,
-        "resid_pdrop": config.hidden_dropout_prob,
-        "embd_pdrop": config.hidden_dropout_prob,
-        "attn_pdrop": config.attention_probs_dropout_prob,
-        "layer_norm_epsilon": config.norm_eps,
-        "initializer_range": config.initializer_range,
-        "bos_token_id": config.bos_token_id,
-        "eos_token_id": config.eos_token_id,
-        "pad_token_id": config.pad_token_id,
-        "tie_word_embeddings": config.tie_word_embeddings,
-        "scale_attn_weights": True,
-        "use_cache": True,
-    }
+    if hf.get("n_inner") is None:
+        values["intermediate_size"] = 4 * values["hidden_size"]
 
 
 def _base_rules(config: TransformerConfig) -> list[Rule]:
@@ -113,16 +61,41 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
 
 
 def clm_rules(config: TransformerConfig) -> list[Rule]:
-    """The LM head: ``lm_head.weight``, absent from the file when tied to the embeddings."""
+    """The LM head: ``lm_head.weight`` (GGUF ``output.weight``), absent from the file when tied
+    to the embeddings."""
     return [Rule("heads.clm.decoder.weight", "lm_head.weight",
-                 optional=config.tie_word_embeddings)]
+                 optional=config.tie_word_embeddings, gguf="output.weight")]
 
 
 FAMILY = FamilySpec(
     model_type="gpt2",
     base_prefix="transformer",
-    config_from_hf=config_from_hf,
-    config_to_hf=config_to_hf,
+    shape=dict(type_vocab_size=0, position_embedding="learned", norm_type="layernorm",
+               pre_norm=True, embedding_norm=False, final_norm=True, ffn_type="mlp",
+               causal=True, attention_bias=True, mlp_bias=True),
+    defaults=dict(vocab_size=50257, hidden_act="gelu_new", max_position_embeddings=1024,
+                  norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=None,
+                  bos_token_id=50256, eos_token_id=50256, hidden_dropout_prob=0.1,
+                  attention_probs_dropout_prob=0.1),
+    sizes={"small": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                         intermediate_size=3072),
+           "medium": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                          intermediate_size=4096),
+           **{f"{layers}x{hidden}": dict(hidden_size=hidden, num_hidden_layers=layers,
+                                         num_attention_heads=hidden // 64,
+                                         intermediate_size=4 * hidden)
+              for layers, hidden in CPU_SIZES}},
+    hf_names={"vocab_size": "vocab_size", "n_embd": "hidden_size",
+              "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
+              "n_inner": "intermediate_size", "activation_function": "hidden_act",
+              "n_positions": "max_position_embeddings", "resid_pdrop": "hidden_dropout_prob",
+              "embd_pdrop": "hidden_dropout_prob", "attn_pdrop": "attention_probs_dropout_prob",
+              "layer_norm_epsilon": "norm_eps", "initializer_range": "initializer_range",
+              "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id",
+              "pad_token_id": "pad_token_id", "tie_word_embeddings": "tie_word_embeddings"},
+    hf_defaults=dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12),  # small
+    hf_constants={"scale_attn_weights": True, "use_cache": True},
+    from_hf=from_hf,
     base_rules=_base_rules,
     head_rules={"clm": clm_rules},
     architectures={"GPT2Model": (), "GPT2LMHeadModel": ("clm",)},

@@ -5,20 +5,28 @@ feed-forward (``ffn_type="glu"``, ``silu``), grouped key/value heads, no biases,
 tied to the embeddings or not (``tie_word_embeddings``). Hugging Face names are
 ``model.embed_tokens``, ``model.layers.{i}.self_attn.{q,k,v,o}_proj``,
 ``model.layers.{i}.mlp.{gate,up,down}_proj``, ``input_layernorm``, ``post_attention_layernorm``,
-``model.norm`` and ``lm_head``.
+``model.norm`` and ``lm_head``; llama.cpp's GGUF names are ``token_embd``,
+``blk.{i}.attn_{q,k,v,output}``, ``blk.{i}.ffn_{gate,up,down}``, ``attn_norm``, ``ffn_norm``,
+``output_norm`` and ``output``.
+
+Presets: SmolLM2-135M and CPU-sized stacks named ``"<layers>x<hidden>"`` (heads of 64 dims, half
+as many key/value heads, a SwiGLU 8/3x as wide rounded up to a multiple of 64).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import FamilySpec, Rule, pick
-from lmlab.interop.families.gpt2 import clm_rules  # the same lm_head, tied or not
+from lmlab.interop.families import FamilySpec, Rule
+from lmlab.interop.families.gpt2 import CPU_SIZES, clm_rules  # the same lm_head, tied or not
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
+SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+               "intermediate_size")
 
-def _rope_theta(hf: dict[str, Any]) -> float:
+
+def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
     """``rope_theta`` from a config.json of transformers 4 (top level) or 5 (rope_parameters)."""
     params = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling") or {}
@@ -26,101 +34,71 @@ def _rope_theta(hf: dict[str, Any]) -> float:
     if kind != "default":
         raise LmlabError(f"RoPE scaling {kind!r} is not supported",
                          "use a checkpoint with plain rotary embeddings (rope_type 'default')")
-    return float(pick(params, "rope_theta", default=None) or hf.get("rope_theta") or 10000.0)
+    values["rope_theta"] = float(params.get("rope_theta") or hf.get("rope_theta") or 10000.0)
 
 
-def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
-    """A Llama ``config.json`` as a :class:`TransformerConfig`."""
-    heads = hf["num_attention_heads"]
-    return TransformerConfig(
-        family="llama",
-        vocab_size=hf["vocab_size"],
-        hidden_size=hf["hidden_size"],
-        num_hidden_layers=hf["num_hidden_layers"],
-        num_attention_heads=heads,
-        num_key_value_heads=hf.get("num_key_value_heads") or heads,
-        head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-        intermediate_size=hf["intermediate_size"],
-        hidden_act=hf.get("hidden_act", "silu"),
-        ffn_type="glu",
-        max_position_embeddings=hf.get("max_position_embeddings", 2048),
-        type_vocab_size=0,
-        position_embedding="rotary",
-        rope_theta=_rope_theta(hf),
-        norm_type="rmsnorm",
-        norm_eps=hf.get("rms_norm_eps", 1e-6),
-        pre_norm=True,
-        embedding_norm=False,
-        final_norm=True,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=hf.get("attention_dropout", 0.0),
-        attention_bias=hf.get("attention_bias", False),
-        mlp_bias=hf.get("mlp_bias", False),
-        causal=True,
-        tie_word_embeddings=hf.get("tie_word_embeddings", False),
-        initializer_range=hf.get("initializer_range", 0.02),
-        pad_token_id=hf.get("pad_token_id"),
-        bos_token_id=hf.get("bos_token_id"),
-        eos_token_id=hf.get("eos_token_id"),
-    )
-
-
-def config_to_hf(config: TransformerConfig) -> dict[str, Any]:
-    """The ``config.json`` transformers' Llama classes read for ``config``."""
-    if config.position_embedding != "rotary" or config.norm_type != "rmsnorm" \
-            or config.ffn_type != "glu" or not config.causal:
-        raise LmlabError("this config is not Llama shaped (needs rotary positions, RMSNorm, a "
-                         "gated feed-forward and a causal mask)",
-                         "save it under its own family, or build it from a llama preset")
-    return {
-        "model_type": "llama",
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_hidden_layers,
-        "num_attention_heads": config.num_attention_heads,
-        "num_key_value_heads": config.num_key_value_heads,
-        "head_dim": config.head_dim,
-        "intermediate_size": config.intermediate_size,
-        "hidden_act": config.hidden_act,
-        "max_position_embeddings": config.max_position_embeddings,
-        "rope_theta": config.rope_theta,
-        "rope_parameters": {"rope_theta": config.rope_theta, "rope_type": "default"},
-        "rms_norm_eps": config.norm_eps,
-        "attention_bias": config.attention_bias,
-        "attention_dropout": config.attention_probs_dropout_prob,
-        "mlp_bias": config.mlp_bias,
-        "initializer_range": config.initializer_range,
-        "tie_word_embeddings": config.tie_word_embeddings,
-        "pad_token_id": config.pad_token_id,
-        "bos_token_id": config.bos_token_id,
-        "eos_token_id": config.eos_token_id,
-        "use_cache": True,
-    }
+def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
+    hf.update(rope_theta=config.rope_theta,
+              rope_parameters={"rope_theta": config.rope_theta, "rope_type": "default"})
 
 
 def _base_rules(config: TransformerConfig) -> list[Rule]:
-    ours = "transformer.layers.{i}."
-    theirs = "layers.{i}."
-    pairs = [(f"attention.{p}_proj", f"self_attn.{p}_proj", config.attention_bias)
-             for p in "qkvo"]
-    pairs += [(f"feed_forward.{p}_proj", f"mlp.{p}_proj", config.mlp_bias)
+    ours, theirs, gguf = "transformer.layers.{i}.", "layers.{i}.", "blk.{i}."
+    pairs = [(f"attention.{p}_proj", f"self_attn.{p}_proj", f"attn_{g}", config.attention_bias)
+             for p, g in zip("qkvo", ("q", "k", "v", "output"))]
+    pairs += [(f"feed_forward.{p}_proj", f"mlp.{p}_proj", f"ffn_{p}", config.mlp_bias)
               for p in ("gate", "up", "down")]
-    rules = [Rule("transformer.embeddings.word_embeddings.weight", "embed_tokens.weight"),
-             Rule("transformer.final_norm.weight", "norm.weight"),
-             Rule(f"{ours}attention_norm.weight", f"{theirs}input_layernorm.weight"),
-             Rule(f"{ours}ffn_norm.weight", f"{theirs}post_attention_layernorm.weight")]
-    for a, b, bias in pairs:
-        rules.append(Rule(f"{ours}{a}.weight", f"{theirs}{b}.weight"))
-        if bias:
-            rules.append(Rule(f"{ours}{a}.bias", f"{theirs}{b}.bias"))
+    rules = [Rule("transformer.embeddings.word_embeddings.weight", "embed_tokens.weight",
+                  gguf="token_embd.weight"),
+             Rule("transformer.final_norm.weight", "norm.weight", gguf="output_norm.weight"),
+             Rule(f"{ours}attention_norm.weight", f"{theirs}input_layernorm.weight",
+                  gguf=f"{gguf}attn_norm.weight"),
+             Rule(f"{ours}ffn_norm.weight", f"{theirs}post_attention_layernorm.weight",
+                  gguf=f"{gguf}ffn_norm.weight")]
+    for a, b, g, bias in pairs:
+        for p in ("weight", "bias") if bias else ("weight",):
+            rules.append(Rule(f"{ours}{a}.{p}", f"{theirs}{b}.{p}", gguf=f"{gguf}{g}.{p}"))
     return rules
 
 
 FAMILY = FamilySpec(
     model_type="llama",
     base_prefix="model",
-    config_from_hf=config_from_hf,
-    config_to_hf=config_to_hf,
+    shape=dict(ffn_type="glu", type_vocab_size=0, position_embedding="rotary",
+               norm_type="rmsnorm", pre_norm=True, embedding_norm=False, final_norm=True,
+               causal=True),
+    defaults=dict(vocab_size=49152, hidden_act="silu", max_position_embeddings=2048,
+                  rope_theta=10000.0, norm_eps=1e-5, attention_bias=False, mlp_bias=False,
+                  tie_word_embeddings=True, pad_token_id=None, bos_token_id=1, eos_token_id=2,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+    sizes={"smollm2-135m": dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                                num_key_value_heads=3, intermediate_size=1536,
+                                max_position_embeddings=8192, rope_theta=100000.0),
+           **{f"{layers}x{hidden}": dict(hidden_size=hidden, num_hidden_layers=layers,
+                                         num_attention_heads=hidden // 64,
+                                         num_key_value_heads=max(1, hidden // 128),
+                                         intermediate_size=int(8 * hidden / 3 + 63) // 64 * 64)
+              for layers, hidden in CPU_SIZES}},
+    hf_names={name: name for name in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "intermediate_size", "hidden_act",
+        "max_position_embeddings", "attention_bias", "mlp_bias", "initializer_range",
+        "tie_word_embeddings", "pad_token_id", "bos_token_id", "eos_token_id")} | {
+        "rms_norm_eps": "norm_eps", "attention_dropout": "attention_probs_dropout_prob"},
+    hf_defaults=dict(norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=None,
+                     eos_token_id=None),
+    hf_constants={"use_cache": True},
+    gguf_names={"vocab_size": "vocab_size", "context_length": "max_position_embeddings",
+                "embedding_length": "hidden_size", "block_count": "num_hidden_layers",
+                "feed_forward_length": "intermediate_size",
+                "attention.head_count": "num_attention_heads",
+                "attention.head_count_kv": "num_key_value_heads",
+                "attention.key_length": "head_dim", "rope.dimension_count": "head_dim",
+                "rope.freq_base": "rope_theta",
+                "attention.layer_norm_rms_epsilon": "norm_eps"},
+    required=SIZE_FIELDS,
+    from_hf=from_hf,
+    to_hf=to_hf,
     base_rules=_base_rules,
     head_rules={"clm": clm_rules},
     architectures={"LlamaModel": (), "LlamaForCausalLM": ("clm",)},

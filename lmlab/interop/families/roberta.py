@@ -1,68 +1,73 @@
 """RoBERTa (Liu et al. 2019): BERT's architecture, fairseq position numbering, no NSP.
 
-Differences from BERT that the mapping carries:
+Differences from BERT that the family carries:
 
 - positions count from ``padding_idx + 1`` (fairseq): ``position_offset = pad_token_id + 1``, and
   ``max_position_embeddings`` (514 for the released models) includes those offset rows;
-- one token type (``type_vocab_size = 1``);
+- one token type (``type_vocab_size = 1``), 50265 byte-level BPE tokens, LayerNorm eps 1e-5;
 - the MLM head is ``lm_head.{dense, layer_norm, decoder, bias}`` and applies exact GELU whatever
-  ``hidden_act`` says (``config.extra["mlm_head_act"] = "gelu"``).
+  ``hidden_act`` says (``config.extra["mlm_head_act"] = "gelu"``);
+- sequence classification reads ``<s>`` through ``classifier.dense`` -> tanh ->
+  ``classifier.out_proj``, so ``RobertaForSequenceClassification`` has no pooler (the pooler is
+  optional in checkpoints) while ``RobertaForMultipleChoice`` has one.
+
+Presets base and large: BERT's shapes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import FamilySpec, Rule
+from lmlab.interop.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.interop.families.bert import (
+    ENCODER_HF_NAMES,
+    ENCODER_SHAPE,
+    SIZE_FIELDS,
     bert_embedding_rules,
     bert_layer_rules,
-    encoder_config_from_hf,
-    encoder_config_to_hf,
+    check_absolute_positions,
+    encoder_size,
     mlm_rules,
 )
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
 
-def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
+def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
     if hf.get("is_decoder"):
         raise LmlabError("this RoBERTa checkpoint is a decoder (is_decoder: true)",
                          "lmlab reads RoBERTa as an encoder; use a checkpoint saved as an encoder")
-    pad = hf.get("pad_token_id", 1)
-    return encoder_config_from_hf(
-        hf, "roberta",
-        pad_token_id=pad,
-        bos_token_id=hf.get("bos_token_id", 0),
-        eos_token_id=hf.get("eos_token_id", 2),
-        type_vocab_size=hf.get("type_vocab_size", 1),
-        position_offset=pad + 1 if pad is not None else 0,
-        extra={"mlm_head_act": "gelu"},
-    )
+    check_absolute_positions(hf, values)
+    pad = values["pad_token_id"]
+    values["position_offset"] = pad + 1 if pad is not None else 0
 
 
-def config_to_hf(config: TransformerConfig) -> dict[str, Any]:
+def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
     if config.pad_token_id is None or config.position_offset != config.pad_token_id + 1:
         raise LmlabError(
             f"a RoBERTa checkpoint numbers positions from pad_token_id + 1, but this config has "
             f"pad_token_id={config.pad_token_id}, position_offset={config.position_offset}",
             "set position_offset = pad_token_id + 1 (preset('roberta', ...) does)",
         )
-    return encoder_config_to_hf(config, "roberta")
-
-
-def _base_rules(config: TransformerConfig) -> list[Rule]:
-    return bert_embedding_rules(config) + bert_layer_rules()
 
 
 FAMILY = FamilySpec(
     model_type="roberta",
     base_prefix="roberta",
-    config_from_hf=config_from_hf,
-    config_to_hf=config_to_hf,
-    base_rules=_base_rules,
-    pooler_rules=[Rule("pooler.dense.weight", "pooler.dense.weight"),
-                  Rule("pooler.dense.bias", "pooler.dense.bias")],
+    shape=ENCODER_SHAPE,
+    defaults=dict(vocab_size=50265, max_position_embeddings=514, position_offset=2,
+                  type_vocab_size=1, norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
+                  eos_token_id=2, extra={"mlm_head_act": "gelu"}),
+    sizes={"base": encoder_size(768, 12), "large": encoder_size(1024, 24)},
+    hf_names=ENCODER_HF_NAMES,
+    hf_defaults=dict(max_position_embeddings=512, norm_eps=1e-12),
+    hf_constants={"position_embedding_type": "absolute"},
+    required=(*SIZE_FIELDS, "intermediate_size"),
+    from_hf=from_hf,
+    to_hf=to_hf,
+    base_rules=lambda config: bert_embedding_rules(config) + bert_layer_rules(),
+    pooler_rules=[Rule("pooler.dense.weight", "pooler.dense.weight", optional=True),
+                  Rule("pooler.dense.bias", "pooler.dense.bias", optional=True)],
     head_rules={
         "mlm": lambda config: mlm_rules("lm_head.", transform="dense", norm="layer_norm",
                                         tied=config.tie_word_embeddings),
@@ -71,4 +76,5 @@ FAMILY = FamilySpec(
         "RobertaModel": (),
         "RobertaForMaskedLM": ("mlm",),
     },
+    task_heads={**BERT_TASK_HEADS, "sequence-classification": "dense-tanh"},
 )

@@ -41,8 +41,3 @@ class KVCache:
         """Keep batch rows ``index`` (beam search)."""
         self.keys = [k.index_select(0, index) if k is not None else None for k in self.keys]
         self.values = [v.index_select(0, index) if v is not None else None for v in self.values]
-
-    def crop(self, length: int) -> None:
-        """Drop cached positions beyond ``length``."""
-        self.keys = [k[:, :, :length] if k is not None else None for k in self.keys]
-        self.values = [v[:, :, :length] if v is not None else None for v in self.values]
