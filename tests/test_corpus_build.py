@@ -274,28 +274,3 @@ def test_cli_build_and_list(tmp_path, capsys):
     assert main(["data", "list", "--no-count"]) == 0
     listing = capsys.readouterr().out
     assert "kjv" in listing and "pydocs" in listing and "folder:PATH" in listing
-
-
-def test_task_rows_hook_tolerates_only_the_missing_tasks_module(monkeypatch):
-    import importlib
-
-    from lmlab.cli import data as data_cli
-
-    real_import = importlib.import_module
-
-    def fake_import(name, *args):
-        if name == data_cli.TASKS_MODULE:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real_import(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", fake_import)
-    assert data_cli.task_rows() is None
-
-    def broken_import(name, *args):
-        if name == data_cli.TASKS_MODULE:
-            raise ModuleNotFoundError("No module named 'somedep'", name="somedep")
-        return real_import(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", broken_import)
-    with pytest.raises(ModuleNotFoundError):
-        data_cli.task_rows()

@@ -13,6 +13,7 @@ from conftest import minilm_raw_tokenizer
 
 from lmlab.data.pretraining import InMemoryTokenSource, PretrainingStream
 from lmlab.objectives import SpecialTokens, available_objectives, build_objective
+from lmlab.objectives.combined import CombinedObjective
 from lmlab.objectives.masking import (
     IGNORE_INDEX,
     choose_spans,
@@ -20,6 +21,7 @@ from lmlab.objectives.masking import (
     span_length_distribution,
     word_bounds,
 )
+from lmlab.objectives.mlm import MaskedLM
 from lmlab.utils.errors import LmlabError
 
 _tokenizer = minilm_raw_tokenizer
@@ -269,6 +271,12 @@ def test_static_masking_through_the_stream(special):
 
 
 # ----------------------------------------------------------------------------------- registry
+class _Solo(MaskedLM):
+    """A masked LM that declares it cannot share a forward pass (as ELECTRA does)."""
+
+    name, shares_forward_pass = "solo", False
+
+
 def test_registry_and_composition(special):
     assert {"mlm", "wwm", "span", "nsp", "sop", "rtd"} <= set(available_objectives())
     combined = build_objective("mlm,sop", special, mask_prob=0.2)
@@ -288,13 +296,30 @@ def test_registry_and_composition(special):
         build_objective("nsp,sop", special)
     with pytest.raises(LmlabError, match="cannot share"):
         build_objective("rtd,sop", special)
+    with pytest.raises(LmlabError, match="cannot share"):  # declared, whatever the name
+        CombinedObjective([_Solo(special), build_objective("sop", special)])
     with pytest.raises(LmlabError, match="summing to 1"):
         build_objective("mlm", special, replacement=(0.8, 0.1, 0.2))
 
 
-def test_register_objective_opens_the_registry(special):
-    from lmlab.objectives import register_objective
+def test_objectives_declare_what_data_and_training_need(special):
+    """Encoders pack [CLS] ... [SEP], decoders bare windows; a combination with a decoder
+    component packs as a decoder."""
+    names = ("mlm", "wwm", "span", "nsp", "sop", "rtd", "clm", "prefix-lm")
+    packing = {name: build_objective(name, special).cls_sep_packing for name in names}
+    assert packing == {**dict.fromkeys(names, True), "clm": False, "prefix-lm": False}
+    assert build_objective("mlm,sop", special).cls_sep_packing
+    assert not CombinedObjective([build_objective("clm", special),
+                                  build_objective("nsp", special)]).cls_sep_packing
+    assert [build_objective(n, special).shares_forward_pass for n in ("mlm", "clm", "rtd")] == \
+        [True, True, False]
+
+
+def test_register_objective_opens_the_registry(special, monkeypatch):
+    from lmlab.objectives import register_objective, registry
     from lmlab.objectives.mlm import MaskedLM
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # no leak to others
 
     class HalfMasked(MaskedLM):
         name = "half"

@@ -22,7 +22,8 @@ from lmlab.data.pretraining import (
     truncate_seq_pair,
     validation_batches,
 )
-from lmlab.objectives import SpecialTokens, build_objective
+from lmlab.objectives import SpecialTokens, build_objective, get_factory
+from lmlab.objectives.base import Objective
 from lmlab.utils.errors import LmlabError
 
 _tokenizer = minilm_raw_tokenizer
@@ -101,11 +102,18 @@ def test_document_respecting_packings(special):
             assert long_sentence_pieces < len(starts) // 10  # windows begin at sentences
 
 
-def test_decoder_packing_has_no_cls(special):
-    from lmlab.objectives.registry import get_factory
+class _DeclaredDecoderPacking(Objective):
+    """No "clm" head, but decoder packing declared (identity corruption): the stream must follow
+    the declaration, not the head names."""
 
-    clm = get_factory("clm")(special)
-    stream = PretrainingStream(_source(), objective=clm, batch_size=4, seq_len=32,
+    name, head_names, cls_sep_packing = "declared", ("mlm",), False
+
+
+@pytest.mark.parametrize("make", [get_factory("clm"), _DeclaredDecoderPacking],
+                         ids=["clm", "declared"])
+def test_decoder_packing_has_no_cls(make, special):
+    objective = make(special)
+    stream = PretrainingStream(_source(), objective=objective, batch_size=4, seq_len=32,
                                shuffle=False, infinite=False)
     batch = next(iter(stream))
     assert batch["attention_mask"].all()

@@ -6,9 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-
-TASKS_MODULE = "lmlab.tasks.builtin"
 
 
 def register(commands) -> None:
@@ -64,20 +61,9 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
 
 
-def task_rows() -> list[dict] | None:
-    """Rows of built-in tasks from ``lmlab.tasks.builtin.list_tasks()``, or None while that
-    module does not exist yet (hook for the tasks layer)."""
-    try:
-        module = importlib.import_module(TASKS_MODULE)
-    except ModuleNotFoundError as error:
-        if error.name == TASKS_MODULE:
-            return None
-        raise
-    return [row if isinstance(row, dict) else vars(row) for row in module.list_tasks()]
-
-
 def _list(args: argparse.Namespace) -> int:
     from lmlab.data.build import list_sources
+    from lmlab.tasks.builtin import list_tasks
 
     rows = list_sources(count=not args.no_count)
     table = [{
@@ -95,7 +81,7 @@ def _list(args: argparse.Namespace) -> int:
         print(f"\ndefault corpus (installed sources): {words:,} words in "
               f"{sum(r['documents'] for r in installed):,} documents")
     print("user data: --sources folder:PATH, jsonl:PATH[:FIELD], hf:NAME[:FIELD]")
-    tasks = task_rows()
+    tasks = list_tasks()
     if tasks:
         print("\ntasks:")
         _print_table(tasks, list(tasks[0]))

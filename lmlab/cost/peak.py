@@ -33,7 +33,6 @@ from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import cpu_name
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-CPU_PATHS = ("fp32", "fp32-onednn", "bf16")
 _CACHE_VERSION = 1
 
 

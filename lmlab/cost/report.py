@@ -32,7 +32,6 @@ from lmlab.utils.host import describe_host
 
 DEFAULT_GRID_G_PER_KWH = 480.0
 STRUBELL_US_LB_PER_KWH = 0.954
-STRUBELL_PUE = 1.58
 LB_PER_KG = 2.20462262
 J_PER_KWH = 3.6e6
 

@@ -12,7 +12,7 @@ Two example formats:
     packed up to ``L`` tokens (a longer sentence is cut into ``L``-token pieces), padded.
   - ``packing="doc_windows"``: each document cut into ``L``-token windows, the last padded.
 
-  Decoder objectives (those with a "clm" head) get GPT-2 packing instead: ``seq_len``-token
+  Decoder objectives (``cls_sep_packing = False``) get GPT-2 packing instead: ``seq_len``-token
   windows of the document stream with an end-of-text token after each document, no [CLS].
 
 * ``"segment_pairs"``: ``[CLS] A [SEP] B [SEP]`` built from document sentences exactly as
@@ -405,7 +405,7 @@ class PretrainingStream:
         self.short_seq_prob = float(short_seq_prob)
         self.shuffle_block = max(1, int(shuffle_block))
         self.emit_types = bool(token_type_ids)
-        self.decoder = "clm" in tuple(getattr(objective, "head_names", ()))
+        self.cls_sep = getattr(objective, "cls_sep_packing", True)
         self.pair_mode = getattr(objective, "pair_mode", "") or "nsp"
         self._check()
         self._documents = np.asarray(self.source.document_offsets(), dtype=np.int64)
@@ -435,7 +435,7 @@ class PretrainingStream:
                              f"use one of {', '.join(PACKINGS)}")
         if self.batch_size < 1:
             raise LmlabError(f"batch_size {self.batch_size} must be positive", "use e.g. 32")
-        least = 8 if self.format == "segment_pairs" else (2 if self.decoder else 3)
+        least = 8 if self.format == "segment_pairs" else (3 if self.cls_sep else 2)
         if self.seq_len < least:
             raise LmlabError(f"seq_len {self.seq_len} is too short for {self.format} examples",
                              f"use seq_len >= {least} (128 or 512 as BERT did)")
@@ -450,7 +450,7 @@ class PretrainingStream:
     @property
     def content_length(self) -> int:
         """Tokens of text per packed example (seq_len minus [CLS] and [SEP] for encoders)."""
-        return self.seq_len if self.decoder else self.seq_len - 2
+        return self.seq_len - 2 if self.cls_sep else self.seq_len
 
     def _build_windows(self) -> None:
         """Index arrays of the packed windows (never the tokens)."""
@@ -515,16 +515,16 @@ class PretrainingStream:
 
     def _wrap(self, ids: np.ndarray, starts: np.ndarray, example_id: int,
               epoch: int) -> dict[str, Any]:
-        if not self.decoder:
+        if self.cls_sep:
             ids = np.concatenate([[self.special.cls_id], ids, [self.special.sep_id]])
             starts = np.concatenate([[True], starts, [True]])
         return {"ids": ids.astype(np.int64), "starts": starts.astype(bool),
                 "types": None, "example_id": example_id, "epoch": epoch}
 
     def _separator(self) -> int:
-        if self.decoder:
-            return self.special.eos_id if self.special.eos_id is not None else self.special.sep_id
-        return self.special.sep_id
+        if self.cls_sep:
+            return self.special.sep_id
+        return self.special.eos_id if self.special.eos_id is not None else self.special.sep_id
 
     def _packed_example(self, unit: int, epoch: int) -> dict[str, Any]:
         length = self.content_length
@@ -691,10 +691,6 @@ class PretrainingStream:
     def tokens_seen(self) -> int:
         """Tokens (special tokens included, padding excluded) in the batches yielded so far."""
         return self._position.tokens
-
-    @property
-    def batches_seen(self) -> int:
-        return self._position.batches
 
     def state_dict(self) -> dict[str, Any]:
         """The exact position after the last yielded batch (JSON-able)."""

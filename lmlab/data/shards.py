@@ -25,10 +25,12 @@ finished shard (hashes and tokenizer fingerprint verified) and produces the same
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
-import warnings
+import sys
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +65,6 @@ class EncodedChunk:
 
 def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk:
     """Encode corpus lines (JSON documents) sentence by sentence, without special tokens."""
-    import itertools
-
     import numpy as np
 
     sentences: list[str] = []
@@ -113,6 +113,8 @@ class _SplitWriter:
         self.on_shard = on_shard
         self.total = sum(s["num_tokens"] for s in finished)
         self.last_line = finished[-1]["resume"][0] if finished else -1
+        # (document, sentence, tokens into it) where the finished shards end: writing resumes there
+        self.resume_at = tuple(finished[-1]["resume"]) if finished else (0, 0, 0)
         self._open = None
 
     def _start(self) -> None:
@@ -192,6 +194,23 @@ class _SplitWriter:
         self.shards.append({"num_tokens": shard["count"], "files": files, "resume": resume})
         self.on_shard(self.shards)
 
+    def write_all(self, chunks: Iterable[EncodedChunk], bar: Any = None) -> None:
+        """Write the split's encoded chunks (the first one starts at document ``resume_at[0]``;
+        what the finished shards hold of it is skipped) and finish the last shard."""
+        line, sentence, tokens = self.resume_at
+        last_position = [line, 0, 0]
+        for number, chunk in enumerate(chunks):
+            resuming = number == 0 and bool(self.shards)
+            self.write(chunk, _resume_offset(chunk, line, sentence, tokens) if resuming else 0)
+            if len(chunk.sent_line):
+                last_position = [int(chunk.sent_line[-1]), int(chunk.sent_index[-1]),
+                                 int(chunk.sent_lengths[-1])]
+            if bar is not None:
+                bar.update(len(chunk.ids))
+        if bar is not None:
+            bar.close()
+        self.close(last_position)
+
     def close(self, resume: list[int]) -> None:
         """Finish the last, partly filled shard."""
         if self._open is not None and self._open["count"] > 0:
@@ -225,60 +244,31 @@ def _consolidate(out: Path, split: str, shards: list[dict], total: int) -> dict[
     return result
 
 
+def _intact(out: Path, entry: dict) -> bool:
+    """The file a manifest entry names is still there and hashes to the recorded sha256."""
+    path = out / entry["file"]
+    return path.exists() and sha256_file(path) == entry["sha256"]
+
+
 def _verified_prefix(out: Path, shards: list[dict]) -> list[dict]:
     """The leading shards whose files still hash to what the manifest recorded."""
-    good = []
-    for shard in shards:
-        ok = all((out / f["file"]).exists() and sha256_file(out / f["file"]) == f["sha256"]
-                 for f in shard["files"].values())
-        if not ok:
-            break
-        good.append(shard)
-    return good
-
-
-def _iter_lines(path: Path, encoding_errors: str = "strict"):
-    """(index, line) of the non-empty lines of a corpus split (index = document number).
-
-    A byte that is not UTF-8 is an error naming the file and its byte offset, or (with
-    ``encoding_errors="replace"``) becomes U+FFFD with one warning."""
-    from lmlab.data.sources.textfile import CorpusWarning, not_utf8_error
-
-    with open(path, "rb") as handle:
-        index = offset = 0
-        warned = False
-        for raw in handle:
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                if encoding_errors == "strict":
-                    raise not_utf8_error(path, offset + error.start, raw[error.start]) from None
-                if not warned:
-                    warnings.warn(f"{path}: byte {offset + error.start} is not UTF-8; read as "
-                                  "U+FFFD", CorpusWarning, stacklevel=2)
-                    warned = True
-                line = raw.decode("utf-8", "replace")
-            offset += len(raw)
-            if line.strip():
-                yield index, line
-                index += 1
+    return list(itertools.takewhile(
+        lambda shard: all(_intact(out, f) for f in shard["files"].values()), shards))
 
 
 def _chunks(path: Path, start_line: int, size: int, encoding_errors: str = "strict"):
-    """Lists of lines from document ``start_line`` on, with the first line's index."""
-    batch: list[str] = []
+    """Lists of ``size`` documents (the non-empty lines of a corpus split) from document
+    ``start_line`` on, each with its first document's index. A byte that is not UTF-8 is an
+    error naming the file and its byte offset, or (``encoding_errors="replace"``) U+FFFD with
+    one warning."""
+    from lmlab.data.sources.textfile import iter_lines
+
+    lines = (line for _, line in iter_lines(path, sys.maxsize, errors=encoding_errors))
+    documents = itertools.islice((line for line in lines if line.strip()), start_line, None)
     first = start_line
-    for index, line in _iter_lines(path, encoding_errors):
-        if index < start_line:
-            continue
-        if not batch:
-            first = index
-        batch.append(line)
-        if len(batch) == size:
-            yield first, batch
-            batch = []
-    if batch:
+    while batch := list(itertools.islice(documents, size)):
         yield first, batch
+        first += len(batch)
 
 
 _WORKER_ENGINE = None
@@ -358,16 +348,15 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
     Returns:
         The manifest (also written to ``out_dir/manifest.json``) plus ``"resumed_shards"``.
     """
+    from lmlab.data.sources.textfile import check_encoding_errors
     from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.checks import check_output_folder
 
     if not isinstance(tokenizer, Tokenizer):
         tokenizer = Tokenizer.from_pretrained(tokenizer)
     if shard_tokens < 1:
         raise LmlabError(f"shard_tokens={shard_tokens} must be positive",
                          f"use e.g. {DEFAULT_SHARD_TOKENS}")
-    from lmlab.data.sources.textfile import check_encoding_errors
-    from lmlab.utils.checks import check_output_folder
-
     check_encoding_errors(encoding_errors)
     corpus_dir, out = Path(corpus_dir), Path(out_dir)
     if splits is None:
@@ -375,16 +364,7 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
         splits = tuple(s for s in SPLITS if (corpus_dir / f"{s}.jsonl").exists())
     if not (out / MANIFEST).exists():  # shards of ours (resumable or not) are judged below
         check_output_folder(out, overwrite, "token shards", ignore=(".*.partial",))
-
-    dtype = token_dtype(len(tokenizer))
-    header = {
-        "format": FORMAT, "version": VERSION, "dtype": dtype, "shard_tokens": shard_tokens,
-        "tokenizer": {"fingerprint": tokenizer.fingerprint(), "size": len(tokenizer),
-                      "family": tokenizer.family, "name_or_path": tokenizer.name_or_path,
-                      "special_ids": {role: tokenizer.convert_tokens_to_ids(tok)
-                                      for role, tok in tokenizer.special_tokens_map.items()}},
-        "corpus": {"path": str(corpus_dir.resolve()), "hash": _corpus_hash(corpus_dir)},
-    }
+    header = _manifest_header(tokenizer, shard_tokens, corpus_dir)
     previous = _previous_manifest(out, header, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob(".*.partial"):
@@ -393,63 +373,57 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
     engine = _engine_for_shards(tokenizer)
     resumed = 0
     for split in splits:
-        path = split_path(corpus_dir, split)
         old = previous.get(split, {})
         verified = _verified_prefix(out, old.get("shards", []))
         if old.get("complete") and len(verified) == len(old["shards"]) and all(
-                (out / old[k]["file"]).exists() and sha256_file(out / old[k]["file"])
-                == old[k]["sha256"] for k in ("documents", "sentences")):
-            manifest["splits"][split] = old
+                _intact(out, old[k]) for k in ("documents", "sentences")):
+            manifest["splits"][split] = old  # finished by an earlier run and intact
             resumed += len(verified)
             continue
         # Only full shards are resumed from; a shorter (last) shard is simply written again.
-        finished = []
-        for shard in verified:
-            if shard["num_tokens"] != shard_tokens:
-                break
-            finished.append(shard)
+        finished = list(itertools.takewhile(lambda s: s["num_tokens"] == shard_tokens, verified))
         resumed += len(finished)
 
         def on_shard(shards: list[dict], split: str = split) -> None:
             manifest["splits"][split] = {"complete": False, "shards": shards}
             atomic_write_json(out / MANIFEST, manifest)
 
-        writer = _SplitWriter(out, split, dtype, shard_tokens, finished, on_shard)
-        start_line, skip_sentence, skip_tokens = (finished[-1]["resume"] if finished
-                                                  else (0, 0, 0))
-        bar = _progress(show_progress, split, path)
-        last_position = [start_line, 0, 0]
-        first_chunk = True
-        for chunk in _encoded_chunks(engine, path, start_line, workers, chunk_docs,
-                                     encoding_errors):
-            skip = 0
-            if first_chunk and finished:
-                skip = _resume_offset(chunk, start_line, skip_sentence, skip_tokens)
-            first_chunk = False
-            writer.write(chunk, skip)
-            if len(chunk.sent_line):
-                last_position = [int(chunk.sent_line[-1]), int(chunk.sent_index[-1]),
-                                 int(chunk.sent_lengths[-1])]
-            if bar is not None:
-                bar.update(len(chunk.ids))
-        if bar is not None:
-            bar.close()
-        writer.close(last_position)
-        shards = writer.shards
-        num_tokens = sum(s["num_tokens"] for s in shards)
-        if num_tokens == 0 and split == "train":
-            raise LmlabError(f"the {split} split of {corpus_dir} holds no tokens",
-                             "build the corpus again; check that its documents have sentences")
-        index = _consolidate(out, split, shards, num_tokens)
-        manifest["splits"][split] = {
-            "complete": True, "num_tokens": num_tokens,
-            "num_documents": index["documents"]["count"],
-            "num_sentences": index["sentences"]["count"],
-            "documents": index["documents"], "sentences": index["sentences"], "shards": shards,
-        }
+        writer = _SplitWriter(out, split, header["dtype"], shard_tokens, finished, on_shard)
+        chunks = _encoded_chunks(engine, split_path(corpus_dir, split), writer.resume_at[0],
+                                 workers, chunk_docs, encoding_errors)
+        writer.write_all(chunks, _progress(show_progress, split))
+        manifest["splits"][split] = _split_entry(out, split, writer.shards, corpus_dir)
         atomic_write_json(out / MANIFEST, manifest)
     atomic_write_json(out / MANIFEST, manifest)
     return {**manifest, "resumed_shards": resumed}
+
+
+def _manifest_header(tokenizer: Any, shard_tokens: int, corpus_dir: Path) -> dict[str, Any]:
+    """What the shards depend on (format, dtype, shard size, tokenizer, corpus): a folder whose
+    manifest differs in any of these cannot be resumed."""
+    return {
+        "format": FORMAT, "version": VERSION, "dtype": token_dtype(len(tokenizer)),
+        "shard_tokens": shard_tokens,
+        "tokenizer": {"fingerprint": tokenizer.fingerprint(), "size": len(tokenizer),
+                      "family": tokenizer.family, "name_or_path": tokenizer.name_or_path,
+                      "special_ids": {role: tokenizer.convert_tokens_to_ids(tok)
+                                      for role, tok in tokenizer.special_tokens_map.items()}},
+        "corpus": {"path": str(corpus_dir.resolve()), "hash": _corpus_hash(corpus_dir)},
+    }
+
+
+def _split_entry(out: Path, split: str, shards: list[dict], corpus_dir: Path) -> dict[str, Any]:
+    """The manifest entry of a finished split: its shards, counts and the consolidated
+    document and sentence indexes (written here). An empty train split is an error."""
+    num_tokens = sum(s["num_tokens"] for s in shards)
+    if num_tokens == 0 and split == "train":
+        raise LmlabError(f"the {split} split of {corpus_dir} holds no tokens",
+                         "build the corpus again; check that its documents have sentences")
+    index = _consolidate(out, split, shards, num_tokens)
+    return {"complete": True, "num_tokens": num_tokens,
+            "num_documents": index["documents"]["count"],
+            "num_sentences": index["sentences"]["count"],
+            "documents": index["documents"], "sentences": index["sentences"], "shards": shards}
 
 
 def _resume_offset(chunk: EncodedChunk, line: int, sentence: int, tokens: int) -> int:
@@ -505,18 +479,10 @@ def _corpus_hash(corpus_dir: Path) -> str | None:
     return None
 
 
-def _progress(show: bool, split: str, path: Path):
+def _progress(show: bool, split: str) -> Any:
+    """A token-count progress bar for tokenizing ``split``, or None."""
     if not show:
         return None
     from lmlab.utils.progress import progress
 
     return progress(desc=f"tokenize {split}", unit="tok", unit_scale=True)
-
-
-def __getattr__(name: str) -> Any:
-    """``ShardReader`` lives in :mod:`lmlab.data.shard_reader`; reachable from here too."""
-    if name == "ShardReader":
-        from lmlab.data.shard_reader import ShardReader
-
-        return ShardReader
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

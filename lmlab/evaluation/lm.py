@@ -98,11 +98,6 @@ def perplexity(model: Any, input_ids: Sequence[int] | torch.Tensor, max_length: 
     return PerplexityResult(math.exp(mean), mean, count, windows)
 
 
-def perplexity_of_text(model: Any, tokenizer: Any, text: str, **kwargs: Any) -> PerplexityResult:
-    """:func:`perplexity` of a text (tokenised without special tokens)."""
-    return perplexity(model, tokenizer.encode(text, add_special_tokens=False), **kwargs)
-
-
 # -- LAMBADA-style cloze ---------------------------------------------------------------------------
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 

@@ -17,7 +17,6 @@ and each component computes its loss from the shared hidden states via :meth:`Ob
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -58,6 +57,12 @@ class Objective(nn.Module):
             ``"clm"`` or ``"none"``).
         reports_perplexity: the evaluation loss is a mean per-token LM loss, so its exp is a
             perplexity (not so for sums of losses or sentence-level losses).
+        cls_sep_packing: the data pipeline wraps each packed example in ``[CLS] ... [SEP]`` and
+            separates documents with ``[SEP]`` (encoders, BERT); False packs bare windows with the
+            end-of-text token between documents (decoders, GPT-2).
+        shares_forward_pass: the loss comes from the stack's hidden states alone
+            (:meth:`losses`), so the objective can be combined with others on one forward pass
+            (not ELECTRA, whose discriminator reads the generator's replaced tokens).
     """
 
     name: str = ""
@@ -67,6 +72,8 @@ class Objective(nn.Module):
     salt: int = 0
     flops_head: str = "none"
     reports_perplexity: bool = False
+    cls_sep_packing: bool = True
+    shares_forward_pass: bool = True
 
     def __init__(self, special: SpecialTokens, weight: float = 1.0):
         super().__init__()
@@ -166,10 +173,3 @@ def model_inputs(batch: dict[str, torch.Tensor],
     if config is not None and getattr(config, "type_vocab_size", 2) <= 1:
         inputs.pop("token_type_ids", None)
     return inputs
-
-
-def require_keys(batch: dict[str, Any], keys: tuple[str, ...], objective: str, fix: str) -> None:
-    """Raise a clear error when the batch lacks keys an objective needs."""
-    missing = [key for key in keys if key not in batch]
-    if missing:
-        raise LmlabError(f"objective {objective!r} needs batch keys {missing}", fix)

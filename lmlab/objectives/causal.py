@@ -23,7 +23,6 @@ from lmlab.models.core.masks import document_mask, prefix_lm_mask
 from lmlab.models.heads import IGNORE_INDEX
 from lmlab.objectives.base import Objective, ObjectiveResult
 from lmlab.objectives.linear_cross_entropy import linear_cross_entropy
-from lmlab.objectives.registry import register_objective
 from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
 
@@ -60,6 +59,7 @@ class CausalLM(Objective):
     example_format = "packed"
     flops_head = "clm"
     reports_perplexity = True
+    cls_sep_packing = False
 
     def __init__(self, special: SpecialTokens, separate_documents: bool = False,
                  weight: float = 1.0):
@@ -149,7 +149,3 @@ class PrefixLM(CausalLM):
         mask = prefix_lm_mask(prefix, ids.shape[1]) & padding.bool().unsqueeze(1)  # (B, T, T)
         out.update(labels=labels, attention_mask=mask, prefix_lengths=prefix)
         return out
-
-
-register_objective("clm", CausalLM)
-register_objective("prefix-lm", PrefixLM)

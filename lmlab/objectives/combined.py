@@ -27,7 +27,8 @@ class CombinedObjective(Objective):
                              "build a single objective directly")
         super().__init__(components[0].special)
         names = [c.name for c in components]
-        if any(type(c).losses is Objective.losses for c in components) or "rtd" in names:
+        if any(type(c).losses is Objective.losses or not c.shares_forward_pass
+               for c in components):
             raise LmlabError(f"objectives {names} cannot share a forward pass",
                              "train ELECTRA ('rtd') and decoder objectives on their own")
         corrupting = [c.name for c in components if c.corrupts_tokens]
@@ -48,6 +49,7 @@ class CombinedObjective(Objective):
         self.flops_head = next((c.flops_head for c in components if c.flops_head != "none"),
                                "none")
         self.reports_perplexity = False  # the loss is a sum of the components' losses
+        self.cls_sep_packing = all(c.cls_sep_packing for c in components)
 
     @property
     def predicted_fraction(self) -> float | None:

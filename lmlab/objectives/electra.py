@@ -74,6 +74,7 @@ class ReplacedTokenDetection(MaskedLM):
     salt = 4
     flops_head = "none"  # the discriminator's head is one logit per token
     reports_perplexity = False  # generator MLM + lambda * detection: not a per-token LM loss
+    shares_forward_pass = False
 
     def __init__(self, special: SpecialTokens, mask_prob: float = 0.15,
                  replacement: tuple[float, float, float] = (0.85, 0.0, 0.15),

@@ -1,9 +1,8 @@
 """Objectives by name, and ``build_objective("mlm,sop", special, **hparams)``.
 
 The registry maps a name to a factory ``factory(special: SpecialTokens, **hparams) -> Objective``
-or to a lazy ``"module:attribute"`` string, so listing names never imports torch. Other modules
-add theirs with :func:`register_objective` (the decoder objectives do, from
-``lmlab.objectives.causal``, which is imported on first use of an unknown name).
+or to a lazy ``"module:attribute"`` string, so listing names never imports torch. Users add
+their own objectives with :func:`register_objective`.
 """
 
 from __future__ import annotations
@@ -23,14 +22,10 @@ _REGISTRY: dict[str, Callable[..., Any] | str] = {
     "nsp": "lmlab.objectives.sentence_pairs:NextSentencePrediction",
     "sop": "lmlab.objectives.sentence_pairs:SentenceOrderPrediction",
     "rtd": "lmlab.objectives.electra:ReplacedTokenDetection",
-    # decoder objectives (lmlab.objectives.causal registers them again when imported)
     "clm": "lmlab.objectives.causal:CausalLM",
     "prefix-lm": "lmlab.objectives.causal:PrefixLM",
 }
 _ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "wwm"}
-# Modules that register objectives when imported; tried when a name is not (yet) known.
-_PLUGIN_MODULES = ("lmlab.objectives.causal",)
-_plugins_loaded = False
 
 
 def register_objective(name: str, factory: Callable[..., Any] | str) -> None:
@@ -59,7 +54,6 @@ def check_objective_spec(spec: str) -> list[str]:
     if not names:
         raise LmlabError(f"empty objective spec {spec!r}", "name one, e.g. 'mlm' or 'mlm,sop'")
     canonical = [_ALIASES.get(name, name) for name in names]
-    # the plugin modules' names are in the lazy table already: no import (torch) needed here
     unknown = [name for name in canonical if name not in _REGISTRY]
     if unknown:
         raise LmlabError(f"unknown objective {', '.join(repr(n) for n in unknown)} in {spec!r}",
@@ -69,24 +63,9 @@ def check_objective_spec(spec: str) -> list[str]:
     return canonical
 
 
-def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for module in _PLUGIN_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as error:
-            if error.name != module:
-                raise
-
-
 def get_factory(name: str) -> Callable[..., Any]:
     """The factory registered under ``name`` (resolving lazy ``module:attribute`` strings)."""
     name = _ALIASES.get(name, name)
-    if name not in _REGISTRY:
-        _load_plugins()
     if name not in _REGISTRY:
         raise LmlabError(f"unknown objective {name!r}",
                          f"available objectives: {', '.join(available_objectives())}")
@@ -125,15 +104,10 @@ def build_objective(spec: str, tokenizer_info: SpecialTokens, **hparams: Any) ->
     if not isinstance(tokenizer_info, SpecialTokens):
         raise LmlabError(f"tokenizer_info must be SpecialTokens, not {type(tokenizer_info).__name__}",
                          "build it with SpecialTokens.from_tokenizer(tokenizer)")
-    names = [part.strip() for part in spec.split(",") if part.strip()]
-    if not names:
-        raise LmlabError(f"empty objective spec {spec!r}", "name one, e.g. 'mlm' or 'mlm,sop'")
-    if len({_ALIASES.get(n, n) for n in names}) != len(names):
-        raise LmlabError(f"objective spec {spec!r} names an objective twice", "list each once")
+    names = check_objective_spec(spec)
     used: set[str] = set()
     components = []
-    for name in names:
-        canonical = _ALIASES.get(name, name)
+    for canonical in names:
         factory = get_factory(canonical)
         accepted, var = _accepted(factory)
         kwargs: dict[str, Any] = {}

@@ -39,19 +39,5 @@ def pipeline(task: str, model: Any, tokenizer: Any = None, **kwargs: Any):
     if task not in PIPELINES:
         raise LmlabError(f"unknown pipeline task {task!r}", f"use one of {', '.join(PIPELINES)}")
     module_name, class_name = PIPELINES[task].split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name:
-            raise
-        raise LmlabError(f"the {task!r} pipeline is not available in this version of lmlab",
-                         f"available now: {', '.join(available_pipelines())}") from None
+    module = importlib.import_module(module_name)
     return getattr(module, class_name).from_model(model, tokenizer=tokenizer, **kwargs)
-
-
-def available_pipelines() -> list[str]:
-    found = []
-    for task, target in PIPELINES.items():
-        if importlib.util.find_spec(target.split(":")[0]) is not None:
-            found.append(task)
-    return found

@@ -17,11 +17,9 @@ class BatchEncoding(dict):
     classification and question answering need them).
     """
 
-    def __init__(self, data: dict[str, Any], encodings: list[Any] | None = None,
-                 batched: bool = True):
+    def __init__(self, data: dict[str, Any], encodings: list[Any] | None = None):
         super().__init__(data)
         self.encodings = encodings or []
-        self.is_batched = batched
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -140,13 +139,9 @@ class Tokenizer:
 
         path = resolve_short_name(path)
         if path.suffix.lower() == ".gguf":
-            try:
-                module = importlib.import_module("lmlab.tokenization.gguf")
-            except ModuleNotFoundError:
-                raise LmlabError(f"{path} is a GGUF file but GGUF tokenizer support is not "
-                                 "available (lmlab.tokenization.gguf is missing)",
-                                 "load a Hugging Face tokenizer folder instead") from None
-            return module.tokenizer_from_gguf(path)
+            from lmlab.tokenization.gguf import tokenizer_from_gguf
+
+            return tokenizer_from_gguf(path)
         if path.is_file() and path.name == "tokenizer.json":
             path = path.parent
         parts = load_folder(path)
@@ -399,7 +394,7 @@ class Tokenizer:
             data = _as_tensors(data, return_tensors)
         elif not batched and mapping is None:
             data = {key: value[0] for key, value in data.items()}
-        return BatchEncoding(data, encodings, batched=batched or return_tensors is not None)
+        return BatchEncoding(data, encodings)
 
     def encode(self, text: str, text_pair: str | None = None, add_special_tokens: bool = True,
                **kwargs: Any) -> list[int]:

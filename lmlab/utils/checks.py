@@ -55,18 +55,6 @@ def check_positive(value: float | None, option: str) -> None:
                          f"give {option} a number greater than 0")
 
 
-def check_fraction(value: float | None, option: str, include_zero: bool = False) -> None:
-    """``value`` in (0, 1] (or [0, 1] with ``include_zero``; ``None`` passes)."""
-    if value is None:
-        return
-    _check_number(value, option)
-    low_ok = value >= 0 if include_zero else value > 0
-    if not (low_ok and value <= 1):
-        interval = "[0, 1]" if include_zero else "(0, 1]"
-        raise LmlabError(f"{option} must be in {interval}, got {value:g}",
-                         f"give {option} a fraction such as 0.5")
-
-
 def check_names(names: list[str] | tuple[str, ...], known: list[str] | tuple[str, ...],
                 option: str, what: str) -> None:
     """Every one of ``names`` is in ``known`` (the registry of ``what``)."""
