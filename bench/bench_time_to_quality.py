@@ -566,10 +566,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: GLIBC_TUNABLES is not the Makefile's ({RECOMMENDED_TUNABLES}); "
               "launch with it for figures comparable to the docs", flush=True)
 
-    from lmlab.cli.pretrain import find_tokenizer
     from lmlab.data.pretraining import validation_batches
     from lmlab.objectives.registry import build_objective
     from lmlab.objectives.special_tokens import SpecialTokens
+    from lmlab.training.pretrain import find_tokenizer
 
     shards = resolve_folder(args.shards, "shards")
     tokenizer, tokenizer_dir = find_tokenizer(

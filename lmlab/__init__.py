@@ -17,6 +17,8 @@ _LAZY = {
     "from_pretrained": "lmlab.models.auto:from_pretrained",
     "pipeline": "lmlab.pipelines:pipeline",
     "LmlabError": "lmlab.utils.errors:LmlabError",
+    "pretrain": "lmlab.training.pretrain:pretrain",
+    "PretrainConfig": "lmlab.training.pretrain:PretrainConfig",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -78,9 +78,11 @@ def test_pretrain_config_file_sections(shards, tmp_path):
 
 def test_pretrain_tokenizer_accepts_a_short_name(shards):
     """--tokenizer minilm finds the catalogued MiniLM the shards were written with."""
-    from lmlab.cli.pretrain import check_pretrain_inputs, find_tokenizer
+    from lmlab import PretrainConfig
+    from lmlab.training.pretrain import find_tokenizer
     from lmlab.utils.paths import minilm_dir
 
-    check_pretrain_inputs({"shards": str(shards), "family": "bert", "size": "tiny"}, 32, "minilm")
+    PretrainConfig.from_sections(out="r", shards=str(shards), family="bert", size="tiny",
+                                 seq_len=32, max_steps=1, tokenizer="minilm").validate()
     tokenizer, folder = find_tokenizer(shards, "minilm")
     assert folder == minilm_dir() and len(tokenizer) == 30522

@@ -59,30 +59,17 @@ class CommandRegistry:
             self._add_group_example(group, example)
         return parser
 
-    def group(self, name: str, help: str | None = None,
-              example: str | None = None) -> argparse._SubParsersAction:
-        """The sub-command set of group ``name`` (created on first use).
-
-        ``help`` describes the group (a later call may set it when the first was silent);
-        ``example`` adds a line to the group's "example:" section, which also lists the example
-        of every command added to the group.
-        """
-        help = help or GROUP_HELP.get(name)
+    def group(self, name: str) -> argparse._SubParsersAction:
+        """The sub-command set of group ``name`` (created on first use, described by
+        :data:`GROUP_HELP`; its "example:" section lists the examples of its commands)."""
         if name not in self._groups:
-            parser = self._subparsers.add_parser(
-                name, help=help or f"{name} commands", description=help or f"{name} commands",
-                formatter_class=HelpFormatter)
+            help = GROUP_HELP.get(name, f"{name} commands")
+            parser = self._subparsers.add_parser(name, help=help, description=help,
+                                                 formatter_class=HelpFormatter)
             parser.set_defaults(handler=lambda _args, p=parser: p.print_help())
             self._groups[name] = parser.add_subparsers(title="commands", metavar="COMMAND")
             self._group_parsers[name] = parser
             self._group_examples[name] = []
-        elif help:
-            self._group_parsers[name].description = help
-            for action in self._subparsers._choices_actions:
-                if action.dest == name:
-                    action.help = help
-        if example:
-            self._add_group_example(name, example)
         return self._groups[name]
 
     def _add_group_example(self, group: str, example: str) -> None:

@@ -143,7 +143,9 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     """Run (or resume) the whole demo; returns the path of the markdown report.
 
     Every setting is checked (:meth:`DemoConfig.validate`) and ``config.out`` must be new, a
-    demo folder, or ``overwrite`` given, before anything is computed or written.
+    demo folder, or ``overwrite`` given, before anything is computed or written. The stages
+    run in order, each cached by :class:`StageRunner`: corpus, tokenizer, shards, pretraining,
+    fine-tuning (with the TF-IDF baseline), analysis; the report is always rewritten.
     """
     config.validate()
     check_demo_folder(config.out, overwrite)
@@ -156,10 +158,37 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     log = StageLog()
     stages = StageRunner(out, fresh=config.fresh, log=log)
     started = time.perf_counter()
-    settings = config.result_settings()
+    corpus_folder, corpus = _corpus_stage(config, stages)
+    tok_folder, tok_info = _tokenizer_stage(config, stages, corpus_folder)
+    shards_folder, shards = _shards_stage(stages, corpus_folder, tok_folder, tok_info)
+    data_seconds = time.perf_counter() - started
+    pretrain_folder, pretrain = _pretrain_stage(config, stages, shards_folder, tok_folder)
+    pretrained_model = Path(pretrain["run"]) / "model"
+    results = _finetune_stages(config, stages, pretrain_folder, pretrained_model)
+    analysis = _analysis_stage(config, stages, pretrain_folder, pretrained_model,
+                               corpus_folder / "corpus")
 
-    # 1. the corpus, without the dev/test texts of the built-in tasks (build_corpus's default)
-    def corpus_stage(folder: Path):
+    # the report (always rewritten: cheap, and it records this invocation's timings)
+    _say("6/6 report")
+    from lmlab.demo.report import write_report
+
+    summary = {
+        "settings": config.result_settings(), "corpus": corpus, "tokenizer": tok_info,
+        "shards": shards, "excluded_eval_texts": corpus["excluded_texts"],
+        "pretrain_run": pretrain["run"], "results": results, "analysis": analysis,
+        "stages": log.entries, "data_seconds": round(data_seconds, 1),
+        "total_seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_json(out / "summary.json", summary)
+    report = write_report(out, summary)
+    _say(f"done in {summary['total_seconds'] / 60:.1f} min; report: {report}")
+    return report
+
+
+def _corpus_stage(config: DemoConfig, stages: StageRunner) -> tuple[Path, dict[str, Any]]:
+    """1. The corpus, without the dev/test texts of the built-in tasks (build_corpus's
+    default): its folder and word, document and exclusion counts."""
+    def work(folder: Path) -> dict[str, Any]:
         from lmlab.data.build import build_corpus
 
         manifest = build_corpus(config.sources, folder / "corpus",
@@ -170,147 +199,147 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
                 "excluded_documents": manifest["excluded_documents"]}
 
     _say("1/6 corpus, without the built-in tasks' dev/test texts")
-    corpus_folder, corpus = stages.run(
-        "corpus", {"sources": config.sources, "max_documents": config.max_documents,
-                   "exclude": "builtin-tasks-dev-test-segments"}, corpus_stage)
-    corpus_dir = corpus_folder / "corpus"
+    return stages.run("corpus", {"sources": config.sources, "max_documents": config.max_documents,
+                                 "exclude": "builtin-tasks-dev-test-segments"}, work)
 
-    # 2. tokenizer and shards
-    def tokenizer_stage(folder: Path):
+
+def _tokenizer_stage(config: DemoConfig, stages: StageRunner,
+                     corpus_folder: Path) -> tuple[Path, dict[str, Any]]:
+    """2a. A WordPiece tokenizer trained on the corpus (in ``FOLDER/tokenizer``)."""
+    def work(folder: Path) -> dict[str, Any]:
         from lmlab.tokenization.tokenizer import Tokenizer
 
-        tokenizer = Tokenizer.train(corpus_dir, kind="wordpiece", vocab_size=config.vocab_size,
-                                    show_progress=False)
+        tokenizer = Tokenizer.train(corpus_folder / "corpus", kind="wordpiece",
+                                    vocab_size=config.vocab_size, show_progress=False)
         tokenizer.save_pretrained(folder / "tokenizer")
         return {"vocab_size": len(tokenizer), "fingerprint": tokenizer.fingerprint()}
 
     _say("2/6 WordPiece tokenizer and token shards")
-    tok_folder, tok_info = stages.run("tokenizer", {"corpus": corpus_folder.name,
-                                                    "vocab_size": config.vocab_size},
-                                      tokenizer_stage)
-    tokenizer_dir = tok_folder / "tokenizer"
+    return stages.run("tokenizer", {"corpus": corpus_folder.name,
+                                    "vocab_size": config.vocab_size}, work)
 
-    def shards_stage(folder: Path):
+
+def _shards_stage(stages: StageRunner, corpus_folder: Path, tok_folder: Path,
+                  tok_info: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """2b. The corpus as token shards (in ``FOLDER/shards``): tokens and documents per split."""
+    def work(folder: Path) -> dict[str, Any]:
         from lmlab.data.shards import build_shards
         from lmlab.tokenization.tokenizer import Tokenizer
 
-        manifest = build_shards(Tokenizer.from_pretrained(tokenizer_dir), corpus_dir,
-                                folder / "shards")
-        splits = manifest.get("splits", {})
+        manifest = build_shards(Tokenizer.from_pretrained(tok_folder / "tokenizer"),
+                                corpus_folder / "corpus", folder / "shards")
         return {split: {"tokens": info["num_tokens"], "documents": info["num_documents"]}
-                for split, info in splits.items()}
+                for split, info in manifest.get("splits", {}).items()}
 
-    shards_folder, shards = stages.run("shards", {"tokenizer": tok_info["fingerprint"],
-                                                  "corpus": corpus_folder.name}, shards_stage)
-    shards_dir = shards_folder / "shards"
-    data_seconds = time.perf_counter() - started
+    return stages.run("shards", {"tokenizer": tok_info["fingerprint"],
+                                 "corpus": corpus_folder.name}, work)
 
-    # 3. pretraining (resumable: the trainer continues from its last checkpoint)
-    def pretrain_stage(folder: Path):
-        from lmlab.cli import main as cli
+
+def _pretrain_stage(config: DemoConfig, stages: StageRunner, shards_folder: Path,
+                    tok_folder: Path) -> tuple[Path, dict[str, Any]]:
+    """3. Pretraining through ``lmlab.pretrain`` for :data:`PRETRAIN_SHARE` of the budget;
+    resumable (a killed demo continues from the run's last checkpoint)."""
+    def work(folder: Path) -> dict[str, Any]:
+        import lmlab
+        from lmlab.training import TrainingConfig
+        from lmlab.training.pretrain import DataSettings, ModelSettings, ObjectiveSettings
 
         run = folder / "run"
-        args = ["pretrain", "--family", config.family, "--size", config.size,
-                "--objective", config.objective, "--shards", str(shards_dir),
-                "--tokenizer", str(tokenizer_dir), "--out", str(run),
-                "--budget", f"{config.pretrain_seconds:.0f}s", "--seq-len", str(config.seq_len),
-                "--batch-size", str(config.batch_size), "--lr", str(config.pretrain_lr),
-                "--warmup", "0.06", "--eval-every", "50", "--save-every", "50", "--seed", "0"]
-        if config.threads:
-            args += ["--threads", str(config.threads)]
-        code = cli(args)
-        if code:
-            raise LmlabError(f"pretraining failed (exit {code})", f"see {run}/report.md")
+        training = TrainingConfig(
+            lr=config.pretrain_lr, warmup_fraction=0.06, seq_len=config.seq_len,
+            batch_size=config.batch_size, budget_seconds=float(round(config.pretrain_seconds)),
+            seed=0, eval_every=50, save_every=50, threads=config.threads)
+        result = lmlab.pretrain(lmlab.PretrainConfig(
+            out=run, training=training, model=ModelSettings(config.family, config.size),
+            objective=ObjectiveSettings(config.objective),
+            data=DataSettings(shards_folder / "shards", str(tok_folder / "tokenizer"))))
+        _say(f"pretraining: {result.stop_reason} after {result.step:,} steps, "
+             f"{result.tokens:,} tokens")
         return {"run": str(run)}
 
     _say(f"3/6 pretraining a BERT-{config.size} with {config.objective} "
          f"({config.pretrain_seconds / 60:.1f} min)")
-    pretrain_inputs = {"shards": shards_folder.name, "family": config.family, "size": config.size,
-                       "objective": config.objective, "seq_len": config.seq_len,
-                       "batch_size": config.batch_size, "lr": config.pretrain_lr,
-                       "seconds": round(config.pretrain_seconds)}
-    pretrain_folder, pretrain = stages.run("pretrain", pretrain_inputs, pretrain_stage,
-                                           resumable=True)
-    pretrained_model = Path(pretrain["run"]) / "model"
+    inputs = {"shards": shards_folder.name, "family": config.family, "size": config.size,
+              "objective": config.objective, "seq_len": config.seq_len,
+              "batch_size": config.batch_size, "lr": config.pretrain_lr,
+              "seconds": round(config.pretrain_seconds)}
+    return stages.run("pretrain", inputs, work, resumable=True)
 
-    # 4. fine-tuning: pretrained vs the same architecture randomly initialised, and TF-IDF
+
+def _finetune_stages(config: DemoConfig, stages: StageRunner, pretrain_folder: Path,
+                     pretrained_model: Path) -> dict[str, dict[str, list[dict]]]:
+    """4. Fine-tuning on each task and seed: the pretrained model, the same architecture
+    randomly initialised, and the TF-IDF baseline. Returns task -> kind -> per-seed results."""
     from lmlab.tasks.builtin import load_builtin_task
 
     results: dict[str, dict[str, list[dict]]] = {}
-    per_run = config.finetune_seconds_per_run
     _say(f"4/6 fine-tuning on {', '.join(config.tasks)} x seeds {list(config.seeds)} "
-         f"({per_run:.0f} s per run), and the TF-IDF baseline")
+         f"({config.finetune_seconds_per_run:.0f} s per run), and the TF-IDF baseline")
     for task_name in config.tasks:
         task = _subset_eval(load_builtin_task(task_name, "cpu"), config.max_eval_examples)
         results[task_name] = {"pretrained": [], "random": [], "tfidf": []}
         for seed in config.seeds:
             for kind in ("pretrained", "random"):
-                def finetune_stage(folder: Path, kind=kind, seed=seed, task=task):
-                    from lmlab.finetune.runner import finetune
+                results[task_name][kind].append(_finetune_run(
+                    config, stages, task, kind, seed, pretrain_folder, pretrained_model))
+            results[task_name]["tfidf"].append(_baseline_run(config, stages, task, seed))
+    return results
 
-                    result = finetune(task, pretrained_model, folder / "run", recipe="bert",
-                                      seed=seed, epochs=config.finetune_epochs,
-                                      lr=config.finetune_lr,
-                                      batch_size=config.finetune_batch_size,
-                                      max_train_examples=config.max_train_examples,
-                                      budget_seconds=per_run, random_init=kind == "random",
-                                      save_model=False, show_progress=True)
-                    return {"dev": result.get("dev"), "test": result.get("test"),
-                            "best_epoch": result.get("best_epoch"),
-                            "train_seconds": result.get("train_seconds")}
 
-                _, result = stages.run(f"finetune-{task_name}-{kind}-seed{seed}", {
-                    "model": pretrain_folder.name, "kind": kind, "seed": seed,
-                    "task": task_name, "lr": config.finetune_lr,
-                    "epochs": config.finetune_epochs, "batch": config.finetune_batch_size,
-                    "max_train": config.max_train_examples, "max_eval": config.max_eval_examples,
-                    "seconds": round(per_run)}, finetune_stage)
-                results[task_name][kind].append(result)
+def _finetune_run(config: DemoConfig, stages: StageRunner, task: Any, kind: str, seed: int,
+                  pretrain_folder: Path, pretrained_model: Path) -> dict[str, Any]:
+    """One fine-tuning run: ``kind`` "pretrained" or "random" (same architecture, random init)."""
+    def work(folder: Path) -> dict[str, Any]:
+        from lmlab.finetune.runner import finetune
 
-            def baseline_stage(folder: Path, seed=seed, task=task):
-                from lmlab.finetune.runner import _subset
-                from lmlab.tasks.baseline import run_tfidf_baseline
+        result = finetune(task, pretrained_model, folder / "run", recipe="bert", seed=seed,
+                          epochs=config.finetune_epochs, lr=config.finetune_lr,
+                          batch_size=config.finetune_batch_size,
+                          max_train_examples=config.max_train_examples,
+                          budget_seconds=config.finetune_seconds_per_run,
+                          random_init=kind == "random", save_model=False, show_progress=True)
+        return {"dev": result.get("dev"), "test": result.get("test"),
+                "best_epoch": result.get("best_epoch"),
+                "train_seconds": result.get("train_seconds")}
 
-                result = run_tfidf_baseline(_subset(task, config.max_train_examples), seed=seed)
-                return {"dev": result.get("dev"), "test": result.get("test"),
-                        "chosen": result.get("chosen")}
+    return stages.run(f"finetune-{task.name}-{kind}-seed{seed}", {
+        "model": pretrain_folder.name, "kind": kind, "seed": seed, "task": task.name,
+        "lr": config.finetune_lr, "epochs": config.finetune_epochs,
+        "batch": config.finetune_batch_size, "max_train": config.max_train_examples,
+        "max_eval": config.max_eval_examples,
+        "seconds": round(config.finetune_seconds_per_run)}, work)[1]
 
-            _, result = stages.run(f"tfidf-{task_name}-seed{seed}", {
-                "task": task_name, "seed": seed, "max_train": config.max_train_examples,
-                "max_eval": config.max_eval_examples}, baseline_stage)
-            results[task_name]["tfidf"].append(result)
 
-    # 5. what the pretrained model learned: contextual neighbours and fill-mask
-    def analysis_stage(folder: Path):
+def _baseline_run(config: DemoConfig, stages: StageRunner, task: Any,
+                  seed: int) -> dict[str, Any]:
+    """The TF-IDF + logistic regression baseline on ``task`` with ``seed``."""
+    def work(folder: Path) -> dict[str, Any]:
+        from lmlab.finetune.runner import _subset
+        from lmlab.tasks.baseline import run_tfidf_baseline
+
+        result = run_tfidf_baseline(_subset(task, config.max_train_examples), seed=seed)
+        return {"dev": result.get("dev"), "test": result.get("test"),
+                "chosen": result.get("chosen")}
+
+    return stages.run(f"tfidf-{task.name}-seed{seed}", {
+        "task": task.name, "seed": seed, "max_train": config.max_train_examples,
+        "max_eval": config.max_eval_examples}, work)[1]
+
+
+def _analysis_stage(config: DemoConfig, stages: StageRunner, pretrain_folder: Path,
+                    pretrained_model: Path, corpus_dir: Path) -> dict[str, Any]:
+    """5. What the pretrained model learned: contextual neighbours and fill-mask."""
+    def work(folder: Path) -> dict[str, Any]:
         from lmlab.demo.analysis import contextual_examples, fill_mask_examples
 
-        return {"neighbours": contextual_examples(pretrained_model, corpus_dir,
-                                                  CONTEXT_EXAMPLES,
+        return {"neighbours": contextual_examples(pretrained_model, corpus_dir, CONTEXT_EXAMPLES,
                                                   config.neighbour_occurrences),
                 "fill_mask": fill_mask_examples(pretrained_model, FILL_MASK_EXAMPLES)}
 
     _say("5/6 contextual neighbours and fill-mask")
-    _, analysis = stages.run("analysis", {"model": pretrain_folder.name,
-                                          "examples": CONTEXT_EXAMPLES,
-                                          "fill": FILL_MASK_EXAMPLES,
-                                          "occurrences": config.neighbour_occurrences},
-                             analysis_stage)
-
-    # 6. the report (always rewritten: cheap, and it records this invocation's timings)
-    _say("6/6 report")
-    from lmlab.demo.report import write_report
-
-    summary = {
-        "settings": settings, "corpus": corpus, "tokenizer": tok_info, "shards": shards,
-        "excluded_eval_texts": corpus["excluded_texts"], "pretrain_run": pretrain["run"],
-        "results": results, "analysis": analysis, "stages": log.entries,
-        "data_seconds": round(data_seconds, 1),
-        "total_seconds": round(time.perf_counter() - started, 1),
-    }
-    atomic_write_json(out / "summary.json", summary)
-    report = write_report(out, summary)
-    _say(f"done in {summary['total_seconds'] / 60:.1f} min; report: {report}")
-    return report
+    return stages.run("analysis", {"model": pretrain_folder.name, "examples": CONTEXT_EXAMPLES,
+                                   "fill": FILL_MASK_EXAMPLES,
+                                   "occurrences": config.neighbour_occurrences}, work)[1]
 
 
 def load_summary(out: str | Path) -> dict[str, Any]:

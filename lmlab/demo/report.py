@@ -57,46 +57,6 @@ def _cell(entry) -> str:
     return f"{median:.3f} ± {spread / 2:.3f} (spread {spread:.3f})"
 
 
-def loss_curve(run: Path, out: Path) -> Path | None:
-    """Plot train and validation loss against wall time from the run's metrics.jsonl."""
-    metrics = run / "metrics.jsonl"
-    if not metrics.exists():
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    train, evals = [], []
-    for line in metrics.read_text().splitlines():
-        record = json.loads(line)
-        if "loss" in record and record.get("kind", "train") == "train":
-            train.append((record.get("elapsed", 0) / 60, record["loss"]))
-        for key in ("eval_loss", "val_loss"):
-            if key in record:
-                evals.append((record.get("elapsed", 0) / 60, record[key]))
-        if record.get("kind") == "eval":
-            value = record.get("loss") or record.get("mlm_loss")
-            if value is not None:
-                evals.append((record.get("elapsed", 0) / 60, value))
-    if not train:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(*zip(*train), label="training loss", alpha=0.7)
-    if evals:
-        ax.plot(*zip(*evals), "o-", label="validation loss (fixed masks)")
-    ax.set_xlabel("wall time (minutes)")
-    ax.set_ylabel("masked-LM loss")
-    ax.set_title("Pretraining")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path = out / "pretraining-loss.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def _cost_markdown(run: Path) -> str:
     cost = run / "cost.md"
     return cost.read_text() if cost.exists() else "_No cost report was written for this run._"
@@ -237,7 +197,11 @@ def _inline(text: str) -> str:
 
 
 def write_report(out: Path, summary: dict[str, Any]) -> Path:
-    plot = loss_curve(Path(summary["pretrain_run"]), out)
+    from lmlab.training.metrics_log import read_metrics
+    from lmlab.training.report import plot_losses
+
+    metrics = read_metrics(Path(summary["pretrain_run"]) / "metrics.jsonl")
+    plot = plot_losses(metrics, out / "pretraining-loss.png", minutes=True)
     markdown = build_markdown(summary, plot)
     atomic_write_text(out / "report.md", markdown)
     atomic_write_text(out / "report.html", markdown_to_html(markdown, out))

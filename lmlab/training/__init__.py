@@ -11,6 +11,9 @@ _LAZY = {
     "TrainResult": "lmlab.training.trainer:TrainResult",
     "TrainingConfig": "lmlab.training.config:TrainingConfig",
     "Schedule": "lmlab.training.schedules:Schedule",
+    # the function is lmlab.pretrain: here the name ``pretrain`` is its module (importing a
+    # submodule sets the package attribute, so a lazy function of that name would flip to it)
+    "PretrainConfig": "lmlab.training.pretrain:PretrainConfig",
 }
 
 __all__ = list(_LAZY)

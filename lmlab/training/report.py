@@ -44,14 +44,12 @@ def save_final_model(model: Any, path: Path, tokenizer_dir: Path | None = None) 
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    from lmlab.interop.hf import save_pretrained
+
     saved = False
     try:
-        from lmlab.interop.hf import save_pretrained
-
         save_pretrained(model, path)
         saved = True
-    except ImportError:
-        pass
     except (LmlabError, KeyError, ValueError) as error:
         print(f"lmlab: the final model has no Hugging Face mapping ({error}); writing lmlab's "
               "own format", flush=True)
@@ -71,8 +69,9 @@ def save_final_model(model: Any, path: Path, tokenizer_dir: Path | None = None) 
     return path
 
 
-def plot_losses(records: list[dict[str, Any]], path: Path) -> Path | None:
-    """Training loss (and eval loss) against tokens, as a PNG; None when there is nothing."""
+def plot_losses(records: list[dict[str, Any]], path: Path, minutes: bool = False) -> Path | None:
+    """Training loss (and validation loss) against tokens, or against wall time in minutes
+    (the demo's report), as a PNG; None when there is nothing."""
     train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("loss"), float)]
     if not train:
         return None
@@ -81,13 +80,16 @@ def plot_losses(records: list[dict[str, Any]], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def x(record: dict[str, Any]) -> float:
+        return record.get("elapsed", 0) / 60 if minutes else record["tokens"]
+
     evals = [r for r in records if r.get("kind") == "eval" and "eval_loss" in r]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot([r["tokens"] for r in train], [r["loss"] for r in train], label="train loss", lw=1)
+    ax.plot([x(r) for r in train], [r["loss"] for r in train], label="train loss", lw=1)
     if evals:
-        ax.plot([r["tokens"] for r in evals], [r["eval_loss"] for r in evals], "o-",
+        ax.plot([x(r) for r in evals], [r["eval_loss"] for r in evals], "o-",
                 label="validation loss")
-    ax.set_xlabel("tokens")
+    ax.set_xlabel("wall time (minutes)" if minutes else "tokens")
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
     ax.legend()

@@ -1,0 +1,435 @@
+"""``lmlab.pretrain(config)``: pretrain (or continue pretraining) a model with an objective on
+token shards; ``lmlab pretrain``, the demo and the benchmarks call it.
+
+:class:`PretrainConfig` keeps what changes the result (``model``, ``objective``, ``data``, the
+``training`` hyperparameters) apart from what changes only speed (``training``'s speed section)
+and from the cost report's prices (``cost``); a config file's ``hparams:``, ``speed:`` and
+``cost:`` sections map onto it. :func:`pretrain` checks every setting, then runs in named steps
+(tokenizer, run folder, model and objective, data, Trainer); the Trainer writes the run
+directory from the typed :class:`~lmlab.training.run_dir.RunRecord`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lmlab.training.config import TrainingConfig, load_config_file
+from lmlab.training.run_dir import RunRecord
+from lmlab.utils.errors import LmlabError
+
+if TYPE_CHECKING:
+    from lmlab.models.model import LanguageModel
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.training.trainer import TrainResult
+
+# keys of a config file's hparams: section that describe the model, objective and data (the
+# others are TrainingConfig fields); recorded in config.json and compared on resume
+RUN_HPARAMS = ("family", "size", "objective", "objective_args", "shards", "init", "model_args",
+               "eval_batches")
+# settings of the run itself, not of a config file's sections
+RUN_OWN = ("out", "tokenizer", "overwrite", "track_cost")
+
+
+@dataclass
+class ModelSettings:
+    """The model: a preset ``family`` and ``size`` (``model_args`` override its config), or
+    the weights of ``init``: a run directory, a checkpoint folder, a Hugging Face folder or a
+    short name from ``lmlab models list`` (``minilm``)."""
+
+    family: str | None = None
+    size: str | None = None
+    init: str | None = None
+    model_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ObjectiveSettings:
+    """The objective(s), comma-separated (``"mlm,sop"``), and keyword arguments for them."""
+
+    spec: str = "mlm"
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataSettings:
+    """The token-shard folder (from ``lmlab data tokenize``), the tokenizer (default: the one
+    the shards record, checked by fingerprint) and how many validation batches to evaluate."""
+
+    shards: str | Path | None = None
+    tokenizer: str | None = None
+    eval_batches: int = 8
+
+
+@dataclass
+class CostSettings:
+    """Prices of the cost report: per device-hour (no default: money is not priced) and the
+    grid's carbon intensity in g CO2e/kWh (default: the world average)."""
+
+    price_per_hour: float | None = None
+    grid_g_per_kwh: float | None = None
+
+
+@dataclass
+class PretrainConfig:
+    """Everything :func:`pretrain` needs. ``out`` is the run directory: rerunning on it resumes
+    from its last checkpoint (only the stopping rule may change) unless ``overwrite``, which
+    starts the run there over. ``track_cost=False`` skips the FLOPs/energy/cost report."""
+
+    out: str | Path
+    training: TrainingConfig
+    model: ModelSettings = field(default_factory=ModelSettings)
+    objective: ObjectiveSettings = field(default_factory=ObjectiveSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    cost: CostSettings = field(default_factory=CostSettings)
+    overwrite: bool = False
+    track_cost: bool = True
+
+    # -- config files ----------------------------------------------------------------------------
+    @classmethod
+    def from_sections(cls, sections: dict[str, Any] | None = None,
+                      **overrides: Any) -> PretrainConfig:
+        """A config from a config file's sections (``{"hparams": ..., "speed": ..., "cost":
+        ...}``) with ``overrides`` on top (``None`` ones are ignored, as unset flags are).
+
+        An override is a setting's name, which goes to its section (``max_steps=10``,
+        ``precision="bf16"``, ``grid_g_per_kwh=50``), or one of the run's own: ``out``,
+        ``tokenizer``, ``overwrite``, ``track_cost``. As in a config file, ``max_steps`` and
+        ``max_tokens`` may be counts such as ``"5M"``, ``budget_seconds`` a duration such as
+        ``"10m"``, and ``warmup`` a step count (``500``) or a fraction of the run (``0.06``).
+        """
+        given = {k: v for k, v in overrides.items() if v is not None}
+        own = {k: given.pop(k) for k in RUN_OWN if k in given}
+        merged = {name: dict((sections or {}).get(name) or {})
+                  for name in ("hparams", "speed", "cost")}
+        for key, value in given.items():
+            merged[_section_of(key)][key] = value
+        hparams = _parse_counts(merged["hparams"])
+        known = set(TrainingConfig.field_names())
+        unknown = sorted((set(hparams) - known - set(RUN_HPARAMS)) | (set(merged["speed"]) - known))
+        if unknown:
+            raise LmlabError(f"unknown settings: {', '.join(unknown)}",
+                             f"known: {', '.join(sorted(known | set(RUN_HPARAMS)))}")
+        training = TrainingConfig.from_sections(
+            {"hparams": {k: v for k, v in hparams.items() if k in known},
+             "speed": merged["speed"]})
+        from lmlab.cost.report import cost_settings
+
+        for key in ("objective_args", "model_args"):
+            _check_mapping(key, hparams.get(key))
+        return cls(
+            out=own.get("out", ""), training=training,
+            model=ModelSettings(hparams.get("family"), hparams.get("size"), hparams.get("init"),
+                                dict(hparams.get("model_args") or {})),
+            objective=ObjectiveSettings(hparams.get("objective") or "mlm",
+                                        dict(hparams.get("objective_args") or {})),
+            data=DataSettings(hparams.get("shards"), own.get("tokenizer"),
+                              8 if hparams.get("eval_batches") is None else hparams["eval_batches"]),
+            cost=CostSettings(**cost_settings(merged["cost"])),
+            overwrite=bool(own.get("overwrite", False)),
+            track_cost=bool(own.get("track_cost", True)))
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> PretrainConfig:
+        """A config from a YAML or JSON file with ``hparams:``, ``speed:`` (and optionally
+        ``cost:``) sections, ``overrides`` on top (see :meth:`from_sections`)."""
+        return cls.from_sections(load_config_file(path), **overrides)
+
+    def to_sections(self) -> dict[str, dict[str, Any]]:
+        """The config file's sections (JSON-able): ``from_sections(c.to_sections(), out=...,
+        tokenizer=...)`` gives ``c`` back. ``hparams`` holds the training hyperparameters and
+        :data:`RUN_HPARAMS` (empty argument mappings as ``None``, as ``config.json`` has them)."""
+        sections = self.training.to_sections()
+        sections["hparams"].update(self.run_hparams())
+        sections["cost"] = {k: v for k, v in dataclasses.asdict(self.cost).items()
+                            if v is not None}
+        return sections
+
+    def run_hparams(self) -> dict[str, Any]:
+        """The result-changing settings beyond the TrainingConfig: the :data:`RUN_HPARAMS`."""
+        return {"family": self.model.family, "size": self.model.size,
+                "objective": self.objective.spec, "objective_args": self.objective.args or None,
+                "shards": None if self.data.shards is None else str(self.data.shards),
+                "init": self.model.init, "model_args": self.model.model_args or None,
+                "eval_batches": self.data.eval_batches}
+
+    # -- checks ----------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check every setting before any work: the training config, the cost prices, the
+        shards folder, the objective names and arguments, the tokenizer, the family and size
+        (or the ``init`` weights), ``seq_len`` against the model's positions, ``out``."""
+        from lmlab.cost.report import cost_settings
+        from lmlab.models.catalog import resolve_short_name
+        from lmlab.models.presets import preset
+        from lmlab.objectives.registry import check_objective_spec
+        from lmlab.utils.checks import check_at_least, check_folder
+
+        self.training.validate()
+        cost_settings(dataclasses.asdict(self.cost))
+        if not self.data.shards:
+            raise LmlabError("no training data given",
+                             "pass --shards DIR (from `lmlab data tokenize`)")
+        check_folder(self.data.shards, "--shards", "give the folder written by `lmlab data "
+                     "tokenize --out SHARDS`", holds="manifest.json", what="token-shard folder")
+        check_objective_spec(self.objective.spec)
+        _check_mapping("objective_args", self.objective.args)
+        _check_mapping("model_args", self.model.model_args)
+        check_at_least(self.data.eval_batches, 1, "--eval-batches")
+        tokenizer = self.data.tokenizer
+        if tokenizer is not None and not resolve_short_name(tokenizer).exists():
+            raise LmlabError(f"--tokenizer {tokenizer} does not exist",
+                             "give the tokenizer folder the shards were written with")
+        seq_len, family, size = self.training.seq_len, self.model.family, self.model.size
+        if self.model.init:
+            if not resolve_short_name(self.model.init).exists():
+                raise LmlabError(f"--init {self.model.init} does not exist", "give a run "
+                                 "directory, a checkpoint folder, a Hugging Face model folder or "
+                                 "a short name from `lmlab models list`")
+        elif not family or not size:
+            raise LmlabError("no model given", "pass --family and --size (or --init PATH)")
+        else:
+            positions = preset(family, size, **self.model.model_args).max_position_embeddings
+            if positions < seq_len:
+                raise LmlabError(f"--seq-len {seq_len} exceeds the {family}-{size} model's "
+                                 f"{positions} positions", f"use --seq-len {positions} or less")
+        if not self.out:
+            raise LmlabError("no run directory given", "pass --out DIR (out= in Python)")
+        if Path(self.out).exists() and not Path(self.out).is_dir():
+            raise LmlabError(f"--out {self.out} is a file", "give the path of a run folder")
+
+
+def _section_of(key: str) -> str:
+    """The config-file section a setting belongs to (an unknown name is refused)."""
+    from lmlab.cost.report import COST_SETTINGS
+
+    if key in RUN_HPARAMS or key == "warmup":
+        return "hparams"
+    if key in COST_SETTINGS:
+        return "cost"
+    try:
+        return TrainingConfig.section_of(key)
+    except KeyError:
+        raise LmlabError(f"unknown setting {key!r}", "known: " + ", ".join(sorted(
+            {*TrainingConfig.field_names(), *RUN_HPARAMS, *COST_SETTINGS, *RUN_OWN}))) from None
+
+
+def _parse_counts(hparams: dict[str, Any]) -> dict[str, Any]:
+    """``hparams`` with counts (``"5M"``), durations (``"10m"``) and the ``warmup`` shorthand
+    (steps, or a fraction of the run below 1) read into TrainingConfig's fields."""
+    from lmlab.utils.durations import parse_count, parse_duration
+
+    hparams = dict(hparams)
+    for key in ("max_steps", "max_tokens"):
+        if hparams.get(key) is not None:
+            hparams[key] = parse_count(hparams[key])
+    if hparams.get("budget_seconds") is not None:
+        hparams["budget_seconds"] = parse_duration(hparams["budget_seconds"])
+    warmup = hparams.pop("warmup", None)
+    if warmup is None:
+        return hparams
+    try:
+        value = float(warmup)
+    except ValueError:
+        raise LmlabError(f"cannot read the warmup {warmup!r}",
+                         "give optimizer steps (e.g. --warmup 500) or a fraction of the "
+                         "run (e.g. --warmup 0.06)") from None
+    if value < 0:
+        raise LmlabError(f"--warmup must be >= 0, got {warmup}", "use e.g. 0.06 or 500")
+    if 0 < value < 1:
+        hparams["warmup_fraction"] = value
+    else:
+        hparams["warmup_steps"] = int(value)
+    return hparams
+
+
+def _check_mapping(key: str, value: Any) -> None:
+    if not isinstance(value or {}, dict):
+        raise LmlabError(f"{key} must be a mapping of names to values, got {value!r}",
+                         f"write {key}: as a YAML mapping")
+
+
+# -- the pieces of a run ---------------------------------------------------------------------------
+def find_tokenizer(shards: Path, override: str | None) -> tuple[Tokenizer, Path]:
+    """The tokenizer the shards were written with, and its folder: ``override`` (a folder or a
+    short name) or the one the shards' manifest records, checked by fingerprint."""
+    from lmlab.models.catalog import resolve_short_name
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.io import read_json
+
+    shards = Path(shards)
+    manifest_path = shards / "manifest.json"
+    if not manifest_path.is_file():
+        raise LmlabError(f"{shards} has no manifest.json", "build shards with `lmlab data "
+                         "tokenize --tokenizer T --corpus DIR --out SHARDS`")
+    info = read_json(manifest_path).get("tokenizer", {})
+    candidates = [str(resolve_short_name(override))] if override else [
+        str(shards / "tokenizer"), info.get("name_or_path")]
+    for candidate in candidates:
+        if candidate and Path(candidate).exists():
+            tokenizer = Tokenizer.from_pretrained(candidate)
+            if info.get("fingerprint") and tokenizer.fingerprint() != info["fingerprint"]:
+                raise LmlabError(f"tokenizer {candidate} is not the one {shards} was written with "
+                                 "(fingerprints differ)", "pass --tokenizer with the right folder")
+            return tokenizer, Path(candidate)
+    raise LmlabError(f"cannot find the tokenizer of {shards} (manifest names "
+                     f"{info.get('name_or_path')!r})", "pass --tokenizer PATH")
+
+
+def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> LanguageModel:
+    """A fresh preset model sized to the tokenizer (its ``seq_len`` was checked by
+    :meth:`PretrainConfig.validate`), or the ``init`` weights (:func:`load_init`), refused
+    when ``seq_len`` exceeds their positions."""
+    from lmlab.models.model import LanguageModel
+    from lmlab.models.presets import preset
+
+    if settings.init:
+        model = load_init(Path(settings.init), len(tokenizer))
+        positions = model.config.max_position_embeddings
+        if positions < seq_len:
+            raise LmlabError(f"--seq-len {seq_len} exceeds the --init model's {positions} "
+                             "positions", f"use --seq-len {positions} or less")
+        return model
+    overrides = dict(settings.model_args)
+    overrides.setdefault("vocab_size", len(tokenizer))
+    if tokenizer.pad_token_id is not None:
+        overrides.setdefault("pad_token_id", tokenizer.pad_token_id)
+    return LanguageModel(preset(settings.family, settings.size, **overrides), heads=())
+
+
+def load_init(path: Path, vocab_size: int) -> LanguageModel:
+    """Weights to start from: an lmlab checkpoint folder (``step-N``), a run directory (its
+    last checkpoint, or its ``model/``) or a Hugging Face folder (``lmlab.from_pretrained``)."""
+    import json
+
+    import lmlab
+    from lmlab.models.config import TransformerConfig
+    from lmlab.models.model import LanguageModel
+    from lmlab.training import checkpoint as ckpt
+
+    if (path / "checkpoints").is_dir() and not (path / "model").is_dir():
+        latest = ckpt.latest_checkpoint(path / "checkpoints")
+        if latest is None:
+            raise LmlabError(f"{path} has no complete checkpoint", "point --init at a finished run")
+        path = latest
+    if (path / "state.json").is_file():  # a checkpoint folder: config from its run
+        run_config = json.loads((path.parent.parent / "config.json").read_text())
+        config = TransformerConfig.from_dict(run_config["model"])
+        state = ckpt.load_state(path / "model.safetensors")
+        heads = sorted({k.split(".")[1] for k in state if k.startswith("heads.")})
+        model = LanguageModel(config, heads=heads,
+                              with_pooler=any(k.startswith("pooler.") for k in state))
+        ckpt.load_into(model, state, path)
+    else:
+        target = path / "model" if (path / "model" / "config.json").is_file() else path
+        model = lmlab.from_pretrained(target)
+        model.train()
+    if model.config.vocab_size != vocab_size:
+        raise LmlabError(f"--init model has {model.config.vocab_size} tokens but the shards' "
+                         f"tokenizer has {vocab_size}", "tokenize the corpus with the "
+                         "checkpoint's own tokenizer (its folder) and pass those shards")
+    print(f"lmlab: initialised from {path} ({model.num_parameters():,} parameters)", flush=True)
+    return model
+
+
+def _data_record(config: PretrainConfig, tokenizer: Tokenizer,
+                 tokenizer_dir: Path) -> dict[str, Any]:
+    """``config.json``'s ``data`` section: where the data came from and its fingerprints (the
+    tokenizer's vocabulary, the shards' contents), which resuming compares instead of paths."""
+    from lmlab.training.run_dir import shards_fingerprint
+    from lmlab.utils.io import read_json
+
+    shards = Path(config.data.shards)  # type: ignore[arg-type]
+    return {"shards": str(shards), "tokenizer": str(tokenizer_dir),
+            "tokenizer_fingerprint": tokenizer.fingerprint(),
+            "shards_fingerprint": shards_fingerprint(read_json(shards / "manifest.json"))}
+
+
+def _model_and_objective(config: PretrainConfig, tokenizer: Tokenizer) -> tuple[Any, Any]:
+    """The model and the objective, with the heads the objective trains added to the model
+    (an ``init`` checkpoint without one gets a freshly initialised head, said in the log)."""
+    from lmlab.objectives.registry import build_objective
+    from lmlab.objectives.special_tokens import SpecialTokens
+
+    model = build_model(config.model, tokenizer, config.training.seq_len)
+    objective = build_objective(config.objective.spec, SpecialTokens.from_tokenizer(tokenizer),
+                                **config.objective.args)
+    before = set(model.heads.keys())
+    if hasattr(objective, "prepare"):
+        objective.prepare(model)
+    added = [name for name in model.heads.keys() if name not in before]
+    if added and config.model.init:
+        print(f"lmlab: the --init checkpoint has no {', '.join(added)} head; added a freshly "
+              f"initialised one for {config.objective.spec}", flush=True)
+    return model, objective
+
+
+def _streams(config: PretrainConfig, objective: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """The training stream and the fixed validation batches (seed 1234; none when the shards
+    have no validation split, and evaluation is then skipped)."""
+    from lmlab.data.pretraining import PretrainingStream, validation_batches
+
+    cfg, shards = config.training, Path(config.data.shards)  # type: ignore[arg-type]
+    stream = PretrainingStream(shards, split="train", objective=objective,
+                               batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed,
+                               workers=cfg.workers)
+    try:
+        return stream, validation_batches(shards, objective=objective, batch_size=cfg.batch_size,
+                                          seq_len=cfg.seq_len, seed=1234,
+                                          max_batches=int(config.data.eval_batches))
+    except LmlabError as error:
+        print(f"lmlab: no validation batches ({error.problem}); evaluation is skipped",
+              flush=True)
+        return stream, []
+
+
+def pretrain(config: PretrainConfig) -> TrainResult:
+    """Pretrain as ``config`` says; returns how the run ended (steps, tokens, stop reason,
+    last loss and evaluation, cost).
+
+    Every setting is checked, and the run folder prepared (a run there with other
+    result-changing settings is refused, naming them), before any work. The run directory
+    gets ``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``tokenizer/``, ``model/``
+    (with the tokenizer: self-contained) and ``report.md``; under torchrun every rank calls
+    this and the files are written once.
+    """
+    from lmlab.training.report import copy_tokenizer
+    from lmlab.training.run_dir import prepare_run_folder, run_config
+
+    config.validate()
+    out, cfg = Path(config.out), config.training
+    tokenizer, tokenizer_dir = find_tokenizer(Path(config.data.shards),  # type: ignore[arg-type]
+                                              config.data.tokenizer)
+    record = RunRecord(hparams=config.run_hparams(),
+                       data=_data_record(config, tokenizer, tokenizer_dir))
+    prepare_run_folder(out, config.overwrite, run_config(cfg, record))
+
+    import torch
+
+    from lmlab.training.distributed import barrier, init_distributed, resolve_device, shutdown
+    from lmlab.training.trainer import Trainer, seed_everything
+
+    # under torchrun: no rank writes into --out (rank 0 copies the tokenizer below, or has
+    # removed the old run with overwrite) before every rank has checked it
+    barrier(init_distributed(resolve_device(cfg.device, int(os.environ.get("LOCAL_RANK", 0)))))
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    model, objective = _model_and_objective(config, tokenizer)
+    stream, eval_batches = _streams(config, objective)
+    if not (out / "tokenizer").exists() and int(os.environ.get("RANK", 0)) == 0:
+        copy_tokenizer(tokenizer_dir, out / "tokenizer")
+    record.model = model.config.to_dict()
+    record.objective = {"spec": config.objective.spec, "heads": list(model.heads.keys())}
+    trainer = Trainer(model, objective, stream, cfg, out, eval_batches=eval_batches,
+                      record=record, tokenizer_dir=out / "tokenizer",
+                      track_cost=config.track_cost,
+                      cost_settings={k: v for k, v in dataclasses.asdict(config.cost).items()
+                                     if v is not None})
+    try:
+        return trainer.train()
+    finally:
+        shutdown(trainer.dist)
