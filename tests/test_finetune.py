@@ -9,7 +9,7 @@ import torch
 from conftest import assert_close_rounding
 
 from lmlab.finetune import data as fdata
-from lmlab.finetune.recipes import ScalarMix, discriminative_groups, layer_groups, unfreeze_to
+from lmlab.finetune.recipes import discriminative_groups, layer_groups, unfreeze_to
 from lmlab.finetune.runner import evaluate, finetune, finetune_seeds
 from lmlab.tasks.types import Example, Task
 from lmlab.utils.errors import LmlabError
@@ -106,15 +106,6 @@ def test_ulmfit_and_feature_recipes_run(tiny_folder, tmp_path):
     one = finetune(toy_task(32, 8), tiny_folder, tmp_path / "feat1", recipe="feature", epochs=2,
                    layer=-1, show_progress=False, save_model=False)
     assert one["scalar_mix"] is None
-
-
-def test_scalar_mix_is_softmax_weighted():
-    mix = ScalarMix(3)
-    with torch.no_grad():
-        mix.weights.copy_(torch.tensor([0.0, 0.0, 100.0]))
-        mix.gamma.fill_(2.0)
-    layers = torch.randn(4, 3, 5)
-    torch.testing.assert_close(mix(layers), 2 * layers[:, 2])
 
 
 def test_random_init_differs_from_pretrained(tiny_folder):

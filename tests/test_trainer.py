@@ -1,8 +1,8 @@
 """The training loop: steps, accumulation, evaluation, run directory, NaN stop, param groups.
 
 A tiny MLM objective and an in-memory stream are defined here so the trainer is tested on its
-own (the real objectives and stream have their own tests); ``tests/test_trainer_resume.py`` and
-``tests/test_distributed.py`` reuse them from a subprocess.
+own (the real objectives and stream have their own tests); ``tests/test_trainer_resume.py``
+reuses them from a subprocess.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.heads import MaskedLMHead
 from lmlab.models.model import LanguageModel
 from lmlab.training.config import TrainingConfig
+from lmlab.training.hooks import TrainerHook
 from lmlab.training.metrics_log import read_metrics
 from lmlab.training.trainer import Trainer
 from lmlab.utils.errors import LmlabError
@@ -317,3 +318,95 @@ def test_cost_counts_the_vocabulary_projection_only_where_mlm_predicts():
     assert rtd.flops_head == "none" and not rtd.reports_perplexity
     span = build_objective("span", special)
     assert span.flops_head == "mlm" and not span.reports_perplexity  # span + SBO losses
+
+
+class Recorder(TrainerHook):
+    """Records every call; stops the run at ``stop_at``; checkpoints a counter (file + JSON)."""
+
+    def __init__(self, stop_at: int | None = None, stop_at_start: str | None = None):
+        self.calls: list[tuple[str, int]] = []
+        self.count = 0
+        self.stop_at, self.stop_at_start = stop_at, stop_at_start
+        self.loaded: tuple[int, str] | None = None
+
+    def on_train_start(self, trainer):
+        self.calls.append(("start", trainer.step))
+        return self.stop_at_start
+
+    def on_step_start(self, trainer):
+        self.calls.append(("step_start", trainer.step))
+
+    def on_step_end(self, trainer):
+        self.count += 1
+        self.calls.append(("step_end", trainer.step))
+        return "enough" if trainer.step == self.stop_at else None
+
+    def on_train_end(self, trainer):
+        self.calls.append(("end", trainer.step))
+
+    def save(self, folder):
+        (folder / "recorder.txt").write_text(str(self.count))
+        return {"count": self.count}
+
+    def load(self, folder, state):
+        self.count = state["count"]
+        self.loaded = (state["count"], (folder / "recorder.txt").read_text())
+
+
+def run_with_hook(tmp_path, hook, **overrides):
+    values = dict(lr=1e-3, max_steps=6, log_every=1, progress=False, save_every=2)
+    values.update(overrides)
+    trainer = Trainer(tiny_model(), TinyMLM(), TinyStream(), TrainingConfig(**values),
+                      tmp_path / "hooked", track_cost=False, hooks=[hook])
+    return trainer.train()
+
+
+def test_hooks_are_called_stop_the_run_and_resume_with_their_state(tmp_path):
+    first = Recorder(stop_at=3)
+    result = run_with_hook(tmp_path, first)
+    assert result.stop_reason == "enough" and result.step == 3  # a hook's reason ends the run
+    assert first.calls == [("start", 0), ("step_start", 0), ("step_end", 1), ("step_start", 1),
+                           ("step_end", 2), ("step_start", 2), ("step_end", 3), ("end", 3)]
+    # rerun: resumes from the final checkpoint (step 3) with the hook's saved state
+    second = Recorder()
+    result = run_with_hook(tmp_path, second)
+    assert second.loaded == (3, "3") and result.step == 6 and second.count == 6
+    assert second.calls[0] == ("start", 3) and second.calls[-1] == ("end", 6)
+    # a hook may end a (resumed) run before its first step
+    third = Recorder(stop_at_start="already stopped")
+    result = run_with_hook(tmp_path, third, max_steps=8)
+    assert result.stop_reason == "already stopped" and result.step == 6
+    assert third.calls == [("start", 6), ("end", 6)]
+
+
+def padded_stream(seed: int = 0):
+    """TinyStream batches with right padding (rows of 6..16 real tokens; labels off padding)."""
+    class Padded(TinyStream):
+        def __iter__(self):
+            for batch in super().__iter__():
+                lengths = 6 + torch.arange(self.batch_size) % 11
+                mask = (torch.arange(self.seq_len)[None, :] < lengths[:, None]).long()  # (B, T)
+                labels = batch["labels"].masked_fill(mask == 0, -100)
+                labels[:, 1] = batch["labels"][:, 1]  # position 1 is real and predicted
+                yield {"input_ids": batch["input_ids"] * mask, "attention_mask": mask,
+                       "labels": labels}
+
+    return Padded(seed=seed)
+
+
+def test_skip_padding_setting_changes_speed_not_losses(tmp_path, monkeypatch):
+    from lmlab.models.core.unpad import PaddingIndex
+
+    unpadded = []
+    original = PaddingIndex.from_mask.__func__
+    monkeypatch.setattr(PaddingIndex, "from_mask",
+                        classmethod(lambda cls, mask: unpadded.append(1) or original(cls, mask)))
+    run(tmp_path, "skip", model=tiny_model(0.0), stream=padded_stream(), max_steps=4)
+    skipped = len(unpadded)
+    run(tmp_path, "full", model=tiny_model(0.0), stream=padded_stream(), max_steps=4,
+        skip_padding=False)
+    assert skipped >= 4 and len(unpadded) == skipped  # off: the padding is computed
+    config = json.loads((tmp_path / "full" / "config.json").read_text())
+    assert config["speed"]["skip_padding"] is False and "attention" not in config["speed"]
+    for a, b in zip(train_losses(tmp_path / "skip"), train_losses(tmp_path / "full")):
+        assert_close_rounding(b, a, terms=VOCAB, depth=4 * 2 * 2)

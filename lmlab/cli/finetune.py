@@ -20,11 +20,17 @@ def register(commands) -> None:
                    help="randomly initialise the model's architecture (pretrained vs random)")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--overwrite", action="store_true",
-                   help="write into an --out folder that already holds files")
+                   help="start over in an --out folder that holds a run or other files "
+                        "(default: rerunning on a run's folder resumes it from its last "
+                        "checkpoint; other settings there are refused)")
     p.add_argument("--recipe", default="bert", choices=("bert", "ulmfit", "feature"))
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     p.add_argument("--max-train-examples", type=int, help="use the first N training examples")
     p.add_argument("--budget", help="training time limit per seed, e.g. 5m, 90s, 1h")
+    p.add_argument("--device", default="auto",
+                   help="auto (a GPU when there is one), cpu, cuda or cuda:N")
+    p.add_argument("--save-every", type=int,
+                   help="checkpoint every N optimizer steps (default: every epoch)")
     p.add_argument("--epochs", type=int)
     p.add_argument("--patience", type=int,
                    help="early stopping: epochs without a better dev score (default: the "
@@ -83,7 +89,8 @@ def parse_budget(text: str | None) -> float | None:
 
 
 def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
-    """Check the numbers, the model and the --out folder before any work; returns the seeds."""
+    """Check the numbers, the model and (several seeds) the --out folder before any work;
+    returns the seeds. One run's folder is checked by the library (resume, refuse, start over)."""
     from pathlib import Path
 
     from lmlab.finetune.settings import check_settings
@@ -93,8 +100,11 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
     seeds = parse_int_list(args.seeds, "--seeds")
     check_settings(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
                    max_train_examples=args.max_train_examples, patience=args.patience,
-                   lr=args.lr, budget_seconds=parse_budget(args.budget))
-    check_output_folder(Path(args.out), args.overwrite, "fine-tuning run")
+                   lr=args.lr, budget_seconds=parse_budget(args.budget),
+                   save_every=args.save_every)
+    if len(seeds) > 1:  # seed-N/ folders are runs: resumed or refused one by one
+        check_output_folder(Path(args.out), args.overwrite, "fine-tuning run",
+                            ignore=("seed-*", "summary.json"))
     from lmlab.models.auto import resolve_model_dir  # imports torch: after the cheap checks
 
     source = resolve_model_dir(str(args.model).removeprefix("random:"))
@@ -111,6 +121,7 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
 
 def _finetune(args: argparse.Namespace) -> int:
     import json
+    import os
 
     seeds = check_finetune_args(args)
     task = load_task(args, required=("train", "dev"))
@@ -120,13 +131,19 @@ def _finetune(args: argparse.Namespace) -> int:
                   batch_size=args.batch_size, max_train_examples=args.max_train_examples,
                   budget_seconds=parse_budget(args.budget), precision=args.precision,
                   random_init=args.random_init, layer=args.layer, pooling=args.pooling,
-                  max_length=args.max_length, patience=args.patience)
+                  max_length=args.max_length, patience=args.patience, device=args.device,
+                  save_every=args.save_every, overwrite=args.overwrite)
+    reports = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 reports
     if len(seeds) == 1:
         result = finetune(task, args.model, args.out, seed=seeds[0], **kwargs)
+        if not reports:
+            return 0
         print(json.dumps({k: result.get(k) for k in ("dev", "test", "best_epoch",
                                                      "stop_reason")}, indent=2))
     else:
         summary = finetune_seeds(task, args.model, args.out, seeds, **kwargs)
+        if not reports:
+            return 0
         for split in ("dev", "test"):
             for name, stats in summary[split].items():
                 print(f"{split} {name}: median {stats['median']:.4f}  spread "

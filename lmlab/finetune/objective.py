@@ -1,7 +1,7 @@
 """A task as an Objective: lets :class:`lmlab.training.Trainer` fine-tune a model on a task.
 
-It follows the pretraining objectives' interface (``prepare``, ``corrupt``, ``compute_loss``
-returning an ``ObjectiveResult``), so the Trainer's loop, checkpoints and resumption work
+It follows the pretraining objectives' interface (``prepare``, ``compute_loss`` returning an
+``ObjectiveResult``), so the Trainer's loop, checkpoints and resumption work
 unchanged with a :class:`lmlab.finetune.data.TaskStream` as the data stream.
 """
 
@@ -25,7 +25,6 @@ class TaskObjective(nn.Module):
     """
 
     name = "task"
-    example_format = "task"
     flops_head = "none"  # task heads are small: the FLOP count is the stack's
     reports_perplexity = False
     predicted_fraction = None
@@ -55,11 +54,6 @@ class TaskObjective(nn.Module):
             from lmlab.finetune.data import WORD_LABELS
 
             model.config.extra["word_labels"] = WORD_LABELS
-
-    def corrupt(self, batch: dict[str, torch.Tensor], rng: torch.Generator | None = None
-                ) -> dict[str, torch.Tensor]:
-        """Task batches are used as they are (nothing to corrupt)."""
-        return batch
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
         logits = task_logits(model, self.head, batch)

@@ -1,24 +1,24 @@
 """Fine-tune and evaluate: one seed, several seeds (median and spread), early stopping on the
 dev metric, best-checkpoint selection, predictions and plots in the run directory.
 
+Every recipe trains on the one :class:`lmlab.training.Trainer` (device, torchrun DDP, bf16,
+``--budget``, exact resume, cost report): :class:`~lmlab.finetune.objective.TaskObjective` +
+:class:`~lmlab.finetune.data.TaskStream` for BERT and ULMFiT (discriminative LRs as optimizer
+groups, gradual unfreezing as a hook), :mod:`lmlab.finetune.feature_based` for the frozen
+encoder; :class:`~lmlab.finetune.hooks.DevSelection` scores dev after every epoch, keeps the
+best weights (in every checkpoint too) and stops early.
+
 A run directory ``runs/NAME`` holds ``model/`` (a Hugging Face folder with the task head and
 the tokenizer; for the feature recipe the frozen encoder + ``feature_head.safetensors``),
 ``finetune.json`` (task, recipe, seed, history), ``metrics.json``, ``predictions-<split>.jsonl``
-and ``confusion-<split>.png``. With several seeds each seed has ``seed-N/`` and the run directory
-has ``summary.json`` (median and spread over seeds).
-
-The loop reuses the Trainer's pieces (:mod:`lmlab.training.optim` AdamW groups with BERT's
-decay exclusions, :class:`lmlab.training.schedules.Schedule`); it is its own loop because
-fine-tuning needs per-epoch dev evaluation with early stopping, in-memory best weights and
-ULMFiT's unfreezing between epochs. :class:`lmlab.finetune.objective.TaskObjective` +
-:class:`lmlab.finetune.data.TaskStream` also run under :class:`lmlab.training.Trainer`.
+and ``confusion-<split>.png``, and the Trainer's ``config.json``, ``metrics.jsonl``,
+``checkpoints/``, ``cost.md``/``cost.json`` and ``report.md``. With several seeds each seed has
+``seed-N/`` and the run directory has ``summary.json`` (median and spread over seeds).
 """
 
 from __future__ import annotations
 
-import copy
-import json
-import math
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -35,15 +35,7 @@ from lmlab.finetune.heads import (
     task_logits,
 )
 from lmlab.finetune.objective import TaskObjective
-from lmlab.finetune.recipes import (
-    FeatureClassifier,
-    FeatureHead,
-    Recipe,
-    discriminative_groups,
-    get_recipe,
-    layer_features,
-    unfreeze_to,
-)
+from lmlab.finetune.recipes import Recipe, discriminative_groups, get_recipe
 from lmlab.finetune.results import (
     confusion_matrix,
     plot_confusion,
@@ -54,7 +46,7 @@ from lmlab.finetune.results import (
 from lmlab.tasks.sampling import sample_examples  # also imported from here by callers
 from lmlab.tasks.types import Task
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_write_json
+from lmlab.utils.io import atomic_write_json, stable_hash
 from lmlab.utils.precision import precision_autocast
 
 RANDOM_PREFIX = "random:"
@@ -128,8 +120,8 @@ def check_head_matches(model, task: Task) -> Task:
 
 
 # -- prediction ------------------------------------------------------------------------------------
-def _autocast(precision: str):
-    return precision_autocast(precision, "cpu")
+def _autocast(precision: str, device_type: str = "cpu"):
+    return precision_autocast(precision, device_type)
 
 
 @torch.no_grad()
@@ -154,11 +146,12 @@ def predict_examples(model, tokenizer, task: Task, examples, batch_size: int = 6
     features = fdata.encode_examples(task, examples, tokenizer, max_length, stride, split=split)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     model.eval()
+    device = next(model.parameters()).device  # where fine-tuning left it (--device)
     outputs: list[Any] = [None] * len(features)
     for indices, batch in fdata.eval_batches(features, batch_size, pad_id):
-        batch.pop("labels", None)
-        with _autocast(precision):
-            logits = task_logits(model, head, batch).float()
+        batch = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+        with _autocast(precision, device.type):
+            logits = task_logits(model, head, batch).float().cpu()
         for row, index in enumerate(indices):
             outputs[index] = logits[row]
     if task.type == "regression":
@@ -212,40 +205,59 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
              random_init: bool = False, layer: int | None = None, pooling: str | None = None,
              max_length: int | None = None, patience: int | None = None,
              eval_splits: tuple[str, ...] = ("dev", "test"), save_model: bool = True,
-             show_progress: bool = True) -> dict[str, Any]:
+             show_progress: bool = True, device: str = "auto", save_every: int | None = None,
+             overwrite: bool = False) -> dict[str, Any]:
     """Fine-tune ``model_source`` on ``task`` with a recipe; returns the run's result dict.
 
-    The dev split's first metric (``task.metrics[0]``) is evaluated after every epoch; the best
-    epoch's weights are kept (in memory) and restored at the end, and training stops after
-    ``patience`` epochs without improvement. ``budget_seconds`` bounds the training time.
+    Training runs on :class:`lmlab.training.Trainer` (so on ``device``, under torchrun DDP,
+    in bf16, within ``budget_seconds``): the dev split's first metric (``task.metrics[0]``) is
+    evaluated after every epoch, the best epoch's weights are restored at the end, and training
+    stops after ``patience`` epochs without improvement (:class:`lmlab.finetune.hooks.DevSelection`).
+    A checkpoint is written every epoch (or every ``save_every`` steps): rerunning on the same
+    ``out_dir`` resumes exactly (same final weights and metrics as an uninterrupted run);
+    a run with other result-changing settings there is refused unless ``overwrite``, which
+    starts it over. Besides the fine-tuning files, ``out_dir`` holds the Trainer's
+    ``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``cost.md``/``cost.json`` and
+    ``report.md``.
     """
     from lmlab.finetune.recipes import RECIPES
     from lmlab.finetune.settings import check_settings
+    from lmlab.training.distributed import resolve_device
 
     check_settings(epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
                    max_train_examples=max_train_examples, patience=patience,
-                   budget_seconds=budget_seconds)
+                   budget_seconds=budget_seconds, save_every=save_every)
     if recipe not in RECIPES:
         raise LmlabError(f"unknown recipe {recipe!r}", f"use one of {', '.join(RECIPES)}")
     rec = get_recipe(recipe, epochs=epochs, lr=lr, batch_size=batch_size, pooling=pooling,
                      max_length=max_length, patience=patience)
     if recipe == "feature" and layer is not None:
         rec = replace(rec, layer=layer)
+    if precision not in ("fp32", "bf16"):
+        raise LmlabError(f"unknown precision {precision!r}", "use fp32 or bf16")
+    if device != "auto" and device.split(":")[0] not in ("cpu", "cuda", "mps"):
+        raise LmlabError(f"unknown device {device!r}", "use auto, cpu or cuda[:N]")
+    resolve_device(device)  # --device cuda without a GPU: refused before any work
     task = _subset(task, max_train_examples)
     task.split("train")
     task.split("dev")
-    if precision not in ("fp32", "bf16"):
-        raise LmlabError(f"unknown precision {precision!r}", "use fp32 or bf16")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model, tokenizer, folder = load_model(model_source, random_init, seed)
     started = time.perf_counter()
     if rec.frozen_encoder:
-        result = _train_feature(task, model, tokenizer, rec, seed, budget_seconds, precision,
-                                show_progress)
+        from lmlab.finetune.feature_based import train_feature_based
+
+        _prepare_out(out, overwrite, None)  # the settings: checked by train_feature_based
+        model, tokenizer, _ = load_model(model_source, random_init, seed)
+        result = train_feature_based(task, model, tokenizer, rec, seed, out,
+                                     budget_seconds=budget_seconds, precision=precision,
+                                     device=device, save_every=save_every,
+                                     show_progress=show_progress)
     else:
-        result = _train_full(task, model, tokenizer, rec, seed, budget_seconds, precision,
-                             show_progress)
+        result = _train_full(task, model_source, random_init, rec, seed, out, overwrite,
+                             precision=precision, budget_seconds=budget_seconds, device=device,
+                             save_every=save_every, show_progress=show_progress)
+    if result.pop("_main", True) is False:  # torchrun: rank 0 alone scores and writes
+        return result
     result["train_seconds"] = time.perf_counter() - started
     result.update(task=task.name, recipe=rec.to_dict(), seed=seed, precision=precision,
                   model=str(model_source), random_init=parse_model_source(model_source,
@@ -269,15 +281,30 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
             result.setdefault("confusion", {})[split] = matrix
             plot_confusion(out / f"confusion-{split}.png", matrix, task.labels,
                            f"{task.name} {split} ({recipe}, seed {seed})")
+    saver = result.pop("_saver")
     if save_model:
-        saver = result.pop("_saver")
         saver(out / "model")
-    else:
-        result.pop("_saver")
     write_metrics(out / "metrics.json", {k: v for k, v in result.items() if k != "history"})
     atomic_write_json(out / "finetune.json", {k: v for k, v in result.items()
                                               if k != "confusion"})
     return result
+
+
+def _prepare_out(out: Path, overwrite: bool, config: dict[str, Any] | None) -> None:
+    """Before the model loads: resume a run in ``out`` with the same settings (``config``, as
+    ``config.json`` lays it out; None: the Trainer checks it), refuse other settings or other
+    files, or start over with ``overwrite``."""
+    from lmlab.training.run_dir import prepare_run_folder, remove_run
+    from lmlab.utils.checks import check_output_folder
+
+    if config is not None:
+        prepare_run_folder(out, overwrite, config)
+    elif (out / "config.json").is_file():
+        if overwrite:
+            remove_run(out)
+    else:
+        check_output_folder(out, overwrite, "fine-tuning run")
+    out.mkdir(parents=True, exist_ok=True)
 
 
 def _has_reference(task: Task, example) -> bool:
@@ -288,18 +315,51 @@ def _has_reference(task: Task, example) -> bool:
     return example.label is not None
 
 
-def _select(task: Task) -> str:
-    return task.metrics[0]
+def _examples_seen(stream: fdata.TaskStream) -> int:
+    """Training examples the stream has yielded (all epochs, from its position)."""
+    done = stream.epoch_batches(stream.epoch)[:stream.position]
+    return stream.epoch * len(stream.features) + sum(len(batch) for batch in done)
 
 
-def _train_full(task: Task, model, tokenizer, rec: Recipe, seed: int,
-                budget_seconds: float | None, precision: str,
-                show_progress: bool) -> dict[str, Any]:
-    from lmlab.training.optim import build_optimizer, set_lr
-    from lmlab.training.schedules import Schedule, estimate_horizon
-    from lmlab.training.trainer import seed_everything
+def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Recipe, seed: int,
+                out: Path, overwrite: bool, *, precision: str, budget_seconds: float | None,
+                device: str, save_every: int | None, show_progress: bool) -> dict[str, Any]:
+    """BERT / ULMFiT on the Trainer: every weight trains (ULMFiT: discriminative LRs, slanted
+    triangular schedule, gradual unfreezing), selected on dev per epoch."""
+    from lmlab.finetune.hooks import DevSelection, Unfreezing
+    from lmlab.training.config import TrainingConfig
+    from lmlab.training.run_dir import RunRecord, run_config
+    from lmlab.training.trainer import Trainer, seed_everything
 
-    seed_everything(seed)
+    path, random_init = parse_model_source(model_source, random_init)
+    tokenizer = load_tokenizer(path)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    features = fdata.encode_examples(task, task.split("train"), tokenizer, rec.max_length,
+                                     split="train")
+    stream = fdata.TaskStream(features, rec.batch_size, pad_id, seed=seed)
+    steps_per_epoch = len(stream)
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun: ranks split each global batch
+    sizes = sorted({len(batch) for batch in stream.epoch_batches(0)})
+    if any(size % world for size in sizes):
+        raise LmlabError(f"the batches hold {sizes} examples, which {world} processes cannot "
+                         "share evenly", f"use a --batch-size and a training set size (e.g. "
+                         f"--max-train-examples) that are multiples of {world}")
+    cfg = TrainingConfig(
+        lr=rec.lr, schedule=rec.schedule, warmup_fraction=rec.warmup_fraction,
+        weight_decay=rec.weight_decay, eps=1e-6 if rec.name == "bert" else 1e-8,
+        clip_norm=rec.clip_norm, max_steps=steps_per_epoch * rec.epochs,
+        budget_seconds=budget_seconds, batch_size=rec.batch_size, seq_len=rec.max_length,
+        seed=seed, precision=precision, device=device, progress=show_progress,
+        save_every=save_every or steps_per_epoch, keep_last=1)
+    record = RunRecord(hparams={"task": task.name, "model_source": str(path),
+                                "random_init": random_init, "recipe": rec.to_dict(),
+                                "train_data": stable_hash([(f.input_ids, f.label)
+                                                           for f in features])},
+                       objective={"spec": "task", "heads": [HEAD_FOR_TASK[task.type]]},
+                       data={"tokenizer_fingerprint": tokenizer.fingerprint()})
+    _prepare_out(out, overwrite, run_config(cfg, record))
+    model, _, _ = load_model(path, random_init, seed)
+    seed_everything(seed)  # the new head's initial weights
     objective = TaskObjective(task.type, _num_labels(task),
                               {i: label for i, label in enumerate(task.labels)}
                               if task.type not in ("regression", "qa") else None,
@@ -307,188 +367,38 @@ def _train_full(task: Task, model, tokenizer, rec: Recipe, seed: int,
     for name in [h for h in model.heads if h != objective.head]:
         del model.heads[name]  # pretraining heads are not part of the fine-tuned model
     objective.prepare(model)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    features = fdata.encode_examples(task, task.split("train"), tokenizer, rec.max_length,
-                                     split="train")
-    stream = fdata.TaskStream(features, rec.batch_size, pad_id, seed=seed)
     groups = discriminative_groups(model, rec.lr, rec.lr_decay, rec.weight_decay)
-    optimizer = build_optimizer(groups, rec.lr, (0.9, 0.999), 1e-6 if rec.name == "bert"
-                                else 1e-8, rec.weight_decay)
-    schedule = Schedule(rec.schedule, None, rec.warmup_fraction, 0.0, 0.1, 32.0)
-    steps_per_epoch = len(stream)
-    max_steps = steps_per_epoch * rec.epochs
-    metric = _select(task)
-    best_score, best_state, best_epoch, bad_epochs = -math.inf, None, -1, 0
-    history = []
-    step, started, examples_seen, selection_seconds = 0, time.perf_counter(), 0, 0.0
-    batches = iter(stream)
-    bar = None
-    if show_progress:
-        from lmlab.utils.progress import progress
 
-        bar = progress(desc=f"finetune {task.name}", total=max_steps, unit="step")
-    stop = None
-    for epoch in range(rec.epochs):
-        if rec.gradual_unfreeze:
-            unfreeze_to(model, epoch)
-        model.train()
-        loss_sum, loss_count = 0.0, 0
-        for _ in range(steps_per_epoch):
-            elapsed = time.perf_counter() - started
-            horizon = estimate_horizon(step, 0, elapsed, max_steps, None, budget_seconds)
-            set_lr(optimizer, schedule.factor(step, horizon))
-            batch = next(batches)
-            with _autocast(precision):
-                result = objective.compute_loss(model, batch)
-            if not math.isfinite(float(result.loss.detach())):
-                raise LmlabError(f"fine-tuning diverged (loss {float(result.loss)}) at step "
-                                 f"{step + 1}", "lower --lr or use --precision fp32")
-            result.loss.backward()
-            if rec.clip_norm:
-                torch.nn.utils.clip_grad_norm_([p for p in model.parameters()
-                                                if p.grad is not None], rec.clip_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            examples_seen += int(batch["input_ids"].shape[0])
-            loss_sum += float(result.loss.detach())
-            loss_count += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_sum / loss_count:.3f}", refresh=False)
-            if budget_seconds is not None and time.perf_counter() - started >= budget_seconds:
-                stop = "budget"
-                break
-        selecting = time.perf_counter()  # dev evaluation and the best-state copy: not training
-        predictions = predict(model, tokenizer, task, "dev", max_length=rec.max_length,
-                              precision=precision)
-        scores = task.evaluate("dev", predictions)
-        history.append({"epoch": epoch + 1, "step": step, "train_loss": loss_sum / max(1, loss_count),
-                        **{f"dev_{k}": v for k, v in scores.items()}})
-        if scores[metric] > best_score:
-            best_score, best_epoch, bad_epochs = scores[metric], epoch + 1, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad_epochs += 1
-        selection_seconds += time.perf_counter() - selecting
-        if stop is None and bad_epochs >= rec.patience:
-            stop = "early_stopping"
-        if stop is not None:
-            break
-    if bar is not None:
-        bar.close()
-    train_seconds = time.perf_counter() - started
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    for parameter in model.parameters():
-        parameter.requires_grad_(True)
+    def evaluate_dev() -> dict[str, float]:
+        return task.evaluate("dev", predict(model, tokenizer, task, "dev",
+                                            max_length=rec.max_length, precision=precision))
+
+    metric = task.metrics[0]
+    selection = DevSelection(evaluate_dev, metric, rec.patience, steps_per_epoch,
+                             model.state_dict, model.load_state_dict)
+    hooks = [selection] + ([Unfreezing(model, steps_per_epoch)] if rec.gradual_unfreeze else [])
+    trainer = Trainer(model, objective, stream, cfg, out, param_groups=groups, record=record,
+                      hooks=hooks, save_model=False)
+    run = trainer.train()
+    model.eval()
 
     def predictor(split: str) -> list[Any]:
         return predict(model, tokenizer, task, split, max_length=rec.max_length,
                        precision=precision)
 
-    def saver(path: Path) -> None:
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
+    def saver(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
 
-    return {"history": history, "best_epoch": best_epoch, "stop_reason": stop or "epochs",
-            "steps": step, "selection_seconds": round(selection_seconds, 3),
+    stop = {"max_steps": "epochs"}.get(run.stop_reason, run.stop_reason)
+    training = max(selection.loop_seconds - selection.selection_seconds, 1e-9)
+    return {"history": selection.history, "best_epoch": selection.best_epoch,
+            "stop_reason": stop, "steps": run.step,
+            "selection_seconds": round(selection.selection_seconds, 3),
             # training steps only: the per-epoch dev evaluation is not training throughput
-            "train_examples_per_s": examples_seen / max(train_seconds - selection_seconds, 1e-9),
-            "selected_by": f"dev {metric}", "_predictor": predictor, "_saver": saver}
-
-
-def _train_feature(task: Task, model, tokenizer, rec: Recipe, seed: int,
-                   budget_seconds: float | None, precision: str,
-                   show_progress: bool) -> dict[str, Any]:
-    """Frozen encoder: per-layer sentence vectors are computed once; a scalar mix (or one
-    layer) + linear classifier is trained on them with early stopping on dev."""
-    from lmlab.training.trainer import seed_everything
-
-    if task.type not in ("classification", "pair-classification", "regression"):
-        raise LmlabError(f"the feature recipe handles sentence tasks, not {task.type}",
-                         "use --recipe bert or ulmfit for this task")
-    seed_everything(seed)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    for name in list(model.heads):
-        del model.heads[name]
-    pooling = "cls" if rec.pooling in ("cls", "family") else "mean"
-
-    def features_of(split: str) -> tuple[torch.Tensor, list[Any]]:
-        examples = task.split(split)
-        feats = fdata.encode_examples(task, examples, tokenizer, rec.max_length, split=split)
-        _, vectors = layer_features(model, fdata.eval_batches(feats, 64, pad_id), pooling,
-                                    precision)
-        return vectors, [f.label for f in feats]
-
-    started = time.perf_counter()
-    x_train, y_train = features_of("train")
-    x_dev, _ = features_of("dev")
-    encode_seconds = time.perf_counter() - started
-    regression = task.type == "regression"
-    y = torch.tensor(y_train, dtype=torch.float if regression else torch.long)
-    layers, hidden = x_train.shape[1], x_train.shape[2]
-    layer = rec.layer if rec.layer is None or rec.layer >= 0 else layers + rec.layer
-    head = FeatureHead(layers, hidden, _num_labels(task), layer)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=rec.lr, weight_decay=rec.weight_decay)
-    generator = torch.Generator().manual_seed(seed)
-    metric = _select(task)
-    best_score, best_state, best_epoch, bad_epochs = -math.inf, None, -1, 0
-    history: list[dict[str, Any]] = []
-    stop = None
-
-    def decode(logits: torch.Tensor) -> list[Any]:
-        if regression:
-            return [float(v) for v in logits.reshape(-1)]
-        return [task.labels[int(i)] for i in logits.argmax(-1)]
-
-    for epoch in range(rec.epochs):
-        head.train()
-        order = torch.randperm(len(y), generator=generator)
-        for start in range(0, len(order), rec.batch_size):
-            idx = order[start:start + rec.batch_size]
-            logits = head(x_train[idx])
-            loss = (torch.nn.functional.mse_loss(logits.squeeze(-1), y[idx]) if regression
-                    else torch.nn.functional.cross_entropy(logits, y[idx]))
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        head.eval()
-        with torch.no_grad():
-            scores = task.evaluate("dev", decode(head(x_dev)))
-        history.append({"epoch": epoch + 1, **{f"dev_{k}": v for k, v in scores.items()}})
-        if scores[metric] > best_score:
-            best_score, best_epoch, bad_epochs = scores[metric], epoch + 1, 0
-            best_state = copy.deepcopy(head.state_dict())
-        else:
-            bad_epochs += 1
-        if bad_epochs >= rec.patience:
-            stop = "early_stopping"
-            break
-        if budget_seconds is not None and time.perf_counter() - started >= budget_seconds:
-            stop = "budget"
-            break
-    head.load_state_dict(best_state)
-    head.eval()
-    train_seconds = time.perf_counter() - started
-    mix = (torch.softmax(head.mix.weights, 0).tolist() if head.mix is not None else None)
-
-    def predictor(split: str) -> list[Any]:
-        vectors = x_dev if split == "dev" else features_of(split)[0]
-        with torch.no_grad():
-            return decode(head(vectors))
-
-    def saver(path: Path) -> None:
-        # the encoder, its tokenizer and the head: the folder loads on its own (lmlab evaluate,
-        # lmlab.from_pretrained, pipelines), wherever the base model was
-        FeatureClassifier(model, head, pooling, list(task.labels),
-                          rec.max_length).save_pretrained(path)
-        tokenizer.save_pretrained(path)
-
-    return {"history": history, "best_epoch": best_epoch, "stop_reason": stop or "epochs",
-            "encode_seconds": encode_seconds, "scalar_mix": mix,
-            "train_examples_per_s": len(y) * len(history) / max(train_seconds, 1e-9),
-            "selected_by": f"dev {metric}", "_predictor": predictor, "_saver": saver}
+            "train_examples_per_s": _examples_seen(stream) / training,
+            "selected_by": f"dev {metric}", "device": str(trainer.device), "cost": run.cost,
+            "_main": trainer.dist.is_main, "_predictor": predictor, "_saver": saver}
 
 
 # -- several seeds ---------------------------------------------------------------------------------
@@ -501,6 +411,8 @@ def finetune_seeds(task: Task, model_source: str | Path, out_dir: str | Path,
     for seed in seeds:
         result = finetune(task, model_source, out / f"seed-{seed}", seed=seed, **kwargs)
         runs.append(result)
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 alone scored the seeds
+        return {}
     summary = {"task": task.name, "model": str(model_source), "seeds": list(seeds),
                "recipe": runs[0]["recipe"], "random_init": runs[0]["random_init"],
                "dev": summarize_seeds(runs, "dev"), "test": summarize_seeds(runs, "test"),
@@ -583,7 +495,3 @@ def _evaluate_run(task: Task, model_source: str | Path, out: Path | None,
         write_metrics(out / "eval-metrics.json", result)
     return result
 
-
-def load_summary(path: str | Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)

@@ -2,8 +2,8 @@
 only changes its speed.
 
 Cramming's lesson: a run's result must be reproducible from its *hyperparameters* alone, while
-*speed settings* (threads, compile, workers, attention kernel, distribution strategy, how often to
-log or checkpoint) may be changed freely. ``config.json`` in a run directory and a ``--config``
+*speed settings* (threads, compile, workers, skipping padding, distribution strategy, how often
+to log or checkpoint) may be changed freely. ``config.json`` in a run directory and a ``--config``
 file both have two sections, ``hparams:`` and ``speed:``. Precision is filed under speed because
 it is chosen for speed, but bf16 *does* change the numbers; its effect is measured and reported
 (docs/benchmarks-pretraining.md), not assumed away.
@@ -62,7 +62,7 @@ class TrainingConfig:
     compile: bool = _speed(False)
     threads: int | None = _speed(None)
     workers: int = _speed(0)
-    attention: str = _speed("sdpa")
+    skip_padding: bool = _speed(True)  # False: the stack computes padding positions too
     strategy: str = _speed("auto")  # auto: DDP when launched by torchrun; fsdp on request
     device: str = _speed("auto")
     log_every: int = _speed(10)

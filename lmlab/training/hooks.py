@@ -1,12 +1,14 @@
 """Trainer hooks: what a training stage adds to the one loop without a loop of its own.
 
 Pretraining needs none. Fine-tuning adds per-epoch dev evaluation with best-state selection and
-early stopping, ULMFiT's gradual unfreezing, frozen modules; distillation, adapters and seq2seq
-fine-tuning add theirs the same way. A hook sees the :class:`~lmlab.training.trainer.Trainer`
-(``trainer.step``, ``trainer.model``, ``trainer.out_dir``, ``trainer.dist``, ...) at fixed
-points of the loop:
+early stopping, and ULMFiT's gradual unfreezing (:mod:`lmlab.finetune.hooks`); distillation,
+adapters and seq2seq fine-tuning add theirs the same way. A hook sees the
+:class:`~lmlab.training.trainer.Trainer` (``trainer.step``, ``trainer.model``,
+``trainer.last_loss``, ``trainer.dist``, ``trainer.elapsed()``; ``trainer.log_eval(scores)``
+records its own evaluation in ``metrics.jsonl`` and the report) at fixed points of the loop:
 
-- ``on_train_start``: after set-up and resumption, before the first step of this session;
+- ``on_train_start``: after set-up and resumption, before the first step of this session; a
+  returned string ends the run before any step (a resumed run that a hook had stopped);
 - ``on_step_start``: before each optimizer step (``trainer.step`` steps are done);
 - ``on_step_end``: after each optimizer step; a returned string stops the run with that reason
   (e.g. ``"early_stopping"``);
@@ -30,8 +32,10 @@ if TYPE_CHECKING:
 class TrainerHook:
     """Base class: every method is optional (does nothing)."""
 
-    def on_train_start(self, trainer: Trainer) -> None:
-        """After set-up and resumption, before this session's first step."""
+    def on_train_start(self, trainer: Trainer) -> str | None:
+        """After set-up and resumption, before this session's first step; return a stop
+        reason to end the run before it (e.g. it had stopped early before a restart)."""
+        return None
 
     def on_step_start(self, trainer: Trainer) -> None:
         """Before each optimizer step (``trainer.step`` steps are done)."""

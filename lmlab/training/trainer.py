@@ -1,4 +1,4 @@
-"""The one training loop: pretraining now, fine-tuning and decoders reuse it.
+"""The one training loop: pretraining and fine-tuning (every recipe, through hooks) run on it.
 
 ``Trainer(model, objective, stream, cfg, out_dir).train()`` runs AdamW with a schedule,
 gradient accumulation, clipping, optional bf16 autocast and torch.compile, periodic evaluation on
@@ -110,6 +110,8 @@ class Trainer:
             and CO2 (:func:`lmlab.cost.report.cost_settings`); written to config.json too.
         hooks: :class:`~lmlab.training.hooks.TrainerHook` objects called at fixed points of the
             loop (per-epoch evaluation, unfreezing, ...); their state is checkpointed.
+        save_model: write the final model to ``out_dir/model`` (False: the caller writes it,
+            e.g. fine-tuning, which saves the selected model with its tokenizer).
     """
 
     def __init__(self, model: nn.Module, objective: nn.Module, train_stream: Any,
@@ -119,7 +121,7 @@ class Trainer:
                  record: RunRecord | None = None, tokenizer_dir: str | Path | None = None,
                  track_cost: bool = True, measure_peak: bool = True,
                  cost_settings: dict[str, float] | None = None,
-                 hooks: Iterable[TrainerHook] = ()):
+                 hooks: Iterable[TrainerHook] = (), save_model: bool = True):
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.model = model
@@ -132,6 +134,7 @@ class Trainer:
         self.measure_peak = measure_peak
         self.cost_settings = dict(cost_settings or {})
         self.hooks = list(hooks)
+        self.save_model = save_model
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
         self.device = resolve_device(cfg.device, int(__import__("os").environ.get("LOCAL_RANK", 0)))
@@ -148,6 +151,7 @@ class Trainer:
         self.last_eval: dict[str, float] = {}
         self.last_loss: float | None = None
         self._setup_done = False
+        self._writer: MetricsWriter | None = None  # rank 0's metrics.jsonl, while training
 
     # -- setup ----------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -227,6 +231,26 @@ class Trainer:
         atomic_write_json(self.out_dir / "config.json", sections)
 
     # -- the step -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _padding_setting(self) -> Iterator[None]:
+        """``cfg.skip_padding=False``: while training and evaluating, the stack computes padding
+        positions too, for every objective: a forward pre-hook on ``model.transformer`` passes
+        ``skip_padding=False`` (a speed setting of :meth:`Transformer.forward`; outputs are the
+        same within float noise), removed afterwards."""
+        stack = getattr(self.model, "transformer", None)
+        if self.cfg.skip_padding or stack is None:
+            yield
+            return
+
+        def computes_padding(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            return args, {**kwargs, "skip_padding": False}
+
+        handle = stack.register_forward_pre_hook(computes_padding, with_kwargs=True)
+        try:
+            yield
+        finally:
+            handle.remove()
+
     def _autocast(self):
         return precision_autocast(self.cfg.precision, self.device.type)
 
@@ -292,7 +316,7 @@ class Trainer:
         self.objective.eval()
         sums: dict[str, float] = {}
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        with torch.no_grad(), torch.random.fork_rng(devices=devices), self._padding_setting():
             for batch in self.eval_batches:
                 batch = _to_device(batch, self.device)
                 with self._autocast():
@@ -353,7 +377,7 @@ class Trainer:
         if self.dist.is_main:
             stream_state = (self.stream.state_dict() if hasattr(self.stream, "state_dict")
                             else None)
-            state = {"step": self.step, "tokens": self.tokens, "elapsed": self._elapsed(),
+            state = {"step": self.step, "tokens": self.tokens, "elapsed": self.elapsed(),
                      "stream": stream_state, "rng": all_rng, "last_eval": self.last_eval,
                      "last_loss": self.last_loss, "world_size": self.dist.world_size,
                      "hooks": [hook.save(tmp) for hook in self.hooks]}
@@ -364,7 +388,8 @@ class Trainer:
         return final
 
     # -- the loop -------------------------------------------------------------------------------
-    def _elapsed(self) -> float:
+    def elapsed(self) -> float:
+        """Seconds this run has trained, over all its sessions (what ``budget_seconds`` bounds)."""
         return self.elapsed_before + (time.perf_counter() - self._session_start)
 
     def _stop_reason(self, elapsed: float) -> str | None:
@@ -396,6 +421,7 @@ class Trainer:
             self._write_config()
         writer = MetricsWriter(self.out_dir / "metrics.jsonl",
                                self.out_dir / "tensorboard") if main else None
+        self._writer = writer
         tracker = self._cost_tracker() if main else None
         self._session_start = time.perf_counter()
         elapsed = self.elapsed_before
@@ -404,61 +430,62 @@ class Trainer:
         window = {"tokens": 0, "seconds": 0.0}
         record: dict[str, Any] | None = None  # the newest step's train record, until written
         stop = self._stop_reason(elapsed)
-        for hook in self.hooks:
-            hook.on_train_start(self)
-        try:
-            while stop is None:
-                for hook in self.hooks:
-                    hook.on_step_start(self)
-                horizon = estimate_horizon(self.step, self.tokens, elapsed, cfg.max_steps,
-                                           cfg.max_tokens, cfg.budget_seconds)
-                lr = set_lr(self.optimizer, self.schedule.factor(self.step, horizon))
-                started = time.perf_counter()
-                outcome = self._train_step(batches)
-                if outcome is None:
-                    stop = "end_of_data"
-                    break
-                loss, metrics, tokens, grad_norm = outcome
-                if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        for hook in self.hooks:  # a resumed run that a hook had stopped stays stopped
+            stop = hook.on_train_start(self) or stop
+        with self._padding_setting():
+            try:
+                while stop is None:
+                    for hook in self.hooks:
+                        hook.on_step_start(self)
+                    horizon = estimate_horizon(self.step, self.tokens, elapsed, cfg.max_steps,
+                                               cfg.max_tokens, cfg.budget_seconds)
+                    lr = set_lr(self.optimizer, self.schedule.factor(self.step, horizon))
+                    started = time.perf_counter()
+                    outcome = self._train_step(batches)
+                    if outcome is None:
+                        stop = "end_of_data"
+                        break
+                    loss, metrics, tokens, grad_norm = outcome
+                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+                        self.optimizer.zero_grad(set_to_none=True)
+                        if writer is not None:
+                            writer.write({"kind": "diverged", "step": self.step + 1, "loss": loss,
+                                          "grad_norm": grad_norm})
+                        raise self._nan_error(loss, grad_norm)
+                    self.optimizer.step()
                     self.optimizer.zero_grad(set_to_none=True)
-                    if writer is not None:
-                        writer.write({"kind": "diverged", "step": self.step + 1, "loss": loss,
-                                      "grad_norm": grad_norm})
-                    raise self._nan_error(loss, grad_norm)
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                seconds = time.perf_counter() - started
-                self.step += 1
-                self.tokens += tokens
-                self.last_loss = loss
-                window["tokens"] += tokens
-                window["seconds"] += seconds
-                if tracker is not None:
-                    tracker.add_tokens(tokens)
-                # one elapsed value for every rank (the LR and the stop decision depend on it)
-                elapsed = all_reduce_sum([self._elapsed()], self.dist, self.device)[0]
-                elapsed /= self.dist.world_size
-                record = {"kind": "train", "step": self.step, "tokens": self.tokens,
-                          "loss": loss, "lr": lr, "grad_norm": grad_norm,
-                          "tokens_per_s": window["tokens"] / max(window["seconds"], 1e-9),
-                          "elapsed": elapsed}
-                record.update({k: v for k, v in metrics.items() if k != "loss"})
-                if main and (self.step % cfg.log_every == 0 or self.step == 1):
-                    writer.write(record)
-                    record = None
-                    window = {"tokens": 0, "seconds": 0.0}
+                    seconds = time.perf_counter() - started
+                    self.step += 1
+                    self.tokens += tokens
+                    self.last_loss = loss
+                    window["tokens"] += tokens
+                    window["seconds"] += seconds
+                    if tracker is not None:
+                        tracker.add_tokens(tokens)
+                    # one elapsed value for every rank (the LR and the stop decision depend on it)
+                    elapsed = all_reduce_sum([self.elapsed()], self.dist, self.device)[0]
+                    elapsed /= self.dist.world_size
+                    record = {"kind": "train", "step": self.step, "tokens": self.tokens,
+                              "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                              "tokens_per_s": window["tokens"] / max(window["seconds"], 1e-9),
+                              "elapsed": elapsed}
+                    record.update({k: v for k, v in metrics.items() if k != "loss"})
+                    if main and (self.step % cfg.log_every == 0 or self.step == 1):
+                        writer.write(record)
+                        record = None
+                        window = {"tokens": 0, "seconds": 0.0}
+                    if bar is not None:
+                        self._update_bar(bar, loss, seconds, tokens, horizon)
+                    stop = self._stop_reason(elapsed)
+                    for hook in self.hooks:
+                        stop = hook.on_step_end(self) or stop
+                    if cfg.eval_every and self.step % cfg.eval_every == 0 and stop is None:
+                        self._log_eval(writer)
+                    if cfg.save_every and self.step % cfg.save_every == 0 and stop is None:
+                        self.save_checkpoint()
+            finally:
                 if bar is not None:
-                    self._update_bar(bar, loss, seconds, tokens, horizon)
-                stop = self._stop_reason(elapsed)
-                for hook in self.hooks:
-                    stop = hook.on_step_end(self) or stop
-                if cfg.eval_every and self.step % cfg.eval_every == 0 and stop is None:
-                    self._log_eval(writer)
-                if cfg.save_every and self.step % cfg.save_every == 0 and stop is None:
-                    self.save_checkpoint()
-        finally:
-            if bar is not None:
-                bar.close()
+                    bar.close()
         if main and record is not None:  # the last step, off the log interval: log it too
             writer.write(record)
         for hook in self.hooks:
@@ -466,7 +493,7 @@ class Trainer:
         self._log_eval(writer)
         if main:  # what reports read as the run's end (the last train record may be older)
             writer.write({"kind": "end", "step": self.step, "tokens": self.tokens,
-                          "elapsed": self._elapsed(), "stop_reason": stop or ""})
+                          "elapsed": self.elapsed(), "stop_reason": stop or ""})
         self.save_checkpoint()
         cost = None
         if tracker is not None:
@@ -475,20 +502,27 @@ class Trainer:
         if main:
             self._finish(cost)
             writer.close()
+            self._writer = None
         barrier(self.dist)
-        return TrainResult(step=self.step, tokens=self.tokens, elapsed=self._elapsed(),
+        return TrainResult(step=self.step, tokens=self.tokens, elapsed=self.elapsed(),
                            stop_reason=stop or "", last_loss=self.last_loss,
                            last_eval=self.last_eval, out_dir=self.out_dir,
                            checkpoint=self.last_checkpoint,
                            cost=cost.to_dict() if cost is not None else None)
 
     def _log_eval(self, writer: MetricsWriter | None) -> None:
-        results = self.evaluate()
+        self.log_eval(self.evaluate(), writer)
+
+    def log_eval(self, results: dict[str, float], writer: MetricsWriter | None = None) -> None:
+        """Make ``results`` (``eval_*`` keys) the run's newest evaluation: ``last_eval``, and an
+        ``eval`` record in ``metrics.jsonl`` (rank 0) that ``report.md`` shows. Hooks call it
+        with their own scores (fine-tuning: the dev metrics of each epoch)."""
+        writer = writer or self._writer
         if results:
             self.last_eval = results
             if writer is not None:
                 writer.write({"kind": "eval", "step": self.step, "tokens": self.tokens,
-                              "elapsed": self._elapsed(), **results})
+                              "elapsed": self.elapsed(), **results})
 
     # -- progress, cost, final outputs ----------------------------------------------------------
     def _progress_bar(self):
@@ -502,7 +536,7 @@ class Trainer:
         bar.update(1)
         remaining = max(0.0, horizon - self.step) * seconds if math.isfinite(horizon) else 0.0
         if self.cfg.budget_seconds is not None:
-            remaining = min(remaining, max(0.0, self.cfg.budget_seconds - self._elapsed()))
+            remaining = min(remaining, max(0.0, self.cfg.budget_seconds - self.elapsed()))
         bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / max(seconds, 1e-9):,.0f}",
                         eta=f"{remaining / 60:.1f}m", refresh=False)
 
@@ -529,7 +563,8 @@ class Trainer:
             model = type(self.model)(self.model.config, heads=list(self.model.heads.keys()),
                                      with_pooler=self.model.pooler is not None)
             ckpt.load_module(model, self.last_checkpoint / "model.safetensors")
-        save_final_model(model, self.out_dir / "model", self.tokenizer_dir)
+        if self.save_model:
+            save_final_model(model, self.out_dir / "model", self.tokenizer_dir)
         if cost is not None:
             atomic_write_json(self.out_dir / "cost.json", cost.to_dict())
             (self.out_dir / "cost.md").write_text(cost.to_markdown() + "\n", encoding="utf-8")

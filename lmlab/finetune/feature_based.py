@@ -1,0 +1,428 @@
+"""Feature-based fine-tuning (Peters et al. 2018; the BERT paper's feature-based comparison).
+
+The encoder is frozen. Its per-layer sentence vectors (embeddings + every layer, pooled) are
+computed once by :func:`layer_features`; only a :class:`FeatureHead` is trained: one chosen
+layer, or a learned scalar mix of all layers (``gamma * sum_j softmax(w)_j h_j``), then a linear
+classifier. It trains on the one :class:`~lmlab.training.trainer.Trainer`
+(:func:`train_feature_based`): the vectors are the stream (:class:`FeatureStream`), the head's
+loss is the objective (:class:`FeatureObjective`), and
+:class:`~lmlab.finetune.hooks.DevSelection` scores dev after every epoch, keeps the best epoch
+and stops early, so the run has the Trainer's checkpoints, exact resume, budget, device and
+metrics. A finished run is saved and loaded as one :class:`FeatureClassifier` (the encoder's
+folder plus ``feature_head.safetensors``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from lmlab.objectives.base import ObjectiveResult
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.precision import precision_autocast
+
+if TYPE_CHECKING:
+    from lmlab.finetune.recipes import Recipe
+    from lmlab.tasks.types import Task
+
+SENTENCE_TASKS = ("classification", "pair-classification", "regression")
+FEATURE_HEAD_WEIGHTS = "feature_head.safetensors"
+FEATURE_HEAD_CONFIG = "feature_head.json"
+
+
+# -- the head: a scalar mix (or one layer) over frozen layers, then a linear classifier ----------
+class ScalarMix(nn.Module):
+    """ELMo's scalar mix: ``gamma * sum_j softmax(w)_j x_j`` over L+1 layer representations."""
+
+    def __init__(self, num_layers: int):
+        super().__init__()
+        self.weights = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, layers: torch.Tensor) -> torch.Tensor:
+        """``layers`` (..., L+1, H) -> (..., H)."""
+        w = torch.softmax(self.weights, dim=0)  # (L+1,)
+        return self.gamma * torch.einsum("l,...lh->...h", w, layers)
+
+
+class FeatureHead(nn.Module):
+    """Classifier over frozen features: a chosen layer or a learned scalar mix, then dropout and
+    a linear layer. Reads pre-pooled per-layer sentence vectors (N, L+1, H): pooling is linear,
+    so pooling then mixing equals mixing then pooling, and the frozen encoder runs once."""
+
+    def __init__(self, num_layers: int, hidden: int, outputs: int, layer: int | None,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.layer = layer
+        self.mix = ScalarMix(num_layers) if layer is None else None
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden, outputs)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        vector = self.mix(features) if self.mix is not None else features[:, self.layer]
+        return self.classifier(self.dropout(vector))
+
+
+# -- the frozen encoder's features -----------------------------------------------------------------
+def pooled_layer_states(model: nn.Module, batch: dict[str, torch.Tensor],
+                        pooling: str) -> torch.Tensor:
+    """Sentence vectors of every hidden state (embeddings + each layer): (B, L+1, H) in fp32.
+    ``pooling`` ``mean`` (over real tokens) or ``cls`` (first token)."""
+    from lmlab.finetune.heads import masked_mean
+
+    out = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
+                token_type_ids=batch.get("token_type_ids"), heads=[],
+                output_hidden_states=True)
+    states = torch.stack(out.hidden_states, dim=1).float()  # (B, L+1, T, H)
+    if pooling == "cls":
+        return states[:, :, 0]  # (B, L+1, H)
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return states.mean(2)
+    mask = mask[:, None, :].expand(-1, states.shape[1], -1)  # (B, L+1, T)
+    pooled = masked_mean(states.flatten(0, 1), mask.flatten(0, 1))  # (B*(L+1), H)
+    return pooled.view(states.shape[0], states.shape[1], -1)  # (B, L+1, H)
+
+
+@torch.no_grad()
+def layer_features(model: nn.Module, batches, pooling: str = "mean",
+                   precision: str = "fp32") -> tuple[list[int], torch.Tensor]:
+    """Per-layer sentence vectors of a frozen encoder: (N, L+1, H) on the CPU, in the order of
+    ``batches``' indices. The encoder runs where its weights are (batches are moved there);
+    ``pooling`` ``mean`` (real tokens) or ``cls`` (first token)."""
+    model.eval()
+    device = next(model.parameters()).device
+    order: list[int] = []
+    chunks = []
+    for indices, batch in batches:
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        with precision_autocast(precision, device.type):
+            chunks.append(pooled_layer_states(model, batch, pooling).cpu())
+        order += list(indices)
+    features = torch.cat(chunks)
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return sorted(order), features[inverse]
+
+
+# -- the head's training on the Trainer: stream and objective --------------------------------------
+class FeatureStream:
+    """Endless training batches of frozen features, ``{"features": (B, L+1, H), "labels": (B,)}``,
+    in epochs of shuffled batches (the last one of an epoch may be smaller).
+
+    Epoch ``e``'s order depends on ``(seed, e)`` only, and ``state_dict``/``load_state_dict``
+    hold the exact position (epoch, batch), so a resumed run sees the batches an uninterrupted
+    run sees. Under DDP it yields global batches (the Trainer gives each rank its slice).
+    """
+
+    def __init__(self, features: torch.Tensor, labels: torch.Tensor, batch_size: int,
+                 seed: int = 0):
+        if len(labels) == 0:
+            raise LmlabError("no training examples to fine-tune on",
+                             "give a non-empty training split")
+        self.features, self.labels = features, labels
+        self.batch_size, self.seed = batch_size, seed
+        self.epoch = self.position = 0
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return -(-len(self.labels) // self.batch_size)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            order = list(range(len(self.labels)))
+            random.Random(f"{self.seed}:{self.epoch}").shuffle(order)  # (seed, epoch) only
+            batches = torch.tensor(order).split(self.batch_size)
+            while self.position < len(batches):
+                rows = batches[self.position]
+                self.position += 1
+                yield {"features": self.features[rows], "labels": self.labels[rows]}
+            self.epoch += 1
+            self.position = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.seed = int(state.get("seed", self.seed))
+
+
+class FeatureObjective(nn.Module):
+    """The loss of a :class:`FeatureHead` on a :class:`FeatureStream` batch: cross-entropy over
+    the labels, or MSE for regression (one output). It declares what the Trainer reads: no
+    language-model head in the FLOP count, no perplexity, every example predicted.
+
+    The head runs in fp32 even in a bf16 run (autocast off): it is tiny, and a saved
+    :class:`FeatureClassifier` runs it in fp32 too, so training and inference see the same
+    numbers. ``precision`` changes the frozen encoder's feature pass only.
+    """
+
+    name = "feature-head"
+    flops_head = "none"
+    reports_perplexity = False
+    predicted_fraction = None
+
+    def __init__(self, regression: bool):
+        super().__init__()
+        self.regression = regression
+
+    def prepare(self, model: nn.Module) -> None:
+        """Nothing to add (the head is built complete); any other model is refused."""
+        if not isinstance(model, FeatureHead):
+            raise LmlabError(f"the feature objective trains a FeatureHead, not a "
+                             f"{type(model).__name__}", "build a FeatureHead over the features")
+
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        features, labels = batch["features"], batch["labels"]
+        with torch.autocast(features.device.type, enabled=False):
+            logits = model(features.float())  # (B, outputs)
+        if self.regression:
+            loss = nn.functional.mse_loss(logits.squeeze(-1), labels.float())
+            metrics = {"loss": float(loss.detach())}
+        else:
+            loss = nn.functional.cross_entropy(logits, labels)
+            metrics = {"loss": float(loss.detach()),
+                       "accuracy": float((logits.argmax(-1) == labels).float().mean())}
+        return ObjectiveResult(loss=loss, metrics=metrics, num_predictions=int(labels.shape[0]))
+
+
+def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recipe, seed: int,
+                        out_dir: str | Path, *, budget_seconds: float | None = None,
+                        precision: str = "fp32", device: str = "auto",
+                        save_every: int | None = None,
+                        show_progress: bool = True) -> dict[str, Any]:
+    """Train a feature head on the frozen ``model`` for the sentence task ``task`` with recipe
+    ``rec`` on the Trainer, which writes ``out_dir`` (checkpoints every epoch or ``save_every``
+    steps, ``metrics.jsonl``, ``config.json``, ``report.md``). Rerun on ``out_dir`` it resumes
+    exactly; a run there with other settings (task, recipe, training data, encoder, tokenizer)
+    is refused before the encoder runs.
+
+    The encoder (heads removed) runs once over train and dev on ``device`` (``encode_seconds``,
+    outside the Trainer's run and budget); the head trains for ``rec.epochs`` epochs or
+    ``budget_seconds``, dev is scored every epoch, the best epoch's head is kept, and training
+    stops after ``rec.patience`` epochs without improvement. Returns what ``finetune`` reads:
+    ``history``, ``best_epoch``, ``stop_reason`` (``epochs``/``early_stopping``/``budget``),
+    ``steps``, ``encode_seconds``, ``selection_seconds``, ``scalar_mix`` (softmaxed layer
+    weights; None with one layer), ``train_examples_per_s``, ``selected_by``, ``device``,
+    ``cost``, ``_main`` (False on other torchrun ranks), ``_predictor(split)`` (predictions as
+    ``task.evaluate`` takes them) and ``_saver(path)`` (a :class:`FeatureClassifier` folder).
+    """
+    from lmlab.finetune import data as fdata
+    from lmlab.finetune.hooks import DevSelection
+    from lmlab.training.config import TrainingConfig
+    from lmlab.training.distributed import resolve_device
+    from lmlab.training.run_dir import RunRecord, check_resumable, run_config
+    from lmlab.training.trainer import Trainer, seed_everything
+    from lmlab.utils.io import stable_hash
+
+    if task.type not in SENTENCE_TASKS:
+        raise LmlabError(f"the feature recipe handles sentence tasks, not {task.type}",
+                         "use --recipe bert or ulmfit for this task")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    encoded = {split: fdata.encode_examples(task, task.split(split), tokenizer, rec.max_length,
+                                            split=split) for split in ("train", "dev")}
+    steps_per_epoch = -(-len(encoded["train"]) // rec.batch_size)
+    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    layer = rec.layer if rec.layer is None or rec.layer >= 0 else layers + rec.layer
+    if layer is not None and not 0 <= layer < layers:
+        raise LmlabError(f"layer {rec.layer} does not exist: the encoder gives {layers} hidden "
+                         f"states", f"use 0 (embeddings) to {layers - 1}, -1 (last) or no layer "
+                         "(a scalar mix of all)")
+    pooling = "cls" if rec.pooling in ("cls", "family") else "mean"
+    regression = task.type == "regression"
+    outputs = 1 if regression else len(task.labels)
+    checksum = sum(float(p.detach().double().sum()) for p in model.parameters())  # the weights
+    cfg = TrainingConfig(lr=rec.lr, schedule="constant", weight_decay=rec.weight_decay,
+                         eps=1e-8, clip_norm=None, max_steps=rec.epochs * steps_per_epoch,
+                         budget_seconds=budget_seconds, batch_size=rec.batch_size,
+                         seq_len=rec.max_length, seed=seed, precision=precision, device=device,
+                         save_every=save_every or steps_per_epoch, keep_last=1,
+                         progress=show_progress)
+    record = RunRecord(
+        hparams={"task": task.name, "recipe": rec.to_dict(),
+                 "encoder": stable_hash([model.config.to_dict(), checksum]),
+                 "train_data": stable_hash([(f.input_ids, f.label) for f in encoded["train"]])},
+        model={"kind": "feature_head", "layers": layers, "hidden": hidden, "outputs": outputs,
+               "layer": layer, "pooling": pooling, "encoder_family": model.config.family},
+        objective={"spec": FeatureObjective.name, "heads": []},
+        data={"tokenizer_fingerprint": tokenizer.fingerprint()})
+    check_resumable(out_dir, run_config(cfg, record))  # before the encoder's pass
+    encoder_device = resolve_device(device)  # --device cuda without a GPU: refused here
+
+    for name in list(model.heads):
+        del model.heads[name]
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    model.to(encoder_device)
+
+    def features_of(feats: list) -> torch.Tensor:
+        return layer_features(model, fdata.eval_batches(feats, 64, pad_id), pooling,
+                              precision)[1]  # (N, L+1, H)
+
+    started = time.perf_counter()
+    x_train, x_dev = features_of(encoded["train"]), features_of(encoded["dev"])
+    encode_seconds = time.perf_counter() - started
+    y = torch.tensor([f.label for f in encoded["train"]],
+                     dtype=torch.float if regression else torch.long)
+    seed_everything(seed)  # the head's initial weights
+    head = FeatureHead(layers, hidden, outputs, layer)
+    stream = FeatureStream(x_train, y, rec.batch_size, seed)
+
+    def decode(logits: torch.Tensor) -> list[Any]:
+        if regression:
+            return [float(v) for v in logits.reshape(-1)]
+        return [task.labels[int(i)] for i in logits.argmax(-1)]
+
+    @torch.no_grad()
+    def predict_vectors(vectors: torch.Tensor) -> list[Any]:
+        head.eval()  # no dropout: scoring consumes no training RNG
+        weight = head.classifier.weight
+        return decode(head(vectors.to(weight.device, weight.dtype)).cpu())
+
+    metric = task.metrics[0]
+    selection = DevSelection(lambda: task.evaluate("dev", predict_vectors(x_dev)), metric,
+                             rec.patience, steps_per_epoch, head.state_dict,
+                             head.load_state_dict)
+    trainer = Trainer(head, FeatureObjective(regression), stream, cfg, out_dir, record=record,
+                      hooks=[selection], save_model=False)  # _saver writes the classifier
+    result = trainer.train()
+    head.eval()
+    mix = torch.softmax(head.mix.weights.detach(), 0).tolist() if head.mix is not None else None
+    # whole epochs, then full batches of the epoch in progress (only an epoch's last is short)
+    examples = result.step // len(stream) * len(y) + result.step % len(stream) * rec.batch_size
+
+    def predictor(split: str) -> list[Any]:
+        if split == "dev":
+            return predict_vectors(x_dev)
+        return predict_vectors(features_of(fdata.encode_examples(
+            task, task.split(split), tokenizer, rec.max_length, split=split)))
+
+    def saver(path: Path) -> None:
+        # the encoder, its tokenizer and the head: the folder loads on its own (lmlab evaluate,
+        # lmlab.from_pretrained, pipelines), wherever the base model was
+        FeatureClassifier(model, head, pooling, list(task.labels),
+                          rec.max_length).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+
+    training_seconds = max(result.elapsed - selection.selection_seconds, 1e-9)
+    return {"history": selection.history, "best_epoch": selection.best_epoch,
+            "stop_reason": "epochs" if result.stop_reason == "max_steps" else result.stop_reason,
+            "steps": result.step, "encode_seconds": encode_seconds,
+            "selection_seconds": round(selection.selection_seconds, 3), "scalar_mix": mix,
+            "train_examples_per_s": examples / training_seconds, "selected_by": f"dev {metric}",
+            "device": str(trainer.device), "cost": result.cost, "_main": trainer.dist.is_main,
+            "_predictor": predictor, "_saver": saver}
+
+
+# -- a finished feature-based run as one model ----------------------------------------------------
+class FeatureClassifier(nn.Module):
+    """A feature-based run as one model: the frozen ``encoder`` (a LanguageModel without heads)
+    gives per-layer sentence vectors, its :class:`FeatureHead` classifies them.
+
+    It answers where a model with a ``sequence-classification`` head is expected (``heads``,
+    ``config.extra["num_labels"/"id2label"]``, :func:`lmlab.finetune.heads.task_logits`), so
+    ``lmlab evaluate``, ``lmlab.from_pretrained`` and the text-classification pipeline take a
+    feature run like any other. Saved as a Hugging Face folder of the bare encoder (transformers
+    reads it as ``AutoModel``) plus ``feature_head.safetensors`` and ``feature_head.json``.
+    Like :func:`~lmlab.finetune.heads.add_task_head`, it records ``num_labels`` and
+    ``id2label`` in the encoder's ``config.extra``.
+    """
+
+    def __init__(self, encoder: nn.Module, head: FeatureHead, pooling: str,
+                 labels: list[str], max_length: int = 128):
+        from lmlab.finetune.heads import SEQUENCE_CLASSIFICATION
+
+        super().__init__()
+        if encoder.heads:
+            raise LmlabError(f"the encoder of a feature classifier must have no heads, not "
+                             f"{', '.join(encoder.heads)}", "delete them first")
+        if pooling not in ("mean", "cls"):
+            raise LmlabError(f"unknown feature pooling {pooling!r}", "use mean or cls")
+        self.encoder = encoder
+        self.heads = nn.ModuleDict({SEQUENCE_CLASSIFICATION: head})
+        self.pooling = pooling
+        self.labels = list(labels)
+        self.max_length = max_length
+        outputs = head.classifier.out_features
+        encoder.config.extra["num_labels"] = outputs
+        if self.labels and outputs == len(self.labels):
+            encoder.config.extra["id2label"] = dict(enumerate(self.labels))
+
+    @property
+    def config(self):
+        return self.encoder.config
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, num_labels): the head runs in fp32 on fp32 features, as in training."""
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask,
+                 "token_type_ids": token_type_ids}
+        features = pooled_layer_states(self.encoder, batch, self.pooling)  # (B, L+1, H)
+        head = next(iter(self.heads.values()))
+        with torch.autocast(features.device.type, enabled=False):
+            return head(features.to(head.classifier.weight.dtype))
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """The encoder's Hugging Face folder plus the head's weights and settings."""
+        from safetensors.torch import save_file
+
+        from lmlab.utils.io import atomic_path, atomic_write_json
+
+        path = Path(path)
+        self.encoder.save_pretrained(path)
+        head = next(iter(self.heads.values()))
+        with atomic_path(path / FEATURE_HEAD_WEIGHTS) as tmp:
+            save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()},
+                      str(tmp))
+        layers = head.mix.weights.numel() if head.mix is not None else None
+        atomic_write_json(path / FEATURE_HEAD_CONFIG, {
+            "layers": layers or self.config.num_hidden_layers + 1,
+            "hidden": head.classifier.in_features, "outputs": head.classifier.out_features,
+            "layer": head.layer, "pooling": self.pooling, "labels": self.labels,
+            "max_length": self.max_length})
+        return path
+
+
+def is_feature_run(path: str | Path) -> bool:
+    """Whether ``path`` (a model folder) holds a feature-based run's head."""
+    return (Path(path) / FEATURE_HEAD_CONFIG).exists()
+
+
+def load_feature_classifier(path: str | Path, head: str | list[str] | None = None,
+                            dtype: torch.dtype | None = None) -> FeatureClassifier:
+    """Load a feature-based run's model folder (what :meth:`FeatureClassifier.save_pretrained`
+    wrote) in eval mode; ``dtype`` casts the encoder only (the head is tiny and stays fp32)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from lmlab.finetune.heads import SEQUENCE_CLASSIFICATION
+    from lmlab.interop.hf import load_pretrained
+
+    path = Path(path)
+    asked = [head] if isinstance(head, str) else list(head or [])
+    if any(name != SEQUENCE_CLASSIFICATION for name in asked):
+        raise LmlabError(f"{path} is a feature-based run: its only head is "
+                         f"{SEQUENCE_CLASSIFICATION!r}, not {', '.join(asked)}",
+                         "use it for text classification (or regression), or fine-tune a "
+                         "model with that head")
+    if not (path / "config.json").exists():
+        raise LmlabError(f"{path} is a feature-based run saved without its encoder (by an "
+                         "older lmlab)", "fine-tune it again with `lmlab finetune --recipe "
+                         "feature`: runs now keep the encoder beside the head")
+    with open(path / FEATURE_HEAD_CONFIG, encoding="utf-8") as handle:
+        settings = json.load(handle)
+    encoder = load_pretrained(path, head=[], dtype=dtype)
+    feature_head = FeatureHead(settings["layers"], settings["hidden"], settings["outputs"],
+                               settings["layer"])
+    feature_head.load_state_dict(load_file(str(path / FEATURE_HEAD_WEIGHTS)))
+    model = FeatureClassifier(encoder, feature_head, settings["pooling"], settings["labels"],
+                              settings.get("max_length", 128))
+    return model.eval()

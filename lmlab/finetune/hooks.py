@@ -1,0 +1,162 @@
+"""Fine-tuning as :class:`~lmlab.training.hooks.TrainerHook` objects on the one Trainer.
+
+* :class:`DevSelection`: after every epoch (every ``steps_per_epoch`` optimizer steps, and once
+  more at the end of a run cut short mid-epoch, e.g. by ``--budget``), score the dev split, keep
+  the best epoch's weights, stop after ``patience`` epochs without improvement, and put the best
+  weights back before the Trainer saves the final model. Used by every recipe (BERT, ULMFiT,
+  feature-based: only ``state_of``/``restore`` differ).
+* :class:`Unfreezing`: ULMFiT's gradual unfreezing (epoch k trains the top k+1 layer groups).
+
+Both are functions of the step and of checkpointed state, so a run resumed from a checkpoint
+(after a crash or ``kill -9``) scores, selects and stops exactly as an uninterrupted run does:
+the best weights and the selection state are saved into every checkpoint.
+
+Under DDP (torchrun) every rank holds the same weights: rank 0 scores the dev split, the
+scores are broadcast, and each rank applies the same decision to its own copy (best state,
+early stop); rank 0 alone writes the checkpoint files.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from lmlab.training.hooks import TrainerHook
+
+if TYPE_CHECKING:
+    from lmlab.training.trainer import Trainer
+
+BEST_FILE = "dev-best.safetensors"
+
+
+class DevSelection(TrainerHook):
+    """Per-epoch dev evaluation, best-state selection and early stopping.
+
+    Args:
+        evaluate_dev: scores of the current weights on the dev split (``{metric: value}``,
+            higher is better for ``metric``); called on rank 0 only. It must not consume the
+            training RNG (evaluate in eval mode, no dropout), or resumed runs would differ.
+        metric: the score that selects the best epoch (e.g. the task's first metric).
+        patience: stop after this many epochs in a row without a better ``metric``.
+        steps_per_epoch: optimizer steps per epoch (the stream's batches per epoch).
+        state_of: the tensors to keep for the best epoch (e.g. ``model.state_dict``); they are
+            copied to CPU.
+        restore: puts a kept state back (e.g. ``model.load_state_dict``).
+
+    After training, :attr:`history` holds one entry per evaluation (``epoch``, ``step``,
+    ``train_loss`` = mean step loss of the epoch, ``dev_<metric>`` ...), :attr:`best_epoch` the
+    selected one (-1: none evaluated), :attr:`selection_seconds` the time spent evaluating and
+    copying (not training), over every session of the run, and :attr:`loop_seconds` the run's
+    time when its training loop ended.
+    """
+
+    # what a checkpoint keeps besides the best weights (JSON in its state.json)
+    STATE = ("history", "best_score", "best_epoch", "bad_epochs", "loss_sum", "loss_count",
+             "last_evaluated", "selection_seconds")
+
+    def __init__(self, evaluate_dev: Callable[[], dict[str, float]], metric: str, patience: int,
+                 steps_per_epoch: int, state_of: Callable[[], dict[str, torch.Tensor]],
+                 restore: Callable[[dict[str, torch.Tensor]], None]):
+        self.evaluate_dev = evaluate_dev
+        self.metric = metric
+        self.patience = patience
+        self.steps_per_epoch = steps_per_epoch
+        self.state_of = state_of
+        self.restore = restore
+        self.history: list[dict[str, Any]] = []
+        self.best_score = -math.inf
+        self.best_epoch = -1
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.bad_epochs = 0
+        self.loss_sum, self.loss_count = 0.0, 0
+        self.last_evaluated = -1  # the step of the newest evaluation
+        self.selection_seconds = 0.0
+        self.loop_seconds = 0.0
+
+    def _select(self, trainer: Trainer) -> str | None:
+        """Score the current weights (rank 0), share the scores, keep the best; returns
+        ``"early_stopping"`` when patience has run out."""
+        from lmlab.training.distributed import broadcast_object
+
+        started = time.perf_counter()
+        scores = self.evaluate_dev() if trainer.dist.is_main else None
+        scores = broadcast_object(scores, trainer.dist)
+        epoch = -(-trainer.step // self.steps_per_epoch)  # a partial epoch counts as one
+        self.history.append({"epoch": epoch, "step": trainer.step,
+                             "train_loss": self.loss_sum / max(1, self.loss_count),
+                             **{f"dev_{k}": v for k, v in scores.items()}})
+        self.loss_sum, self.loss_count = 0.0, 0
+        self.last_evaluated = trainer.step
+        trainer.log_eval({f"eval_dev_{k}": v for k, v in scores.items()})  # report.md shows it
+        if scores[self.metric] > self.best_score:
+            self.best_score, self.best_epoch, self.bad_epochs = scores[self.metric], epoch, 0
+            self.best_state = {k: v.detach().to("cpu", copy=True)
+                               for k, v in self.state_of().items()}
+        else:
+            self.bad_epochs += 1
+        self.selection_seconds += time.perf_counter() - started
+        return "early_stopping" if self.bad_epochs >= self.patience else None
+
+    def on_train_start(self, trainer: Trainer) -> str | None:
+        """A resumed run that had stopped early stays stopped."""
+        return "early_stopping" if self.bad_epochs >= self.patience else None
+
+    def on_step_end(self, trainer: Trainer) -> str | None:
+        if trainer.last_loss is not None:
+            self.loss_sum += trainer.last_loss
+            self.loss_count += 1
+        if trainer.step % self.steps_per_epoch:
+            return None
+        return self._select(trainer)
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        """Score a last partial epoch (a run stopped by its budget), then restore the best."""
+        if trainer.step > 0 and self.last_evaluated != trainer.step:
+            self._select(trainer)
+        self.loop_seconds = trainer.elapsed()  # before the final checkpoint and reports
+        if self.best_state is not None:
+            self.restore(self.best_state)
+
+    def save(self, folder: Path) -> dict[str, Any]:
+        from lmlab.training.checkpoint import save_state
+
+        if self.best_state is not None:
+            save_state(self.best_state, folder / BEST_FILE)
+        return {name: getattr(self, name) for name in self.STATE}
+
+    def load(self, folder: Path, state: dict[str, Any]) -> None:
+        from lmlab.training.checkpoint import load_state
+
+        for name in self.STATE if state else ():
+            setattr(self, name, state[name])
+        best = folder / BEST_FILE
+        self.best_state = load_state(best) if best.is_file() else None
+
+
+class Unfreezing(TrainerHook):
+    """ULMFiT's gradual unfreezing: during epoch k (0-based) only the layer groups of depth
+    <= k train (:func:`lmlab.finetune.recipes.unfreeze_to`); everything trains again after the
+    run, so the saved model has no frozen parameters.
+
+    The model's parameters all require grad when the Trainer wraps it (DDP registers those);
+    frozen ones then get no gradient and AdamW skips them, as in the paper.
+    """
+
+    def __init__(self, model: nn.Module, steps_per_epoch: int):
+        self.model = model
+        self.steps_per_epoch = steps_per_epoch
+
+    def on_step_start(self, trainer: Trainer) -> None:
+        from lmlab.finetune.recipes import unfreeze_to
+
+        unfreeze_to(self.model, trainer.step // self.steps_per_epoch)  # cheap: flags only
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        for parameter in self.model.parameters():
+            parameter.requires_grad_(True)
