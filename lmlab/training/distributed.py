@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from lmlab.utils.errors import LmlabError
 
@@ -47,8 +48,6 @@ def launched_by_torchrun() -> bool:
 
 def init_distributed(device: torch.device) -> DistInfo:
     """Start the process group if torchrun launched us (idempotent); one-process info otherwise."""
-    import torch.distributed as dist
-
     if not launched_by_torchrun():
         return DistInfo()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -82,8 +81,6 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 def barrier(info: DistInfo) -> None:
     if info.active:
-        import torch.distributed as dist
-
         dist.barrier()
 
 
@@ -91,8 +88,6 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
     """Sum a few floats over ranks (one collective)."""
     if not info.active:
         return values
-    import torch.distributed as dist
-
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
     return tensor.tolist()
@@ -102,28 +97,14 @@ def broadcast_object(obj: Any, info: DistInfo) -> Any:
     """Rank 0's ``obj`` on every rank."""
     if not info.active:
         return obj
-    import torch.distributed as dist
-
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
 
 
-def broadcast_module(module: torch.nn.Module) -> None:
-    """Copy rank 0's parameters and buffers to every rank (in place)."""
-    import torch.distributed as dist
-
-    with torch.no_grad():
-        for tensor in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(tensor.data, src=0)
-
-
 def shutdown(info: DistInfo) -> None:
-    if info.active:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    if info.active and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class RankSlice:
@@ -196,7 +177,9 @@ def wrap(module: LossModule, strategy: str, info: DistInfo, device: torch.device
         # DTensors sharded over ranks; rank 0's initial weights are broadcast first.
         from torch.distributed.fsdp import fully_shard
 
-        broadcast_module(module)
+        with torch.no_grad():
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor.data, src=0)
         fully_shard(module)
         return module
     from torch.nn.parallel import DistributedDataParallel as DDP
