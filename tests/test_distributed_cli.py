@@ -201,9 +201,6 @@ def test_two_processes_write_the_run_directory_once(single, distributed):
         == [f"step-{s}" for s in range(SAVE_EVERY, STEPS + 1, SAVE_EVERY)]
 
 
-@pytest.mark.xfail(strict=True, reason="Trainer._train_step logs each rank's own per-objective "
-                   "metrics (no all-reduce): under torchrun metrics.jsonl holds rank 0's "
-                   "mlm_loss/mlm_accuracy, not the global batch's")
 def test_per_objective_training_metrics_are_global(single, distributed):
     """The per-objective training metrics are the global batch's, like the loss."""
     strategy, out, _ = distributed

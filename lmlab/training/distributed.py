@@ -93,6 +93,15 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
     return tensor.tolist()
 
 
+def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank (``[obj]`` in one process)."""
+    if not info.active:
+        return [obj]
+    gathered: list[Any] = [None] * info.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def broadcast_object(obj: Any, info: DistInfo) -> Any:
     """Rank 0's ``obj`` on every rank."""
     if not info.active:

@@ -35,6 +35,7 @@ from lmlab.training.distributed import (
     RankSlice,
     all_reduce_sum,
     barrier,
+    gather_objects,
     init_distributed,
     resolve_device,
     wrap,
@@ -268,7 +269,7 @@ class Trainer:
         self.model.train()
         self.objective.train()
         weighted_loss, weight_sum, tokens = 0.0, 0.0, 0
-        metric_sums: dict[str, float] = {}
+        metric_parts: list[tuple[float, dict[str, float]]] = []  # (weight, metrics) per micro
         for micro in range(self.cfg.grad_accum):
             try:
                 batch = _to_device(next(batches), self.device)
@@ -286,8 +287,7 @@ class Trainer:
                 (loss * weight).backward()
             weighted_loss += float(loss.detach()) * weight
             weight_sum += weight
-            for key, value in metrics.items():
-                metric_sums[key] = metric_sums.get(key, 0.0) + float(value)
+            metric_parts.append((weight, {k: float(v) for k, v in metrics.items()}))
         # global mean over predictions: grads hold sum_i w_i grad(L_i) (averaged over ranks)
         weighted_loss, weight_sum, tokens_all = all_reduce_sum(
             [weighted_loss, weight_sum, float(tokens)], self.dist, self.device)
@@ -301,8 +301,21 @@ class Trainer:
             [p for p in self.params if p.grad is not None], self.cfg.clip_norm or math.inf)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         loss_value = weighted_loss / weight_sum
-        metrics = {k: v / self.cfg.grad_accum for k, v in metric_sums.items()}
-        return loss_value, metrics, int(round(tokens_all)), grad_norm
+        return loss_value, self._global_metrics(metric_parts), int(round(tokens_all)), grad_norm
+
+    def _global_metrics(self, parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+        """The step's metrics for the global batch: each micro-batch's (on every rank) weighted
+        by its prediction count, as the loss is. Gathered as objects, not all-reduced, because
+        a micro-batch may lack a metric (a tagging batch without labelled tokens has no
+        accuracy)."""
+        sums: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        for rank_parts in gather_objects(parts, self.dist):
+            for weight, metrics in rank_parts:
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + weight * value
+                    weights[key] = weights.get(key, 0.0) + weight
+        return {key: sums[key] / weights[key] for key in sums}
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -364,14 +377,8 @@ class Trainer:
             tmp = ckpt.staging_dir(self.checkpoints_dir, self.step)
         barrier(self.dist)
         rng_json = ckpt.write_rng(tmp, self.dist.rank)
-        if self.dist.active:  # gather every rank's python/numpy states into state.json
-            import torch.distributed as dist
-
-            gathered: list[Any] = [None] * self.dist.world_size
-            dist.all_gather_object(gathered, rng_json)
-            all_rng = {str(r): s for r, s in enumerate(gathered)}
-        else:
-            all_rng = {"0": rng_json}
+        # every rank's python/numpy states, into state.json
+        all_rng = {str(r): state for r, state in enumerate(gather_objects(rng_json, self.dist))}
         barrier(self.dist)
         final = self.checkpoints_dir / f"step-{self.step}"
         if self.dist.is_main:
