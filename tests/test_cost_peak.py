@@ -13,10 +13,11 @@ from lmlab.cost.peak import (
     cpu_peaks,
     device_peak,
     gpu_key_from_name,
-    machine_key,
+    gpu_spec,
     measure_cpu_peaks,
 )
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.host import describe_host
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_peaks_are_measured_once_then_read_from_the_cache(cache, fake_measure):
     first = cpu_peaks()
     assert len(fake_measure) == 1 and cache.exists()
     stored = json.loads(cache.read_text())
-    assert stored["machines"][machine_key()]["peaks"]["fp32"] == first.peaks["fp32"]
+    assert stored["machines"][describe_host()]["peaks"]["fp32"] == first.peaks["fp32"]
     second = cpu_peaks()
     assert len(fake_measure) == 1, "a cached machine must not be measured again"
     assert second.peaks == first.peaks and second.key == first.key
@@ -64,7 +65,7 @@ def test_other_machines_in_the_cache_are_kept(cache, fake_measure):
         "cpu_model": "x", "threads": 8, "torch_version": "2.0", "peaks": {"fp32": 1.0}}}}))
     cpu_peaks()
     machines = json.loads(cache.read_text())["machines"]
-    assert "other box" in machines and machine_key() in machines
+    assert "other box" in machines and describe_host() in machines
 
 
 def test_corrupt_cache_is_remeasured(cache, fake_measure):
@@ -113,11 +114,24 @@ def test_cuda_names_map_to_table_keys(name, key):
     assert gpu_key_from_name(name) == key
 
 
+def test_cuda_devices_are_looked_up_by_the_name_torch_reports(monkeypatch):
+    import torch
+
+    names = {0: "Tesla T4", 1: "Tesla V100-SXM2-16GB"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: names[index])
+    assert gpu_spec("cuda").name == "NVIDIA T4"
+    assert device_peak("cuda:1", "fp16")[0] == 125e12
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(LmlabError, match="no CUDA GPU"):
+        device_peak("cuda", "fp16")
+
+
 def test_load_during_measurement_is_recorded_and_flagged(cache, fake_measure, monkeypatch):
     monkeypatch.setattr(peak_module, "_load_average", lambda: 64.0)
     peaks = cpu_peaks()
     assert peaks.load_average == 64.0 and peaks.measured_under_load
-    assert json.loads(cache.read_text())["machines"][machine_key()]["load_average"] == 64.0
+    assert json.loads(cache.read_text())["machines"][describe_host()]["load_average"] == 64.0
     idle = CpuPeaks(key="k", cpu_model="m", threads=2, torch_version="t", peaks={},
                     load_average=0.3)
     assert not idle.measured_under_load

@@ -11,12 +11,13 @@ from lmlab.cost.presets import preset_config
 from lmlab.cost.report import (
     DEFAULT_GRID_G_PER_KWH,
     LB_PER_KG,
-    STRUBELL_US_LB_PER_KWH,
     CostTracker,
     co2_kg,
     money,
 )
 from lmlab.utils.errors import LmlabError
+
+STRUBELL_US_LB_PER_KWH = 0.954  # the US grid average Strubell et al. (2019) used (EPA 2018)
 
 
 def test_co2_arithmetic():
@@ -126,3 +127,7 @@ def test_estimate_is_consistent_and_states_assumptions():
     assert estimate_run("gpt2-small", 1e9, device="v100").precision == "fp16"
     with pytest.raises(LmlabError):
         estimate_run("bert-base", 1e9, mfu=1.5)
+    for bad, option in (({"tokens": -5}, "--tokens"), ({"devices": 0}, "--count"),
+                        ({"power_watts": -3.0}, "--power-watts")):
+        with pytest.raises(LmlabError, match=option):
+            estimate_run(**{"model": "bert-base", "tokens": 1e9, **bad})

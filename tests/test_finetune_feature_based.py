@@ -20,7 +20,9 @@ from lmlab.finetune.feature_based import (
     ScalarMix,
     train_feature_based,
 )
+from lmlab.finetune.data import encode_examples
 from lmlab.finetune.recipes import get_recipe
+from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.finetune.runner import load_model
 from lmlab.tasks.types import Example, Task
 from lmlab.training.trainer import Trainer
@@ -128,6 +130,12 @@ def test_runs_on_the_trainer_and_is_deterministic(tiny_bert_folder, tmp_path):
     config = json.loads((run / "config.json").read_text())
     assert config["hparams"]["recipe"]["name"] == "feature" and config["hparams"]["lr"] == 5e-2
     assert config["model"]["kind"] == "feature_head"
+    # the cost report is the encoder's one pass (forward only) over train and dev, every token
+    cost = json.loads((run / "cost.json").read_text())
+    assert cost == a["cost"] and cost["tokens"] == sum(
+        len(f.input_ids) for split in ("train", "dev") for f in encode_examples(
+            toy_task(), toy_task().split(split), Tokenizer.from_pretrained(tiny_bert_folder), 128))
+    assert cost["flops"] > 0 and "## Cost" in (run / "report.md").read_text()
     other = train(tiny_bert_folder, tmp_path / "seed1", seed=1)
     assert other["history"] != a["history"]
 

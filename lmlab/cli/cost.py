@@ -52,21 +52,20 @@ def _flops(args: argparse.Namespace) -> int:
 
 
 def _peak(args: argparse.Namespace) -> int:
-    from lmlab.cost.peak import GPU_SPECS, cpu_peaks
+    from dataclasses import asdict
+
+    from lmlab.cost.peak import GPU_SPECS, PATH_LABELS, cpu_peaks
 
     peaks = cpu_peaks(refresh=args.refresh)
     if args.json:
         print(json.dumps({"cpu": peaks.__dict__,
-                          "gpus": {k: {"name": s.name, "peaks": s.peaks, "tdp_watts": s.tdp_watts,
-                                       "source": s.source} for k, s in GPU_SPECS.items()}},
+                          "gpus": {key: asdict(spec) for key, spec in GPU_SPECS.items()}},
                          indent=2))
         return 0
     print(f"This machine: {peaks.cpu_model}, {peaks.threads} threads, torch "
           f"{peaks.torch_version} (measured {peaks.measured_at}; `--refresh` to measure again)")
-    labels = {"fp32": "torch.matmul fp32 (MKL on x86)", "fp32-onednn": "oneDNN fp32",
-              "bf16": "torch.matmul bf16"}
     for path, value in peaks.peaks.items():
-        print(f"  {labels.get(path, path):32s} {value / 1e9:8,.0f} GFLOP/s")
+        print(f"  {PATH_LABELS.get(path, path):32s} {value / 1e9:8,.0f} GFLOP/s")
     if peaks.measured_under_load:
         print(f"  warning: measured under load (load average {peaks.load_average:g} on "
               f"{peaks.threads} threads); these peaks read low. Re-measure on an idle machine "

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from lmlab.cost.peak import gpu_spec
 from lmlab.utils.errors import LmlabError
 
 DEFAULT_CPU_WATTS_PER_CORE = 5.0
@@ -195,25 +196,13 @@ class EnergyMeter:
             self._power_watts = threads * watts_per_core
             return (f"estimate (TDP share: {threads} cores x {watts_per_core:g} W/core, "
                     "assumed fully loaded)")
-        from lmlab.cost.peak import gpu_spec
-
         if gpu_watts is None:
-            name = self.device
-            if name.startswith("cuda"):
-                import torch
-
-                name = torch.cuda.get_device_name(int(name.split(":", 1)[1]) if ":" in name
-                                                  else 0)
-            spec = gpu_spec(name)
+            spec = gpu_spec(self.device)  # "cuda:N" is looked up by the name torch reports
             gpu_watts, label = spec.tdp_watts, spec.name
         else:
             label = self.device
         self._power_watts = self.count * gpu_watts
         return f"estimate (board power: {self.count} x {gpu_watts:g} W {label} TDP)"
-
-    @property
-    def is_estimate(self) -> bool:
-        return self.method.startswith("estimate")
 
     def _read_counters(self) -> list[int]:
         if self._zones:

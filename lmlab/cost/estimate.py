@@ -11,9 +11,15 @@ result, because the answer is only as good as they are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lmlab.cost.energy import DEFAULT_CPU_WATTS_PER_CORE
+from lmlab.cost.flops import parse_seq_len_schedule, schedule_flops_per_token
+from lmlab.cost.peak import default_threads, device_peak, gpu_spec
+from lmlab.cost.presets import default_head, preset_config
+from lmlab.cost.report import DEFAULT_GRID_G_PER_KWH, LB_PER_KG, co2_kg, money
+from lmlab.utils.checks import check_at_least, check_positive
 from lmlab.utils.errors import LmlabError
 
 
@@ -50,16 +56,12 @@ class RunEstimate:
         return self.energy_joules / 3.6e6
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         values = asdict(self)
         values.update(hours=self.hours, energy_kwh=self.energy_kwh)
         return values
 
     def to_text(self) -> str:
         """The estimate, then its assumptions, for the terminal."""
-        from lmlab.cost.report import LB_PER_KG
-
         lines = [
             f"Estimate for {self.model}: {self.tokens:.3g} tokens on {self.devices} x "
             f"{self.device} ({self.precision})",
@@ -84,8 +86,6 @@ def default_precision(device: str) -> str:
     """bf16 where the device has it, else fp16 (tensor cores), else fp32; fp32 on CPUs."""
     if device.lower() == "cpu":
         return "fp32"
-    from lmlab.cost.peak import gpu_spec
-
     peaks = gpu_spec(device).peaks
     for precision in ("bf16", "fp16", "fp32"):
         if precision in peaks:
@@ -118,24 +118,14 @@ def estimate_run(model: str, tokens: float, device: str = "v100", devices: int =
         power_watts: override the power per device (default: GPU TDP; CPU threads x W/core).
         cpu_threads: threads the CPU run uses (default: ``OMP_NUM_THREADS`` or all cores).
     """
-    from lmlab.cost.energy import DEFAULT_CPU_WATTS_PER_CORE
-    from lmlab.cost.flops import parse_seq_len_schedule, schedule_flops_per_token
-    from lmlab.cost.peak import default_threads, device_peak, gpu_spec
-    from lmlab.cost.presets import default_head, preset_config
-    from lmlab.cost.report import DEFAULT_GRID_G_PER_KWH, co2_kg, money
-
-    if tokens <= 0:
-        raise LmlabError(f"tokens must be positive, got {tokens}", "pass e.g. --tokens 42e9")
+    check_positive(tokens, "--tokens")
     if not 0 < mfu <= 1:
         raise LmlabError(f"MFU must be in (0, 1], got {mfu}", "pass e.g. --mfu 0.3")
-    if devices < 1:
-        raise LmlabError(f"device count must be at least 1, got {devices}", "pass --count 1 or more")
+    check_at_least(devices, 1, "--count")
     if peak_flops_per_s is not None and not peak_flops_per_s > 0:
         raise LmlabError(f"peak must be positive, got {peak_flops_per_s:g} FLOP/s",
                          "pass e.g. --peak-tflops 125, or leave it out for the data sheet's")
-    if power_watts is not None and not power_watts > 0:
-        raise LmlabError(f"power per device must be positive, got {power_watts:g} W",
-                         "pass e.g. --power-watts 300, or leave it out for the TDP")
+    check_positive(power_watts, "--power-watts")
     config = preset_config(model)
     head = head or default_head(config)
     schedule = parse_seq_len_schedule(seq_len)

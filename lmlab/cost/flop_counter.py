@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from lmlab.cost.flops import flops_per_token
+
 
 def _default_loss(outputs: Any):
     loss = getattr(outputs, "loss", None)
@@ -66,8 +68,6 @@ def compare_with_analytic(model, inputs: Mapping[str, Any], config, seq_len: int
     Returns a dict with ``measured``, ``analytic`` (FLOPs per token) and ``ratio``
     (measured / analytic).
     """
-    from lmlab.cost.flops import flops_per_token
-
     total, _ = measure_flops(model, inputs, training=training, loss_fn=loss_fn)
     measured = total / tokens
     analytic = flops_per_token(config, seq_len, training=training, head=head,

@@ -37,7 +37,7 @@ layer counted once per use).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 from lmlab.utils.errors import LmlabError
@@ -77,11 +77,6 @@ class FlopBreakdown:
             "head transform": self.head_transform,
             "output projection": self.output_projection,
         }
-
-    def to_dict(self) -> dict[str, float | int | bool]:
-        values = asdict(self)
-        values["total"] = self.total
-        return values
 
     def to_markdown(self) -> str:
         """A table: component, FLOPs per token, share of the total."""

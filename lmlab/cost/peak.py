@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.host import cpu_name
+from lmlab.utils.host import cpu_name, describe_host
+from lmlab.utils.io import atomic_write_json, read_json
+from lmlab.utils.paths import cache_dir
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 _CACHE_VERSION = 1
@@ -95,7 +97,15 @@ def gpu_key_from_name(device_name: str) -> str | None:
 
 
 def gpu_spec(device: str) -> GpuSpec:
-    """The :class:`GpuSpec` of a table key (``"v100"``) or a CUDA device name."""
+    """The :class:`GpuSpec` of a table key (``"v100"``), a CUDA device name, or ``"cuda"`` /
+    ``"cuda:N"`` (the name of that GPU is read from torch)."""
+    if device.lower().startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise LmlabError(f"device {device!r}: torch sees no CUDA GPU on this machine",
+                             f"name the GPU model instead: {', '.join(GPU_SPECS)}")
+        device = torch.cuda.get_device_name(int(device.split(":", 1)[1]) if ":" in device else 0)
     key = device.strip().lower()
     if key not in GPU_SPECS:
         key = gpu_key_from_name(device) or key
@@ -139,23 +149,16 @@ class CpuPeaks:
             raise LmlabError(f"no measured CPU peak for {precision} on this machine",
                              "run `lmlab cost peak --refresh`")
         value, which = max(found)
-        label = (f"cpu {which} ({_PATH_LABELS[which]}, measured {value / 1e9:,.0f} GFLOP/s, "
+        label = (f"cpu {which} ({PATH_LABELS[which]}, measured {value / 1e9:,.0f} GFLOP/s, "
                  f"{self.threads} threads)")
         return value, label
 
 
-_PATH_LABELS = {
-    "fp32": "torch.matmul fp32",
+PATH_LABELS = {  # what each measured path runs (CpuPeaks labels, `lmlab cost peak`)
+    "fp32": "torch.matmul fp32, MKL on x86",
     "fp32-onednn": "oneDNN mkldnn_linear fp32",
     "bf16": "torch.matmul bf16",
 }
-
-
-def machine_key(threads: int | None = None) -> str:
-    """Cache key: the host line of every report (CPU with family/model, ISA, threads, torch)."""
-    from lmlab.utils.host import describe_host
-
-    return describe_host(threads)
 
 
 def _time_median(fn: Callable[[], Any], reps: int) -> float:
@@ -212,14 +215,10 @@ def measure_cpu_peaks(sizes: Sequence[int] = (2048, 3072), reps: int = 3) -> dic
 
 
 def _cache_path() -> Path:
-    from lmlab.utils.paths import cache_dir
-
     return cache_dir() / "cost" / "peaks.json"
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
-    from lmlab.utils.io import read_json
-
     try:
         data = read_json(path)
     except (OSError, ValueError):
@@ -240,10 +239,8 @@ def cpu_peaks(refresh: bool = False, measure: bool = True,
     """
     import torch
 
-    from lmlab.utils.io import atomic_write_json
-
     path = _cache_path()
-    key = machine_key()
+    key = describe_host()  # the host line every report prints: CPU, ISA, threads, torch
     data = _read_cache(path)
     entry = data.get("machines", {}).get(key)
     threads = torch.get_num_threads()
@@ -260,7 +257,7 @@ def cpu_peaks(refresh: bool = False, measure: bool = True,
             peaks = {k: max(v, float(entry["peaks"].get(k, 0.0))) for k, v in peaks.items()}
         entry = {
             "load_average": load_before,
-            "cpu_model": cpu_name(), "threads": torch.get_num_threads(),
+            "cpu_model": cpu_name(), "threads": threads,
             "torch_version": torch.__version__, "peaks": peaks, "sizes": list(sizes),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
@@ -302,11 +299,6 @@ def device_peak(device: str, precision: str, path: str = "default",
     if device.lower() == "cpu":
         peaks = cpu_peaks(measure=measure)
         return None if peaks is None else peaks.peak(precision, path)
-    if device.lower().startswith("cuda"):
-        import torch
-
-        index = int(device.split(":", 1)[1]) if ":" in device else 0
-        device = torch.cuda.get_device_name(index)
     spec = gpu_spec(device)
     if precision not in spec.peaks:
         raise LmlabError(f"{spec.name} has no {precision} figure",

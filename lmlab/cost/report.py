@@ -27,11 +27,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lmlab.cost.energy import EnergyMeter
+from lmlab.cost.flops import flops_per_token
+from lmlab.cost.peak import device_peak
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
 
 DEFAULT_GRID_G_PER_KWH = 480.0
-STRUBELL_US_LB_PER_KWH = 0.954
 LB_PER_KG = 2.20462262
 J_PER_KWH = 3.6e6
 
@@ -200,8 +202,6 @@ class CostTracker:
                  energy_method: str = "auto", grid_g_per_kwh: float = DEFAULT_GRID_G_PER_KWH,
                  pue: float = 1.0, price_per_hour: float | None = None,
                  model_name: str | None = None):
-        from lmlab.cost.flops import flops_per_token
-
         cost_settings({"price_per_hour": price_per_hour, "grid_g_per_kwh": grid_g_per_kwh})
         self.config = config
         self.seq_len = int(seq_len)
@@ -221,15 +221,12 @@ class CostTracker:
         self.model_name = model_name or getattr(config, "family", "model")
         self.tokens = 0
         self.flops = 0.0
-        self._meter = None
+        self._meter: EnergyMeter | None = None  # set by start()
         self._start: float | None = None
         self._stopped_at: float | None = None
-        self._energy_joules: float | None = None
 
     def start(self) -> CostTracker:
         """Start the clock and the energy meter."""
-        from lmlab.cost.energy import EnergyMeter
-
         self._meter = EnergyMeter(self.device, method=self.energy_method, count=self.devices)
         self._meter.start()
         self._start = time.perf_counter()
@@ -242,13 +239,10 @@ class CostTracker:
             raise LmlabError("CostTracker.add_tokens() before start()", "call tracker.start()")
         length = int(seq_len or self.seq_len)
         if length not in self._fpt_cache:
-            from lmlab.cost.flops import flops_per_token
-
             self._fpt_cache[length] = flops_per_token(self.config, length, **self._flop_args)
         self.tokens += int(n)
         self.flops += int(n) * self._fpt_cache[length]
-        if self._meter is not None:
-            self._meter.poll()
+        self._meter.poll()
 
     def stop(self) -> None:
         """Stop the clock and the meter (``report`` after this reports the finished run)."""
@@ -256,13 +250,11 @@ class CostTracker:
             raise LmlabError("CostTracker.stop() before start()", "call tracker.start()")
         if self._stopped_at is None:
             self._stopped_at = time.perf_counter()
-            self._energy_joules = self._meter.stop().joules if self._meter else None
+            self._meter.stop()
 
     def _peak(self) -> tuple[float | None, str]:
         if self._peak_override is not None:
             return self._peak_override, "given by the caller"
-        from lmlab.cost.peak import device_peak
-
         found = device_peak(self.device, self.precision, measure=self._measure_peak)
         if found is None:
             return None, "not measured (run `lmlab cost peak`)"
@@ -274,11 +266,8 @@ class CostTracker:
             raise LmlabError("CostTracker.report() before start()", "call tracker.start()")
         end = self._stopped_at if self._stopped_at is not None else time.perf_counter()
         seconds = max(end - self._start, 1e-9)
-        if self._stopped_at is not None:
-            joules = self._energy_joules
-        else:
-            joules = self._meter.poll() if self._meter else None
-        method = self._meter.method if self._meter else "none"
+        joules = self._meter.poll()  # once stopped, the meter's final reading
+        method = self._meter.method
         achieved = self.flops / seconds
         peak, label = self._peak()
         mfu = None if not peak else achieved / (peak * self.devices)
@@ -309,7 +298,7 @@ class CostTracker:
             energy_method=method,
             grid_g_per_kwh=self.grid_g_per_kwh,
             pue=self.pue,
-            co2_kg=None if joules is None else co2_kg(joules, self.grid_g_per_kwh, self.pue),
+            co2_kg=co2_kg(joules, self.grid_g_per_kwh, self.pue),
             price_per_device_hour=self.price_per_hour,
             money=(None if self.price_per_hour is None
                    else money(seconds, self.devices, self.price_per_hour)),

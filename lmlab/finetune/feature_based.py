@@ -14,15 +14,15 @@ folder plus ``feature_head.safetensors``).
 
 from __future__ import annotations
 
-import random
+import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from lmlab.finetune import data as fdata
 from lmlab.objectives.base import ObjectiveResult
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.precision import precision_autocast
@@ -112,46 +112,24 @@ def layer_features(model: nn.Module, batches, pooling: str = "mean",
 
 
 # -- the head's training on the Trainer: stream and objective --------------------------------------
-class FeatureStream:
+class FeatureStream(fdata.TaskStream):
     """Endless training batches of frozen features, ``{"features": (B, L+1, H), "labels": (B,)}``,
     in epochs of shuffled batches (the last one of an epoch may be smaller).
 
-    Epoch ``e``'s order depends on ``(seed, e)`` only, and ``state_dict``/``load_state_dict``
-    hold the exact position (epoch, batch), so a resumed run sees the batches an uninterrupted
-    run sees. Under DDP it yields global batches (the Trainer gives each rank its slice).
+    A :class:`~lmlab.finetune.data.TaskStream` without length grouping: epoch ``e``'s order
+    depends on ``(seed, e)`` only, and ``state_dict``/``load_state_dict`` hold the exact
+    position (epoch, batch), so a resumed run sees the batches an uninterrupted run sees. Under
+    DDP it yields global batches (the Trainer gives each rank its slice).
     """
 
     def __init__(self, features: torch.Tensor, labels: torch.Tensor, batch_size: int,
                  seed: int = 0):
-        if len(labels) == 0:
-            raise LmlabError("no training examples to fine-tune on",
-                             "give a non-empty training split")
-        self.features, self.labels = features, labels
-        self.batch_size, self.seed = batch_size, seed
-        self.epoch = self.position = 0
+        super().__init__(features, batch_size, pad_id=0, seed=seed, group_by_length=False)
+        self.labels = labels
 
-    def __len__(self) -> int:
-        """Batches per epoch."""
-        return -(-len(self.labels) // self.batch_size)
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        while True:
-            order = list(range(len(self.labels)))
-            random.Random(f"{self.seed}:{self.epoch}").shuffle(order)  # (seed, epoch) only
-            batches = torch.tensor(order).split(self.batch_size)
-            while self.position < len(batches):
-                rows = batches[self.position]
-                self.position += 1
-                yield {"features": self.features[rows], "labels": self.labels[rows]}
-            self.epoch += 1
-            self.position = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self.seed = int(state.get("seed", self.seed))
+    def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        rows = torch.tensor(indices)
+        return {"features": self.features[rows], "labels": self.labels[rows]}
 
 
 class FeatureObjective(nn.Module):
@@ -214,13 +192,13 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     ``cost``, ``_main`` (False on other torchrun ranks), ``_predictor(split)`` (predictions as
     ``task.evaluate`` takes them) and ``_saver(path)`` (a :class:`FeatureClassifier` folder).
     """
-    from lmlab.finetune import data as fdata
+    from lmlab.cost.report import CostTracker
     from lmlab.finetune.hooks import DevSelection
     from lmlab.training.config import TrainingConfig
     from lmlab.training.distributed import resolve_device
     from lmlab.training.run_dir import RunRecord, check_resumable, run_config
     from lmlab.training.trainer import Trainer, seed_everything
-    from lmlab.utils.io import stable_hash
+    from lmlab.utils.io import atomic_write_json, stable_hash
 
     if task.type not in SENTENCE_TASKS:
         raise LmlabError(f"the feature recipe handles sentence tasks, not {task.type}",
@@ -267,8 +245,18 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
                               precision)[1]  # (N, L+1, H)
 
     started = time.perf_counter()
+    tracker = CostTracker(model.config, rec.max_length, precision=precision,
+                          device=encoder_device.type, head="none", training=False).start()
     x_train, x_dev = features_of(encoded["train"]), features_of(encoded["dev"])
+    for feature in encoded["train"] + encoded["dev"]:  # each sequence at its own length
+        tracker.add_tokens(len(feature.input_ids), seq_len=len(feature.input_ids))
+    tracker.stop()
     encode_seconds = time.perf_counter() - started
+    cost = tracker.report()  # the recipe's cost is the encoder's pass; the head's is tiny
+    if int(os.environ.get("RANK", 0)) == 0:  # before the Trainer's report.md, which shows it
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(out_dir) / "cost.json", cost.to_dict())
+        (Path(out_dir) / "cost.md").write_text(cost.to_markdown() + "\n", encoding="utf-8")
     y = torch.tensor([f.label for f in encoded["train"]],
                      dtype=torch.float if regression else torch.long)
     seed_everything(seed)  # the head's initial weights
@@ -286,17 +274,14 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
         weight = head.classifier.weight
         return decode(head(vectors.to(weight.device, weight.dtype)).cpu())
 
-    metric = task.metrics[0]
-    selection = DevSelection(lambda: task.evaluate("dev", predict_vectors(x_dev)), metric,
-                             rec.patience, steps_per_epoch, head.state_dict,
+    selection = DevSelection(lambda: task.evaluate("dev", predict_vectors(x_dev)),
+                             task.metrics[0], rec.patience, steps_per_epoch, head.state_dict,
                              head.load_state_dict)
     trainer = Trainer(head, FeatureObjective(regression), stream, cfg, out_dir, record=record,
                       hooks=[selection], save_model=False)  # _saver writes the classifier
     result = trainer.train()
     head.eval()
     mix = torch.softmax(head.mix.weights.detach(), 0).tolist() if head.mix is not None else None
-    # whole epochs, then full batches of the epoch in progress (only an epoch's last is short)
-    examples = result.step // len(stream) * len(y) + result.step % len(stream) * rec.batch_size
 
     def predictor(split: str) -> list[Any]:
         if split == "dev":
@@ -311,14 +296,9 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
                           rec.max_length).save_pretrained(path)
         tokenizer.save_pretrained(path)
 
-    training_seconds = max(result.elapsed - selection.selection_seconds, 1e-9)
-    return {"history": selection.history, "best_epoch": selection.best_epoch,
-            "stop_reason": "epochs" if result.stop_reason == "max_steps" else result.stop_reason,
-            "steps": result.step, "encode_seconds": encode_seconds,
-            "selection_seconds": round(selection.selection_seconds, 3), "scalar_mix": mix,
-            "train_examples_per_s": examples / training_seconds, "selected_by": f"dev {metric}",
-            "device": str(trainer.device), "cost": result.cost, "_main": trainer.dist.is_main,
-            "_predictor": predictor, "_saver": saver}
+    return {**selection.report(trainer, result, stream.examples_seen()),
+            "cost": cost.to_dict(), "encode_seconds": encode_seconds, "scalar_mix": mix, "_predictor": predictor,
+            "_saver": saver}
 
 
 # -- a finished feature-based run as one model ----------------------------------------------------
@@ -399,12 +379,11 @@ def load_feature_classifier(path: str | Path, head: str | list[str] | None = Non
                             dtype: torch.dtype | None = None) -> FeatureClassifier:
     """Load a feature-based run's model folder (what :meth:`FeatureClassifier.save_pretrained`
     wrote) in eval mode; ``dtype`` casts the encoder only (the head is tiny and stays fp32)."""
-    import json
-
     from safetensors.torch import load_file
 
     from lmlab.finetune.heads import SEQUENCE_CLASSIFICATION
     from lmlab.interop.hf import load_pretrained
+    from lmlab.utils.io import read_json
 
     path = Path(path)
     asked = [head] if isinstance(head, str) else list(head or [])
@@ -417,8 +396,7 @@ def load_feature_classifier(path: str | Path, head: str | list[str] | None = Non
         raise LmlabError(f"{path} is a feature-based run saved without its encoder (by an "
                          "older lmlab)", "fine-tune it again with `lmlab finetune --recipe "
                          "feature`: runs now keep the encoder beside the head")
-    with open(path / FEATURE_HEAD_CONFIG, encoding="utf-8") as handle:
-        settings = json.load(handle)
+    settings = read_json(path / FEATURE_HEAD_CONFIG)
     encoder = load_pretrained(path, head=[], dtype=dtype)
     feature_head = FeatureHead(settings["layers"], settings["hidden"], settings["outputs"],
                                settings["layer"])
