@@ -243,7 +243,9 @@ def test_shot_counts_parse_or_fail_clearly():
     from lmlab.utils.errors import LmlabError
 
     assert parse_shot_counts("0, 1,8") == [0, 1, 8]
-    with pytest.raises(LmlabError, match="not a list of numbers"):
+    with pytest.raises(LmlabError, match="--few-shot '0,one' is not a list of whole numbers"):
         parse_shot_counts("0,one")
-    with pytest.raises(LmlabError, match="names no shot count"):
+    with pytest.raises(LmlabError, match="names no number"):
         parse_shot_counts(" , ")
+    with pytest.raises(LmlabError, match="repeats a value"):
+        parse_shot_counts("0,1,0")

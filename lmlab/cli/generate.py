@@ -110,9 +110,7 @@ def _check_options(args: argparse.Namespace) -> None:
     if hasattr(args, "max_new_tokens"):
         from lmlab.generation.generate import GenerationConfig
 
-        options = _options(args)
-        options["stop_strings"] = list(args.stop)
-        GenerationConfig(**options).validate()
+        GenerationConfig(**_options(args)).validate()
 
 
 def _load(args: argparse.Namespace):
@@ -135,7 +133,13 @@ def _options(args: argparse.Namespace) -> dict:
     return dict(max_new_tokens=args.max_new_tokens, do_sample=args.sample,
                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                 repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
-                length_penalty=args.length_penalty, stop_strings=args.stop or None)
+                length_penalty=args.length_penalty, stop_strings=list(args.stop))
+
+
+def _write(text: str) -> None:
+    """Print ``text`` at once (no newline): streamed pieces show as they are generated."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -146,14 +150,8 @@ def _generate(args: argparse.Namespace) -> int:
     stream = not args.no_stream and not args.json and len(args.prompt) == 1 \
         and args.num_beams == 1
     if stream:
-        sys.stdout.write(args.prompt[0])
-        sys.stdout.flush()
-
-        def show(piece: str) -> None:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-
-        generate_text(model, tokenizer, args.prompt[0], seed=args.seed, on_text=show, **options)
+        _write(args.prompt[0])
+        generate_text(model, tokenizer, args.prompt[0], seed=args.seed, on_text=_write, **options)
         sys.stdout.write("\n")
         return 0
     outputs = generate_text(model, tokenizer, args.prompt, seed=args.seed, **options)
@@ -179,14 +177,8 @@ def _chat(args: argparse.Namespace) -> int:
             break
         if not line.strip() or line.strip() in ("/exit", "/quit"):
             break
-        sys.stdout.write("bot> ")
-        sys.stdout.flush()
-
-        def show(piece: str) -> None:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-
-        session.say(line, on_text=show, **options)
+        _write("bot> ")
+        session.say(line, on_text=_write, **options)
         sys.stdout.write("\n")
     return 0
 

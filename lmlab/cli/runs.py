@@ -16,9 +16,8 @@ def register(commands) -> None:
 
 def summary_text(run_dir: Path) -> str:
     """A short text report of a run that has not written report.md yet (still training)."""
-    import json
-
     from lmlab.training.report import run_summary
+    from lmlab.utils.io import read_json
 
     summary = run_summary(run_dir)
     lines = [f"run {run_dir} (in progress or interrupted: no report.md yet)",
@@ -37,7 +36,7 @@ def summary_text(run_dir: Path) -> str:
     if summary["diverged_at"] is not None:
         lines.append(f"  DIVERGED at step {summary['diverged_at']}")
     config_file = run_dir / "config.json"
-    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    config = read_json(config_file) if config_file.is_file() else {}
     hparams = config.get("hparams", {})
     keys = ("family", "size", "objective", "lr", "batch_size", "seq_len")
     if any(k in hparams for k in keys):
@@ -48,11 +47,11 @@ def summary_text(run_dir: Path) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
-    if not (run_dir / "metrics.jsonl").is_file() and not (run_dir / "report.md").is_file():
-        raise LmlabError(f"{run_dir} is not a run directory (no metrics.jsonl or report.md)",
-                         "give a folder written by `lmlab pretrain --out`")
     report = run_dir / "report.md"
     metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file() and not report.is_file():
+        raise LmlabError(f"{run_dir} is not a run directory (no metrics.jsonl or report.md)",
+                         "give a folder written by `lmlab pretrain --out`")
     if report.is_file() and (not metrics.is_file()
                              or report.stat().st_mtime >= metrics.stat().st_mtime):
         print(report.read_text(encoding="utf-8"), end="")

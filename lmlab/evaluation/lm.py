@@ -17,26 +17,19 @@ import math
 import random
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.nn import functional as F
 
+from lmlab.generation.generate import check_causal_lm, generate
 from lmlab.tasks.sampling import sample_examples
+from lmlab.utils.checks import parse_int_list
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
-
-
-def _device(model: Any) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _check_decoder(model: Any) -> None:
-    if not getattr(model.config, "causal", False) or "clm" not in model.heads:
-        raise LmlabError("this evaluation needs a causal LM (a decoder with a 'clm' head)",
-                         "load a GPT-2/Llama checkpoint or a .gguf file")
+from lmlab.utils.progress import progress
 
 
 # -- perplexity ----------------------------------------------------------------------------------
@@ -48,8 +41,7 @@ class PerplexityResult:
     windows: int
 
     def to_dict(self) -> dict[str, float]:
-        return {"perplexity": self.perplexity, "nll": self.nll, "tokens": self.tokens,
-                "windows": self.windows}
+        return asdict(self)
 
 
 @torch.no_grad()
@@ -63,7 +55,7 @@ def perplexity(model: Any, input_ids: Sequence[int] | torch.Tensor, max_length: 
             1024).
         stride: how far each window advances (default ``max_length // 2``).
     """
-    _check_decoder(model)
+    check_causal_lm(model)
     ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(-1)
     if ids.numel() < 2:
         raise LmlabError("the text has fewer than 2 tokens", "give a longer text")
@@ -73,14 +65,10 @@ def perplexity(model: Any, input_ids: Sequence[int] | torch.Tensor, max_length: 
         raise LmlabError(f"stride {stride} must be in 1..max_length ({max_length})",
                          "use e.g. stride = max_length // 2")
     model.eval()
-    device = _device(model)
+    device = next(model.parameters()).device
     total, count, windows, previous_end = 0.0, 0, 0, 0
-    starts = list(range(0, ids.numel(), stride))
-    if show_progress:
-        from lmlab.utils.progress import progress
-
-        starts = progress(starts, desc="perplexity")
-    for begin in starts:
+    starts = range(0, ids.numel(), stride)
+    for begin in progress(starts, desc="perplexity") if show_progress else starts:
         end = min(begin + max_length, ids.numel())
         new = end - previous_end  # tokens not scored by an earlier window
         window = ids[begin:end].unsqueeze(0).to(device)  # (1, T)
@@ -137,19 +125,12 @@ def lambada_cloze(model: Any, tokenizer: Any, passages: Sequence[tuple[str, str]
                   show_progress: bool = False) -> dict[str, float]:
     """Accuracy of greedy last-word prediction: decode after the context until the first word is
     complete and compare it with the passage's last word (exact match)."""
-    from lmlab.generation.generate import generate
-
-    _check_decoder(model)
+    check_causal_lm(model)
     if not passages:
         raise LmlabError("no cloze passages", "give passages with at least min_words words")
-    device = _device(model)
+    device = next(model.parameters()).device
     correct = 0
-    items: Iterable = passages
-    if show_progress:
-        from lmlab.utils.progress import progress
-
-        items = progress(passages, desc="cloze")
-    for context, word in items:
+    for context, word in progress(passages, desc="cloze") if show_progress else passages:
         ids = torch.tensor([tokenizer.encode(context, add_special_tokens=False)], device=device)
         budget = len(tokenizer.encode(" " + word, add_special_tokens=False)) + 1
         out = generate(model, ids, max_new_tokens=budget, eos_token_id=[])
@@ -192,7 +173,7 @@ def score_continuations(model: Any, prompt_ids: list[int], continuations: list[l
     The prompt runs once; its key/value cache is copied to every continuation, and all
     continuations (right-padded) run in one batch.
     """
-    device = _device(model)
+    device = next(model.parameters()).device
     prompt = torch.tensor([prompt_ids], device=device)
     out = model(input_ids=prompt, use_cache=True, heads=["clm"])
     first = F.log_softmax(out.logits[0, -1].float(), dim=-1)  # (V,) next after the prompt
@@ -253,7 +234,7 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
         {k: {"accuracy": ..., "n": ..., "predictions": [label per example]}}, plus
         ``"uncalibrated_accuracy"`` when ``calibrate``.
     """
-    _check_decoder(model)
+    check_causal_lm(model)
     if isinstance(task, str):
         from lmlab.tasks.builtin import load_builtin_task
 
@@ -277,12 +258,7 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
                              "use 0 or more shots, at most the train split's size")
         rng = random.Random(seed * 1000 + k)
         correct, uncalibrated_correct, predictions = 0, 0, []
-        items: Iterable = examples
-        if show_progress:
-            from lmlab.utils.progress import progress
-
-            items = progress(examples, desc=f"{k}-shot")
-        for example in items:
+        for example in progress(examples, desc=f"{k}-shot") if show_progress else examples:
             chosen = rng.sample(list(train), k) if k else []
             prompt = render_prompt(chosen, example.text, fmt)
             scores = score_continuations(model, tokenizer.encode(prompt, add_special_tokens=False),
@@ -303,14 +279,7 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
 
 def parse_shot_counts(text: str) -> list[int]:
     """``"0,1,8"`` -> ``[0, 1, 8]`` (the CLI's ``--few-shot``), with a clear error."""
-    try:
-        counts = [int(k) for k in text.split(",") if k.strip()]
-    except ValueError:
-        raise LmlabError(f"--few-shot {text!r} is not a list of numbers",
-                         "write e.g. --few-shot 0,1,8") from None
-    if not counts:
-        raise LmlabError("--few-shot names no shot count", "write e.g. --few-shot 0,1,8")
-    return counts
+    return list(parse_int_list(text, "--few-shot", example="0,1,8"))
 
 
 def few_shot_report(task: Any, split: str, results: dict[int, dict[str, float]]) -> str:

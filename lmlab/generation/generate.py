@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -183,9 +183,11 @@ class _Decoder:
             self.cache.reorder(index)
 
 
-def _check_model(model: Any) -> None:
+def check_causal_lm(model: Any) -> None:
+    """Refuse a model that cannot continue text: generation and the LM evaluations of
+    :mod:`lmlab.evaluation.lm` need a decoder with a ``"clm"`` head."""
     if not getattr(model.config, "causal", False):
-        raise LmlabError("generation needs a decoder (causal) model",
+        raise LmlabError("generation and LM evaluation need a decoder (causal) model",
                          "load a GPT-2 or Llama-style checkpoint, e.g. a .gguf file")
     if "clm" not in model.heads:
         raise LmlabError("the model has no 'clm' (causal LM) head",
@@ -194,8 +196,7 @@ def _check_model(model: Any) -> None:
 
 def make_config(config: GenerationConfig | None, model: Any, **overrides: Any) -> GenerationConfig:
     """``config`` (or the defaults) with ``overrides``; eos/pad default to the model's."""
-    config = GenerationConfig() if config is None else GenerationConfig(
-        **{f.name: getattr(config, f.name) for f in fields(config)})
+    config = GenerationConfig() if config is None else replace(config)  # a copy: ours to change
     known = {f.name for f in fields(GenerationConfig)}
     for key, value in overrides.items():
         if key not in known:
@@ -235,7 +236,7 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
         (B, T + n) prompt plus generated tokens; rows that stopped early are padded with the
         pad id. Beam search returns the best hypothesis per prompt.
     """
-    _check_model(model)
+    check_causal_lm(model)
     config = make_config(config, model, **options)
     if input_ids.dim() != 2:
         raise LmlabError(f"input_ids has shape {tuple(input_ids.shape)}",
@@ -325,8 +326,8 @@ def _beam_search(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
     max_len = prompt_len + config.max_new_tokens
     eos = torch.tensor(config.eos_ids, dtype=torch.long, device=device)
     keep = max(2, 1 + len(eos)) * beams  # candidates kept per prompt and step
-    fill = config.pad_token_id if config.pad_token_id is not None else (
-        config.eos_ids[0] if config.eos_ids else 0)
+    # (make_config has already put the eos id in pad_token_id when the model has no pad id)
+    fill = config.pad_token_id if config.pad_token_id is not None else 0
     lp, early = config.length_penalty, config.early_stopping
     neg = -1.0e9
 
@@ -442,7 +443,7 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
                         device=device)
     eos = options.pop("eos_token_id", None)
     if eos is None:
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else None
+        eos = tokenizer.eos_token_id
     config = make_config(config, model, eos_token_id=eos, pad_token_id=pad_id, **options)
     streamer = None
     if on_text is not None:

@@ -7,14 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 
-def progress_enabled() -> bool:
-    return os.environ.get("LMLAB_NO_PROGRESS", "") in ("", "0")
-
-
 def progress(iterable: Iterable | None = None, *, desc: str = "", total: float | None = None,
              unit: str = "it", **kwargs: Any):
     """A tqdm progress bar (disabled when LMLAB_NO_PROGRESS is set)."""
     from tqdm.auto import tqdm
 
     return tqdm(iterable, desc=desc, total=total, unit=unit, dynamic_ncols=True,
-                disable=not progress_enabled(), **kwargs)
+                disable=os.environ.get("LMLAB_NO_PROGRESS", "") not in ("", "0"), **kwargs)
