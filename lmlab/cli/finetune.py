@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli._task_options import add_task_arguments, task_from_args
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -12,7 +14,7 @@ def register(commands) -> None:
         example="lmlab finetune --task wordnet-supersense --model minilm --out runs/ss "
                 "--seeds 0,1,2 --max-train-examples 1000",
         handler=_finetune)
-    _task_args(p)
+    add_task_arguments(p)
     p.add_argument("--model", required=True,
                    help="Hugging Face folder, lmlab run dir, short name (minilm), or "
                         "random:PATH (same architecture, random weights)")
@@ -49,7 +51,7 @@ def register(commands) -> None:
         "confusion matrix), or a causal LM few-shot",
         example="lmlab evaluate --task wordnet-supersense --model runs/ss",
         handler=_evaluate)
-    _task_args(p)
+    add_task_arguments(p)
     p.add_argument("--model", required=True,
                    help="a fine-tuning run dir (all its seed-N/: median and spread) or a folder "
                         "with a head")
@@ -67,20 +69,6 @@ def register(commands) -> None:
     p.add_argument("--json", action="store_true", help="--few-shot: one JSON line per split")
 
 
-def _task_args(p: argparse.ArgumentParser) -> None:
-    from lmlab.cli._task_options import add_task_arguments
-
-    add_task_arguments(p)
-
-
-def load_task(args: argparse.Namespace, required: tuple[str, ...] = ()):
-    """The task named by the arguments (:func:`lmlab.tasks.load_task`, shared with
-    ``lmlab baseline``)."""
-    from lmlab.cli._task_options import task_from_args
-
-    return task_from_args(args, required)
-
-
 def parse_budget(text: str | None) -> float | None:
     """``--budget`` in seconds (``90s``, ``5m``, ``1.5h`` or plain seconds); ``None`` if not given."""
     from lmlab.utils.durations import parse_duration
@@ -96,6 +84,7 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
     from lmlab.finetune.settings import check_settings
     from lmlab.utils.checks import check_output_folder, parse_int_list
     from lmlab.utils.errors import LmlabError
+    from lmlab.utils.io import read_json
 
     seeds = parse_int_list(args.seeds, "--seeds")
     check_settings(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
@@ -110,9 +99,7 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
     source = resolve_model_dir(str(args.model).removeprefix("random:"))
     config_file = source / "config.json"
     if args.max_length and config_file.is_file():
-        import json
-
-        positions = json.loads(config_file.read_text()).get("max_position_embeddings")
+        positions = read_json(config_file).get("max_position_embeddings")
         if positions and args.max_length > positions:
             raise LmlabError(f"--max-length {args.max_length} exceeds the model's {positions} "
                              "positions", f"use --max-length {positions} or less")
@@ -124,7 +111,7 @@ def _finetune(args: argparse.Namespace) -> int:
     import os
 
     seeds = check_finetune_args(args)
-    task = load_task(args, required=("train", "dev"))
+    task = task_from_args(args, required=("train", "dev"))
     from lmlab.finetune.runner import finetune, finetune_seeds
 
     kwargs = dict(recipe=args.recipe, epochs=args.epochs, lr=args.lr,
@@ -155,12 +142,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-
-    task = load_task(args)
+    task = task_from_args(args)
     from lmlab.utils.checks import check_at_least
 
     check_at_least(args.max_examples, 0, "--max-examples")
-    for split in (s for s in args.splits.split(",") if s):
+    splits = tuple(s for s in args.splits.split(",") if s)
+    for split in splits:
         task.split(split)  # an unknown split is refused before the model loads
     if args.few_shot:
         from lmlab.evaluation.lm import few_shot_evaluate, few_shot_report, parse_shot_counts
@@ -170,7 +157,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         shots = parse_shot_counts(args.few_shot)
         model = from_pretrained(args.model)
         tokenizer = Tokenizer.from_pretrained(args.model)
-        for split in (s for s in args.splits.split(",") if s):
+        for split in splits:
             results = few_shot_evaluate(model, tokenizer, task, shots, split=split,
                                         max_examples=args.max_examples, seed=args.seed,
                                         show_progress=True, calibrate=args.calibrate)
@@ -183,7 +170,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     from lmlab.finetune.runner import evaluate
 
     out = Path(args.out) if args.out else Path(args.model)
-    splits = tuple(s for s in args.splits.split(",") if s)
     result = evaluate(task, args.model, out, splits, precision=args.precision)
     print(json.dumps(result, indent=2))
     return 0

@@ -41,9 +41,9 @@ class Feature:
     extra: dict[str, Any] = field(default_factory=dict)  # qa: offsets, sequence ids
 
     def __len__(self) -> int:
-        first = self.input_ids[0]
-        return max(len(x) for x in self.input_ids) if isinstance(first, list) else len(
-            self.input_ids)
+        if isinstance(self.input_ids[0], list):  # multiple choice: the longest choice
+            return max(len(x) for x in self.input_ids)
+        return len(self.input_ids)
 
 
 def check_examples(task: Task, examples: Sequence[Example], split: str) -> None:
@@ -96,10 +96,6 @@ def encode_examples(task: Task, examples: Sequence[Example], tokenizer, max_leng
     raise LmlabError(f"task type {task.type!r} cannot be fine-tuned", "use a supported task")
 
 
-def _type_ids(encoded: Any) -> Any:
-    return encoded.get("token_type_ids")
-
-
 def _encode_sequences(task: Task, examples: Sequence[Example], tokenizer,
                       max_length: int) -> list[Feature]:
     texts = [e.text or "" for e in examples]
@@ -107,7 +103,7 @@ def _encode_sequences(task: Task, examples: Sequence[Example], tokenizer,
     encoded = tokenizer(texts, pairs, truncation=True, max_length=max_length)
     index = task.label_index()
     features = []
-    type_ids = _type_ids(encoded)
+    type_ids = encoded.get("token_type_ids")
     for i, example in enumerate(examples):
         if example.label is None:
             label = None
@@ -147,7 +143,7 @@ def _encode_tagging(task: Task, examples: Sequence[Example], tokenizer,
     encoded = tokenizer([e.tokens for e in examples], is_split_into_words=True, truncation=True,
                         max_length=max_length)
     index = task.label_index()
-    type_ids = _type_ids(encoded)
+    type_ids = encoded.get("token_type_ids")
     features = []
     for i, example in enumerate(examples):
         word_ids = encoded.word_ids(i)
@@ -167,7 +163,7 @@ def encode_qa(examples: Sequence[Example], tokenizer, max_length: int = 384,
     encoded = tokenizer([e.question or "" for e in examples], [e.context or "" for e in examples],
                         truncation="only_second", max_length=max_length, stride=stride,
                         return_overflowing_tokens=True, return_offsets_mapping=True)
-    type_ids = _type_ids(encoded)
+    type_ids = encoded.get("token_type_ids")
     features = []
     for row, example_index in enumerate(encoded["overflow_to_sample_mapping"]):
         example = examples[example_index]
@@ -201,7 +197,7 @@ def _encode_choices(examples: Sequence[Example], tokenizer, max_length: int) -> 
                              "give the candidate answers in 'choices'")
         encoded = tokenizer([example.text or ""] * len(example.choices), list(example.choices),
                             truncation=True, max_length=max_length)
-        type_ids = _type_ids(encoded)
+        type_ids = encoded.get("token_type_ids")
         label = int(example.label) if example.label is not None else None
         features.append(Feature(encoded["input_ids"], type_ids, label, i))
     return features
@@ -274,10 +270,10 @@ class TaskStream:
 
     def __init__(self, features: Sequence[Feature], batch_size: int, pad_id: int, seed: int = 0,
                  group_by_length: bool = True):
-        if not features:
+        if len(features) == 0:
             raise LmlabError("no training examples to fine-tune on",
                              "give a non-empty training split")
-        self.features = list(features)
+        self.features = features
         self.batch_size = batch_size
         self.pad_id = pad_id
         self.seed = seed
@@ -294,7 +290,12 @@ class TaskStream:
         return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
 
     def __len__(self) -> int:
+        """Batches per epoch."""
         return -(-len(self.features) // self.batch_size)
+
+    def make_batch(self, indices: list[int]) -> dict[str, Any]:
+        """The batch of the features at ``indices``."""
+        return collate([self.features[i] for i in indices], self.pad_id)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:
@@ -302,9 +303,14 @@ class TaskStream:
             while self.position < len(batches):
                 indices = batches[self.position]
                 self.position += 1
-                yield collate([self.features[i] for i in indices], self.pad_id)
+                yield self.make_batch(indices)
             self.epoch += 1
             self.position = 0
+
+    def examples_seen(self) -> int:
+        """Training examples the stream has yielded (all epochs, from its position)."""
+        done = self.epoch_batches(self.epoch)[:self.position]
+        return self.epoch * len(self.features) + sum(len(batch) for batch in done)
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed}

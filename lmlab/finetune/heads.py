@@ -67,8 +67,8 @@ def _dropout(config: TransformerConfig, *keys: str) -> nn.Dropout:
     return nn.Dropout(config.hidden_dropout_prob)
 
 
-def _pooling(config: TransformerConfig) -> str:
-    pooling = config.extra.get("pooling", "family")
+def _check_pooling(pooling: str) -> str:
+    """``pooling`` if it is one of :data:`POOLINGS`, else a clear error."""
     if pooling not in POOLINGS:
         raise LmlabError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
     return pooling
@@ -105,7 +105,7 @@ class _PooledHead(nn.Module):
     def __init__(self, config: TransformerConfig, outputs: int, head: str):
         super().__init__()
         self.family = config.family
-        self.pooling = _pooling(config)
+        self.pooling = _check_pooling(config.extra.get("pooling", "family"))
         style = self.pooling
         if style in ("family", "cls"):
             style = task_layout(config.family, head)
@@ -251,8 +251,7 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
     if id2label is not None:
         extra["id2label"] = {int(k): str(v) for k, v in id2label.items()}
     if pooling is not None:
-        if pooling not in POOLINGS:
-            raise LmlabError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
+        _check_pooling(pooling)
         if head in model.heads and extra.get("pooling", "family") != pooling:
             del model.heads[head]
         extra["pooling"] = pooling

@@ -30,7 +30,7 @@ from torch import nn
 from lmlab.training.hooks import TrainerHook
 
 if TYPE_CHECKING:
-    from lmlab.training.trainer import Trainer
+    from lmlab.training.trainer import Trainer, TrainResult
 
 BEST_FILE = "dev-best.safetensors"
 
@@ -122,6 +122,18 @@ class DevSelection(TrainerHook):
         self.loop_seconds = trainer.elapsed()  # before the final checkpoint and reports
         if self.best_state is not None:
             self.restore(self.best_state)
+
+    def report(self, trainer: Trainer, run: TrainResult, examples: int) -> dict[str, Any]:
+        """What every recipe reports about its finished run: the dev history, the selected
+        epoch, why training stopped (``epochs``, ``early_stopping``, ``budget``), the steps, the
+        device, the cost, and ``examples`` training examples per second of the training loop
+        alone (the dev evaluations are ``selection_seconds``); ``_main``: False on other ranks."""
+        training = max(self.loop_seconds - self.selection_seconds, 1e-9)
+        return {"history": self.history, "best_epoch": self.best_epoch,
+                "stop_reason": "epochs" if run.stop_reason == "max_steps" else run.stop_reason,
+                "steps": run.step, "selection_seconds": round(self.selection_seconds, 3),
+                "train_examples_per_s": examples / training, "selected_by": f"dev {self.metric}",
+                "device": str(trainer.device), "cost": run.cost, "_main": trainer.dist.is_main}
 
     def save(self, folder: Path) -> dict[str, Any]:
         from lmlab.training.checkpoint import save_state

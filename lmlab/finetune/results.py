@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lmlab.utils.io import atomic_path, atomic_write_json, atomic_write_text
+from lmlab.utils.io import atomic_path, atomic_write_text
 
 
 def summarize_seeds(runs: Sequence[dict[str, Any]], split: str = "dev") -> dict[str, Any]:
@@ -74,7 +74,3 @@ def plot_confusion(path: str | Path, matrix: list[list[int]], labels: Sequence[s
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return path
-
-
-def write_metrics(path: str | Path, result: dict[str, Any]) -> None:
-    atomic_write_json(path, result)

@@ -40,7 +40,6 @@ from lmlab.finetune.results import (
     confusion_matrix,
     plot_confusion,
     summarize_seeds,
-    write_metrics,
     write_predictions,
 )
 from lmlab.tasks.sampling import sample_examples  # also imported from here by callers
@@ -184,10 +183,8 @@ def predict_examples(model, tokenizer, task: Task, examples, batch_size: int = 6
 def _subset(task: Task, max_train_examples: int | None) -> Task:
     if not max_train_examples:
         return task
-    splits = dict(task.splits)
-    splits["train"] = sample_examples(task.split("train"), max_train_examples)
-    return Task(task.name, task.type, list(task.labels), list(task.metrics), splits,
-                task.positive_label, task.description)
+    return replace(task, splits={**task.splits,
+                                 "train": sample_examples(task.split("train"), max_train_examples)})
 
 
 def _num_labels(task: Task) -> int:
@@ -220,15 +217,12 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     ``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``cost.md``/``cost.json`` and
     ``report.md``.
     """
-    from lmlab.finetune.recipes import RECIPES
     from lmlab.finetune.settings import check_settings
     from lmlab.training.distributed import resolve_device
 
     check_settings(epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
                    max_train_examples=max_train_examples, patience=patience,
                    budget_seconds=budget_seconds, save_every=save_every)
-    if recipe not in RECIPES:
-        raise LmlabError(f"unknown recipe {recipe!r}", f"use one of {', '.join(RECIPES)}")
     rec = get_recipe(recipe, epochs=epochs, lr=lr, batch_size=batch_size, pooling=pooling,
                      max_length=max_length, patience=patience)
     if recipe == "feature" and layer is not None:
@@ -267,24 +261,16 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     for split in eval_splits:
         if split not in task.splits or not task.splits[split]:
             continue
-        examples = task.splits[split]
-        predictions = predictor(split)
-        if all(_has_reference(task, e) for e in examples):
-            result[split] = task.evaluate(split, predictions)
-            refs = task.references(split)
-        else:
-            refs = None
-        write_predictions(out / f"predictions-{split}.jsonl", [e.id for e in examples],
-                          predictions, refs)
-        if refs is not None and task.type in ("classification", "pair-classification"):
-            matrix = confusion_matrix(predictions, refs, task.labels)
+        metrics, matrix = _score_split(task, split, predictor(split), out, "",
+                                       f"{task.name} {split} ({recipe}, seed {seed})")
+        if metrics is not None:
+            result[split] = metrics
+        if matrix is not None:
             result.setdefault("confusion", {})[split] = matrix
-            plot_confusion(out / f"confusion-{split}.png", matrix, task.labels,
-                           f"{task.name} {split} ({recipe}, seed {seed})")
     saver = result.pop("_saver")
     if save_model:
         saver(out / "model")
-    write_metrics(out / "metrics.json", {k: v for k, v in result.items() if k != "history"})
+    atomic_write_json(out / "metrics.json", {k: v for k, v in result.items() if k != "history"})
     atomic_write_json(out / "finetune.json", {k: v for k, v in result.items()
                                               if k != "confusion"})
     return result
@@ -315,10 +301,25 @@ def _has_reference(task: Task, example) -> bool:
     return example.label is not None
 
 
-def _examples_seen(stream: fdata.TaskStream) -> int:
-    """Training examples the stream has yielded (all epochs, from its position)."""
-    done = stream.epoch_batches(stream.epoch)[:stream.position]
-    return stream.epoch * len(stream.features) + sum(len(batch) for batch in done)
+def _score_split(task: Task, split: str, predictions: list[Any], out: Path | None, prefix: str,
+                 title: str) -> tuple[dict[str, float] | None, list[list[int]] | None]:
+    """Metrics and (classification) confusion matrix of ``split``'s predictions, None when
+    some example has no reference; with ``out``, writes ``<prefix>predictions-<split>.jsonl``
+    and the matrix as ``<prefix>confusion-<split>.png`` titled ``title``."""
+    examples = task.split(split)
+    references = None
+    if all(_has_reference(task, e) for e in examples):
+        references = task.references(split)
+    metrics = task.evaluate(split, predictions) if references is not None else None
+    matrix = None
+    if references is not None and task.type in ("classification", "pair-classification"):
+        matrix = confusion_matrix(predictions, references, task.labels)
+    if out is not None:
+        write_predictions(out / f"{prefix}predictions-{split}.jsonl", [e.id for e in examples],
+                          predictions, references)
+        if matrix is not None:
+            plot_confusion(out / f"{prefix}confusion-{split}.png", matrix, task.labels, title)
+    return metrics, matrix
 
 
 def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Recipe, seed: int,
@@ -373,8 +374,7 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
         return task.evaluate("dev", predict(model, tokenizer, task, "dev",
                                             max_length=rec.max_length, precision=precision))
 
-    metric = task.metrics[0]
-    selection = DevSelection(evaluate_dev, metric, rec.patience, steps_per_epoch,
+    selection = DevSelection(evaluate_dev, task.metrics[0], rec.patience, steps_per_epoch,
                              model.state_dict, model.load_state_dict)
     hooks = [selection] + ([Unfreezing(model, steps_per_epoch)] if rec.gradual_unfreeze else [])
     trainer = Trainer(model, objective, stream, cfg, out, param_groups=groups, record=record,
@@ -390,15 +390,8 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    stop = {"max_steps": "epochs"}.get(run.stop_reason, run.stop_reason)
-    training = max(selection.loop_seconds - selection.selection_seconds, 1e-9)
-    return {"history": selection.history, "best_epoch": selection.best_epoch,
-            "stop_reason": stop, "steps": run.step,
-            "selection_seconds": round(selection.selection_seconds, 3),
-            # training steps only: the per-epoch dev evaluation is not training throughput
-            "train_examples_per_s": _examples_seen(stream) / training,
-            "selected_by": f"dev {metric}", "device": str(trainer.device), "cost": run.cost,
-            "_main": trainer.dist.is_main, "_predictor": predictor, "_saver": saver}
+    return {**selection.report(trainer, run, stream.examples_seen()), "_predictor": predictor,
+            "_saver": saver}
 
 
 # -- several seeds ---------------------------------------------------------------------------------
@@ -407,10 +400,8 @@ def finetune_seeds(task: Task, model_source: str | Path, out_dir: str | Path,
     """:func:`finetune` once per seed (``out_dir/seed-N``); writes ``summary.json`` with the
     median and the spread (max - min) of every dev and test metric."""
     out = Path(out_dir)
-    runs = []
-    for seed in seeds:
-        result = finetune(task, model_source, out / f"seed-{seed}", seed=seed, **kwargs)
-        runs.append(result)
+    runs = [finetune(task, model_source, out / f"seed-{seed}", seed=seed, **kwargs)
+            for seed in seeds]
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 alone scored the seeds
         return {}
     summary = {"task": task.name, "model": str(model_source), "seeds": list(seeds),
@@ -459,7 +450,7 @@ def evaluate(task: Task, model_source: str | Path, out_dir: str | Path | None = 
         if any(split in run for run in runs):
             result[split] = summarize_seeds(runs, split)
     if out is not None:
-        write_metrics(out / "eval-metrics.json", result)
+        atomic_write_json(out / "eval-metrics.json", result)
     return result
 
 
@@ -476,22 +467,13 @@ def _evaluate_run(task: Task, model_source: str | Path, out: Path | None,
     started = time.perf_counter()
     count = 0
     for split in splits:
-        examples = task.split(split)
         predictions = predict(model, tokenizer, task, split, batch_size, max_length, precision)
-        count += len(examples)
-        references = task.references(split) if all(_has_reference(task, e) for e in examples) \
-            else None
-        if references is not None:
-            result[split] = task.evaluate(split, predictions)
-        if out is not None:
-            write_predictions(out / f"eval-predictions-{split}.jsonl", [e.id for e in examples],
-                              predictions, references)
-            if references is not None and task.type in ("classification", "pair-classification"):
-                matrix = confusion_matrix(predictions, references, task.labels)
-                plot_confusion(out / f"eval-confusion-{split}.png", matrix, task.labels,
-                               f"{task.name} {split}")
+        count += len(predictions)
+        metrics, _ = _score_split(task, split, predictions, out, "eval-", f"{task.name} {split}")
+        if metrics is not None:
+            result[split] = metrics
     result["examples_per_s"] = count / max(time.perf_counter() - started, 1e-9)
     if out is not None:
-        write_metrics(out / "eval-metrics.json", result)
+        atomic_write_json(out / "eval-metrics.json", result)
     return result
 
