@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lmlab.finetune.data import encode_examples
 from lmlab.finetune.feature_based import (
     FEATURE_HEAD_WEIGHTS,
     FeatureHead,
@@ -20,11 +21,10 @@ from lmlab.finetune.feature_based import (
     ScalarMix,
     train_feature_based,
 )
-from lmlab.finetune.data import encode_examples
 from lmlab.finetune.recipes import get_recipe
-from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.finetune.runner import load_model
 from lmlab.tasks.types import Example, Task
+from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.training.trainer import Trainer
 from lmlab.utils.errors import LmlabError
 

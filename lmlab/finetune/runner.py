@@ -119,10 +119,6 @@ def check_head_matches(model, task: Task) -> Task:
 
 
 # -- prediction ------------------------------------------------------------------------------------
-def _autocast(precision: str, device_type: str = "cpu"):
-    return precision_autocast(precision, device_type)
-
-
 @torch.no_grad()
 def predict(model, tokenizer, task: Task, split: str, batch_size: int = 64,
             max_length: int = 128, precision: str = "fp32", stride: int = 64,
@@ -149,7 +145,7 @@ def predict_examples(model, tokenizer, task: Task, examples, batch_size: int = 6
     outputs: list[Any] = [None] * len(features)
     for indices, batch in fdata.eval_batches(features, batch_size, pad_id):
         batch = {k: v.to(device) for k, v in batch.items() if k != "labels"}
-        with _autocast(precision, device.type):
+        with precision_autocast(precision, device.type):
             logits = task_logits(model, head, batch).float().cpu()
         for row, index in enumerate(indices):
             outputs[index] = logits[row]
