@@ -131,3 +131,17 @@ def test_pipeline_without_head_is_an_error(tmp_path):
     folder = _folder(tmp_path, transformers.BertModel)
     with pytest.raises(lmlab.LmlabError, match="question-answering"):
         lmlab.pipeline("question-answering", model=str(folder))
+
+
+def test_a_misspelled_option_is_refused_before_the_model_loads(monkeypatch):
+    """The pipeline's options are checked against its class before any loading."""
+    import lmlab.pipelines.base as base
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr(base, "load_model_and_tokenizer", no_loading)
+    with pytest.raises(lmlab.LmlabError, match="(?s)no option batchsize.*layer, batch_size"):
+        lmlab.pipeline("feature-extraction", model="minilm", batchsize=8)
+    with pytest.raises(lmlab.LmlabError, match="options: none"):
+        lmlab.pipeline("fill-mask", model="minilm", top_k=3)

@@ -93,11 +93,14 @@ def test_gloss_splitting_and_inflections():
     assert definition == "cause to do preliminary exercises"
     assert examples == ["The coach warmed up the players", "he warmed up"]
     exceptions = wordnet.read_exceptions()
-    assert wordnet.find_lemma("The coach warmed up the players", "warm up", "v", exceptions) == (
-        10, 19)
-    assert wordnet.find_lemma("three mice ran", "mouse", "n", exceptions) == (6, 10)
-    assert wordnet.find_lemma("she stopped it", "stop", "v", exceptions) == (4, 11)
-    assert wordnet.find_lemma("a well-known fact", "well", "r", exceptions) is None
+
+    def find(sentence: str, lemma: str, pos: str) -> tuple[int, int] | None:
+        return wordnet.LemmaMatcher([lemma], pos, exceptions).find_all(sentence).get(0)
+
+    assert find("The coach warmed up the players", "warm up", "v") == (10, 19)
+    assert find("three mice ran", "mouse", "n") == (6, 10)
+    assert find("she stopped it", "stop", "v") == (4, 11)
+    assert find("a well-known fact", "well", "r") is None
 
 
 def test_fortunes_topic(full_tasks):

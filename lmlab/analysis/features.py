@@ -12,15 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
+from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 
 
-def _weighted_sum(hidden: Sequence[torch.Tensor], weights: torch.Tensor | None = None) -> torch.Tensor:
+def _weighted_sum(hidden: Sequence[torch.Tensor]) -> torch.Tensor:
+    """All layers summed with equal weights 1 / (L+1)."""
     stacked = torch.stack(list(hidden))  # (L+1, B, T, H)
-    if weights is None:
-        weights = torch.full((stacked.shape[0],), 1.0 / stacked.shape[0])
-    weights = weights.to(stacked.dtype).view(-1, 1, 1, 1)
-    return (stacked * weights).sum(0)
+    return (stacked * (1.0 / stacked.shape[0])).sum(0)
 
 
 STRATEGIES: dict[str, Callable[[Sequence[torch.Tensor]], torch.Tensor]] = {
@@ -29,7 +28,7 @@ STRATEGIES: dict[str, Callable[[Sequence[torch.Tensor]], torch.Tensor]] = {
     "second_to_last": lambda hs: hs[-2],
     "sum_last_four": lambda hs: torch.stack(list(hs[-4:])).sum(0),
     "concat_last_four": lambda hs: torch.cat(list(hs[-4:]), dim=-1),
-    "weighted_sum_all": lambda hs: _weighted_sum(hs),
+    "weighted_sum_all": _weighted_sum,
 }
 
 
@@ -99,18 +98,12 @@ class FeatureExtractor:
         self.max_length = max_length or min(tokenizer.model_max_length,
                                             model.config.max_position_embeddings)
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
     @torch.inference_mode()
     def _hidden(self, texts: Sequence[str]):
         batch = self.tokenizer(list(texts), padding=True, truncation=True,
                                max_length=self.max_length, return_tensors="pt",
                                return_offsets_mapping=True)
-        inputs = {k: batch[k].to(self.device) for k in ("input_ids", "attention_mask",
-                                                        "token_type_ids") if k in batch}
-        out = self.model(**inputs, output_hidden_states=True, heads=[])
+        out = self.model(**model_inputs(self.model, batch), output_hidden_states=True, heads=[])
         return batch, out
 
     def encode(self, texts: Sequence[str]) -> list[EncodedText]:

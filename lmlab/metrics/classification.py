@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from lmlab.utils.errors import LmlabError
+
 _AVERAGES = ("binary", "macro", "micro")
 
 
 def _as_pair(predictions: Sequence[Any], references: Sequence[Any]):
     import numpy as np
-
-    from lmlab.utils.errors import LmlabError
 
     pred = np.asarray(list(predictions))
     ref = np.asarray(list(references))
@@ -40,16 +40,18 @@ def accuracy(predictions: Sequence[Any], references: Sequence[Any]) -> float:
 
 
 def _counts(pred, ref, label) -> tuple[int, int, int]:
-    """True positives, false positives and false negatives of one label."""
+    """Correct predictions, predictions and references of one label (tp, tp + fp, tp + fn)."""
     tp = int(((pred == label) & (ref == label)).sum())
-    fp = int(((pred == label) & (ref != label)).sum())
-    fn = int(((pred != label) & (ref == label)).sum())
-    return tp, fp, fn
+    return tp, int((pred == label).sum()), int((ref == label).sum())
 
 
-def _prf(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
+def prf_from_counts(correct: int, n_pred: int, n_gold: int) -> tuple[float, float, float]:
+    """Precision, recall and F1 from counts; an undefined ratio (0 / 0) counts as 0.0.
+
+    Shared by the label metrics here and the entity metrics of :mod:`lmlab.metrics.tagging`.
+    """
+    precision = correct / n_pred if n_pred else 0.0
+    recall = correct / n_gold if n_gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return precision, recall, f1
 
@@ -69,22 +71,21 @@ def precision_recall_f1(predictions: Sequence[Any], references: Sequence[Any],
     """
     import numpy as np
 
-    from lmlab.utils.errors import LmlabError
-
     if average not in _AVERAGES:
         raise LmlabError(f"unknown F1 average {average!r}", f"use one of {', '.join(_AVERAGES)}")
     pred, ref = _as_pair(predictions, references)
     if average == "binary":
-        return _prf(*_counts(pred, ref, pos_label))
+        return prf_from_counts(*_counts(pred, ref, pos_label))
     if labels is None:
         labels = np.unique(np.concatenate([pred, ref]))
     if average == "micro":
-        tp = fp = fn = 0
+        correct = n_pred = n_gold = 0
         for label in labels:
             a, b, c = _counts(pred, ref, label)
-            tp, fp, fn = tp + a, fp + b, fn + c
-        return _prf(tp, fp, fn)
-    scores = np.array([_prf(*_counts(pred, ref, label)) for label in labels], dtype=np.float64)
+            correct, n_pred, n_gold = correct + a, n_pred + b, n_gold + c
+        return prf_from_counts(correct, n_pred, n_gold)
+    scores = np.array([prf_from_counts(*_counts(pred, ref, label)) for label in labels],
+                      dtype=np.float64)
     precision, recall, f1 = scores.mean(axis=0)
     return float(precision), float(recall), float(f1)
 

@@ -16,6 +16,8 @@ import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from lmlab.utils.errors import LmlabError
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
 
@@ -80,8 +82,6 @@ def squad_evaluate(predictions: Mapping[str, str],
     ``no_ans_*`` versions. Questions without a prediction count as wrong (score 0), as in the
     official script, and are counted in ``missing``.
     """
-    from lmlab.utils.errors import LmlabError
-
     if not references:
         raise LmlabError("no questions to score (the evaluation set is empty)",
                          "evaluate on a split that has at least one question")

@@ -19,14 +19,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from lmlab.metrics.classification import prf_from_counts
+from lmlab.utils.errors import LmlabError
+
 Entity = tuple[str, int, int]  # (type, start, end) with end exclusive
 MODES = ("conlleval", "strict")
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
     """('B'|'I'|'O', type). Accepts ``B-PER``, ``I-PER``, ``O`` (and ``B_PER`` spellings)."""
-    from lmlab.utils.errors import LmlabError
-
     if tag == "O" or tag == "":
         return "O", ""
     if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BI":
@@ -37,8 +38,6 @@ def _split_tag(tag: str) -> tuple[str, str]:
 
 def get_entities(tags: Sequence[str], mode: str = "conlleval") -> list[Entity]:
     """The entities in one tag sequence as ``(type, start, end)`` (end exclusive)."""
-    from lmlab.utils.errors import LmlabError
-
     if mode not in MODES:
         raise LmlabError(f"unknown chunking mode {mode!r}", f"use one of {', '.join(MODES)}")
     entities: list[Entity] = []
@@ -72,8 +71,6 @@ def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Seq
     ``n_pred``/``n_gold``/``n_correct`` and ``per_type`` {type: {precision, recall, f1,
     support}}.
     """
-    from lmlab.utils.errors import LmlabError
-
     if len(predictions) != len(references):
         raise LmlabError(f"{len(predictions)} predicted sentences for {len(references)} gold ones",
                          "pass one tag sequence per sentence")
@@ -96,17 +93,11 @@ def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Seq
         tokens += len(gold_tags)
         correct_tokens += sum(p == g for p, g in zip(pred_tags, gold_tags))
 
-    def prf(correct: int, n_pred: int, n_gold: int) -> tuple[float, float, float]:
-        precision = correct / n_pred if n_pred else 0.0
-        recall = correct / n_gold if n_gold else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return precision, recall, f1
-
     n_pred, n_gold, n_correct = (sum(c.values()) for c in (pred_count, gold_count, correct_count))
-    precision, recall, f1 = prf(n_correct, n_pred, n_gold)
+    precision, recall, f1 = prf_from_counts(n_correct, n_pred, n_gold)
     per_type = {}
     for kind in sorted(set(pred_count) | set(gold_count)):
-        p, r, f = prf(correct_count[kind], pred_count[kind], gold_count[kind])
+        p, r, f = prf_from_counts(correct_count[kind], pred_count[kind], gold_count[kind])
         per_type[kind] = {"precision": p, "recall": r, "f1": f, "support": float(gold_count[kind])}
     return {"precision": precision, "recall": recall, "f1": f1,
             "accuracy": correct_tokens / tokens if tokens else 0.0,

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from lmlab.finetune.heads import SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, task_logits
-from lmlab.pipelines.base import load_model_and_tokenizer
+from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 
 AGGREGATIONS = ("none", "simple", "first")
@@ -38,14 +38,10 @@ def _labels(model) -> dict[int, str]:
     return {i: (names or {}).get(i, f"LABEL_{i}") for i in range(count)}
 
 
-def _inputs(model, batch) -> dict[str, torch.Tensor]:
-    device = next(model.parameters()).device
-    return {k: v.to(device) for k, v in batch.items()
-            if k in ("input_ids", "attention_mask", "token_type_ids")}
-
-
 class TextClassificationPipeline:
     """Label and score (softmax; sigmoid-free regression value when ``num_labels == 1``)."""
+
+    head = SEQUENCE_CLASSIFICATION
 
     def __init__(self, model, tokenizer):
         if SEQUENCE_CLASSIFICATION not in model.heads:
@@ -54,13 +50,6 @@ class TextClassificationPipeline:
                              "folder")
         self.model, self.tokenizer = model, tokenizer
         self.id2label = _labels(model)
-
-    @classmethod
-    def from_model(cls, model: Any, tokenizer: Any = None,
-                   **kwargs: Any) -> TextClassificationPipeline:
-        model, tokenizer = load_model_and_tokenizer(model, tokenizer,
-                                                    head=SEQUENCE_CLASSIFICATION, **kwargs)
-        return cls(model, tokenizer)
 
     @torch.inference_mode()
     def __call__(self, text: str | dict | list, top_k: int | None = 1,
@@ -74,7 +63,7 @@ class TextClassificationPipeline:
         batch = self.tokenizer(firsts, pairs if pairs[0] is not None else None, padding=True,
                                truncation=True, max_length=max_length, return_tensors="pt")
         logits = task_logits(self.model, SEQUENCE_CLASSIFICATION,
-                             _inputs(self.model, batch)).float()
+                             model_inputs(self.model, batch)).float()
         results = []
         for row in logits:
             if row.numel() == 1:
@@ -89,6 +78,8 @@ class TextClassificationPipeline:
 
 class TokenClassificationPipeline:
     """Per-token tags, aggregated into words and BIO entity groups."""
+
+    head = TOKEN_CLASSIFICATION
 
     def __init__(self, model, tokenizer, aggregation_strategy: str | None = None,
                  ignore_labels: tuple[str, ...] = ("O",)):
@@ -106,16 +97,6 @@ class TokenClassificationPipeline:
         self.aggregation_strategy = aggregation_strategy
         self.ignore_labels = ignore_labels
 
-    @classmethod
-    def from_model(cls, model: Any, tokenizer: Any = None,
-                   aggregation_strategy: str | None = None,
-                   **kwargs: Any) -> TokenClassificationPipeline:
-        """Load ``model`` (a path or a loaded model); ``aggregation_strategy=None`` picks the
-        one that matches the model's training (:func:`default_aggregation`)."""
-        model, tokenizer = load_model_and_tokenizer(model, tokenizer, head=TOKEN_CLASSIFICATION,
-                                                    **kwargs)
-        return cls(model, tokenizer, aggregation_strategy)
-
     @torch.inference_mode()
     def __call__(self, text: str | list[str], max_length: int = 512) -> Any:
         if isinstance(text, list):
@@ -123,7 +104,7 @@ class TokenClassificationPipeline:
         batch = self.tokenizer(text, truncation=True, max_length=max_length,
                                return_offsets_mapping=True, return_special_tokens_mask=True,
                                return_tensors="pt")
-        logits = task_logits(self.model, TOKEN_CLASSIFICATION, _inputs(self.model, batch))[0]
+        logits = task_logits(self.model, TOKEN_CLASSIFICATION, model_inputs(self.model, batch))[0]
         probs = logits.float().softmax(-1)  # (T, num_labels)
         offsets = batch["offset_mapping"][0].tolist()
         special = batch["special_tokens_mask"][0].tolist()
@@ -134,23 +115,20 @@ class TokenClassificationPipeline:
                 continue
             index = int(probs[i].argmax())
             tokens.append({"index": i, "word_id": word_ids[i], "start": start, "end": end,
-                           "scores": probs[i], "entity": self.id2label[index],
-                           "score": float(probs[i, index]),
+                           "entity": self.id2label[index], "score": float(probs[i, index]),
                            "word": self.tokenizer.convert_ids_to_tokens(
                                int(batch["input_ids"][0, i]))})
         if self.aggregation_strategy == "none":
             return [{k: t[k] for k in ("entity", "score", "index", "word", "start", "end")}
                     for t in tokens if t["entity"] not in self.ignore_labels]
-        words = self._words(tokens, text)
-        return self._group(words, text)
+        return self._group(self._words(tokens), text)
 
-    def _words(self, tokens: list[dict], text: str) -> list[dict]:
+    def _words(self, tokens: list[dict]) -> list[dict]:
         """Merge sub-tokens into words ("simple": a word's tag is taken per sub-token, so a
         word split across entities stays split, as transformers' simple strategy does;
         "first": every sub-token of a word takes the first sub-token's tag)."""
         if self.aggregation_strategy == "simple":
-            return [{"entity": t["entity"], "score": t["score"], "start": t["start"],
-                     "end": t["end"]} for t in tokens]
+            return tokens  # each sub-token is its own word; _group copies what it keeps
         words: list[dict] = []
         for token in tokens:
             if words and token["word_id"] is not None and token["word_id"] == words[-1]["word_id"]:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from lmlab.analysis.features import FeatureExtractor
-from lmlab.pipelines.base import load_model_and_tokenizer
 
 
 class FeatureExtractionPipeline:
@@ -15,14 +12,10 @@ class FeatureExtractionPipeline:
     (T, D) tensor of token vectors per text. ``layer`` is a layer index or a strategy name of
     :data:`lmlab.analysis.features.STRATEGIES`."""
 
+    head = None  # any model: the vectors come from its body, not a head
+
     def __init__(self, model, tokenizer, layer: int | str = "last", batch_size: int = 32):
         self.extractor = FeatureExtractor(model, tokenizer, layer=layer, batch_size=batch_size)
-
-    @classmethod
-    def from_model(cls, model: Any, tokenizer: Any = None, layer: int | str = "last",
-                   batch_size: int = 32, **kwargs: Any) -> FeatureExtractionPipeline:
-        model, tokenizer = load_model_and_tokenizer(model, tokenizer, **kwargs)
-        return cls(model, tokenizer, layer=layer, batch_size=batch_size)
 
     def __call__(self, texts: str | list[str], pooling: str | None = "mean",
                  normalize: bool = False):

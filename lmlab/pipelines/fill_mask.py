@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from lmlab.pipelines.base import load_model_and_tokenizer
+from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 
 
@@ -15,6 +13,8 @@ class FillMaskPipeline:
     ``{"score", "token", "token_str", "sequence"}``; with several masks, one such list per mask
     (each mask predicted independently, the others left masked)."""
 
+    head = "mlm"
+
     def __init__(self, model, tokenizer):
         if "mlm" not in model.heads:
             raise LmlabError("this model has no masked-LM head",
@@ -22,11 +22,6 @@ class FillMaskPipeline:
         if tokenizer.mask_token_id is None:
             raise LmlabError("the tokenizer has no mask token", "use a BERT-style tokenizer")
         self.model, self.tokenizer = model, tokenizer
-
-    @classmethod
-    def from_model(cls, model: Any, tokenizer: Any = None, **kwargs: Any) -> FillMaskPipeline:
-        model, tokenizer = load_model_and_tokenizer(model, tokenizer, head="mlm", **kwargs)
-        return cls(model, tokenizer)
 
     @torch.inference_mode()
     def __call__(self, text: str | list[str], top_k: int = 5):
@@ -38,10 +33,7 @@ class FillMaskPipeline:
         if not positions:
             raise LmlabError(f"no {self.tokenizer.mask_token} token in {text!r}",
                              f"write {self.tokenizer.mask_token} where a word should be guessed")
-        device = next(self.model.parameters()).device
-        out = self.model(**{k: v.to(device) for k, v in batch.items()
-                            if k in ("input_ids", "attention_mask", "token_type_ids")},
-                         heads=["mlm"])
+        out = self.model(**model_inputs(self.model, batch), heads=["mlm"])
         probs = out.logits[0].float().softmax(-1)
         special = torch.tensor(self.tokenizer.all_special_ids)
         results = []

@@ -1,9 +1,9 @@
 """Extractive question answering: ``qa(question=..., context=...)`` -> ``{"answer", "start",
 "end", "score"}``.
 
-Long contexts are cut into overlapping windows (``doc_stride``); spans are decoded with
-:func:`lmlab.finetune.qa.best_spans` (n-best start/end pairs, ``max_answer_len``) and the best
-window wins. ``score`` is the probability of the span: the product of the start and end softmax
+Long contexts are cut into overlapping windows (``doc_stride``); in each window every span
+inside the context of at most ``max_answer_len`` tokens is scored and the best one wins.
+``score`` is the probability of the span: the product of the start and end softmax
 probabilities within its window, as transformers reports it. ``handle_impossible_answer=True``
 allows the empty answer (SQuAD 2.0).
 """
@@ -15,12 +15,14 @@ from typing import Any
 import torch
 
 from lmlab.finetune.heads import QUESTION_ANSWERING, task_logits
-from lmlab.pipelines.base import load_model_and_tokenizer
+from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 
 
 class QuestionAnsweringPipeline:
     """Answer span of a question in a context."""
+
+    head = QUESTION_ANSWERING
 
     def __init__(self, model, tokenizer):
         if QUESTION_ANSWERING not in model.heads:
@@ -28,13 +30,6 @@ class QuestionAnsweringPipeline:
                              "fine-tune one on a SQuAD-style task or load a "
                              "...ForQuestionAnswering folder")
         self.model, self.tokenizer = model, tokenizer
-
-    @classmethod
-    def from_model(cls, model: Any, tokenizer: Any = None,
-                   **kwargs: Any) -> QuestionAnsweringPipeline:
-        model, tokenizer = load_model_and_tokenizer(model, tokenizer, head=QUESTION_ANSWERING,
-                                                    **kwargs)
-        return cls(model, tokenizer)
 
     @torch.inference_mode()
     def __call__(self, question: str | None = None, context: str | None = None,
@@ -47,9 +42,7 @@ class QuestionAnsweringPipeline:
                                  max_length=max_seq_len, stride=doc_stride,
                                  return_overflowing_tokens=True, return_offsets_mapping=True,
                                  padding=True, return_tensors="pt")
-        device = next(self.model.parameters()).device
-        inputs = {k: v.to(device) for k, v in encoded.items()
-                  if k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs = model_inputs(self.model, encoded)  # offsets and overflow mapping stay behind
         logits = task_logits(self.model, QUESTION_ANSWERING, inputs).float()  # (W, T, 2)
         candidates = []
         null_score = 0.0

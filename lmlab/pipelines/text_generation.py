@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from lmlab.pipelines.base import load_model_and_tokenizer
 from lmlab.utils.errors import LmlabError
 
 
@@ -21,19 +20,15 @@ class TextGenerationPipeline:
     """``pipe(prompt or prompts, **generation options)`` -> ``[{"generated_text": ...}]`` per
     prompt (the prompt followed by its continuation, unless ``return_full_text=False``)."""
 
+    # None: the heads config.json names (a tied "clm" head is listed in fresh_heads by
+    # interop.hf when lm_head.weight is omitted, which head="clm" would reject).
+    head = None
+
     def __init__(self, model: Any, tokenizer: Any):
         if not getattr(model.config, "causal", False) or "clm" not in model.heads:
             raise LmlabError("text generation needs a causal LM with a 'clm' head",
                              "load a GPT-2/Llama checkpoint or a .gguf file")
         self.model, self.tokenizer = model, tokenizer
-
-    @classmethod
-    def from_model(cls, model: Any, tokenizer: Any = None, **kwargs: Any
-                   ) -> TextGenerationPipeline:
-        # head=None: the heads config.json names (a tied "clm" head is listed in fresh_heads by
-        # interop.hf when lm_head.weight is omitted, which head="clm" would reject).
-        model, tokenizer = load_model_and_tokenizer(model, tokenizer, head=None, **kwargs)
-        return cls(model, tokenizer)
 
     def __call__(self, prompts: str | Sequence[str], return_full_text: bool = True,
                  seed: int | None = None, on_text: Callable[[str], None] | None = None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmlab.tasks.readers import check_pair_texts
 from lmlab.tasks.types import Example, Task
 from lmlab.utils.errors import LmlabError
 
@@ -53,10 +54,7 @@ def _check(task: Task, train: list[Example]) -> None:
                          f"use it on {', '.join(SUPPORTED_TYPES)} tasks")
     if task.type == "pair-classification":
         for split, examples in task.splits.items():
-            for example in examples:
-                if not example.text_pair:
-                    raise LmlabError(f"task {task.name!r}, {split} example {example.id}: a pair "
-                                     "task got a single text", "give both texts of every pair")
+            check_pair_texts(examples, f"task {task.name!r}, {split}")
     if task.type != "regression" and len({e.label for e in train}) < 2:
         raise LmlabError(f"the training split of {task.name!r} has fewer than two labels",
                          "give training examples of at least two classes")

@@ -31,8 +31,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from lmlab.tasks.types import Example, Task
+from lmlab.tasks import fortunes, wordnet
+from lmlab.tasks.types import SPLITS, Example, Task
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_path, atomic_write_json, atomic_write_text, read_json, stable_hash
+from lmlab.utils.paths import cache_dir
 
 BUILD_VERSION = 1
 SIZES = ("cpu", "full")
@@ -61,8 +64,6 @@ def split_of(key: str) -> str:
 
 def build_wordnet_supersense() -> Task:
     """Every synset with a definition: text = definition, label = lexicographer file name."""
-    from lmlab.tasks import wordnet
-
     folder = wordnet.wordnet_dir()
     names = wordnet.lexnames(folder)
     splits: dict[str, list[Example]] = {"train": [], "dev": [], "test": []}
@@ -81,8 +82,6 @@ def build_wordnet_supersense() -> Task:
 def _wic_occurrences(synsets, exceptions) -> dict[tuple[str, str], dict[str, list[dict]]]:
     """``{(lemma, pos): {synset id: [{sentence, span}]}}``: each example sentence is assigned to
     one lemma of its synset, the matching lemma that occurs in the most synsets' examples."""
-    from lmlab.tasks import wordnet
-
     candidates = []  # (synset, sentence, {lemma: span})
     synsets_of: dict[tuple[str, str], set[str]] = defaultdict(set)
     for synset in synsets:
@@ -113,8 +112,6 @@ def build_wordnet_wic() -> Task:
     hash), negative pairs join examples of different synsets, taken round-robin over lemmas
     until there are as many negatives as positives.
     """
-    from lmlab.tasks import wordnet
-
     folder = wordnet.wordnet_dir()
     groups = _wic_occurrences(wordnet.read_synsets(folder), wordnet.read_exceptions(folder))
     positives: list[tuple] = []
@@ -166,8 +163,6 @@ def build_wordnet_wic() -> Task:
 
 def build_fortunes_topic() -> Task:
     """Fortune entries -> category; entries filed under two categories are dropped."""
-    from lmlab.tasks import fortunes
-
     by_category = fortunes.read_all_fortunes()
     where: dict[str, set[str]] = defaultdict(set)
     text_of: dict[str, str] = {}
@@ -196,23 +191,16 @@ def build_fortunes_topic() -> Task:
 
 
 def _wordnet_sources() -> list[Path]:
-    from lmlab.tasks import wordnet
-
+    """The WordNet files the built tasks depend on (their stamps key the cache)."""
     folder = wordnet.wordnet_dir()
     return sorted(p for p in folder.iterdir() if p.name.startswith(("data.", "lexnames"))
                   or p.suffix == ".exc")
 
 
-def _fortune_sources() -> list[Path]:
-    from lmlab.tasks import fortunes
-
-    return fortunes.category_files()
-
-
 BUILTIN_TASKS: dict[str, tuple[Callable[[], Task], Callable[[], list[Path]]]] = {
     "wordnet-supersense": (build_wordnet_supersense, _wordnet_sources),
     "wordnet-wic": (build_wordnet_wic, _wordnet_sources),
-    "fortunes-topic": (build_fortunes_topic, _fortune_sources),
+    "fortunes-topic": (build_fortunes_topic, fortunes.category_files),
 }
 
 
@@ -225,10 +213,7 @@ def _check_name(name: str) -> None:
                          f"use one of {', '.join(BUILTIN_TASKS)} (see `lmlab tasks list`)")
 
 
-def _cache_file(name: str, cache: Path | None) -> Path:
-    from lmlab.utils.io import stable_hash
-    from lmlab.utils.paths import cache_dir
-
+def _cache_file(name: str, cache: str | os.PathLike | None) -> Path:
     sources = [(str(p), p.stat().st_size, int(p.stat().st_mtime)) for p in BUILTIN_TASKS[name][1]()]
     key = stable_hash({"version": BUILD_VERSION, "sources": sources})
     root = Path(cache) if cache is not None else cache_dir()
@@ -244,10 +229,8 @@ def load_full_task(name: str, cache: str | os.PathLike | None = None,
 
     The returned task is shared within the process (loaded once): treat it as read-only.
     """
-    from lmlab.utils.io import atomic_path, atomic_write_json
-
     _check_name(name)
-    path = _cache_file(name, Path(cache) if cache is not None else None)
+    path = _cache_file(name, cache)
     if not rebuild and path in _LOADED:
         return _LOADED[path]
     task = None
@@ -274,11 +257,9 @@ def _sizes_file(cache_file: Path) -> Path:
 def _row(full: Task) -> dict[str, Any]:
     """The ``list_tasks`` row of a full task (sizes of both the full and the cpu splits)."""
     row: dict[str, Any] = {"name": full.name, "type": full.type, "classes": len(full.labels)}
-    for split in ("train", "dev", "test"):
-        n = len(full.splits.get(split, []))
-        row[f"cpu_{split}"] = min(n, CPU_SIZES[split])
-    for split in ("train", "dev", "test"):
-        row[f"full_{split}"] = len(full.splits.get(split, []))
+    sizes = {split: len(full.splits.get(split, [])) for split in SPLITS}
+    row.update({f"cpu_{split}": min(n, CPU_SIZES[split]) for split, n in sizes.items()})
+    row.update({f"full_{split}": n for split, n in sizes.items()})
     row["metrics"] = ",".join(full.metrics)
     row["description"] = full.description
     return row
@@ -317,11 +298,9 @@ def list_tasks(cache: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     Reads the sizes kept beside the cached tasks; builds (and caches) tasks not built yet,
     a few seconds each the first time.
     """
-    from lmlab.utils.io import read_json
-
     rows = []
     for name in BUILTIN_TASKS:
-        sizes = _sizes_file(_cache_file(name, Path(cache) if cache is not None else None))
+        sizes = _sizes_file(_cache_file(name, cache))
         if not sizes.is_file():
             load_full_task(name, cache, rebuild=True)
         rows.append(read_json(sizes))
@@ -342,10 +321,7 @@ def eval_texts(task_names: Iterable[str], splits: Iterable[str] = ("dev", "test"
     for name in task_names:
         task = load_builtin_task(name, size, cache)
         for split in splits:
-            if split not in task.splits:
-                raise LmlabError(f"task {name!r} has no split {split!r}",
-                                 f"use splits among {', '.join(task.splits)}")
-            for example in task.splits[split]:
+            for example in task.split(split):  # an unknown split is an error naming the splits
                 for text in example.eval_texts():
                     line = " ".join(text.split())
                     if line and line not in seen:
@@ -359,8 +335,6 @@ def export_eval_texts(task_names: Iterable[str], path: str | os.PathLike,
                       cache: str | os.PathLike | None = None) -> int:
     """Write :func:`eval_texts` to ``path``, one text per line (multi-line fortunes become one
     line), for ``lmlab data build --exclude FILE``. Returns the number of lines written."""
-    from lmlab.utils.io import atomic_write_text
-
     lines = eval_texts(task_names, splits, size, cache)
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)

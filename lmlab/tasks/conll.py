@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lmlab.tasks.readers import read_splits
 from lmlab.tasks.types import Example, Task
 from lmlab.utils.errors import LmlabError
 
@@ -76,16 +77,11 @@ def load_conll_task(name: str, files: dict[str, str | os.PathLike],
 
     ``tag_column`` picks the tag among each line's columns (default -1, the last: NER in
     CoNLL-2003; 1 is its POS tag, 2 its chunk tag)."""
-    splits = {}
-    for split, path in files.items():
-        examples = read_conll(path, tag_column)
-        if not examples:
-            raise LmlabError(f"the {split} file {path} has no sentences",
-                             f"give a {split} file with at least one sentence")
-        if to_iob2:
+    splits = read_splits(files, lambda path: read_conll(path, tag_column), "sentence")
+    if to_iob2:
+        for examples in splits.values():
             for example in examples:
                 example.tags = iob1_to_iob2(example.tags or [])
-        splits[split] = examples
     tag_set = sorted({t for examples in splits.values() for e in examples for t in e.tags or []},
                      key=lambda t: (t != "O", t[2:], t))
     return Task(name=name, type="tagging", labels=tag_set,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +20,15 @@ from lmlab.tasks.types import Example, Task
 from lmlab.utils.errors import LmlabError
 
 FORMATS = ("csv", "tsv", "jsonl")
+_FORMAT_OF_SUFFIX = {"csv": "csv", "tsv": "tsv", "tab": "tsv", "txt": "tsv", "jsonl": "jsonl",
+                     "json": "jsonl", "ndjson": "jsonl"}
 
 
 def detect_format(path: str | os.PathLike) -> str:
     """``csv``, ``tsv`` or ``jsonl`` from the file name (``.json`` counts as JSON lines)."""
     suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix in ("csv",):
-        return "csv"
-    if suffix in ("tsv", "tab", "txt"):
-        return "tsv"
-    if suffix in ("jsonl", "json", "ndjson"):
-        return "jsonl"
+    if suffix in _FORMAT_OF_SUFFIX:
+        return _FORMAT_OF_SUFFIX[suffix]
     raise LmlabError(f"cannot tell the format of {path} from its extension",
                      "name it .csv, .tsv or .jsonl, or pass format='csv'|'tsv'|'jsonl'")
 
@@ -159,6 +157,20 @@ def check_pair_texts(examples: Sequence[Example], where: str) -> None:
                              "single-text task type")
 
 
+def read_splits(files: dict[str, str | os.PathLike],
+                read: Callable[[str | os.PathLike], list[Example]],
+                unit: str = "example") -> dict[str, list[Example]]:
+    """``{split: read(path)}`` for each split file; a file without any ``unit`` (example,
+    sentence, question) is an error naming the split and the file."""
+    splits = {}
+    for split, path in files.items():
+        splits[split] = read(path)
+        if not splits[split]:
+            raise LmlabError(f"the {split} file {path} has no {unit}s",
+                             f"give a {split} file with at least one {unit}")
+    return splits
+
+
 def load_table_task(name: str, files: dict[str, str | os.PathLike], text_column: str,
                     label_column: str, text_pair_column: str | None = None,
                     task_type: str | None = None, labels: Sequence[str] | None = None,
@@ -173,13 +185,8 @@ def load_table_task(name: str, files: dict[str, str | os.PathLike], text_column:
     if task_type is None:
         task_type = "pair-classification" if text_pair_column else "classification"
     regression = task_type == "regression"
-    splits: dict[str, list[Example]] = {}
-    for split, path in files.items():
-        splits[split] = read_table(path, text_column, label_column, text_pair_column, format,
-                                   regression=regression)
-        if not splits[split]:
-            raise LmlabError(f"the {split} file {path} has no examples",
-                             f"give a {split} file with at least one labelled row")
+    splits = read_splits(files, lambda path: read_table(
+        path, text_column, label_column, text_pair_column, format, regression=regression))
     if task_type == "pair-classification":
         for split, examples in splits.items():
             check_pair_texts(examples, str(files[split]))
@@ -268,13 +275,8 @@ def load_choice_task(name: str, files: dict[str, str | os.PathLike], text_column
     if not choices_columns:
         raise LmlabError("no column of choices was named",
                          "name the column with the list of choices, or one column per choice")
-    splits: dict[str, list[Example]] = {}
-    for split, path in files.items():
-        splits[split] = read_choices_table(path, text_column, choices_columns, label_column,
-                                           format)
-        if not splits[split]:
-            raise LmlabError(f"the {split} file {path} has no examples",
-                             f"give a {split} file with at least one labelled row")
+    splits = read_splits(files, lambda path: read_choices_table(
+        path, text_column, choices_columns, label_column, format))
     counts = {len(e.choices or []) for examples in splits.values() for e in examples}
     if len(counts) > 1:
         raise LmlabError(f"the examples have different numbers of choices ({sorted(counts)})",

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lmlab.tasks.readers import read_splits
 from lmlab.tasks.types import Example, Task
 from lmlab.utils.errors import LmlabError
 
@@ -81,11 +82,6 @@ def read_squad(path: str | os.PathLike) -> list[Example]:
 
 def load_squad_task(name: str, files: dict[str, str | os.PathLike]) -> Task:
     """A qa task from SQuAD files per split (``{"train": ..., "dev": ...}``)."""
-    splits = {}
-    for split, path in files.items():
-        splits[split] = read_squad(path)
-        if not splits[split]:
-            raise LmlabError(f"the {split} file {path} has no questions",
-                             f"give a {split} file with at least one question")
+    splits = read_splits(files, read_squad, "question")
     return Task(name=name, type="qa", labels=[], metrics=["exact_match", "squad_f1"],
                 splits=splits, description=f"SQuAD from {', '.join(map(str, files.values()))}")

@@ -9,7 +9,7 @@ The two-digit ``lex_filenum`` names the synset's lexicographer file (``noun.anim
 sentences: ``definition; "example one"; "example two"``.
 
 For word-in-context pairs we need to know where a synset's lemma occurs in its own examples.
-:func:`find_lemma` matches the lemma and its inflections: regular ones (-s, -es, -ies, -ed,
+:class:`LemmaMatcher` finds a lemma and its inflections: regular ones (-s, -es, -ies, -ed,
 -ing, -er, -est, doubled final consonants, dropped final e) and the irregular forms listed in the
 ``*.exc`` files (``went -> go``, ``mice -> mouse``). Multi-word verbs inflect their first word
 (``warmed up``), multi-word nouns their last (``attorneys general`` comes from noun.exc).
@@ -226,9 +226,3 @@ class LemmaMatcher:
                     found[index] = (tokens[i][1], tokens[i + length - 1][2])
                     break
         return found
-
-
-def find_lemma(sentence: str, lemma: str, pos: str,
-               exceptions: dict[str, dict[str, list[str]]]) -> tuple[int, int] | None:
-    """Character span ``(start, end)`` of the first occurrence of ``lemma`` (any inflection)."""
-    return LemmaMatcher([lemma], pos, exceptions).find_all(sentence).get(0)
