@@ -240,3 +240,18 @@ def assert_clean_refusal(result, *problem: str, fix: str = "") -> str:
         assert fragment in errors[0], (fragment, errors[0])
     assert fix in fixes[0], (fix, fixes[0])
     return errors[0]
+
+
+class FakeClock:
+    """A stand-in for the ``time`` module whose ``perf_counter`` only moves when a test moves
+    ``now``: budgets are then counted in steps or batches, whatever the machine's load."""
+
+    now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def __getattr__(self, name):
+        import time
+
+        return getattr(time, name)

@@ -24,7 +24,7 @@ def tiny_folder(tiny_bert_folder):
     return tiny_bert_folder
 
 
-def toy_task(n_train: int = 96, n_dev: int = 24) -> Task:
+def toy_task(n_train: int = 96, n_dev: int = 24, task_type: str = "classification") -> Task:
     """'the X is here' -> the class of X: learnable by a tiny model in a few epochs."""
     def make(count: int, offset: int) -> list[Example]:
         out = []
@@ -34,7 +34,7 @@ def toy_task(n_train: int = 96, n_dev: int = 24) -> Task:
             out.append(Example(id=f"{offset}-{i}", text=f"the {word} is here", label=label))
         return out
 
-    return Task("toy", "classification", ["animal", "tool"], ["accuracy", "macro_f1"],
+    return Task("toy", task_type, ["animal", "tool"], ["accuracy", "macro_f1"],
                 {"train": make(n_train, 0), "dev": make(n_dev, 3), "test": make(n_dev, 1)})
 
 

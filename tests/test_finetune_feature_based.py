@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_finetune import toy_task as finetune_toy_task
 
 from lmlab.finetune.data import encode_examples
 from lmlab.finetune.feature_based import (
@@ -23,27 +24,16 @@ from lmlab.finetune.feature_based import (
 )
 from lmlab.finetune.recipes import get_recipe
 from lmlab.finetune.runner import load_model
-from lmlab.tasks.types import Example, Task
+from lmlab.tasks.types import Task
 from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.training.trainer import Trainer
 from lmlab.utils.errors import LmlabError
 
-WORDS = {"animal": ["dog", "cat", "horse", "bird", "fish", "cow"],
-         "tool": ["hammer", "saw", "drill", "wrench", "chisel", "file"]}
-
 
 def toy_task(n_train: int = 40, n_dev: int = 16, task_type: str = "classification") -> Task:
-    """'the X is here' -> the class of X (a frozen random encoder + mix can separate it)."""
-    def make(count: int, offset: int) -> list[Example]:
-        out = []
-        for i in range(count):
-            label = "animal" if i % 2 else "tool"
-            word = WORDS[label][(i // 2 + offset) % len(WORDS[label])]
-            out.append(Example(id=f"{offset}-{i}", text=f"the {word} is here", label=label))
-        return out
-
-    return Task("toy", task_type, ["animal", "tool"], ["accuracy", "macro_f1"],
-                {"train": make(n_train, 0), "dev": make(n_dev, 3), "test": make(n_dev, 1)})
+    """test_finetune's toy task ('the X is here' -> the class of X), smaller: a frozen random
+    encoder + scalar mix can separate it."""
+    return finetune_toy_task(n_train, n_dev, task_type)
 
 
 def train(folder, out, seed: int = 0, random_init: bool = False, save_every: int | None = None,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import FakeClock
 from safetensors.torch import load_file
 from test_finetune import toy_task
 
@@ -84,16 +85,7 @@ def test_budget_stops_on_the_trainer_clock(tiny_bert_folder, tmp_path, monkeypat
     mid-epoch; that partial epoch is scored on dev like a full one."""
     import lmlab.finetune.data as fdata
 
-    class BatchClock:
-        now = 0.0
-
-        def perf_counter(self) -> float:
-            return self.now
-
-        def __getattr__(self, name):
-            return getattr(time, name)
-
-    clock = BatchClock()
+    clock = FakeClock()
     batches = fdata.TaskStream.__iter__
 
     def clocked(self):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from conftest import assert_close_rounding
+from conftest import FakeClock, assert_close_rounding
 from torch import nn
 
 from lmlab.models.config import TransformerConfig
@@ -207,16 +207,7 @@ def test_token_limit_and_budget_stop(tmp_path, monkeypatch):
 
     # The budget is read from the Trainer's clock; a fake one that moves 0.1 s per batch makes
     # the step count independent of how busy the machine is (5 steps fit in 0.5 s).
-    class BatchClock:
-        now = 0.0
-
-        def perf_counter(self) -> float:
-            return self.now
-
-        def __getattr__(self, name):
-            return getattr(time, name)
-
-    clock = BatchClock()
+    clock = FakeClock()
 
     class ClockedStream(TinyStream):
         def __iter__(self):
