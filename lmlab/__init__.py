@@ -6,7 +6,6 @@ tokenizer or pipeline is actually used).
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 __version__ = "0.1.0"
@@ -28,7 +27,7 @@ def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'lmlab' has no attribute {name!r}")
-    module_name, attribute = target.split(":")
-    value = getattr(importlib.import_module(module_name), attribute)
-    globals()[name] = value
+    from lmlab.utils.lazy import import_attribute
+
+    value = globals()[name] = import_attribute(target)
     return value

@@ -11,8 +11,6 @@ checkpoint never depends on which modules the caller happened to import first.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -21,6 +19,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
 from lmlab.models.core.norms import make_norm
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.lazy import resolve_entry
 
 IGNORE_INDEX = -100
 
@@ -51,11 +50,7 @@ def head_class(name: str) -> type[nn.Module]:
     if name not in HEADS:
         raise LmlabError(f"unknown head {name!r}",
                          f"available heads: {', '.join(available_heads())}")
-    cls = HEADS[name]
-    if isinstance(cls, str):
-        module_name, class_name = cls.split(":")
-        cls = HEADS[name] = getattr(importlib.import_module(module_name), class_name)
-    return cls
+    return resolve_entry(HEADS, name)
 
 
 def needs_pooler(name: str) -> bool:

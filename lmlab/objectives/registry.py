@@ -7,13 +7,13 @@ their own objectives with :func:`register_objective`.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.lazy import resolve_entry
 
 _REGISTRY: dict[str, Callable[..., Any] | str] = {
     "mlm": "lmlab.objectives.mlm:MaskedLM",
@@ -69,12 +69,7 @@ def get_factory(name: str) -> Callable[..., Any]:
     if name not in _REGISTRY:
         raise LmlabError(f"unknown objective {name!r}",
                          f"available objectives: {', '.join(available_objectives())}")
-    factory = _REGISTRY[name]
-    if isinstance(factory, str):
-        module_name, attribute = factory.split(":")
-        factory = getattr(importlib.import_module(module_name), attribute)
-        _REGISTRY[name] = factory
-    return factory
+    return resolve_entry(_REGISTRY, name)
 
 
 def _accepted(factory: Callable[..., Any]) -> tuple[set[str], bool]:

@@ -7,11 +7,11 @@ callable object. Tasks and the classes that implement them are listed in :data:`
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.lazy import import_attribute
 
 if TYPE_CHECKING:
     import torch
@@ -49,8 +49,7 @@ def pipeline(task: str, model: Any, tokenizer: Any = None, dtype: torch.dtype | 
 
     if task not in PIPELINES:
         raise LmlabError(f"unknown pipeline task {task!r}", f"use one of {', '.join(PIPELINES)}")
-    module_name, class_name = PIPELINES[task].split(":")
-    pipeline_class = getattr(importlib.import_module(module_name), class_name)
+    pipeline_class = import_attribute(PIPELINES[task])
     known = [name for name in inspect.signature(pipeline_class).parameters
              if name not in ("model", "tokenizer")]
     unknown = sorted(set(options) - set(known))

@@ -3,7 +3,6 @@ schedules, checkpoints and scale-out. Names are imported lazily (torch on first 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 _LAZY = {
@@ -23,7 +22,7 @@ def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'lmlab.training' has no attribute {name!r}")
-    module_name, attribute = target.split(":")
-    value = getattr(importlib.import_module(module_name), attribute)
-    globals()[name] = value
+    from lmlab.utils.lazy import import_attribute
+
+    value = globals()[name] = import_attribute(target)
     return value

@@ -11,13 +11,13 @@ module changes no other. Presets (:mod:`lmlab.models.presets`), Hugging Face fol
 from __future__ import annotations
 
 import copy
-import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.lazy import resolve_entry
 
 #: model_type -> "module:attribute" of its :class:`FamilySpec` (the spec once imported).
 KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
@@ -248,11 +248,7 @@ def get_family(model_type: str) -> FamilySpec:
     if entry is None:
         raise LmlabError(f"lmlab has no model family {model_type!r}",
                          f"supported model types: {', '.join(KNOWN_FAMILIES)}")
-    if isinstance(entry, str):
-        module_name, attribute = entry.split(":")
-        entry = KNOWN_FAMILIES[model_type] = getattr(importlib.import_module(module_name),
-                                                     attribute)
-    return entry
+    return resolve_entry(KNOWN_FAMILIES, model_type)
 
 
 def task_layout(family: str, head: str) -> str:
