@@ -273,19 +273,12 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
 
 
 def _prepare_out(out: Path, overwrite: bool, config: dict[str, Any] | None) -> None:
-    """Before the model loads: resume a run in ``out`` with the same settings (``config``, as
-    ``config.json`` lays it out; None: the Trainer checks it), refuse other settings or other
-    files, or start over with ``overwrite``."""
-    from lmlab.training.run_dir import prepare_run_folder, remove_run
-    from lmlab.utils.checks import check_output_folder
+    """Before the model loads: :func:`~lmlab.training.run_dir.prepare_run_folder` (resume,
+    refuse or start over; ``config=None``: the feature recipe checks its settings itself), then
+    the folder exists."""
+    from lmlab.training.run_dir import prepare_run_folder
 
-    if config is not None:
-        prepare_run_folder(out, overwrite, config)
-    elif (out / "config.json").is_file():
-        if overwrite:
-            remove_run(out)
-    else:
-        check_output_folder(out, overwrite, "fine-tuning run")
+    prepare_run_folder(out, overwrite, config, what="fine-tuning run")
     out.mkdir(parents=True, exist_ok=True)
 
 

@@ -116,19 +116,22 @@ def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any]) -> None:
                          "give a new --out folder, or pass --overwrite to start the run over")
 
 
-def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any]) -> None:
+def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any] | None,
+                       what: str = "run") -> None:
     """Before any work: refuse an ``out`` folder that holds something else, or a run with
-    other result-changing settings (:func:`check_resumable`), unless ``overwrite``; with it, a
-    previous run there is removed (by one process under torchrun) and started over."""
+    other result-changing settings (:func:`check_resumable`; ``config=None``: the caller
+    checks them itself, once it knows them), unless ``overwrite``; with it, a previous run
+    there is removed (by one process under torchrun) and started over. ``what`` names the run
+    in the refusal."""
     from lmlab.utils.checks import check_output_folder
 
     out = Path(out)
     if not (out / "config.json").is_file():
-        check_output_folder(out, overwrite, "run")
+        check_output_folder(out, overwrite, what)
     elif overwrite:
         if int(os.environ.get("RANK", 0)) == 0:
             remove_run(out)
-    else:
+    elif config is not None:
         check_resumable(out, config)
 
 
