@@ -422,3 +422,28 @@ def test_stop_option_reads_newline_tab_and_backslash_escapes():
     _register_all(registry)
     args = parser.parse_args(["generate", "smollm2", "hi", "--stop", "\\n", "--stop", "###"])
     assert args.stop == ["\n", "###"]
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_vocabulary_projection_runs_at_the_last_position_only(use_cache):
+    """The prompt's positions are never projected to the vocabulary (at prefill that would be
+    prompt length x a decoding step's projection), and the tokens equal the full-logits path."""
+    model = tiny("llama")
+    ids = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # a left-padded row
+    rows: list[int] = []
+    hook = model.heads["clm"].register_forward_hook(
+        lambda module, args, output: rows.append(args[0].shape[1]))
+    try:
+        out = generate(model, ids, mask, max_new_tokens=5, eos_token_id=[], use_cache=use_cache)
+    finally:
+        hook.remove()
+    assert rows == [1] * 5
+    sequences, m = ids, mask
+    for _ in range(5):  # greedy with full logits, no cache
+        positions = (m.cumsum(-1) - 1).masked_fill(m == 0, 1)
+        logits = model(input_ids=sequences, attention_mask=m, position_ids=positions).logits
+        sequences = torch.cat([sequences, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        m = torch.cat([m, torch.ones_like(m[:, :1])], dim=1)
+    assert torch.equal(out, sequences)

@@ -164,19 +164,24 @@ class _Decoder:
         self.cache = None
 
     def logits(self, sequences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Next-token logits (B, V) in float32 for the sequences so far."""
+        """Next-token logits (B, V) in float32 for the sequences so far.
+
+        The stack runs without heads and the vocabulary projection only at the last position:
+        projecting the whole prompt would cost prompt length x the FLOPs of a decoding step's
+        projection, for logits nobody reads."""
         positions = _positions(mask)
         if self.use_cache and self.cache is not None:
             past = self.cache.seq_len()
             out = self.model(input_ids=sequences[:, past:], attention_mask=mask,
                              position_ids=positions[:, past:], past_key_values=self.cache,
-                             use_cache=True, heads=["clm"])
+                             use_cache=True, heads=[])
         else:
             out = self.model(input_ids=sequences, attention_mask=mask, position_ids=positions,
-                             use_cache=self.use_cache, heads=["clm"])
+                             use_cache=self.use_cache, heads=[])
         if self.use_cache:
             self.cache = out.past_key_values
-        return out.logits[:, -1].float()
+        last = out.last_hidden_state[:, -1:]  # (B, 1, H)
+        return self.model.run_head("clm", last, None, mask[:, -1:])[:, -1].float()
 
     def reorder(self, index: torch.Tensor) -> None:
         if self.cache is not None:
