@@ -25,7 +25,9 @@ def register(commands) -> None:
                    help="start over in an --out folder that holds a run or other files "
                         "(default: rerunning on a run's folder resumes it from its last "
                         "checkpoint; other settings there are refused)")
-    p.add_argument("--recipe", default="bert", choices=("bert", "ulmfit", "feature"))
+    p.add_argument("--recipe", choices=("bert", "bert-paper", "scratch", "ulmfit", "feature"),
+                   help="default: bert for a pretrained model, scratch for --random-init "
+                        "(docs/finetuning.md: the recipes)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     p.add_argument("--max-train-examples", type=int, help="use the first N training examples")
     p.add_argument("--budget", help="training time limit per seed, e.g. 5m, 90s, 1h")
@@ -36,14 +38,21 @@ def register(commands) -> None:
     p.add_argument("--epochs", type=int)
     p.add_argument("--patience", type=int,
                    help="early stopping: epochs without a better dev score (default: the "
-                        "recipe's, 2; feature 3)")
+                        "recipe's: 3; ulmfit and bert-paper 2)")
     p.add_argument("--lr", type=float)
     p.add_argument("--batch-size", type=int)
     p.add_argument("--max-length", type=int, help="tokens per sequence (default 128)")
     p.add_argument("--layer", type=int,
                    help="feature recipe: hidden state to use (-1 = last); default: scalar mix")
-    p.add_argument("--pooling", choices=("family", "cls", "mean", "concat"),
-                   help="sentence representation (default: the recipe's)")
+    p.add_argument("--pooling", choices=("auto", "family", "cls", "mean", "concat"),
+                   help="sentence representation (default: the recipe's; bert: auto = the "
+                        "checkpoint's own, mean for sentence-transformers models)")
+    p.add_argument("--head-lr-multiplier", type=float,
+                   help="the new task head trains at --lr times this (default: the recipe's; "
+                        "bert 10)")
+    p.add_argument("--min-updates", type=int,
+                   help="train at least N optimizer updates, adding epochs on small data "
+                        "(default: the recipe's; bert 500, 0 = no minimum)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
 
     p = commands.command(
@@ -90,7 +99,8 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
     check_settings(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
                    max_train_examples=args.max_train_examples, patience=args.patience,
                    lr=args.lr, budget_seconds=parse_budget(args.budget),
-                   save_every=args.save_every)
+                   save_every=args.save_every, head_lr_multiplier=args.head_lr_multiplier,
+                   min_updates=args.min_updates)
     if len(seeds) > 1:  # seed-N/ folders are runs: resumed or refused one by one
         check_output_folder(Path(args.out), args.overwrite, "fine-tuning run",
                             ignore=("seed-*", "summary.json"))
@@ -119,7 +129,8 @@ def _finetune(args: argparse.Namespace) -> int:
                   budget_seconds=parse_budget(args.budget), precision=args.precision,
                   random_init=args.random_init, layer=args.layer, pooling=args.pooling,
                   max_length=args.max_length, patience=args.patience, device=args.device,
-                  save_every=args.save_every, overwrite=args.overwrite)
+                  save_every=args.save_every, overwrite=args.overwrite,
+                  head_lr_multiplier=args.head_lr_multiplier, min_updates=args.min_updates)
     reports = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 reports
     if len(seeds) == 1:
         result = finetune(task, args.model, args.out, seed=seeds[0], **kwargs)

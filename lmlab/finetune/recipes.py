@@ -1,7 +1,21 @@
-"""Fine-tuning recipes: BERT's, ULMFiT's and the feature-based (ELMo-style) one.
+"""Fine-tuning recipes: BERT's (as lmlab runs it and as the paper gives it), training from
+scratch, ULMFiT's and the feature-based (ELMo-style) one.
 
-* ``bert`` (Devlin et al. 2019): AdamW, lr in 2e-5..5e-5, 2-4 epochs, 10% linear warmup then
-  linear decay, batch 16-32, every weight trained.
+* ``bert`` (the default): BERT's recipe made to work on small data and on checkpoints that were
+  not pretrained with NSP. AdamW, 10% linear warmup then linear decay, every weight trained, and
+  three changes, each measured (docs/finetuning.md): the sentence vector follows the checkpoint
+  (``pooling="auto"``, :mod:`lmlab.finetune.pooling`: mean pooling for all-MiniLM-L6-v2), the new
+  head learns ``head_lr_multiplier`` times faster than the pretrained body (a fresh 45-way
+  head does not move at 5e-5), and training lasts at least ``min_updates`` optimizer updates
+  (Mosbach et al. 2021, "On the stability of fine-tuning BERT": small data needs more
+  iterations, not fewer). On wordnet-supersense (1,000 examples, MiniLM) the paper's recipe
+  reached 36.1% test accuracy, frozen MiniLM 59.7%, this recipe's setting 70.1%.
+* ``bert-paper`` (Devlin et al. 2019, as published): lr 5e-5, 3 epochs, batch 32, [CLS] +
+  pooler, no head multiplier, no minimum: the recipe the paper gives, kept by name.
+* ``scratch``: a randomly initialised model (the "random init" baseline) has no pretrained
+  body to protect: a higher learning rate, mean pooling and more updates, so it measures an
+  architecture trained from scratch rather than one collapsed onto the majority class.
+  Chosen automatically for ``random_init`` when no recipe is named.
 * ``ulmfit`` (Howard & Ruder 2018): discriminative learning rates (layer group at depth d from
   the top gets ``lr / 2.6**d``), gradual unfreezing (epoch k trains the top k+1 groups), slanted
   triangular learning rates (cut_frac 0.1, ratio 32), concat pooling ``[last, max, mean]``.
@@ -36,21 +50,38 @@ class Recipe:
     gradual_unfreeze: bool = False
     frozen_encoder: bool = False
     layer: int | None = None  # feature-based: which hidden state (-1 = last); None = scalar mix
-    pooling: str = "family"
+    pooling: str = "family"  # "auto": the checkpoint's own sentence vector (pooling.py)
     patience: int = 2  # early stopping: epochs without dev improvement
     max_length: int = 128
+    head_lr_multiplier: float = 1.0  # the new task head trains at lr * this
+    min_updates: int = 0  # train at least this many optimizer updates (more epochs if needed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 RECIPES: dict[str, Recipe] = {
-    "bert": Recipe("bert", lr=5e-5, epochs=3, batch_size=32),
+    "bert": Recipe("bert", lr=1e-4, epochs=3, batch_size=16, pooling="auto",
+                   head_lr_multiplier=10.0, min_updates=500, patience=3),
+    "bert-paper": Recipe("bert-paper", lr=5e-5, epochs=3, batch_size=32),
+    "scratch": Recipe("scratch", lr=5e-4, epochs=3, batch_size=16, pooling="mean",
+                      min_updates=1000, patience=3),
     "ulmfit": Recipe("ulmfit", lr=2e-4, epochs=4, batch_size=32, schedule="triangular",
                      warmup_fraction=0.0, lr_decay=2.6, gradual_unfreeze=True, pooling="concat"),
     "feature": Recipe("feature", lr=2e-3, epochs=10, batch_size=32, frozen_encoder=True,
                       layer=None, pooling="mean", weight_decay=0.0, patience=3),
 }
+
+
+def default_recipe(random_init: bool) -> str:
+    """The recipe a run gets when none is named: ``scratch`` for a random init, else ``bert``."""
+    return "scratch" if random_init else "bert"
+
+
+def epochs_for(recipe: Recipe, steps_per_epoch: int) -> int:
+    """The recipe's epochs, raised so that training makes at least ``min_updates`` updates."""
+    needed = -(-recipe.min_updates // max(steps_per_epoch, 1))  # ceil
+    return max(recipe.epochs, needed)
 
 
 def get_recipe(name: str, **overrides: Any) -> Recipe:
@@ -76,13 +107,22 @@ def layer_groups(model: nn.Module) -> list[list[nn.Module]]:
 
 
 def discriminative_groups(model: nn.Module, lr: float, lr_decay: float,
-                          weight_decay: float) -> list[dict[str, Any]]:
+                          weight_decay: float,
+                          head_lr_multiplier: float = 1.0) -> list[dict[str, Any]]:
     """AdamW groups with ``lr / lr_decay**depth`` per layer group (depth 0 = the head), each
-    split into decay / no-decay parameters as BERT does."""
+    split into decay / no-decay parameters as BERT does; the task heads' own parameters (not
+    the pooler) get ``head_lr_multiplier`` times their group's rate (group key ``"head"``)."""
     from lmlab.training.optim import param_groups
 
     groups: list[dict[str, Any]] = []
     seen: set[int] = set()
+    if head_lr_multiplier != 1.0:
+        for group in param_groups(list(model.heads.values()), weight_decay):
+            params = [p for p in group["params"] if id(p) not in seen]
+            seen.update(id(p) for p in params)
+            if params:
+                groups.append({"params": params, "weight_decay": group["weight_decay"],
+                               "lr": lr * head_lr_multiplier, "depth": 0, "head": True})
     for depth, modules in enumerate(layer_groups(model)):
         for group in param_groups(modules, weight_decay):
             params = [p for p in group["params"] if id(p) not in seen]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,14 @@ from lmlab.finetune.heads import (
     task_logits,
 )
 from lmlab.finetune.objective import TaskObjective
-from lmlab.finetune.recipes import Recipe, discriminative_groups, get_recipe
+from lmlab.finetune.pooling import resolve_pooling
+from lmlab.finetune.recipes import (
+    Recipe,
+    default_recipe,
+    discriminative_groups,
+    epochs_for,
+    get_recipe,
+)
 from lmlab.finetune.results import (
     confusion_matrix,
     plot_confusion,
@@ -191,7 +199,7 @@ def _num_labels(task: Task) -> int:
     return len(task.labels)
 
 
-def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: str = "bert",
+def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: str | None = None,
              seed: int = 0, epochs: int | None = None, lr: float | None = None,
              batch_size: int | None = None, max_train_examples: int | None = None,
              budget_seconds: float | None = None, precision: str = "fp32",
@@ -199,8 +207,18 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
              max_length: int | None = None, patience: int | None = None,
              eval_splits: tuple[str, ...] = ("dev", "test"), save_model: bool = True,
              show_progress: bool = True, device: str = "auto", save_every: int | None = None,
-             overwrite: bool = False) -> dict[str, Any]:
+             overwrite: bool = False, head_lr_multiplier: float | None = None,
+             min_updates: int | None = None) -> dict[str, Any]:
     """Fine-tune ``model_source`` on ``task`` with a recipe; returns the run's result dict.
+
+    ``recipe`` None means ``bert`` for a pretrained model and ``scratch`` for a random init
+    (:mod:`lmlab.finetune.recipes`); ``result["recipe_reason"]`` says which and why. The
+    sentence vector of a ``pooling="auto"`` recipe follows the checkpoint
+    (:func:`lmlab.finetune.pooling.resolve_pooling`; ``result["pooling"]`` and
+    ``result["pooling_reason"]``). Training lasts the recipe's epochs, more when that makes
+    fewer than its ``min_updates`` updates; ``epochs`` given alone means exactly that many. A
+    classification split whose predictions are all one label is
+    reported in ``result["one_class"]`` (split -> label) with a warning.
 
     Training runs on :class:`lmlab.training.Trainer` (so on ``device``, under torchrun DDP,
     in bf16, within ``budget_seconds``): the dev split's first metric (``task.metrics[0]``) is
@@ -218,9 +236,19 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
 
     check_settings(epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
                    max_train_examples=max_train_examples, patience=patience,
-                   budget_seconds=budget_seconds, save_every=save_every)
+                   budget_seconds=budget_seconds, save_every=save_every,
+                   head_lr_multiplier=head_lr_multiplier, min_updates=min_updates)
+    if epochs is not None and min_updates is None:
+        min_updates = 0  # epochs given: exactly that many, unless a minimum is given too
+    is_random = parse_model_source(model_source, random_init)[1]
+    recipe_reason = "chosen by the caller"
+    if recipe is None:
+        recipe = default_recipe(is_random)
+        recipe_reason = ("the default for a randomly initialised model" if is_random
+                         else "the default for a pretrained model")
     rec = get_recipe(recipe, epochs=epochs, lr=lr, batch_size=batch_size, pooling=pooling,
-                     max_length=max_length, patience=patience)
+                     max_length=max_length, patience=patience,
+                     head_lr_multiplier=head_lr_multiplier, min_updates=min_updates)
     if recipe == "feature" and layer is not None:
         rec = replace(rec, layer=layer)
     if precision not in ("fp32", "bf16"):
@@ -249,20 +277,30 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     if result.pop("_main", True) is False:  # torchrun: rank 0 alone scores and writes
         return result
     result["train_seconds"] = time.perf_counter() - started
-    result.update(task=task.name, recipe=rec.to_dict(), seed=seed, precision=precision,
+    result.update(task=task.name, recipe=rec.to_dict(), recipe_reason=recipe_reason, seed=seed,
+                  precision=precision,
                   model=str(model_source), random_init=parse_model_source(model_source,
                                                                           random_init)[1],
                   sizes={k: len(v) for k, v in task.splits.items()})
     predictor = result.pop("_predictor")
+    predictions_cache: dict[str, list[Any]] = {}
     for split in eval_splits:
         if split not in task.splits or not task.splits[split]:
             continue
-        metrics, matrix = _score_split(task, split, predictor(split), out, "",
+        predictions_cache[split] = predictor(split)
+        metrics, matrix = _score_split(task, split, predictions_cache[split], out, "",
                                        f"{task.name} {split} ({recipe}, seed {seed})")
         if metrics is not None:
             result[split] = metrics
         if matrix is not None:
             result.setdefault("confusion", {})[split] = matrix
+        collapsed = one_class_label(task, predictions_cache[split])
+        if collapsed is not None:
+            result.setdefault("one_class", {})[split] = collapsed
+            warnings.warn(f"{task.name}: the model predicts {collapsed!r} for every {split} "
+                          "example: it collapsed onto one class. Try more updates "
+                          "(--min-updates), a higher --lr or --head-lr-multiplier, or check "
+                          "the labels of the training data.", OneClassWarning, stacklevel=2)
     saver = result.pop("_saver")
     if save_model:
         saver(out / "model")
@@ -270,6 +308,19 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     atomic_write_json(out / "finetune.json", {k: v for k, v in result.items()
                                               if k != "confusion"})
     return result
+
+
+class OneClassWarning(UserWarning):
+    """A fine-tuned classifier predicted the same label for every example of a split."""
+
+
+def one_class_label(task: Task, predictions: list[Any]) -> str | None:
+    """The label a classification split's predictions all share (a collapsed model), or None
+    (more than one label, fewer than two examples, or not a classification task)."""
+    if task.type not in ("classification", "pair-classification") or len(predictions) < 2:
+        return None
+    labels = {str(p) for p in predictions}
+    return labels.pop() if len(labels) == 1 else None
 
 
 def _prepare_out(out: Path, overwrite: bool, config: dict[str, Any] | None) -> None:
@@ -334,10 +385,11 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
         raise LmlabError(f"the batches hold {sizes} examples, which {world} processes cannot "
                          "share evenly", f"use a --batch-size and a training set size (e.g. "
                          f"--max-train-examples) that are multiples of {world}")
+    epochs = epochs_for(rec, steps_per_epoch)  # at least min_updates updates
     cfg = TrainingConfig(
         lr=rec.lr, schedule=rec.schedule, warmup_fraction=rec.warmup_fraction,
-        weight_decay=rec.weight_decay, eps=1e-6 if rec.name == "bert" else 1e-8,
-        clip_norm=rec.clip_norm, max_steps=steps_per_epoch * rec.epochs,
+        weight_decay=rec.weight_decay, eps=1e-6 if rec.name.startswith("bert") else 1e-8,
+        clip_norm=rec.clip_norm, max_steps=steps_per_epoch * epochs,
         budget_seconds=budget_seconds, batch_size=rec.batch_size, seq_len=rec.max_length,
         seed=seed, precision=precision, device=device, progress=show_progress,
         save_every=save_every or steps_per_epoch, keep_last=1)
@@ -348,16 +400,21 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
                        objective={"spec": "task", "heads": [HEAD_FOR_TASK[task.type]]},
                        data={"tokenizer_fingerprint": tokenizer.fingerprint()})
     _prepare_out(out, overwrite, run_config(cfg, record))
-    model, _, _ = load_model(path, random_init, seed)
+    model, _, folder = load_model(path, random_init, seed)
+    pooling, pooling_reason = resolve_pooling(rec.pooling, folder, model.pooler is not None,
+                                              random_init)
+    if show_progress and rec.pooling == "auto":
+        print(f"lmlab finetune: pooling {pooling}: {pooling_reason}", flush=True)
     seed_everything(seed)  # the new head's initial weights
     objective = TaskObjective(task.type, _num_labels(task),
                               {i: label for i, label in enumerate(task.labels)}
                               if task.type not in ("regression", "qa") else None,
-                              pooling=rec.pooling)
+                              pooling=pooling)
     for name in [h for h in model.heads if h != objective.head]:
         del model.heads[name]  # pretraining heads are not part of the fine-tuned model
     objective.prepare(model)
-    groups = discriminative_groups(model, rec.lr, rec.lr_decay, rec.weight_decay)
+    groups = discriminative_groups(model, rec.lr, rec.lr_decay, rec.weight_decay,
+                                   rec.head_lr_multiplier)
 
     def evaluate_dev() -> dict[str, float]:
         return task.evaluate("dev", predict(model, tokenizer, task, "dev",
@@ -379,8 +436,9 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    return {**selection.report(trainer, run, stream.examples_seen()), "_predictor": predictor,
-            "_saver": saver}
+    return {**selection.report(trainer, run, stream.examples_seen()), "pooling": pooling,
+            "pooling_reason": pooling_reason, "planned_epochs": epochs,
+            "_predictor": predictor, "_saver": saver}
 
 
 # -- several seeds ---------------------------------------------------------------------------------
@@ -397,6 +455,7 @@ def finetune_seeds(task: Task, model_source: str | Path, out_dir: str | Path,
                "recipe": runs[0]["recipe"], "random_init": runs[0]["random_init"],
                "dev": summarize_seeds(runs, "dev"), "test": summarize_seeds(runs, "test"),
                "best_epochs": [r["best_epoch"] for r in runs],
+               "one_class": {str(r["seed"]): r["one_class"] for r in runs if r.get("one_class")},
                "train_seconds": [r["train_seconds"] for r in runs]}
     atomic_write_json(out / "summary.json", summary)
     return summary

@@ -12,8 +12,9 @@ from lmlab.utils.checks import check_at_least, check_positive
 # setting -> (the option that sets it on the command line, smallest allowed value)
 MINIMUMS = {"epochs": ("--epochs", 1), "batch_size": ("--batch-size", 1),
             "max_length": ("--max-length", 2), "max_train_examples": ("--max-train-examples", 1),
-            "patience": ("--patience", 1), "save_every": ("--save-every", 1)}
-POSITIVE = {"lr": "--lr", "budget_seconds": "--budget"}
+            "patience": ("--patience", 1), "save_every": ("--save-every", 1),
+            "min_updates": ("--min-updates", 0)}
+POSITIVE = {"lr": "--lr", "budget_seconds": "--budget", "head_lr_multiplier": "--head-lr-multiplier"}
 
 
 def check_settings(**settings: float | None) -> None:
