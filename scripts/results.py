@@ -1,27 +1,41 @@
-"""Regenerate docs/results.md: the built-in tasks, several seeds, four systems.
+"""Regenerate docs/results.md: the built-in tasks, five systems, a learning-rate search on dev,
+three seeds, median and spread.
 
-Systems per task (CPU-sized splits):
-  minilm-finetuned  the real all-MiniLM-L6-v2 checkpoint, BERT recipe (all weights trained)
-  minilm-random     the same architecture randomly initialised, same recipe
-  minilm-frozen     MiniLM frozen, scalar mix of its layers + linear head (feature recipe)
-  tfidf             TF-IDF + logistic regression (lmlab.tasks baseline)
+Systems per task (the CPU-sized splits: 4,000 train / 1,000 dev / 1,000 test):
+  minilm-finetuned  all-MiniLM-L6-v2, the default recipe (``bert``), every weight trained
+  minilm-random     the same architecture randomly initialised, the recipe lmlab picks (``scratch``)
+  minilm-frozen     MiniLM frozen, scalar mix of its layers + linear head (``feature`` recipe)
+  tfidf             TF-IDF + logistic regression (C chosen on dev by the baseline itself)
+  hf-trainer        transformers.Trainer with its defaults (scripts/results_hf_trainer.py)
 
-Every system reports the median and the spread (max - min) over seeds of the dev and test
-metrics. Finished systems are skipped on a rerun (delete runs/results to start over).
+Protocol of the MiniLM systems: seed 0 at the recipe's learning rate times each of
+``--lr-factors`` (0.5, 1, 2), the one with the best dev score (the task's first metric) is
+chosen, then every seed of ``--seeds`` runs at that learning rate. hf-trainer has no search
+(it stands for "the defaults"). Every run is kept under ``--runs``
+(``TASK/SYSTEM/lr-LR/seed-N/row.json``): finished runs are skipped on a rerun, an interrupted
+fine-tuning run resumes from its checkpoint. The page is rendered from every finished run on
+disk, so several invocations (e.g. the important systems first) build one page.
 
-    python scripts/results.py                      # full CPU-sized splits, seeds 0,1,2
-    python scripts/results.py --max-train-examples 500 --max-eval-examples 300 --epochs 2
+    python scripts/results.py                                  # everything, seeds 0,1,2
+    python scripts/results.py --systems tfidf,minilm-frozen    # some systems first
+    python scripts/results.py --systems hf-trainer --seeds 0   # a shorter protocol for one system
+    python scripts/results.py --render-only                    # the page from the runs on disk
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from lmlab.finetune.recipes import get_recipe
 from lmlab.finetune.results import summarize_seeds
-from lmlab.finetune.runner import finetune_seeds, sample_examples
+from lmlab.finetune.runner import finetune, sample_examples
 from lmlab.tasks import load_builtin_task, run_tfidf_baseline
 from lmlab.tasks.types import Task
 from lmlab.utils.host import describe_host
@@ -29,128 +43,351 @@ from lmlab.utils.io import atomic_write_json, atomic_write_text
 from lmlab.utils.paths import minilm_dir
 
 TASKS = ("wordnet-supersense", "wordnet-wic", "fortunes-topic")
-SYSTEMS = ("minilm-finetuned", "minilm-random", "minilm-frozen", "tfidf")
 
 
-def trim(task: Task, train: int | None, evaluation: int | None) -> Task:
-    splits = dict(task.splits)
-    splits["train"] = sample_examples(splits["train"], train)
-    for split in ("dev", "test"):
-        splits[split] = sample_examples(splits[split], evaluation)
+@dataclass(frozen=True)
+class System:
+    """One row of the page: ``recipe`` is what :func:`finetune` is given (None: lmlab picks),
+    ``expected`` the recipe that must have run (its lr is the centre of the search)."""
+
+    recipe: str | None = None
+    expected: str = ""
+    random_init: bool = False
+    description: str = ""
+
+
+SYSTEMS: dict[str, System] = {
+    "minilm-finetuned": System(None, "bert", False,
+                               "all-MiniLM-L6-v2 (real weights), lmlab's default recipe `bert`, "
+                               "every weight trained"),
+    "minilm-random": System(None, "scratch", True,
+                            "the same architecture randomly initialised; the recipe lmlab picks "
+                            "for random weights (`scratch`)"),
+    "minilm-frozen": System("feature", "feature", False,
+                            "MiniLM frozen, a learned scalar mix of its 7 hidden states "
+                            "(mean-pooled) + linear head (recipe `feature`, ELMo-style)"),
+    "tfidf": System(description="TF-IDF 1-2-grams + logistic regression, C chosen on dev "
+                                "from 0.1, 1, 10, 100"),
+    "hf-trainer": System(description="`transformers.Trainer` + "
+                                     "`AutoModelForSequenceClassification` from the same MiniLM "
+                                     "folder with the default `TrainingArguments` (lr 5e-5, 3 "
+                                     "epochs, batch 8, linear decay, no warmup, fp32, last step "
+                                     "kept), max length 128: what a user would write instead"),
+}
+SEARCHED = ("minilm-finetuned", "minilm-random", "minilm-frozen")
+
+
+def lr_name(lr: float) -> str:
+    return f"lr-{lr:.3g}"
+
+
+def lr_grid(system: str, factors: tuple[float, ...]) -> list[float]:
+    """The learning rates of ``system``'s search: its recipe's lr times each factor."""
+    centre = get_recipe(SYSTEMS[system].expected).lr
+    return [float(f"{centre * factor:.3g}") for factor in factors]
+
+
+def trim(task: Task, train: int | None) -> Task:
+    """``task`` with a stable label-stratified sample of ``train`` training examples."""
+    if not train:
+        return task
+    splits = {**task.splits, "train": sample_examples(task.split("train"), train)}
     return Task(task.name, task.type, list(task.labels), list(task.metrics), splits,
                 task.positive_label, task.description)
 
 
-def run_system(system: str, task: Task, out: Path, seeds: tuple[int, ...],
-               args: argparse.Namespace) -> dict:
-    model = str(minilm_dir())
-    common = dict(epochs=args.epochs, batch_size=args.batch_size, show_progress=False,
-                  save_model=False, precision=args.precision)
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def one_class_from_files(folder: Path) -> dict[str, str]:
+    """{split: label} for the splits whose ``predictions-<split>.jsonl`` hold one label only."""
+    found = {}
+    for path in sorted(folder.glob("predictions-*.jsonl")):
+        labels = {json.loads(line)["prediction"] for line in path.read_text().splitlines()}
+        if len(labels) == 1:
+            found[path.stem.removeprefix("predictions-")] = labels.pop()
+    return found
+
+
+def run_once(task: Task, system: str, folder: Path, seed: int, lr: float | None,
+             settings: dict[str, Any]) -> dict[str, Any]:
+    """One run of ``system`` (``folder/row.json``; read back when it exists)."""
+    done = _read(folder / "row.json")
+    if done is not None:
+        return done
+    print(f"{task.name} / {system} / {folder.parent.name} / seed {seed} ...", flush=True)
     started = time.perf_counter()
     if system == "tfidf":
-        runs = [run_tfidf_baseline(task, seed=seed) for seed in seeds]
-        summary = {"dev": summarize_seeds(runs, "dev"), "test": summarize_seeds(runs, "test")}
-    elif system == "minilm-finetuned":
-        summary = finetune_seeds(task, model, out, seeds, recipe="bert", **common)
-    elif system == "minilm-random":
-        summary = finetune_seeds(task, model, out, seeds, recipe="bert", random_init=True,
-                                 **common)
+        result = run_tfidf_baseline(task, seed=seed)
+        row = {"chosen": result["chosen"], "one_class": {}, "steps": None}
+    elif system == "hf-trainer":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from results_hf_trainer import run_hf_trainer
+
+        result = run_hf_trainer(task, settings["model"], folder, seed,
+                                **settings.get("hf_overrides", {}))
+        row = {"steps": result["steps"], "one_class": result["one_class"]}
     else:
-        summary = finetune_seeds(task, model, out, seeds, recipe="feature",
-                                 show_progress=False, save_model=False,
-                                 precision=args.precision)
-    summary["seconds"] = time.perf_counter() - started
-    atomic_write_json(out / "summary.json", summary)
-    return summary
+        spec = SYSTEMS[system]
+        result = finetune(task, settings["model"], folder, recipe=spec.recipe, seed=seed, lr=lr,
+                          random_init=spec.random_init, precision=settings["precision"],
+                          show_progress=False, save_model=False,
+                          **settings.get("overrides", {}))
+        ran = result["recipe"]["name"]
+        if ran != spec.expected:
+            raise SystemExit(f"{system} ran the recipe {ran!r}, not {spec.expected!r}: "
+                             "update SYSTEMS in scripts/results.py")
+        shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # finished: no resume needed
+        row = {"recipe": ran, "steps": result["steps"], "best_epoch": result["best_epoch"],
+               "pooling": result.get("pooling") or result["recipe"].get("pooling"),
+               "one_class": result.get("one_class") or one_class_from_files(folder)}
+    row.update(system=system, seed=seed, lr=lr, dev=result["dev"], test=result.get("test"),
+               precision={"tfidf": "-", "hf-trainer": "fp32"}.get(system, settings["precision"]),
+               train_size=len(task.split("train")),
+               wall_seconds=time.perf_counter() - started)
+    atomic_write_json(folder / "row.json", row)
+    return row
 
 
+def run_system(task: Task, system: str, root: Path, seeds: tuple[int, ...],
+               factors: tuple[float, ...], settings: dict[str, Any]) -> None:
+    """The protocol of one system on one task: search (seed ``seeds[0]``), then the seeds."""
+    if system not in SEARCHED:
+        for seed in seeds:
+            run_once(task, system, root / f"seed-{seed}", seed, None, settings)
+        return
+    for lr in lr_grid(system, factors):
+        run_once(task, system, root / lr_name(lr) / f"seed-{seeds[0]}", seeds[0], lr, settings)
+    chosen = collect(root, task.metrics[0])["lr"]
+    for seed in seeds:
+        run_once(task, system, root / lr_name(chosen) / f"seed-{seed}", seed, chosen, settings)
+
+
+def collect(root: Path, metric: str) -> dict[str, Any]:
+    """What is on disk for one system: the search (seed-0 rows by lr), the chosen lr (best dev
+    ``metric``; a tie goes to the smaller lr), the rows of every seed at that lr, and the wall
+    time of all its runs."""
+    search = {}
+    for path in sorted(root.glob("lr-*/seed-0/row.json")):
+        row = json.loads(path.read_text())
+        search[row["lr"]] = row
+    if search:
+        chosen = max(sorted(search), key=lambda lr: search[lr]["dev"][metric])
+        rows = [json.loads(p.read_text()) for p in root.glob(f"{lr_name(chosen)}/seed-*/row.json")]
+    else:
+        chosen = None
+        rows = [json.loads(p.read_text()) for p in root.glob("seed-*/row.json")]
+    rows.sort(key=lambda row: row["seed"])
+    return {"lr": chosen, "search": search, "rows": rows,
+            "wall_seconds": sum(json.loads(p.read_text())["wall_seconds"]
+                                for p in root.glob("**/row.json"))}
+
+
+# -- the page --------------------------------------------------------------------------------------
 def cell(stats: dict | None) -> str:
     if not stats:
         return "-"
+    if stats["n"] == 1:  # one seed: no spread to show
+        return f"{100 * stats['median']:.1f}"
     return f"{100 * stats['median']:.1f} ± {100 * stats['spread'] / 2:.1f}"
 
 
-def render(results: dict, args: argparse.Namespace, seeds: tuple[int, ...]) -> str:
-    lines = [
-        "# Results on the built-in tasks",
-        "",
-        "Generated by `python scripts/results.py "
-        + " ".join(args.argv) + "` (do not edit by hand).",
-        "",
-        f"Seeds: {', '.join(map(str, seeds))}. Each cell: median over seeds ± half the spread "
-        "(spread = max - min), in percent. Model selection: the best epoch by the dev metric "
-        "(early stopping), so dev numbers are optimistic; test is untouched.",
-        "",
-        f"Training examples per task: {args.max_train_examples or 'all (4,000)'}; dev/test "
-        f"examples: {args.max_eval_examples or 'all (1,000)'} (subsets: stable, label-stratified "
-        "samples by hashes of the example ids, the same for every system and seed); epochs (BERT recipe): "
-        f"{args.epochs or 3}; batch size {args.batch_size or 32}; precision {args.precision}.",
-        "",
-        f"Host of the times (s) below: {describe_host()}.",
-        "",
-        "Systems: **minilm-finetuned** = all-MiniLM-L6-v2 (real weights), BERT recipe (AdamW, "
-        "10% warmup, linear decay, every weight trained); **minilm-random** = the same "
-        "architecture randomly initialised, same recipe; **minilm-frozen** = MiniLM frozen, a "
-        "learned scalar mix of its 7 hidden states (mean-pooled) + linear head (feature-based, "
-        "ELMo-style); **tfidf** = TF-IDF 1-2-grams + logistic regression (C chosen on dev).",
-        "",
-    ]
-    for name, systems in results.items():
-        metrics = None
-        for summary in systems.values():
-            metrics = list(summary["dev"])
-            break
-        if not metrics:
-            continue
-        lines += [f"## {name}", ""]
-        header = "| system | " + " | ".join(f"dev {m}" for m in metrics) + " | " + \
-            " | ".join(f"test {m}" for m in metrics) + " | time (s) |"
-        lines += [header, "|" + "---|" * (2 * len(metrics) + 2)]
-        for system, summary in systems.items():
-            row = [cell(summary["dev"].get(m)) for m in metrics]
-            row += [cell(summary["test"].get(m)) for m in metrics]
-            lines.append(f"| {system} | " + " | ".join(row) +
-                         f" | {summary.get('seconds', 0):.0f} |")
+def one_class_note(rows: list[dict[str, Any]]) -> str | None:
+    """'seeds 1, 2 predicted one class on test ('X')', or None."""
+    hits = [(r["seed"], split, label) for r in rows for split, label in r["one_class"].items()]
+    if not hits:
+        return None
+    seeds = sorted({seed for seed, _, _ in hits})
+    details = sorted({f"{split}: '{label}'" for _, split, label in hits})
+    return (f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} predicted a "
+            f"single class ({'; '.join(details)})")
+
+
+def lr_cell(system: str, found: dict[str, Any], metric: str) -> str:
+    if system == "tfidf":
+        values = sorted({r["chosen"] for r in found["rows"]})
+        return "C " + ", ".join(f"{v:g}" for v in values)
+    if found["lr"] is None:
+        return "5e-05 (default)" if system == "hf-trainer" else "-"
+    grid = ", ".join(f"{lr:.3g}: {100 * row['dev'][metric]:.1f}"
+                     for lr, row in sorted(found["search"].items()))
+    return f"**{found['lr']:.3g}** ({grid})"
+
+
+def verdict(table: dict[str, dict[str, Any]], metric: str) -> str:
+    """Whether fine-tuned MiniLM beats frozen MiniLM and TF-IDF on the test ``metric``."""
+    def median(system: str) -> float | None:
+        rows = table.get(system, {}).get("rows")
+        return summarize_seeds(rows, "test")[metric]["median"] if rows else None
+
+    ours = median("minilm-finetuned")
+    others = {s: median(s) for s in ("minilm-frozen", "tfidf")}
+    if ours is None or None in others.values():
+        return ("Goal not measured yet: runs are missing (`python scripts/results.py` runs "
+                "them; finished runs are kept).")
+    beaten = [s for s, v in others.items() if ours > v]
+    lost = [f"{s} ({100 * v:.1f})" for s, v in others.items() if ours <= v]
+    seeds = len(table["minilm-finetuned"]["rows"])
+    if not lost:
+        return (f"Goal met ({seeds} seed{'s' if seeds > 1 else ''} of fine-tuned MiniLM): "
+                f"fine-tuned MiniLM ({100 * ours:.1f} test {metric}) is above "
+                + " and ".join(f"{s} ({100 * others[s]:.1f})" for s in beaten) + ".")
+    return (f"**Goal NOT met**: fine-tuned MiniLM ({100 * ours:.1f} test {metric}) is not above "
+            + " and ".join(lost) + ".")
+
+
+def render(tables: dict[str, dict[str, dict[str, Any]]], metrics: dict[str, list[str]],
+           intro: str) -> str:
+    """The markdown page from the collected runs (``tables[task][system]``)."""
+    lines = ["# Results on the built-in tasks", "", intro.strip(), ""]
+    lines += ["Systems:", ""]
+    lines += [f"- **{name}**: {spec.description}." for name, spec in SYSTEMS.items()]
+    lines.append("")
+    for task_name, table in tables.items():
+        names = metrics[task_name]
+        lines += [f"## {task_name}", "", verdict(table, names[0]), ""]
+        lines.append("| system | lr chosen on dev (seed-0 dev " + names[0] + " per lr) | seeds | "
+                     + " | ".join(f"dev {m}" for m in names) + " | "
+                     + " | ".join(f"test {m}" for m in names)
+                     + " | updates/run | train size | precision | time (s) |")
+        lines.append("|" + "---|" * (2 * len(names) + 7))
+        notes = []
+        for system, found in table.items():
+            rows = found["rows"]
+            if not rows:
+                lines.append(f"| {system} | not run yet |" + " - |" * (2 * len(names) + 5))
+                continue
+            dev, test = summarize_seeds(rows, "dev"), summarize_seeds(rows, "test")
+            steps = sorted({r["steps"] for r in rows if r["steps"] is not None})
+            note = one_class_note(rows)
+            label = system
+            if note:
+                notes.append(f"{len(notes) + 1}. {system}: {note}.")
+                label += f" [{len(notes)}]"
+            lines.append(
+                f"| {label} | {lr_cell(system, found, names[0])} | "
+                + ",".join(str(r["seed"]) for r in rows) + " | "
+                + " | ".join(cell(dev.get(m)) for m in names) + " | "
+                + " | ".join(cell(test.get(m)) for m in names) + " | "
+                + ("-" if not steps else "-".join(str(v) for v in sorted({steps[0], steps[-1]})))
+                + f" | {rows[0]['train_size']:,} | {rows[0]['precision']} | "
+                + f"{found['wall_seconds']:.0f} |")
         lines.append("")
+        lines += notes + ([""] if notes else [])
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    import sys
+INTRO = """\
+Generated by `python scripts/results.py` from the runs kept under `runs/results` (do not edit
+by hand). Host of every time below: {host}.
 
+Each cell: median over the seeds ± half their spread (max - min), in percent. Protocol: every
+MiniLM system tries three learning rates (its recipe's default x0.5, x1, x2) with seed 0,
+keeps the one with the best dev score (the task's first metric), then runs the seeds at that
+learning rate; TF-IDF chooses its C on dev; hf-trainer has no search (it stands for the defaults). Model selection
+inside a run: the best epoch by the dev metric (early stopping) for the lmlab systems. So **dev
+numbers are optimistic** (they chose the learning rate and the epoch); test is untouched. Time:
+wall-clock seconds of all the system's runs on the task, the search included.
+"""
+
+NOTES = """
+## What changed since the previous version of this page
+
+- **Recipe.** The fine-tuned row runs lmlab's new default `bert` recipe (pooling that follows
+  the checkpoint, which is mean pooling for all-MiniLM-L6-v2; a larger learning rate for the new
+  head; a minimum number of updates; see docs/finetuning.md). The previous page ran the BERT
+  paper's recipe (now `bert-paper`: [CLS] pooler, 5e-5, 3 epochs), which read a pooler this
+  checkpoint never trained and lost to the frozen model (supersense test accuracy 36.1 vs 59.7).
+  The random-init row runs the recipe lmlab picks for random weights (`scratch`); it was a
+  constant predictor with the BERT recipe.
+- **Full CPU-sized splits**: 4,000 training examples per task (1,000 before), all 1,000 dev and
+  1,000 test examples.
+- **Learning-rate search** on dev for every MiniLM system (three values, seed 0), reported in
+  the table; three seeds at the chosen value.
+- **transformers.Trainer** row: what a user would get from Hugging Face's defaults on the
+  same split, scored by the same metric functions.
+- **Host and precision.** This page was measured on a different CPU (the previous one on an
+  AVX2-only AMD EPYC Zen 3), so its times are not comparable with the previous page's. The
+  lmlab systems ran in bf16 autocast, which this CPU executes natively (AVX512-BF16): one epoch
+  of fortunes-topic (125 updates of 32 examples, lr 1e-4, mean pooling) took 47 s in bf16 and
+  83 s in fp32, with the same dev accuracy after it (39.2% vs 39.1%), measured on the host
+  named above while nothing else ran.
+
+## Status of this version (2026-11-23)
+
+Not complete: the `bert` and `scratch` recipes landed 20 minutes before this page was due, so
+the fine-tuned rows hold at most seed 0 at the recipe's own learning rate (no search yet), the
+random-init rows and two hf-trainer rows are not run, and the goal is measured on
+wordnet-supersense with one seed only. The frozen, TF-IDF and (supersense) hf-trainer rows are complete. `python
+scripts/results.py` finishes the protocol: it keeps every finished run and runs only what is
+missing: up to 15 fine-tuned runs (750 updates each at 4,000 examples), 15 random-init runs
+(at least 1,000 updates each) and up to 8 hf-trainer runs (1,500 fp32 updates each; the
+supersense one took 33 minutes under the shared load of the day).
+
+## Notes for reading the tables
+
+- Dev numbers are optimistic: the learning rate, and for the lmlab systems the epoch, were
+  chosen on dev. Seed 0's dev score took part in choosing the learning rate. Compare systems on
+  test.
+- hf-trainer keeps the model of its last step (no selection on dev) and trains in fp32, as its
+  defaults do; it ran one seed (seed 0) because of the compute budget, so its cells have no
+  spread.
+- The machine was shared with other jobs while these runs ran (2 cores, a load of 4-7 at
+  times): the times say which system costs minutes and which costs seconds, not more. The
+  hf-trainer time on wordnet-supersense includes 80 s during which it was paused.
+"""
+
+
+def main(argv: list[str] | None = None, extra: dict[str, Any] | None = None) -> str:
+    """Run what is missing of the protocol, write the page, return it. ``extra`` updates the
+    run settings (tests shorten runs with ``{"overrides": {...}, "hf_overrides": {...}}``)."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--max-train-examples", type=int)
-    parser.add_argument("--max-eval-examples", type=int)
-    parser.add_argument("--epochs", type=int)
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    parser.add_argument("--lr-factors", default="0.5,1,2")
+    parser.add_argument("--max-train-examples", type=int,
+                        help="a stratified sample of the training split (quick looks only)")
+    parser.add_argument("--precision", default="bf16", choices=("fp32", "bf16"),
+                        help="of the lmlab systems (hf-trainer keeps its fp32 default)")
     parser.add_argument("--runs", default="runs/results")
     parser.add_argument("--out", default="docs/results.md")
-    args = parser.parse_args()
-    args.argv = sys.argv[1:]
-    if minilm_dir() is None:
-        raise SystemExit("the MiniLM checkpoint is not available (lmlab.utils.paths.minilm_dir)")
+    parser.add_argument("--render-only", action="store_true")
+    args = parser.parse_args(argv)
+    tasks = args.tasks.split(",")
+    systems = args.systems.split(",")
+    unknown = [s for s in systems if s not in SYSTEMS] + [t for t in tasks if t not in TASKS]
+    if unknown:
+        parser.error(f"unknown {', '.join(unknown)}: systems are {', '.join(SYSTEMS)}; "
+                     f"tasks {', '.join(TASKS)}")
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    results: dict = {}
-    for name in args.tasks.split(","):
-        task = trim(load_builtin_task(name, "cpu"), args.max_train_examples,
-                    args.max_eval_examples)
-        results[name] = {}
-        for system in args.systems.split(","):
-            out = Path(args.runs) / name / system
-            done = out / "summary.json"
-            if done.exists():
-                results[name][system] = json.loads(done.read_text())
-            else:
-                print(f"{name} / {system} ...", flush=True)
-                results[name][system] = run_system(system, task, out, seeds, args)
-            atomic_write_text(args.out, render(results, args, seeds))
-    print(render(results, args, seeds))
+    if seeds[0] != 0:
+        parser.error("--seeds must start with 0 (the seed of the learning-rate search)")
+    factors = tuple(float(f) for f in args.lr_factors.split(","))
+    model = minilm_dir()
+    if model is None:
+        raise SystemExit("the MiniLM checkpoint is not available (lmlab.utils.paths.minilm_dir)")
+    settings = {"model": str(model), "precision": args.precision, **(extra or {})}
+    runs = Path(args.runs)
+    loaded = {name: trim(load_builtin_task(name, "cpu"), args.max_train_examples)
+              for name in TASKS}
+
+    def write_page() -> str:
+        tables = {name: {system: collect(runs / name / system, loaded[name].metrics[0])
+                         for system in SYSTEMS} for name in TASKS}
+        page = render(tables, {n: list(t.metrics) for n, t in loaded.items()},
+                      INTRO.format(host=describe_host())) + NOTES
+        atomic_write_text(args.out, page)
+        return page
+
+    for name in tasks if not args.render_only else ():
+        for system in systems:
+            run_system(loaded[name], system, runs / name / system, seeds, factors, settings)
+            write_page()  # the page follows the runs
+    return write_page()
 
 
 if __name__ == "__main__":
-    main()
+    print(main())
