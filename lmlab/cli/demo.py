@@ -13,7 +13,7 @@ def register(commands) -> None:
         description="Build the default corpus (without the evaluation tasks' texts), train a "
                     "WordPiece tokenizer, pretrain a small BERT with masked LM, fine-tune it, "
                     "the same architecture randomly initialised and a TF-IDF baseline on two "
-                    "tasks with three seeds, look at words in context, and write a report. "
+                    "tasks with three seeds, and MiniLM as the ceiling, look at words in context, and write a report. "
                     "Finished stages are cached: rerunning reuses them.",
     )
     p.add_argument("--budget", default="20m", help="wall-clock budget of the whole demo")
@@ -28,6 +28,10 @@ def register(commands) -> None:
     p.add_argument("--max-train-examples", type=int)
     p.add_argument("--max-eval-examples", type=int)
     p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--precision", default="bf16", choices=("fp32", "bf16"),
+                   help="pretraining and fine-tuning precision")
+    p.add_argument("--ceiling", default="minilm",
+                   help="a pretrained checkpoint fine-tuned as the ceiling row, or 'none'")
     p.add_argument("--threads", type=int, help="torch threads (speed only)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an --out folder that holds files other than a demo's")
@@ -47,6 +51,8 @@ def _demo(args: argparse.Namespace) -> int:
         tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples, vocab_size=args.vocab_size,
+        precision=args.precision,
+        ceiling=None if args.ceiling.lower() == "none" else args.ceiling,
         fresh=args.fresh, threads=args.threads,
     )
     report = run_demo(config, overwrite=args.overwrite)

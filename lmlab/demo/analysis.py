@@ -79,3 +79,63 @@ def fill_mask_examples(model_dir: Path, sentences: list[str], top_k: int = 5) ->
         rows.append({"text": sentence, "guesses": [
             {"token": g["token_str"], "score": round(g["score"], 4)} for g in guesses]})
     return rows
+
+
+def unigram_counts(shards: str | Path, split: str = "train") -> Any:
+    """Occurrences of each token id in a split of a shard folder, special tokens left out
+    (masked LM never predicts them): an int64 array of the vocabulary's length."""
+    import numpy as np
+
+    from lmlab.data.shard_reader import ShardReader
+
+    reader = ShardReader(shards, split)
+    counts = np.zeros(0, dtype=np.int64)
+    for index in range(len(reader.info["shards"])):
+        shard = np.bincount(reader._shard(index, words=False)).astype(np.int64)
+        if shard.size < counts.size:
+            shard, counts = counts, shard
+        shard[:counts.size] += counts
+        counts = shard
+    counts[[i for i in reader.special_ids.values() if i < counts.size]] = 0
+    return counts
+
+
+def unigram_baseline(counts: Any) -> dict[str, float]:
+    """What masked LM scores without using context: ``entropy`` (nats) of the unigram
+    distribution ``p = counts / sum`` (the loss of always predicting ``p``) and
+    ``majority_accuracy``, the share of the most frequent token (always guessing it)."""
+    import numpy as np
+
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum()
+    if total <= 0:
+        raise ValueError("unigram_baseline needs at least one counted token")
+    p = counts[counts > 0] / total
+    return {"entropy": float(-(p * np.log(p)).sum()),
+            "majority_accuracy": float(counts.max() / total), "tokens": int(total)}
+
+
+def masked_lm_score(model_dir: Path, shards: Path, mask_prob: float = 0.15,
+                    batch_size: int = 32, seq_len: int = 128, batches: int = 8) -> dict[str, float]:
+    """Validation MLM loss and accuracy of a saved model at masking rate ``mask_prob`` on the
+    fixed validation batches (seed 1234, as pretraining evaluates): a figure that compares
+    across runs pretrained with different masking rates. Mean over batches, as the Trainer."""
+    import lmlab
+    from lmlab.data.pretraining import validation_batches
+    from lmlab.objectives.registry import build_objective
+    from lmlab.objectives.special_tokens import SpecialTokens
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    model = lmlab.from_pretrained(model_dir, head="mlm").eval()
+    objective = build_objective("mlm", SpecialTokens.from_tokenizer(
+        Tokenizer.from_pretrained(model_dir)), mask_prob=mask_prob)
+    objective.eval()
+    loss = accuracy = 0.0
+    data = validation_batches(shards, objective, batch_size=batch_size, seq_len=seq_len,
+                              seed=1234, max_batches=batches)
+    with torch.no_grad():
+        for batch in data:
+            result = objective.compute_loss(model, batch)
+            loss += float(result.loss)
+            accuracy += float(result.metrics["mlm_accuracy"])
+    return {"mask_prob": mask_prob, "loss": loss / len(data), "accuracy": accuracy / len(data)}

@@ -38,13 +38,16 @@ def verdict(pretrained: list[float], random: list[float]) -> tuple[str, float, f
 
 
 def results_table(results: dict[str, dict[str, list[dict]]], split: str = "test") -> list[dict]:
+    """One row per task: each kind's (median, spread, values) of the task's first metric, the
+    verdict of pretrained against random init; ``ceiling`` only when that kind ran."""
     rows = []
     for task, kinds in results.items():
         metric = next(iter(kinds["pretrained"][0][split]))  # the task's first metric
         row: dict[str, Any] = {"task": task, "metric": metric}
-        for kind in ("pretrained", "random", "tfidf"):
-            values = metric_values(kinds[kind], split, metric)
-            row[kind] = median_spread(values) + (values,)
+        for kind in ("pretrained", "random", "tfidf", "ceiling"):
+            values = metric_values(kinds.get(kind, []), split, metric)
+            if values:
+                row[kind] = median_spread(values) + (values,)
         row["verdict"], row["gain"], row["threshold"] = verdict(
             metric_values(kinds["pretrained"], split, metric),
             metric_values(kinds["random"], split, metric))
@@ -53,8 +56,97 @@ def results_table(results: dict[str, dict[str, list[dict]]], split: str = "test"
 
 
 def _cell(entry) -> str:
-    median, spread, _ = entry
+    if entry is None:
+        return "-"
+    median, spread, values = entry
+    if len(values) == 1:
+        return f"{median:.3f} (one seed)"
     return f"{median:.3f} ± {spread / 2:.3f} (spread {spread:.3f})"
+
+
+def tfidf_sentence(rows: list[dict]) -> str:
+    """Whether the pretrained model's median beat TF-IDF's on any task, said plainly."""
+    beaten = [f"{r['task']} ({r['pretrained'][0]:.3f} vs {r['tfidf'][0]:.3f})" for r in rows
+              if r["pretrained"][0] > r["tfidf"][0]]
+    if beaten:
+        return "The pretrained model **did** beat TF-IDF on " + ", ".join(beaten) + "."
+    gaps = ", ".join(f"{r['task']} {r['pretrained'][0]:.3f} vs {r['tfidf'][0]:.3f}" for r in rows)
+    return f"The pretrained model **did not** beat TF-IDF on any task ({gaps})."
+
+
+def final_evaluation(records: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The last validation MLM loss and accuracy of a pretraining run's metrics (None when it
+    has no masked-LM evaluation)."""
+    evals = [r for r in records if r.get("kind") == "eval" and "eval_mlm_loss" in r]
+    if not evals:
+        return None
+    return {"loss": float(evals[-1]["eval_mlm_loss"]),
+            "accuracy": float(evals[-1].get("eval_mlm_accuracy", float("nan"))),
+            "tokens": int(evals[-1].get("tokens", 0))}
+
+
+def pretraining_lines(final: dict[str, float] | None, unigram: dict[str, float],
+                      at15: dict[str, float] | None = None) -> list[str]:
+    """The unigram baseline, and the final validation loss and accuracy against the goal:
+    judged on ``at15`` (the model scored at BERT's 15% masking) when given, else on ``final``
+    (the run's own last evaluation, at its training masking rate)."""
+    from lmlab.demo.job import GOAL_ACCURACY, GOAL_NATS_BELOW_UNIGRAM
+
+    lines = [f"Unigram baseline of the train shards (a model that ignores context): entropy "
+             f"{unigram['entropy']:.2f} nats (the dashed line in the plot); always guessing the "
+             f"most frequent piece is {unigram['majority_accuracy']:.1%} accurate."]
+    if final is None:
+        return lines
+    if at15 is not None:
+        lines += ["", f"At its training masking rate the last validation MLM loss was "
+                  f"{final['loss']:.2f} nats, accuracy {final['accuracy']:.1%}. Scored at BERT's "
+                  "15% masking (comparable with other runs and with the goal):"]
+        final = {**at15, "tokens": final["tokens"]}
+    below = unigram["entropy"] - final["loss"]
+    met_loss = below >= GOAL_NATS_BELOW_UNIGRAM
+    met_acc = final["accuracy"] >= GOAL_ACCURACY
+    side = "below" if below >= 0 else "above"
+    lines += ["", f"Final validation MLM loss {final['loss']:.2f} nats, {abs(below):.2f} {side} "
+              f"the unigram entropy (goal: at least {GOAL_NATS_BELOW_UNIGRAM}: "
+              f"{'met' if met_loss else 'not met'}); accuracy {final['accuracy']:.1%} (goal: "
+              f"{GOAL_ACCURACY:.0%}: {'met' if met_acc else 'not met'}), after "
+              f"{final['tokens']:,} tokens."]
+    return lines
+
+
+def plot_pretraining(records: list[dict[str, Any]], path: Path,
+                     unigram_entropy: float | None) -> Path | None:
+    """Training and validation loss against wall time (minutes), with the unigram entropy as
+    a dashed line; None when there is nothing to plot."""
+    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("loss"), float)]
+    if not train:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lmlab.utils.io import atomic_path
+
+    evals = [r for r in records if r.get("kind") == "eval" and "eval_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.plot([r["elapsed"] / 60 for r in train], [r["loss"] for r in train], label="train loss",
+            lw=1)
+    if evals:
+        ax.plot([r["elapsed"] / 60 for r in evals], [r["eval_loss"] for r in evals], "o-",
+                label="validation loss")
+    if unigram_entropy is not None:
+        ax.axhline(unigram_entropy, ls="--", color="grey",
+                   label=f"unigram entropy ({unigram_entropy:.2f})")
+    ax.set_xlabel("training time (minutes)")
+    ax.set_ylabel("loss (nats)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    return path
 
 
 def _cost_markdown(run: Path) -> str:
@@ -62,36 +154,57 @@ def _cost_markdown(run: Path) -> str:
     return cost.read_text() if cost.exists() else "_No cost report was written for this run._"
 
 
-def build_markdown(summary: dict[str, Any], plot: Path | None) -> str:
+def build_markdown(summary: dict[str, Any], plot: Path | None,
+                   final: dict[str, float] | None = None) -> str:
+    """The report's markdown from the summary, the loss plot and the final evaluation."""
+    from lmlab.demo.job import PRETRAIN_SHARE
+
     s = summary["settings"]
     rows = results_table(summary["results"])
+    ceiling = (Path(s["ceiling"]).name if s.get("ceiling") and any("ceiling" in row
+                                                                  for row in rows) else None)
     lines = [
         "# lmlab demo report",
         "",
         "Does pretraining a Transformer on unlabelled text make it better at downstream tasks? "
         f"This run pretrained a BERT-{s['size']} ({s['objective']}) on "
-        f"{summary['corpus']['words']:,} words ({summary['shards']['train']['tokens']:,} tokens) for {s['budget'] * 0.45 / 60:.1f} "
-        "minutes, then fine-tuned it, the same architecture with random weights, and a TF-IDF "
-        f"baseline on {', '.join(s['tasks'])} with seeds {s['seeds']}.",
+        f"{summary['corpus']['words']:,} words ({summary['shards']['train']['tokens']:,} tokens) "
+        f"for {s['budget'] * PRETRAIN_SHARE / 60:.1f} minutes, then fine-tuned it, the same "
+        f"architecture with random weights, and a TF-IDF baseline on {', '.join(s['tasks'])} "
+        f"with seeds {s['seeds']}"
+        + (f"; {ceiling} (pretrained far longer on far more text) was fine-tuned with the same "
+           f"recipe as the ceiling (seed {s['seeds'][0]})." if ceiling else "."),
         "",
         "## Results (test split)",
         "",
-        "| task | metric | pretrained | random init | TF-IDF | verdict |",
-        "|---|---|---|---|---|---|",
+        "| task | metric | pretrained | random init | TF-IDF |"
+        + (f" {ceiling} (ceiling) |" if ceiling else "") + " verdict |",
+        "|---|---|---|---|---|" + ("---|" if ceiling else "") + "---|",
     ]
     for row in rows:
         lines.append(f"| {row['task']} | {row['metric']} | {_cell(row['pretrained'])} | "
-                     f"{_cell(row['random'])} | {_cell(row['tfidf'])} | **{row['verdict']}** "
-                     f"(gain {row['gain']:+.3f}, threshold {row['threshold']:.3f}) |")
-    lines += ["", f"Values: median over seeds ± half the spread. Verdict rule: {VERDICT_RULE}",
+                     f"{_cell(row['random'])} | {_cell(row['tfidf'])} | "
+                     + (f"{_cell(row.get('ceiling'))} | " if ceiling else "")
+                     + f"**{row['verdict']}** (gain {row['gain']:+.3f}, threshold "
+                     f"{row['threshold']:.3f}) |")
+    lines += ["", tfidf_sentence(rows), "",
+              f"Values: median over seeds ± half the spread. Verdict rule: {VERDICT_RULE}",
               "", "Per-seed values:", ""]
     for row in rows:
-        for kind in ("pretrained", "random", "tfidf"):
-            lines.append(f"- {row['task']} / {kind}: "
-                         + ", ".join(f"{v:.4f}" for v in row[kind][2]))
-    lines += ["", "## Pretraining", ""]
+        for kind in ("pretrained", "random", "tfidf", "ceiling"):
+            if kind in row:
+                lines.append(f"- {row['task']} / {kind}: "
+                             + ", ".join(f"{v:.4f}" for v in row[kind][2]))
+    lines += ["", "## Pretraining", "",
+              f"Recipe: lr {s['pretrain_lr']:g}, {s['pretrain_schedule']} schedule with "
+              f"{s['pretrain_warmup']:.0%} warmup, batch {s['batch_size']} x {s['seq_len']} "
+              f"tokens, mask rate {s['mask_prob']:.0%}, {s['precision']}, model changes "
+              f"{json.dumps(s['model_args'])}: the winner of the ablation in docs/demo.md.", ""]
     if plot:
         lines += [f"![pretraining loss]({plot.name})", ""]
+    if summary.get("unigram"):
+        lines += pretraining_lines(final, summary["unigram"],
+                                   summary["analysis"].get("mlm_at_15")) + [""]
     lines += [f"Run directory: `{summary['pretrain_run']}` (its `report.md` has the details).",
               "", "### Cost", "", _cost_markdown(Path(summary["pretrain_run"])), ""]
     lines += ["## Words in context", "",
@@ -198,11 +311,11 @@ def _inline(text: str) -> str:
 
 def write_report(out: Path, summary: dict[str, Any]) -> Path:
     from lmlab.training.metrics_log import read_metrics
-    from lmlab.training.report import plot_losses
 
     metrics = read_metrics(Path(summary["pretrain_run"]) / "metrics.jsonl")
-    plot = plot_losses(metrics, out / "pretraining-loss.png", minutes=True)
-    markdown = build_markdown(summary, plot)
+    plot = plot_pretraining(metrics, out / "pretraining-loss.png",
+                            (summary.get("unigram") or {}).get("entropy"))
+    markdown = build_markdown(summary, plot, final_evaluation(metrics))
     atomic_write_text(out / "report.md", markdown)
     atomic_write_text(out / "report.html", markdown_to_html(markdown, out))
     return out / "report.md"
@@ -211,10 +324,15 @@ def write_report(out: Path, summary: dict[str, Any]) -> Path:
 def print_summary(summary: dict[str, Any], report: Path) -> None:
     """The short summary ``lmlab demo`` prints at the end."""
     print("\nlmlab demo: results on the test split (median over seeds, spread in brackets)")
-    print(f"{'task':<22}{'pretrained':>20}{'random init':>20}{'TF-IDF':>20}  verdict")
-    for row in results_table(summary["results"]):
-        cells = "".join(f"{r[0]:>12.3f} ({r[1]:.3f})" for r in
-                        (row["pretrained"], row["random"], row["tfidf"]))
+    rows = results_table(summary["results"])
+    ceiling = any("ceiling" in row for row in rows)
+    print(f"{'task':<22}{'pretrained':>20}{'random init':>20}{'TF-IDF':>20}"
+          + (f"{'ceiling':>20}" if ceiling else "") + "  verdict")
+    for row in rows:
+        kinds = ("pretrained", "random", "tfidf") + (("ceiling",) if ceiling else ())
+        cells = "".join(f"{row[k][0]:>12.3f} ({row[k][1]:.3f})" if k in row else f"{'-':>20}"
+                        for k in kinds)
         print(f"{row['task']:<22}{cells}  {row['verdict']}")
+    print(tfidf_sentence(rows).replace("**", ""))
     print(f"host: {summary.get('host') or describe_host()}")
     print(f"report: {report} (and {report.with_suffix('.html')})")
