@@ -55,7 +55,9 @@ def register(commands) -> None:
     p.add_argument("--save-every", type=int, help="checkpoint every N steps (and at the end)")
     p.add_argument("--keep-last", type=int)
     p.add_argument("--log-every", type=int)
-    p.add_argument("--precision", choices=["fp32", "bf16"])
+    p.add_argument("--precision", choices=["fp32", "bf16", "auto"],
+                   help="default fp32; auto: bf16 where this host's measured bf16 matmul rate "
+                        "is at least 1.2x fp32's (lmlab cost peak), else fp32")
     p.add_argument("--compile", action="store_true", default=None)
     p.add_argument("--threads", type=int)
     p.add_argument("--workers", type=int)

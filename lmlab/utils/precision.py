@@ -68,3 +68,38 @@ def precision_autocast(precision: str, device_type: str = "cpu") -> torch.autoca
     if precision == "bf16":
         warn_if_slow_bf16(device_type)
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+BF16_MIN_SPEEDUP = 1.2  # bf16 must beat fp32 by this much to be worth its rounding
+
+
+def auto_precision(device_type: str = "cpu") -> tuple[str, str]:
+    """("bf16" or "fp32", why) for ``precision="auto"``: bf16 where it is measurably faster.
+
+    Never assumed from the CPU's name or flags alone: an Intel Xeon with AVX512-BF16 (no AMX)
+    ran bf16 matmuls at half its fp32 rate, an AMD Zen 5 at four times it. On a CPU, the peaks
+    of :func:`lmlab.cost.peak.cpu_peaks` (measured once per host, about 5-10 s, then cached)
+    decide: bf16 when its matmul rate is at least :data:`BF16_MIN_SPEEDUP` times fp32's (the
+    default ``torch.matmul`` path). A CPU without bf16 instructions is fp32 without measuring.
+    On a GPU, bf16 where the device supports it.
+    """
+    import torch
+
+    if device_type == "cuda":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return "bf16", "this GPU supports bf16 autocast"
+        return "fp32", "this GPU has no bf16 support"
+    if cpu_has_native_bf16() is False:
+        return "fp32", "this CPU has no bf16 instructions (bf16 would be emulated, 5-60x slower)"
+    from lmlab.cost.peak import cpu_peaks
+
+    peaks = cpu_peaks().peaks
+    fp32, bf16 = peaks.get("fp32"), peaks.get("bf16")
+    if not fp32 or not bf16:
+        return "fp32", "no bf16 matmul rate could be measured on this CPU"
+    ratio = bf16 / fp32
+    measured = (f"measured bf16 {bf16 / 1e9:,.0f} against fp32 {fp32 / 1e9:,.0f} GFLOP/s "
+                f"on this host ({ratio:.1f}x)")
+    if ratio >= BF16_MIN_SPEEDUP:
+        return "bf16", measured
+    return "fp32", f"{measured}: under the {BF16_MIN_SPEEDUP}x that bf16 must gain"
