@@ -114,41 +114,6 @@ def pretraining_lines(final: dict[str, float] | None, unigram: dict[str, float],
     return lines
 
 
-def plot_pretraining(records: list[dict[str, Any]], path: Path,
-                     unigram_entropy: float | None) -> Path | None:
-    """Training and validation loss against wall time (minutes), with the unigram entropy as
-    a dashed line; None when there is nothing to plot."""
-    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("loss"), float)]
-    if not train:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from lmlab.utils.io import atomic_path
-
-    evals = [r for r in records if r.get("kind") == "eval" and "eval_loss" in r]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot([r["elapsed"] / 60 for r in train], [r["loss"] for r in train], label="train loss",
-            lw=1)
-    if evals:
-        ax.plot([r["elapsed"] / 60 for r in evals], [r["eval_loss"] for r in evals], "o-",
-                label="validation loss")
-    if unigram_entropy is not None:
-        ax.axhline(unigram_entropy, ls="--", color="grey",
-                   label=f"unigram entropy ({unigram_entropy:.2f})")
-    ax.set_xlabel("training time (minutes)")
-    ax.set_ylabel("loss (nats)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-    return path
-
-
 def _cost_markdown(run: Path) -> str:
     cost = run / "cost.md"
     return cost.read_text() if cost.exists() else "_No cost report was written for this run._"
@@ -311,10 +276,13 @@ def _inline(text: str) -> str:
 
 def write_report(out: Path, summary: dict[str, Any]) -> Path:
     from lmlab.training.metrics_log import read_metrics
+    from lmlab.training.report import plot_losses
 
     metrics = read_metrics(Path(summary["pretrain_run"]) / "metrics.jsonl")
-    plot = plot_pretraining(metrics, out / "pretraining-loss.png",
-                            (summary.get("unigram") or {}).get("entropy"))
+    entropy = (summary.get("unigram") or {}).get("entropy")
+    plot = plot_losses(metrics, out / "pretraining-loss.png", minutes=True,
+                       level=None if entropy is None else
+                       (entropy, f"unigram entropy ({entropy:.2f} nats)"))
     markdown = build_markdown(summary, plot, final_evaluation(metrics))
     atomic_write_text(out / "report.md", markdown)
     atomic_write_text(out / "report.html", markdown_to_html(markdown, out))

@@ -69,9 +69,11 @@ def save_final_model(model: Any, path: Path, tokenizer_dir: Path | None = None) 
     return path
 
 
-def plot_losses(records: list[dict[str, Any]], path: Path, minutes: bool = False) -> Path | None:
+def plot_losses(records: list[dict[str, Any]], path: Path, minutes: bool = False,
+                level: tuple[float, str] | None = None) -> Path | None:
     """Training loss (and validation loss) against tokens, or against wall time in minutes
-    (the demo's report), as a PNG; None when there is nothing."""
+    (the demo's report), as a PNG, with an optional dashed reference ``level`` (value, label),
+    e.g. the corpus's unigram entropy; None when there is nothing."""
     train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("loss"), float)]
     if not train:
         return None
@@ -89,8 +91,10 @@ def plot_losses(records: list[dict[str, Any]], path: Path, minutes: bool = False
     if evals:
         ax.plot([x(r) for r in evals], [r["eval_loss"] for r in evals], "o-",
                 label="validation loss")
+    if level is not None:
+        ax.axhline(level[0], ls="--", color="grey", label=level[1])
     ax.set_xlabel("wall time (minutes)" if minutes else "tokens")
-    ax.set_ylabel("loss")
+    ax.set_ylabel("loss (nats)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
