@@ -50,6 +50,7 @@ from lmlab.finetune.results import (
     summarize_seeds,
     write_predictions,
 )
+from lmlab.interop.native import save_model
 from lmlab.tasks.sampling import sample_examples  # also imported from here by callers
 from lmlab.tasks.types import Task
 from lmlab.utils.errors import LmlabError
@@ -78,17 +79,21 @@ def load_tokenizer(path: Path):
 def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     """(model, tokenizer, folder): a checkpoint, or its architecture with random weights."""
     from lmlab.interop.hf import load_config
+    from lmlab.interop.native import is_native_folder, read_native_config
     from lmlab.models.auto import from_pretrained, resolve_model_dir
     from lmlab.models.model import LanguageModel
 
     path, random_init = parse_model_source(source, random_init)
     folder = resolve_model_dir(path)
     if random_init:
-        config, family, hf = load_config(folder)
+        if is_native_folder(folder):
+            config, heads = read_native_config(folder)
+        else:
+            config, family, hf = load_config(folder)
+            heads = ()
+            for arch in hf.get("architectures") or []:
+                heads = family.architectures.get(arch, ())
         torch.manual_seed(seed)
-        heads = ()
-        for arch in hf.get("architectures") or []:
-            heads = family.architectures.get(arch, ())
         model = LanguageModel(config, heads=heads)
     else:
         model = from_pretrained(folder)
@@ -433,7 +438,7 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
                        precision=precision)
 
     def saver(folder: Path) -> None:
-        model.save_pretrained(folder)
+        save_model(model, folder)  # Hugging Face format, or lmlab's where no family maps it
         tokenizer.save_pretrained(folder)
 
     return {**selection.report(trainer, run, stream.examples_seen()), "pooling": pooling,

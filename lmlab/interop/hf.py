@@ -233,7 +233,8 @@ def _ignorable(name: str) -> bool:
 
 def load_pretrained(path: str | Path, head: str | list[str] | None = None,
                     allow_pickle: bool = False, dtype: torch.dtype | None = None):
-    """Build an lmlab :class:`LanguageModel` from a Hugging Face folder.
+    """Build an lmlab :class:`LanguageModel` from a Hugging Face folder (or a folder in lmlab's
+    own format, :mod:`lmlab.interop.native`).
 
     Args:
         head: ``None`` = the heads the checkpoint's ``architectures`` names (bare encoder if
@@ -242,9 +243,12 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
         allow_pickle: allow pickled ``.bin``/``.pt`` weights (they can run code when loaded).
         dtype: cast the loaded model (e.g. ``torch.bfloat16``).
     """
+    from lmlab.interop.native import is_native_folder, load_native
     from lmlab.models.model import LanguageModel
 
     path = Path(path)
+    if is_native_folder(path):  # lmlab's own format: a config no HF family expresses
+        return load_native(path, head=head, dtype=dtype)
     config, family, hf = load_config(path)
     tensors = CheckpointTensors(path, allow_pickle=allow_pickle)
     try:
@@ -282,6 +286,7 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     family = get_family(model.config.family)
+    hf_config = family.config_to_hf(model.config)  # refuses a config transformers cannot express
     heads = tuple(model.heads.keys())
     architecture = architecture or family.architecture_for(heads)
     prefix = f"{family.base_prefix}." if heads else ""
@@ -300,7 +305,6 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
             tensor = tensor.t()
         tensors[rule.theirs] = tensor.contiguous().cpu()
 
-    hf_config = family.config_to_hf(model.config)
     hf_config["architectures"] = [architecture]
     hf_config["torch_dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
     extra = getattr(model, "hf_config_extra", None)

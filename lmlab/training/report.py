@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.training.metrics_log import read_metrics
-from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_path, atomic_write_json, atomic_write_text
+from lmlab.utils.io import atomic_path, atomic_write_text
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model")
@@ -36,34 +35,11 @@ def copy_tokenizer(tokenizer_dir: Path, target: Path) -> list[Path]:
 
 
 def save_final_model(model: Any, path: Path, tokenizer_dir: Path | None = None) -> Path:
-    """Write the trained model as a loadable folder (+ tokenizer files).
+    """Write the trained model as a loadable folder (+ tokenizer files): the Hugging Face format
+    when the family maps the config, else lmlab's own (:mod:`lmlab.interop.native`)."""
+    from lmlab.interop.native import save_model
 
-    The Hugging Face format (:func:`lmlab.interop.hf.save_pretrained`) is used when the family
-    and heads have a mapping; otherwise lmlab's own: ``config.json`` (TransformerConfig plus
-    ``lmlab_heads``) and ``model.safetensors`` (tied tensors once).
-    """
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    from lmlab.interop.hf import save_pretrained
-
-    saved = False
-    try:
-        save_pretrained(model, path)
-        saved = True
-    except (LmlabError, KeyError, ValueError) as error:
-        print(f"lmlab: the final model has no Hugging Face mapping ({error}); writing lmlab's "
-              "own format", flush=True)
-    if not saved:
-        from safetensors.torch import save_file
-
-        from lmlab.training.checkpoint import split_tied
-
-        unique, aliases = split_tied(model.state_dict())
-        with atomic_path(path / "model.safetensors") as tmp:
-            save_file(unique, str(tmp), metadata={"lmlab_aliases": json.dumps(aliases)})
-        config = model.config.to_dict()
-        config["lmlab_heads"] = list(model.heads.keys())
-        atomic_write_json(path / "config.json", config)
+    path, _ = save_model(model, Path(path))
     if tokenizer_dir is not None and Path(tokenizer_dir).exists():
         copy_tokenizer(Path(tokenizer_dir), path)
     return path
