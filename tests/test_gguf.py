@@ -18,8 +18,8 @@ from lmlab.interop.gguf import (
     config_from_gguf,
     gguf_tensor_names,
     load_gguf_model,
-    unpermute_rotary_rows,
 )
+from lmlab.models.core.positions import rotary_rows_from_pairs, rotary_rows_to_pairs
 from lmlab.models.model import LanguageModel
 from lmlab.models.presets import family_config
 
@@ -122,9 +122,11 @@ def test_gguf_metadata_through_the_rename_table():
         config_from_gguf(metadata)
 
 
-def test_unpermute_inverts_llama_cpp_permutation():
-    w = np.arange(8 * 3 * 5, dtype=np.float32).reshape(8 * 3, 5)
-    assert np.array_equal(unpermute_rotary_rows(_permute(w, 3), 3), w)
+def test_rotary_rows_invert_llama_cpp_permutation():
+    w = np.arange(8 * 3 * 5, dtype=np.float32).reshape(8 * 3, 5)  # 3 heads of 8 dims
+    permuted = torch.from_numpy(_permute(w, 3))
+    assert torch.equal(rotary_rows_from_pairs(permuted, head_dim=8), torch.from_numpy(w))
+    assert torch.equal(rotary_rows_to_pairs(torch.from_numpy(w), head_dim=8), permuted)
     assert not np.array_equal(_permute(w, 3), w)
 
 

@@ -51,6 +51,8 @@ CASES = {
     "electra-generator": (lambda: transformers.ElectraConfig(**TINY, embedding_size=16),
                           "ElectraForMaskedLM", {"mlm": "logits"}, 0),
     "distilbert": (_distilbert, "DistilBertForMaskedLM", {"mlm": "logits"}, 0),
+    "roformer": (lambda: transformers.RoFormerConfig(**TINY), "RoFormerForMaskedLM",
+                 {"mlm": "logits"}, 0),
 }
 NO_TOKEN_TYPES = {"distilbert", "roberta"}  # no second segment
 

@@ -58,8 +58,10 @@ def _base_checkpoint(family: str, path: Path) -> Path:
     else:
         sizes = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                      num_attention_heads=4, intermediate_size=FFN, max_position_embeddings=64)
-        config = (transformers.RobertaConfig(pad_token_id=1, type_vocab_size=1, **sizes)
-                  if family == "roberta" else transformers.BertConfig(**sizes))
+        config = {"roberta": lambda: transformers.RobertaConfig(pad_token_id=1,
+                                                                type_vocab_size=1, **sizes),
+                  "roformer": lambda: transformers.RoFormerConfig(**sizes),
+                  "bert": lambda: transformers.BertConfig(**sizes)}[family]()
     transformers.AutoModel.from_config(config).save_pretrained(path)
     return path
 
@@ -112,7 +114,7 @@ save_file({k: v.contiguous() for k, v in out.items()}, str(root / "reloaded.safe
 """
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "roformer"])
 def test_every_head_loads_in_a_fresh_process(tmp_path, family):
     """Regression test: a saved sequence-classification model failed to load in a new process
     ('unknown head sequence-classification') because the head registered itself only when
@@ -271,7 +273,8 @@ def test_cli_finetune_run_loads_in_a_fresh_process(tiny_bert, tmp_path):
     task_args = _toy_files(tmp_path)
     run = tmp_path / "run"
     assert main(["finetune", *task_args, "--model", str(tiny_bert), "--out", str(run),
-                 "--epochs", "3", "--lr", "1e-3", "--batch-size", "8"]) == 0
+                 "--epochs", "3", "--lr", "1e-3", "--batch-size", "8",
+                 "--precision", "fp32"]) == 0  # served in fp32: the same predictions
     # after serving it with lmlab (first, in a fresh process), transformers reads the same run
     with_transformers = SERVE_IN_FRESH_PROCESS + """
 import torch, transformers
@@ -304,7 +307,8 @@ def test_feature_run_evaluates_and_serves_in_a_fresh_process(tiny_bert, tmp_path
     task_args = _toy_files(tmp_path)
     run = tmp_path / "feature"
     assert main(["finetune", *task_args, "--model", str(tiny_bert), "--out", str(run),
-                 "--recipe", "feature", "--epochs", "20", "--lr", "5e-2"]) == 0
+                 "--recipe", "feature", "--epochs", "20", "--lr", "5e-2",
+                 "--precision", "fp32"]) == 0  # served in fp32: the same predictions
     assert (run / "model" / "config.json").exists()  # the encoder travels with the head
     texts = _dev_texts(tmp_path)
     lines = _run(SERVE_IN_FRESH_PROCESS, str(run), json.dumps(texts)).stdout.splitlines()
@@ -345,7 +349,8 @@ def test_evaluate_reports_every_seed(tiny_bert, tmp_path, capsys):
     task_args = _toy_files(tmp_path, 24, 12)
     run = tmp_path / "seeds"
     assert main(["finetune", *task_args, "--model", str(tiny_bert), "--out", str(run),
-                 "--seeds", "0,1,2", "--epochs", "1", "--lr", "1e-3", "--batch-size", "8"]) == 0
+                 "--seeds", "0,1,2", "--epochs", "1", "--lr", "1e-3", "--batch-size", "8",
+                 "--precision", "fp32"]) == 0  # served in fp32: the same predictions
     capsys.readouterr()
     assert main(["evaluate", *task_args, "--model", str(run)]) == 0
     printed = json.loads(capsys.readouterr().out)

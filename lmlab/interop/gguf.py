@@ -9,7 +9,8 @@ every field part), memory-maps the data, and dequantises one tensor at a time wi
 ``gguf.quants.dequantize``, so loading peaks at about one fp32 model plus one tensor.
 
 llama.cpp's converter permutes the rows of the query and key projections so its rotary kernel
-can rotate adjacent pairs; :func:`unpermute_rotary_rows` undoes that, giving back the
+can rotate adjacent pairs; :func:`lmlab.models.core.positions.rotary_rows_from_pairs` undoes
+that, giving back the
 "rotate half" layout of Hugging Face's Llama and of :mod:`lmlab.models.core.positions`.
 
 Example:
@@ -226,15 +227,6 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         return dict(file.metadata)
 
 
-def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's ``permute(w, n_head)`` of query/key rows: within each head the rows
-    were interleaved as (pairs, 2) for adjacent-pair rotation; put them back as two halves."""
-    rows = weight.shape[0]
-    half = rows // heads // 2
-    w = weight.reshape(heads, half, 2, *weight.shape[1:])  # (nh, hd/2, 2, in)
-    return w.swapaxes(1, 2).reshape(weight.shape)  # (nh, 2, hd/2, in) -> rows
-
-
 # -- models --------------------------------------------------------------------------------------
 def _family(metadata: dict[str, Any]) -> FamilySpec:
     """The family of ``general.architecture``, if its spec has GGUF names."""
@@ -289,7 +281,7 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
     """
     import torch
 
-    from lmlab.models.core.positions import RotaryEmbedding
+    from lmlab.models.core.positions import RotaryEmbedding, rotary_rows_from_pairs
     from lmlab.models.model import LanguageModel
 
     with GGUFFile(path) as file:
@@ -318,10 +310,9 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
                                  "the file's metadata and tensors disagree; re-convert it")
             with torch.no_grad():
                 if ".attn_q." in theirs or ".attn_k." in theirs:
-                    heads = config.num_attention_heads if ".attn_q." in theirs \
-                        else config.num_key_value_heads
-                    values = unpermute_rotary_rows(file.tensor(theirs), heads)
-                    target.copy_(torch.from_numpy(np.ascontiguousarray(values)))
+                    # llama.cpp stores them for adjacent-pair rotation
+                    values = torch.from_numpy(np.ascontiguousarray(file.tensor(theirs)))
+                    target.copy_(rotary_rows_from_pairs(values, config.head_dim))
                 else:
                     file.tensor_into(theirs, target.detach().numpy())
         model.chat_template = file.metadata.get("tokenizer.chat_template")

@@ -20,6 +20,7 @@ import torch
 from lmlab.interop.families import FamilySpec, Rule, expand_rules, get_family
 from lmlab.interop.safetensors_reader import SafetensorsFile
 from lmlab.models.config import TransformerConfig
+from lmlab.models.core.positions import rotary_rows_from_pairs, rotary_rows_to_pairs
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json
 
@@ -130,9 +131,11 @@ def model_rules(family: FamilySpec, model, prefix: str) -> list[Rule]:
     return rules
 
 
-def _to_ours(rule: Rule, tensor: torch.Tensor) -> list[torch.Tensor]:
+def _to_ours(rule: Rule, tensor: torch.Tensor, head_dim: int) -> list[torch.Tensor]:
     if rule.transpose:
         tensor = tensor.t()
+    if rule.rotary_pairs:
+        tensor = rotary_rows_from_pairs(tensor, head_dim)
     if rule.split is not None:
         return list(tensor.chunk(len(rule.ours_names), dim=rule.split))
     return [tensor]
@@ -166,7 +169,8 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
         if head is not None:
             head_rules_present[head] = True
         consumed.update(n for n in (rule.theirs, *rule.aliases) if n in keys)
-        for ours, value in zip(rule.ours_names, _to_ours(rule, tensors.get(name))):
+        for ours, value in zip(rule.ours_names,
+                               _to_ours(rule, tensors.get(name), model.config.head_dim)):
             target = params.get(ours)
             if target is None:
                 raise LmlabError(f"internal mapping error: lmlab has no parameter {ours}")
@@ -193,6 +197,9 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
         if other not in model.heads:
             for rule in expand_rules(make_rules(model.config), layers):
                 consumed.update(n for n in (rule.theirs, *rule.aliases) if n in keys)
+    if family.fixed_tensors is not None:
+        consumed.update(n for name in family.fixed_tensors(model.config)
+                        for n in (name, f"{family.base_prefix}.{name}") if n in keys)
     unexpected = sorted(k for k in keys - consumed if not _ignorable(k))
     problems = []
     if missing:
@@ -301,9 +308,14 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
             continue  # tied decoder: transformers re-ties it from the embeddings
         tensor = torch.cat([v.detach() for v in values], dim=rule.split) if rule.split is not None \
             else values[0].detach()
+        if rule.rotary_pairs:
+            tensor = rotary_rows_to_pairs(tensor, model.config.head_dim)
         if rule.transpose:
             tensor = tensor.t()
         tensors[rule.theirs] = tensor.contiguous().cpu()
+    if family.fixed_tensors is not None:
+        tensors.update({prefix + name: value.contiguous().cpu()
+                        for name, value in family.fixed_tensors(model.config).items()})
 
     hf_config["architectures"] = [architecture]
     hf_config["torch_dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")

@@ -22,7 +22,8 @@ from lmlab.utils.lazy import resolve_entry
 #: model_type -> "module:attribute" of its :class:`FamilySpec` (the spec once imported).
 KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
     name: f"{__name__}.{name}:FAMILY"
-    for name in ("bert", "roberta", "albert", "electra", "distilbert", "gpt2", "llama")}
+    for name in ("bert", "roberta", "albert", "electra", "distilbert", "roformer", "gpt2",
+                 "llama")}
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class Rule:
     concatenated along that dim (GPT-2's fused c_attn). ``aliases``: older names accepted when
     loading. ``optional``: the checkpoint may omit it (e.g. a decoder weight tied to the
     embeddings). ``gguf``: the tensor's name in a GGUF file (llama.cpp's names), if any.
+    ``rotary_pairs``: theirs holds query/key rows laid out for adjacent-pair rotation
+    (RoFormer); ours are in rotate-half order (:func:`lmlab.models.core.positions.
+    rotary_rows_from_pairs` converts).
     """
 
     ours: str | tuple[str, ...]
@@ -43,6 +47,7 @@ class Rule:
     aliases: tuple[str, ...] = ()
     optional: bool = False
     gguf: str | None = None
+    rotary_pairs: bool = False
 
     @property
     def ours_names(self) -> tuple[str, ...]:
@@ -125,6 +130,9 @@ class FamilySpec:
         task_heads: task head -> its layout (a :data:`TASK_LAYOUTS` key) for the fine-tuning
             heads the family supports; their rules and ``<Family>For<Task>`` classes are added
             to head_rules and architectures, and :mod:`lmlab.finetune.heads` builds the layout.
+        fixed_tensors: checkpoint tensors that hold no learned values (RoFormer's sinusoid
+            table), by name relative to ``base_prefix``: written on save, because transformers
+            expects them, and skipped on load.
     """
 
     model_type: str
@@ -144,6 +152,7 @@ class FamilySpec:
     head_rules: dict[str, Callable[[TransformerConfig], list[Rule]]] = field(default_factory=dict)
     architectures: dict[str, tuple[str, ...]] = field(default_factory=dict)
     task_heads: dict[str, str] = field(default_factory=dict)
+    fixed_tensors: Callable[[TransformerConfig], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         prefix = next((n for n, heads in self.architectures.items() if not heads), "")

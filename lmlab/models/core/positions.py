@@ -49,3 +49,19 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     cos = cos.unsqueeze(1).to(x.dtype)  # (B, 1, T, hd)
     sin = sin.unsqueeze(1).to(x.dtype)
     return x * cos + _rotate_half(x) * sin
+
+
+def rotary_rows_from_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Query/key projection rows (weight or bias) laid out for adjacent-pair rotation (RoFormer,
+    llama.cpp's GGUF files: dims 2i and 2i+1 of each head rotate together) put into the
+    rotate-half order of :func:`apply_rotary` (dims i and i + head_dim/2), head by head."""
+    heads = weight.shape[0] // head_dim
+    w = weight.reshape(heads, head_dim // 2, 2, *weight.shape[1:])  # (nh, hd/2, 2, ...)
+    return w.transpose(1, 2).reshape(weight.shape)  # (nh, 2, hd/2, ...) -> rows
+
+
+def rotary_rows_to_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """The inverse of :func:`rotary_rows_from_pairs`: rotate-half rows to adjacent pairs."""
+    heads = weight.shape[0] // head_dim
+    w = weight.reshape(heads, 2, head_dim // 2, *weight.shape[1:])  # (nh, 2, hd/2, ...)
+    return w.transpose(1, 2).reshape(weight.shape)  # (nh, hd/2, 2, ...) -> rows
