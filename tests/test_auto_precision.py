@@ -66,3 +66,57 @@ def test_trainer_resolves_auto(monkeypatch, tmp_path):
     trainer = Trainer(model, torch.nn.Module(), [], cfg, tmp_path / "run", track_cost=False)
     assert trainer.cfg.precision == "fp32"
     assert trainer.precision_reason == "injected for the test"
+
+
+def test_cli_commands_default_to_auto(monkeypatch, tmp_path):
+    """`lmlab pretrain` (unless its --config file sets a precision) and `lmlab finetune` take
+    auto; the library's TrainingConfig keeps fp32."""
+    from lmlab.cli import main
+    from lmlab.training import TrainingConfig
+
+    assert TrainingConfig(max_steps=1).precision == "fp32"
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture_pretrain(config):
+        seen["pretrain"] = config.training.precision
+        raise Stop
+
+    def capture_finetune(task, model, out, **kwargs):
+        seen["finetune"] = kwargs["precision"]
+        raise Stop
+
+    monkeypatch.setattr("lmlab.pretrain", capture_pretrain)
+    monkeypatch.setattr("lmlab.finetune.runner.finetune", capture_finetune)
+    with pytest.raises(Stop):
+        main(["pretrain", "--shards", str(tmp_path), "--out", str(tmp_path / "o"),
+              "--steps", "1"])
+    config = tmp_path / "run.json"
+    config.write_text('{"speed": {"precision": "bf16"}}')
+    with pytest.raises(Stop):
+        main(["pretrain", "--config", str(config), "--shards", str(tmp_path), "--out",
+              str(tmp_path / "o"), "--steps", "1"])
+    assert seen["pretrain"] == "bf16"  # the config file's choice is kept
+    with pytest.raises(Stop):
+        main(["pretrain", "--shards", str(tmp_path), "--out", str(tmp_path / "o"),
+              "--steps", "1"])
+    assert seen["pretrain"] == "auto"
+    with pytest.raises(Stop):
+        main(["finetune", "--task", "wordnet-wic", "--model", str(tmp_path), "--out",
+              str(tmp_path / "f")])
+    assert seen["finetune"] == "auto"
+
+
+def test_finetune_resolves_auto_and_says_why(monkeypatch, tiny_bert_folder, tmp_path):
+    from test_finetune import toy_task
+
+    from lmlab.finetune.runner import finetune
+
+    monkeypatch.setattr("lmlab.finetune.runner.auto_precision",
+                        lambda device: ("fp32", "injected for the test"))
+    result = finetune(toy_task(16, 8), tiny_bert_folder, tmp_path / "run", precision="auto",
+                      epochs=1, batch_size=8, show_progress=False, save_model=False)
+    assert result["precision"] == "fp32"
+    assert result["precision_reason"] == "injected for the test"

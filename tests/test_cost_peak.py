@@ -147,3 +147,17 @@ def test_peak_measured_under_load_is_measured_again_when_quiet(cache, fake_measu
     assert len(fake_measure) == 2 and not quiet.measured_under_load
     assert quiet.peaks["fp32"] == 200e9  # the better of the two measurements is kept
     assert cpu_peaks().peaks == quiet.peaks and len(fake_measure) == 2
+
+
+def test_tracker_mfu_is_against_the_fastest_path_of_its_precision(cache, fake_measure):
+    """An fp32 run's MFU denominator is the faster of MKL (100) and oneDNN (250), not the path
+    torch takes by default; bf16 has one path."""
+    from lmlab.cost.presets import preset_config
+    from lmlab.cost.report import CostTracker
+
+    fp32 = CostTracker(preset_config("bert-tiny"), seq_len=64, device="cpu", precision="fp32",
+                       energy_method="estimate")
+    assert fp32._peak()[0] == 250e9 and "oneDNN" in fp32._peak()[1]
+    bf16 = CostTracker(preset_config("bert-tiny"), seq_len=64, device="cpu", precision="bf16",
+                       energy_method="estimate")
+    assert bf16._peak()[0] == 400e9

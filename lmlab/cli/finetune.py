@@ -53,7 +53,9 @@ def register(commands) -> None:
     p.add_argument("--min-updates", type=int,
                    help="train at least N optimizer updates, adding epochs on small data "
                         "(default: the recipe's; bert 500, 0 = no minimum)")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                   help="default auto: bf16 where this host's measured bf16 matmul rate is at "
+                        "least 1.2x fp32's (lmlab cost peak), else fp32")
 
     p = commands.command(
         "evaluate", help="score a fine-tuned model on a task's splits (predictions, metrics, "
@@ -136,8 +138,8 @@ def _finetune(args: argparse.Namespace) -> int:
         result = finetune(task, args.model, args.out, seed=seeds[0], **kwargs)
         if not reports:
             return 0
-        print(json.dumps({k: result.get(k) for k in ("dev", "test", "best_epoch",
-                                                     "stop_reason")}, indent=2))
+        print(json.dumps({k: result.get(k) for k in ("dev", "test", "best_epoch", "stop_reason",
+                                                     "precision", "precision_reason")}, indent=2))
     else:
         summary = finetune_seeds(task, args.model, args.out, seeds, **kwargs)
         if not reports:

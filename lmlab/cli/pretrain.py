@@ -56,8 +56,9 @@ def register(commands) -> None:
     p.add_argument("--keep-last", type=int)
     p.add_argument("--log-every", type=int)
     p.add_argument("--precision", choices=["fp32", "bf16", "auto"],
-                   help="default fp32; auto: bf16 where this host's measured bf16 matmul rate "
-                        "is at least 1.2x fp32's (lmlab cost peak), else fp32")
+                   help="default auto (unless the --config file sets one): bf16 where this "
+                        "host's measured bf16 matmul rate is at least 1.2x fp32's (lmlab cost "
+                        "peak), else fp32")
     p.add_argument("--compile", action="store_true", default=None)
     p.add_argument("--threads", type=int)
     p.add_argument("--workers", type=int)
@@ -87,6 +88,8 @@ def _pretrain(args: argparse.Namespace) -> int:
     flags = {_SETTING_OF_FLAG.get(k, k): v for k, v in vars(args).items()
              if k not in ("config", "handler", "no_cost")}
     sections = load_config_file(args.config) if args.config else None
+    if flags.get("precision") is None and "precision" not in ((sections or {}).get("speed") or {}):
+        flags["precision"] = "auto"  # the command's default: the host's measured fastest path
     result = lmlab.pretrain(lmlab.PretrainConfig.from_sections(
         sections, track_cost=not args.no_cost, **flags))
     if int(os.environ.get("RANK", 0)) != 0:
