@@ -12,9 +12,10 @@ Protocol of the MiniLM systems: seed 0 at the recipe's learning rate times each 
 ``--lr-factors`` (0.5, 1, 2), the one with the best dev score (the task's first metric) is
 chosen, then every seed of ``--seeds`` runs at that learning rate. hf-trainer has no search
 (it stands for "the defaults"). Every run is kept under ``--runs``
-(``TASK/SYSTEM/lr-LR/seed-N/row.json``): finished runs are skipped on a rerun, an interrupted
-fine-tuning run resumes from its checkpoint. The page is rendered from every finished run on
-disk, so several invocations (e.g. the important systems first) build one page.
+(``TASK/SYSTEM/lr-LR/seed-N/``) and its row (scores, steps, time) also in ``--rows``
+(``docs/results-runs.json``, tracked): finished runs are skipped on a rerun, an interrupted
+fine-tuning run resumes from its checkpoint. The page is rendered from every finished row, so
+several invocations (e.g. the important systems first, or on several days) build one page.
 
     python scripts/results.py                                  # everything, seeds 0,1,2
     python scripts/results.py --systems tfidf,minilm-frozen    # some systems first
@@ -110,11 +111,37 @@ def one_class_from_files(folder: Path) -> dict[str, str]:
     return found
 
 
+class RowStore:
+    """Every finished run's row, kept in one tracked JSON file (``docs/results-runs.json``) by
+    run key (``TASK/SYSTEM/lr-LR/seed-N``), so the page can be rendered and completed on any
+    checkout, not only on the machine whose ``runs/`` folder holds the runs."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows: dict[str, dict[str, Any]] = _read(path) or {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.rows.get(key)
+
+    def put(self, key: str, row: dict[str, Any]) -> None:
+        self.rows[key] = row
+        atomic_write_json(self.path, dict(sorted(self.rows.items())))
+
+    def of(self, task: str, system: str) -> dict[str, dict[str, Any]]:
+        """{``lr-LR/seed-N`` or ``seed-N``: row} of one system on one task."""
+        prefix = f"{task}/{system}/"
+        return {key.removeprefix(prefix): row for key, row in self.rows.items()
+                if key.startswith(prefix)}
+
+
 def run_once(task: Task, system: str, folder: Path, seed: int, lr: float | None,
-             settings: dict[str, Any]) -> dict[str, Any]:
-    """One run of ``system`` (``folder/row.json``; read back when it exists)."""
-    done = _read(folder / "row.json")
+             settings: dict[str, Any], store: RowStore, key: str) -> dict[str, Any]:
+    """One run of ``system`` in ``folder``, its row kept in ``store`` under ``key`` (read back
+    when it is there, or when ``folder/row.json`` exists from an earlier version)."""
+    done = store.get(key) or _read(folder / "row.json")
     if done is not None:
+        if store.get(key) is None:
+            store.put(key, done)
         return done
     print(f"{task.name} / {system} / {folder.parent.name} / seed {seed} ...", flush=True)
     started = time.perf_counter()
@@ -147,41 +174,43 @@ def run_once(task: Task, system: str, folder: Path, seed: int, lr: float | None,
                train_size=len(task.split("train")),
                wall_seconds=time.perf_counter() - started)
     atomic_write_json(folder / "row.json", row)
+    store.put(key, row)
     return row
 
 
 def run_system(task: Task, system: str, root: Path, seeds: tuple[int, ...],
-               factors: tuple[float, ...], settings: dict[str, Any]) -> None:
+               factors: tuple[float, ...], settings: dict[str, Any], store: RowStore) -> None:
     """The protocol of one system on one task: search (seed ``seeds[0]``), then the seeds."""
+    def once(rel: str, seed: int, lr: float | None) -> None:
+        run_once(task, system, root / rel, seed, lr, settings, store,
+                 f"{task.name}/{system}/{rel}")
+
     if system not in SEARCHED:
         for seed in seeds:
-            run_once(task, system, root / f"seed-{seed}", seed, None, settings)
+            once(f"seed-{seed}", seed, None)
         return
     for lr in lr_grid(system, factors):
-        run_once(task, system, root / lr_name(lr) / f"seed-{seeds[0]}", seeds[0], lr, settings)
-    chosen = collect(root, task.metrics[0])["lr"]
+        once(f"{lr_name(lr)}/seed-{seeds[0]}", seeds[0], lr)
+    chosen = collect(store.of(task.name, system), task.metrics[0])["lr"]
     for seed in seeds:
-        run_once(task, system, root / lr_name(chosen) / f"seed-{seed}", seed, chosen, settings)
+        once(f"{lr_name(chosen)}/seed-{seed}", seed, chosen)
 
 
-def collect(root: Path, metric: str) -> dict[str, Any]:
-    """What is on disk for one system: the search (seed-0 rows by lr), the chosen lr (best dev
-    ``metric``; a tie goes to the smaller lr), the rows of every seed at that lr, and the wall
-    time of all its runs."""
-    search = {}
-    for path in sorted(root.glob("lr-*/seed-0/row.json")):
-        row = json.loads(path.read_text())
-        search[row["lr"]] = row
+def collect(runs: dict[str, dict[str, Any]], metric: str) -> dict[str, Any]:
+    """What has run of one system (``{"lr-LR/seed-N" or "seed-N": row}``): the search (seed-0
+    rows by lr), the chosen lr (best dev ``metric``; a tie goes to the smaller lr), the rows of
+    every seed at that lr, and the wall time of all its runs."""
+    search = {row["lr"]: row for rel, row in sorted(runs.items())
+              if rel.startswith("lr-") and rel.endswith("/seed-0")}
     if search:
         chosen = max(sorted(search), key=lambda lr: search[lr]["dev"][metric])
-        rows = [json.loads(p.read_text()) for p in root.glob(f"{lr_name(chosen)}/seed-*/row.json")]
+        rows = [row for rel, row in runs.items() if rel.startswith(f"{lr_name(chosen)}/")]
     else:
         chosen = None
-        rows = [json.loads(p.read_text()) for p in root.glob("seed-*/row.json")]
+        rows = [row for rel, row in runs.items() if rel.startswith("seed-")]
     rows.sort(key=lambda row: row["seed"])
     return {"lr": chosen, "search": search, "rows": rows,
-            "wall_seconds": sum(json.loads(p.read_text())["wall_seconds"]
-                                for p in root.glob("**/row.json"))}
+            "wall_seconds": sum(row["wall_seconds"] for row in runs.values())}
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -279,8 +308,8 @@ def render(tables: dict[str, dict[str, dict[str, Any]]], metrics: dict[str, list
 
 
 INTRO = """\
-Generated by `python scripts/results.py` from the runs kept under `runs/results` (do not edit
-by hand). Host of every time below: {host}.
+Generated by `python scripts/results.py` from the rows of the finished runs kept in
+`docs/results-runs.json` (do not edit by hand). Host of every time below: {host}.
 
 Each cell: median over the seeds ± half their spread (max - min), in percent. Protocol: every
 MiniLM system tries three learning rates (its recipe's default x0.5, x1, x2) with seed 0,
@@ -353,7 +382,10 @@ def main(argv: list[str] | None = None, extra: dict[str, Any] | None = None) -> 
                         help="a stratified sample of the training split (quick looks only)")
     parser.add_argument("--precision", default="bf16", choices=("fp32", "bf16"),
                         help="of the lmlab systems (hf-trainer keeps its fp32 default)")
-    parser.add_argument("--runs", default="runs/results")
+    parser.add_argument("--runs", default="runs/results",
+                        help="where the runs' files go (predictions, logs; not tracked)")
+    parser.add_argument("--rows", default="docs/results-runs.json",
+                        help="every finished run's row (tracked: the page renders from it)")
     parser.add_argument("--out", default="docs/results.md")
     parser.add_argument("--render-only", action="store_true")
     args = parser.parse_args(argv)
@@ -372,11 +404,12 @@ def main(argv: list[str] | None = None, extra: dict[str, Any] | None = None) -> 
         raise SystemExit("the MiniLM checkpoint is not available (lmlab.utils.paths.minilm_dir)")
     settings = {"model": str(model), "precision": args.precision, **(extra or {})}
     runs = Path(args.runs)
+    store = RowStore(Path(args.rows))
     loaded = {name: trim(load_builtin_task(name, "cpu"), args.max_train_examples)
               for name in TASKS}
 
     def write_page() -> str:
-        tables = {name: {system: collect(runs / name / system, loaded[name].metrics[0])
+        tables = {name: {system: collect(store.of(name, system), loaded[name].metrics[0])
                          for system in SYSTEMS} for name in TASKS}
         page = render(tables, {n: list(t.metrics) for n, t in loaded.items()},
                       INTRO.format(host=describe_host())) + NOTES
@@ -385,7 +418,8 @@ def main(argv: list[str] | None = None, extra: dict[str, Any] | None = None) -> 
 
     for name in tasks if not args.render_only else ():
         for system in systems:
-            run_system(loaded[name], system, runs / name / system, seeds, factors, settings)
+            run_system(loaded[name], system, runs / name / system, seeds, factors, settings,
+                       store)
             write_page()  # the page follows the runs
     return write_page()
 

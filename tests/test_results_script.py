@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -37,27 +37,26 @@ def _row(system, seed, lr, dev, test=None, one_class=None, wall=1.0):
             "wall_seconds": wall}
 
 
-def _write(root, row):
-    folder = root / (f"lr-{row['lr']:.3g}" if row["lr"] is not None else "") / \
-        f"seed-{row['seed']}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "row.json").write_text(json.dumps(row))
+def _add(runs, row):
+    """Put ``row`` into ``runs`` under its key (``lr-LR/seed-N``, or ``seed-N``)."""
+    lr = f"lr-{row['lr']:.3g}/" if row["lr"] is not None else ""
+    runs[f"{lr}seed-{row['seed']}"] = row
 
 
-def test_collect_chooses_best_dev_lr_and_counts_time(results, tmp_path):
-    root = tmp_path / "sys"
+def test_collect_chooses_best_dev_lr_and_counts_time(results):
+    runs = {}
     for lr, dev in ((1e-4, 0.6), (2e-4, 0.8), (4e-4, 0.7)):
-        _write(root, _row("minilm-finetuned", 0, lr, dev, wall=10))
+        _add(runs, _row("minilm-finetuned", 0, lr, dev, wall=10))
     for seed in (1, 2):
-        _write(root, _row("minilm-finetuned", seed, 2e-4, 0.75, wall=10))
-    _write(root, _row("minilm-finetuned", 1, 1e-4, 0.99))  # not the chosen lr: ignored
-    found = results.collect(root, "accuracy")
+        _add(runs, _row("minilm-finetuned", seed, 2e-4, 0.75, wall=10))
+    _add(runs, _row("minilm-finetuned", 1, 1e-4, 0.99))  # not the chosen lr: ignored
+    found = results.collect(runs, "accuracy")
     assert found["lr"] == 2e-4
     assert [r["seed"] for r in found["rows"]] == [0, 1, 2]
     assert found["wall_seconds"] == pytest.approx(10 * 5 + 1)  # every run, seed 0 once
-    tie = tmp_path / "tie"
+    tie = {}
     for lr in (4e-4, 1e-4):
-        _write(tie, _row("minilm-frozen", 0, lr, 0.5))
+        _add(tie, _row("minilm-frozen", 0, lr, 0.5))
     assert results.collect(tie, "accuracy")["lr"] == 1e-4
 
 
@@ -95,14 +94,16 @@ def test_script_end_to_end_and_rerun_skips(results, tiny_bert_folder, tmp_path, 
         overrides["min_updates"] = 1
     extra = {"overrides": overrides, "hf_overrides": {"num_train_epochs": 1}}
     out = tmp_path / "results.md"
+    rows = tmp_path / "rows.json"
     argv = ["--tasks", "toy", "--seeds", "0,1", "--lr-factors", "0.1,10", "--runs",
-            str(tmp_path / "runs"), "--out", str(out), "--precision", "fp32"]
+            str(tmp_path / "runs"), "--rows", str(rows), "--out", str(out),
+            "--precision", "fp32"]
     page = results.main(argv, extra)
     assert describe_host() in page and out.read_text() == page
     for system in results.SYSTEMS:
         assert f"| {system} " in page, system
     for system in results.SEARCHED:
-        found = results.collect(tmp_path / "runs" / "toy" / system, "accuracy")
+        found = results.collect(results.RowStore(rows).of("toy", system), "accuracy")
         assert len(found["search"]) == 2
         best = max(r["dev"]["accuracy"] for r in found["search"].values())
         assert found["search"][found["lr"]]["dev"]["accuracy"] == best
@@ -116,4 +117,7 @@ def test_script_end_to_end_and_rerun_skips(results, tiny_bert_folder, tmp_path, 
     monkeypatch.setattr(results, "finetune", refuse)
     monkeypatch.setattr(results, "run_tfidf_baseline", refuse)
     monkeypatch.setattr("results_hf_trainer.run_hf_trainer", refuse)
+    assert results.main(argv, extra) == page
+    # a fresh checkout has the tracked rows but not the runs' folders: nothing runs again
+    shutil.rmtree(tmp_path / "runs")
     assert results.main(argv, extra) == page
