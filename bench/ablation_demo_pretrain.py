@@ -54,6 +54,8 @@ LEVERS: dict[str, dict[str, Any]] = {
     "dense": {"objective_args": {"sparse": False}},
     "dropout": {"model_args": {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}},
     "prenorm": {"model_args": {"pre_norm": True, "final_norm": True}},
+    "rotary": {"model_args": {"position_embedding": "rotary"}},
+    "beta98": {"betas": [0.9, 0.98]},
     "tiny": {"size": "tiny"}, "small": {"size": "small"},
     "layers2": {"model_args": {"num_hidden_layers": 2}},
     "layers6": {"model_args": {"num_hidden_layers": 6}},
@@ -63,7 +65,7 @@ LEVERS: dict[str, dict[str, Any]] = {
 
 
 # settings that change what is computed per token, not how fast: their levers share a probe
-SPEED_NEUTRAL = ("lr", "warmup_fraction", "schedule", "min_lr_ratio")
+SPEED_NEUTRAL = ("lr", "warmup_fraction", "schedule", "min_lr_ratio", "betas")
 
 
 def probe_name(name: str) -> str:
@@ -104,6 +106,7 @@ def _pretrain(settings: dict[str, Any], shards: Path, out: Path, threads: int,
     training = TrainingConfig(
         lr=settings["lr"], warmup_fraction=settings["warmup_fraction"],
         schedule=settings["schedule"], min_lr_ratio=settings.get("min_lr_ratio", 0.0),
+        betas=tuple(settings.get("betas", (0.9, 0.999))),
         seq_len=settings["seq_len"], batch_size=settings["batch_size"], seed=0,
         precision=settings["precision"], threads=threads, progress=False, log_every=10, **stop)
     result = lmlab.pretrain(lmlab.PretrainConfig(

@@ -122,7 +122,7 @@ def _cost_markdown(run: Path) -> str:
 def build_markdown(summary: dict[str, Any], plot: Path | None,
                    final: dict[str, float] | None = None) -> str:
     """The report's markdown from the summary, the loss plot and the final evaluation."""
-    from lmlab.demo.job import PRETRAIN_SHARE
+    from lmlab.demo.job import PRETRAIN_SHARE, model_name
 
     s = summary["settings"]
     rows = results_table(summary["results"])
@@ -132,7 +132,8 @@ def build_markdown(summary: dict[str, Any], plot: Path | None,
         "# lmlab demo report",
         "",
         "Does pretraining a Transformer on unlabelled text make it better at downstream tasks? "
-        f"This run pretrained a BERT-{s['size']} ({s['objective']}) on "
+        f"This run pretrained a {model_name(s['family'], s['size'])} "
+        f"({s['objective']}) on "
         f"{summary['corpus']['words']:,} words ({summary['shards']['train']['tokens']:,} tokens) "
         f"for {s['budget'] * PRETRAIN_SHARE / 60:.1f} minutes, then fine-tuned it, the same "
         f"architecture with random weights, and a TF-IDF baseline on {', '.join(s['tasks'])} "
@@ -161,7 +162,8 @@ def build_markdown(summary: dict[str, Any], plot: Path | None,
                 lines.append(f"- {row['task']} / {kind}: "
                              + ", ".join(f"{v:.4f}" for v in row[kind][2]))
     lines += ["", "## Pretraining", "",
-              f"Recipe: lr {s['pretrain_lr']:g}, {s['pretrain_schedule']} schedule with "
+              f"Recipe: {model_name(s['family'], s['size'])}, lr {s['pretrain_lr']:g}, "
+              f"{s['pretrain_schedule']} schedule with "
               f"{s['pretrain_warmup']:.0%} warmup, batch {s['batch_size']} x {s['seq_len']} "
               f"tokens, mask rate {s['mask_prob']:.0%}, {s['precision']}, model changes "
               f"{json.dumps(s['model_args'])}: the winner of the ablation in docs/demo.md.", ""]
