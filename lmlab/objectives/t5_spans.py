@@ -1,0 +1,207 @@
+"""T5's span corruption (Raffel et al. 2020, Section 3.1.4) and the other rows of its objective
+study (Section 3.3, Tables 3-5), as (inputs, targets) pairs of token ids for an encoder-decoder.
+
+Span corruption, the objective T5 kept: 15% of the tokens (``noise_density``) are noise, split
+into spans of mean length 3 (``mean_span``); each noise span is replaced in the inputs by a
+unique sentinel, and the targets are each sentinel followed by the span it hides:
+
+    inputs   Thank you <X> me to your party <Y> week .
+    targets  <X> for inviting <Y> last <Z>
+
+:func:`random_spans_noise_mask` is T5's own algorithm: the number of noise tokens and of spans
+are fixed by the length (``round(length * density)``, ``round(noise / mean_span)``), both are
+split into that many non-empty segments uniformly at random, and the segments alternate,
+starting with a non-noise one. Sentinels are given by the caller in order (T5's tokenizer:
+``<extra_id_0>``, ``<extra_id_1>``, ... = ids 32099, 32098, ...).
+
+The study's other rows (:data:`OBJECTIVES`), each a function of the same signature:
+
+- ``prefix_lm``: a random split point; the inputs are the prefix, the targets the rest;
+- ``bert_style``: 15% of the tokens corrupted BERT's way (90% of them the mask token, 10% a
+  random token: T5's variant of 80/10/10 keeps no token unchanged), the targets the original text;
+- ``mass_style``: 15% of the tokens replaced by the mask token, the targets the original text;
+- ``deshuffling``: the tokens shuffled, the targets the original text;
+- ``replace_spans``: i.i.d. noise tokens, each run of consecutive ones one sentinel (Table 4,
+  "replace corrupted spans"), targets as span corruption;
+- ``drop_tokens``: i.i.d. noise tokens removed from the inputs, the targets the removed tokens
+  in order (Table 4, "drop corrupted tokens");
+- ``drop_spans``: span corruption's spans removed without sentinels, the targets the removed
+  tokens;
+- ``span_corruption``: the default above.
+
+The encoder-decoder that learns from them is the next step of the encoder-decoder issue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmlab.utils.errors import LmlabError
+
+
+@dataclass(frozen=True)
+class Example:
+    """One text-to-text training pair (token ids, no end-of-sequence token)."""
+
+    inputs: np.ndarray
+    targets: np.ndarray
+
+
+def _random_segmentation(items: int, segments: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random split of ``items`` into ``segments`` non-empty parts (their lengths)."""
+    first = np.zeros(items, dtype=np.int64)
+    first[1:] = rng.permutation(np.arange(items - 1) < segments - 1)
+    segment = np.cumsum(first)  # (items,) the segment of each item
+    return np.bincount(segment, minlength=segments)
+
+
+def random_spans_noise_mask(length: int, rng: np.random.Generator, noise_density: float = 0.15,
+                            mean_span: float = 3.0) -> np.ndarray:
+    """T5's noise mask: (length,) bool, True on noise tokens (see the module docstring)."""
+    if not 0.0 < noise_density < 1.0:
+        raise LmlabError(f"noise_density {noise_density} must be between 0 and 1 (exclusive)",
+                         "T5 used 0.15")
+    if mean_span < 1:
+        raise LmlabError(f"mean_span {mean_span} must be at least 1", "T5 used 3")
+    padded = max(length, 2)
+    noise = min(max(int(round(padded * noise_density)), 1), padded - 1)
+    spans = max(int(round(noise / mean_span)), 1)
+    spans = min(spans, noise, padded - noise)
+    noise_lengths = _random_segmentation(noise, spans, rng)
+    kept_lengths = _random_segmentation(padded - noise, spans, rng)
+    mask = np.zeros(padded, dtype=bool)
+    position = 0
+    for kept, noisy in zip(kept_lengths, noise_lengths):
+        position += int(kept)
+        mask[position:position + int(noisy)] = True
+        position += int(noisy)
+    return mask[:length]
+
+
+def _sentinel_runs(ids: np.ndarray, mask: np.ndarray, sentinels: Sequence[int]) -> np.ndarray:
+    """``ids`` with each run of True in ``mask`` replaced by the next sentinel."""
+    out: list[int] = []
+    used = 0
+    previous = False
+    for token, noisy in zip(ids.tolist(), mask.tolist()):
+        if noisy and not previous:
+            if used == len(sentinels):
+                raise LmlabError(f"the text needs more than {len(sentinels)} sentinel tokens",
+                                 "shorten the inputs, or give more sentinels (T5 has 100)")
+            out.append(int(sentinels[used]))
+            used += 1
+        elif not noisy:
+            out.append(token)
+        previous = noisy
+    return np.asarray(out, dtype=ids.dtype)
+
+
+def corrupt_with_sentinels(ids: np.ndarray, mask: np.ndarray,
+                           sentinels: Sequence[int]) -> Example:
+    """T5's ``noise_span_to_unique_sentinel`` / ``nonnoise_span_to_unique_sentinel``: the
+    inputs are ``ids`` with every noise run replaced by the next sentinel, the targets ``ids``
+    with every non-noise run replaced by the next sentinel. When the text starts with a
+    non-noise run (always, for :func:`random_spans_noise_mask`) target sentinel i is followed by
+    the noise run that input sentinel i hides, and a text that ends with non-noise ends its
+    targets with one more sentinel."""
+    ids, mask = np.asarray(ids), np.asarray(mask, dtype=bool)
+    if not len(sentinels):
+        raise LmlabError("no sentinel tokens were given",
+                         "use a tokenizer with sentinels (T5's <extra_id_N>) or add them")
+    return Example(_sentinel_runs(ids, mask, sentinels), _sentinel_runs(ids, ~mask, sentinels))
+
+
+# -- the objectives --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tokens:
+    """The special ids the objectives need: ``sentinels`` in order, the mask token (BERT- and
+    MASS-style), and the vocabulary size (random replacements)."""
+
+    sentinels: Sequence[int] = ()
+    mask_id: int | None = None
+    vocab_size: int | None = None
+
+
+def span_corruption(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
+                    noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    return corrupt_with_sentinels(ids, random_spans_noise_mask(len(ids), rng, noise_density,
+                                                               mean_span), tokens.sentinels)
+
+
+def replace_spans(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
+                  noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    return corrupt_with_sentinels(ids, rng.random(len(ids)) < noise_density, tokens.sentinels)
+
+
+def drop_tokens(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
+                noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    ids = np.asarray(ids)
+    mask = rng.random(len(ids)) < noise_density
+    return Example(ids[~mask], ids[mask])
+
+
+def drop_spans(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
+               noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    ids = np.asarray(ids)
+    mask = random_spans_noise_mask(len(ids), rng, noise_density, mean_span)
+    return Example(ids[~mask], ids[mask])
+
+
+def prefix_lm(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
+              noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    ids = np.asarray(ids)
+    split = int(rng.integers(1, len(ids))) if len(ids) > 1 else len(ids)
+    return Example(ids[:split], ids[split:])
+
+
+def _need_mask(tokens: Tokens, name: str) -> int:
+    if tokens.mask_id is None:
+        raise LmlabError(f"the {name} objective needs a mask token", "give Tokens(mask_id=...)")
+    return tokens.mask_id
+
+
+def bert_style(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
+               noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    mask_id = _need_mask(tokens, "bert_style")
+    if tokens.vocab_size is None:
+        raise LmlabError("the bert_style objective needs the vocabulary size",
+                         "give Tokens(vocab_size=...)")
+    ids = np.asarray(ids)
+    inputs = ids.copy()
+    chosen = rng.random(len(ids)) < noise_density
+    random = chosen & (rng.random(len(ids)) < 0.1)
+    inputs[chosen & ~random] = mask_id
+    inputs[random] = rng.integers(tokens.vocab_size, size=int(random.sum()))
+    return Example(inputs, ids.copy())
+
+
+def mass_style(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
+               noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    ids = np.asarray(ids)
+    inputs = ids.copy()
+    inputs[rng.random(len(ids)) < noise_density] = _need_mask(tokens, "mass_style")
+    return Example(inputs, ids.copy())
+
+
+def deshuffling(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
+                noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    ids = np.asarray(ids)
+    return Example(rng.permutation(ids), ids.copy())
+
+
+Objective = Callable[..., Example]
+OBJECTIVES: dict[str, Objective] = {
+    "span_corruption": span_corruption, "prefix_lm": prefix_lm, "bert_style": bert_style,
+    "mass_style": mass_style, "deshuffling": deshuffling, "replace_spans": replace_spans,
+    "drop_tokens": drop_tokens, "drop_spans": drop_spans,
+}
+
+
+def get_objective(name: str) -> Objective:
+    """One of :data:`OBJECTIVES` by name, or a clear error naming them."""
+    if name not in OBJECTIVES:
+        raise LmlabError(f"unknown T5 objective {name!r}", f"use one of: {', '.join(OBJECTIVES)}")
+    return OBJECTIVES[name]
