@@ -1,0 +1,347 @@
+"""Symbolic integration as an inverse problem (Lample & Charton 2020, "Deep learning for symbolic
+mathematics"): data generated in the easy direction, a model trained on the hard one, its answers
+verified.
+
+Differentiating is easy, integrating is hard. So: draw a random function ``F`` from a small
+grammar (integers, ``x``, +, -, *, small powers, exp, log, sin, cos and their compositions; depth
+and size bounded), differentiate it with sympy to get ``f = F'``, and train a sequence-to-sequence
+model on ``f -> F`` (the paper's "backward" data), both in prefix notation. A predicted ``G`` is
+correct when ``G' = f``, whatever form it takes (antiderivatives differ by a constant and can be
+written many ways), not when it matches the reference string.
+
+Verification (:func:`verify`): ``G' - f`` evaluated with mpmath at several random complex points
+(complex arithmetic keeps ``log`` and ``sqrt`` of negative values defined), relative tolerance;
+only an inconclusive numeric check (too few points where both sides are finite, or a mixed
+verdict) falls back to ``sympy.simplify(G' - f) == 0`` under a time limit. ``simplify`` alone
+rejects some correct answers and can take seconds.
+
+Every generator is deterministic for its seed; :func:`make_splits` puts each distinct input in
+exactly one split (by a hash of its prefix string), so train, dev and test share no item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmlab.utils.errors import LmlabError
+
+UNARY = ("exp", "log", "sin", "cos")
+BINARY = ("add", "sub", "mul", "pow")
+SMALL_POWERS = (2, 3)
+
+
+# -- time limits --------------------------------------------------------------------------------
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``TimeoutError`` in the block after ``seconds`` (a POSIX interval timer, so only in
+    the main thread; elsewhere the block runs without a limit). sympy cannot be interrupted
+    otherwise, and some derivatives and simplifications take minutes."""
+    usable = (seconds > 0 and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"sympy took longer than {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# -- the grammar ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Grammar:
+    """Bounds of the random functions: ``max_ops`` operators at most (at least one), trees at
+    most ``max_depth`` deep, integer leaves in ``[-max_int, max_int]`` without 0, and a leaf is
+    ``x`` with probability ``p_x``; a unary operator is drawn with probability ``p_unary``."""
+
+    max_ops: int = 5
+    max_depth: int = 4
+    max_int: int = 5
+    p_x: float = 0.6
+    p_unary: float = 0.35
+
+    def __post_init__(self) -> None:
+        if self.max_ops < 1 or self.max_depth < 1 or self.max_int < 1:
+            raise LmlabError(f"grammar bounds must be positive: {self}",
+                             "use e.g. Grammar(max_ops=5, max_depth=4, max_int=5)")
+
+
+def _random_tree(rng: np.random.Generator, grammar: Grammar, ops: int, depth: int) -> list[str]:
+    """A random prefix expression with ``ops`` operators and at most ``depth`` levels."""
+    if ops == 0 or depth == 0:
+        if rng.random() < grammar.p_x:
+            return ["x"]
+        value = int(rng.integers(1, grammar.max_int + 1)) * (1 if rng.random() < 0.5 else -1)
+        return _int_tokens(value)
+    if rng.random() < grammar.p_unary:
+        return [str(rng.choice(UNARY))] + _random_tree(rng, grammar, ops - 1, depth - 1)
+    op = str(rng.choice(BINARY))
+    if op == "pow":  # polynomial powers: a subtree to a small integer power
+        return ["pow"] + _random_tree(rng, grammar, ops - 1, depth - 1) + \
+            _int_tokens(int(rng.choice(SMALL_POWERS)))
+    left = int(rng.integers(0, ops))  # operators in the left subtree
+    return [op] + _random_tree(rng, grammar, left, depth - 1) + \
+        _random_tree(rng, grammar, ops - 1 - left, depth - 1)
+
+
+def _int_tokens(value: int) -> list[str]:
+    """Integers as a sign token and digits (``INT- 1 2`` for -12), as Lample & Charton do."""
+    return ["INT+" if value >= 0 else "INT-"] + list(str(abs(value)))
+
+
+def random_function(rng: np.random.Generator, grammar: Grammar = Grammar()):
+    """A random sympy function of ``x`` from ``grammar`` (always depends on ``x``)."""
+    import sympy
+
+    x = sympy.Symbol("x")
+    while True:
+        ops = int(rng.integers(1, grammar.max_ops + 1))
+        expr = from_prefix(_random_tree(rng, grammar, ops, grammar.max_depth))
+        if expr.has(x) and expr.is_finite is not False:
+            return expr
+
+
+# -- prefix notation ------------------------------------------------------------------------------
+def to_prefix(expr) -> list[str]:
+    """``expr`` in prefix notation: n-ary sums and products folded into binary ``add``/``mul``,
+    rationals as ``div``, integers as sign + digits."""
+    import sympy
+
+    if expr.is_Symbol:
+        if expr.name != "x":
+            raise LmlabError(f"unknown symbol {expr.name!r}", "expressions use the variable x only")
+        return ["x"]
+    if expr is sympy.E:
+        return ["E"]
+    if expr is sympy.pi:
+        return ["pi"]
+    if expr.is_Integer:
+        return _int_tokens(int(expr))
+    if expr.is_Rational:
+        return ["div"] + _int_tokens(int(expr.p)) + _int_tokens(int(expr.q))
+    if expr.is_Add or expr.is_Mul:
+        op = "add" if expr.is_Add else "mul"
+        args = [to_prefix(arg) for arg in expr.args]
+        out = args[-1]
+        for arg in reversed(args[:-1]):
+            out = [op] + arg + out
+        return out
+    if expr.is_Pow:
+        return ["pow"] + to_prefix(expr.base) + to_prefix(expr.exp)
+    name = type(expr).__name__
+    if name in UNARY:
+        return [name] + to_prefix(expr.args[0])
+    raise LmlabError(f"prefix notation has no token for {name} ({expr})",
+                     f"expressions use integers, x, E, pi, {', '.join(BINARY + UNARY)}, div")
+
+
+def from_prefix(tokens: Sequence[str]):
+    """The sympy expression of a prefix token sequence; a malformed one is an LmlabError that
+    says where it went wrong."""
+    import sympy
+
+    x = sympy.Symbol("x")
+    functions = {"exp": sympy.exp, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos}
+    binary = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+              "mul": lambda a, b: a * b, "pow": lambda a, b: a ** b,
+              "div": lambda a, b: a / b}
+    tokens = list(tokens)
+
+    def parse(i: int):
+        if i >= len(tokens):
+            raise LmlabError(f"prefix expression ends early: {' '.join(tokens)}",
+                             "every operator needs its operands")
+        token = tokens[i]
+        if token == "x":
+            return x, i + 1
+        if token in ("E", "pi"):
+            return (sympy.E if token == "E" else sympy.pi), i + 1
+        if token in ("INT+", "INT-"):
+            j = i + 1
+            while j < len(tokens) and tokens[j].isdigit():
+                j += 1
+            if j == i + 1:
+                raise LmlabError(f"{token} without digits at token {i}", "write e.g. INT+ 1 2")
+            value = int("".join(tokens[i + 1:j]))
+            return sympy.Integer(value if token == "INT+" else -value), j
+        if token in functions:
+            arg, j = parse(i + 1)
+            return functions[token](arg), j
+        if token in binary:
+            left, j = parse(i + 1)
+            right, k = parse(j)
+            return binary[token](left, right), k
+        raise LmlabError(f"unknown token {token!r} at position {i}",
+                         f"prefix tokens are x, E, pi, INT+/INT- digits, {', '.join(binary)}, "
+                         f"{', '.join(functions)}")
+
+    expr, end = parse(0)
+    if end != len(tokens):
+        raise LmlabError(f"{len(tokens) - end} tokens left over after a complete expression",
+                         "the sequence must be exactly one prefix expression")
+    return expr
+
+
+# -- data -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pair:
+    """One example: the derivative (model input) and the function (target), in prefix tokens."""
+
+    derivative: tuple[str, ...]
+    function: tuple[str, ...]
+
+    @property
+    def input_text(self) -> str:
+        return " ".join(self.derivative)
+
+    @property
+    def target_text(self) -> str:
+        return " ".join(self.function)
+
+
+def _usable(expr) -> bool:
+    """Real-valued in form and finite: free of sympy's infinities and undefined values (zoo,
+    nan, oo) and of the imaginary unit (``log(-2)`` evaluates to ``log(2) + I*pi``)."""
+    import sympy
+
+    return not expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo, sympy.I)
+
+
+def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
+                   max_input_tokens: int = 128, timeout: float = 2.0) -> list[Pair]:
+    """``count`` distinct backward pairs ``(F', F)`` drawn with ``seed``: deterministic for the
+    seed. Functions whose derivative is constant, undefined, over ``max_input_tokens`` tokens or
+    slower than ``timeout`` seconds to compute are skipped and another is drawn."""
+    import sympy
+
+    if count < 1:
+        raise LmlabError(f"count {count} must be at least 1", "ask for some examples")
+    x = sympy.Symbol("x")
+    rng = np.random.default_rng(seed)
+    pairs: dict[str, Pair] = {}
+    attempts = 0
+    while len(pairs) < count:
+        attempts += 1
+        if attempts > 50 * count + 1000:
+            raise LmlabError(f"the grammar gave only {len(pairs)} usable functions in "
+                             f"{attempts} draws", "loosen the grammar (more operators, depth) "
+                             "or raise max_input_tokens / timeout")
+        function = random_function(rng, grammar)
+        try:
+            with time_limit(timeout):
+                derivative = sympy.diff(function, x)
+        except TimeoutError:
+            continue
+        if not derivative.has(x) or not _usable(derivative) or not _usable(function):
+            continue
+        try:
+            source, target = tuple(to_prefix(derivative)), tuple(to_prefix(function))
+        except LmlabError:  # a node prefix notation has no token for
+            continue
+        if len(source) > max_input_tokens or " ".join(source) in pairs:
+            continue
+        pairs[" ".join(source)] = Pair(source, target)
+    return list(pairs.values())
+
+
+def split_of(pair: Pair, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
+    """"train", "dev" or "test" for ``pair``, from a hash of its input: the same input lands
+    in the same split in every run, so splits never share an item."""
+    digest = hashlib.sha256(pair.input_text.encode()).digest()
+    position = int.from_bytes(digest[:8], "big") / 2 ** 64
+    if position < fractions[0]:
+        return "train"
+    return "dev" if position < fractions[0] + fractions[1] else "test"
+
+
+def make_splits(pairs: Sequence[Pair],
+                fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict[str, list[Pair]]:
+    """The pairs by split (:func:`split_of`), each input once."""
+    if abs(sum(fractions) - 1.0) > 1e-9 or min(fractions) < 0:
+        raise LmlabError(f"split fractions {fractions} must be non-negative and sum to 1",
+                         "use e.g. (0.8, 0.1, 0.1)")
+    splits: dict[str, list[Pair]] = {"train": [], "dev": [], "test": []}
+    seen: set[str] = set()
+    for pair in pairs:
+        if pair.input_text not in seen:
+            seen.add(pair.input_text)
+            splits[split_of(pair, fractions)].append(pair)
+    return splits
+
+
+# -- verification ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a predicted antiderivative is correct, and how that was decided: ``numeric``
+    (agreement at the sample points), ``simplify`` (the tie-breaker), ``unparsable``,
+    ``numeric-mismatch`` or ``timeout``."""
+
+    correct: bool
+    method: str
+
+
+def _sample_points(count: int, seed: int) -> list[complex]:
+    rng = np.random.default_rng(seed)
+    return [complex(rng.uniform(-3, 3), rng.uniform(-3, 3)) for _ in range(count)]
+
+
+def verify(prediction: Sequence[str] | str, derivative: Sequence[str] | str, points: int = 6,
+           rtol: float = 1e-6, timeout: float = 2.0, seed: int = 0) -> Verdict:
+    """Is ``prediction`` (prefix tokens, or their space-joined text) an antiderivative of
+    ``derivative``? Numeric first: ``G' - f`` at ``points`` random complex points with mpmath,
+    correct when it vanishes (relative to ``|f|``) at every point where both are finite (at
+    least 3) and wrong when it does not vanish at most of them; any other outcome goes to
+    ``simplify`` under ``timeout`` seconds."""
+    import mpmath
+    import sympy
+
+    x = sympy.Symbol("x")
+    split = (lambda s: s.split()) if isinstance(prediction, str) else list
+    try:
+        guess = from_prefix(split(prediction))
+    except (LmlabError, RecursionError, TypeError, ValueError, ZeroDivisionError):
+        return Verdict(False, "unparsable")
+    target = from_prefix(derivative.split() if isinstance(derivative, str) else derivative)
+    try:
+        with time_limit(timeout):
+            difference = sympy.diff(guess, x) - target
+            evaluate = sympy.lambdify(x, difference, modules="mpmath")
+            scale = sympy.lambdify(x, target, modules="mpmath")
+    except TimeoutError:
+        return Verdict(False, "timeout")
+    agree = disagree = 0
+    with mpmath.workdps(30):
+        for point in _sample_points(points, seed):
+            try:
+                value, size = complex(evaluate(point)), complex(scale(point))
+            except (ZeroDivisionError, OverflowError, ValueError, TypeError):
+                continue
+            if not (np.isfinite(value) and np.isfinite(size)):
+                continue
+            if abs(value) <= rtol * max(1.0, abs(size)):
+                agree += 1
+            else:
+                disagree += 1
+    if agree >= 3 and disagree == 0:
+        return Verdict(True, "numeric")
+    if disagree > agree:
+        return Verdict(False, "numeric-mismatch")
+    try:
+        with time_limit(timeout):
+            return Verdict(bool(sympy.simplify(difference) == 0), "simplify")
+    except TimeoutError:
+        return Verdict(False, "timeout")

@@ -1,0 +1,116 @@
+"""Symbolic integration data and verification (lmlab.tasks.integration): deterministic
+generation, disjoint splits, prefix notation both ways, and a verifier that accepts every
+correct antiderivative however it is written and rejects wrong ones."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sympy
+
+from lmlab.tasks.integration import (
+    Grammar,
+    Pair,
+    from_prefix,
+    generate_pairs,
+    make_splits,
+    time_limit,
+    to_prefix,
+    verify,
+)
+from lmlab.utils.errors import LmlabError
+
+x = sympy.Symbol("x")
+
+
+@pytest.fixture(scope="module")
+def pairs() -> list[Pair]:
+    return generate_pairs(200, seed=0)
+
+
+def test_generation_is_deterministic_and_distinct(pairs):
+    again = generate_pairs(200, seed=0)
+    assert again == pairs
+    assert generate_pairs(20, seed=1) != pairs[:20]
+    assert len({p.input_text for p in pairs}) == 200
+
+
+def test_every_pair_is_a_function_and_its_derivative(pairs):
+    """The reference answer verifies, by the exact derivative too (sympy, not the verifier)."""
+    for pair in pairs[:60]:
+        function, derivative = from_prefix(pair.function), from_prefix(pair.derivative)
+        assert sympy.simplify(sympy.diff(function, x) - derivative) == 0, pair
+        assert verify(pair.function, pair.derivative).correct, pair
+    assert all(not from_prefix(p.derivative).has(sympy.zoo, sympy.nan, sympy.oo) for p in pairs)
+
+
+def test_splits_share_no_item_and_are_stable(pairs):
+    splits = make_splits(pairs)
+    inputs = {name: {p.input_text for p in split} for name, split in splits.items()}
+    assert not inputs["train"] & inputs["dev"] and not inputs["train"] & inputs["test"]
+    assert not inputs["dev"] & inputs["test"]
+    assert sum(map(len, splits.values())) == len(pairs)
+    assert 0.65 < len(splits["train"]) / len(pairs) < 0.95
+    # another draw that holds some of the same inputs puts them in the same splits
+    other = make_splits(generate_pairs(300, seed=0))
+    for name in splits:
+        assert inputs[name] <= {p.input_text for p in other[name]}
+
+
+@pytest.mark.parametrize("expression", [
+    "x**3 + 2*x", "exp(sin(x))", "log(x**2 + 1)", "cos(x)*x - 3", "sqrt(x)", "1/x",
+    "exp(-2*x)/5", "sin(x)**2",
+])
+def test_prefix_round_trip(expression):
+    expr = sympy.sympify(expression)
+    assert from_prefix(to_prefix(expr)) == expr
+
+
+@pytest.mark.parametrize("tokens,match", [
+    (["add", "x"], "ends early"),
+    (["x", "x"], "left over"),
+    (["tan", "x"], "unknown token 'tan'"),
+    (["INT+"], "without digits"),
+])
+def test_malformed_prefix_is_a_clear_error(tokens, match):
+    with pytest.raises(LmlabError, match=match):
+        from_prefix(tokens)
+
+
+def test_verifier_accepts_correct_answers_in_other_forms():
+    derivative = to_prefix(sympy.sympify("2*sin(x)*cos(x)"))
+    for answer in ("sin(x)**2", "-cos(x)**2", "sin(x)**2 + 7"):  # a constant apart
+        assert verify(to_prefix(sympy.sympify(answer)), derivative).correct, answer
+    # log(x**2) and 2*log(x) have the same derivative, 2/x
+    assert verify(to_prefix(sympy.sympify("log(x**2)")), to_prefix(2 / x)).correct
+    assert verify(to_prefix(2 * sympy.log(x)), to_prefix(2 / x)).correct
+
+
+def test_verifier_rejects_wrong_and_unparsable_answers():
+    derivative = to_prefix(sympy.sympify("2*sin(x)*cos(x)"))
+    wrong = verify(to_prefix(sympy.sympify("sin(x)**3")), derivative)
+    assert not wrong.correct and wrong.method == "numeric-mismatch"
+    assert not verify(["add", "x"], derivative).correct
+    assert verify("add x", derivative).method == "unparsable"
+    # a derivative off by 1e-3 is wrong; off by 1e-9 is within the default relative
+    # tolerance (1e-6) and outside a tighter one (the numbers are evaluated with 30 digits)
+    assert not verify(to_prefix(sympy.sympify("sin(x)**2 + x/1000")), derivative).correct
+    nearly = to_prefix(sympy.sympify("sin(x)**2 + x/10**9"))
+    assert verify(nearly, derivative).correct
+    assert not verify(nearly, derivative, rtol=1e-12).correct
+
+
+def test_time_limit_interrupts_slow_work():
+    with pytest.raises(TimeoutError):
+        with time_limit(0.2):
+            time.sleep(30)  # without the limit: no TimeoutError, the test fails
+
+
+def test_bad_requests_are_refused():
+    with pytest.raises(LmlabError, match="at least 1"):
+        generate_pairs(0, seed=0)
+    with pytest.raises(LmlabError, match="bounds must be positive"):
+        Grammar(max_ops=0)
+    with pytest.raises(LmlabError, match="sum to 1"):
+        make_splits([], fractions=(0.5, 0.5, 0.5))
