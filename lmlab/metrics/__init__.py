@@ -1,7 +1,9 @@
-"""Evaluation metrics: classification, regression, tagging, question answering, perplexity, GLUE.
+"""Evaluation metrics: classification, regression, tagging, question answering, perplexity, GLUE,
+generated text.
 
-All metrics are written with numpy (no scikit-learn at run time) and return fractions; tests
-compare them with scikit-learn, scipy and the official scripts' formulas. Tasks name their
+All metrics return fractions and are written with numpy (no scikit-learn at run time), except
+BLEU and chrF, which sacrebleu computes (the reference implementation; :mod:`.generation`);
+tests compare them with scikit-learn, scipy and the official scripts' formulas. Tasks name their
 metrics (``Task.metrics``); :func:`compute_metrics` turns those names into numbers.
 
 Example:
@@ -23,6 +25,7 @@ from lmlab.metrics.classification import (
     precision_recall_f1,
     spearman,
 )
+from lmlab.metrics.generation import bleu, chrf, sequence_accuracy
 from lmlab.metrics.glue import GLUE_TASKS, bert_glue_average, glue_score, glue_task_score
 from lmlab.metrics.perplexity import bits_per_token, perplexity, perplexity_from_sums
 from lmlab.metrics.squad import normalize_answer, squad_evaluate, squad_scores
@@ -44,6 +47,9 @@ METRICS: dict[str, str] = {
     "strict_entity_f1": "tag sequences (IOB2 strict chunks)",
     "exact_match": "answer strings vs lists of gold answers (SQuAD)",
     "squad_f1": "answer strings vs lists of gold answers (SQuAD)",
+    "bleu": "generated strings vs reference strings (corpus BLEU, sacrebleu)",
+    "chrf": "generated strings vs reference strings (corpus chrF, sacrebleu)",
+    "sequence_accuracy": "generated strings vs reference strings (exact, whitespace collapsed)",
 }
 
 
@@ -75,6 +81,9 @@ def compute_metric(name: str, predictions: Sequence[Any], references: Sequence[A
                              "pass one predicted answer per question")
         scores = squad_evaluate(dict(zip(ids, predictions)), dict(zip(ids, references)))
         return scores["exact_match" if name == "exact_match" else "f1"]
+    if name in ("bleu", "chrf", "sequence_accuracy"):
+        return {"bleu": bleu, "chrf": chrf, "sequence_accuracy": sequence_accuracy}[name](
+            predictions, references)
     raise LmlabError(f"unknown metric {name!r}", f"use one of {', '.join(METRICS)}")
 
 
@@ -85,8 +94,10 @@ def compute_metrics(names: Sequence[str], predictions: Sequence[Any], references
 
 
 __all__ = [
-    "GLUE_TASKS", "METRICS", "accuracy", "bert_glue_average", "bits_per_token", "compute_metric",
+    "GLUE_TASKS", "METRICS", "accuracy", "bert_glue_average", "bits_per_token", "bleu", "chrf",
+    "compute_metric",
     "compute_metrics", "entity_scores", "f1_score", "get_entities", "glue_score",
     "glue_task_score", "matthews_corrcoef", "normalize_answer", "pearson", "perplexity",
-    "perplexity_from_sums", "precision_recall_f1", "spearman", "squad_evaluate", "squad_scores",
+    "perplexity_from_sums", "precision_recall_f1", "sequence_accuracy", "spearman",
+    "squad_evaluate", "squad_scores",
 ]

@@ -1,0 +1,65 @@
+"""Metrics of generated text: corpus BLEU and chrF through sacrebleu, and sequence accuracy.
+
+BLEU and chrF are computed by sacrebleu (Post 2018), the reference implementation that papers
+report, with its default settings (BLEU: 13a tokenisation, 4-grams, brevity penalty, exponential
+smoothing off for corpus scores; chrF: character 6-grams, beta 2): a hand-written BLEU differs
+from it in tokenisation and smoothing and makes numbers incomparable. sacrebleu reports 0-100;
+these functions return fractions like every lmlab metric.
+
+``references`` are one string per prediction, or a list of strings per prediction (several
+references; every prediction needs the same number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lmlab.utils.errors import LmlabError
+
+
+def _reference_streams(predictions: Sequence[str],
+                       references: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
+    """sacrebleu's layout: one list per reference *set*, each aligned with the predictions."""
+    if len(predictions) != len(references):
+        raise LmlabError(f"{len(predictions)} predictions for {len(references)} references",
+                         "pass one prediction per example")
+    if not predictions:
+        raise LmlabError("no predictions to score", "pass at least one prediction")
+    per_example = [[r] if isinstance(r, str) else list(r) for r in references]
+    counts = {len(r) for r in per_example}
+    if len(counts) != 1 or 0 in counts:
+        raise LmlabError(f"every prediction needs the same number of references (got {counts})",
+                         "give each example one reference, or the same number of them")
+    return [list(stream) for stream in zip(*per_example)]
+
+
+def _sacrebleu():
+    try:
+        import sacrebleu
+    except ImportError as error:  # pragma: no cover - a dependency of lmlab
+        raise LmlabError("BLEU and chrF need the sacrebleu package",
+                         "pip install sacrebleu (it is one of lmlab's dependencies)") from error
+    return sacrebleu
+
+
+def bleu(predictions: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]) -> float:
+    """Corpus BLEU (sacrebleu's defaults) as a fraction."""
+    streams = _reference_streams(predictions, references)
+    return _sacrebleu().corpus_bleu(list(predictions), streams).score / 100.0
+
+
+def chrf(predictions: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]) -> float:
+    """Corpus chrF (sacrebleu's defaults: character 6-grams, beta 2) as a fraction."""
+    streams = _reference_streams(predictions, references)
+    return _sacrebleu().corpus_chrf(list(predictions), streams).score / 100.0
+
+
+def sequence_accuracy(predictions: Sequence[str],
+                      references: Sequence[str] | Sequence[Sequence[str]]) -> float:
+    """The fraction of predictions equal to (one of) their reference(s), whitespace runs
+    collapsed: exact match for generated sequences (not SQuAD's normalised answer match)."""
+    streams = _reference_streams(predictions, references)
+    norm = " ".join
+    hits = sum(any(norm(p.split()) == norm(stream[i].split()) for stream in streams)
+               for i, p in enumerate(predictions))
+    return hits / len(predictions)
