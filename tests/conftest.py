@@ -70,6 +70,19 @@ def _seed_everything():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _auto_precision_is_fp32(monkeypatch):
+    """``precision="auto"`` (the CLI's default) resolves to fp32 in tests, on every host: a test
+    must not pass where bf16 is slow and fail where it is fast. Tests of ``auto`` itself patch
+    their own figures over this; subprocesses pass ``--precision fp32`` explicitly."""
+    def pinned(device_type: str = "cpu") -> tuple[str, str]:
+        return "fp32", "pinned to fp32 for the tests (tests/conftest.py)"
+
+    monkeypatch.setattr("lmlab.utils.precision.auto_precision", pinned)
+    monkeypatch.setattr("lmlab.finetune.runner.auto_precision", pinned)
+    yield
+
+
 # Float tolerances. Two computations of the same values that differ only in rounding (another
 # summation order, another kernel: AVX2 / AVX-512 / AVX512-BF16 / oneDNN, the fused or the
 # readable attention, ours or transformers on the same weights) agree to within a bound that

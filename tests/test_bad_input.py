@@ -54,7 +54,7 @@ def workspace(tmp_path_factory, minilm_dir) -> dict[str, Path]:
     assert main(["pretrain", "--family", "bert", "--size", "tiny", "--objective", "mlm",
                  "--shards", str(root / "shards"), "--seq-len", "32", "--batch-size", "2",
                  "--lr", "1e-3", "--steps", "2", "--eval-batches", "1", "--out", str(run),
-                 "--no-cost"]) == 0
+                 "--no-cost", "--precision", "fp32"]) == 0  # a module fixture: not pinned
     text = root / "notes.txt"
     text.write_text("In the beginning God created the heaven and the earth.\n")
     yaml_text = root / "text-lr.yaml"  # YAML 1.1 reads 1e-3 (no dot) as a string

@@ -12,8 +12,10 @@ import pytest
 from lmlab.cli import main
 from lmlab.demo.report import VERDICT_RULE, results_table, verdict
 
+# --precision fp32: the module's fixture runs before the per-test pin of auto (conftest.py)
 ARGS = ["demo", "--budget", "90s", "--max-documents", "150", "--size", "tiny",
-        "--max-train-examples", "150", "--max-eval-examples", "60", "--vocab-size", "2000"]
+        "--max-train-examples", "150", "--max-eval-examples", "60", "--vocab-size", "2000",
+        "--precision", "fp32"]
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,8 @@ def pretrain_args(shards: Path, config: Path, out: Path, steps: int, *extra: str
             "--objective", "mlm", "--shards", str(shards), "--seq-len", str(SEQ_LEN),
             "--batch-size", str(BATCH), "--lr", str(LR), "--warmup", "2", "--steps", str(steps),
             "--save-every", str(SAVE_EVERY), "--eval-every", str(SAVE_EVERY),
-            "--eval-batches", "2", "--log-every", "1", "--no-cost", "--out", str(out), *extra]
+            "--eval-batches", "2", "--log-every", "1", "--no-cost", "--precision", "fp32",
+            "--out", str(out), *extra]
 
 
 def lmlab(*args: str, processes: int = 1, script: Path | None = None,
@@ -317,7 +318,8 @@ def finetune_options(tmp_path_factory) -> list[str]:
     return ["finetune", "--task", "toy", *[f"--{split}={folder / f'{split}.jsonl'}"
                                            for split in ("train", "dev", "test")],
             "--model", str(model), "--epochs", str(FT_EPOCHS), "--patience", str(FT_EPOCHS),
-            "--batch-size", str(FT_BATCH), "--lr", str(FT_LR), "--pooling", "mean"]
+            "--batch-size", str(FT_BATCH), "--lr", str(FT_LR), "--pooling", "mean",
+            "--precision", "fp32"]
 
 
 @pytest.fixture(scope="module",

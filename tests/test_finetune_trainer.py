@@ -35,7 +35,8 @@ def _write_task_files(folder: Path, n_train: int = 32, n_dev: int = 12) -> list[
 
 def _launch(args: list[str]) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1", LMLAB_NO_PROGRESS="1")
-    return subprocess.Popen([sys.executable, "-m", "lmlab", "finetune", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "lmlab", "finetune", "--precision", "fp32",
+                             *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
