@@ -121,9 +121,11 @@ class RowStore:
         self.rows: dict[str, dict[str, Any]] = _read(path) or {}
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The row of run ``key``, if it finished."""
         return self.rows.get(key)
 
     def put(self, key: str, row: dict[str, Any]) -> None:
+        """Keep ``row`` under ``key`` and rewrite the file (atomically)."""
         self.rows[key] = row
         atomic_write_json(self.path, dict(sorted(self.rows.items())))
 
@@ -139,7 +141,14 @@ def run_once(task: Task, system: str, folder: Path, seed: int, lr: float | None,
     """One run of ``system`` in ``folder``, its row kept in ``store`` under ``key`` (read back
     when it is there, or when ``folder/row.json`` exists from an earlier version)."""
     done = store.get(key) or _read(folder / "row.json")
+    precision = {"tfidf": "-", "hf-trainer": "fp32"}.get(system, settings["precision"])
     if done is not None:
+        kept = (done.get("train_size"), done.get("precision"))
+        if kept != (len(task.split("train")), precision):
+            raise SystemExit(f"{key} was run with {kept[0]} training examples in {kept[1]}, "
+                             f"not {len(task.split('train'))} in {precision}: a quick look "
+                             "(--max-train-examples, --precision) must keep its rows apart: "
+                             "pass --rows OTHER.json --runs OTHER")
         if store.get(key) is None:
             store.put(key, done)
         return done
@@ -170,7 +179,7 @@ def run_once(task: Task, system: str, folder: Path, seed: int, lr: float | None,
                "pooling": result.get("pooling") or result["recipe"].get("pooling"),
                "one_class": result.get("one_class") or one_class_from_files(folder)}
     row.update(system=system, seed=seed, lr=lr, dev=result["dev"], test=result.get("test"),
-               precision={"tfidf": "-", "hf-trainer": "fp32"}.get(system, settings["precision"]),
+               precision=precision,
                train_size=len(task.split("train")),
                wall_seconds=time.perf_counter() - started)
     atomic_write_json(folder / "row.json", row)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -50,14 +51,14 @@ def test_token_masking_keeps_length_and_masks_the_ratio():
     assert len(out) == len(ids)
     changed = out != ids
     assert (out[changed] == mask).all()
-    assert changed.sum() == round(0.3 * len(ids))  # the text has no [MASK] of its own
+    assert changed.sum() == math.ceil(0.3 * len(ids))  # the text has no [MASK] of its own
 
 
 def test_token_deletion_leaves_a_subsequence():
     docs, _, _ = _documents()
     ids = np.concatenate(docs[1])
     out = delete_tokens(ids, 0.2, np.random.default_rng(1))
-    assert len(out) == len(ids) - round(0.2 * len(ids))
+    assert len(out) == len(ids) - math.ceil(0.2 * len(ids))
     assert _is_subsequence(out, ids)
 
 
@@ -82,7 +83,9 @@ def test_text_infilling_statistics_on_real_text():
         word_starts = starts[ids]
         result = infill_spans(ids, mask, 0.3, rng, poisson_lambda=3.0, word_starts=word_starts)
         assert _is_subsequence(result.ids[result.ids != mask], ids)
-        # whole words: the kept text re-tokenises into whole words (no ## piece after a mask)
+        # whole words: a mask is never followed by a ## piece, and what a mask replaced
+        # began at a word start (the kept token before it ends a word: the next original
+        # token after it is a word start)
         after_mask = np.flatnonzero(result.ids[:-1] == mask) + 1
         assert starts[result.ids[after_mask]].all()
         covered += result.span_words.sum()
@@ -97,12 +100,29 @@ def test_text_infilling_statistics_on_real_text():
     assert inserted > 0  # zero-length spans exist and insert masks
 
 
+def test_infilling_removes_whole_words_only():
+    """With unique ids (KJV's word boundaries, ids 1000...), every removed stretch begins at a
+    word start and ends at the end of a word."""
+    docs, mask, starts = _documents()
+    real = np.concatenate([np.concatenate(d) for d in docs[:5]])
+    word_starts = starts[real]
+    ids = np.arange(1000, 1000 + len(real))
+    result = infill_spans(ids, mask, 0.3, np.random.default_rng(8), word_starts=word_starts)
+    kept = result.ids[result.ids != mask] - 1000  # original positions, increasing
+    assert (np.diff(kept) > 0).all()
+    bounds = np.concatenate([[-1], kept, [len(ids)]])
+    for before, after in zip(bounds[:-1], bounds[1:]):
+        if after > before + 1:  # positions before+1 .. after-1 were removed
+            assert word_starts[before + 1] or before + 1 == 0
+            assert after == len(ids) or word_starts[after]
+
+
 def test_infilling_random_tokens_replace_some_masks():
     docs, mask, _ = _documents()
     ids = np.concatenate([np.concatenate(d) for d in docs[:10]])
     result = infill_spans(ids, mask, 0.3, np.random.default_rng(4), random_ratio=1.0,
                           vocab_size=30522)
-    assert (result.ids == mask).sum() == result.inserted  # every span became a random token
+    assert not (result.ids == mask).any()  # every span and insertion became a random token
     assert len(result.ids) == (len(ids) - result.span_words.sum() + len(result.span_words)
                                + result.inserted)
     with pytest.raises(LmlabError, match="vocab_size"):
@@ -131,7 +151,7 @@ def test_document_rotation_is_a_rotation():
     out = rotate_document(ids, np.random.default_rng(6))
     doubled = np.concatenate([ids, ids]).tolist()
     start = next(i for i in range(len(ids)) if doubled[i:i + len(ids)] == out.tolist())
-    assert 0 <= start < len(ids)
+    assert 0 < start < len(ids)  # a real rotation
 
 
 def test_combination_is_deterministic_and_restorable_in_length_terms():
@@ -145,6 +165,11 @@ def test_combination_is_deterministic_and_restorable_in_length_terms():
     original = np.concatenate(docs[4])
     assert len(a) < len(original)  # spans of about 4 words became one token each
     assert (a == mask).any()
+
+
+def test_empty_document_is_refused():
+    with pytest.raises(LmlabError, match="no sentences"):
+        apply_noise([], BartNoise(permute_sentences=False), 4, np.random.default_rng(0))
 
 
 @pytest.mark.parametrize("settings,match", [

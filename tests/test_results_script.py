@@ -121,3 +121,6 @@ def test_script_end_to_end_and_rerun_skips(results, tiny_bert_folder, tmp_path, 
     # a fresh checkout has the tracked rows but not the runs' folders: nothing runs again
     shutil.rmtree(tmp_path / "runs")
     assert results.main(argv, extra) == page
+    # rows of other settings are not taken for these: a quick look must use its own files
+    with pytest.raises(SystemExit, match="training examples"):
+        results.main([*argv, "--max-train-examples", "16"], extra)

@@ -23,7 +23,7 @@ import torch
 
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_write_json
+from lmlab.utils.io import atomic_path, atomic_write_json
 
 HEADS_KEY = "lmlab_heads"
 
@@ -54,7 +54,8 @@ def save_native(model, path: str | Path) -> Path:
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    save_state(model.state_dict(), path / "model.safetensors")
+    with atomic_path(path / "model.safetensors") as tmp:  # never a half-written file
+        save_state(model.state_dict(), tmp)
     config = model.config.to_dict()
     config[HEADS_KEY] = list(model.heads.keys())
     atomic_write_json(path / "config.json", config)

@@ -1,8 +1,8 @@
 """Metrics of generated text: corpus BLEU and chrF through sacrebleu, and sequence accuracy.
 
 BLEU and chrF are computed by sacrebleu (Post 2018), the reference implementation that papers
-report, with its default settings (BLEU: 13a tokenisation, 4-grams, brevity penalty, exponential
-smoothing off for corpus scores; chrF: character 6-grams, beta 2): a hand-written BLEU differs
+report, with its default settings (BLEU: 13a tokenisation, 4-grams, brevity penalty, `exp`
+smoothing; chrF: character 6-grams, beta 2): a hand-written BLEU differs
 from it in tokenisation and smoothing and makes numbers incomparable. sacrebleu reports 0-100;
 these functions return fractions like every lmlab metric.
 

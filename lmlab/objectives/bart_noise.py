@@ -22,11 +22,13 @@ best combination, and BART-large's pretraining, is text infilling + sentence per
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from lmlab.objectives.masking import word_bounds
 from lmlab.utils.errors import LmlabError
 
 MAX_SPAN = 128  # fairseq truncates the Poisson distribution here
@@ -44,7 +46,7 @@ def mask_tokens(ids: np.ndarray, mask_id: int, ratio: float,
     """``ids`` with ``round(ratio * len)`` positions, drawn uniformly, set to ``mask_id``."""
     _check_ratio("mask ratio", ratio)
     out = np.array(ids, copy=True)
-    chosen = rng.choice(len(out), size=int(round(ratio * len(out))), replace=False)
+    chosen = rng.choice(len(out), size=int(math.ceil(ratio * len(out))), replace=False)
     out[chosen] = mask_id
     return out
 
@@ -53,7 +55,7 @@ def delete_tokens(ids: np.ndarray, ratio: float, rng: np.random.Generator) -> np
     """``ids`` without ``round(ratio * len)`` positions drawn uniformly (order kept)."""
     _check_ratio("deletion ratio", ratio)
     keep = np.ones(len(ids), dtype=bool)
-    keep[rng.choice(len(ids), size=int(round(ratio * len(ids))), replace=False)] = False
+    keep[rng.choice(len(ids), size=int(math.ceil(ratio * len(ids))), replace=False)] = False
     return np.asarray(ids)[keep]
 
 
@@ -84,11 +86,9 @@ class Infilling:
 
 
 def _words(word_starts: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) token offsets of each word."""
-    starts = np.flatnonzero(word_starts)
-    if len(word_starts) and (not len(starts) or starts[0] != 0):
-        starts = np.concatenate([[0], starts])
-    ends = np.concatenate([starts[1:], [len(word_starts)]])
+    """(start, end) token offsets of each word, by the same rule as MLM's whole-word masking
+    (:func:`lmlab.objectives.masking.word_bounds`, every token a candidate)."""
+    starts, ends = word_bounds(np.ones(len(word_starts), dtype=bool), word_starts)
     return list(zip(starts.tolist(), ends.tolist()))
 
 
@@ -98,9 +98,12 @@ def infill_spans(ids: np.ndarray, mask_id: int, ratio: float, rng: np.random.Gen
     """BART's text infilling on one document.
 
     ``round(ratio * words)`` words are covered by spans of whole words whose lengths are
-    :func:`poisson_span_lengths`; each span becomes one ``mask_id`` (or, with probability
-    ``random_ratio``, one random token below ``vocab_size``), spans never touch (a kept word
-    between any two), and each zero-length span inserts a mask at a random word boundary.
+    :func:`poisson_span_lengths` (the count rounded up, as fairseq does); each span becomes one
+    ``mask_id`` (or, with probability ``random_ratio``, one random token below
+    ``vocab_size``), and each zero-length span inserts one at a random word boundary. Unlike
+    fairseq, whose spans start at random words and may overlap or touch (then covering fewer
+    words than asked), spans here never overlap and keep a word between them, so exactly the
+    asked number of words is covered and every mask stands for one span.
     ``word_starts`` (bool per token; None: every token is a word) keeps WordPiece pieces of a
     word together.
     """
@@ -112,7 +115,7 @@ def infill_spans(ids: np.ndarray, mask_id: int, ratio: float, rng: np.random.Gen
     word_starts = np.ones(len(ids), bool) if word_starts is None else np.asarray(word_starts, bool)
     words = _words(word_starts)
     n = len(words)
-    lengths = poisson_span_lengths(int(round(ratio * n)), poisson_lambda, rng)
+    lengths = poisson_span_lengths(int(math.ceil(ratio * n)), poisson_lambda, rng)
     spans = [int(x) for x in lengths if x > 0]
     inserts = int((lengths == 0).sum())
     kept = n - sum(spans)
@@ -154,8 +157,8 @@ def infill_spans(ids: np.ndarray, mask_id: int, ratio: float, rng: np.random.Gen
         starts = np.concatenate(piece_starts) if piece_starts else np.zeros(0, bool)
         boundaries = np.concatenate([np.flatnonzero(starts), [len(out)]])
         inserts = min(inserts, len(boundaries))
-        out = np.insert(out, np.sort(rng.choice(boundaries, size=inserts, replace=False)),
-                        mask_id)
+        where = np.sort(rng.choice(boundaries, size=inserts, replace=False))
+        out = np.insert(out, where, np.concatenate([one_mask() for _ in range(inserts)]))
     return Infilling(out, np.asarray(spans, dtype=np.int64), inserts)
 
 
@@ -167,11 +170,11 @@ def permute_sentences(sentences: Sequence[np.ndarray], rng: np.random.Generator)
 
 
 def rotate_document(ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``ids`` rotated to start at a token drawn uniformly."""
+    """``ids`` rotated to start at a token drawn uniformly among all but the first."""
     ids = np.asarray(ids)
-    if not len(ids):
+    if len(ids) < 2:
         return ids
-    return np.roll(ids, -int(rng.integers(len(ids))))
+    return np.roll(ids, -int(rng.integers(1, len(ids))))  # a real rotation, as fairseq's
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,8 @@ def apply_noise(sentences: Sequence[np.ndarray], noise: BartNoise, mask_id: int,
     sentence permutation, token masking, text infilling, deletion, rotation. The target is the
     original document. ``is_word_start``: a bool per vocabulary id (WordPiece: False for
     ``##`` pieces) keeping words whole in infilling."""
+    if not len(sentences):
+        raise LmlabError("the document has no sentences", "pass at least one sentence's ids")
     ids = (permute_sentences(sentences, rng) if noise.permute_sentences
            else np.concatenate([np.asarray(s) for s in sentences]))
     if noise.mask_ratio:

@@ -22,11 +22,13 @@ The study's other rows (:data:`OBJECTIVES`), each a function of the same signatu
 - ``mass_style``: 15% of the tokens replaced by the mask token, the targets the original text;
 - ``deshuffling``: the tokens shuffled, the targets the original text;
 - ``replace_spans``: i.i.d. noise tokens, each run of consecutive ones one sentinel (Table 4,
-  "replace corrupted spans"), targets as span corruption;
+  "replace corrupted spans"), targets built as T5's code builds them: the non-noise runs
+  replaced by sentinels. When the text starts with a noise token (probability 0.15), the
+  targets' sentinels are then one run out of step with the inputs', exactly as in T5;
 - ``drop_tokens``: i.i.d. noise tokens removed from the inputs, the targets the removed tokens
   in order (Table 4, "drop corrupted tokens");
-- ``drop_spans``: span corruption's spans removed without sentinels, the targets the removed
-  tokens;
+- ``drop_spans``: not a row of the paper, the span-level counterpart of ``drop_tokens``: span
+  corruption's spans removed without sentinels, the targets the removed tokens;
 - ``span_corruption``: the default above.
 
 The encoder-decoder that learns from them is the next step of the encoder-decoder issue.
@@ -127,17 +129,20 @@ class Tokens:
 
 def span_corruption(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
                     noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    """T5's objective: :func:`random_spans_noise_mask`, one sentinel per span."""
     return corrupt_with_sentinels(ids, random_spans_noise_mask(len(ids), rng, noise_density,
                                                                mean_span), tokens.sentinels)
 
 
 def replace_spans(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
                   noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    """i.i.d. noise tokens, each run one sentinel (Table 4)."""
     return corrupt_with_sentinels(ids, rng.random(len(ids)) < noise_density, tokens.sentinels)
 
 
 def drop_tokens(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
                 noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    """i.i.d. noise tokens dropped; the targets are the dropped tokens (Table 4)."""
     ids = np.asarray(ids)
     mask = rng.random(len(ids)) < noise_density
     return Example(ids[~mask], ids[mask])
@@ -145,6 +150,7 @@ def drop_tokens(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
 
 def drop_spans(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
                noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    """Span corruption's spans dropped without sentinels; the targets are the spans."""
     ids = np.asarray(ids)
     mask = random_spans_noise_mask(len(ids), rng, noise_density, mean_span)
     return Example(ids[~mask], ids[mask])
@@ -152,6 +158,7 @@ def drop_spans(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
 
 def prefix_lm(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
               noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    """A random split point: the prefix in, the rest out (Table 3)."""
     ids = np.asarray(ids)
     split = int(rng.integers(1, len(ids))) if len(ids) > 1 else len(ids)
     return Example(ids[:split], ids[split:])
@@ -165,6 +172,7 @@ def _need_mask(tokens: Tokens, name: str) -> int:
 
 def bert_style(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
                noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    """15% corrupted (90% mask, 10% random), full reconstruction (Table 3)."""
     mask_id = _need_mask(tokens, "bert_style")
     if tokens.vocab_size is None:
         raise LmlabError("the bert_style objective needs the vocabulary size",
@@ -180,6 +188,7 @@ def bert_style(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
 
 def mass_style(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
                noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    """15% replaced by the mask token, full reconstruction (Table 4)."""
     ids = np.asarray(ids)
     inputs = ids.copy()
     inputs[rng.random(len(ids)) < noise_density] = _need_mask(tokens, "mass_style")
@@ -188,6 +197,7 @@ def mass_style(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
 
 def deshuffling(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
                 noise_density: float = 0.15, mean_span: float = 3.0) -> Example:
+    """The tokens shuffled, the original order out (Table 3)."""
     ids = np.asarray(ids)
     return Example(rng.permutation(ids), ids.copy())
 

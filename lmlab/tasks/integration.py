@@ -9,11 +9,12 @@ model on ``f -> F`` (the paper's "backward" data), both in prefix notation. A pr
 correct when ``G' = f``, whatever form it takes (antiderivatives differ by a constant and can be
 written many ways), not when it matches the reference string.
 
-Verification (:func:`verify`): ``G' - f`` evaluated with mpmath at several random complex points
-(complex arithmetic keeps ``log`` and ``sqrt`` of negative values defined), relative tolerance;
-only an inconclusive numeric check (too few points where both sides are finite, or a mixed
-verdict) falls back to ``sympy.simplify(G' - f) == 0`` under a time limit. ``simplify`` alone
-rejects some correct answers and can take seconds.
+Verification (:func:`verify`): ``G' - f`` evaluated with mpmath (complex arithmetic, so a value
+that leaves the reals stays defined) at several random real points in (0.1, 3), where forms of
+one function that differ by a branch of ``log`` elsewhere agree; tolerance ``rtol * max(1,
+|f|)``. Only an inconclusive check (fewer than 3 points where both sides are finite, or as many
+failures as agreements) falls back to ``sympy.simplify(G' - f) == 0`` under a time limit.
+``simplify`` alone rejects some correct answers and can take seconds.
 
 Every generator is deterministic for its seed; :func:`make_splits` puts each distinct input in
 exactly one split (by a hash of its prefix string), so train, dev and test share no item.
@@ -27,12 +28,15 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from lmlab.utils.errors import LmlabError
 
 UNARY = ("exp", "log", "sin", "cos")
+MAX_DIGITS = 12  # integer literals a prediction may hold: sympy evaluates numbers eagerly
+MAX_EXPONENT = 64
 BINARY = ("add", "sub", "mul", "pow")
 SMALL_POWERS = (2, 3)
 
@@ -78,6 +82,10 @@ class Grammar:
         if self.max_ops < 1 or self.max_depth < 1 or self.max_int < 1:
             raise LmlabError(f"grammar bounds must be positive: {self}",
                              "use e.g. Grammar(max_ops=5, max_depth=4, max_int=5)")
+        if not 0.0 < self.p_x <= 1.0 or not 0.0 <= self.p_unary <= 1.0:
+            raise LmlabError(f"grammar probabilities out of range: p_x {self.p_x} must be in "
+                             f"(0, 1] (functions must contain x), p_unary {self.p_unary} in "
+                             "[0, 1]", "use e.g. p_x=0.6, p_unary=0.35")
 
 
 def _random_tree(rng: np.random.Generator, grammar: Grammar, ops: int, depth: int) -> list[str]:
@@ -103,20 +111,25 @@ def _int_tokens(value: int) -> list[str]:
     return ["INT+" if value >= 0 else "INT-"] + list(str(abs(value)))
 
 
-def random_function(rng: np.random.Generator, grammar: Grammar = Grammar()):
+MAX_DRAWS = 10_000  # draws of random_function before the grammar is declared unusable
+
+
+def random_function(rng: np.random.Generator, grammar: Grammar = Grammar()) -> Any:
     """A random sympy function of ``x`` from ``grammar`` (always depends on ``x``)."""
     import sympy
 
     x = sympy.Symbol("x")
-    while True:
+    for _ in range(MAX_DRAWS):
         ops = int(rng.integers(1, grammar.max_ops + 1))
         expr = from_prefix(_random_tree(rng, grammar, ops, grammar.max_depth))
         if expr.has(x) and expr.is_finite is not False:
             return expr
+    raise LmlabError(f"{MAX_DRAWS} draws from {grammar} gave no function of x",
+                     "raise p_x or max_ops")
 
 
 # -- prefix notation ------------------------------------------------------------------------------
-def to_prefix(expr) -> list[str]:
+def to_prefix(expr: Any) -> list[str]:
     """``expr`` in prefix notation: n-ary sums and products folded into binary ``add``/``mul``,
     rationals as ``div``, integers as sign + digits."""
     import sympy
@@ -149,7 +162,7 @@ def to_prefix(expr) -> list[str]:
                      f"expressions use integers, x, E, pi, {', '.join(BINARY + UNARY)}, div")
 
 
-def from_prefix(tokens: Sequence[str]):
+def from_prefix(tokens: Sequence[str]) -> Any:
     """The sympy expression of a prefix token sequence; a malformed one is an LmlabError that
     says where it went wrong."""
     import sympy
@@ -176,6 +189,9 @@ def from_prefix(tokens: Sequence[str]):
                 j += 1
             if j == i + 1:
                 raise LmlabError(f"{token} without digits at token {i}", "write e.g. INT+ 1 2")
+            if j - i - 1 > MAX_DIGITS:
+                raise LmlabError(f"an integer of {j - i - 1} digits at token {i}",
+                                 f"integers have at most {MAX_DIGITS} digits")
             value = int("".join(tokens[i + 1:j]))
             return sympy.Integer(value if token == "INT+" else -value), j
         if token in functions:
@@ -184,6 +200,10 @@ def from_prefix(tokens: Sequence[str]):
         if token in binary:
             left, j = parse(i + 1)
             right, k = parse(j)
+            if token == "pow" and right.is_Integer and abs(int(right)) > MAX_EXPONENT:
+                # sympy would expand it at once (a huge integer power can take minutes)
+                raise LmlabError(f"exponent {right} at token {i} is too large",
+                                 f"integer exponents are at most {MAX_EXPONENT} in size")
             return binary[token](left, right), k
         raise LmlabError(f"unknown token {token!r} at position {i}",
                          f"prefix tokens are x, E, pi, INT+/INT- digits, {', '.join(binary)}, "
@@ -206,10 +226,12 @@ class Pair:
 
     @property
     def input_text(self) -> str:
+        """The derivative's tokens joined by spaces (what the model reads)."""
         return " ".join(self.derivative)
 
     @property
     def target_text(self) -> str:
+        """The function's tokens joined by spaces (the reference answer)."""
         return " ".join(self.function)
 
 
@@ -224,8 +246,9 @@ def _usable(expr) -> bool:
 def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
                    max_input_tokens: int = 128, timeout: float = 2.0) -> list[Pair]:
     """``count`` distinct backward pairs ``(F', F)`` drawn with ``seed``: deterministic for the
-    seed. Functions whose derivative is constant, undefined, over ``max_input_tokens`` tokens or
-    slower than ``timeout`` seconds to compute are skipped and another is drawn."""
+    seed. Functions whose derivative is constant, undefined or over ``max_input_tokens`` tokens
+    are skipped and another is drawn; a derivative that takes sympy longer than ``timeout``
+    seconds is an error (skipping it would make the data depend on the machine's speed)."""
     import sympy
 
     if count < 1:
@@ -245,12 +268,16 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
             with time_limit(timeout):
                 derivative = sympy.diff(function, x)
         except TimeoutError:
-            continue
+            # skipping it would make the data depend on the machine's speed
+            raise LmlabError(f"differentiating {function} took longer than {timeout:g} s",
+                             "raise the timeout, or bound the grammar tighter (max_ops, "
+                             "max_depth)") from None
         if not derivative.has(x) or not _usable(derivative) or not _usable(function):
             continue
         try:
             source, target = tuple(to_prefix(derivative)), tuple(to_prefix(function))
-        except LmlabError:  # a node prefix notation has no token for
+            from_prefix(source)  # within the bounds a prediction must respect (MAX_DIGITS)
+        except LmlabError:  # a node prefix notation has no token for, or a huge integer
             continue
         if len(source) > max_input_tokens or " ".join(source) in pairs:
             continue
@@ -294,30 +321,34 @@ class Verdict:
     method: str
 
 
-def _sample_points(count: int, seed: int) -> list[complex]:
+def _sample_points(count: int, seed: int) -> list[float]:
+    """Real points in (0.1, 3): where ``log`` and powers of ``x`` are real, so forms of the same
+    function that differ by a branch elsewhere (``log(x**2)`` and ``2*log(x)``) agree."""
     rng = np.random.default_rng(seed)
-    return [complex(rng.uniform(-3, 3), rng.uniform(-3, 3)) for _ in range(count)]
+    return [float(rng.uniform(0.1, 3.0)) for _ in range(count)]
 
 
 def verify(prediction: Sequence[str] | str, derivative: Sequence[str] | str, points: int = 6,
            rtol: float = 1e-6, timeout: float = 2.0, seed: int = 0) -> Verdict:
     """Is ``prediction`` (prefix tokens, or their space-joined text) an antiderivative of
-    ``derivative``? Numeric first: ``G' - f`` at ``points`` random complex points with mpmath,
-    correct when it vanishes (relative to ``|f|``) at every point where both are finite (at
-    least 3) and wrong when it does not vanish at most of them; any other outcome goes to
-    ``simplify`` under ``timeout`` seconds."""
+    ``derivative``? Numeric first: ``G' - f`` with mpmath (complex arithmetic, 30 digits) at
+    ``points`` random real points in (0.1, 3); correct when ``|G' - f| <= rtol * max(1, |f|)`` at
+    every point where both are finite (at least 3 of them), wrong when it fails at more points
+    than it holds; otherwise ``simplify(G' - f) == 0`` decides, under ``timeout`` seconds.
+    Parsing and differentiating a prediction run under the time limit too."""
     import mpmath
     import sympy
 
     x = sympy.Symbol("x")
-    split = (lambda s: s.split()) if isinstance(prediction, str) else list
-    try:
-        guess = from_prefix(split(prediction))
-    except (LmlabError, RecursionError, TypeError, ValueError, ZeroDivisionError):
-        return Verdict(False, "unparsable")
     target = from_prefix(derivative.split() if isinstance(derivative, str) else derivative)
     try:
         with time_limit(timeout):
+            try:
+                guess = from_prefix(prediction.split() if isinstance(prediction, str)
+                                    else list(prediction))
+            except (LmlabError, RecursionError, TypeError, ValueError, ZeroDivisionError,
+                    MemoryError):
+                return Verdict(False, "unparsable")
             difference = sympy.diff(guess, x) - target
             evaluate = sympy.lambdify(x, difference, modules="mpmath")
             scale = sympy.lambdify(x, target, modules="mpmath")
@@ -327,7 +358,7 @@ def verify(prediction: Sequence[str] | str, derivative: Sequence[str] | str, poi
     with mpmath.workdps(30):
         for point in _sample_points(points, seed):
             try:
-                value, size = complex(evaluate(point)), complex(scale(point))
+                value, size = complex(evaluate(mpmath.mpc(point))), complex(scale(point))
             except (ZeroDivisionError, OverflowError, ValueError, TypeError):
                 continue
             if not (np.isfinite(value) and np.isfinite(size)):

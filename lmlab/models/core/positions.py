@@ -55,6 +55,9 @@ def rotary_rows_from_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
     """Query/key projection rows (weight or bias) laid out for adjacent-pair rotation (RoFormer,
     llama.cpp's GGUF files: dims 2i and 2i+1 of each head rotate together) put into the
     rotate-half order of :func:`apply_rotary` (dims i and i + head_dim/2), head by head."""
+    if head_dim % 2 or weight.shape[0] % head_dim:
+        raise ValueError(f"{weight.shape[0]} rows are not whole heads of an even head_dim "
+                         f"{head_dim}")
     heads = weight.shape[0] // head_dim
     w = weight.reshape(heads, head_dim // 2, 2, *weight.shape[1:])  # (nh, hd/2, 2, ...)
     return w.transpose(1, 2).reshape(weight.shape)  # (nh, 2, hd/2, ...) -> rows
@@ -62,6 +65,9 @@ def rotary_rows_from_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 def rotary_rows_to_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
     """The inverse of :func:`rotary_rows_from_pairs`: rotate-half rows to adjacent pairs."""
+    if head_dim % 2 or weight.shape[0] % head_dim:
+        raise ValueError(f"{weight.shape[0]} rows are not whole heads of an even head_dim "
+                         f"{head_dim}")
     heads = weight.shape[0] // head_dim
     w = weight.reshape(heads, 2, head_dim // 2, *weight.shape[1:])  # (nh, 2, hd/2, ...)
     return w.transpose(1, 2).reshape(weight.shape)  # (nh, hd/2, 2, ...) -> rows
