@@ -356,3 +356,20 @@ def test_loading_holds_one_copy_of_the_weights(tmp_path):
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     ratio = figures["growth"] / figures["weights"]
     assert 0.9 < ratio < 1.5, figures
+
+
+def test_roformer_classification_head_uses_the_models_activation(tmp_path):
+    """transformers' RoFormerClassificationHead applies hidden_act (ELECTRA's: always GELU)."""
+    from lmlab.finetune.heads import task_logits
+
+    torch.manual_seed(0)
+    config = transformers.RoFormerConfig(**TINY, hidden_act="relu", num_labels=3)
+    theirs = _perturbed(transformers.RoFormerForSequenceClassification(config)).eval()
+    theirs.save_pretrained(tmp_path)
+    ours = lmlab.from_pretrained(tmp_path)
+    assert ours.config.extra["classifier_act"] == "relu"
+    batch = _batch(0, True)
+    with torch.no_grad():
+        expected = theirs(**batch).logits
+        got = task_logits(ours, "sequence-classification", batch)
+    assert _max_diff(got, expected) <= TOL

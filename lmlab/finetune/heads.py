@@ -113,7 +113,8 @@ class _PooledHead(nn.Module):
         h = config.hidden_size
         if style in ("dense-tanh", "dense-gelu"):  # classifier.dense -> act -> out_proj
             self.dense = nn.Linear(h, h)
-            self.act = activation(style.removeprefix("dense-"))
+            # RoFormer's head applies the model's own activation where ELECTRA's is fixed GELU
+            self.act = activation(config.extra.get("classifier_act", style.removeprefix("dense-")))
             self.out_proj = nn.Linear(h, outputs)
             self.dropout = _dropout(config, "classifier_dropout")
         elif style == "summary":

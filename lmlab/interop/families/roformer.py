@@ -12,8 +12,9 @@ same layer and masked-LM names (under ``roformer.``), no pooler. Two real differ
   (sin of every pair's angle, then cos). It is not learned: lmlab computes the angles itself,
   skips the table on load and writes it on save, where transformers expects it.
 
-Sequence classification reads ``[CLS]`` through ``classifier.dense`` -> the activation ->
-``classifier.out_proj``, as ELECTRA does; multiple choice through ``sequence_summary`` with
+Sequence classification reads ``[CLS]`` through ``classifier.dense`` -> the model's
+``hidden_act`` (``extra["classifier_act"]`` when it is not GELU) -> ``classifier.out_proj``,
+as ELECTRA does with a fixed GELU; multiple choice through ``sequence_summary`` with
 ELECTRA's settings, which lmlab writes into config.json (transformers' RoFormer has none and
 would summarise by the last position).
 Presets: BERT's sizes (Turc et al. 2019 and Devlin et al. 2019) with rotary positions.
@@ -71,6 +72,9 @@ def position_table(config: TransformerConfig) -> dict[str, torch.Tensor]:
 
 
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
+    """Refuse rotated values; record the activation RoFormer's classification head applies."""
+    if values.get("hidden_act", "gelu") != "gelu":
+        values.setdefault("extra", {})["classifier_act"] = values["hidden_act"]
     if hf.get("rotary_value"):
         raise LmlabError("this RoFormer rotates the attention values too (rotary_value: true)",
                          "lmlab reads RoFormer checkpoints that rotate queries and keys only")
