@@ -53,6 +53,7 @@ from lmlab.finetune.results import (
 from lmlab.interop.native import save_model
 from lmlab.tasks.sampling import sample_examples  # also imported from here by callers
 from lmlab.tasks.types import Task
+from lmlab.training.config import PRECISIONS
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, stable_hash
 from lmlab.utils.precision import auto_precision, precision_autocast
@@ -258,8 +259,8 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
                      head_lr_multiplier=head_lr_multiplier, min_updates=min_updates)
     if recipe == "feature" and layer is not None:
         rec = replace(rec, layer=layer)
-    if precision not in ("fp32", "bf16", "auto"):
-        raise LmlabError(f"unknown precision {precision!r}", "use auto, fp32 or bf16")
+    if precision not in PRECISIONS:
+        raise LmlabError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
     if device != "auto" and device.split(":")[0] not in ("cpu", "cuda", "mps"):
         raise LmlabError(f"unknown device {device!r}", "use auto, cpu or cuda[:N]")
     run_device = resolve_device(device)  # --device cuda without a GPU: refused before any work
