@@ -43,6 +43,7 @@ def test_compute_metrics_knows_them():
     (["a"], ["a", "b"], "1 predictions for 2 references"),
     ([], [], "no predictions"),
     (["a", "b"], [["a"], ["b", "c"]], "same number of references"),
+    ([1], [1], "must be strings"),
 ])
 def test_bad_input_is_a_clear_error(predictions, references, match):
     with pytest.raises(LmlabError, match=match):

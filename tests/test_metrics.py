@@ -240,5 +240,5 @@ def test_glue_missing_task_and_partial():
 
 
 def test_compute_metrics_unknown_name():
-    with pytest.raises(LmlabError, match="unknown metric 'bleu'"):
-        compute_metrics(["bleu"], [1], [1])
+    with pytest.raises(LmlabError, match="unknown metric 'rouge'"):
+        compute_metrics(["rouge"], [1], [1])

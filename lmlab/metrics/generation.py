@@ -26,6 +26,10 @@ def _reference_streams(predictions: Sequence[str],
     if not predictions:
         raise LmlabError("no predictions to score", "pass at least one prediction")
     per_example = [[r] if isinstance(r, str) else list(r) for r in references]
+    if not all(isinstance(p, str) for p in predictions) or not all(
+            isinstance(r, str) for refs in per_example for r in refs):
+        raise LmlabError("BLEU, chrF and sequence accuracy score text: predictions and "
+                         "references must be strings", "decode the token ids to text first")
     counts = {len(r) for r in per_example}
     if len(counts) != 1 or 0 in counts:
         raise LmlabError(f"every prediction needs the same number of references (got {counts})",
