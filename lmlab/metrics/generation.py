@@ -25,7 +25,7 @@ def _reference_streams(predictions: Sequence[str],
                          "pass one prediction per example")
     if not predictions:
         raise LmlabError("no predictions to score", "pass at least one prediction")
-    per_example = [[r] if isinstance(r, str) else list(r) for r in references]
+    per_example = [list(r) if isinstance(r, (list, tuple)) else [r] for r in references]
     if not all(isinstance(p, str) for p in predictions) or not all(
             isinstance(r, str) for refs in per_example for r in refs):
         raise LmlabError("BLEU, chrF and sequence accuracy score text: predictions and "
