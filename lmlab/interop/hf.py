@@ -291,9 +291,9 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     from safetensors.torch import save_file
 
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     family = get_family(model.config.family)
     hf_config = family.config_to_hf(model.config)  # refuses a config transformers cannot express
+    path.mkdir(parents=True, exist_ok=True)  # only once the config is known to be writable
     heads = tuple(model.heads.keys())
     architecture = architecture or family.architecture_for(heads)
     prefix = f"{family.base_prefix}." if heads else ""
