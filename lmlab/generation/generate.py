@@ -188,9 +188,44 @@ class _Decoder:
             self.cache.reorder(index)
 
 
+class _Seq2SeqDecoder(_Decoder):
+    """The decoder of an encoder-decoder on a growing target sequence: the source is encoded
+    once, its states (and the cross-attention keys, in the cache) reused at every step."""
+
+    def __init__(self, model: Any, use_cache: bool, input_ids: torch.Tensor,
+                 attention_mask: torch.Tensor):
+        super().__init__(model, use_cache)
+        self.encoded = model.encode(input_ids, attention_mask)
+        self.source_mask = attention_mask
+
+    def logits(self, sequences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if sequences.shape[0] != self.source_mask.shape[0]:  # beam search: one copy per beam
+            copies = sequences.shape[0] // self.source_mask.shape[0]
+            hidden = self.encoded.last_hidden_state.repeat_interleave(copies, dim=0)
+            self.encoded = replace(self.encoded, last_hidden_state=hidden)
+            self.source_mask = self.source_mask.repeat_interleave(copies, dim=0)
+        past = self.cache.seq_len() if self.use_cache and self.cache is not None else 0
+        out = self.model(attention_mask=self.source_mask, encoder_outputs=self.encoded,
+                         decoder_input_ids=sequences[:, past:], past_key_values=self.cache,
+                         use_cache=self.use_cache, heads=[])
+        if self.use_cache:
+            self.cache = out.past_key_values
+        return self.model.heads["seq2seq-lm"](out.last_hidden_state[:, -1:])[:, -1].float()
+
+
+def is_encoder_decoder(model: Any) -> bool:
+    return bool(getattr(model.config, "is_encoder_decoder", False))
+
+
 def check_causal_lm(model: Any) -> None:
     """Refuse a model that cannot continue text: generation and the LM evaluations of
     :mod:`lmlab.evaluation.lm` need a decoder with a ``"clm"`` head."""
+    if is_encoder_decoder(model):
+        if "seq2seq-lm" not in model.heads:
+            raise LmlabError("the encoder-decoder has no 'seq2seq-lm' head",
+                             "load it with head='seq2seq-lm' (or from a ...ForConditional"
+                             "Generation / ...MTModel checkpoint)")
+        return
     if not getattr(model.config, "causal", False):
         raise LmlabError("generation and LM evaluation need a decoder (causal) model",
                          "load a GPT-2 or Llama-style checkpoint, e.g. a .gguf file")
@@ -226,10 +261,13 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
              config: GenerationConfig | None = None, *, generator: torch.Generator | None = None,
              streamer: TokenCallback | None = None, tokenizer: Any = None,
              **options: Any) -> torch.Tensor:
-    """Continue ``input_ids`` (B, T), left-padded when ``attention_mask`` has zeros.
+    """Continue ``input_ids`` (B, T), left-padded when ``attention_mask`` has zeros; for an
+    encoder-decoder, translate it: ``input_ids`` is the (right-padded) source and the output
+    starts with the decoder start token, as transformers' ``generate`` returns it.
 
     Args:
-        model: a :class:`~lmlab.models.model.LanguageModel` with a causal ``"clm"`` head.
+        model: a :class:`~lmlab.models.model.LanguageModel` with a causal ``"clm"`` head, or an
+            :class:`~lmlab.models.seq2seq.EncoderDecoderModel` with its ``"seq2seq-lm"`` head.
         config / options: a :class:`GenerationConfig` and/or its fields as keywords.
         generator: the random generator for sampling (seeded: reproducible output).
         streamer: called after every step with the new tokens (B,); greedy and sampling only
@@ -248,7 +286,8 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
                          "pass a (batch, length) tensor of token ids")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
-    if bool((attention_mask[:, -1] == 0).any()):
+    seq2seq = is_encoder_decoder(model)
+    if not seq2seq and bool((attention_mask[:, -1] == 0).any()):
         raise LmlabError("prompts are right-padded", "pad prompts on the left for generation "
                          "(tokenizer.padding_side = 'left')")
     if config.stop_strings and tokenizer is None:
@@ -262,18 +301,26 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
     was_training = model.training
     model.eval()
     try:
+        if seq2seq:  # the source is encoded; the target starts from the decoder start token
+            decoder: _Decoder = _Seq2SeqDecoder(model, config.use_cache, input_ids,
+                                                attention_mask)
+            input_ids = input_ids.new_full((input_ids.shape[0], 1),
+                                           model.decoder_start_token_id)
+            attention_mask = torch.ones_like(input_ids)
+        else:
+            decoder = _Decoder(model, config.use_cache)
         if config.num_beams > 1:
-            return _beam_search(model, input_ids, attention_mask, config, tokenizer)
-        return _sample(model, input_ids, attention_mask, config, generator, streamer, tokenizer)
+            return _beam_search(decoder, input_ids, attention_mask, config, tokenizer)
+        return _sample(decoder, input_ids, attention_mask, config, generator, streamer,
+                       tokenizer)
     finally:
         model.train(was_training)
 
 
-def _sample(model: Any, input_ids: torch.Tensor, mask: torch.Tensor, config: GenerationConfig,
-            generator: torch.Generator | None, streamer: TokenCallback | None,
-            tokenizer: Any) -> torch.Tensor:
+def _sample(decoder: _Decoder, input_ids: torch.Tensor, mask: torch.Tensor,
+            config: GenerationConfig, generator: torch.Generator | None,
+            streamer: TokenCallback | None, tokenizer: Any) -> torch.Tensor:
     """Greedy decoding or sampling, one token per step for every row."""
-    decoder = _Decoder(model, config.use_cache)
     sequences, prompt_len = input_ids, input_ids.shape[1]
     unfinished = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     eos = torch.tensor(config.eos_ids, dtype=torch.long, device=input_ids.device)
@@ -320,7 +367,7 @@ def cut_at_stop_strings(text: str, stops: Sequence[str]) -> str:
 
 
 # -- beam search ---------------------------------------------------------------------------------
-def _beam_search(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
+def _beam_search(decoder: _Decoder, input_ids: torch.Tensor, mask: torch.Tensor,
                  config: GenerationConfig, tokenizer: Any) -> torch.Tensor:
     """Beam search with Hugging Face's candidate selection, scoring and stopping rules.
 
@@ -348,7 +395,6 @@ def _beam_search(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
     finished_len = torch.zeros(batch, beams, dtype=torch.long, device=device)
     top_mask = torch.arange(keep, device=device) < beams  # (keep,)
     flat_mask = mask.repeat_interleave(beams, dim=0)  # (B*nb, T)
-    decoder = _Decoder(model, config.use_cache)
     offsets = torch.arange(batch, device=device)[:, None] * beams  # (B, 1)
 
     cur = prompt_len

@@ -116,18 +116,32 @@ class CheckpointTensors:
         self._pickled.clear()
 
 
+def layer_counts(model) -> tuple[int, int]:
+    """Layer modules of ``model``'s stacks: (layers, 0) for an encoder or a decoder (1 under
+    ALBERT's sharing), (encoder layers, decoder layers) for an encoder-decoder."""
+    if hasattr(model, "transformer"):
+        return len(model.transformer.layers), 0
+    return len(model.encoder.layers), len(model.decoder.layers)
+
+
+def checkpoint_prefix(family: FamilySpec, with_heads: bool) -> str:
+    """What precedes the bare model's tensor names in a checkpoint (``"bert."`` in a
+    ``BertFor...`` class, nothing in ``BertModel`` or in T5's classes)."""
+    return f"{family.base_prefix}." if family.base_prefix and with_heads else ""
+
+
 def model_rules(family: FamilySpec, model, prefix: str) -> list[Rule]:
     """All rules for ``model`` (its stack, pooler and heads), with base names under ``prefix``."""
     config = model.config
-    layers = len(model.transformer.layers)
+    layers = layer_counts(model)
     base = list(family.base_rules(config))
     if model.pooler is not None:
         base += family.pooler_rules
     rules = [replace(r, theirs=prefix + r.theirs, aliases=tuple(prefix + a for a in r.aliases))
-             for r in expand_rules(base, layers)]
+             for r in expand_rules(base, *layers)]
     for head in model.heads:
         if head in family.head_rules:
-            rules += list(expand_rules(family.head_rules[head](config), layers))
+            rules += list(expand_rules(family.head_rules[head](config), *layers))
     return rules
 
 
@@ -148,7 +162,7 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
     Raises one LmlabError listing every missing, unexpected and mis-shaped tensor.
     """
     keys = set(tensors.keys())
-    prefix = f"{family.base_prefix}." if any(k.startswith(f"{family.base_prefix}.") for k in keys) else ""
+    prefix = checkpoint_prefix(family, any(k.startswith(f"{family.base_prefix}.") for k in keys))
     params = _targets(model)
     missing, mismatched, fresh_heads = [], [], []
     consumed: set[str] = set()
@@ -192,10 +206,9 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
 
     # tensors of heads the checkpoint has but the caller did not ask for (head="sop" on an
     # AlbertForPreTraining checkpoint): left out on purpose, not unexpected
-    layers = len(model.transformer.layers)
     for other, make_rules in family.head_rules.items():
         if other not in model.heads:
-            for rule in expand_rules(make_rules(model.config), layers):
+            for rule in expand_rules(make_rules(model.config), *layer_counts(model)):
                 consumed.update(n for n in (rule.theirs, *rule.aliases) if n in keys)
     if family.fixed_tensors is not None:
         consumed.update(n for name in family.fixed_tensors(model.config)
@@ -230,7 +243,7 @@ def _targets(model) -> dict[str, torch.Tensor]:
 
 def _is_tied(model, name: str) -> bool:
     param = dict(model.named_parameters(remove_duplicate=False))[name]
-    return param is model.transformer.embeddings.word_embeddings.weight
+    return param is model.get_input_embeddings().weight
 
 
 def _ignorable(name: str) -> bool:
@@ -252,6 +265,7 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
     """
     from lmlab.interop.native import is_native_folder, load_native
     from lmlab.models.model import LanguageModel
+    from lmlab.models.seq2seq import EncoderDecoderModel
 
     path = Path(path)
     if is_native_folder(path):  # lmlab's own format: a config no HF family expresses
@@ -270,7 +284,8 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
         keys = tensors.keys()
         has_pooler = any(r.theirs in keys or f"{family.base_prefix}.{r.theirs}" in keys
                          for r in family.pooler_rules)
-        model = LanguageModel(config, heads=heads, with_pooler=has_pooler or None)
+        model_class = EncoderDecoderModel if config.is_encoder_decoder else LanguageModel
+        model = model_class(config, heads=heads, with_pooler=has_pooler or None)
         model.fresh_heads = load_weights(model, tensors, family)
     finally:
         tensors.close()
@@ -296,16 +311,15 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     path.mkdir(parents=True, exist_ok=True)  # only once the config is known to be writable
     heads = tuple(model.heads.keys())
     architecture = architecture or family.architecture_for(heads)
-    prefix = f"{family.base_prefix}." if heads else ""
+    prefix = checkpoint_prefix(family, bool(heads))
     params = _targets(model)
-    embedding = model.transformer.embeddings.word_embeddings.weight
+    embedding = model.get_input_embeddings().weight
 
     tensors: dict[str, torch.Tensor] = {}
     for rule in model_rules(family, model, prefix):
         values = [params[o] for o in rule.ours_names]
-        if rule.optional and len(values) == 1 and values[0] is embedding and \
-                rule.ours_names[0].startswith("heads."):
-            continue  # tied decoder: transformers re-ties it from the embeddings
+        if rule.optional and len(values) == 1 and values[0] is embedding:
+            continue  # a tied copy (decoder, a second stack's table): transformers re-ties it
         tensor = torch.cat([v.detach() for v in values], dim=rule.split) if rule.split is not None \
             else values[0].detach()
         if rule.rotary_pairs:

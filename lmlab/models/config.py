@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from lmlab.utils.errors import LmlabError
 
-PositionKind = Literal["learned", "sinusoidal", "rotary", "none"]
+PositionKind = Literal["learned", "sinusoidal", "rotary", "relative", "none"]
 NormKind = Literal["layernorm", "rmsnorm"]
 FFNKind = Literal["mlp", "glu"]
 
@@ -45,6 +45,7 @@ class TransformerConfig:
     position_offset: int = 0  # RoBERTa numbers positions from padding_idx + 1
     rope_theta: float = 10000.0
     embedding_size: int | None = None  # ALBERT/ELECTRA factorised embeddings (E != H)
+    scale_embedding: bool = False  # token embeddings times sqrt(hidden) (Vaswani, Marian)
     norm_type: NormKind = "layernorm"
     norm_eps: float = 1e-12
     pre_norm: bool = False  # False: BERT's post-norm; True: GPT-2/Llama pre-norm
@@ -57,6 +58,11 @@ class TransformerConfig:
     mlp_bias: bool = True
     causal: bool = False  # decoder: each position attends only to itself and the past
     add_cross_attention: bool = False  # encoder-decoder decoders (T5, BART, Transformer)
+    is_encoder_decoder: bool = False  # this config describes an encoder and a decoder
+    num_decoder_layers: int | None = None  # encoder-decoder: None = num_hidden_layers
+    relative_attention_num_buckets: int = 32  # T5's relative position buckets
+    relative_attention_max_distance: int = 128
+    attention_scale: float | None = None  # None = 1/sqrt(head_dim); T5 uses 1.0
     tie_word_embeddings: bool = True
     initializer_range: float = 0.02
     pad_token_id: int | None = 0
@@ -75,6 +81,8 @@ class TransformerConfig:
                     "choose a head count that divides the hidden size, or set head_dim",
                 )
             self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.is_encoder_decoder and self.num_decoder_layers is None:
+            self.num_decoder_layers = self.num_hidden_layers
         if self.num_attention_heads % self.num_key_value_heads:
             raise LmlabError(
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of "
@@ -121,14 +129,19 @@ class TransformerConfig:
         ffn = ffn_in * (h * f + f * mb) + f * h + h * mb
         layer = attn + ffn + 2 * norm
         layers = layer * (1 if self.share_layers else self.num_hidden_layers)
-        total = layers + (norm if self.final_norm else 0)
+        stacks = 2 if self.is_encoder_decoder else 1  # each stack has its own norms, positions
+        total = layers + (norm if self.final_norm else 0) * stacks
+        if self.is_encoder_decoder:  # decoder layers: a cross-attention and its norm more
+            total += (layer + attn + norm) * self.num_decoder_layers
+        if self.position_embedding == "relative":  # one bucket table per stack
+            total += stacks * self.relative_attention_num_buckets * self.num_attention_heads
         if include_embeddings:
             emb = self.vocab_size * e
             if self.position_embedding == "learned":
-                emb += self.max_position_embeddings * e
+                emb += stacks * self.max_position_embeddings * e  # table rows, offset included
             emb += self.type_vocab_size * e
             if self.embedding_norm:
-                emb += 2 * e if self.norm_type == "layernorm" else e
+                emb += stacks * (2 * e if self.norm_type == "layernorm" else e)
             if e != h:
                 emb += e * h + h
             total += emb

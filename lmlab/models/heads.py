@@ -36,6 +36,7 @@ HEADS: dict[str, str | type[nn.Module]] = {
     "question-answering": "lmlab.finetune.heads:QuestionAnsweringHead",
     "multiple-choice": "lmlab.finetune.heads:MultipleChoiceHead",
     "sbo": "lmlab.objectives.span:SpanBoundaryHead",
+    "seq2seq-lm": "lmlab.models.seq2seq:Seq2SeqLMHead",
 }
 
 

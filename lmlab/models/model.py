@@ -54,6 +54,10 @@ class LanguageModel(nn.Module):
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The token embedding table (what a tied vocabulary projection shares)."""
+        return self.transformer.embeddings.word_embeddings
+
     def tie_weights(self) -> None:
         """Share the input embedding matrix with the vocabulary projections when configured."""
         if not self.config.tie_word_embeddings:

@@ -44,3 +44,4 @@ class ModelOutput(_KeyAccess):
     attentions: tuple[torch.Tensor, ...] | None = None
     past_key_values: Any = None
     head_logits: dict[str, torch.Tensor] = field(default_factory=dict)
+    encoder_last_hidden_state: torch.Tensor | None = None  # encoder-decoders: the source side

@@ -23,14 +23,15 @@ from lmlab.utils.lazy import resolve_entry
 KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
     name: f"{__name__}.{name}:FAMILY"
     for name in ("bert", "roberta", "albert", "electra", "distilbert", "roformer", "gpt2",
-                 "llama")}
+                 "llama", "bart", "marian", "t5")}
 
 
 @dataclass(frozen=True)
 class Rule:
     """One checkpoint tensor and the lmlab parameter(s) it becomes.
 
-    ``ours``, ``theirs`` and ``gguf`` may contain ``{i}`` (the layer index). ``transpose``:
+    ``ours``, ``theirs`` and ``gguf`` may contain ``{i}`` (the layer index; in an
+    encoder-decoder the encoder's) or ``{j}`` (a decoder layer's index). ``transpose``:
     theirs is stored (in, out) as GPT-2's Conv1D does. ``split``: theirs is ours' tensors
     concatenated along that dim (GPT-2's fused c_attn). ``aliases``: older names accepted when
     loading. ``optional``: the checkpoint may omit it (e.g. a decoder weight tied to the
@@ -54,18 +55,23 @@ class Rule:
         return (self.ours,) if isinstance(self.ours, str) else self.ours
 
 
-def expand_rules(rules: list[Rule], num_layers: int) -> Iterator[Rule]:
-    """Substitute ``{i}`` by each layer index."""
+def expand_rules(rules: list[Rule], num_layers: int, num_decoder_layers: int = 0
+                 ) -> Iterator[Rule]:
+    """Substitute ``{i}`` by each layer index (of the encoder, in an encoder-decoder) and
+    ``{j}`` by each decoder layer index."""
     for rule in rules:
-        if "{i}" not in rule.theirs and not any("{i}" in o for o in rule.ours_names):
+        placeholder = next((p for p in ("i", "j") if "{" + p + "}" in rule.theirs
+                            or any("{" + p + "}" in o for o in rule.ours_names)), None)
+        if placeholder is None:
             yield rule
             continue
-        for i in range(num_layers):
-            ours = tuple(o.format(i=i) for o in rule.ours_names)
+        for index in range(num_layers if placeholder == "i" else num_decoder_layers):
+            at = {placeholder: index}
+            ours = tuple(o.format(**at) for o in rule.ours_names)
             yield replace(rule, ours=ours if len(ours) > 1 else ours[0],
-                          theirs=rule.theirs.format(i=i),
-                          aliases=tuple(a.format(i=i) for a in rule.aliases),
-                          gguf=rule.gguf and rule.gguf.format(i=i))
+                          theirs=rule.theirs.format(**at),
+                          aliases=tuple(a.format(**at) for a in rule.aliases),
+                          gguf=rule.gguf and rule.gguf.format(**at))
 
 
 # Task heads (lmlab.finetune.heads builds them): Hugging Face class suffix of each, and each
@@ -106,7 +112,8 @@ class FamilySpec:
 
     Attributes:
         model_type: the family's name, the ``model_type`` of config.json.
-        base_prefix: the name under which task classes nest the bare model (``"bert"``).
+        base_prefix: the name under which task classes nest the bare model (``"bert"``; T5's
+            nest nothing: ``""``).
         shape: the :class:`TransformerConfig` values that make a config this family (Llama:
             rotary positions, RMSNorm, a gated feed-forward, ...); a checkpoint cannot say
             otherwise, so reading sets them and writing refuses a config that differs.

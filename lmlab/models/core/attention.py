@@ -43,7 +43,8 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
         self.dropout_p = config.attention_probs_dropout_prob
-        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.scale = (config.attention_scale if config.attention_scale is not None
+                      else 1.0 / math.sqrt(self.head_dim))
 
     def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -106,8 +107,10 @@ class Attention(nn.Module):
                 tq, tk = scores.shape[-2:]
                 causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
                 scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
-            if mask is not None:
+            if mask is not None and mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            elif mask is not None:  # additive (T5's position bias, -inf where hidden)
+                scores = scores + mask
             probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
             context = torch.matmul(F.dropout(probs, dropout_p, self.training), v)
         else:

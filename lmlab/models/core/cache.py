@@ -9,12 +9,14 @@ class KVCache:
     """Keys and values of every layer seen so far, each (B, n_kv_heads, T, head_dim).
 
     Layers call :meth:`update` with the new step's keys and values and get back the full
-    sequence. Beam search calls :meth:`reorder` to follow the surviving beams.
+    sequence. A decoder with cross-attention keeps the encoder side's keys and values in
+    ``cross`` (computed at the first step, reused after). Beam search calls :meth:`reorder` to follow the surviving beams.
     """
 
     def __init__(self) -> None:
         self.keys: list[torch.Tensor | None] = []
         self.values: list[torch.Tensor | None] = []
+        self.cross: KVCache | None = None  # a decoder's cross-attention keys (encoder side)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -41,3 +43,5 @@ class KVCache:
         """Keep batch rows ``index`` (beam search)."""
         self.keys = [k.index_select(0, index) if k is not None else None for k in self.keys]
         self.values = [v.index_select(0, index) if v is not None else None for v in self.values]
+        if self.cross is not None:
+            self.cross.reorder(index)

@@ -6,6 +6,8 @@ ALBERT and ELECTRA embed into a smaller width E and project to the hidden width 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -25,9 +27,11 @@ class Embeddings(nn.Module):
         if config.position_embedding == "learned":
             self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
         elif config.position_embedding == "sinusoidal":
+            layout = config.extra.get("sinusoid_layout", "interleaved")
             self.register_buffer("sinusoids",
-                                 sinusoidal_table(config.max_position_embeddings, width),
+                                 sinusoidal_table(config.max_position_embeddings, width, layout),
                                  persistent=False)
+        self.scale = math.sqrt(width) if config.scale_embedding else 1.0
         self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, width)
                                       if config.type_vocab_size > 0 else None)
         self.norm = make_norm(config.norm_type, width, config.norm_eps) if config.embedding_norm else None
@@ -54,7 +58,12 @@ class Embeddings(nn.Module):
                 inputs_embeds: torch.Tensor | None = None,
                 past_length: int = 0) -> torch.Tensor:
         """Embed; returns (B, T, H)."""
-        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        if inputs_embeds is None:
+            x = self.word_embeddings(input_ids)
+            if self.scale != 1.0:  # the lookup is scaled, given embeddings are not (as in HF)
+                x = x * self.scale
+        else:
+            x = inputs_embeds
         batch, length = x.shape[:2]
         if self.position_embeddings is not None or self.config.position_embedding == "sinusoidal":
             if position_ids is None:

@@ -1,6 +1,7 @@
 """Attention masks, all as boolean tensors where True means "may attend".
 
-SDPA and the math path both take a mask broadcastable to (B, nh, Tq, Tk). ``None`` means every
+SDPA and the math path both take a mask broadcastable to (B, nh, Tq, Tk); a float mask (T5's
+position bias, :func:`additive_mask`) is added to the scores instead. ``None`` means every
 query sees every key (and lets SDPA pick its fastest kernel); a causal stack with no padding and
 no cache uses SDPA's own ``is_causal`` flag instead of a materialised mask.
 """
@@ -81,3 +82,19 @@ def build_attention_mask(
 def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
     empty = ~mask.any(dim=-1, keepdim=True)
     return mask | empty if bool(empty.any()) else mask
+
+
+def additive_mask(bias: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
+                  dtype: torch.dtype) -> torch.Tensor:
+    """A float mask for attention that adds ``bias`` (1, nh, Tq, Tk) to the scores and hides
+    what ``mask``/``is_causal`` (from :func:`build_attention_mask`) hide (their most negative
+    value): T5's relative position bias joined with padding and causality.
+
+    Returns (B or 1, nh, Tq, Tk) in ``dtype``."""
+    bias = bias.to(dtype)
+    q_len, k_len = bias.shape[-2:]
+    if is_causal:
+        mask = causal_mask(q_len, k_len, bias.device)[None, None]
+    if mask is None:
+        return bias
+    return bias.masked_fill(~mask, torch.finfo(dtype).min)

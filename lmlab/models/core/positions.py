@@ -7,17 +7,28 @@ import math
 import torch
 from torch import nn
 
+SINUSOID_LAYOUTS = ("interleaved", "halves")
 
-def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
-    """The fixed sin/cos table of "Attention is all you need": even dims sin, odd dims cos.
 
-    Returns a (num_positions, dim) tensor.
+def sinusoidal_table(num_positions: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
+    """The fixed sin/cos table of "Attention is all you need" at frequencies
+    ``10000^(-2i/dim)``, i = 0 .. dim/2.
+
+    ``layout="interleaved"`` (the paper, DistilBERT): dim 2i is the sine, 2i+1 the cosine of
+    frequency i. ``"halves"`` (Marian, fairseq, tensor2tensor): the sines of every frequency
+    first, then the cosines. Returns a (num_positions, dim) tensor.
     """
+    if layout not in SINUSOID_LAYOUTS:
+        raise ValueError(f"sinusoid layout {layout!r}; known: {', '.join(SINUSOID_LAYOUTS)}")
     position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
     div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))
-    table = torch.zeros(num_positions, dim, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(position * div)
-    table[:, 1::2] = torch.cos(position * div[: dim // 2])
+    sines, cosines = torch.sin(position * div), torch.cos(position * div[: dim // 2])
+    if layout == "halves":
+        table = torch.cat([sines, cosines], dim=1)  # (P, ceil(dim/2) + floor(dim/2))
+    else:
+        table = torch.zeros(num_positions, dim, dtype=torch.float64)
+        table[:, 0::2] = sines
+        table[:, 1::2] = cosines
     return table.float()  # computed in float64 as transformers does, then cast
 
 
@@ -71,3 +82,45 @@ def rotary_rows_to_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
     heads = weight.shape[0] // head_dim
     w = weight.reshape(heads, 2, head_dim // 2, *weight.shape[1:])  # (nh, 2, hd/2, ...)
     return w.transpose(1, 2).reshape(weight.shape)  # (nh, hd/2, 2, ...) -> rows
+
+
+class RelativePositionBias(nn.Module):
+    """T5's relative position bias (Raffel et al. 2020): one learned scalar per head and
+    *bucket* of the key-minus-query distance, added to every layer's attention scores.
+
+    Buckets: half of them (all of them in a causal decoder, which sees no future) hold the exact
+    distances 0 .. n/2 - 1; the rest grow logarithmically up to ``max_distance``, beyond which
+    every distance shares the last bucket. A bidirectional encoder spends the other half on
+    positive distances (keys after the query).
+    """
+
+    def __init__(self, num_buckets: int, max_distance: int, num_heads: int, bidirectional: bool):
+        super().__init__()
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bidirectional = bidirectional
+        self.embedding = nn.Embedding(num_buckets, num_heads)
+
+    def bucket(self, relative: torch.Tensor) -> torch.Tensor:
+        """Bucket index of each ``key - query`` distance (same shape, long)."""
+        buckets = self.num_buckets
+        result = torch.zeros_like(relative)
+        if self.bidirectional:
+            buckets //= 2
+            result = result + (relative > 0).long() * buckets
+            distance = relative.abs()
+        else:
+            distance = -torch.clamp(relative, max=0)  # past keys only: distance >= 0
+        exact = buckets // 2
+        is_small = distance < exact
+        large = exact + (torch.log(distance.float() / exact)
+                         / math.log(self.max_distance / exact) * (buckets - exact)).long()
+        large = torch.clamp(large, max=buckets - 1)
+        return result + torch.where(is_small, distance, large)
+
+    def forward(self, q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+        """The bias (1, nh, Tq, Tk) for queries at positions ``k_len - q_len ..`` (the newest
+        ``q_len`` of ``k_len`` positions, as when decoding with a cache)."""
+        q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (Tq, 1)
+        k_pos = torch.arange(k_len, device=device)[None, :]  # (1, Tk)
+        values = self.embedding(self.bucket(k_pos - q_pos))  # (Tq, Tk, nh)
+        return values.permute(2, 0, 1).unsqueeze(0)  # (1, nh, Tq, Tk)

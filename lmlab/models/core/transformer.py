@@ -9,9 +9,9 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.embeddings import Embeddings
 from lmlab.models.core.layer import TransformerLayer
-from lmlab.models.core.masks import build_attention_mask
+from lmlab.models.core.masks import additive_mask, build_attention_mask
 from lmlab.models.core.norms import make_norm
-from lmlab.models.core.positions import RotaryEmbedding
+from lmlab.models.core.positions import RelativePositionBias, RotaryEmbedding
 from lmlab.models.core.unpad import PaddingIndex
 from lmlab.models.outputs import TransformerOutput
 
@@ -35,6 +35,11 @@ class Transformer(nn.Module):
                            if config.final_norm else None)
         self.rotary = (RotaryEmbedding(config.head_dim, config.rope_theta)
                        if config.position_embedding == "rotary" else None)
+        self.relative_bias = (RelativePositionBias(config.relative_attention_num_buckets,
+                                                   config.relative_attention_max_distance,
+                                                   config.num_attention_heads,
+                                                   bidirectional=not config.causal)
+                              if config.position_embedding == "relative" else None)
 
     def layer(self, index: int) -> TransformerLayer:
         """The module computing layer ``index`` (the same one for all under sharing)."""
@@ -64,7 +69,7 @@ class Transformer(nn.Module):
         equal the padded computation within float noise; at padding positions they are zeros
         (the padded computation leaves values there that nothing should read). It falls back
         to the padded computation by itself where it cannot apply: a key/value cache, attention
-        probabilities requested, cross-attention, a 3-D mask, left padding. ``False`` always
+        probabilities requested, cross-attention, T5's position bias, a 3-D mask, left padding. ``False`` always
         computes the padding too (what transformers returns at padding positions).
         """
         if (input_ids is None) == (inputs_embeds is None):
@@ -84,13 +89,20 @@ class Transformer(nn.Module):
 
         mask, is_causal = build_attention_mask(attention_mask, length, past_length + length,
                                                self.config.causal, x.device)
+        if self.relative_bias is not None:  # T5: the bias, with the mask folded in as -inf
+            mask = additive_mask(self.relative_bias(length, past_length + length, x.device),
+                                 mask, is_causal, x.dtype)
+            is_causal = False
         encoder_mask = None
         if encoder_hidden_states is not None and encoder_attention_mask is not None:
             encoder_mask, _ = build_attention_mask(encoder_attention_mask, length,
                                                    encoder_hidden_states.shape[1], False, x.device)
+        cross_cache = None
+        if cache is not None and encoder_hidden_states is not None:
+            cross_cache = cache.cross = cache.cross if cache.cross is not None else KVCache()
 
         padding = None
-        if (skip_padding and cache is None and not output_attentions
+        if (skip_padding and cache is None and not output_attentions and self.relative_bias is None
                 and encoder_hidden_states is None and _skippable_padding(attention_mask)):
             padding = PaddingIndex.from_mask(attention_mask)
             x = padding.unpad(x)  # (N, H): real tokens only
@@ -102,7 +114,8 @@ class Transformer(nn.Module):
             x, probs, _ = self.layer(index)(
                 x, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
                 layer_index=index, encoder_hidden_states=encoder_hidden_states,
-                encoder_mask=encoder_mask, output_attentions=output_attentions, padding=padding,
+                encoder_mask=encoder_mask, cross_cache=cross_cache,
+                output_attentions=output_attentions, padding=padding,
             )
             if output_hidden_states:
                 hidden_states.append(repad(x))

@@ -1,0 +1,86 @@
+"""Marian (Junczys-Dowmunt et al. 2018; the OPUS-MT models): the original Transformer's layout
+(Vaswani et al. 2017) as transformers' ``MarianMTModel`` stores it.
+
+BART's tensors under BART's names (:func:`~lmlab.interop.families.bart.fairseq_layout_rules`),
+with the paper's choices instead of BART's:
+
+- fixed sinusoidal positions from 0 in the "halves" layout (all sines, then all cosines), not
+  stored in the checkpoint; no LayerNorm after the embeddings;
+- token embeddings scaled by sqrt(d_model) (``scale_embedding``), post-norm layers;
+- decoding starts from the pad token (``decoder_start_token_id = pad_token_id``).
+
+One vocabulary for source and target: a checkpoint with a separate target vocabulary
+(``share_encoder_decoder_embeddings: false`` or a different ``decoder_vocab_size``) is refused.
+
+Presets: base (6 + 6 layers, 512 wide, 8 heads, FFN 2048: the paper's base model) and big
+(1024 wide, 16 heads, FFN 4096).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmlab.interop.families import FamilySpec
+from lmlab.interop.families.bart import (
+    FAIRSEQ_HF_NAMES,
+    FAIRSEQ_SHAPE,
+    FAIRSEQ_SIZE_FIELDS,
+    check_symmetric_stacks,
+    fairseq_layout_rules,
+    seq2seq_lm_rules,
+    write_both_stacks,
+)
+from lmlab.models.config import TransformerConfig
+from lmlab.utils.errors import LmlabError
+
+
+def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
+    check_symmetric_stacks(hf)
+    target_vocab = hf.get("decoder_vocab_size")
+    if hf.get("share_encoder_decoder_embeddings") is False or (
+            target_vocab is not None and target_vocab != values["vocab_size"]):
+        raise LmlabError(
+            f"this Marian checkpoint has separate source and target vocabularies (vocab_size="
+            f"{values['vocab_size']}, decoder_vocab_size={target_vocab}, "
+            f"share_encoder_decoder_embeddings={hf.get('share_encoder_decoder_embeddings')})",
+            "lmlab's encoder-decoders share one vocabulary; use a checkpoint with a joint "
+            "vocabulary (most OPUS-MT models)")
+    values.setdefault("extra", {}).setdefault("decoder_start_token_id", values["pad_token_id"])
+    values["extra"]["sinusoid_layout"] = "halves"
+
+
+def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
+    if config.extra.get("sinusoid_layout") != "halves":
+        raise LmlabError("a Marian checkpoint has sinusoids in the 'halves' layout, but this "
+                         "config's extra['sinusoid_layout'] is "
+                         f"{config.extra.get('sinusoid_layout')!r}",
+                         "build the config from preset('marian', ...)")
+    write_both_stacks(config, hf)
+    hf["decoder_vocab_size"] = config.vocab_size
+    hf["share_encoder_decoder_embeddings"] = True
+
+
+FAMILY = FamilySpec(
+    model_type="marian",
+    base_prefix="model",
+    shape=dict(FAIRSEQ_SHAPE, position_embedding="sinusoidal", position_offset=0,
+               embedding_norm=False),
+    defaults=dict(vocab_size=58101, hidden_act="swish", max_position_embeddings=512,
+                  norm_eps=1e-5, pad_token_id=58100, bos_token_id=None, eos_token_id=0,
+                  tie_word_embeddings=True, scale_embedding=True, hidden_dropout_prob=0.1,
+                  attention_probs_dropout_prob=0.0,
+                  extra={"decoder_start_token_id": 58100, "forced_eos_token_id": 0,
+                         "sinusoid_layout": "halves"}),
+    sizes={"base": dict(hidden_size=512, num_hidden_layers=6, num_decoder_layers=6,
+                        num_attention_heads=8, intermediate_size=2048),
+           "big": dict(hidden_size=1024, num_hidden_layers=6, num_decoder_layers=6,
+                       num_attention_heads=16, intermediate_size=4096)},
+    hf_names=FAIRSEQ_HF_NAMES,
+    hf_defaults=dict(max_position_embeddings=1024, scale_embedding=False, hidden_act="gelu"),
+    required=FAIRSEQ_SIZE_FIELDS,
+    from_hf=from_hf,
+    to_hf=to_hf,
+    base_rules=fairseq_layout_rules,
+    head_rules={"seq2seq-lm": seq2seq_lm_rules},
+    architectures={"MarianModel": (), "MarianMTModel": ("seq2seq-lm",)},
+)

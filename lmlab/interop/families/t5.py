@@ -1,0 +1,148 @@
+"""T5 (Raffel et al. 2020), v1.0 and v1.1: a pre-norm encoder-decoder with relative positions.
+
+What the family carries:
+
+- no absolute positions: each stack's first layer holds a table of (bucket, head) scalars
+  (``relative_attention_bias``) that every layer of the stack adds to its attention scores;
+  lmlab keeps it on the stack (``encoder.relative_bias``), computed once per forward;
+- unscaled dot-product attention (``attention_scale = 1``: the initialisation absorbs it),
+  no biases anywhere, RMS norm without mean or bias (eps 1e-6), pre-norm with a final norm;
+- v1.0: ReLU feed-forward (``wi``, ``wo``), output projection tied to the embeddings, decoder
+  states scaled by ``d_model ** -0.5`` before it; v1.1 (``feed_forward_proj: "gated-gelu"``):
+  a GeGLU feed-forward (``wi_0`` gate, ``wi_1`` up) with the tanh GELU and an untied head;
+- decoding starts from the pad token (id 0).
+
+Presets: small and base (v1.0 shapes) and ``v1.1-small`` (gated, untied).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmlab.interop.families import FamilySpec, Rule
+from lmlab.models.config import TransformerConfig
+from lmlab.utils.errors import LmlabError
+
+#: feed_forward_proj of config.json -> (ffn_type, hidden_act)
+FEED_FORWARDS = {"relu": ("mlp", "relu"), "gated-gelu": ("glu", "gelu_new"),
+                 "gated-relu": ("glu", "relu"), "gelu": ("mlp", "gelu_new")}
+
+
+def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
+    projection = hf.get("feed_forward_proj", "relu")
+    if projection not in FEED_FORWARDS:
+        raise LmlabError(f"T5 feed_forward_proj={projection!r} is not supported",
+                         f"supported: {', '.join(FEED_FORWARDS)}")
+    values["ffn_type"], values["hidden_act"] = FEED_FORWARDS[projection]
+    values["attention_probs_dropout_prob"] = values["hidden_dropout_prob"]  # one dropout_rate
+    if hf.get("num_decoder_layers") is None:
+        values["num_decoder_layers"] = values["num_hidden_layers"]
+    extra = values.setdefault("extra", {})
+    extra.setdefault("decoder_start_token_id", values["pad_token_id"])
+    extra["scale_decoder_outputs"] = bool(hf.get("scale_decoder_outputs",
+                                                 values["tie_word_embeddings"]))
+
+
+def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
+    projection = next((name for name, shape in FEED_FORWARDS.items()
+                       if shape == (config.ffn_type, config.hidden_act)), None)
+    if projection is None:
+        raise LmlabError(f"T5 has no feed-forward of type {config.ffn_type} with "
+                         f"{config.hidden_act}",
+                         f"use one of: {', '.join(f'{t} + {a}' for t, a in FEED_FORWARDS.values())}")
+    if config.attention_probs_dropout_prob != config.hidden_dropout_prob:
+        raise LmlabError(f"T5 has one dropout rate, but this config has hidden "
+                         f"{config.hidden_dropout_prob} and attention "
+                         f"{config.attention_probs_dropout_prob}",
+                         "set attention_probs_dropout_prob = hidden_dropout_prob")
+    hf["feed_forward_proj"] = projection
+    hf["is_gated_act"] = config.ffn_type == "glu"
+    hf["dense_act_fn"] = config.hidden_act
+    hf["is_encoder_decoder"] = True
+    hf["scale_decoder_outputs"] = bool(config.extra.get("scale_decoder_outputs"))
+
+
+def _feed_forward_rules(ours: str, theirs: str, gated: bool) -> list[Rule]:
+    if gated:
+        return [Rule(f"{ours}feed_forward.gate_proj.weight", f"{theirs}DenseReluDense.wi_0.weight"),
+                Rule(f"{ours}feed_forward.up_proj.weight", f"{theirs}DenseReluDense.wi_1.weight"),
+                Rule(f"{ours}feed_forward.down_proj.weight", f"{theirs}DenseReluDense.wo.weight")]
+    return [Rule(f"{ours}feed_forward.up_proj.weight", f"{theirs}DenseReluDense.wi.weight"),
+            Rule(f"{ours}feed_forward.down_proj.weight", f"{theirs}DenseReluDense.wo.weight")]
+
+
+def _attention_rules(ours: str, theirs: str) -> list[Rule]:
+    return [Rule(f"{ours}{p}_proj.weight", f"{theirs}{p}.weight") for p in "qkvo"]
+
+
+def base_rules(config: TransformerConfig) -> list[Rule]:
+    """The bare model's tensors: shared table, bucket tables, every block, final norms."""
+    gated = config.ffn_type == "glu"
+    rules = [Rule("encoder.embeddings.word_embeddings.weight", "shared.weight"),
+             Rule("encoder.embeddings.word_embeddings.weight", "encoder.embed_tokens.weight",
+                  optional=True),
+             Rule("decoder.embeddings.word_embeddings.weight", "decoder.embed_tokens.weight",
+                  optional=True)]
+    for stack, index, ffn_at in (("encoder", "{i}", 1), ("decoder", "{j}", 2)):
+        ours, theirs = f"{stack}.layers.{index}.", f"{stack}.block.{index}.layer."
+        rules.append(Rule(f"{stack}.relative_bias.embedding.weight",
+                          f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"))
+        rules += _attention_rules(f"{ours}attention.", f"{theirs}0.SelfAttention.")
+        rules.append(Rule(f"{ours}attention_norm.weight", f"{theirs}0.layer_norm.weight"))
+        if stack == "decoder":
+            rules += _attention_rules(f"{ours}cross_attention.", f"{theirs}1.EncDecAttention.")
+            rules.append(Rule(f"{ours}cross_attention_norm.weight",
+                              f"{theirs}1.layer_norm.weight"))
+        rules += _feed_forward_rules(ours, f"{theirs}{ffn_at}.", gated)
+        rules.append(Rule(f"{ours}ffn_norm.weight", f"{theirs}{ffn_at}.layer_norm.weight"))
+        rules.append(Rule(f"{stack}.final_norm.weight", f"{stack}.final_layer_norm.weight"))
+    return rules
+
+
+def lm_rules(config: TransformerConfig) -> list[Rule]:
+    """``lm_head.weight``: absent from the file when tied (v1.0), its own tensor in v1.1."""
+    return [Rule("heads.seq2seq-lm.decoder.weight", "lm_head.weight",
+                 optional=config.tie_word_embeddings)]
+
+
+def _size(hidden: int, layers: int, heads: int, ffn: int, **more: Any) -> dict[str, Any]:
+    return dict(hidden_size=hidden, num_hidden_layers=layers, num_decoder_layers=layers,
+                num_attention_heads=heads, head_dim=64, intermediate_size=ffn, **more)
+
+
+FAMILY = FamilySpec(
+    model_type="t5",
+    base_prefix="",
+    shape=dict(is_encoder_decoder=True, position_embedding="relative", type_vocab_size=0,
+               norm_type="rmsnorm", pre_norm=True, embedding_norm=False, final_norm=True,
+               attention_bias=False, mlp_bias=False, attention_scale=1.0, causal=False,
+               scale_embedding=False),
+    defaults=dict(vocab_size=32128, hidden_act="relu", ffn_type="mlp", norm_eps=1e-6,
+                  pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=True,
+                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                  max_position_embeddings=512,
+                  extra={"decoder_start_token_id": 0, "scale_decoder_outputs": True}),
+    sizes={"small": _size(512, 6, 8, 2048), "base": _size(768, 12, 12, 3072),
+           "v1.1-small": _size(512, 8, 6, 1024, ffn_type="glu", hidden_act="gelu_new",
+                               tie_word_embeddings=False, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0,
+                               extra={"decoder_start_token_id": 0,
+                                      "scale_decoder_outputs": False})},
+    hf_names={"vocab_size": "vocab_size", "d_model": "hidden_size", "d_kv": "head_dim",
+              "d_ff": "intermediate_size", "num_layers": "num_hidden_layers",
+              "num_decoder_layers": "num_decoder_layers", "num_heads": "num_attention_heads",
+              "relative_attention_num_buckets": "relative_attention_num_buckets",
+              "relative_attention_max_distance": "relative_attention_max_distance",
+              "dropout_rate": "hidden_dropout_prob", "layer_norm_epsilon": "norm_eps",
+              "pad_token_id": "pad_token_id", "eos_token_id": "eos_token_id",
+              "tie_word_embeddings": "tie_word_embeddings",
+              "decoder_start_token_id": "extra.decoder_start_token_id"},
+    hf_defaults=dict(relative_attention_max_distance=128, relative_attention_num_buckets=32),
+    required=("hidden_size", "head_dim", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "vocab_size"),
+    from_hf=from_hf,
+    to_hf=to_hf,
+    base_rules=base_rules,
+    head_rules={"seq2seq-lm": lm_rules},
+    architectures={"T5Model": (), "T5ForConditionalGeneration": ("seq2seq-lm",)},
+)

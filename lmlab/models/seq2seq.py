@@ -1,0 +1,220 @@
+"""Encoder-decoder Transformers (the original Transformer, BART, Marian, T5) on the shared core.
+
+One :class:`TransformerConfig` with ``is_encoder_decoder=True`` describes both stacks: the
+encoder is the config as written, the decoder the same with a causal mask, cross-attention and
+``num_decoder_layers`` layers (:func:`stack_configs`). Both stacks read one token embedding
+table (``shared``, as every family here ties them); the ``"seq2seq-lm"`` head projects the
+decoder's states to the vocabulary.
+
+Example:
+    >>> config = get_family("bart").config(hidden_size=64, num_hidden_layers=2, ...)
+    >>> model = EncoderDecoderModel(config, heads=["seq2seq-lm"])
+    >>> out = model(input_ids=src, attention_mask=src_mask, labels=tgt)
+    >>> out.loss.backward()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lmlab.models.config import TransformerConfig
+from lmlab.models.core.cache import KVCache
+from lmlab.models.core.transformer import Transformer
+from lmlab.models.heads import IGNORE_INDEX, build_head
+from lmlab.models.outputs import ModelOutput
+from lmlab.utils.errors import LmlabError
+
+
+def stack_configs(config: TransformerConfig) -> tuple[TransformerConfig, TransformerConfig]:
+    """The encoder's and the decoder's configs of an encoder-decoder ``config``."""
+    if not config.is_encoder_decoder:
+        raise LmlabError(f"this {config.family} config is not an encoder-decoder",
+                         "use LanguageModel for encoders and decoders")
+    encoder = dataclasses.replace(config, is_encoder_decoder=False, causal=False,
+                                  add_cross_attention=False, num_decoder_layers=None)
+    decoder = dataclasses.replace(encoder, causal=True, add_cross_attention=True,
+                                  num_hidden_layers=config.num_decoder_layers)
+    return encoder, decoder
+
+
+def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: ``labels`` (B, T) moved one step right behind the
+    decoder start token, with ignored positions (-100) read as padding."""
+    shifted = labels.new_full(labels.shape, start_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == IGNORE_INDEX, pad_id)
+
+
+class EncoderDecoderModel(nn.Module):
+    """``encoder`` + ``decoder`` (two :class:`Transformer` stacks sharing the token embedding
+    table) + ``heads`` (``"seq2seq-lm"``, the projection to the vocabulary).
+
+    ``forward`` takes Hugging Face's argument names: ``input_ids``/``attention_mask`` for the
+    source, ``decoder_input_ids``/``decoder_attention_mask`` for the target side (made from
+    ``labels`` by :func:`shift_right` when absent), ``encoder_outputs`` to reuse an encoding,
+    ``past_key_values`` (a :class:`KVCache`, cross-attention keys included) for decoding.
+    """
+
+    def __init__(self, config: TransformerConfig, heads: Sequence[str] = ("seq2seq-lm",),
+                 with_pooler: bool | None = None):
+        super().__init__()
+        self.config = config
+        encoder_config, decoder_config = stack_configs(config)
+        self.encoder = Transformer(encoder_config)
+        self.decoder = Transformer(decoder_config)
+        self.pooler = None  # the interop layer asks every model for one
+        self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})
+        self.apply(self._init_weights)
+        self.decoder.embeddings.word_embeddings.weight = \
+            self.encoder.embeddings.word_embeddings.weight
+        self.tie_weights()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """normal(0, initializer_range) weights, zero biases, unit norms (BART's init)."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The token embedding table both stacks (and a tied output projection) read."""
+        return self.encoder.embeddings.word_embeddings
+
+    def tie_weights(self) -> None:
+        """Share the embedding table with the output projection when configured."""
+        if not self.config.tie_word_embeddings:
+            return
+        for head in self.heads.values():
+            decoder = getattr(head, "decoder", None)
+            if isinstance(decoder, nn.Linear):
+                decoder.weight = self.get_input_embeddings().weight
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        unique = {id(p): p for p in self.parameters()
+                  if p.requires_grad or not trainable_only}
+        return sum(p.numel() for p in unique.values())
+
+    @property
+    def decoder_start_token_id(self) -> int:
+        start = self.config.extra.get("decoder_start_token_id")
+        if start is None:
+            raise LmlabError("the config names no decoder_start_token_id",
+                             "set config.extra['decoder_start_token_id'] (BART: eos, T5 and "
+                             "Marian: pad)")
+        return int(start)
+
+    def _positions(self, batch: int, length: int, past: int, device: torch.device
+                   ) -> torch.Tensor | None:
+        """Position ids ``past .. past + length`` (+ BART's offset of 2): every token,
+        padding included, counts, as in fairseq's encoder-decoders."""
+        if self.config.position_embedding not in ("learned", "sinusoidal"):
+            return None
+        positions = torch.arange(past, past + length, device=device) + self.config.position_offset
+        return positions.unsqueeze(0).expand(batch, length)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               output_hidden_states: bool = False, output_attentions: bool = False):
+        """The encoder's output for a source batch (B, S)."""
+        return self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask,
+            position_ids=self._positions(*input_ids.shape, 0, input_ids.device),
+            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        encoder_outputs: Any = None,
+        past_key_values: KVCache | None = None,
+        use_cache: bool = False,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        heads: Sequence[str] | None = None,
+    ) -> ModelOutput:
+        """Encode (unless ``encoder_outputs`` is given), decode, project.
+
+        Returns logits (B, T, V) of the primary head, ``loss`` (token cross-entropy, label
+        smoothing from ``config.extra["label_smoothing"]``) when ``labels`` are given,
+        ``last_hidden_state`` of the decoder and ``encoder_last_hidden_state``.
+        """
+        if encoder_outputs is None:
+            if input_ids is None:
+                raise LmlabError("an encoder-decoder needs input_ids (or encoder_outputs)",
+                                 "pass the source token ids as input_ids")
+            encoder_outputs = self.encode(input_ids, attention_mask, output_hidden_states,
+                                          output_attentions)
+        if decoder_input_ids is None:
+            if labels is None:
+                raise LmlabError("neither decoder_input_ids nor labels were given",
+                                 "pass labels (training) or decoder_input_ids (decoding)")
+            decoder_input_ids = shift_right(labels, self.decoder_start_token_id,
+                                            self.config.pad_token_id or 0)
+        past = past_key_values.seq_len() if past_key_values is not None else 0
+        decoded = self.decoder(
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+            position_ids=self._positions(*decoder_input_ids.shape, past,
+                                         decoder_input_ids.device),
+            past_key_values=past_key_values, use_cache=use_cache,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+        hidden = decoded.last_hidden_state
+        names = list(self.heads.keys()) if heads is None else list(heads)
+        head_logits = {name: self.heads[name](hidden) for name in names}
+        logits = head_logits[names[0]] if names else None
+        loss = None
+        if labels is not None:
+            if logits is None:
+                raise ValueError("labels were given but no head runs")
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                   labels.reshape(-1), ignore_index=IGNORE_INDEX,
+                                   label_smoothing=float(self.config.extra.get(
+                                       "label_smoothing", 0.0)))
+        return ModelOutput(
+            last_hidden_state=hidden, logits=logits, loss=loss,
+            hidden_states=decoded.hidden_states, attentions=decoded.attentions,
+            past_key_values=decoded.past_key_values, head_logits=head_logits,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        )
+
+    def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write a Hugging Face folder (config.json + model.safetensors) transformers loads."""
+        from lmlab.interop.hf import save_pretrained
+
+        return save_pretrained(self, path, **kwargs)
+
+
+class Seq2SeqLMHead(nn.Module):
+    """The decoder's projection to the vocabulary: ``decoder`` (tied to the embeddings in every
+    family here) plus ``final_logits_bias`` (BART, Marian: a fixed zero buffer the checkpoints
+    carry). T5 with tied embeddings first scales the states by ``hidden_size ** -0.5``
+    (``config.extra["scale_decoder_outputs"]``)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+        self.scale = (config.hidden_size ** -0.5 if config.extra.get("scale_decoder_outputs")
+                      else 1.0)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, V)."""
+        if self.scale != 1.0:
+            hidden = hidden * self.scale
+        return self.decoder(hidden) + self.final_logits_bias.to(hidden.dtype)
