@@ -147,10 +147,13 @@ def _generate(args: argparse.Namespace) -> int:
 
     model, tokenizer = _load(args)
     options = _options(args)
+    # an encoder-decoder's output is new text (a translation, an answer), not a continuation
+    echo = not model.config.is_encoder_decoder
     stream = not args.no_stream and not args.json and len(args.prompt) == 1 \
         and args.num_beams == 1
     if stream:
-        _write(args.prompt[0])
+        if echo:
+            _write(args.prompt[0])
         generate_text(model, tokenizer, args.prompt[0], seed=args.seed, on_text=_write, **options)
         sys.stdout.write("\n")
         return 0
@@ -159,7 +162,7 @@ def _generate(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"prompt": prompt, "generated": output}, ensure_ascii=False))
         else:
-            print(prompt + output)
+            print(prompt + output if echo else output)
     return 0
 
 

@@ -27,6 +27,8 @@ def register(commands: CommandRegistry) -> None:
     p.add_argument("--template", choices=("bert", "roberta", "gpt2", "t5"), default=None,
                    help="special-token template (default: bert/roberta/t5 by kind)")
     p.add_argument("--cased", action="store_true", help="keep case (no lower-casing)")
+    p.add_argument("--extra-ids", type=int, default=0,
+                   help="add <extra_id_0..N-1> sentinels for T5's span corruption (T5: 100)")
     p.add_argument("--out", required=True, help="folder to save the tokenizer in")
     p.add_argument("--overwrite", action="store_true",
                    help="save into an --out folder that already holds something")
@@ -69,12 +71,18 @@ def _train(args: argparse.Namespace) -> None:
     from lmlab.utils.checks import check_output_folder
 
     source = args.corpus or args.files
+    if args.extra_ids < 0:
+        from lmlab.utils.errors import LmlabError
+
+        raise LmlabError(f"--extra-ids {args.extra_ids} is negative",
+                         "give 0 (no sentinels) or a count, e.g. 100 as T5")
     check_training_source(source)  # before the (long) training, like the output check
     check_output_folder(args.out, args.overwrite, "tokenizer")
     tok = Tokenizer.train(source, kind=args.kind, vocab_size=args.vocab_size,
                           min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
                           special_tokens=args.special_tokens, template=args.template,
-                          lowercase=not args.cased, show_progress=True,
+                          lowercase=not args.cased, extra_ids=args.extra_ids,
+                          show_progress=True,
                           encoding_errors=args.encoding_errors)
     tok.save_pretrained(args.out)
     print(f"{tok} saved to {args.out} (fingerprint {tok.fingerprint()[:12]})")

@@ -52,6 +52,7 @@ class GenerationConfig:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     num_beams: int = 1
+    num_return_sequences: int = 1  # beam search: the best n hypotheses of each input
     length_penalty: float = 1.0
     early_stopping: bool | str = False
     eos_token_id: int | list[int] | None = None
@@ -74,6 +75,10 @@ class GenerationConfig:
                              "use 1.0 (off) or e.g. 1.2")
         if self.num_beams < 1:
             raise LmlabError(f"num_beams={self.num_beams}", "use 1 (no beam search) or more")
+        if not 1 <= self.num_return_sequences <= self.num_beams:
+            raise LmlabError(f"num_return_sequences={self.num_return_sequences} with "
+                             f"num_beams={self.num_beams}",
+                             "ask for 1 .. num_beams hypotheses (several need beam search)")
         if self.num_beams > 1 and self.do_sample:
             raise LmlabError("beam sampling is not implemented",
                              "use num_beams > 1 with do_sample=False, or sampling with 1 beam")
@@ -277,7 +282,8 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
 
     Returns:
         (B, T + n) prompt plus generated tokens; rows that stopped early are padded with the
-        pad id. Beam search returns the best hypothesis per prompt.
+        pad id. Beam search returns the best hypothesis per prompt, or the best
+        ``num_return_sequences`` of each, best first ((B * n, T + n) rows, as transformers).
     """
     check_causal_lm(model)
     config = make_config(config, model, **options)
@@ -457,8 +463,9 @@ def _beam_search(decoder: _Decoder, input_ids: torch.Tensor, mask: torch.Tensor,
         if not (bool(undecided.any()) and open_beams and not bool(stops.all())):
             break
 
-    out_len = prompt_len + int(finished_len[:, 0].max())
-    return finished_seqs[:, 0, :out_len]
+    keep_n = config.num_return_sequences
+    out_len = prompt_len + int(finished_len[:, :keep_n].max())
+    return finished_seqs[:, :keep_n, :out_len].reshape(batch * keep_n, out_len)  # (B*n, L)
 
 
 # -- text in, text out ---------------------------------------------------------------------------
@@ -468,8 +475,10 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
                   on_text: Callable[[str], None] | None = None,
                   skip_special_tokens: bool = True, **options: Any) -> list[str]:
     """Generate continuations of text prompts; returns the new text of each (stop strings cut).
+    For an encoder-decoder each prompt is a source (translated, summarised, integrated...) and
+    the text returned is the decoder's output.
 
-    Prompts are left-padded into one batch. ``seed`` seeds a fresh generator for sampling.
+    Prompts are left-padded into one batch (sources right-padded). ``seed`` seeds a fresh generator for sampling.
     ``on_text`` receives the text of a single prompt's continuation in pieces as it is
     generated, exactly the text returned (never a stop string); under beam search it gets the
     best hypothesis's text in one piece when the search ends.
@@ -488,9 +497,12 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
         encoded = [ids or [bos] for ids in encoded]
     width = max(len(ids) for ids in encoded)
     device = next(model.parameters()).device
-    input_ids = torch.tensor([[pad_id or 0] * (width - len(ids)) + ids for ids in encoded],
-                             device=device)
-    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded],
+    seq2seq = is_encoder_decoder(model)  # sources are right-padded, prompts left-padded
+    padded = [ids + [pad_id or 0] * (width - len(ids)) if seq2seq
+              else [pad_id or 0] * (width - len(ids)) + ids for ids in encoded]
+    input_ids = torch.tensor(padded, device=device)
+    mask = torch.tensor([[int(i < len(ids)) for i in range(width)] if seq2seq
+                         else [0] * (width - len(ids)) + [1] * len(ids) for ids in encoded],
                         device=device)
     eos = options.pop("eos_token_id", None)
     if eos is None:
@@ -507,7 +519,8 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
     out = generate(model, input_ids, mask, config, generator=generator, streamer=streamer,
                    tokenizer=tokenizer)
     results = []
-    for row in out[:, width:].tolist():
+    new_tokens = out[:, 1:] if seq2seq else out[:, width:]  # after the decoder start / prompt
+    for row in new_tokens.tolist():
         text = tokenizer.decode(row, skip_special_tokens=skip_special_tokens)
         results.append(cut_at_stop_strings(text, config.stop_strings))
     if streamer is not None:

@@ -86,6 +86,7 @@ def load_native(path: str | Path, head: str | Sequence[str] | None = None,
         dtype: cast after loading.
     """
     from lmlab.models.model import LanguageModel
+    from lmlab.models.seq2seq import EncoderDecoderModel
     from lmlab.training.checkpoint import load_state
 
     path = Path(path)
@@ -96,8 +97,9 @@ def load_native(path: str | Path, head: str | Sequence[str] | None = None,
                          "copy the whole model folder, weights included")
     state = load_state(weights)
     heads = saved_heads if head is None else [head] if isinstance(head, str) else list(head)
-    model = LanguageModel(config, heads=heads,
-                          with_pooler=any(name.startswith("pooler.") for name in state) or None)
+    model_class = EncoderDecoderModel if config.is_encoder_decoder else LanguageModel
+    model = model_class(config, heads=heads,
+                        with_pooler=any(name.startswith("pooler.") for name in state) or None)
     ours = model.state_dict()
     fresh = [name for name in heads if name not in saved_heads]
     state = {name: tensor for name, tensor in state.items()

@@ -77,7 +77,10 @@ class EncoderDecoderModel(nn.Module):
         self.tie_weights()
 
     def _init_weights(self, module: nn.Module) -> None:
-        """normal(0, initializer_range) weights, zero biases, unit norms (BART's init)."""
+        """BART's init (normal(0, initializer_range), zero biases), or T5's (below)."""
+        if self.config.family == "t5":
+            self._init_t5(module)
+            return
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=std)
@@ -88,6 +91,28 @@ class EncoderDecoderModel(nn.Module):
             if module.padding_idx is not None:
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
+
+    def _init_t5(self, module: nn.Module) -> None:
+        """T5's initialisation (Mesh TensorFlow's, as transformers has it): unit-variance
+        embeddings and output projection, every other matrix normal with std 1/sqrt(fan-in),
+        the query's also divided by sqrt(head_dim): the attention has no 1/sqrt(d) scale, so
+        without it the scores start far too flat (or, with 0.02 weights, uniform)."""
+        config = self.config
+        if isinstance(module, nn.Embedding):  # tokens, relative position buckets
+            std = 1.0 if module.num_embeddings == config.vocab_size else config.hidden_size ** -0.5
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.Linear):
+            fan_in = module.in_features
+            std = fan_in ** -0.5
+            if module.out_features == config.vocab_size:  # an untied output projection
+                std = 1.0
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif hasattr(module, "q_proj"):  # attention (after its projections: apply() is
+            query = module.q_proj  # post-order): the query also absorbs 1/sqrt(head_dim)
+            nn.init.normal_(query.weight, mean=0.0,
+                            std=(query.in_features * config.head_dim) ** -0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
         """The token embedding table both stacks (and a tied output projection) read."""
@@ -101,6 +126,15 @@ class EncoderDecoderModel(nn.Module):
             decoder = getattr(head, "decoder", None)
             if isinstance(decoder, nn.Linear):
                 decoder.weight = self.get_input_embeddings().weight
+
+    def add_head(self, name: str) -> nn.Module:
+        """Add head ``name`` (fresh weights, tied where configured) unless present; returns it."""
+        if name not in self.heads:
+            head = build_head(name, self.config)
+            head.apply(self._init_weights)
+            self.heads[name] = head
+            self.tie_weights()
+        return self.heads[name]
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         unique = {id(p): p for p in self.parameters()
@@ -122,6 +156,12 @@ class EncoderDecoderModel(nn.Module):
         padding included, counts, as in fairseq's encoder-decoders."""
         if self.config.position_embedding not in ("learned", "sinusoidal"):
             return None
+        limit = self.config.max_position_embeddings - self.config.position_offset
+        if past + length > limit:
+            raise LmlabError(f"a sequence of {past + length} tokens is longer than the "
+                             f"{limit} positions this model has",
+                             f"cut sources and targets to at most {limit} tokens (e.g. "
+                             "--max-source-length / --max-target-length)")
         positions = torch.arange(past, past + length, device=device) + self.config.position_offset
         return positions.unsqueeze(0).expand(batch, length)
 

@@ -24,8 +24,11 @@ _REGISTRY: dict[str, Callable[..., Any] | str] = {
     "rtd": "lmlab.objectives.electra:ReplacedTokenDetection",
     "clm": "lmlab.objectives.causal:CausalLM",
     "prefix-lm": "lmlab.objectives.causal:PrefixLM",
+    "t5": "lmlab.objectives.seq2seq:T5SpanCorruption",
+    "bart": "lmlab.objectives.seq2seq:BartDenoising",
 }
-_ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "wwm"}
+_ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "wwm",
+            "span-corruption": "t5", "denoising": "bart"}
 
 
 def register_objective(name: str, factory: Callable[..., Any] | str) -> None:

@@ -39,6 +39,7 @@ class SpecialTokens:
     bos_id: int | None = None
     eos_id: int | None = None
     special_ids: tuple[int, ...] = field(default_factory=tuple)
+    sentinel_ids: tuple[int, ...] = field(default_factory=tuple)  # T5's <extra_id_0>, 1, ...
 
     def __post_init__(self) -> None:
         ids = {self.pad_id, self.cls_id, self.sep_id, *self.special_ids}
@@ -60,12 +61,14 @@ class SpecialTokens:
     def to_dict(self) -> dict[str, Any]:
         return {"vocab_size": self.vocab_size, "pad_id": self.pad_id, "cls_id": self.cls_id,
                 "sep_id": self.sep_id, "mask_id": self.mask_id, "bos_id": self.bos_id,
-                "eos_id": self.eos_id, "special_ids": list(self.special_ids)}
+                "eos_id": self.eos_id, "special_ids": list(self.special_ids),
+                "sentinel_ids": list(self.sentinel_ids)}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> SpecialTokens:
         values = dict(values)
         values["special_ids"] = tuple(values.get("special_ids", ()))
+        values["sentinel_ids"] = tuple(values.get("sentinel_ids", ()))
         return cls(**values)
 
     @classmethod
@@ -79,6 +82,8 @@ class SpecialTokens:
                 cls_ = tokenizer.bos_token_id
             if sep is None:
                 sep = tokenizer.eos_token_id
+            if cls_ is None:  # T5: no start token (objectives that pack bare windows skip it)
+                cls_ = tokenizer.eos_token_id
             if pad is None:  # GPT-2 style vocabularies have no pad token: pad with end-of-text
                 pad = tokenizer.eos_token_id
             if pad is None or cls_ is None or sep is None:
@@ -88,7 +93,8 @@ class SpecialTokens:
             return cls(vocab_size=len(tokenizer), pad_id=pad, cls_id=cls_, sep_id=sep,
                        mask_id=tokenizer.mask_token_id, bos_id=tokenizer.bos_token_id,
                        eos_id=tokenizer.eos_token_id,
-                       special_ids=tuple(i for i in tokenizer.all_special_ids if i is not None))
+                       special_ids=tuple(i for i in tokenizer.all_special_ids if i is not None),
+                       sentinel_ids=sentinel_ids(tokenizer.get_vocab().get))
         if hasattr(tokenizer, "token_to_id"):  # tokenizers.Tokenizer
             found: dict[str, int | None] = {}
             for role, tokens in _ROLE_TOKENS.items():
@@ -103,6 +109,18 @@ class SpecialTokens:
             unk = found.pop("unk_id")
             extra = (unk,) if unk is not None else ()
             return cls(vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
-                       special_ids=special + extra, **found)
+                       special_ids=special + extra,
+                       sentinel_ids=sentinel_ids(tokenizer.token_to_id), **found)
         raise LmlabError(f"cannot read special tokens from a {type(tokenizer).__name__}",
                          "pass an lmlab.Tokenizer or a tokenizers.Tokenizer")
+
+
+def sentinel_ids(token_to_id: Any) -> tuple[int, ...]:
+    """Ids of T5's sentinels ``<extra_id_0>``, ``<extra_id_1>``, ... in that order, as far as
+    the vocabulary has them without a gap (none: an empty tuple)."""
+    found: list[int] = []
+    while True:
+        token_id = token_to_id(f"<extra_id_{len(found)}>")
+        if token_id is None or (isinstance(token_id, int) and token_id < 0):
+            return tuple(found)
+        found.append(int(token_id))

@@ -296,7 +296,26 @@ def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> 
     overrides.setdefault("vocab_size", len(tokenizer))
     if tokenizer.pad_token_id is not None:
         overrides.setdefault("pad_token_id", tokenizer.pad_token_id)
-    return LanguageModel(preset(settings.family, settings.size, **overrides), heads=())
+    config = preset(settings.family, settings.size, **overrides)
+    if config.is_encoder_decoder:
+        from lmlab.models.seq2seq import EncoderDecoderModel
+
+        if tokenizer.eos_token_id is not None:  # generation stops there
+            config.eos_token_id = tokenizer.eos_token_id
+        config.extra["decoder_start_token_id"] = _decoder_start(config, tokenizer)
+        return EncoderDecoderModel(config, heads=())
+    return LanguageModel(config, heads=())
+
+
+def _decoder_start(config, tokenizer: Tokenizer) -> int:
+    """The decoder start token in the tokenizer's vocabulary: T5 and Marian start from the
+    pad token, BART from the end-of-sequence token."""
+    start = tokenizer.eos_token_id if config.family == "bart" else tokenizer.pad_token_id
+    if start is None:
+        raise LmlabError(f"the tokenizer has no {'eos' if config.family == 'bart' else 'pad'} "
+                         "token to start decoding from",
+                         "train the tokenizer with a t5 or roberta template")
+    return int(start)
 
 
 def load_init(path: Path, vocab_size: int) -> LanguageModel:
@@ -319,8 +338,11 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
         config = TransformerConfig.from_dict(run_config["model"])
         state = ckpt.load_state(path / "model.safetensors")
         heads = sorted({k.split(".")[1] for k in state if k.startswith("heads.")})
-        model = LanguageModel(config, heads=heads,
-                              with_pooler=any(k.startswith("pooler.") for k in state))
+        model_class = LanguageModel
+        if config.is_encoder_decoder:
+            from lmlab.models.seq2seq import EncoderDecoderModel as model_class
+        model = model_class(config, heads=heads,
+                            with_pooler=any(k.startswith("pooler.") for k in state))
         ckpt.load_into(model, state, path)
     else:
         target = path / "model" if (path / "model" / "config.json").is_file() else path

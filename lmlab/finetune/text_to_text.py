@@ -1,0 +1,180 @@
+"""Text-to-text training and prediction for encoder-decoders (T5's formulation: every task is
+an input text and a target text), on the one :class:`~lmlab.training.trainer.Trainer`.
+
+- :func:`encode_pairs` tokenizes (source, target) pairs, refusing targets longer than the
+  decoder's limit with a message (a silently cut target teaches the model to stop early);
+- :class:`PairStream` yields length-grouped, shuffled batches (``input_ids``,
+  ``attention_mask``, ``labels`` with -100 at padding) with an exact resume position;
+- :class:`TextToTextObjective` is teacher-forced token cross-entropy (label smoothing from
+  the model's config), weighted by target tokens;
+- :func:`train_text_to_text` runs the Trainer and writes ``out_dir/model`` with its tokenizer;
+- :func:`predict_texts` decodes sources in batches, greedy or with beam search, optionally
+  returning every beam's hypothesis (the integration task counts a beam correct when any of
+  its hypotheses verifies, as Lample & Charton do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.finetune.data import Feature, TaskStream
+from lmlab.models.heads import IGNORE_INDEX
+from lmlab.utils.errors import LmlabError
+
+
+@dataclass(frozen=True)
+class TextPair:
+    """One example: ``source`` text, its ``target`` text, and an optional ``tag`` (e.g. the
+    expression depth) by which results are broken down."""
+
+    source: str
+    target: str
+    tag: str = ""
+
+
+def encode_pairs(pairs: Sequence[TextPair], tokenizer: Any, max_source_length: int,
+                 max_target_length: int) -> list[Feature]:
+    """Features with the source ids as ``input_ids`` and the target ids (end-of-sequence
+    included) as ``label``. Sources longer than ``max_source_length`` are cut; a target longer
+    than ``max_target_length`` is refused, with the count."""
+    if not pairs:
+        raise LmlabError("no (source, target) pairs to encode", "give a non-empty split")
+    features, too_long = [], []
+    for index, pair in enumerate(pairs):
+        source = tokenizer.encode(pair.source)[:max_source_length]
+        target = tokenizer.encode(pair.target)
+        if len(target) > max_target_length:
+            too_long.append(len(target))
+            continue
+        features.append(Feature(source, None, target, example_index=index))
+    if too_long:
+        raise LmlabError(
+            f"{len(too_long)} of {len(pairs)} targets are longer than max_target_length="
+            f"{max_target_length} tokens (the longest has {max(too_long)})",
+            f"raise --max-target-length to {max(too_long)} (within the model's positions) or "
+            "drop the long examples")
+    return features
+
+
+def collate_pairs(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``/``attention_mask`` (B, S) and ``labels`` (B, T), -100 after
+    each target."""
+    sources = [f.input_ids for f in features]
+    targets = [f.label for f in features]
+    width, depth = max(map(len, sources)), max(map(len, targets))
+    ids = torch.full((len(features), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(features), width), dtype=torch.long)
+    labels = torch.full((len(features), depth), IGNORE_INDEX, dtype=torch.long)
+    for row, (source, target) in enumerate(zip(sources, targets)):
+        ids[row, :len(source)] = torch.tensor(source)
+        mask[row, :len(source)] = 1
+        labels[row, :len(target)] = torch.tensor(target)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+class PairStream(TaskStream):
+    """Endless training batches of (source, target) features, length-grouped by source."""
+
+    def make_batch(self, indices: list[int]) -> dict[str, Any]:
+        return collate_pairs([self.features[i] for i in indices], self.pad_id)
+
+
+class TextToTextObjective(nn.Module):
+    """Teacher-forced cross-entropy on the target tokens (the model shifts ``labels`` right
+    behind its decoder start token); its mean is weighted by target tokens across
+    micro-batches."""
+
+    name = "text-to-text"
+    flops_head = "clm"
+    reports_perplexity = True
+
+    def prepare(self, model: nn.Module) -> None:
+        if not getattr(model.config, "is_encoder_decoder", False):
+            raise LmlabError("text-to-text training needs an encoder-decoder model",
+                             "use a BART, Marian or T5 model (e.g. --family marian)")
+        model.add_head("seq2seq-lm")
+
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]):
+        from lmlab.objectives.base import ObjectiveResult
+
+        labels = batch["labels"]
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    labels=labels)
+        count = int((labels != IGNORE_INDEX).sum())
+        with torch.no_grad():
+            predicted = out.logits.argmax(-1)
+            real = labels != IGNORE_INDEX
+            accuracy = float((predicted[real] == labels[real]).float().mean()) if count else 0.0
+        return ObjectiveResult(out.loss, {"token_accuracy": accuracy}, count)
+
+
+def train_text_to_text(model: nn.Module, tokenizer: Any, train: Sequence[TextPair],
+                       dev: Sequence[TextPair], cfg: Any, out_dir: str | Path,
+                       max_source_length: int = 256, max_target_length: int = 256,
+                       eval_examples: int = 512, record: Any = None):
+    """Train ``model`` on ``train`` under the :class:`TrainingConfig` ``cfg`` (its
+    ``batch_size``, ``lr``, schedule, stop rules, precision), evaluating the loss on up to
+    ``eval_examples`` dev pairs; writes ``out_dir/model`` (with the tokenizer) and the run's
+    metrics, checkpoints and cost report. Returns the :class:`TrainResult`."""
+    import tempfile
+
+    from lmlab.training.trainer import Trainer
+
+    objective = TextToTextObjective()
+    objective.prepare(model)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    features = encode_pairs(train, tokenizer, max_source_length, max_target_length)
+    stream = PairStream(features, cfg.batch_size, pad, seed=cfg.seed)
+    dev_features = encode_pairs(list(dev)[:eval_examples], tokenizer, max_source_length,
+                                max_target_length) if dev else []
+    eval_batches = [collate_pairs(dev_features[i:i + cfg.batch_size], pad)
+                    for i in range(0, len(dev_features), cfg.batch_size)]
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer.save_pretrained(folder)
+        # track_cost=False: the FLOP model (lmlab.cost) counts one stack per token; an
+        # encoder-decoder's cost per source and target token is not modelled yet
+        trainer = Trainer(model, objective, stream, replace(cfg), out_dir,
+                          eval_batches=eval_batches, record=record, tokenizer_dir=folder,
+                          track_cost=False)
+        return trainer.train()
+
+
+@torch.no_grad()
+def predict_texts(model: nn.Module, tokenizer: Any, sources: Sequence[str], num_beams: int = 1,
+                  num_return_sequences: int = 1, max_new_tokens: int = 128,
+                  batch_size: int = 32, length_penalty: float = 1.0,
+                  show_progress: bool = False) -> list[list[str]]:
+    """For each source, its ``num_return_sequences`` best outputs (best first) as text."""
+    from lmlab.generation.generate import generate
+    from lmlab.utils.progress import progress
+
+    if num_return_sequences > num_beams:
+        raise LmlabError(f"num_return_sequences={num_return_sequences} > num_beams={num_beams}",
+                         "ask for at most as many hypotheses as beams")
+    model.eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = next(model.parameters()).device
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # little padding
+    results: list[list[str]] = [[] for _ in sources]
+    starts = range(0, len(order), batch_size)
+    for start in progress(starts, desc="decoding", unit="batch") if show_progress else starts:
+        indices = order[start:start + batch_size]
+        encoded = [tokenizer.encode(sources[i]) for i in indices]
+        width = max(map(len, encoded))
+        ids = torch.tensor([row + [pad] * (width - len(row)) for row in encoded], device=device)
+        mask = (torch.arange(width, device=device)[None, :]
+                < torch.tensor([len(row) for row in encoded], device=device)[:, None]).long()
+        out = generate(model, ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams,
+                       num_return_sequences=num_return_sequences,
+                       length_penalty=length_penalty, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=pad)
+        texts = tokenizer.batch_decode(out[:, 1:].tolist(), skip_special_tokens=True)
+        for k, index in enumerate(indices):
+            results[index] = texts[k * num_return_sequences:(k + 1) * num_return_sequences]
+    return results
