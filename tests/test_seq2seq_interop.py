@@ -210,6 +210,13 @@ def test_generation_matches_transformers(case, copy_models):
                                   min_length=0, use_cache=use_cache, **settings)
             got = generate(ours, src, mask, max_new_tokens=10, use_cache=use_cache, **settings)
             assert _up_to_eos(got, eos) == _up_to_eos(ref, eos), (settings, use_cache)
+    # several hypotheses per input, best first, as transformers returns them
+    ref = theirs.generate(input_ids=src, attention_mask=mask, max_new_tokens=10, num_beams=4,
+                          num_return_sequences=3, do_sample=False, forced_eos_token_id=None,
+                          forced_bos_token_id=None, no_repeat_ngram_size=0, min_length=0)
+    got = generate(ours, src, mask, max_new_tokens=10, num_beams=4, num_return_sequences=3)
+    assert got.shape[0] == 3 * len(src)
+    assert _up_to_eos(got, eos) == _up_to_eos(ref, eos)
     # what was generated depends on the source (a random model repeats one token)
     got = generate(ours, src, mask, max_new_tokens=10)
     assert len({tuple(row) for row in got.tolist()}) >= 4, got

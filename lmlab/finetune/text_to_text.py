@@ -16,7 +16,7 @@ an input text and a target text), on the one :class:`~lmlab.training.trainer.Tra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +25,8 @@ from torch import nn
 
 from lmlab.finetune.data import Feature, TaskStream
 from lmlab.models.heads import IGNORE_INDEX
+from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
-
-
-@dataclass(frozen=True)
-class TextPair:
-    """One example: ``source`` text, its ``target`` text, and an optional ``tag`` (e.g. the
-    expression depth) by which results are broken down."""
-
-    source: str
-    target: str
-    tag: str = ""
 
 
 def encode_pairs(pairs: Sequence[TextPair], tokenizer: Any, max_source_length: int,
@@ -47,7 +38,7 @@ def encode_pairs(pairs: Sequence[TextPair], tokenizer: Any, max_source_length: i
         raise LmlabError("no (source, target) pairs to encode", "give a non-empty split")
     features, too_long = [], []
     for index, pair in enumerate(pairs):
-        source = tokenizer.encode(pair.source)[:max_source_length]
+        source = tokenizer.encode(pair.input_text)[:max_source_length]
         target = tokenizer.encode(pair.target)
         if len(target) > max_target_length:
             too_long.append(len(target))
@@ -177,4 +168,118 @@ def predict_texts(model: nn.Module, tokenizer: Any, sources: Sequence[str], num_
         texts = tokenizer.batch_decode(out[:, 1:].tolist(), skip_special_tokens=True)
         for k, index in enumerate(indices):
             results[index] = texts[k * num_return_sequences:(k + 1) * num_return_sequences]
+    return results
+
+
+# -- task folders (lmlab seq2seq train / evaluate) ------------------------------------------------
+def build_seq2seq_model(family: str, tokenizer: Any, size: str | None = None,
+                        layers: int | None = None, hidden: int | None = None,
+                        dropout: float = 0.1, label_smoothing: float = 0.0,
+                        max_positions: int = 512):
+    """A fresh encoder-decoder of ``family`` sized to ``tokenizer``: the preset ``size`` (the
+    family's smallest by default), with ``layers`` per stack and ``hidden`` width (heads of 64
+    dims, FFN 4x) when given."""
+    from lmlab.interop.families import get_family
+    from lmlab.models.seq2seq import EncoderDecoderModel
+
+    spec = get_family(family)
+    if not spec.shape.get("is_encoder_decoder"):
+        raise LmlabError(f"{family} is not an encoder-decoder family",
+                         "use marian, bart or t5")
+    size = size or next(iter(spec.sizes))
+    if size not in spec.sizes:
+        raise LmlabError(f"{family} has no size {size!r}", f"sizes: {', '.join(spec.sizes)}")
+    values: dict[str, Any] = dict(spec.sizes[size])
+    if layers is not None:
+        values.update(num_hidden_layers=layers, num_decoder_layers=layers)
+    if hidden is not None:
+        values.update(hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
+                      intermediate_size=4 * hidden)
+        if family == "t5":
+            values["head_dim"] = 64
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    if pad is None or eos is None:
+        raise LmlabError("the tokenizer needs a pad and an end-of-sequence token",
+                         "use a tokenizer with a t5 or roberta template")
+    start = eos if family == "bart" else pad
+    extra = {**spec.defaults.get("extra", {}), **values.pop("extra", {}),
+             "decoder_start_token_id": start, "label_smoothing": float(label_smoothing)}
+    positions = {"bart": max_positions + 2, "marian": max_positions}.get(family)
+    config = spec.config(**values, vocab_size=len(tokenizer), pad_token_id=pad,
+                         eos_token_id=eos, bos_token_id=tokenizer.bos_token_id,
+                         hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+                         extra=extra, **({"max_position_embeddings": positions}
+                                         if positions else {}))
+    return EncoderDecoderModel(config, heads=("seq2seq-lm",))
+
+
+def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "marian",
+                  size: str | None = None, layers: int | None = None,
+                  hidden: int | None = None, init: str | Path | None = None,
+                  tokenizer: str | Path | None = None, dropout: float = 0.1,
+                  label_smoothing: float = 0.0, max_source_length: int = 256,
+                  max_target_length: int = 256, overwrite: bool = False):
+    """Train an encoder-decoder on a task folder (:func:`lmlab.tasks.inverse.write_task_data`):
+    from ``init`` (a pretrained folder and its tokenizer) or a fresh ``family`` model. The
+    integration task builds a symbol tokenizer from its splits; a text task trained from
+    scratch needs ``tokenizer``. Every argument is checked before any work."""
+    import lmlab
+    from lmlab.tasks.inverse import read_task_data
+    from lmlab.tokenization.symbols import symbol_tokenizer
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.training.run_dir import prepare_run_folder
+
+    task, splits = read_task_data(data)
+    if init is not None:
+        tok = Tokenizer.from_pretrained(init)
+    elif tokenizer is not None:
+        tok = Tokenizer.from_pretrained(tokenizer)
+    elif task == "integration":
+        symbols = {s for split in splits.values() for p in split
+                   for text in (p.input_text, *p.references) for s in text.split()}
+        tok = symbol_tokenizer(symbols)
+    else:
+        raise LmlabError(f"the {task} task needs a tokenizer when trained from scratch",
+                         "pass --tokenizer FOLDER (e.g. one trained with lmlab tokenizer "
+                         "train --corpus DATA/corpus --kind unigram --extra-ids 100), or "
+                         "--init a pretrained model")
+    prepare_run_folder(Path(out), overwrite, None)
+    if init is not None:
+        model = lmlab.from_pretrained(init, head="seq2seq-lm")
+        if not getattr(model.config, "is_encoder_decoder", False):
+            raise LmlabError(f"{init} is not an encoder-decoder", "--init a T5, BART or "
+                             "Marian folder")
+        model.config.extra["label_smoothing"] = float(label_smoothing)
+        model.train()
+    else:
+        model = build_seq2seq_model(family, tok, size, layers, hidden, dropout,
+                                    label_smoothing,
+                                    max(max_source_length, max_target_length))
+    return train_text_to_text(model, tok, splits["train"], splits["dev"], cfg, out,
+                              max_source_length, max_target_length)
+
+
+def evaluate_on_task(model_dir: str | Path, data: str | Path, split: str = "test",
+                     beams: Sequence[int] = (1,), max_examples: int | None = None,
+                     max_new_tokens: int = 128, out: str | Path | None = None,
+                     batch_size: int = 32) -> dict[str, Any]:
+    """Decode ``split`` with each beam size (every beam's hypotheses count for integration,
+    the best one for the text tasks) and score it; written to ``out`` as JSON when given."""
+    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.tasks.inverse import read_task_data, score
+    from lmlab.utils.io import atomic_write_json
+
+    task, splits = read_task_data(data)
+    pairs = splits[split][:max_examples] if max_examples else splits[split]
+    model, tok = load_model_and_tokenizer(str(model_dir), head="seq2seq-lm")
+    results: dict[str, Any] = {"task": task, "split": split, "examples": len(pairs)}
+    for beam in beams:
+        returned = beam if task == "integration" else 1
+        hypotheses = predict_texts(model, tok, [p.input_text for p in pairs], num_beams=beam,
+                                   num_return_sequences=returned,
+                                   max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                   show_progress=True)
+        results[f"beam {beam}"] = score(task, pairs, hypotheses)
+    if out is not None:
+        atomic_write_json(out, results)
     return results

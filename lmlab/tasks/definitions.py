@@ -16,22 +16,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from lmlab.tasks.types import TextPair
 from lmlab.tasks.wordnet import read_synsets
 from lmlab.utils.errors import LmlabError
 
 DIRECTIONS = ("define", "reverse")
-
-
-@dataclass(frozen=True)
-class TextPair:
-    """One example: input text, the reference texts (one or more), and the key that decides
-    its split (the word, or the synset id)."""
-
-    input_text: str
-    references: tuple[str, ...]
-    key: str
 
 
 def _bucket(key: str, fractions: Sequence[float]) -> str:

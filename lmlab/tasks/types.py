@@ -151,3 +151,20 @@ class Task:
                    metrics=list(data["metrics"]), splits=splits,
                    positive_label=data.get("positive_label"),
                    description=data.get("description", ""))
+
+
+@dataclass(frozen=True)
+class TextPair:
+    """One text-to-text example: the input text, its reference outputs (one or more; training
+    uses the first), the key that decides its split (a word, a synset id, an expression), and
+    a tag results are broken down by (an expression's depth)."""
+
+    input_text: str
+    references: tuple[str, ...]
+    key: str = ""
+    tag: str = ""
+
+    @property
+    def target(self) -> str:
+        """The reference the model is trained on."""
+        return self.references[0]

@@ -1,0 +1,132 @@
+"""``lmlab seq2seq data|train|evaluate``: text-to-text tasks for encoder-decoders (symbolic
+integration, WordNet definitions, the reverse dictionary), end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "data", help="write a text-to-text task's splits (generated for a seed, or WordNet's)",
+        example="lmlab seq2seq data --task integration --count 50000 --out data/integration",
+        handler=_data, group="seq2seq")
+    p.add_argument("--task", required=True,
+                   choices=("integration", "definitions", "reverse-dictionary"))
+    p.add_argument("--count", type=int,
+                   help="expressions to generate (integration), or the most train pairs kept")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+
+    p = commands.command(
+        "train", help="train an encoder-decoder on a task folder (from scratch or --init)",
+        example="lmlab seq2seq train --data data/integration --family marian --layers 3 "
+                "--hidden 256 --budget 30m --out runs/integration",
+        handler=_train, group="seq2seq")
+    p.add_argument("--data", required=True, help="folder written by `lmlab seq2seq data`")
+    p.add_argument("--out", required=True, help="run folder (model/, metrics, checkpoints)")
+    model = p.add_mutually_exclusive_group()
+    model.add_argument("--family", choices=("marian", "bart", "t5"), default="marian",
+                       help="architecture trained from scratch (marian: the original "
+                            "Transformer's layout)")
+    model.add_argument("--init", help="start from this encoder-decoder folder (its tokenizer)")
+    p.add_argument("--size", default=None, help="the family's preset (default: its smallest)")
+    p.add_argument("--layers", type=int, help="encoder and decoder layers each")
+    p.add_argument("--hidden", type=int, help="width (heads of 64 dims, FFN 4x)")
+    p.add_argument("--tokenizer", help="tokenizer folder for a text task trained from scratch "
+                                       "(integration builds its own from the symbols)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--warmup", type=float, default=0.05, help="warmup fraction of the run")
+    p.add_argument("--steps", type=int, help="optimizer steps")
+    p.add_argument("--budget", help="wall-clock budget: 90s, 30m, 1.5h")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--label-smoothing", type=float, default=0.0)
+    p.add_argument("--max-source-length", type=int, default=256)
+    p.add_argument("--max-target-length", type=int, default=256)
+    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
+
+    p = commands.command(
+        "evaluate", help="decode a split and score it (verified accuracy, BLEU/chrF, exact match)",
+        example="lmlab seq2seq evaluate --model runs/integration/model --data data/integration "
+                "--beams 1,5,10",
+        handler=_evaluate, group="seq2seq")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--split", default="test", choices=("dev", "test"))
+    p.add_argument("--beams", default="1", help="comma-separated beam sizes, e.g. 1,5,10")
+    p.add_argument("--max-examples", type=int, help="score the first N examples of the split")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--out", help="write the metrics (JSON) here")
+    p.add_argument("--threads", type=int)
+
+
+def _data(args: argparse.Namespace) -> int:
+    from lmlab.tasks.inverse import write_task_data
+    from lmlab.utils.checks import check_at_least
+
+    check_at_least(args.count, 1, "--count")
+    sizes = write_task_data(args.task, args.out, args.count, args.seed, args.overwrite)
+    print(f"{args.task}: " + ", ".join(f"{split} {n:,}" for split, n in sizes.items())
+          + f" -> {args.out}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from lmlab.finetune.text_to_text import train_on_task
+    from lmlab.training.config import TrainingConfig
+    from lmlab.utils.checks import check_at_least
+    from lmlab.utils.durations import parse_duration
+    from lmlab.utils.errors import LmlabError
+
+    for name in ("layers", "hidden", "batch_size", "steps", "threads", "max_source_length",
+                 "max_target_length"):
+        check_at_least(getattr(args, name), 1, f"--{name.replace('_', '-')}")
+    if args.steps is None and args.budget is None:
+        raise LmlabError("neither --steps nor --budget was given",
+                         "say how long to train, e.g. --budget 30m or --steps 5000")
+    cfg = TrainingConfig(lr=args.lr, batch_size=args.batch_size, warmup_fraction=args.warmup,
+                         max_steps=args.steps, seed=args.seed, precision=args.precision,
+                         threads=args.threads,
+                         budget_seconds=parse_duration(args.budget) if args.budget else None,
+                         eval_every=500, save_every=500)
+    result = train_on_task(args.data, args.out, cfg, family=args.family, size=args.size,
+                           layers=args.layers, hidden=args.hidden, init=args.init,
+                           tokenizer=args.tokenizer, dropout=args.dropout,
+                           label_smoothing=args.label_smoothing,
+                           max_source_length=args.max_source_length,
+                           max_target_length=args.max_target_length, overwrite=args.overwrite)
+    print(json.dumps({"steps": result.step, "stop_reason": result.stop_reason,
+                      "last_loss": result.last_loss, **result.last_eval,
+                      "model": str(Path(args.out) / "model")}, indent=2))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import torch
+
+    from lmlab.finetune.text_to_text import evaluate_on_task
+    from lmlab.utils.checks import check_at_least
+    from lmlab.utils.errors import LmlabError
+
+    try:
+        beams = sorted({int(b) for b in args.beams.split(",") if b.strip()})
+    except ValueError:
+        raise LmlabError(f"--beams {args.beams!r} is not a list of numbers",
+                         "write e.g. --beams 1,5,10") from None
+    if not beams or beams[0] < 1:
+        raise LmlabError(f"--beams {args.beams!r}", "give beam sizes of at least 1, e.g. 1,5")
+    check_at_least(args.max_examples, 1, "--max-examples")
+    check_at_least(args.threads, 1, "--threads")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = evaluate_on_task(args.model, args.data, args.split, beams, args.max_examples,
+                               args.max_new_tokens, out=args.out)
+    print(json.dumps(results, indent=2))
+    return 0

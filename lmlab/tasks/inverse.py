@@ -1,0 +1,181 @@
+"""The built-in text-to-text tasks of the inverse-problems family, written to disk and scored.
+
+- ``integration``: derivative -> antiderivative in prefix notation (:mod:`lmlab.tasks.
+  integration`), generated for a seed; scored by *verified accuracy* (a hypothesis is correct
+  when its derivative equals the input, :func:`~lmlab.tasks.integration.verify`), overall and
+  by the depth of the reference function. With several hypotheses per input (beam search) an
+  input counts as solved when any of them verifies, as Lample & Charton report.
+- ``definitions``: word + example sentence -> gloss (WordNet); BLEU and chrF (sacrebleu) and
+  exact match of the best hypothesis.
+- ``reverse-dictionary``: gloss -> word; exact match against any of the synset's lemmas.
+
+:func:`write_task_data` writes ``train/dev/test.jsonl`` (``input``, ``references``, ``tag``),
+``task.json``, and for the text tasks a pretraining corpus (``corpus/``, lmlab's corpus format)
+made of the *train* split's texts only, so a pretrained initialisation never reads a dev or
+test gloss.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lmlab.tasks.types import TextPair
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_write_json, atomic_write_text
+
+TASKS = ("integration", "definitions", "reverse-dictionary")
+SPLITS = ("train", "dev", "test")
+ARITY = {"add": 2, "sub": 2, "mul": 2, "pow": 2, "div": 2,
+         "exp": 1, "log": 1, "sin": 1, "cos": 1}
+
+
+def check_task(name: str) -> str:
+    if name not in TASKS:
+        raise LmlabError(f"unknown text-to-text task {name!r}", f"use one of: {', '.join(TASKS)}")
+    return name
+
+
+def prefix_depth(tokens: Sequence[str]) -> int:
+    """Operator depth of a prefix expression (``x`` 0, ``exp x`` 1, ``add x exp x`` 2)."""
+    depth, stack = 0, []  # stack: operands still owed at each open level
+    for token in tokens:
+        if token.isdigit():  # digits belong to the INT+/INT- leaf before them
+            continue
+        level = len(stack)
+        if token in ARITY:
+            stack.append(ARITY[token])
+            depth = max(depth, level + 1)
+            continue
+        while stack:  # a leaf fills one slot; completed operators close
+            stack[-1] -= 1
+            if stack[-1]:
+                break
+            stack.pop()
+    return depth
+
+
+def build_pairs(task: str, count: int | None = None, seed: int = 0) -> dict[str, list[TextPair]]:
+    """Every split of ``task``: ``count`` generated expressions (integration; required) or the
+    WordNet pairs (text tasks; ``count`` caps the train split)."""
+    check_task(task)
+    if task == "integration":
+        from lmlab.tasks.integration import generate_pairs, make_splits
+
+        if count is None:
+            raise LmlabError("the integration task needs a count of expressions",
+                             "pass e.g. count=50000 (--count 50000)")
+        splits = make_splits(generate_pairs(count, seed))
+        return {split: [TextPair(p.input_text, (p.target_text,), p.input_text,
+                                 f"depth {prefix_depth(p.function)}") for p in pairs]
+                for split, pairs in splits.items()}
+    from lmlab.tasks.definitions import definition_splits
+
+    splits = definition_splits("define" if task == "definitions" else "reverse")
+    if count is not None:
+        splits["train"] = splits["train"][:count]
+    return splits
+
+
+def write_task_data(task: str, out: str | Path, count: int | None = None, seed: int = 0,
+                    overwrite: bool = False) -> dict[str, int]:
+    """Write ``task``'s splits (and, for the text tasks, the train split's pretraining corpus)
+    under ``out``; returns the split sizes."""
+    from lmlab.utils.checks import check_output_folder
+
+    check_task(task)
+    out = Path(out)
+    check_output_folder(out, overwrite, "task data")
+    splits = build_pairs(task, count, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        lines = [json.dumps({"input": p.input_text, "references": list(p.references),
+                             "key": p.key, "tag": p.tag}, ensure_ascii=False)
+                 for p in splits[split]]
+        atomic_write_text(out / f"{split}.jsonl", "\n".join(lines) + "\n")
+    sizes = {split: len(splits[split]) for split in SPLITS}
+    if task != "integration":
+        _write_corpus(splits["train"], out / "corpus")
+    atomic_write_json(out / "task.json", {"task": task, "count": count, "seed": seed,
+                                          "sizes": sizes})
+    return sizes
+
+
+def _write_corpus(train: Sequence[TextPair], folder: Path) -> None:
+    """The train split's inputs and references as an lmlab corpus (one document per pair; 2%
+    kept as its validation split)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    documents = {"train": [], "validation": []}
+    for index, pair in enumerate(train):
+        split = "validation" if index % 50 == 0 else "train"
+        record = {"id": f"{split}/{index}", "source": "wordnet-train",
+                  "sentences": [pair.input_text, *pair.references]}
+        documents[split].append(json.dumps(record, ensure_ascii=False))
+    for split, lines in documents.items():
+        atomic_write_text(folder / f"{split}.jsonl", "\n".join(lines) + "\n")
+
+
+def read_task_data(folder: str | Path) -> tuple[str, dict[str, list[TextPair]]]:
+    """The task name and splits written by :func:`write_task_data`."""
+    folder = Path(folder)
+    if not (folder / "task.json").is_file():
+        raise LmlabError(f"{folder} holds no text-to-text task data (no task.json)",
+                         "write it with lmlab seq2seq data --task NAME --out FOLDER")
+    task = check_task(json.loads((folder / "task.json").read_text())["task"])
+    splits = {}
+    for split in SPLITS:
+        with open(folder / f"{split}.jsonl", encoding="utf-8") as handle:
+            splits[split] = [TextPair(r["input"], tuple(r["references"]), r.get("key", ""),
+                                      r.get("tag", ""))
+                             for r in map(json.loads, filter(str.strip, handle))]
+    return task, splits
+
+
+def score(task: str, pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[str]],
+          timeout: float = 2.0) -> dict[str, Any]:
+    """The task's metrics for ``hypotheses`` (per input, best first)."""
+    check_task(task)
+    if len(pairs) != len(hypotheses) or not pairs:
+        raise LmlabError(f"{len(hypotheses)} hypothesis lists for {len(pairs)} examples",
+                         "give one list of hypotheses per example")
+    if task == "integration":
+        return verified_accuracy(pairs, hypotheses, timeout)
+    from lmlab.metrics.generation import bleu, chrf
+
+    best = [h[0] if h else "" for h in hypotheses]
+    exact = sum(any(b.strip().lower() == r.strip().lower() for r in p.references)
+                for b, p in zip(best, pairs)) / len(pairs)
+    if task == "reverse-dictionary":
+        return {"exact_match": exact, "examples": len(pairs)}
+    references = [p.references[0] for p in pairs]
+    return {"bleu": bleu(best, references), "chrf": chrf(best, references),
+            "exact_match": exact, "examples": len(pairs)}
+
+
+def verified_accuracy(pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[str]],
+                      timeout: float = 2.0) -> dict[str, Any]:
+    """Share of inputs with a verified hypothesis, overall and by tag (depth); also how the
+    verdicts were reached."""
+    from lmlab.tasks.integration import verify
+
+    solved_by_tag: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    methods: dict[str, int] = defaultdict(int)
+    solved = 0
+    for pair, options in zip(pairs, hypotheses):
+        ok = False
+        for hypothesis in options:
+            verdict = verify(hypothesis, pair.input_text, timeout=timeout)
+            methods[verdict.method] += 1
+            if verdict.correct:
+                ok = True
+                break
+        solved += ok
+        solved_by_tag[pair.tag][0] += ok
+        solved_by_tag[pair.tag][1] += 1
+    return {"verified_accuracy": solved / len(pairs), "examples": len(pairs),
+            "by_tag": {tag: {"verified_accuracy": ok / total, "examples": total}
+                       for tag, (ok, total) in sorted(solved_by_tag.items())},
+            "verdicts": dict(sorted(methods.items()))}

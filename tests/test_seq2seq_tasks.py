@@ -1,0 +1,156 @@
+"""Text-to-text tasks end to end: task folders (integration generated for a seed, WordNet's
+definitions with a train-only pretraining corpus), the symbol tokenizer, training through
+``lmlab seq2seq train`` and scoring through ``lmlab seq2seq evaluate`` in fresh processes,
+and the refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_clean_refusal, run_lmlab
+
+from lmlab.finetune.text_to_text import encode_pairs
+from lmlab.tasks.inverse import (
+    build_pairs,
+    prefix_depth,
+    read_task_data,
+    score,
+    verified_accuracy,
+    write_task_data,
+)
+from lmlab.tasks.types import TextPair
+from lmlab.tokenization.symbols import symbol_tokenizer
+from lmlab.tokenization.tokenizer import Tokenizer
+from lmlab.utils.errors import LmlabError
+
+
+@pytest.mark.parametrize("text,depth", [("x", 0), ("exp x", 1), ("add x exp x", 2),
+                                        ("add INT+ 1 2 mul x cos x", 3),
+                                        ("mul exp sin x log x", 3), ("INT- 3", 0)])
+def test_prefix_depth(text, depth):
+    assert prefix_depth(text.split()) == depth
+
+
+def test_integration_folder_round_trip(tmp_path):
+    sizes = write_task_data("integration", tmp_path / "d", count=200, seed=3)
+    task, splits = read_task_data(tmp_path / "d")
+    assert task == "integration" and {k: len(v) for k, v in splits.items()} == sizes
+    assert sum(sizes.values()) == 200
+    inputs = [{p.input_text for p in splits[s]} for s in ("train", "dev", "test")]
+    assert not (inputs[0] & inputs[1] or inputs[0] & inputs[2] or inputs[1] & inputs[2])
+    assert all(p.tag.startswith("depth ") for p in splits["test"])
+    assert build_pairs("integration", count=200, seed=3)["test"] == splits["test"]  # seeded
+    with pytest.raises(LmlabError, match="holds something|already"):
+        write_task_data("integration", tmp_path / "d", count=10)
+
+
+def test_definitions_corpus_holds_only_train_texts(tmp_path):
+    write_task_data("definitions", tmp_path / "d")
+    _, splits = read_task_data(tmp_path / "d")
+    corpus = [json.loads(line) for name in ("train", "validation")
+              for line in (tmp_path / "d" / "corpus" / f"{name}.jsonl").open()]
+    texts = {s for doc in corpus for s in doc["sentences"]}
+    train_glosses = {p.target for p in splits["train"]}
+    held_out = {p.target for split in ("dev", "test") for p in splits[split]} - train_glosses
+    assert held_out and not (texts & held_out)
+    assert train_glosses <= texts
+
+
+def test_verified_accuracy_counts_any_verified_hypothesis():
+    pairs = [TextPair("mul INT+ 2 x", ("pow x INT+ 2",), tag="depth 1"),
+             TextPair("cos x", ("sin x",), tag="depth 1")]
+    result = verified_accuracy(pairs, [["x", "add pow x INT+ 2 INT+ 7"], ["cos x", "sin"]])
+    assert result["verified_accuracy"] == 0.5  # the first via its second hypothesis
+    assert result["by_tag"]["depth 1"] == {"verified_accuracy": 0.5, "examples": 2}
+    assert result["verdicts"]["numeric"] == 1 and result["verdicts"]["unparsable"] == 1
+
+
+def test_text_scores_use_sacrebleu_and_any_reference():
+    sacrebleu = pytest.importorskip("sacrebleu")
+    pairs = [TextPair("bank: the bank of the river", ("sloping land beside water",)),
+             TextPair("cat: the cat sat", ("a small domesticated feline",))]
+    hypotheses = [["sloping land beside a river"], ["a small domesticated feline"]]
+    result = score("definitions", pairs, hypotheses)
+    expected = sacrebleu.corpus_bleu([h[0] for h in hypotheses],
+                                     [[p.target for p in pairs]]).score / 100
+    assert result["bleu"] == pytest.approx(expected) and result["exact_match"] == 0.5
+    reverse = score("reverse-dictionary", [TextPair("a feline", ("cat", "true cat"))],
+                    [["True Cat"]])
+    assert reverse["exact_match"] == 1.0
+
+
+def test_symbol_tokenizer_round_trips_and_saves(tmp_path):
+    tok = symbol_tokenizer("add x INT+ 1 2 cos".split())
+    ids = tok.encode("add x INT+ 1 2 cos")
+    assert ids[-1] == tok.eos_token_id and tok.pad_token_id == 0
+    assert tok.decode(ids, skip_special_tokens=True) == "add x INT+ 1 2 cos"
+    tok.save_pretrained(tmp_path)
+    assert Tokenizer.from_pretrained(tmp_path).encode("cos x") == tok.encode("cos x")
+    with pytest.raises(LmlabError, match="whitespace"):
+        symbol_tokenizer(["a b"])
+
+
+def test_targets_longer_than_the_limit_are_refused():
+    tok = symbol_tokenizer("add x INT+ 1 2 cos".split())
+    pairs = [TextPair("x", ("add x add x add x x",)), TextPair("x", ("x",))]
+    with pytest.raises(LmlabError, match="1 of 2 targets are longer than max_target_length=4"):
+        encode_pairs(pairs, tok, 16, 4)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A task folder and a model trained on it by the command, in a fresh process."""
+    root = tmp_path_factory.mktemp("seq2seq")
+    data = run_lmlab("seq2seq", "data", "--task", "integration", "--count", "300", "--out",
+                     root / "data")
+    assert data.returncode == 0, data.stderr
+    run = run_lmlab("seq2seq", "train", "--data", root / "data", "--family", "marian",
+                    "--layers", "1", "--hidden", "64", "--steps", "30", "--batch-size", "16",
+                    "--lr", "2e-3", "--precision", "fp32", "--out", root / "run")
+    assert run.returncode == 0, run.stderr
+    return root
+
+
+def test_train_and_evaluate_commands(trained):
+    summary = json.loads(trained.joinpath("run", "model", "config.json").read_text())
+    assert summary["model_type"] == "marian" and summary["architectures"] == ["MarianMTModel"]
+    out = trained / "metrics.json"
+    result = run_lmlab("seq2seq", "evaluate", "--model", trained / "run" / "model", "--data",
+                       trained / "data", "--beams", "1,3", "--max-examples", "8",
+                       "--max-new-tokens", "24", "--out", out)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(out.read_text())
+    assert metrics["examples"] == 8 and set(metrics) >= {"beam 1", "beam 3"}
+    for beam in ("beam 1", "beam 3"):
+        assert 0.0 <= metrics[beam]["verified_accuracy"] <= 1.0
+        assert sum(v["examples"] for v in metrics[beam]["by_tag"].values()) == 8
+    # beam 3 checks 3 hypotheses per input where the greedy run checks one
+    assert sum(metrics["beam 3"]["verdicts"].values()) > sum(metrics["beam 1"]["verdicts"].values())
+
+
+def test_generate_command_prints_the_decoders_output(trained):
+    result = run_lmlab("generate", trained / "run" / "model", "mul INT+ 2 x", "--max-new-tokens",
+                       "8", "--json")
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout)
+    assert row["prompt"] == "mul INT+ 2 x" and isinstance(row["generated"], str)
+
+
+def test_bad_train_arguments_are_refused_before_work(trained, tmp_path):
+    data = trained / "data"
+    no_stop = run_lmlab("seq2seq", "train", "--data", data, "--out", tmp_path / "a")
+    assert_clean_refusal(no_stop, "neither --steps nor --budget")
+    assert not (tmp_path / "a").exists()
+    text_task = tmp_path / "defs"
+    (text_task).mkdir()
+    (text_task / "task.json").write_text(json.dumps({"task": "definitions"}))
+    for split in ("train", "dev", "test"):
+        (text_task / f"{split}.jsonl").write_text(json.dumps(
+            {"input": "a: a b", "references": ["c"]}) + "\n")
+    no_tokenizer = run_lmlab("seq2seq", "train", "--data", text_task, "--steps", "2", "--out",
+                             tmp_path / "b")
+    assert_clean_refusal(no_tokenizer, "needs a tokenizer", fix="--tokenizer")
+    again = run_lmlab("seq2seq", "train", "--data", data, "--steps", "2", "--out",
+                      trained / "run")
+    assert again.returncode == 2 and "--overwrite" in again.stderr
