@@ -72,7 +72,8 @@ def _data(args: argparse.Namespace) -> int:
     from lmlab.utils.checks import check_at_least
 
     check_at_least(args.count, 1, "--count")
-    sizes = write_task_data(args.task, args.out, args.count, args.seed, args.overwrite)
+    sizes = write_task_data(args.task, args.out, args.count, args.seed, args.overwrite,
+                            show_progress=True)
     print(f"{args.task}: " + ", ".join(f"{split} {n:,}" for split, n in sizes.items())
           + f" -> {args.out}")
     return 0

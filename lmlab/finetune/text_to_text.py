@@ -128,11 +128,8 @@ def train_text_to_text(model: nn.Module, tokenizer: Any, train: Sequence[TextPai
                     for i in range(0, len(dev_features), cfg.batch_size)]
     with tempfile.TemporaryDirectory() as folder:
         tokenizer.save_pretrained(folder)
-        # track_cost=False: the FLOP model (lmlab.cost) counts one stack per token; an
-        # encoder-decoder's cost per source and target token is not modelled yet
         trainer = Trainer(model, objective, stream, replace(cfg), out_dir,
-                          eval_batches=eval_batches, record=record, tokenizer_dir=folder,
-                          track_cost=False)
+                          eval_batches=eval_batches, record=record, tokenizer_dir=folder)
         return trainer.train()
 
 

@@ -244,11 +244,13 @@ def _usable(expr) -> bool:
 
 
 def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
-                   max_input_tokens: int = 128, timeout: float = 2.0) -> list[Pair]:
+                   max_input_tokens: int = 128, timeout: float = 2.0,
+                   show_progress: bool = False) -> list[Pair]:
     """``count`` distinct backward pairs ``(F', F)`` drawn with ``seed``: deterministic for the
     seed. Functions whose derivative is constant, undefined or over ``max_input_tokens`` tokens
     are skipped and another is drawn; a derivative that takes sympy longer than ``timeout``
-    seconds is an error (skipping it would make the data depend on the machine's speed)."""
+    seconds is an error (skipping it would make the data depend on the machine's speed).
+    ``show_progress``: a progress bar (100,000 pairs take minutes)."""
     import sympy
 
     if count < 1:
@@ -257,6 +259,11 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
     rng = np.random.default_rng(seed)
     pairs: dict[str, Pair] = {}
     attempts = 0
+    bar = None
+    if show_progress:
+        from lmlab.utils.progress import progress
+
+        bar = progress(total=count, desc="expressions", unit="pair")
     while len(pairs) < count:
         attempts += 1
         if attempts > 50 * count + 1000:
@@ -282,6 +289,10 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
         if len(source) > max_input_tokens or " ".join(source) in pairs:
             continue
         pairs[" ".join(source)] = Pair(source, target)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     return list(pairs.values())
 
 

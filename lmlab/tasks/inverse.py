@@ -58,7 +58,8 @@ def prefix_depth(tokens: Sequence[str]) -> int:
     return depth
 
 
-def build_pairs(task: str, count: int | None = None, seed: int = 0) -> dict[str, list[TextPair]]:
+def build_pairs(task: str, count: int | None = None, seed: int = 0,
+                show_progress: bool = False) -> dict[str, list[TextPair]]:
     """Every split of ``task``: ``count`` generated expressions (integration; required) or the
     WordNet pairs (text tasks; ``count`` caps the train split)."""
     check_task(task)
@@ -68,7 +69,7 @@ def build_pairs(task: str, count: int | None = None, seed: int = 0) -> dict[str,
         if count is None:
             raise LmlabError("the integration task needs a count of expressions",
                              "pass e.g. count=50000 (--count 50000)")
-        splits = make_splits(generate_pairs(count, seed))
+        splits = make_splits(generate_pairs(count, seed, show_progress=show_progress))
         return {split: [TextPair(p.input_text, (p.target_text,), p.input_text,
                                  f"depth {prefix_depth(p.function)}") for p in pairs]
                 for split, pairs in splits.items()}
@@ -81,7 +82,7 @@ def build_pairs(task: str, count: int | None = None, seed: int = 0) -> dict[str,
 
 
 def write_task_data(task: str, out: str | Path, count: int | None = None, seed: int = 0,
-                    overwrite: bool = False) -> dict[str, int]:
+                    overwrite: bool = False, show_progress: bool = False) -> dict[str, int]:
     """Write ``task``'s splits (and, for the text tasks, the train split's pretraining corpus)
     under ``out``; returns the split sizes."""
     from lmlab.utils.checks import check_output_folder
@@ -89,7 +90,7 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
     check_task(task)
     out = Path(out)
     check_output_folder(out, overwrite, "task data")
-    splits = build_pairs(task, count, seed)
+    splits = build_pairs(task, count, seed, show_progress)
     out.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
         lines = [json.dumps({"input": p.input_text, "references": list(p.references),

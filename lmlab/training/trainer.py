@@ -565,6 +565,12 @@ class Trainer:
         config = getattr(self.model, "config", None)
         if config is None:
             return None
+        if getattr(config, "is_encoder_decoder", False):
+            if self.cfg.progress:
+                print("lmlab: no cost report: lmlab.cost counts the FLOPs of one stack per "
+                      "token; an encoder-decoder's (source and target tokens) is not modelled "
+                      "yet", flush=True)
+            return None
         tracker = CostTracker(config, self.cfg.seq_len, precision=self.cfg.precision,
                               device=self.device.type, devices=self.dist.world_size,
                               head=self.objective.flops_head, measure_peak=self.measure_peak,

@@ -12,7 +12,8 @@ What the family carries:
   a GeGLU feed-forward (``wi_0`` gate, ``wi_1`` up) with the tanh GELU and an untied head;
 - decoding starts from the pad token (id 0).
 
-Presets: small and base (v1.0 shapes) and ``v1.1-small`` (gated, untied).
+Presets: small and base (v1.0 shapes), ``v1.1-small`` (gated, untied), and CPU-sized
+``tiny`` (2 + 2 layers, 128 wide) and ``mini`` (4 + 4, 256 wide), heads of 64 dims.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ FAMILY = FamilySpec(
                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                   max_position_embeddings=512,
                   extra={"decoder_start_token_id": 0, "scale_decoder_outputs": True}),
-    sizes={"small": _size(512, 6, 8, 2048), "base": _size(768, 12, 12, 3072),
+    sizes={"tiny": _size(128, 2, 2, 512), "mini": _size(256, 4, 4, 1024),
+           "small": _size(512, 6, 8, 2048), "base": _size(768, 12, 12, 3072),
            "v1.1-small": _size(512, 8, 6, 1024, ffn_type="glu", hidden_act="gelu_new",
                                tie_word_embeddings=False, hidden_dropout_prob=0.0,
                                attention_probs_dropout_prob=0.0,
