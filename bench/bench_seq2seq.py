@@ -65,48 +65,52 @@ def _pair_of_models(name: str):
 
 
 def training(reps: int, steps: int, batch: int, with_bf16: bool) -> list[dict]:
+    return [row for name in ("t5-small", "bart-base")
+            for row in _training_rows(name, reps, steps, batch, with_bf16)]
+
+
+def _training_rows(name: str, reps: int, steps: int, batch: int, with_bf16: bool) -> list[dict]:
     rows = []
-    for name in ("t5-small", "bart-base"):
-        ours, theirs, vocab = _pair_of_models(name)
-        ours.train()
-        theirs.train()
-        generator = torch.Generator().manual_seed(1)
-        src = torch.randint(4, vocab, (batch, 128), generator=generator)
-        tgt = torch.randint(4, vocab, (batch, 64), generator=generator)
-        mask = torch.ones_like(src)
-        opt_a = torch.optim.AdamW(ours.parameters(), lr=1e-5)
-        opt_b = torch.optim.AdamW(theirs.parameters(), lr=1e-5)
+    ours, theirs, vocab = _pair_of_models(name)
+    ours.train()
+    theirs.train()
+    generator = torch.Generator().manual_seed(1)
+    src = torch.randint(4, vocab, (batch, 128), generator=generator)
+    tgt = torch.randint(4, vocab, (batch, 64), generator=generator)
+    mask = torch.ones_like(src)
+    opt_a = torch.optim.AdamW(ours.parameters(), lr=1e-5)
+    opt_b = torch.optim.AdamW(theirs.parameters(), lr=1e-5)
 
-        def step_ours(bf16: bool) -> None:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = ours(input_ids=src, attention_mask=mask, labels=tgt).loss
-            loss.backward()
-            opt_a.step()
-            opt_a.zero_grad(set_to_none=True)
+    def step_ours(bf16: bool) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = ours(input_ids=src, attention_mask=mask, labels=tgt).loss
+        loss.backward()
+        opt_a.step()
+        opt_a.zero_grad(set_to_none=True)
 
-        def step_theirs() -> None:
-            loss = theirs(input_ids=src, attention_mask=mask, labels=tgt).loss
-            loss.backward()
-            opt_b.step()
-            opt_b.zero_grad(set_to_none=True)
+    def step_theirs() -> None:
+        loss = theirs(input_ids=src, attention_mask=mask, labels=tgt).loss
+        loss.backward()
+        opt_b.step()
+        opt_b.zero_grad(set_to_none=True)
 
-        def timed(fn):
-            def run() -> float:
-                fn()  # warm-up step
-                start = time.perf_counter()
-                for _ in range(steps):
-                    fn()
-                return steps * batch * (128 + 64) / (time.perf_counter() - start)
-            return run
+    def timed(fn):
+        def run() -> float:
+            fn()  # warm-up step
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            return steps * batch * (128 + 64) / (time.perf_counter() - start)
+        return run
 
-        settings = [("fp32 vs fp32", False)] + ([("ours bf16 vs theirs fp32", True)]
-                                                if with_bf16 else [])
-        for label, bf16 in settings:
-            a, b = _median_pair(timed(lambda bf16=bf16: step_ours(bf16)), timed(step_theirs),
-                                reps)
-            rows.append({"bench": f"train {name} {batch}x(128+64)", "setting": label,
-                         "ours_tok_s": round(a), "ref_tok_s": round(b), "ratio": round(a / b, 2)})
-            print(json.dumps(rows[-1]), flush=True)
+    settings = [("fp32 vs fp32", False)] + ([("ours bf16 vs theirs fp32", True)]
+                                            if with_bf16 else [])
+    for label, bf16 in settings:
+        a, b = _median_pair(timed(lambda bf16=bf16: step_ours(bf16)), timed(step_theirs),
+                            reps)
+        rows.append({"bench": f"train {name} {batch}x(128+64)", "setting": label,
+                     "ours_tok_s": round(a), "ref_tok_s": round(b), "ratio": round(a / b, 2)})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
