@@ -82,3 +82,15 @@ def test_group_without_command_prints_its_help_with_examples():
     result = subprocess.run([sys.executable, "-m", "lmlab.cli", "cost"],
                             capture_output=True, text=True, check=True)
     assert "example:\n  lmlab cost estimate" in result.stdout
+
+
+def test_help_does_not_load_torch():
+    """``lmlab --help`` and a command's ``--help`` answer without importing torch (seconds on a
+    cold disk): every CLI module, family spec and registry listing defers it."""
+    code = ("import sys\nfrom lmlab.cli import main\n"
+            "for argv in (['--help'], ['pretrain', '--help'], ['seq2seq', 'train', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip().splitlines()[-1] == "False"

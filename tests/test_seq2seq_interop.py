@@ -39,9 +39,11 @@ def _bart(**more):
 
 
 def _marian(**more):
+    # bad_words_ids: OPUS-MT checkpoints never generate the pad token
     return transformers.MarianConfig(**{**SHARED, **more}, pad_token_id=63,
                                      decoder_start_token_id=63, eos_token_id=0,
-                                     activation_function="swish", scale_embedding=True)
+                                     activation_function="swish", scale_embedding=True,
+                                     bad_words_ids=[[63]])
 
 
 def _t5(**more):
@@ -204,16 +206,15 @@ def test_generation_matches_transformers(case, copy_models):
     src, mask, labels = _copy_batch(torch.Generator().manual_seed(9), pad, eos, size=6)
     for settings in GENERATION_SETTINGS:
         for use_cache in (True, False):
+            # each side with its checkpoint's own settings (BART and Marian force </s> at
+            # the last step)
             ref = theirs.generate(input_ids=src, attention_mask=mask, max_new_tokens=10,
-                                  do_sample=False, forced_eos_token_id=None,
-                                  forced_bos_token_id=None, no_repeat_ngram_size=0,
-                                  min_length=0, use_cache=use_cache, **settings)
+                                  do_sample=False, use_cache=use_cache, **settings)
             got = generate(ours, src, mask, max_new_tokens=10, use_cache=use_cache, **settings)
             assert _up_to_eos(got, eos) == _up_to_eos(ref, eos), (settings, use_cache)
     # several hypotheses per input, best first, as transformers returns them
     ref = theirs.generate(input_ids=src, attention_mask=mask, max_new_tokens=10, num_beams=4,
-                          num_return_sequences=3, do_sample=False, forced_eos_token_id=None,
-                          forced_bos_token_id=None, no_repeat_ngram_size=0, min_length=0)
+                          num_return_sequences=3, do_sample=False)
     got = generate(ours, src, mask, max_new_tokens=10, num_beams=4, num_return_sequences=3)
     assert got.shape[0] == 3 * len(src)
     assert _up_to_eos(got, eos) == _up_to_eos(ref, eos)
@@ -263,3 +264,73 @@ def test_config_parameter_count_matches_the_model(family):
     config.vocab_size = 1000  # keeps the model small; every other size is the preset's
     config.pad_token_id = min(config.pad_token_id, 999)
     assert config.num_parameters() == EncoderDecoderModel(config).num_parameters()
+
+
+def test_t5_feed_forward_names_read_as_transformers_reads_them():
+    from lmlab.interop.families.t5 import feed_forward, projection_name
+
+    assert feed_forward("relu") == ("mlp", "relu")
+    assert feed_forward("gelu") == ("mlp", "gelu")  # exact GELU: only gated-gelu is tanh
+    assert feed_forward("gated-gelu") == ("glu", "gelu_new")
+    assert feed_forward("gated-silu") == ("glu", "silu")
+    for name in ("relu", "gelu", "gated-gelu", "gated-silu"):
+        assert projection_name(*feed_forward(name)) == name
+    for bad in ("wide-relu", "gated-gelu-x", "gated-nope"):
+        with pytest.raises(LmlabError, match="not supported"):
+            feed_forward(bad)
+    assert projection_name("mlp", "gelu_new") == "gelu_new"
+    with pytest.raises(LmlabError, match="cannot express"):
+        projection_name("glu", "gelu")  # "gated-gelu" means the tanh GELU
+
+
+def test_t5_pad_row_trains_and_scaling_follows_tying(tmp_path):
+    spec = get_family("t5")
+    t5 = EncoderDecoderModel(spec.config(**spec.sizes["tiny"], vocab_size=50))
+    assert t5.get_input_embeddings().padding_idx is None  # decoding starts from <pad>
+    bart = EncoderDecoderModel(get_family("bart").config(**TINY_BART))
+    assert bart.get_input_embeddings().padding_idx == 1
+    untied = spec.config(**spec.sizes["tiny"], vocab_size=50, tie_word_embeddings=False)
+    with pytest.raises(LmlabError, match="only when the head is tied"):
+        EncoderDecoderModel(untied).save_pretrained(tmp_path / "t5")
+    assert not (tmp_path / "t5").exists()
+
+
+TINY_BART = dict(hidden_size=32, num_hidden_layers=1, num_decoder_layers=1,
+                 num_attention_heads=2, intermediate_size=64, vocab_size=50,
+                 max_position_embeddings=22)
+
+
+def test_bart_keeps_its_position_offset_whatever_the_pad_id():
+    from lmlab.models.presets import preset
+
+    assert preset("bart", "base", pad_token_id=0).position_offset == 2
+    assert preset("roberta", "base", pad_token_id=0).position_offset == 1  # tied to the pad
+
+
+def test_evaluation_loss_has_no_label_smoothing():
+    import torch.nn.functional as F
+
+    config = get_family("bart").config(**TINY_BART)
+    config.extra["label_smoothing"] = 0.1
+    model = EncoderDecoderModel(config)
+    src = torch.tensor([[5, 6, 7, 2]])
+    labels = torch.tensor([[8, 9, 2]])
+    model.eval()
+    with torch.no_grad():
+        out = model(input_ids=src, labels=labels)
+        plain = F.cross_entropy(out.logits[0], labels[0])
+        assert out.loss.item() == pytest.approx(plain.item())
+        model.train()
+        model.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+        assert model(input_ids=src, labels=labels).loss.item() != pytest.approx(plain.item())
+
+
+def test_generate_text_refuses_several_hypotheses_per_prompt():
+    from lmlab.generation.generate import generate_text
+    from lmlab.tokenization.symbols import symbol_tokenizer
+
+    tok = symbol_tokenizer("a b c".split())
+    config = get_family("t5").config(**get_family("t5").sizes["tiny"], vocab_size=len(tok))
+    with pytest.raises(LmlabError, match="one text per prompt"):
+        generate_text(EncoderDecoderModel(config), tok, ["a b"], num_beams=3,
+                      num_return_sequences=2)

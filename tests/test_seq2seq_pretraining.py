@@ -124,3 +124,12 @@ def test_the_objective_refuses_an_encoder(t5_shards, tmp_path):
     config.model = ModelSettings("bert", "tiny")
     with pytest.raises(LmlabError, match="trains encoder-decoders"):
         lmlab.pretrain(config)
+
+
+def test_seq_len_must_leave_room_for_the_end_token_and_offset(t5_shards, tmp_path):
+    """BART's table of 130 rows holds 128 positions (offset 2), one of them for </s>."""
+    shards, _ = t5_shards
+    config = _config(tmp_path / "run", shards, "bart", "bart")
+    config.training.seq_len = 128
+    with pytest.raises(LmlabError, match="--seq-len 128 exceeds the bart-base model's 127"):
+        config.validate()

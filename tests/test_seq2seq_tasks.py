@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import assert_clean_refusal, run_lmlab
+from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
 
 from lmlab.finetune.text_to_text import encode_pairs
 from lmlab.tasks.inverse import (
@@ -52,8 +52,8 @@ def test_definitions_corpus_holds_only_train_texts(tmp_path):
               for line in (tmp_path / "d" / "corpus" / f"{name}.jsonl").open()]
     texts = {s for doc in corpus for s in doc["sentences"]}
     train_glosses = {p.target for p in splits["train"]}
-    held_out = {p.target for split in ("dev", "test") for p in splits[split]} - train_glosses
-    assert held_out and not (texts & held_out)
+    held_out = {p.target for split in ("dev", "test") for p in splits[split]}
+    assert held_out and not (texts & held_out)  # no dev or test gloss, even as another's
     assert train_glosses <= texts
 
 
@@ -129,6 +129,26 @@ def test_train_and_evaluate_commands(trained):
     assert sum(metrics["beam 3"]["verdicts"].values()) > sum(metrics["beam 1"]["verdicts"].values())
 
 
+def test_evaluate_refuses_to_overwrite_its_output(trained, tmp_path):
+    out = tmp_path / "metrics.json"
+    out.write_text("{}")
+    result = run_lmlab("seq2seq", "evaluate", "--model", trained / "run" / "model", "--data",
+                       trained / "data", "--max-examples", "2", "--out", out)
+    assert_clean_refusal(result, str(out), fix="--overwrite")
+    assert out.read_text() == "{}"
+
+
+def test_sources_beyond_the_positions_are_cut_when_decoding(trained):
+    import lmlab
+    from lmlab.finetune.text_to_text import predict_texts
+
+    model = lmlab.from_pretrained(trained / "run" / "model")
+    tok = lmlab.Tokenizer.from_pretrained(trained / "run" / "model")
+    longest = " ".join(["add x"] * model.max_length)  # twice the positions
+    out = predict_texts(model, tok, [longest], max_new_tokens=10 * model.max_length)
+    assert len(out) == 1 and isinstance(out[0][0], str)
+
+
 def test_generate_command_prints_the_decoders_output(trained):
     result = run_lmlab("generate", trained / "run" / "model", "mul INT+ 2 x", "--max-new-tokens",
                        "8", "--json")
@@ -151,6 +171,120 @@ def test_bad_train_arguments_are_refused_before_work(trained, tmp_path):
     no_tokenizer = run_lmlab("seq2seq", "train", "--data", text_task, "--steps", "2", "--out",
                              tmp_path / "b")
     assert_clean_refusal(no_tokenizer, "needs a tokenizer", fix="--tokenizer")
-    again = run_lmlab("seq2seq", "train", "--data", data, "--steps", "2", "--out",
-                      trained / "run")
-    assert again.returncode == 2 and "--overwrite" in again.stderr
+    # the same run folder with another model: refused, naming the difference, nothing touched
+    before = disk_snapshot(trained / "run")
+    again = run_lmlab("seq2seq", "train", "--data", data, "--family", "marian", "--layers", "1",
+                      "--hidden", "32", "--steps", "30", "--batch-size", "16", "--lr", "2e-3",
+                      "--precision", "fp32", "--out", trained / "run")
+    assert_clean_refusal(again, "hidden")
+    assert disk_snapshot(trained / "run") == before
+
+
+def test_a_fresh_model_follows_the_run_seed(tmp_path):
+    """Random-init runs of one seed start from the same weights, of another seed not: the three
+    seeds of an experiment are three draws, and each can be repeated."""
+    import torch
+
+    import lmlab
+    from lmlab.finetune.text_to_text import train_on_task
+    from lmlab.training.config import TrainingConfig
+
+    write_task_data("integration", tmp_path / "data", count=60, seed=0)
+    weights = {}
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        cfg = TrainingConfig(max_steps=1, batch_size=8, lr=1e-9, seed=seed, progress=False)
+        train_on_task(tmp_path / "data", tmp_path / name, cfg, layers=1, hidden=64)
+        model = lmlab.from_pretrained(tmp_path / name / "model")
+        weights[name] = model.encoder.layers[0].attention.q_proj.weight.detach()
+    assert torch.equal(weights["a"], weights["b"])
+    assert not torch.allclose(weights["a"], weights["c"])
+
+
+def test_classification_as_text_to_text(tmp_path):
+    """T5's formulation of a built-in task: the label's name as the target, read back from the
+    generated text and scored with the task's own metrics."""
+    from lmlab.tasks import load_builtin_task
+
+    write_task_data("wordnet-supersense", tmp_path / "d")
+    task, splits = read_task_data(tmp_path / "d")
+    original = load_builtin_task("wordnet-supersense")
+    assert len(splits["test"]) == len(original.split("test"))
+    first = original.split("test")[0]
+    assert splits["test"][0].input_text == f"wordnet-supersense: {first.text}"
+    assert splits["test"][0].target == first.label
+    info = json.loads((tmp_path / "d" / "task.json").read_text())
+    pairs = splits["test"][:50]
+    perfect = score(task, pairs, [[p.target] for p in pairs], info=info)
+    assert perfect[info["metrics"][0]] == 1.0 and perfect["not_a_label"] == 0.0
+    wrong = score(task, pairs, [["not a supersense"] for _ in pairs], info=info)
+    assert wrong["accuracy"] == 0.0 and wrong["not_a_label"] == 1.0
+
+
+def test_text2text_pipeline(trained):
+    import lmlab
+    from lmlab.finetune.text_to_text import predict_texts
+
+    solve = lmlab.pipeline("text2text-generation", model=trained / "run" / "model")
+    out = solve(["mul INT+ 2 x", "cos x"], max_new_tokens=12)
+    expected = predict_texts(solve.model, solve.tokenizer, ["mul INT+ 2 x", "cos x"],
+                             max_new_tokens=12)
+    assert out == [[{"generated_text": e[0]}] for e in expected]
+    with pytest.raises(LmlabError, match="needs an encoder-decoder"):
+        lmlab.pipeline("text2text-generation", model="minilm")
+
+
+def test_a_derivative_over_the_time_limit_is_a_clear_error(monkeypatch):
+    """Generation never skips a slow derivative (the data would depend on the machine's
+    speed): it stops with a message naming the function and the fix."""
+    import time
+
+    import sympy
+
+    from lmlab.tasks.integration import generate_pairs
+
+    def slow_diff(*args, **kwargs):
+        time.sleep(5)
+
+    monkeypatch.setattr(sympy, "diff", slow_diff)
+    with pytest.raises(LmlabError, match="took longer than 0.2 s") as error:
+        generate_pairs(3, seed=0, timeout=0.2)
+    assert "raise the timeout" in error.value.fix
+
+
+def test_a_folder_of_your_own_pairs(tmp_path):
+    """task.json {"task": "text"}: your own pairs, trained and scored like definitions (BLEU,
+    chrF, exact match; several references per example)."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "task.json").write_text(json.dumps({"task": "text"}))
+    rows = [{"input": f"number {i}", "references": [f"n{i}", f"#{i}"]} for i in range(12)]
+    for split in ("train", "dev", "test"):
+        (folder / f"{split}.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    task, splits = read_task_data(folder)
+    assert task == "text" and splits["test"][0].references == ("n0", "#0")
+    result = score(task, splits["test"], [["#0"]] + [["x"]] * 11)
+    assert result["exact_match"] == pytest.approx(1 / 12) and 0 <= result["bleu"] <= 1
+    with pytest.raises(LmlabError, match="nothing to generate"):
+        write_task_data("text", tmp_path / "other")
+
+
+def test_a_sequence_beyond_the_positions_is_refused():
+    import torch
+
+    from lmlab.interop.families import get_family
+    from lmlab.models.seq2seq import EncoderDecoderModel
+
+    spec = get_family("bart")
+    config = spec.config(hidden_size=32, num_hidden_layers=1, num_decoder_layers=1,
+                         num_attention_heads=2, intermediate_size=64, vocab_size=50,
+                         max_position_embeddings=12)  # 10 positions + BART's offset of 2
+    model = EncoderDecoderModel(config)
+    with pytest.raises(LmlabError, match="11 tokens is longer than the 10 positions"):
+        model(input_ids=torch.ones(1, 11, dtype=torch.long), labels=torch.ones(1, 3,
+                                                                              dtype=torch.long))
+
+
+def test_finetune_points_an_encoder_decoder_to_text_to_text(trained, tmp_path):
+    result = run_lmlab("finetune", "--task", "fortunes-topic", "--model",
+                       trained / "run" / "model", "--out", tmp_path / "ft")
+    assert_clean_refusal(result, "is an encoder-decoder", fix="lmlab seq2seq train")

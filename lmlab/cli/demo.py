@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.training.config import PRECISIONS
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -28,7 +30,7 @@ def register(commands) -> None:
     p.add_argument("--max-train-examples", type=int)
     p.add_argument("--max-eval-examples", type=int)
     p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="pretraining and fine-tuning precision (default auto: bf16 where this "
                         "host's measured bf16 matmul rate is at least 1.2x fp32's)")
     p.add_argument("--ceiling", default="minilm",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from lmlab.cli._task_options import add_task_arguments, task_from_args
+from lmlab.training.config import PRECISIONS
 
 
 def register(commands) -> None:
@@ -53,7 +54,7 @@ def register(commands) -> None:
     p.add_argument("--min-updates", type=int,
                    help="train at least N optimizer updates, adding epochs on small data "
                         "(default: the recipe's; bert 500, 0 = no minimum)")
-    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="default auto: bf16 where this host's measured bf16 matmul rate is at "
                         "least 1.2x fp32's (lmlab cost peak), else fp32")
 
@@ -68,7 +69,8 @@ def register(commands) -> None:
                         "with a head")
     p.add_argument("--splits", default="dev", help="comma-separated splits (default dev)")
     p.add_argument("--out", help="where to write results (default: the run dir)")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--precision", default="fp32",
+                   choices=[p for p in PRECISIONS if p != "auto"])
     p.add_argument("--few-shot", help="causal LMs: comma-separated shot counts, e.g. 0,1,8")
     p.add_argument("--max-examples", type=int, default=100,
                    help="--few-shot: score N examples of each split, a stable label-stratified "

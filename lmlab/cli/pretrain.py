@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from lmlab.cli._common import pretrain_choices
+from lmlab.training.config import PRECISIONS
 
 # flags whose setting has another name (the others are named as their setting)
 _SETTING_OF_FLAG = {"steps": "max_steps", "tokens": "max_tokens", "budget": "budget_seconds",
@@ -55,7 +56,7 @@ def register(commands) -> None:
     p.add_argument("--save-every", type=int, help="checkpoint every N steps (and at the end)")
     p.add_argument("--keep-last", type=int)
     p.add_argument("--log-every", type=int)
-    p.add_argument("--precision", choices=["fp32", "bf16", "auto"],
+    p.add_argument("--precision", choices=PRECISIONS,
                    help="default auto (unless the --config file sets one): bf16 where this "
                         "host's measured bf16 matmul rate is at least 1.2x fp32's (lmlab cost "
                         "peak), else fp32")

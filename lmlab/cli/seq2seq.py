@@ -7,6 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
+from lmlab.training.config import PRECISIONS
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -14,7 +16,10 @@ def register(commands) -> None:
         example="lmlab seq2seq data --task integration --count 50000 --out data/integration",
         handler=_data, group="seq2seq")
     p.add_argument("--task", required=True,
-                   choices=("integration", "definitions", "reverse-dictionary"))
+                   choices=("integration", "definitions", "reverse-dictionary",
+                            "wordnet-supersense", "wordnet-wic", "fortunes-topic"),
+                   help="an inverse problem, a WordNet text task, or a built-in "
+                        "classification task in T5's formulation (label as a word)")
     p.add_argument("--count", type=int,
                    help="expressions to generate (integration), or the most train pairs kept")
     p.add_argument("--seed", type=int, default=0)
@@ -47,7 +52,7 @@ def register(commands) -> None:
     p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--max-source-length", type=int, default=256)
     p.add_argument("--max-target-length", type=int, default=256)
-    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    p.add_argument("--precision", default="auto", choices=PRECISIONS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int)
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
@@ -64,6 +69,7 @@ def register(commands) -> None:
     p.add_argument("--max-examples", type=int, help="score the first N examples of the split")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--out", help="write the metrics (JSON) here")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.add_argument("--threads", type=int)
 
 
@@ -113,18 +119,19 @@ def _evaluate(args: argparse.Namespace) -> int:
     import torch
 
     from lmlab.finetune.text_to_text import evaluate_on_task
-    from lmlab.utils.checks import check_at_least
+    from lmlab.tasks.inverse import read_task_data
+    from lmlab.utils.checks import check_at_least, check_output_file, parse_int_list
     from lmlab.utils.errors import LmlabError
 
-    try:
-        beams = sorted({int(b) for b in args.beams.split(",") if b.strip()})
-    except ValueError:
-        raise LmlabError(f"--beams {args.beams!r} is not a list of numbers",
-                         "write e.g. --beams 1,5,10") from None
-    if not beams or beams[0] < 1:
+    beams = sorted(set(parse_int_list(args.beams, "--beams", "1,5,10")))
+    if beams[0] < 1:
         raise LmlabError(f"--beams {args.beams!r}", "give beam sizes of at least 1, e.g. 1,5")
     check_at_least(args.max_examples, 1, "--max-examples")
+    check_at_least(args.max_new_tokens, 1, "--max-new-tokens")
     check_at_least(args.threads, 1, "--threads")
+    if args.out:
+        check_output_file(args.out, args.overwrite)
+    read_task_data(args.data)  # a task folder, before the model loads
     if args.threads:
         torch.set_num_threads(args.threads)
     results = evaluate_on_task(args.model, args.data, args.split, beams, args.max_examples,

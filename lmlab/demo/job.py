@@ -30,13 +30,12 @@ PRETRAIN_MODEL_ARGS = {"num_hidden_layers": 2, "hidden_dropout_prob": 0.0,
 GOAL_NATS_BELOW_UNIGRAM = 1.5
 GOAL_ACCURACY = 0.25
 
-FAMILY_NAMES = {"bert": "BERT", "roformer": "RoFormer", "roberta": "RoBERTa", "albert": "ALBERT",
-                "electra": "ELECTRA", "distilbert": "DistilBERT", "gpt2": "GPT-2", "llama": "Llama"}
-
-
 def model_name(family: str, size: str) -> str:
     """How the demo names its model: ``RoFormer-mini``."""
-    return f"{FAMILY_NAMES.get(family, family)}-{size}"
+    from lmlab.interop.families import KNOWN_FAMILIES, get_family
+
+    name = get_family(family).display_name if family in KNOWN_FAMILIES else family
+    return f"{name}-{size}"
 
 
 CONTEXT_EXAMPLES = {

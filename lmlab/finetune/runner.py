@@ -94,11 +94,22 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
             heads = ()
             for arch in hf.get("architectures") or []:
                 heads = family.architectures.get(arch, ())
+        _refuse_encoder_decoder(config, folder)
         torch.manual_seed(seed)
         model = LanguageModel(config, heads=heads)
     else:
         model = from_pretrained(folder)
+        _refuse_encoder_decoder(model.config, folder)
     return model, load_tokenizer(folder), folder
+
+
+def _refuse_encoder_decoder(config, folder: Path) -> None:
+    """Task heads sit on an encoder; an encoder-decoder learns a task as text to text."""
+    if getattr(config, "is_encoder_decoder", False):
+        raise LmlabError(f"{folder} is an encoder-decoder ({config.family}); lmlab finetune "
+                         "puts task heads on encoders",
+                         "train it text-to-text: lmlab seq2seq data --task TASK --out DATA, then "
+                         f"lmlab seq2seq train --data DATA --init {folder} --steps N --out RUN")
 
 
 def check_head_matches(model, task: Task) -> Task:

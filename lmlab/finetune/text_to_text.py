@@ -24,21 +24,31 @@ import torch
 from torch import nn
 
 from lmlab.finetune.data import Feature, TaskStream
-from lmlab.models.heads import IGNORE_INDEX
 from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
+
+
+def encode_source(text: str, tokenizer: Any, max_length: int) -> list[int]:
+    """A source's ids, cut to ``max_length`` tokens keeping its end-of-sequence token last."""
+    ids = tokenizer.encode(text)
+    if len(ids) <= max_length:
+        return ids
+    eos = tokenizer.eos_token_id
+    return ids[:max_length - 1] + [eos] if eos is not None and ids[-1] == eos \
+        else ids[:max_length]
 
 
 def encode_pairs(pairs: Sequence[TextPair], tokenizer: Any, max_source_length: int,
                  max_target_length: int) -> list[Feature]:
     """Features with the source ids as ``input_ids`` and the target ids (end-of-sequence
-    included) as ``label``. Sources longer than ``max_source_length`` are cut; a target longer
-    than ``max_target_length`` is refused, with the count."""
+    included) as ``label``. Sources longer than ``max_source_length`` are cut (their
+    end-of-sequence token kept); a target longer than ``max_target_length`` is refused, with
+    the count."""
     if not pairs:
         raise LmlabError("no (source, target) pairs to encode", "give a non-empty split")
     features, too_long = [], []
     for index, pair in enumerate(pairs):
-        source = tokenizer.encode(pair.input_text)[:max_source_length]
+        source = encode_source(pair.input_text, tokenizer, max_source_length)
         target = tokenizer.encode(pair.target)
         if len(target) > max_target_length:
             too_long.append(len(target))
@@ -55,18 +65,10 @@ def encode_pairs(pairs: Sequence[TextPair], tokenizer: Any, max_source_length: i
 
 def collate_pairs(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``/``attention_mask`` (B, S) and ``labels`` (B, T), -100 after
-    each target."""
-    sources = [f.input_ids for f in features]
-    targets = [f.label for f in features]
-    width, depth = max(map(len, sources)), max(map(len, targets))
-    ids = torch.full((len(features), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(features), width), dtype=torch.long)
-    labels = torch.full((len(features), depth), IGNORE_INDEX, dtype=torch.long)
-    for row, (source, target) in enumerate(zip(sources, targets)):
-        ids[row, :len(source)] = torch.tensor(source)
-        mask[row, :len(source)] = 1
-        labels[row, :len(target)] = torch.tensor(target)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    each target (:func:`lmlab.objectives.seq2seq.pad_pairs`)."""
+    from lmlab.objectives.seq2seq import pad_pairs
+
+    return pad_pairs([f.input_ids for f in features], [f.label for f in features], pad_id)
 
 
 class PairStream(TaskStream):
@@ -92,17 +94,9 @@ class TextToTextObjective(nn.Module):
         model.add_head("seq2seq-lm")
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]):
-        from lmlab.objectives.base import ObjectiveResult
+        from lmlab.objectives.seq2seq import seq2seq_loss
 
-        labels = batch["labels"]
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    labels=labels)
-        count = int((labels != IGNORE_INDEX).sum())
-        with torch.no_grad():
-            predicted = out.logits.argmax(-1)
-            real = labels != IGNORE_INDEX
-            accuracy = float((predicted[real] == labels[real]).float().mean()) if count else 0.0
-        return ObjectiveResult(out.loss, {"token_accuracy": accuracy}, count)
+        return seq2seq_loss(model, batch)
 
 
 def train_text_to_text(model: nn.Module, tokenizer: Any, train: Sequence[TextPair],
@@ -138,13 +132,18 @@ def predict_texts(model: nn.Module, tokenizer: Any, sources: Sequence[str], num_
                   num_return_sequences: int = 1, max_new_tokens: int = 128,
                   batch_size: int = 32, length_penalty: float = 1.0,
                   show_progress: bool = False) -> list[list[str]]:
-    """For each source, its ``num_return_sequences`` best outputs (best first) as text."""
+    """For each source, its ``num_return_sequences`` best outputs (best first) as text.
+    Sources longer than the model's positions are cut (end-of-sequence kept) and
+    ``max_new_tokens`` is capped at what its decoder positions hold."""
     from lmlab.generation.generate import generate
     from lmlab.utils.progress import progress
 
     if num_return_sequences > num_beams:
         raise LmlabError(f"num_return_sequences={num_return_sequences} > num_beams={num_beams}",
                          "ask for at most as many hypotheses as beams")
+    limit = getattr(model, "max_length", None)
+    if limit is not None:
+        max_new_tokens = min(max_new_tokens, limit - 1)  # position 0: the start token
     model.eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device
@@ -153,7 +152,7 @@ def predict_texts(model: nn.Module, tokenizer: Any, sources: Sequence[str], num_
     starts = range(0, len(order), batch_size)
     for start in progress(starts, desc="decoding", unit="batch") if show_progress else starts:
         indices = order[start:start + batch_size]
-        encoded = [tokenizer.encode(sources[i]) for i in indices]
+        encoded = [encode_source(sources[i], tokenizer, limit or 1 << 30) for i in indices]
         width = max(map(len, encoded))
         ids = torch.tensor([row + [pad] * (width - len(row)) for row in encoded], device=device)
         mask = (torch.arange(width, device=device)[None, :]
@@ -180,12 +179,7 @@ def build_seq2seq_model(family: str, tokenizer: Any, size: str | None = None,
     from lmlab.models.seq2seq import EncoderDecoderModel
 
     spec = get_family(family)
-    if not spec.shape.get("is_encoder_decoder"):
-        raise LmlabError(f"{family} is not an encoder-decoder family",
-                         "use marian, bart or t5")
-    size = size or next(iter(spec.sizes))
-    if size not in spec.sizes:
-        raise LmlabError(f"{family} has no size {size!r}", f"sizes: {', '.join(spec.sizes)}")
+    size = _fresh_model_settings(family, size, layers, hidden)["size"]
     values: dict[str, Any] = dict(spec.sizes[size])
     if layers is not None:
         values.update(num_hidden_layers=layers, num_decoder_layers=layers)
@@ -218,29 +212,44 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
                   max_target_length: int = 256, overwrite: bool = False):
     """Train an encoder-decoder on a task folder (:func:`lmlab.tasks.inverse.write_task_data`):
     from ``init`` (a pretrained folder and its tokenizer) or a fresh ``family`` model. The
-    integration task builds a symbol tokenizer from its splits; a text task trained from
-    scratch needs ``tokenizer``. Every argument is checked before any work."""
+    integration task builds a symbol tokenizer from its train split; a text task trained from
+    scratch needs ``tokenizer``.
+
+    Every setting is checked, and ``out`` prepared, before the model is built: a run already
+    there continues only when its data, tokenizer, model settings and lengths are these
+    (otherwise it is refused, naming the difference, unless ``overwrite``)."""
     import lmlab
-    from lmlab.tasks.inverse import read_task_data
+    from lmlab.tasks.inverse import read_task_data, task_info
     from lmlab.tokenization.symbols import symbol_tokenizer
     from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.training.run_dir import prepare_run_folder
+    from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
+    from lmlab.training.trainer import seed_everything
 
     task, splits = read_task_data(data)
     if init is not None:
         tok = Tokenizer.from_pretrained(init)
     elif tokenizer is not None:
         tok = Tokenizer.from_pretrained(tokenizer)
-    elif task == "integration":
-        symbols = {s for split in splits.values() for p in split
-                   for text in (p.input_text, *p.references) for s in text.split()}
-        tok = symbol_tokenizer(symbols)
+    elif task == "integration":  # the train split's symbols; others read as <unk>
+        tok = symbol_tokenizer({s for p in splits["train"]
+                                for text in (p.input_text, *p.references) for s in text.split()})
     else:
         raise LmlabError(f"the {task} task needs a tokenizer when trained from scratch",
                          "pass --tokenizer FOLDER (e.g. one trained with lmlab tokenizer "
                          "train --corpus DATA/corpus --kind unigram --extra-ids 100), or "
                          "--init a pretrained model")
-    prepare_run_folder(Path(out), overwrite, None)
+    if init is None:
+        model_settings = _fresh_model_settings(family, size, layers, hidden)
+    else:
+        model_settings = {"init": str(init)}
+    record = RunRecord(
+        hparams={"task": task, **model_settings, "dropout": dropout if init is None else None,
+                 "label_smoothing": label_smoothing, "max_source_length": max_source_length,
+                 "max_target_length": max_target_length},
+        data={"task_data": str(data), "task_fingerprint": _folder_fingerprint(data, task_info),
+              "tokenizer_fingerprint": tok.fingerprint()})
+    prepare_run_folder(Path(out), overwrite, run_config(cfg, record))
+    seed_everything(cfg.seed)  # a fresh model's weights follow the run's seed
     if init is not None:
         model = lmlab.from_pretrained(init, head="seq2seq-lm")
         if not getattr(model.config, "is_encoder_decoder", False):
@@ -249,11 +258,37 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
         model.config.extra["label_smoothing"] = float(label_smoothing)
         model.train()
     else:
-        model = build_seq2seq_model(family, tok, size, layers, hidden, dropout,
-                                    label_smoothing,
+        model = build_seq2seq_model(family, tok, model_settings["size"], layers, hidden,
+                                    dropout, label_smoothing,
                                     max(max_source_length, max_target_length))
+    record.model = model.config.to_dict()
     return train_text_to_text(model, tok, splits["train"], splits["dev"], cfg, out,
-                              max_source_length, max_target_length)
+                              max_source_length, max_target_length, record=record)
+
+
+def _fresh_model_settings(family: str, size: str | None, layers: int | None,
+                          hidden: int | None) -> dict[str, Any]:
+    """A fresh model's settings, checked (the family an encoder-decoder, the size known)."""
+    from lmlab.interop.families import get_family
+
+    spec = get_family(family)
+    if not spec.shape.get("is_encoder_decoder"):
+        raise LmlabError(f"{family} is not an encoder-decoder family", "use marian, bart or t5")
+    size = size or next(iter(spec.sizes))
+    if size not in spec.sizes:
+        raise LmlabError(f"{family} has no size {size!r}", f"sizes: {', '.join(spec.sizes)}")
+    return {"family": family, "size": size, "layers": layers, "hidden": hidden}
+
+
+def _folder_fingerprint(data: str | Path, task_info: Any) -> str:
+    """SHA-256 of a task folder's task.json and split files (what resuming compares)."""
+    import hashlib
+
+    task_info(data)  # a task folder
+    digest = hashlib.sha256()
+    for name in ("task.json", "train.jsonl", "dev.jsonl", "test.jsonl"):
+        digest.update((Path(data) / name).read_bytes())
+    return digest.hexdigest()
 
 
 def evaluate_on_task(model_dir: str | Path, data: str | Path, split: str = "test",
@@ -263,10 +298,11 @@ def evaluate_on_task(model_dir: str | Path, data: str | Path, split: str = "test
     """Decode ``split`` with each beam size (every beam's hypotheses count for integration,
     the best one for the text tasks) and score it; written to ``out`` as JSON when given."""
     from lmlab.pipelines.base import load_model_and_tokenizer
-    from lmlab.tasks.inverse import read_task_data, score
+    from lmlab.tasks.inverse import read_task_data, score, task_info
     from lmlab.utils.io import atomic_write_json
 
     task, splits = read_task_data(data)
+    info = task_info(data)
     pairs = splits[split][:max_examples] if max_examples else splits[split]
     model, tok = load_model_and_tokenizer(str(model_dir), head="seq2seq-lm")
     results: dict[str, Any] = {"task": task, "split": split, "examples": len(pairs)}
@@ -276,7 +312,7 @@ def evaluate_on_task(model_dir: str | Path, data: str | Path, split: str = "test
                                    num_return_sequences=returned,
                                    max_new_tokens=max_new_tokens, batch_size=batch_size,
                                    show_progress=True)
-        results[f"beam {beam}"] = score(task, pairs, hypotheses)
+        results[f"beam {beam}"] = score(task, pairs, hypotheses, info=info)
     if out is not None:
         atomic_write_json(out, results)
     return results

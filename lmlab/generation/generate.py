@@ -59,6 +59,9 @@ class GenerationConfig:
     pad_token_id: int | None = None
     stop_strings: list[str] = field(default_factory=list)
     use_cache: bool = True
+    forced_bos_token_id: int | None = None  # the first generated token (mBART-style language ids)
+    forced_eos_token_id: int | None = None  # the last token when max_new_tokens is reached (BART)
+    suppress_token_ids: list[int] = field(default_factory=list)  # never generated (Marian: pad)
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:
@@ -139,12 +142,26 @@ def top_p_filter(scores: torch.Tensor, p: float, min_keep: int = 1) -> torch.Ten
     return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
 
 
+def force_token(scores: torch.Tensor, token: int) -> torch.Tensor:
+    """Every score -inf but ``token``'s, which becomes 0 (as transformers' forced-token
+    processors do: in beam search the forced step adds nothing to a hypothesis' score)."""
+    forced = torch.full_like(scores, float("-inf"))
+    forced[:, token] = 0.0
+    return forced
+
+
 def process_logits(scores: torch.Tensor, sequences: torch.Tensor, mask: torch.Tensor,
                    config: GenerationConfig, step: int) -> torch.Tensor:
     """All of ``config``'s logit processors, in Hugging Face's order."""
     scores = apply_repetition_penalty(scores, sequences, config.repetition_penalty, mask)
+    if config.suppress_token_ids:
+        scores[:, config.suppress_token_ids] = float("-inf")
     if step < config.min_new_tokens and config.eos_ids:
         scores[:, config.eos_ids] = float("-inf")
+    if step == 0 and config.forced_bos_token_id is not None:
+        scores = force_token(scores, config.forced_bos_token_id)
+    if step == config.max_new_tokens - 1 and config.forced_eos_token_id is not None:
+        scores = force_token(scores, config.forced_eos_token_id)
     if config.do_sample:
         if config.temperature != 1.0:
             scores = scores / config.temperature
@@ -251,6 +268,13 @@ def make_config(config: GenerationConfig | None, model: Any, **overrides: Any) -
             setattr(config, key, value)
     if config.eos_token_id is None:
         config.eos_token_id = model.config.eos_token_id
+    extra = model.config.extra  # a checkpoint's own generation settings (BART, Marian)
+    for name in ("forced_bos_token_id", "forced_eos_token_id"):
+        if name not in overrides and getattr(config, name) is None:
+            setattr(config, name, extra.get(name))
+    if "suppress_token_ids" not in overrides and not config.suppress_token_ids:
+        config.suppress_token_ids = [ids[0] for ids in extra.get("bad_words_ids") or []
+                                     if len(ids) == 1]
     if config.pad_token_id is None:
         config.pad_token_id = model.config.pad_token_id
     if config.pad_token_id is None and config.eos_ids:
@@ -508,6 +532,10 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
     if eos is None:
         eos = tokenizer.eos_token_id
     config = make_config(config, model, eos_token_id=eos, pad_token_id=pad_id, **options)
+    if config.num_return_sequences > 1:
+        raise LmlabError("generate_text returns one text per prompt",
+                         "for several hypotheses per input use generate() (token ids) or "
+                         "lmlab.finetune.text_to_text.predict_texts")
     streamer = None
     if on_text is not None:
         if len(texts) != 1:

@@ -69,8 +69,8 @@ def save_model(model, path: str | Path) -> tuple[Path, str]:
 
     try:
         return save_pretrained(model, path), "huggingface"
-    except (LmlabError, KeyError, ValueError) as error:
-        reason = error.problem if isinstance(error, LmlabError) else error
+    except LmlabError as error:  # the refusal of an unmappable config, made before writing
+        reason = error.problem
         print(f"lmlab: no Hugging Face mapping for this model ({reason}); writing lmlab's own "
               "format (lmlab.from_pretrained reads it; transformers does not)", flush=True)
         return save_native(model, path), "lmlab"

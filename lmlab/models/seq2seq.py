@@ -142,6 +142,14 @@ class EncoderDecoderModel(nn.Module):
         return sum(p.numel() for p in unique.values())
 
     @property
+    def max_length(self) -> int | None:
+        """The longest source (and target, start token included) the position tables hold;
+        None for relative positions (T5), which have no limit."""
+        if self.config.position_embedding not in ("learned", "sinusoidal"):
+            return None
+        return self.config.max_position_embeddings - self.config.position_offset
+
+    @property
     def decoder_start_token_id(self) -> int:
         start = self.config.extra.get("decoder_start_token_id")
         if start is None:
@@ -154,9 +162,9 @@ class EncoderDecoderModel(nn.Module):
                    ) -> torch.Tensor | None:
         """Position ids ``past .. past + length`` (+ BART's offset of 2): every token,
         padding included, counts, as in fairseq's encoder-decoders."""
-        if self.config.position_embedding not in ("learned", "sinusoidal"):
+        limit = self.max_length
+        if limit is None:
             return None
-        limit = self.config.max_position_embeddings - self.config.position_offset
         if past + length > limit:
             raise LmlabError(f"a sequence of {past + length} tokens is longer than the "
                              f"{limit} positions this model has",
@@ -189,8 +197,8 @@ class EncoderDecoderModel(nn.Module):
     ) -> ModelOutput:
         """Encode (unless ``encoder_outputs`` is given), decode, project.
 
-        Returns logits (B, T, V) of the primary head, ``loss`` (token cross-entropy, label
-        smoothing from ``config.extra["label_smoothing"]``) when ``labels`` are given,
+        Returns logits (B, T, V) of the primary head, ``loss`` (token cross-entropy; in
+        training mode with ``config.extra["label_smoothing"]``) when ``labels`` are given,
         ``last_hidden_state`` of the decoder and ``encoder_last_hidden_state``.
         """
         if encoder_outputs is None:
@@ -222,10 +230,13 @@ class EncoderDecoderModel(nn.Module):
         if labels is not None:
             if logits is None:
                 raise ValueError("labels were given but no head runs")
+            # label smoothing shapes the training loss only: evaluated, the loss (and its
+            # perplexity) is the plain cross-entropy
+            smoothing = float(self.config.extra.get("label_smoothing", 0.0)) \
+                if self.training else 0.0
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
                                    labels.reshape(-1), ignore_index=IGNORE_INDEX,
-                                   label_smoothing=float(self.config.extra.get(
-                                       "label_smoothing", 0.0)))
+                                   label_smoothing=smoothing)
         return ModelOutput(
             last_hidden_state=hidden, logits=logits, loss=loss,
             hidden_states=decoded.hidden_states, attentions=decoded.attentions,

@@ -25,10 +25,10 @@ from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
 
 
-def pad_pairs(inputs: Sequence[np.ndarray], targets: Sequence[np.ndarray], pad_id: int
+def pad_pairs(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], pad_id: int
               ) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``/``attention_mask`` (B, S) and ``labels`` (B, T) (-100 after
-    each target)."""
+    each target), from token id sequences (lists or numpy arrays)."""
     width = max(max(len(x) for x in inputs), 1)
     depth = max(max(len(y) for y in targets), 1)
     ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
@@ -39,6 +39,22 @@ def pad_pairs(inputs: Sequence[np.ndarray], targets: Sequence[np.ndarray], pad_i
         mask[row, :len(x)] = 1
         labels[row, :len(y)] = torch.as_tensor(y, dtype=torch.long)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def seq2seq_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                 weight: float = 1.0) -> ObjectiveResult:
+    """Teacher-forced cross-entropy of an encoder-decoder on ``labels`` (the model shifts them
+    behind its decoder start token), the number of target tokens it averages over, and the
+    share of them predicted right (``target_accuracy``)."""
+    labels = batch["labels"]
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                labels=labels)
+    real = labels != IGNORE_INDEX
+    count = int(real.sum())
+    with torch.no_grad():
+        right = (out.logits.argmax(-1)[real] == labels[real]).sum()
+        accuracy = float(right) / count if count else 0.0
+    return ObjectiveResult(out.loss * weight, {"target_accuracy": accuracy}, count)
 
 
 class _Seq2SeqObjective(Objective):
@@ -67,15 +83,7 @@ class _Seq2SeqObjective(Objective):
 
     def compute_loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]
                      ) -> ObjectiveResult:
-        labels = batch["labels"]
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    labels=labels)
-        count = int((labels != IGNORE_INDEX).sum())
-        with torch.no_grad():
-            real = labels != IGNORE_INDEX
-            accuracy = (out.logits.argmax(-1)[real] == labels[real]).float().mean()
-        return ObjectiveResult(out.loss * self.weight, {"target_accuracy": float(accuracy)},
-                               count)
+        return seq2seq_loss(model, batch, self.weight)
 
 
 class T5SpanCorruption(_Seq2SeqObjective):
@@ -132,6 +140,8 @@ class BartDenoising(_Seq2SeqObjective):
         permute_sentences: shuffle the window's pieces (cut after each end-of-text / separator
             token: the documents packed into it).
         rotate: rotate the document to start at a random token (hurt in the paper; off).
+        token_mask_ratio, delete_ratio: BART's other two transforms, token masking and token
+            deletion (off; the paper's ablation rows).
     """
 
     name = "bart"
@@ -139,13 +149,16 @@ class BartDenoising(_Seq2SeqObjective):
 
     def __init__(self, special: SpecialTokens, mask_ratio: float = 0.3,
                  poisson_lambda: float = 3.0, permute_sentences: bool = True,
-                 rotate: bool = False, weight: float = 1.0):
+                 rotate: bool = False, token_mask_ratio: float = 0.0,
+                 delete_ratio: float = 0.0, weight: float = 1.0):
         super().__init__(special, weight)
         from lmlab.objectives.bart_noise import BartNoise
 
         self.mask_id = special.require_mask()
         self.noise = BartNoise(infill_ratio=float(mask_ratio), poisson_lambda=float(poisson_lambda),
-                               permute_sentences=bool(permute_sentences), rotate=bool(rotate))
+                               permute_sentences=bool(permute_sentences), rotate=bool(rotate),
+                               mask_ratio=float(token_mask_ratio),
+                               delete_ratio=float(delete_ratio))
 
     def corrupt(self, batch: dict[str, torch.Tensor],
                 rng: torch.Generator) -> dict[str, torch.Tensor]:

@@ -20,6 +20,7 @@ PIPELINES = {
     "fill-mask": "lmlab.pipelines.fill_mask:FillMaskPipeline",
     "feature-extraction": "lmlab.pipelines.feature_extraction:FeatureExtractionPipeline",
     "text-generation": "lmlab.pipelines.text_generation:TextGenerationPipeline",
+    "text2text-generation": "lmlab.pipelines.text_generation:Text2TextGenerationPipeline",
     "text-classification": "lmlab.pipelines.classification:TextClassificationPipeline",
     "token-classification": "lmlab.pipelines.classification:TokenClassificationPipeline",
     "question-answering": "lmlab.pipelines.question_answering:QuestionAnsweringPipeline",

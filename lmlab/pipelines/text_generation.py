@@ -43,3 +43,35 @@ class TextGenerationPipeline:
         results = [[{"generated_text": (p + o) if return_full_text else o}]
                    for p, o in zip(texts, outputs)]
         return results[0] if single else results
+
+
+class Text2TextGenerationPipeline:
+    """An encoder-decoder's output for each input text: ``pipe(text or texts, **generation
+    options)`` -> ``[{"generated_text": ...}]`` per input (transformers' names), greedy by
+    default; ``num_beams``, ``do_sample``... as for :func:`lmlab.generate`.
+
+    Example:
+        >>> solve = lmlab.pipeline("text2text-generation", model="runs/integration/model")
+        >>> solve("mul INT+ 2 x", num_beams=5)
+        [{'generated_text': 'pow x INT+ 2'}]
+    """
+
+    head = "seq2seq-lm"
+
+    def __init__(self, model: Any, tokenizer: Any):
+        if not getattr(model.config, "is_encoder_decoder", False):
+            raise LmlabError("text2text generation needs an encoder-decoder (T5, BART, Marian)",
+                             "use the text-generation pipeline for a decoder like GPT-2")
+        self.model, self.tokenizer = model, tokenizer
+
+    def __call__(self, texts: str | Sequence[str], seed: int | None = None,
+                 **options: Any) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+        from lmlab.generation.generate import generate_text
+
+        single = isinstance(texts, str)
+        inputs = [texts] if single else list(texts)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        outputs = generate_text(self.model, self.tokenizer, inputs, generator=generator,
+                                **options)
+        results = [[{"generated_text": output}] for output in outputs]
+        return results[0] if single else results

@@ -7,9 +7,12 @@ built from WordNet 3.0's glosses (the text task of the inverse-problems family).
 - ``reverse``: a gloss -> the word (any lemma of the synset is correct: a list of references).
   Scored with sequence accuracy.
 
-Splits are made by word: every pair whose word (``define``) or synset (``reverse``) hashes to a
-split goes there, so no word is seen in two splits and the model cannot memorise a gloss it is
-then tested on. Deterministic; no randomness beyond the hash.
+Splits are made by gloss: every pair whose gloss hashes to a split goes there, so a gloss is
+in one split only and the model cannot memorise a gloss it is then tested on (splitting by word
+would not do: two lemmas of a synset share its gloss; nor by synset: 59 glosses, such as
+"extremely", belong to several synsets). A word with several senses can be seen
+in training with one gloss and tested with another, as a dictionary user meets it.
+Deterministic; no randomness beyond the hash.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ def _bucket(key: str, fractions: Sequence[float]) -> str:
 
 
 def definition_pairs(direction: str = "define") -> list[TextPair]:
-    """Every pair of ``direction`` from WordNet, in file order. ``define`` takes each synset's
-    examples that contain one of its lemmas literally (the word the gloss defines must be in
-    the sentence); ``reverse`` takes every synset with a gloss."""
+    """Every pair of ``direction`` from WordNet, in file order, keyed by its gloss. ``define``
+    takes each synset's examples that contain one of its lemmas literally (the word the gloss
+    defines must be in the sentence); ``reverse`` takes every synset with a gloss."""
     if direction not in DIRECTIONS:
         raise LmlabError(f"unknown direction {direction!r}", f"use one of {', '.join(DIRECTIONS)}")
     pairs = []
@@ -42,13 +45,14 @@ def definition_pairs(direction: str = "define") -> list[TextPair]:
         if not synset.definition:
             continue
         if direction == "reverse":
-            pairs.append(TextPair(synset.definition, tuple(synset.lemmas), synset.id))
+            pairs.append(TextPair(synset.definition, tuple(synset.lemmas), synset.definition))
             continue
         for example in synset.examples:
             padded = f" {example.lower()} "
             lemma = next((w for w in synset.lemmas if f" {w.lower()} " in padded), None)
             if lemma is not None:
-                pairs.append(TextPair(f"{lemma}: {example}", (synset.definition,), lemma.lower()))
+                pairs.append(TextPair(f"{lemma}: {example}", (synset.definition,),
+                                      synset.definition))
     return pairs
 
 

@@ -8,6 +8,11 @@
 - ``definitions``: word + example sentence -> gloss (WordNet); BLEU and chrF (sacrebleu) and
   exact match of the best hypothesis.
 - ``reverse-dictionary``: gloss -> word; exact match against any of the synset's lemmas.
+- ``text``: a folder of your own pairs (``train/dev/test.jsonl`` with ``input`` and
+  ``references`` per line, ``task.json`` ``{"task": "text"}``), scored as ``definitions``;
+- the built-in classification tasks (``wordnet-supersense``, ``wordnet-wic``,
+  ``fortunes-topic``) in T5's formulation: ``"<task>: <text>"`` -> the label's name, the
+  generated text read back as a label and scored with the task's own metrics.
 
 :func:`write_task_data` writes ``train/dev/test.jsonl`` (``input``, ``references``, ``tag``),
 ``task.json``, and for the text tasks a pretraining corpus (``corpus/``, lmlab's corpus format)
@@ -28,15 +33,39 @@ from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, atomic_write_text
 
 TASKS = ("integration", "definitions", "reverse-dictionary")
+#: a folder of your own pairs (``task.json``: ``{"task": "text"}``), scored as ``definitions``
+USER_TASK = "text"
+#: built-in classification tasks in T5's formulation: ``"<task>: <text>"`` -> the label's name
+CLASSIFICATION_TASKS = ("wordnet-supersense", "wordnet-wic", "fortunes-topic")
 SPLITS = ("train", "dev", "test")
 ARITY = {"add": 2, "sub": 2, "mul": 2, "pow": 2, "div": 2,
          "exp": 1, "log": 1, "sin": 1, "cos": 1}
 
 
 def check_task(name: str) -> str:
-    if name not in TASKS:
-        raise LmlabError(f"unknown text-to-text task {name!r}", f"use one of: {', '.join(TASKS)}")
+    if name not in (*TASKS, *CLASSIFICATION_TASKS, USER_TASK):
+        raise LmlabError(f"unknown text-to-text task {name!r}",
+                         f"use one of: {', '.join((*TASKS, *CLASSIFICATION_TASKS))}, or "
+                         f"{USER_TASK!r} for a folder of your own pairs")
     return name
+
+
+def classification_pairs(name: str) -> tuple[dict[str, list[TextPair]], dict[str, Any]]:
+    """A built-in classification task (its CPU size) as text pairs, T5's way: the input is
+    ``"<task>: <text>"`` (``" | <second text>"`` for pairs), the target the label's name; and
+    what scoring needs (metrics, labels, positive label)."""
+    from lmlab.tasks import load_builtin_task
+
+    task = load_builtin_task(name)
+
+    def source(example) -> str:
+        text = f"{name}: {example.text}"
+        return text if example.text_pair is None else f"{text} | {example.text_pair}"
+
+    splits = {split: [TextPair(source(e), (str(e.label),), e.id) for e in task.split(split)]
+              for split in SPLITS}
+    return splits, {"metrics": list(task.metrics), "labels": list(task.labels),
+                    "positive_label": task.positive_label}
 
 
 def prefix_depth(tokens: Sequence[str]) -> int:
@@ -63,6 +92,13 @@ def build_pairs(task: str, count: int | None = None, seed: int = 0,
     """Every split of ``task``: ``count`` generated expressions (integration; required) or the
     WordNet pairs (text tasks; ``count`` caps the train split)."""
     check_task(task)
+    if task == USER_TASK:
+        raise LmlabError("the 'text' task is a folder of your own pairs; there is nothing to "
+                         "generate", "write train/dev/test.jsonl ({\"input\": ..., "
+                         "\"references\": [...]} per line) and task.json ({\"task\": "
+                         "\"text\"}) yourself")
+    if task in CLASSIFICATION_TASKS:
+        return classification_pairs(task)[0]
     if task == "integration":
         from lmlab.tasks.integration import generate_pairs, make_splits
 
@@ -100,8 +136,9 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
     sizes = {split: len(splits[split]) for split in SPLITS}
     if task != "integration":
         _write_corpus(splits["train"], out / "corpus")
+    scoring = classification_pairs(task)[1] if task in CLASSIFICATION_TASKS else {}
     atomic_write_json(out / "task.json", {"task": task, "count": count, "seed": seed,
-                                          "sizes": sizes})
+                                          "sizes": sizes, **scoring})
     return sizes
 
 
@@ -119,13 +156,21 @@ def _write_corpus(train: Sequence[TextPair], folder: Path) -> None:
         atomic_write_text(folder / f"{split}.jsonl", "\n".join(lines) + "\n")
 
 
-def read_task_data(folder: str | Path) -> tuple[str, dict[str, list[TextPair]]]:
-    """The task name and splits written by :func:`write_task_data`."""
+def task_info(folder: str | Path) -> dict[str, Any]:
+    """``task.json`` of a task folder (the task's name; a classification task's metrics)."""
     folder = Path(folder)
     if not (folder / "task.json").is_file():
         raise LmlabError(f"{folder} holds no text-to-text task data (no task.json)",
                          "write it with lmlab seq2seq data --task NAME --out FOLDER")
-    task = check_task(json.loads((folder / "task.json").read_text())["task"])
+    info = json.loads((folder / "task.json").read_text())
+    check_task(info["task"])
+    return info
+
+
+def read_task_data(folder: str | Path) -> tuple[str, dict[str, list[TextPair]]]:
+    """The task name and splits written by :func:`write_task_data`."""
+    folder = Path(folder)
+    task = task_info(folder)["task"]
     splits = {}
     for split in SPLITS:
         with open(folder / f"{split}.jsonl", encoding="utf-8") as handle:
@@ -136,22 +181,39 @@ def read_task_data(folder: str | Path) -> tuple[str, dict[str, list[TextPair]]]:
 
 
 def score(task: str, pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[str]],
-          timeout: float = 2.0) -> dict[str, Any]:
-    """The task's metrics for ``hypotheses`` (per input, best first)."""
+          timeout: float = 2.0, info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The task's metrics for ``hypotheses`` (per input, best first); a classification task
+    scores the best hypothesis as a label with its own metrics (``info``: its task.json; a
+    text that is no label counts as wrong)."""
     check_task(task)
     if len(pairs) != len(hypotheses) or not pairs:
         raise LmlabError(f"{len(hypotheses)} hypothesis lists for {len(pairs)} examples",
                          "give one list of hypotheses per example")
     if task == "integration":
         return verified_accuracy(pairs, hypotheses, timeout)
-    from lmlab.metrics.generation import bleu, chrf
+    if task in CLASSIFICATION_TASKS:
+        from lmlab.metrics import compute_metrics
+
+        info = info or classification_pairs(task)[1]
+        labels = set(info["labels"])
+        predicted = [h[0].strip() if h and h[0].strip() in labels else "<not a label>"
+                     for h in hypotheses]
+        result = compute_metrics(info["metrics"], predicted, [p.target for p in pairs],
+                                 positive_label=info.get("positive_label"))
+        return {**result, "not_a_label": predicted.count("<not a label>") / len(pairs),
+                "examples": len(pairs)}
+    from lmlab.metrics.generation import bleu, chrf, sequence_accuracy
 
     best = [h[0] if h else "" for h in hypotheses]
-    exact = sum(any(b.strip().lower() == r.strip().lower() for r in p.references)
+    # exact match ignoring case (a word or gloss is right whatever its capitals): the
+    # metric's own comparison on lower-cased text; any reference counts
+    exact = sum(sequence_accuracy([b.lower()], [[r.lower() for r in p.references]])
                 for b, p in zip(best, pairs)) / len(pairs)
     if task == "reverse-dictionary":
         return {"exact_match": exact, "examples": len(pairs)}
-    references = [p.references[0] for p in pairs]
+    counts = {len(p.references) for p in pairs}  # sacrebleu wants as many per example
+    references = [list(p.references) for p in pairs] if len(counts) == 1 \
+        else [p.references[0] for p in pairs]
     return {"bleu": bleu(best, references), "chrf": chrf(best, references),
             "exact_match": exact, "examples": len(pairs)}
 

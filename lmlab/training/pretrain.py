@@ -191,8 +191,11 @@ class PretrainConfig:
         elif not family or not size:
             raise LmlabError("no model given", "pass --family and --size (or --init PATH)")
         else:
-            positions = preset(family, size, **self.model.model_args).max_position_embeddings
-            if positions < seq_len:
+            config = preset(family, size, **self.model.model_args)
+            positions = config.max_position_embeddings
+            if config.is_encoder_decoder:  # the offset rows hold no position; </s> is added
+                positions -= config.position_offset + 1
+            if positions < seq_len and config.position_embedding != "relative":
                 raise LmlabError(f"--seq-len {seq_len} exceeds the {family}-{size} model's "
                                  f"{positions} positions", f"use --seq-len {positions} or less")
         if not self.out:

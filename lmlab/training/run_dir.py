@@ -32,7 +32,7 @@ from lmlab.utils.errors import LmlabError
 # its shards (the shards' fingerprint, not their path, says whether the data is the same)
 RESUMABLE_CHANGES = frozenset({"max_steps", "max_tokens", "budget_seconds", "shards"})
 # fingerprints in config.json's ``data`` section (compared only when both runs recorded them)
-FINGERPRINTS = ("tokenizer_fingerprint", "shards_fingerprint")
+FINGERPRINTS = ("tokenizer_fingerprint", "shards_fingerprint", "task_fingerprint")
 
 
 @dataclass

@@ -137,6 +137,7 @@ class FamilySpec:
         task_heads: task head -> its layout (a :data:`TASK_LAYOUTS` key) for the fine-tuning
             heads the family supports; their rules and ``<Family>For<Task>`` classes are added
             to head_rules and architectures, and :mod:`lmlab.finetune.heads` builds the layout.
+        display_name: how people write the family's name (``"RoBERTa"``, ``"GPT-2"``).
         fixed_tensors: checkpoint tensors that hold no learned values (RoFormer's sinusoid
             table), by name relative to ``base_prefix``: written on save, because transformers
             expects them, and skipped on load.
@@ -160,8 +161,10 @@ class FamilySpec:
     architectures: dict[str, tuple[str, ...]] = field(default_factory=dict)
     task_heads: dict[str, str] = field(default_factory=dict)
     fixed_tensors: Callable[[TransformerConfig], dict[str, Any]] | None = None
+    display_name: str = ""
 
     def __post_init__(self) -> None:
+        self.display_name = self.display_name or self.model_type
         prefix = next((n for n, heads in self.architectures.items() if not heads), "")
         self.head_rules = {**self.head_rules, **{
             head: lambda config, head=head, layout=layout: task_head_rules(head, layout, config)

@@ -72,6 +72,7 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
 
 FAMILY = FamilySpec(
     model_type="albert",
+    display_name="ALBERT",
     base_prefix="albert",
     shape={**ENCODER_SHAPE, "share_layers": True},
     defaults=dict(vocab_size=30000, embedding_size=128, hidden_act="gelu_new",

@@ -38,6 +38,8 @@ FAIRSEQ_HF_NAMES = {
     "eos_token_id": "eos_token_id", "tie_word_embeddings": "tie_word_embeddings",
     "decoder_start_token_id": "extra.decoder_start_token_id",
     "forced_eos_token_id": "extra.forced_eos_token_id",
+    "forced_bos_token_id": "extra.forced_bos_token_id",
+    "bad_words_ids": "extra.bad_words_ids",
 }
 FAIRSEQ_SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_decoder_layers",
                        "num_attention_heads", "intermediate_size", "vocab_size")
@@ -139,6 +141,7 @@ def _size(hidden: int, layers: int) -> dict[str, int]:
 
 FAMILY = FamilySpec(
     model_type="bart",
+    display_name="BART",
     base_prefix="model",
     shape=dict(FAIRSEQ_SHAPE, position_embedding="learned", position_offset=2,
                embedding_norm=True),

@@ -89,6 +89,7 @@ def mlm_rules(prefix: str, decoder: str = "decoder", bias: str | None = "bias",
 
 FAMILY = FamilySpec(
     model_type="bert",
+    display_name="BERT",
     base_prefix="bert",
     shape=ENCODER_SHAPE,
     sizes={size: encoder_size(hidden, layers) for size, (hidden, layers) in {

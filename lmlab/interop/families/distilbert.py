@@ -62,6 +62,7 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
 
 FAMILY = FamilySpec(
     model_type="distilbert",
+    display_name="DistilBERT",
     base_prefix="distilbert",
     # learned or sinusoidal positions (sinusoidal_pos_embds), so position_embedding is free
     shape={**{k: v for k, v in ENCODER_SHAPE.items() if k != "position_embedding"},

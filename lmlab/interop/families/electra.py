@@ -56,6 +56,7 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
 
 FAMILY = FamilySpec(
     model_type="electra",
+    display_name="ELECTRA",
     base_prefix="electra",
     shape=ENCODER_SHAPE,
     defaults=dict(extra={"mlm_head_act": "gelu"}),

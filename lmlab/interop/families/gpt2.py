@@ -69,6 +69,7 @@ def clm_rules(config: TransformerConfig) -> list[Rule]:
 
 FAMILY = FamilySpec(
     model_type="gpt2",
+    display_name="GPT-2",
     base_prefix="transformer",
     shape=dict(type_vocab_size=0, position_embedding="learned", norm_type="layernorm",
                pre_norm=True, embedding_norm=False, final_norm=True, ffn_type="mlp",

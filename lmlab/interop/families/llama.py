@@ -63,6 +63,7 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
 
 FAMILY = FamilySpec(
     model_type="llama",
+    display_name="Llama",
     base_prefix="model",
     shape=dict(ffn_type="glu", type_vocab_size=0, position_embedding="rotary",
                norm_type="rmsnorm", pre_norm=True, embedding_norm=False, final_norm=True,

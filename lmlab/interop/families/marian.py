@@ -62,6 +62,7 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
 
 FAMILY = FamilySpec(
     model_type="marian",
+    display_name="Marian",
     base_prefix="model",
     shape=dict(FAIRSEQ_SHAPE, position_embedding="sinusoidal", position_offset=0,
                embedding_norm=False),

@@ -53,6 +53,7 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
 
 FAMILY = FamilySpec(
     model_type="roberta",
+    display_name="RoBERTa",
     base_prefix="roberta",
     shape=ENCODER_SHAPE,
     defaults=dict(vocab_size=50265, max_position_embeddings=514, position_offset=2,

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from lmlab.interop.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.interop.families.bert import (
     ENCODER_HF_NAMES,
@@ -36,7 +34,6 @@ from lmlab.interop.families.bert import (
     mlm_rules,
 )
 from lmlab.models.config import TransformerConfig
-from lmlab.models.core.positions import sinusoidal_table
 from lmlab.utils.errors import LmlabError
 
 ROTATED = ("attention.self.query.", "attention.self.key.")  # rows stored as rotation pairs
@@ -64,9 +61,13 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
     return rules + _layer_rules()
 
 
-def position_table(config: TransformerConfig) -> dict[str, torch.Tensor]:
+def position_table(config: TransformerConfig) -> dict[str, Any]:
     """RoFormer's stored sinusoid table: (max_position_embeddings, head_dim), the sines of
     every pair's angle in the first half, the cosines in the second."""
+    import torch  # here, not at import: listing the families must not load torch
+
+    from lmlab.models.core.positions import sinusoidal_table
+
     table = sinusoidal_table(config.max_position_embeddings, config.head_dim)  # sin, cos, ...
     return {"encoder.embed_positions.weight": torch.cat([table[:, 0::2], table[:, 1::2]], 1)}
 
@@ -84,6 +85,7 @@ def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
 
 FAMILY = FamilySpec(
     model_type="roformer",
+    display_name="RoFormer",
     base_prefix="roformer",
     shape={**ENCODER_SHAPE, "position_embedding": "rotary"},
     sizes={size: encoder_size(hidden, layers) for size, (hidden, layers) in {

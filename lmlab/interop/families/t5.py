@@ -10,7 +10,8 @@ What the family carries:
 - v1.0: ReLU feed-forward (``wi``, ``wo``), output projection tied to the embeddings, decoder
   states scaled by ``d_model ** -0.5`` before it; v1.1 (``feed_forward_proj: "gated-gelu"``):
   a GeGLU feed-forward (``wi_0`` gate, ``wi_1`` up) with the tanh GELU and an untied head;
-- decoding starts from the pad token (id 0).
+- decoding starts from the pad token (id 0), so the table has no padding row: the pad
+  token's embedding trains (``extra["pad_row_trains"]``).
 
 Presets: small and base (v1.0 shapes), ``v1.1-small`` (gated, untied), and CPU-sized
 ``tiny`` (2 + 2 layers, 128 wide) and ``mini`` (4 + 4, 256 wide), heads of 64 dims.
@@ -24,33 +25,54 @@ from lmlab.interop.families import FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
-#: feed_forward_proj of config.json -> (ffn_type, hidden_act)
-FEED_FORWARDS = {"relu": ("mlp", "relu"), "gated-gelu": ("glu", "gelu_new"),
-                 "gated-relu": ("glu", "relu"), "gelu": ("mlp", "gelu_new")}
+
+def feed_forward(projection: str) -> tuple[str, str]:
+    """``feed_forward_proj`` of config.json -> (ffn_type, hidden_act), read as transformers
+    reads it: ``"<act>"`` or ``"gated-<act>"``, where ``"gated-gelu"`` means the tanh GELU."""
+    from lmlab.models.core.activations import ACTIVATION_NAMES
+
+    parts = projection.split("-")
+    gated = len(parts) == 2 and parts[0] == "gated"
+    if len(parts) > 2 or (len(parts) == 2 and not gated) or parts[-1] not in ACTIVATION_NAMES:
+        raise LmlabError(f"T5 feed_forward_proj={projection!r} is not supported",
+                         "use '<activation>' or 'gated-<activation>' (relu, gelu, gated-gelu, "
+                         "...)")
+    act = "gelu_new" if projection == "gated-gelu" else parts[-1]
+    return ("glu" if gated else "mlp"), act
+
+
+def projection_name(ffn_type: str, act: str) -> str:
+    """The ``feed_forward_proj`` that reads back as (ffn_type, act); refused if none does."""
+    name = {("glu", "gelu_new"): "gated-gelu"}.get((ffn_type, act)) or \
+        (f"gated-{act}" if ffn_type == "glu" else act)
+    if feed_forward(name) != (ffn_type, act):
+        raise LmlabError(f"T5's config.json cannot express a {ffn_type} feed-forward with "
+                         f"{act}", "use relu, gelu or gated-gelu (GeGLU with the tanh GELU)")
+    return name
 
 
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
-    projection = hf.get("feed_forward_proj", "relu")
-    if projection not in FEED_FORWARDS:
-        raise LmlabError(f"T5 feed_forward_proj={projection!r} is not supported",
-                         f"supported: {', '.join(FEED_FORWARDS)}")
-    values["ffn_type"], values["hidden_act"] = FEED_FORWARDS[projection]
+    values["ffn_type"], values["hidden_act"] = feed_forward(hf.get("feed_forward_proj", "relu"))
     values["attention_probs_dropout_prob"] = values["hidden_dropout_prob"]  # one dropout_rate
     if hf.get("num_decoder_layers") is None:
         values["num_decoder_layers"] = values["num_hidden_layers"]
     extra = values.setdefault("extra", {})
     extra.setdefault("decoder_start_token_id", values["pad_token_id"])
+    # transformers 5 saves tie_word_embeddings=true for every T5 and says whether v1.0's scaling
+    # applies in scale_decoder_outputs; older files only have tie_word_embeddings (false: v1.1)
     extra["scale_decoder_outputs"] = bool(hf.get("scale_decoder_outputs",
                                                  values["tie_word_embeddings"]))
+    extra["pad_row_trains"] = True
 
 
 def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
-    projection = next((name for name, shape in FEED_FORWARDS.items()
-                       if shape == (config.ffn_type, config.hidden_act)), None)
-    if projection is None:
-        raise LmlabError(f"T5 has no feed-forward of type {config.ffn_type} with "
-                         f"{config.hidden_act}",
-                         f"use one of: {', '.join(f'{t} + {a}' for t, a in FEED_FORWARDS.values())}")
+    projection = projection_name(config.ffn_type, config.hidden_act)
+    scaled = bool(config.extra.get("scale_decoder_outputs"))
+    if scaled and not config.tie_word_embeddings:
+        raise LmlabError("scale_decoder_outputs with an untied output projection: transformers "
+                         "scales T5's decoder states only when the head is tied",
+                         "set config.extra['scale_decoder_outputs'] = False (T5 v1.1) or tie "
+                         "the head (v1.0)")
     if config.attention_probs_dropout_prob != config.hidden_dropout_prob:
         raise LmlabError(f"T5 has one dropout rate, but this config has hidden "
                          f"{config.hidden_dropout_prob} and attention "
@@ -60,7 +82,7 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
     hf["is_gated_act"] = config.ffn_type == "glu"
     hf["dense_act_fn"] = config.hidden_act
     hf["is_encoder_decoder"] = True
-    hf["scale_decoder_outputs"] = bool(config.extra.get("scale_decoder_outputs"))
+    hf["scale_decoder_outputs"] = scaled
 
 
 def _feed_forward_rules(ours: str, theirs: str, gated: bool) -> list[Rule]:
@@ -113,6 +135,7 @@ def _size(hidden: int, layers: int, heads: int, ffn: int, **more: Any) -> dict[s
 
 FAMILY = FamilySpec(
     model_type="t5",
+    display_name="T5",
     base_prefix="",
     shape=dict(is_encoder_decoder=True, position_embedding="relative", type_vocab_size=0,
                norm_type="rmsnorm", pre_norm=True, embedding_norm=False, final_norm=True,
@@ -122,14 +145,16 @@ FAMILY = FamilySpec(
                   pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=True,
                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                   max_position_embeddings=512,
-                  extra={"decoder_start_token_id": 0, "scale_decoder_outputs": True}),
+                  extra={"decoder_start_token_id": 0, "scale_decoder_outputs": True,
+                         "pad_row_trains": True}),
     sizes={"tiny": _size(128, 2, 2, 512), "mini": _size(256, 4, 4, 1024),
            "small": _size(512, 6, 8, 2048), "base": _size(768, 12, 12, 3072),
            "v1.1-small": _size(512, 8, 6, 1024, ffn_type="glu", hidden_act="gelu_new",
                                tie_word_embeddings=False, hidden_dropout_prob=0.0,
                                attention_probs_dropout_prob=0.0,
                                extra={"decoder_start_token_id": 0,
-                                      "scale_decoder_outputs": False})},
+                                      "scale_decoder_outputs": False,
+                                      "pad_row_trains": True})},
     hf_names={"vocab_size": "vocab_size", "d_model": "hidden_size", "d_kv": "head_dim",
               "d_ff": "intermediate_size", "num_layers": "num_hidden_layers",
               "num_decoder_layers": "num_decoder_layers", "num_heads": "num_attention_heads",

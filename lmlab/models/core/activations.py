@@ -29,6 +29,7 @@ _ACTIVATIONS = {
     "swish": nn.SiLU,
     "tanh": nn.Tanh,
 }
+ACTIVATION_NAMES = tuple(_ACTIVATIONS)  # every hidden_act name a config may use
 
 
 def activation(name: str) -> nn.Module:

@@ -21,8 +21,9 @@ class Embeddings(nn.Module):
         super().__init__()
         self.config = config
         width = config.input_embedding_size
-        self.word_embeddings = nn.Embedding(config.vocab_size, width,
-                                            padding_idx=config.pad_token_id)
+        # T5's table has no padding row: its decoder starts from the pad token, which must learn
+        padding_idx = None if config.extra.get("pad_row_trains") else config.pad_token_id
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=padding_idx)
         self.position_embeddings = None
         if config.position_embedding == "learned":
             self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)

@@ -88,10 +88,11 @@ class RelativePositionBias(nn.Module):
     """T5's relative position bias (Raffel et al. 2020): one learned scalar per head and
     *bucket* of the key-minus-query distance, added to every layer's attention scores.
 
-    Buckets: half of them (all of them in a causal decoder, which sees no future) hold the exact
-    distances 0 .. n/2 - 1; the rest grow logarithmically up to ``max_distance``, beyond which
-    every distance shares the last bucket. A bidirectional encoder spends the other half on
-    positive distances (keys after the query).
+    Buckets: a causal decoder (which sees no future) uses all ``n`` for past distances: half of
+    them hold the exact distances 0 .. n/2 - 1, the other half grow logarithmically up to
+    ``max_distance``, beyond which every distance shares the last bucket. A bidirectional
+    encoder splits the ``n`` buckets between keys before and after the query, each half laid
+    out the same way (a quarter exact, a quarter logarithmic).
     """
 
     def __init__(self, num_buckets: int, max_distance: int, num_heads: int, bidirectional: bool):
