@@ -334,3 +334,20 @@ def test_generate_text_refuses_several_hypotheses_per_prompt():
     with pytest.raises(LmlabError, match="one text per prompt"):
         generate_text(EncoderDecoderModel(config), tok, ["a b"], num_beams=3,
                       num_return_sequences=2)
+
+
+def test_forced_and_suppressed_tokens_follow_transformers_processors():
+    """Forced tokens score 0 and everything else -inf (transformers' ForcedBOS/ForcedEOS
+    processors), at the first and at the last allowed step; suppressed tokens never score."""
+    from lmlab.generation.generate import GenerationConfig, process_logits
+
+    config = GenerationConfig(max_new_tokens=3, forced_bos_token_id=5, forced_eos_token_id=7,
+                              suppress_token_ids=[2])
+    scores = torch.randn(2, 10)
+    sequences, mask = torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1, dtype=torch.long)
+    first = process_logits(scores.clone(), sequences, mask, config, step=0)
+    assert (first[:, 5] == 0).all() and torch.isinf(first[:, [0, 1, 2, 3, 4, 6, 7, 8, 9]]).all()
+    middle = process_logits(scores.clone(), sequences, mask, config, step=1)
+    assert torch.isinf(middle[:, 2]).all() and torch.equal(middle[:, 3:], scores[:, 3:])
+    last = process_logits(scores.clone(), sequences, mask, config, step=2)
+    assert (last.argmax(-1) == 7).all() and (last[:, 7] == 0).all()
