@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,14 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import environment  # noqa: E402
-
-
-def _median_pair(run_a, run_b, reps: int) -> tuple[float, float]:
-    a, b = [], []
-    for _ in range(reps):
-        a.append(run_a())
-        b.append(run_b())
-    return statistics.median(a), statistics.median(b)
+from bench_decoders import _median_pair  # noqa: E402  (A B A B, medians)
 
 
 def _hf_configs():

@@ -42,17 +42,7 @@ class LanguageModel(nn.Module):
 
     # -- construction ---------------------------------------------------------------------------
     def _init_weights(self, module: nn.Module) -> None:
-        """BERT/GPT-2 initialisation: normal(0, initializer_range), zero biases, unit norms."""
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
+        init_normal(module, self.config.initializer_range)
 
     def get_input_embeddings(self) -> nn.Embedding:
         """The token embedding table (what a tied vocabulary projection shares)."""
@@ -158,6 +148,20 @@ class LanguageModel(nn.Module):
         from lmlab.interop.hf import save_pretrained
 
         return save_pretrained(self, path, **kwargs)
+
+
+def init_normal(module: nn.Module, std: float) -> None:
+    """BERT/GPT-2/BART initialisation of one module: normal(0, std) weights and embeddings
+    (the padding row zero), zero biases; norms keep their unit init."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
 
 
 def _labels_read_padding(labels: torch.Tensor | None, attention_mask: torch.Tensor | None) -> bool:

@@ -28,6 +28,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.transformer import Transformer
 from lmlab.models.heads import IGNORE_INDEX, build_head
+from lmlab.models.model import init_normal
 from lmlab.models.outputs import ModelOutput
 from lmlab.utils.errors import LmlabError
 
@@ -80,17 +81,8 @@ class EncoderDecoderModel(nn.Module):
         """BART's init (normal(0, initializer_range), zero biases), or T5's (below)."""
         if self.config.family == "t5":
             self._init_t5(module)
-            return
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
+        else:
+            init_normal(module, self.config.initializer_range)
 
     def _init_t5(self, module: nn.Module) -> None:
         """T5's initialisation (Mesh TensorFlow's, as transformers has it): unit-variance
