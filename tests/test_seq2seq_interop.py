@@ -59,6 +59,9 @@ def _t5_v11(**more):
 CASES = {
     "bart": ("BartForConditionalGeneration", _bart, 1, 2),
     "marian": ("MarianMTModel", _marian, 63, 0),
+    "marian-unshared": ("MarianMTModel",
+                        lambda **more: _marian(share_encoder_decoder_embeddings=False, **more),
+                        63, 0),
     "t5": ("T5ForConditionalGeneration", _t5, 0, 1),
     "t5-v1.1": ("T5ForConditionalGeneration", _t5_v11, 0, 1),
 }
@@ -122,6 +125,8 @@ def test_parity_hf_to_lmlab(case, hf_folders):
     ours = lmlab.from_pretrained(hf_folders[case])
     assert isinstance(ours, EncoderDecoderModel) and tuple(ours.heads) == ("seq2seq-lm",)
     assert ours.config.num_decoder_layers == 3 and ours.config.num_hidden_layers == 2
+    shared = ours.get_input_embeddings().weight is ours.get_target_embeddings().weight
+    assert shared == (case != "marian-unshared")
     theirs = getattr(transformers, class_name).from_pretrained(
         hf_folders[case], attn_implementation="eager").eval()
     _compare(ours, theirs, _batch(pad))
@@ -264,6 +269,9 @@ def test_config_parameter_count_matches_the_model(family):
     config.vocab_size = 1000  # keeps the model small; every other size is the preset's
     config.pad_token_id = min(config.pad_token_id, 999)
     assert config.num_parameters() == EncoderDecoderModel(config).num_parameters()
+    if family == "marian":  # a table per side
+        config.share_embeddings = False
+        assert config.num_parameters() == EncoderDecoderModel(config).num_parameters()
 
 
 def test_t5_feed_forward_names_read_as_transformers_reads_them():

@@ -241,9 +241,17 @@ def _targets(model) -> dict[str, torch.Tensor]:
     return targets
 
 
+def _token_tables(model) -> list[torch.Tensor]:
+    """The token embedding tables a head or a second stack may share (source, target)."""
+    tables = [model.get_input_embeddings().weight]
+    if hasattr(model, "get_target_embeddings"):
+        tables.append(model.get_target_embeddings().weight)
+    return tables
+
+
 def _is_tied(model, name: str) -> bool:
     param = dict(model.named_parameters(remove_duplicate=False))[name]
-    return param is model.get_input_embeddings().weight
+    return any(param is table for table in _token_tables(model))
 
 
 def _ignorable(name: str) -> bool:
@@ -313,13 +321,13 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     architecture = architecture or family.architecture_for(heads)
     prefix = checkpoint_prefix(family, bool(heads))
     params = _targets(model)
-    embedding = model.get_input_embeddings().weight
+    tables = _token_tables(model)
 
     tensors: dict[str, torch.Tensor] = {}
     for rule in model_rules(family, model, prefix):
         values = [params[o] for o in rule.ours_names]
-        if rule.optional and len(values) == 1 and values[0] is embedding:
-            continue  # a tied copy (decoder, a second stack's table): transformers re-ties it
+        if rule.optional and len(values) == 1 and any(values[0] is t for t in tables):
+            continue  # a tied copy (a head, a second stack's table): transformers re-ties it
         tensor = torch.cat([v.detach() for v in values], dim=rule.split) if rule.split is not None \
             else values[0].detach()
         if rule.rotary_pairs:

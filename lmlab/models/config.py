@@ -60,6 +60,7 @@ class TransformerConfig:
     add_cross_attention: bool = False  # encoder-decoder decoders (T5, BART, Transformer)
     is_encoder_decoder: bool = False  # this config describes an encoder and a decoder
     num_decoder_layers: int | None = None  # encoder-decoder: None = num_hidden_layers
+    share_embeddings: bool = True  # encoder-decoder: one token table for source and target
     relative_attention_num_buckets: int = 32  # T5's relative position buckets
     relative_attention_max_distance: int = 128
     attention_scale: float | None = None  # None = 1/sqrt(head_dim); T5 uses 1.0
@@ -137,6 +138,8 @@ class TransformerConfig:
             total += stacks * self.relative_attention_num_buckets * self.num_attention_heads
         if include_embeddings:
             emb = self.vocab_size * e
+            if self.is_encoder_decoder and not self.share_embeddings:
+                emb += self.vocab_size * e  # the target side's own table
             if self.position_embedding == "learned":
                 emb += stacks * self.max_position_embeddings * e  # table rows, offset included
             emb += self.type_vocab_size * e

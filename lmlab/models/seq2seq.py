@@ -3,8 +3,9 @@
 One :class:`TransformerConfig` with ``is_encoder_decoder=True`` describes both stacks: the
 encoder is the config as written, the decoder the same with a causal mask, cross-attention and
 ``num_decoder_layers`` layers (:func:`stack_configs`). Both stacks read one token embedding
-table (``shared``, as every family here ties them); the ``"seq2seq-lm"`` head projects the
-decoder's states to the vocabulary.
+table (``shared``) unless ``share_embeddings`` is off (Marian's option: a table per side, of
+one vocabulary); the ``"seq2seq-lm"`` head projects the decoder's states to the vocabulary,
+tied to the target side's table.
 
 Example:
     >>> config = get_family("bart").config(hidden_size=64, num_hidden_layers=2, ...)
@@ -73,8 +74,9 @@ class EncoderDecoderModel(nn.Module):
         self.pooler = None  # the interop layer asks every model for one
         self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})
         self.apply(self._init_weights)
-        self.decoder.embeddings.word_embeddings.weight = \
-            self.encoder.embeddings.word_embeddings.weight
+        if config.share_embeddings:  # one table for both stacks (else the target side's own)
+            self.decoder.embeddings.word_embeddings.weight = \
+                self.encoder.embeddings.word_embeddings.weight
         self.tie_weights()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -107,17 +109,21 @@ class EncoderDecoderModel(nn.Module):
                             std=(query.in_features * config.head_dim) ** -0.5)
 
     def get_input_embeddings(self) -> nn.Embedding:
-        """The token embedding table both stacks (and a tied output projection) read."""
+        """The source side's token table (both sides' unless ``share_embeddings`` is off)."""
         return self.encoder.embeddings.word_embeddings
 
+    def get_target_embeddings(self) -> nn.Embedding:
+        """The target side's token table, which a tied output projection shares."""
+        return self.decoder.embeddings.word_embeddings
+
     def tie_weights(self) -> None:
-        """Share the embedding table with the output projection when configured."""
+        """Share the target table with the output projection when configured."""
         if not self.config.tie_word_embeddings:
             return
         for head in self.heads.values():
             decoder = getattr(head, "decoder", None)
             if isinstance(decoder, nn.Linear):
-                decoder.weight = self.get_input_embeddings().weight
+                decoder.weight = self.get_target_embeddings().weight
 
     def add_head(self, name: str) -> nn.Module:
         """Add head ``name`` (fresh weights, tied where configured) unless present; returns it."""

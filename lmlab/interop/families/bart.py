@@ -93,14 +93,16 @@ def _stack_rules(ours: str, theirs: str, cross: bool) -> list[Rule]:
 
 
 def fairseq_layout_rules(config: TransformerConfig) -> list[Rule]:
-    """The bare model's tensors (names relative to ``model.``): the shared table, each stack's
-    positions and embedding norm where the config has them, and every layer."""
-    rules = [Rule("encoder.embeddings.word_embeddings.weight", "shared.weight"),
-             # the stacks' own names for the shared table, in files that keep them
-             Rule("encoder.embeddings.word_embeddings.weight", "encoder.embed_tokens.weight",
-                  optional=True),
+    """The bare model's tensors (names relative to ``model.``): the shared table (or, with
+    ``share_embeddings`` off, each side's), each stack's positions and embedding norm where the
+    config has them, and every layer."""
+    shared = config.share_embeddings
+    rules = [Rule("encoder.embeddings.word_embeddings.weight", "encoder.embed_tokens.weight",
+                  optional=shared),
              Rule("decoder.embeddings.word_embeddings.weight", "decoder.embed_tokens.weight",
-                  optional=True)]
+                  optional=shared)]
+    if shared:  # the table both stacks read (their own names above: optional copies)
+        rules.insert(0, Rule("encoder.embeddings.word_embeddings.weight", "shared.weight"))
     for stack in ("encoder", "decoder"):
         if config.position_embedding == "learned":
             rules.append(Rule(f"{stack}.embeddings.position_embeddings.weight",
@@ -144,7 +146,7 @@ FAMILY = FamilySpec(
     display_name="BART",
     base_prefix="model",
     shape=dict(FAIRSEQ_SHAPE, position_embedding="learned", position_offset=2,
-               embedding_norm=True),
+               embedding_norm=True, share_embeddings=True),
     defaults=dict(vocab_size=50265, hidden_act="gelu", max_position_embeddings=1026,
                   norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                   tie_word_embeddings=True, hidden_dropout_prob=0.1,

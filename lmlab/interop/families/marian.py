@@ -9,8 +9,9 @@ with the paper's choices instead of BART's:
 - token embeddings scaled by sqrt(d_model) (``scale_embedding``), post-norm layers;
 - decoding starts from the pad token (``decoder_start_token_id = pad_token_id``).
 
-One vocabulary for source and target: a checkpoint with a separate target vocabulary
-(``share_encoder_decoder_embeddings: false`` or a different ``decoder_vocab_size``) is refused.
+One vocabulary for source and target, in one table or (``share_encoder_decoder_embeddings:
+false``) a table per side, the output projection tied to the target's; a checkpoint whose
+target vocabulary differs (``decoder_vocab_size``) is refused.
 
 Presets: base (6 + 6 layers, 512 wide, 8 heads, FFN 2048: the paper's base model) and big
 (1024 wide, 16 heads, FFN 4096).
@@ -37,14 +38,13 @@ from lmlab.utils.errors import LmlabError
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
     check_symmetric_stacks(hf)
     target_vocab = hf.get("decoder_vocab_size")
-    if hf.get("share_encoder_decoder_embeddings") is False or (
-            target_vocab is not None and target_vocab != values["vocab_size"]):
+    if target_vocab is not None and target_vocab != values["vocab_size"]:
         raise LmlabError(
             f"this Marian checkpoint has separate source and target vocabularies (vocab_size="
-            f"{values['vocab_size']}, decoder_vocab_size={target_vocab}, "
-            f"share_encoder_decoder_embeddings={hf.get('share_encoder_decoder_embeddings')})",
-            "lmlab's encoder-decoders share one vocabulary; use a checkpoint with a joint "
-            "vocabulary (most OPUS-MT models)")
+            f"{values['vocab_size']}, decoder_vocab_size={target_vocab})",
+            "lmlab's encoder-decoders read one vocabulary on both sides (their tables may "
+            "differ); use a checkpoint with a joint vocabulary (most OPUS-MT models)")
+    values["share_embeddings"] = hf.get("share_encoder_decoder_embeddings", True) is not False
     values.setdefault("extra", {}).setdefault("decoder_start_token_id", values["pad_token_id"])
     values["extra"]["sinusoid_layout"] = "halves"
 
@@ -57,7 +57,7 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
                          "build the config from preset('marian', ...)")
     write_both_stacks(config, hf)
     hf["decoder_vocab_size"] = config.vocab_size
-    hf["share_encoder_decoder_embeddings"] = True
+    hf["share_encoder_decoder_embeddings"] = config.share_embeddings
 
 
 FAMILY = FamilySpec(

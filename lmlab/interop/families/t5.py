@@ -140,7 +140,7 @@ FAMILY = FamilySpec(
     shape=dict(is_encoder_decoder=True, position_embedding="relative", type_vocab_size=0,
                norm_type="rmsnorm", pre_norm=True, embedding_norm=False, final_norm=True,
                attention_bias=False, mlp_bias=False, attention_scale=1.0, causal=False,
-               scale_embedding=False),
+               scale_embedding=False, share_embeddings=True),
     defaults=dict(vocab_size=32128, hidden_act="relu", ffn_type="mlp", norm_eps=1e-6,
                   pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=True,
                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
