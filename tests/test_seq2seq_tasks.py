@@ -288,3 +288,10 @@ def test_finetune_points_an_encoder_decoder_to_text_to_text(trained, tmp_path):
     result = run_lmlab("finetune", "--task", "fortunes-topic", "--model",
                        trained / "run" / "model", "--out", tmp_path / "ft")
     assert_clean_refusal(result, "is an encoder-decoder", fix="lmlab seq2seq train")
+
+
+def test_lm_evaluation_refuses_an_encoder_decoder(trained, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("mul INT+ 2 x\n")
+    result = run_lmlab("perplexity", trained / "run" / "model", text)
+    assert_clean_refusal(result, "encoder-decoder", fix="lmlab seq2seq evaluate")

@@ -239,15 +239,26 @@ def is_encoder_decoder(model: Any) -> bool:
     return bool(getattr(model.config, "is_encoder_decoder", False))
 
 
+def check_can_generate(model: Any) -> None:
+    """Refuse a model that cannot generate: a decoder with a ``"clm"`` head, or an
+    encoder-decoder with its ``"seq2seq-lm"`` head."""
+    if not is_encoder_decoder(model):
+        check_causal_lm(model)
+    elif "seq2seq-lm" not in model.heads:
+        raise LmlabError("the encoder-decoder has no 'seq2seq-lm' head",
+                         "load it with head='seq2seq-lm' (or from a ...ForConditional"
+                         "Generation / ...MTModel checkpoint)")
+
+
 def check_causal_lm(model: Any) -> None:
-    """Refuse a model that cannot continue text: generation and the LM evaluations of
-    :mod:`lmlab.evaluation.lm` need a decoder with a ``"clm"`` head."""
+    """Refuse a model that cannot continue text: the LM evaluations of
+    :mod:`lmlab.evaluation.lm` (and a decoder's generation) need a decoder with a ``"clm"``
+    head."""
     if is_encoder_decoder(model):
-        if "seq2seq-lm" not in model.heads:
-            raise LmlabError("the encoder-decoder has no 'seq2seq-lm' head",
-                             "load it with head='seq2seq-lm' (or from a ...ForConditional"
-                             "Generation / ...MTModel checkpoint)")
-        return
+        raise LmlabError("perplexity and few-shot scoring read a decoder's own next-token "
+                         "predictions; an encoder-decoder predicts a target from a source",
+                         "use a GPT-2 or Llama-style model here; score an encoder-decoder on a "
+                         "text-to-text task with lmlab seq2seq evaluate")
     if not getattr(model.config, "causal", False):
         raise LmlabError("generation and LM evaluation need a decoder (causal) model",
                          "load a GPT-2 or Llama-style checkpoint, e.g. a .gguf file")
@@ -309,7 +320,7 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
         pad id. Beam search returns the best hypothesis per prompt, or the best
         ``num_return_sequences`` of each, best first ((B * n, T + n) rows, as transformers).
     """
-    check_causal_lm(model)
+    check_can_generate(model)
     config = make_config(config, model, **options)
     if input_ids.dim() != 2:
         raise LmlabError(f"input_ids has shape {tuple(input_ids.shape)}",
