@@ -176,7 +176,7 @@ def build_seq2seq_model(family: str, tokenizer: Any, size: str | None = None,
     family's smallest by default), with ``layers`` per stack and ``hidden`` width (heads of 64
     dims, FFN 4x) when given."""
     from lmlab.interop.families import get_family
-    from lmlab.models.seq2seq import EncoderDecoderModel
+    from lmlab.models.seq2seq import EncoderDecoderModel, decoder_start_token
 
     spec = get_family(family)
     size = _fresh_model_settings(family, size, layers, hidden)["size"]
@@ -192,7 +192,7 @@ def build_seq2seq_model(family: str, tokenizer: Any, size: str | None = None,
     if pad is None or eos is None:
         raise LmlabError("the tokenizer needs a pad and an end-of-sequence token",
                          "use a tokenizer with a t5 or roberta template")
-    start = eos if family == "bart" else pad
+    start = decoder_start_token(family, tokenizer)
     extra = {**spec.defaults.get("extra", {}), **values.pop("extra", {}),
              "decoder_start_token_id": start, "label_smoothing": float(label_smoothing)}
     positions = {"bart": max_positions + 2, "marian": max_positions}.get(family)

@@ -46,6 +46,17 @@ def stack_configs(config: TransformerConfig) -> tuple[TransformerConfig, Transfo
     return encoder, decoder
 
 
+def decoder_start_token(family: str, tokenizer: Any) -> int:
+    """The token a family's decoder starts from, in ``tokenizer``'s vocabulary: BART's
+    ``</s>``, the pad token for T5 and Marian."""
+    role = "eos" if family == "bart" else "pad"
+    start = getattr(tokenizer, f"{role}_token_id")
+    if start is None:
+        raise LmlabError(f"the tokenizer has no {role} token for the {family} decoder to start "
+                         "from", "use a tokenizer with a t5 or roberta template")
+    return int(start)
+
+
 def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tensor:
     """Decoder inputs for teacher forcing: ``labels`` (B, T) moved one step right behind the
     decoder start token, with ignored positions (-100) read as padding."""

@@ -301,24 +301,13 @@ def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> 
         overrides.setdefault("pad_token_id", tokenizer.pad_token_id)
     config = preset(settings.family, settings.size, **overrides)
     if config.is_encoder_decoder:
-        from lmlab.models.seq2seq import EncoderDecoderModel
+        from lmlab.models.seq2seq import EncoderDecoderModel, decoder_start_token
 
         if tokenizer.eos_token_id is not None:  # generation stops there
             config.eos_token_id = tokenizer.eos_token_id
-        config.extra["decoder_start_token_id"] = _decoder_start(config, tokenizer)
+        config.extra["decoder_start_token_id"] = decoder_start_token(config.family, tokenizer)
         return EncoderDecoderModel(config, heads=())
     return LanguageModel(config, heads=())
-
-
-def _decoder_start(config, tokenizer: Tokenizer) -> int:
-    """The decoder start token in the tokenizer's vocabulary: T5 and Marian start from the
-    pad token, BART from the end-of-sequence token."""
-    start = tokenizer.eos_token_id if config.family == "bart" else tokenizer.pad_token_id
-    if start is None:
-        raise LmlabError(f"the tokenizer has no {'eos' if config.family == 'bart' else 'pad'} "
-                         "token to start decoding from",
-                         "train the tokenizer with a t5 or roberta template")
-    return int(start)
 
 
 def load_init(path: Path, vocab_size: int) -> LanguageModel:
