@@ -190,8 +190,9 @@ class FamilySpec:
             if prefix + key in source and name not in found:
                 found.add(name)
                 if name.startswith("extra."):
-                    values.setdefault("extra", {})[name.removeprefix("extra.")] = \
-                        source[prefix + key]
+                    if source[prefix + key] is not None:  # null: the setting is not used
+                        values.setdefault("extra", {})[name.removeprefix("extra.")] = \
+                            source[prefix + key]
                 else:
                     values[name] = source[prefix + key]
         sizes = {prefix + key: name for key, name in names.items() if name in self.required}
