@@ -88,9 +88,9 @@ class TextToTextObjective(nn.Module):
     reports_perplexity = True
 
     def prepare(self, model: nn.Module) -> None:
-        if not getattr(model.config, "is_encoder_decoder", False):
-            raise LmlabError("text-to-text training needs an encoder-decoder model",
-                             "use a BART, Marian or T5 model (e.g. --family marian)")
+        from lmlab.models.seq2seq import require_encoder_decoder
+
+        require_encoder_decoder(model, "text-to-text training")
         model.add_head("seq2seq-lm")
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]):
@@ -219,7 +219,7 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
     there continues only when its data, tokenizer, model settings and lengths are these
     (otherwise it is refused, naming the difference, unless ``overwrite``)."""
     import lmlab
-    from lmlab.tasks.inverse import read_task_data, task_info
+    from lmlab.tasks.inverse import read_task_data
     from lmlab.tokenization.symbols import symbol_tokenizer
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
@@ -246,7 +246,7 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
         hparams={"task": task, **model_settings, "dropout": dropout if init is None else None,
                  "label_smoothing": label_smoothing, "max_source_length": max_source_length,
                  "max_target_length": max_target_length},
-        data={"task_data": str(data), "task_fingerprint": _folder_fingerprint(data, task_info),
+        data={"task_data": str(data), "task_fingerprint": _folder_fingerprint(data),
               "tokenizer_fingerprint": tok.fingerprint()})
     prepare_run_folder(Path(out), overwrite, run_config(cfg, record))
     seed_everything(cfg.seed)  # a fresh model's weights follow the run's seed
@@ -280,11 +280,10 @@ def _fresh_model_settings(family: str, size: str | None, layers: int | None,
     return {"family": family, "size": size, "layers": layers, "hidden": hidden}
 
 
-def _folder_fingerprint(data: str | Path, task_info: Any) -> str:
+def _folder_fingerprint(data: str | Path) -> str:
     """SHA-256 of a task folder's task.json and split files (what resuming compares)."""
     import hashlib
 
-    task_info(data)  # a task folder
     digest = hashlib.sha256()
     for name in ("task.json", "train.jsonl", "dev.jsonl", "test.jsonl"):
         digest.update((Path(data) / name).read_bytes())

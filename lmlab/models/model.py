@@ -71,13 +71,7 @@ class LanguageModel(nn.Module):
         return self.heads[name]
 
     def num_parameters(self, trainable_only: bool = False) -> int:
-        seen, total = set(), 0
-        for parameter in self.parameters():
-            if id(parameter) in seen or (trainable_only and not parameter.requires_grad):
-                continue
-            seen.add(id(parameter))
-            total += parameter.numel()
-        return total
+        return count_parameters(self, trainable_only)
 
     # -- forward --------------------------------------------------------------------------------
     def run_head(self, name: str, hidden: torch.Tensor, pooled: torch.Tensor | None,
@@ -148,6 +142,17 @@ class LanguageModel(nn.Module):
         from lmlab.interop.hf import save_pretrained
 
         return save_pretrained(self, path, **kwargs)
+
+
+def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
+    """Parameters of ``module``, a tied tensor counted once (trainable ones only on request)."""
+    seen, total = set(), 0
+    for parameter in module.parameters():
+        if id(parameter) in seen or (trainable_only and not parameter.requires_grad):
+            continue
+        seen.add(id(parameter))
+        total += parameter.numel()
+    return total
 
 
 def init_normal(module: nn.Module, std: float) -> None:

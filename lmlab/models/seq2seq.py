@@ -29,7 +29,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.transformer import Transformer
 from lmlab.models.heads import IGNORE_INDEX, build_head
-from lmlab.models.model import init_normal
+from lmlab.models.model import count_parameters, init_normal
 from lmlab.models.outputs import ModelOutput
 from lmlab.utils.errors import LmlabError
 
@@ -44,6 +44,15 @@ def stack_configs(config: TransformerConfig) -> tuple[TransformerConfig, Transfo
     decoder = dataclasses.replace(encoder, causal=True, add_cross_attention=True,
                                   num_hidden_layers=config.num_decoder_layers)
     return encoder, decoder
+
+
+def require_encoder_decoder(model: nn.Module, what: str) -> None:
+    """Refuse an encoder or a decoder where ``what`` (an objective, a kind of training) needs
+    an encoder-decoder."""
+    if not getattr(model.config, "is_encoder_decoder", False):
+        raise LmlabError(f"{what} trains encoder-decoders, not a {model.config.family} "
+                         f"{'decoder' if model.config.causal else 'encoder'}",
+                         "use a t5, bart or marian model (--family t5, or --init one)")
 
 
 def decoder_start_token(family: str, tokenizer: Any) -> int:
@@ -146,9 +155,7 @@ class EncoderDecoderModel(nn.Module):
         return self.heads[name]
 
     def num_parameters(self, trainable_only: bool = False) -> int:
-        unique = {id(p): p for p in self.parameters()
-                  if p.requires_grad or not trainable_only}
-        return sum(p.numel() for p in unique.values())
+        return count_parameters(self, trainable_only)
 
     @property
     def max_length(self) -> int | None:

@@ -67,9 +67,9 @@ class _Seq2SeqObjective(Objective):
     cls_sep_packing = False
 
     def prepare(self, model: torch.nn.Module) -> None:
-        if not getattr(model.config, "is_encoder_decoder", False):
-            raise LmlabError(f"the {self.name!r} objective trains encoder-decoders",
-                             "pretrain a t5, bart or marian model (--family t5)")
+        from lmlab.models.seq2seq import require_encoder_decoder
+
+        require_encoder_decoder(model, f"the {self.name!r} objective")
         super().prepare(model)
 
     def _end(self) -> list[int]:

@@ -126,7 +126,10 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
     check_task(task)
     out = Path(out)
     check_output_folder(out, overwrite, "task data")
-    splits = build_pairs(task, count, seed, show_progress)
+    if task in CLASSIFICATION_TASKS:  # the pairs and what scoring needs, from one load
+        splits, scoring = classification_pairs(task)
+    else:
+        splits, scoring = build_pairs(task, count, seed, show_progress), {}
     out.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
         lines = [json.dumps({"input": p.input_text, "references": list(p.references),
@@ -136,7 +139,6 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
     sizes = {split: len(splits[split]) for split in SPLITS}
     if task != "integration":
         _write_corpus(splits["train"], out / "corpus")
-    scoring = classification_pairs(task)[1] if task in CLASSIFICATION_TASKS else {}
     atomic_write_json(out / "task.json", {"task": task, "count": count, "seed": seed,
                                           "sizes": sizes, **scoring})
     return sizes
