@@ -75,7 +75,7 @@ def _auto_precision_is_fp32(monkeypatch):
     """``precision="auto"`` (the CLI's default) resolves to fp32 in tests, on every host: a test
     must not pass where bf16 is slow and fail where it is fast. Tests of ``auto`` itself patch
     their own figures over this; subprocesses pass ``--precision fp32`` explicitly."""
-    def pinned(device_type: str = "cpu") -> tuple[str, str]:
+    def pinned(device_type: str = "cpu", **shape) -> tuple[str, str]:
         return "fp32", "pinned to fp32 for the tests (tests/conftest.py)"
 
     monkeypatch.setattr("lmlab.utils.precision.auto_precision", pinned)

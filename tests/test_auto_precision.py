@@ -40,7 +40,7 @@ def test_demo_resolves_auto_before_its_stages(monkeypatch, tmp_path):
     from lmlab.demo import job
 
     monkeypatch.setattr("lmlab.utils.precision.auto_precision",
-                        lambda device: ("fp32", "injected for the test"))
+                        lambda device, **shape: ("fp32", "injected for the test"))
     seen = {}
 
     def stop(config, stages):
@@ -60,7 +60,7 @@ def test_trainer_resolves_auto(monkeypatch, tmp_path):
     from lmlab.training.trainer import Trainer
 
     monkeypatch.setattr("lmlab.utils.precision.auto_precision",
-                        lambda device: ("fp32", "injected for the test"))
+                        lambda device, **shape: ("fp32", "injected for the test"))
     model = torch.nn.Linear(2, 2)
     cfg = TrainingConfig(precision="auto", max_steps=1, device="cpu", progress=False)
     trainer = Trainer(model, torch.nn.Module(), [], cfg, tmp_path / "run", track_cost=False)
@@ -115,8 +115,82 @@ def test_finetune_resolves_auto_and_says_why(monkeypatch, tiny_bert_folder, tmp_
     from lmlab.finetune.runner import finetune
 
     monkeypatch.setattr("lmlab.finetune.runner.auto_precision",
-                        lambda device: ("fp32", "injected for the test"))
+                        lambda device, **shape: ("fp32", "injected for the test"))
     result = finetune(toy_task(16, 8), tiny_bert_folder, tmp_path / "run", precision="auto",
                       epochs=1, batch_size=8, show_progress=False, save_model=False)
     assert result["precision"] == "fp32"
     assert result["precision_reason"] == "injected for the test"
+
+
+# -- auto from the model's own linear shapes (lmlab.cost.shapes) -----------------------------------
+def _two_layer_model():
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Linear(32, 8),
+                               torch.nn.Linear(8, 32))
+
+
+def test_linear_shapes_count_each_distinct_layer():
+    from lmlab.cost.shapes import linear_shapes
+
+    assert linear_shapes(_two_layer_model()) == {(8, 32): 2, (32, 8): 1}
+
+
+@pytest.mark.parametrize("fp32_s,bf16_s,expected", [(4.0, 1.0, "bf16"), (1.0, 1.0, "fp32"),
+                                                    (1.0, 2.0, "fp32")])
+def test_auto_with_a_model_follows_its_own_shapes_not_the_square_peaks(
+        monkeypatch, tmp_path, fp32_s, bf16_s, expected):
+    """Square peaks say bf16 is 4x; the model's shapes decide, and are measured once per host."""
+    monkeypatch.setenv("LMLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision_module, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr("lmlab.cost.peak.cpu_peaks", lambda: _peaks(200e9, 800e9))
+    calls = []
+
+    def measure(shapes, tokens):
+        calls.append((dict(shapes), tokens))
+        return {"fp32": fp32_s, "bf16": bf16_s}
+
+    monkeypatch.setattr("lmlab.cost.shapes.measure_linear_times", measure)
+    model = _two_layer_model()
+    chosen, reason = auto_precision("cpu", model=model, tokens=256)
+    assert chosen == expected and "2 shapes at 256 tokens" in reason
+    assert calls == [({(8, 32): 2, (32, 8): 1}, 256)]
+    assert auto_precision("cpu", model=model, tokens=256)[0] == expected
+    assert len(calls) == 1  # cached for this host and shape set
+    auto_precision("cpu", model=model, tokens=512)
+    assert len(calls) == 2  # another batch shape is another measurement
+
+
+def test_linear_times_are_measured_on_both_paths():
+    from collections import Counter
+
+    from lmlab.cost.shapes import measure_linear_times
+
+    seconds = measure_linear_times(Counter({(16, 32): 2}), tokens=64, reps=1)
+    assert set(seconds) == {"fp32", "bf16"} and all(v > 0 for v in seconds.values())
+
+
+def test_finetune_measures_the_architecture_it_will_train(monkeypatch, minilm_dir, tmp_path):
+    """`finetune(precision="auto")` hands auto the model's layers (built without weights) and
+    the recipe's tokens per batch."""
+    from test_finetune import toy_task
+
+    from lmlab.cost.shapes import linear_shapes
+    from lmlab.finetune.runner import finetune
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(device, model=None, tokens=None):
+        seen.update(shapes=linear_shapes(model), tokens=tokens,
+                    device=next(model.parameters()).device.type)
+        raise Stop
+
+    monkeypatch.setattr("lmlab.finetune.runner.auto_precision", capture)
+    with pytest.raises(Stop):
+        finetune(toy_task(16, 8), minilm_dir, tmp_path / "run", precision="auto",
+                 batch_size=8, show_progress=False)
+    assert seen["shapes"] == {(384, 384): 24, (384, 1536): 6, (1536, 384): 6}
+    assert seen["device"] == "meta" and seen["tokens"] == 8 * 128

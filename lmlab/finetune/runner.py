@@ -77,6 +77,15 @@ def load_tokenizer(path: Path):
     return Tokenizer.from_pretrained(resolve_model_dir(path))
 
 
+def _architecture(source: str | Path):
+    """The model's modules without its weights (on the meta device: no memory, no reading of
+    the checkpoint's tensors), for measuring its layer shapes before training."""
+    import torch
+
+    with torch.device("meta"):
+        return load_model(source, random_init=True)[0]
+
+
 def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     """(model, tokenizer, folder): a checkpoint, or its architecture with random weights."""
     from lmlab.interop.hf import load_config
@@ -277,7 +286,9 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     run_device = resolve_device(device)  # --device cuda without a GPU: refused before any work
     precision_reason = "chosen by the caller"
     if precision == "auto":
-        precision, precision_reason = auto_precision(run_device.type)
+        precision, precision_reason = auto_precision(
+            run_device.type, model=_architecture(model_source),
+            tokens=rec.batch_size * rec.max_length)
     task = _subset(task, max_train_examples)
     task.split("train")
     task.split("dev")

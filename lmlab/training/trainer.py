@@ -35,6 +35,7 @@ from lmlab.training.distributed import (
     RankSlice,
     all_reduce_sum,
     barrier,
+    broadcast_object,
     gather_objects,
     init_distributed,
     resolve_device,
@@ -139,17 +140,21 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
         self.device = resolve_device(cfg.device, int(__import__("os").environ.get("LOCAL_RANK", 0)))
+        self.dist: DistInfo = init_distributed(self.device)
         self.precision_reason = "chosen by the caller"
         if cfg.precision == "auto":  # bf16 where this host measurably runs it faster
             from dataclasses import replace
 
             from lmlab.utils.precision import auto_precision
 
-            precision, self.precision_reason = auto_precision(self.device.type)
+            # Rank 0 measures and decides; every rank trains in the precision it chose.
+            choice = (auto_precision(self.device.type, model=model,
+                                     tokens=cfg.batch_size * cfg.seq_len)
+                      if self.dist.rank == 0 else None)
+            precision, self.precision_reason = broadcast_object(choice, self.dist)
             self.cfg = cfg = replace(cfg, precision=precision)
             if cfg.progress:
                 print(f"lmlab: precision {precision}: {self.precision_reason}", flush=True)
-        self.dist: DistInfo = init_distributed(self.device)
         self.stream = (RankSlice(train_stream, self.dist.rank, self.dist.world_size)
                        if self.dist.active else train_stream)
         self.schedule = Schedule(cfg.schedule, cfg.warmup_steps, cfg.warmup_fraction,

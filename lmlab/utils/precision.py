@@ -73,24 +73,36 @@ def precision_autocast(precision: str, device_type: str = "cpu") -> torch.autoca
 BF16_MIN_SPEEDUP = 1.2  # bf16 must beat fp32 by this much to be worth its rounding
 
 
-def auto_precision(device_type: str = "cpu") -> tuple[str, str]:
+def auto_precision(device_type: str = "cpu", model: torch.nn.Module | None = None,
+                   tokens: int = 2048) -> tuple[str, str]:
     """("bf16" or "fp32", why) for ``precision="auto"``: bf16 where it is measurably faster.
 
     Never assumed from the CPU's name or flags alone: an Intel Xeon with AVX512-BF16 (no AMX)
-    ran bf16 matmuls at half its fp32 rate, an AMD Zen 5 at four times it. On a CPU, the peaks
-    of :func:`lmlab.cost.peak.cpu_peaks` (measured once per host, about 5-10 s, then cached)
-    decide: bf16 when its matmul rate is at least :data:`BF16_MIN_SPEEDUP` times fp32's (the
-    default ``torch.matmul`` path). A CPU without bf16 instructions is fp32 without measuring.
-    On a GPU, bf16 where the device supports it.
+    ran bf16 matmuls at half its fp32 rate, an AMD Zen 5 at four times it. On a CPU with bf16
+    instructions, a measurement decides: with ``model``, its own linear layers at ``tokens``
+    rows (batch x sequence length), forward and backward, on each path
+    (:func:`lmlab.cost.shapes.model_linear_times`, 1-5 s once per host and model shape, then
+    cached); without one, the square-matrix peaks of :func:`lmlab.cost.peak.cpu_peaks`. bf16
+    is taken when it is at least :data:`BF16_MIN_SPEEDUP` times faster than fp32 (the default
+    ``torch.matmul`` path). A CPU without bf16 instructions is fp32 without measuring. On a
+    GPU, bf16 where the device supports it.
     """
-    import torch
-
     if device_type == "cuda":
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
             return "bf16", "this GPU supports bf16 autocast"
         return "fp32", "this GPU has no bf16 support"
     if cpu_has_native_bf16() is False:
         return "fp32", "this CPU has no bf16 instructions (bf16 would be emulated, 5-60x slower)"
+    if model is not None:
+        from lmlab.cost.shapes import linear_shapes, model_linear_times
+
+        if linear_shapes(model):
+            times = model_linear_times(model, tokens)
+            ratio = times.speedup("bf16")
+            measured = (f"the model's own linear layers ({times.shapes} shapes at {tokens} "
+                        f"tokens, forward and backward) ran {ratio:.1f}x as fast in bf16 as in "
+                        f"fp32 on this host")
+            return _decide(ratio, measured)
     from lmlab.cost.peak import cpu_peaks
 
     peaks = cpu_peaks().peaks
@@ -98,8 +110,11 @@ def auto_precision(device_type: str = "cpu") -> tuple[str, str]:
     if not fp32 or not bf16:
         return "fp32", "no bf16 matmul rate could be measured on this CPU"
     ratio = bf16 / fp32
-    measured = (f"measured bf16 {bf16 / 1e9:,.0f} against fp32 {fp32 / 1e9:,.0f} GFLOP/s "
-                f"on this host ({ratio:.1f}x)")
+    return _decide(ratio, f"measured bf16 {bf16 / 1e9:,.0f} against fp32 {fp32 / 1e9:,.0f} "
+                          f"GFLOP/s on this host ({ratio:.1f}x)")
+
+
+def _decide(ratio: float, measured: str) -> tuple[str, str]:
     if ratio >= BF16_MIN_SPEEDUP:
         return "bf16", measured
     return "fp32", f"{measured}: under the {BF16_MIN_SPEEDUP}x that bf16 must gain"

@@ -1,0 +1,109 @@
+"""How fast a model's own linear layers run on each CPU matmul path, measured on this host.
+
+Square-matrix peaks (:mod:`lmlab.cost.peak`) say what a path can do at its best; a model's
+linear layers are thin (384 x 1,536 for MiniLM, 256 x 8,192 for a small vocabulary head) and
+rank the paths differently at those shapes. ``precision="auto"`` therefore times the shapes the
+model will really run: for every distinct ``nn.Linear`` (in, out) of the model, the three
+products of one training step (forward ``x W^T``, the input gradient ``g W`` and the weight
+gradient ``g^T x``) at ``tokens`` rows, once in fp32 and once in bf16, weighted by how many
+layers share the shape. The result is cached per host and shape set
+(``~/.cache/lmlab/cost/linear-shapes.json``), so a run pays the 1-5 s measurement once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.utils.host import describe_host
+from lmlab.utils.io import atomic_write_json, read_json
+from lmlab.utils.paths import cache_dir
+
+_CACHE_VERSION = 1
+PATHS = ("fp32", "bf16")
+
+
+def linear_shapes(model: nn.Module) -> Counter[tuple[int, int]]:
+    """(in_features, out_features) of every ``nn.Linear`` in ``model``, with its count."""
+    return Counter((m.in_features, m.out_features) for m in model.modules()
+                   if isinstance(m, nn.Linear))
+
+
+@dataclass(frozen=True)
+class LinearTimes:
+    """Seconds one training step's linear products take on each path (forward + backward)."""
+
+    seconds: dict[str, float]
+    shapes: int     # distinct (in, out) shapes timed
+    tokens: int     # rows of each product (batch x sequence length)
+    cached: bool    # read from the cache rather than measured now
+
+    def speedup(self, path: str, over: str = "fp32") -> float:
+        return self.seconds[over] / self.seconds[path]
+
+
+def _median_seconds(fn: Callable[[], Any], reps: int) -> float:
+    fn()  # warm-up: kernel selection, weight reordering
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def measure_linear_times(shapes: Counter[tuple[int, int]], tokens: int,
+                         reps: int = 3) -> dict[str, float]:
+    """Seconds per path for one step's linear products of ``shapes`` at ``tokens`` rows."""
+    totals = dict.fromkeys(PATHS, 0.0)
+    with torch.no_grad():
+        for (fan_in, fan_out), count in shapes.items():
+            x, w, g = torch.randn(tokens, fan_in), torch.randn(fan_out, fan_in), \
+                torch.randn(tokens, fan_out)
+            for path in PATHS:
+                dtype = torch.float32 if path == "fp32" else torch.bfloat16
+                xd, wd, gd = x.to(dtype), w.to(dtype), g.to(dtype)
+
+                def step(xd=xd, wd=wd, gd=gd) -> None:
+                    torch.nn.functional.linear(xd, wd)  # forward (tokens, out)
+                    gd @ wd  # input gradient (tokens, in)
+                    gd.t() @ xd  # weight gradient (out, in)
+
+                totals[path] += count * _median_seconds(step, reps)
+    return totals
+
+
+def _cache_path():
+    return cache_dir() / "cost" / "linear-shapes.json"
+
+
+def model_linear_times(model: nn.Module, tokens: int, refresh: bool = False,
+                       measure: Callable[[Counter[tuple[int, int]], int], dict[str, float]]
+                       | None = None) -> LinearTimes:
+    """The model's linear products timed on each path, from the per-host cache or measured now.
+
+    ``measure`` replaces :func:`measure_linear_times` (tests inject their own figures)."""
+    shapes = linear_shapes(model)
+    signature = f"{tokens}:" + ",".join(f"{i}x{o}*{n}" for (i, o), n in sorted(shapes.items()))
+    host = describe_host()
+    path = _cache_path()
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION:
+        data = {}
+    entry = data.get("hosts", {}).get(host, {}).get(signature)
+    if entry is not None and not refresh:
+        return LinearTimes(dict(entry), len(shapes), tokens, cached=True)
+    seconds = (measure or measure_linear_times)(shapes, tokens)
+    data.setdefault("hosts", {}).setdefault(host, {})[signature] = seconds
+    data["version"] = _CACHE_VERSION
+    atomic_write_json(path, data)
+    return LinearTimes(seconds, len(shapes), tokens, cached=False)
