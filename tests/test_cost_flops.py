@@ -218,3 +218,63 @@ def test_lmlab_models_match_flop_counter(kind):
     inputs = {"input_ids": ids, "labels": ids, "output_attentions": True}
     result = compare_with_analytic(model, inputs, config, S, B * S, training=True, head=head)
     assert result["ratio"] == pytest.approx(1.0, rel=1e-9), result
+
+
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_encoder_decoder_step_matches_flop_counter(family):
+    """An encoder-decoder's step (source 16, target 12 tokens; 2 encoder, 3 decoder layers;
+    T5 v1.1's gated feed-forward) costs what seq2seq_step_flops says: encoder, decoder
+    self-attention, cross-attention (keys and values once per source token) and the head."""
+    from lmlab.cost.flops import seq2seq_step_flops
+    from lmlab.interop.families import get_family
+    from lmlab.models.seq2seq import EncoderDecoderModel
+
+    shape = dict(hidden_size=32, num_hidden_layers=2, num_decoder_layers=3,
+                 num_attention_heads=4, intermediate_size=64, vocab_size=V)
+    if family == "t5":
+        shape.update(ffn_type="glu", hidden_act="gelu_new")
+    else:
+        shape["max_position_embeddings"] = 64
+    config = get_family(family).config(**shape)
+    model = EncoderDecoderModel(config, heads=["seq2seq-lm"])
+    source, target = torch.randint(3, V, (B, 16)), torch.randint(3, V, (B, 12))
+    total, _ = measure_flops(model, {"input_ids": source, "labels": target,
+                                     "output_attentions": True})
+    assert total == pytest.approx(seq2seq_step_flops(config, B * 16, 16, B * 12, 12),
+                                  rel=1e-9)
+    with pytest.raises(LmlabError, match="seq2seq_step_flops"):
+        flops_per_token(config, 16)
+
+
+def test_trainer_reports_the_cost_of_an_encoder_decoder(tmp_path):
+    """The Trainer counts each step's source and target tokens into the cost report."""
+    from lmlab.cost.flops import seq2seq_step_flops
+    from lmlab.interop.families import get_family
+    from lmlab.models.seq2seq import EncoderDecoderModel
+    from lmlab.objectives.seq2seq import seq2seq_loss
+    from lmlab.training import TrainingConfig
+    from lmlab.training.trainer import Trainer
+
+    config = get_family("bart").config(hidden_size=32, num_hidden_layers=1,
+                                       num_decoder_layers=1, num_attention_heads=2,
+                                       intermediate_size=64, vocab_size=V,
+                                       max_position_embeddings=64)
+    model = EncoderDecoderModel(config, heads=["seq2seq-lm"])
+    labels = torch.randint(3, V, (B, 6))
+    labels[0, 4:] = -100  # a shorter target: its padding is not computed work
+    batch = {"input_ids": torch.randint(3, V, (B, 10)),
+             "attention_mask": torch.ones(B, 10, dtype=torch.long), "labels": labels}
+
+    class Objective(torch.nn.Module):
+        flops_head = "clm"
+        predicted_fraction = None
+
+        def compute_loss(self, model, batch):
+            return seq2seq_loss(model, batch)
+
+    cfg = TrainingConfig(max_steps=2, batch_size=B, seq_len=10, progress=False, device="cpu")
+    run = Trainer(model, Objective(), iter([batch, batch]), cfg, tmp_path / "run",
+                  measure_peak=False, save_model=False).train()
+    assert run.cost["tokens"] == 2 * B * 10
+    assert run.cost["flops"] == pytest.approx(2 * seq2seq_step_flops(config, B * 10, 10, 10, 6),
+                                              rel=1e-9)

@@ -115,10 +115,10 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
     if not 0.0 < fraction <= 1.0:
         raise LmlabError(f"sparse_prediction_fraction must be in (0, 1], got {fraction}",
                          "pass e.g. 0.15 for the masked positions only, or None for all")
-    if getattr(config, "add_cross_attention", False):
-        raise LmlabError("cross-attention (encoder-decoder) FLOPs are not modelled here",
-                         "count the encoder and the decoder as separate configs with "
-                         "flops_breakdown and add the results")
+    if getattr(config, "add_cross_attention", False) or getattr(config, "is_encoder_decoder",
+                                                                 False):
+        raise LmlabError("an encoder-decoder's FLOPs depend on its source and target lengths, "
+                         "not on one sequence length", "use seq2seq_step_flops")
 
     h = config.hidden_size
     layers = config.num_hidden_layers
@@ -162,6 +162,42 @@ def flops_per_token(config, seq_len: int, training: bool = True, head: Head = "m
     """Total FLOPs per token; see :func:`flops_breakdown` for the arguments."""
     return flops_breakdown(config, seq_len, training, head, sparse_prediction_fraction,
                            causal_attention).total
+
+
+def seq2seq_step_flops(config, source_tokens: int, source_len: int, target_tokens: int,
+                       target_len: int, training: bool = True,
+                       causal_attention: CausalCounting = "full") -> float:
+    """FLOPs of one step of an encoder-decoder (T5, BART, Marian) on a batch.
+
+    The encoder costs :func:`flops_per_token` of its stack (no head) per source token at
+    ``source_len``; the decoder its self-attention stack plus the vocabulary head ("clm") per
+    target token at ``target_len``, and per layer its cross-attention: the query and output
+    projections and the scores against ``source_len`` keys per target token, the key and value
+    projections of the encoder's output once per source token.
+
+    Args:
+        config: an encoder-decoder :class:`~lmlab.models.config.TransformerConfig`.
+        source_tokens, target_tokens: tokens the step computes on each side.
+        source_len, target_len: the (padded) sequence lengths the attention spans.
+    """
+    import dataclasses
+
+    from lmlab.models.seq2seq import stack_configs
+
+    encoder, decoder = stack_configs(config)
+    self_decoder = dataclasses.replace(decoder, add_cross_attention=False)
+    encoder_per_token = flops_per_token(encoder, source_len, training, head="none")
+    decoder_per_token = flops_per_token(self_decoder, target_len, training, head="clm",
+                                        causal_attention=causal_attention)
+    h = decoder.hidden_size
+    q = decoder.num_attention_heads * decoder.head_dim
+    kv = decoder.num_key_value_heads * decoder.head_dim
+    layers = decoder.num_hidden_layers
+    scale = 3.0 if training else 1.0
+    cross_per_target = layers * (2.0 * h * q + 2.0 * q * h + 4.0 * source_len * q)
+    cross_per_source = layers * 2.0 * 2 * h * kv
+    return (source_tokens * (encoder_per_token + scale * cross_per_source)
+            + target_tokens * (decoder_per_token + scale * cross_per_target))
 
 
 def parse_seq_len_schedule(spec: str | int) -> list[tuple[int, float]]:

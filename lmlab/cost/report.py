@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lmlab.cost.energy import EnergyMeter
-from lmlab.cost.flops import flops_per_token
+from lmlab.cost.flops import flops_per_token, seq2seq_step_flops
 from lmlab.cost.peak import device_peak
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
@@ -210,8 +210,14 @@ class CostTracker:
         self.devices = int(devices)
         self._flop_args = {"training": training, "head": head,
                            "sparse_prediction_fraction": sparse_prediction_fraction}
-        self._fpt_cache: dict[int, float] = {self.seq_len: flops_per_token(
-            config, self.seq_len, **self._flop_args)}
+        if getattr(config, "is_encoder_decoder", False):
+            # per source token at equal source and target lengths, until steps say otherwise
+            self._fpt_cache: dict[int, float] = {self.seq_len: seq2seq_step_flops(
+                config, self.seq_len, self.seq_len, self.seq_len, self.seq_len,
+                training=training) / self.seq_len}
+        else:
+            self._fpt_cache = {self.seq_len: flops_per_token(config, self.seq_len,
+                                                             **self._flop_args)}
         self._peak_override = peak_flops_per_s
         self._measure_peak = measure_peak
         self.energy_method = energy_method
@@ -233,15 +239,20 @@ class CostTracker:
         self._stopped_at = None
         return self
 
-    def add_tokens(self, n: int, seq_len: int | None = None) -> None:
-        """Count ``n`` tokens of one step (at ``seq_len``, default the tracker's)."""
+    def add_tokens(self, n: int, seq_len: int | None = None, flops: float | None = None) -> None:
+        """Count ``n`` tokens of one step (at ``seq_len``, default the tracker's); ``flops``: the
+        step's FLOPs when the caller counted them (an encoder-decoder's depend on both sides'
+        lengths: :func:`~lmlab.cost.flops.seq2seq_step_flops`)."""
         if self._start is None:
             raise LmlabError("CostTracker.add_tokens() before start()", "call tracker.start()")
-        length = int(seq_len or self.seq_len)
-        if length not in self._fpt_cache:
-            self._fpt_cache[length] = flops_per_token(self.config, length, **self._flop_args)
+        if flops is None:
+            length = int(seq_len or self.seq_len)
+            if length not in self._fpt_cache:
+                self._fpt_cache[length] = flops_per_token(self.config, length,
+                                                          **self._flop_args)
+            flops = int(n) * self._fpt_cache[length]
         self.tokens += int(n)
-        self.flops += int(n) * self._fpt_cache[length]
+        self.flops += float(flops)
         self._meter.poll()
 
     def stop(self) -> None:

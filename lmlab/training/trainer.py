@@ -167,6 +167,7 @@ class Trainer:
         self.last_eval: dict[str, float] = {}
         self.last_loss: float | None = None
         self._setup_done = False
+        self.step_flops = 0.0  # the last step's FLOPs, where the Trainer counts them
         self._writer: MetricsWriter | None = None  # rank 0's metrics.jsonl, while training
 
     # -- setup ----------------------------------------------------------------------------------
@@ -283,7 +284,7 @@ class Trainer:
         global tokens, grad norm), or None when the stream has ended."""
         self.model.train()
         self.objective.train()
-        weighted_loss, weight_sum, tokens = 0.0, 0.0, 0
+        weighted_loss, weight_sum, tokens, flops = 0.0, 0.0, 0, 0.0
         metric_parts: list[tuple[float, dict[str, float]]] = []  # (weight, metrics) per micro
         for micro in range(self.cfg.grad_accum):
             try:
@@ -292,6 +293,7 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 return None
             tokens += _count_tokens(batch)
+            flops += self._seq2seq_flops(batch)
             last = micro == self.cfg.grad_accum - 1
             sync = contextlib.nullcontext()
             if self.dist.active and not last and hasattr(self.wrapped, "no_sync"):
@@ -304,8 +306,8 @@ class Trainer:
             weight_sum += weight
             metric_parts.append((weight, {k: float(v) for k, v in metrics.items()}))
         # global mean over predictions: grads hold sum_i w_i grad(L_i) (averaged over ranks)
-        weighted_loss, weight_sum, tokens_all = all_reduce_sum(
-            [weighted_loss, weight_sum, float(tokens)], self.dist, self.device)
+        weighted_loss, weight_sum, tokens_all, self.step_flops = all_reduce_sum(
+            [weighted_loss, weight_sum, float(tokens), flops], self.dist, self.device)
         scale = self.dist.world_size / weight_sum
         for p in self.params:
             if p.grad is not None:
@@ -317,6 +319,20 @@ class Trainer:
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         loss_value = weighted_loss / weight_sum
         return loss_value, self._global_metrics(metric_parts), int(round(tokens_all)), grad_norm
+
+    def _seq2seq_flops(self, batch: dict[str, Any]) -> float:
+        """An encoder-decoder batch's FLOPs (real source and target tokens at the batch's
+        lengths: lmlab.cost.flops.seq2seq_step_flops); 0 for other models, whose FLOPs the
+        cost tracker counts per token."""
+        config = getattr(self.model, "config", None)
+        labels = batch.get("labels")
+        if not getattr(config, "is_encoder_decoder", False) or not isinstance(labels,
+                                                                            torch.Tensor):
+            return 0.0
+        from lmlab.cost.flops import seq2seq_step_flops
+
+        return seq2seq_step_flops(config, _count_tokens(batch), batch["input_ids"].shape[-1],
+                                  int((labels != -100).sum()), labels.shape[-1])
 
     def _global_metrics(self, parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
         """The step's metrics for the global batch: each micro-batch's (on every rank) weighted
@@ -483,7 +499,7 @@ class Trainer:
                     window["tokens"] += tokens
                     window["seconds"] += seconds
                     if tracker is not None:
-                        tracker.add_tokens(tokens)
+                        tracker.add_tokens(tokens, flops=self.step_flops or None)
                     # one elapsed value for every rank (the LR and the stop decision depend on it)
                     elapsed = all_reduce_sum([self.elapsed()], self.dist, self.device)[0]
                     elapsed /= self.dist.world_size
@@ -569,12 +585,6 @@ class Trainer:
 
         config = getattr(self.model, "config", None)
         if config is None:
-            return None
-        if getattr(config, "is_encoder_decoder", False):
-            if self.cfg.progress:
-                print("lmlab: no cost report: lmlab.cost counts the FLOPs of one stack per "
-                      "token; an encoder-decoder's (source and target tokens) is not modelled "
-                      "yet", flush=True)
             return None
         tracker = CostTracker(config, self.cfg.seq_len, precision=self.cfg.precision,
                               device=self.device.type, devices=self.dist.world_size,
