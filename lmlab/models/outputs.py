@@ -23,6 +23,8 @@ class TransformerOutput(_KeyAccess):
     hidden_states: the embedding output followed by every layer's output (L + 1 tensors, the
     last one after the final norm in pre-norm stacks), when requested.
     attentions: every layer's attention probabilities (B, nh, Tq, Tk), when requested.
+    cross_attentions: a decoder's cross-attention probabilities (B, nh, Tq, S) per layer, when
+    requested with encoder states.
     """
 
     last_hidden_state: torch.Tensor
@@ -45,3 +47,5 @@ class ModelOutput(_KeyAccess):
     past_key_values: Any = None
     head_logits: dict[str, torch.Tensor] = field(default_factory=dict)
     encoder_last_hidden_state: torch.Tensor | None = None  # encoder-decoders: the source side
+    encoder_attentions: tuple[torch.Tensor, ...] | None = None  # encoder-decoders, on request
+    cross_attentions: tuple[torch.Tensor, ...] | None = None  # (B, nh, Tq, S) per decoder layer

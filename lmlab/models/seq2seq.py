@@ -258,6 +258,8 @@ class EncoderDecoderModel(nn.Module):
             hidden_states=decoded.hidden_states, attentions=decoded.attentions,
             past_key_values=decoded.past_key_values, head_logits=head_logits,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_attentions=getattr(encoder_outputs, "attentions", None),
+            cross_attentions=decoded.cross_attentions,
         )
 
     def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:

@@ -110,8 +110,9 @@ class Transformer(nn.Module):
 
         hidden_states = [repad(x)] if output_hidden_states else None
         attentions = [] if output_attentions else None
+        cross_attentions = [] if output_attentions and encoder_hidden_states is not None else None
         for index in range(self.config.num_hidden_layers):
-            x, probs, _ = self.layer(index)(
+            x, probs, cross_probs = self.layer(index)(
                 x, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
                 layer_index=index, encoder_hidden_states=encoder_hidden_states,
                 encoder_mask=encoder_mask, cross_cache=cross_cache,
@@ -121,6 +122,8 @@ class Transformer(nn.Module):
                 hidden_states.append(repad(x))
             if output_attentions:
                 attentions.append(probs)
+            if cross_attentions is not None:
+                cross_attentions.append(cross_probs)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if output_hidden_states:
@@ -130,6 +133,7 @@ class Transformer(nn.Module):
             last_hidden_state=x,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
+            cross_attentions=tuple(cross_attentions) if cross_attentions is not None else None,
             past_key_values=cache if use_cache else None,
         )
 

@@ -1,0 +1,154 @@
+"""``lmlab attention`` (an interactive HTML view of one text's attention) and ``lmlab
+head-stats`` (Clark et al.'s per-head statistics over a text sample)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "attention", help="write one self-contained HTML page showing a text's attention, "
+                          "every layer and head",
+        example='lmlab attention minilm "The cat sat on the mat." --out view.html',
+        handler=_attention)
+    p.add_argument("model", help="model folder, run directory, .gguf file or short name")
+    p.add_argument("text", help="the text to look at")
+    p.add_argument("--pair", help="a second text (sentence pairs, for encoders)")
+    p.add_argument("--target", help="the decoder's text (encoder-decoders: t5, bart, marian)")
+    p.add_argument("--words", action="store_true",
+                   help="merge word pieces into words (attention to a word summed, from a word "
+                        "averaged)")
+    p.add_argument("--out", required=True, help="the .html file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.add_argument("--layer", type=int, default=0, help="the layer shown first (from 0)")
+    p.add_argument("--head", type=int, default=0, help="the head shown first (from 0)")
+    p.add_argument("--stats-sample", type=int,
+                   help="compute the head statistics over N sentences (of --corpus, else of "
+                        "WordNet's example sentences) instead of the text itself")
+    p.add_argument("--corpus", help="lmlab corpus folder for --stats-sample")
+    p.add_argument("--max-length", type=int,
+                   help="cut the text to this many tokens (default: the model's limit)")
+
+    p = commands.command(
+        "head-stats", help="what each attention head attends to ([CLS], [SEP], punctuation, "
+                           "previous/next token, itself; entropy) over a text sample",
+        example="lmlab head-stats minilm --sample 200 --out head-stats/",
+        handler=_head_stats)
+    p.add_argument("model", help="model folder, run directory, .gguf file or short name")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--corpus", help="lmlab corpus folder: its first --sample sentences")
+    source.add_argument("--text-file", help="a text file: its first --sample non-empty lines")
+    p.add_argument("--sample", type=int, default=500,
+                   help="texts to average over (default 500; WordNet's example sentences "
+                        "unless --corpus or --text-file)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-length", type=int,
+                   help="cut texts to this many tokens (default: the model's limit)")
+    p.add_argument("--out", required=True, help="folder for head_stats.{json,csv,md,png}")
+    p.add_argument("--overwrite", action="store_true", help="replace what --out holds")
+
+
+def _check_corpus(corpus: str | None) -> None:
+    if corpus is not None:
+        from lmlab.utils.checks import check_folder
+
+        check_folder(corpus, "--corpus", "give a folder written by `lmlab data build --out DIR`",
+                     holds="train.jsonl", what="corpus folder")
+
+
+def _load(model_path: str):
+    """The model and tokenizer (the path checked first, so a typo fails before torch loads)."""
+    from lmlab.models.auto import resolve_model_dir
+
+    resolve_model_dir(model_path)
+    from lmlab.pipelines.base import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(model_path)
+
+
+def _check_index(value: int, count: int, option: str, what: str) -> None:
+    from lmlab.utils.errors import LmlabError
+
+    if not 0 <= value < count:
+        raise LmlabError(f"{option} {value} does not exist: the model has {count} {what}",
+                         f"give {option} from 0 to {count - 1}")
+
+
+def _attention(args: argparse.Namespace) -> int:
+    import warnings
+
+    from lmlab.utils.checks import check_at_least, check_output_file
+    from lmlab.utils.errors import LmlabError
+
+    if Path(args.out).suffix.lower() not in (".html", ".htm"):
+        raise LmlabError(f"--out {args.out} is not an .html file",
+                         "give --out a file name ending in .html, e.g. --out view.html")
+    check_output_file(args.out, args.overwrite)
+    if not args.text.strip():
+        raise LmlabError("the text is empty", "give a sentence to look at")
+    check_at_least(args.stats_sample, 1, "--stats-sample")
+    check_at_least(args.max_length, 2, "--max-length")
+    if args.corpus is not None and args.stats_sample is None:
+        raise LmlabError("--corpus is only read for --stats-sample",
+                         "add --stats-sample N (sentences of the corpus to average over)")
+    _check_corpus(args.corpus)
+    check_at_least(args.layer, 0, "--layer")
+    check_at_least(args.head, 0, "--head")
+
+    from lmlab.analysis import attention as A
+    from lmlab.analysis.attention_view import write_html
+
+    model, tokenizer = _load(args.model)
+    A.check_inputs(model, args.pair, args.target)
+    _check_index(args.layer, A.layer_count(model), "--layer", "layers")
+    _check_index(args.head, model.config.num_attention_heads, "--head", "heads per layer")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # said below, from the maps' own record
+        maps = A.attention_maps(model, tokenizer, args.text, pair=args.pair, target=args.target,
+                                max_length=args.max_length)
+    for note in maps.truncation_notes():
+        print(f"note: {note}")
+    if args.stats_sample:
+        texts, description = A.text_sample(args.stats_sample, corpus=args.corpus)
+        stats = A.head_statistics(model, tokenizer, texts, max_length=args.max_length,
+                                  sample=description, show_progress=True)
+    else:
+        stats = A.head_statistics(model, tokenizer, [args.text],
+                                  pairs=[args.pair] if args.pair is not None else None,
+                                  max_length=args.max_length, sample="the text above")
+    shown = maps.words() if args.words else maps
+    path = write_html(args.out, shown, stats, title=f"Attention of {args.model}",
+                      layer=args.layer, head=args.head)
+    size = path.stat().st_size / 1e6
+    print(f"wrote {path} ({size:.1f} MB): {maps.num_layers} layers x {maps.num_heads} heads, "
+          f"{len(shown.tokens)} {'words' if args.words else 'tokens'}; open it in a browser")
+    return 0
+
+
+def _head_stats(args: argparse.Namespace) -> int:
+    from lmlab.utils.checks import check_at_least, check_file, check_output_folder
+
+    check_at_least(args.sample, 1, "--sample")
+    check_at_least(args.batch_size, 1, "--batch-size")
+    check_at_least(args.max_length, 2, "--max-length")
+    _check_corpus(args.corpus)
+    if args.text_file is not None:
+        check_file(args.text_file, "--text-file", "give a UTF-8 text file, one text a line")
+    check_output_folder(args.out, args.overwrite, "head statistics")
+
+    from lmlab.analysis import attention as A
+
+    texts, description = A.text_sample(args.sample, corpus=args.corpus,
+                                       text_file=args.text_file)
+    model, tokenizer = _load(args.model)
+    stats = A.head_statistics(model, tokenizer, texts, batch_size=args.batch_size,
+                              max_length=args.max_length, sample=description,
+                              show_progress=True)
+    A.write_head_statistics(stats, args.out, title=f"{args.model}: attention head statistics")
+    if stats.truncated:
+        print(f"note: {stats.truncated} of the texts were longer than the model takes and were cut")
+    print(stats.to_markdown(), end="")
+    print(f"wrote head_stats.json, head_stats.csv, head_stats.md and head_stats.png to {args.out}")
+    return 0
