@@ -64,6 +64,31 @@ def test_greedy_and_repetition_penalty_match_transformers(hf_gpt2):
         assert torch.equal(a, b), penalty
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_no_repeat_ngram_matches_transformers(hf_gpt2, n, num_beams):
+    """Blocked n-grams as transformers' NoRepeatNGramLogitsProcessor blocks them (the prompt
+    counts), greedy and in beam search; and the block changes what a repetitive model says."""
+    ours, theirs = hf_gpt2
+    ids = torch.tensor([[3, 14, 15, 9, 26], [7, 7, 1, 2, 40]])
+    got = generate(ours, ids, max_new_tokens=20, no_repeat_ngram_size=n, num_beams=num_beams)
+    ref = theirs.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,
+                          do_sample=False, no_repeat_ngram_size=n, num_beams=num_beams,
+                          pad_token_id=0, eos_token_id=None)
+    assert torch.equal(got, ref)
+    for row in got.tolist():  # no generated token completes an n-gram seen before it
+        for end in range(ids.shape[1], len(row)):
+            gram = row[end - n + 1:end + 1]
+            earlier = [row[i:i + n] for i in range(end - n + 1)]
+            assert gram not in earlier, (row, end)
+    assert not torch.equal(got, generate(ours, ids, max_new_tokens=20, num_beams=num_beams))
+
+
+def test_no_repeat_ngram_is_validated():
+    with pytest.raises(LmlabError, match="no_repeat_ngram_size"):
+        generate(tiny(), torch.tensor([[1, 2]]), no_repeat_ngram_size=-1)
+
+
 def test_repetition_penalty_formula():
     from transformers import RepetitionPenaltyLogitsProcessor
 

@@ -200,7 +200,9 @@ def _up_to_eos(sequences: torch.Tensor, eos: int) -> list[list[int]]:
 
 
 GENERATION_SETTINGS = [dict(num_beams=1), dict(num_beams=4),
-                       dict(num_beams=5, length_penalty=0.6, early_stopping=True)]
+                       dict(num_beams=5, length_penalty=0.6, early_stopping=True),
+                       dict(num_beams=1, no_repeat_ngram_size=1),
+                       dict(num_beams=4, no_repeat_ngram_size=2)]
 
 
 @pytest.mark.parametrize("case", ["bart", "marian", "t5"])

@@ -38,6 +38,8 @@ def _add_generation_options(p: argparse.ArgumentParser, max_new_tokens: int) -> 
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
     p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0,
+                   help="never repeat an n-gram of this size (0 = off; 3 is BART's default)")
     p.add_argument("--num-beams", type=int, default=1)
     p.add_argument("--length-penalty", type=float, default=1.0)
     p.add_argument("--stop", action="append", default=[], type=stop_string,
@@ -132,7 +134,8 @@ def _load(args: argparse.Namespace):
 def _options(args: argparse.Namespace) -> dict:
     return dict(max_new_tokens=args.max_new_tokens, do_sample=args.sample,
                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
+                repetition_penalty=args.repetition_penalty,
+                no_repeat_ngram_size=args.no_repeat_ngram_size, num_beams=args.num_beams,
                 length_penalty=args.length_penalty, stop_strings=list(args.stop))
 
 

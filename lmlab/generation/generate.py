@@ -51,6 +51,7 @@ class GenerationConfig:
     top_k: int = 0
     top_p: float = 1.0
     repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0  # never repeat an n-gram of this size (0 = off; BART: 3)
     num_beams: int = 1
     num_return_sequences: int = 1  # beam search: the best n hypotheses of each input
     length_penalty: float = 1.0
@@ -76,6 +77,9 @@ class GenerationConfig:
         if self.repetition_penalty <= 0:
             raise LmlabError(f"repetition_penalty={self.repetition_penalty} must be positive",
                              "use 1.0 (off) or e.g. 1.2")
+        if self.no_repeat_ngram_size < 0:
+            raise LmlabError(f"no_repeat_ngram_size={self.no_repeat_ngram_size} is negative",
+                             "use 0 (off) or an n-gram size such as 3")
         if self.num_beams < 1:
             raise LmlabError(f"num_beams={self.num_beams}", "use 1 (no beam search) or more")
         if not 1 <= self.num_return_sequences <= self.num_beams:
@@ -122,6 +126,23 @@ def apply_repetition_penalty(scores: torch.Tensor, sequences: torch.Tensor, pena
     return torch.where(counts > 0, penalised, scores)
 
 
+def block_repeated_ngrams(scores: torch.Tensor, sequences: torch.Tensor, n: int) -> torch.Tensor:
+    """Ban every token that would complete an n-gram already in its row (Paulus et al. 2018;
+    BART's summarisation default, n = 3): where the last n-1 tokens occurred before, the tokens
+    that followed them there go to -inf. Rows are whole sequences as transformers reads them
+    (prompt or decoder start included). scores (B, V); sequences (B, T)."""
+    length = sequences.shape[1]
+    if n <= 0 or length + 1 < n:
+        return scores
+    for row, tokens in enumerate(sequences.tolist()):
+        prefix = tokens[length - n + 1:]  # the last n-1 tokens ([] for n = 1: ban every token)
+        banned = [tokens[i + n - 1] for i in range(length - n + 1)
+                  if tokens[i:i + n - 1] == prefix]
+        if banned:
+            scores[row, banned] = float("-inf")
+    return scores
+
+
 def top_k_filter(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the ``k`` largest scores per row (ties at the k-th kept), others to -inf."""
     if k <= 0 or k >= scores.shape[-1]:
@@ -154,6 +175,7 @@ def process_logits(scores: torch.Tensor, sequences: torch.Tensor, mask: torch.Te
                    config: GenerationConfig, step: int) -> torch.Tensor:
     """All of ``config``'s logit processors, in Hugging Face's order."""
     scores = apply_repetition_penalty(scores, sequences, config.repetition_penalty, mask)
+    scores = block_repeated_ngrams(scores, sequences, config.no_repeat_ngram_size)
     if config.suppress_token_ids:
         scores[:, config.suppress_token_ids] = float("-inf")
     if step < config.min_new_tokens and config.eos_ids:
