@@ -76,7 +76,7 @@ class EncodedText:
             vectors.append(pieces[0] if pooling == "first" else pieces[-1] if pooling == "last"
                            else pieces.mean(0))
         if not vectors:
-            return [], self.vectors.new_zeros(0, self.vectors.shape[-1])
+            return [], self.vectors.new_zeros(0, *self.vectors.shape[1:])
         return words, torch.stack(vectors)
 
 
@@ -107,12 +107,15 @@ class FeatureExtractor:
         return batch, out
 
     def encode(self, texts: Sequence[str]) -> list[EncodedText]:
-        """Per-token vectors (of the configured layer/strategy) for each text."""
+        """Per-token vectors (of the configured layer/strategy) for each text. With
+        ``layer="all"`` every hidden state is kept: vectors (T, L+1, H), one pass for all layers
+        (word pooling works the same, giving (L+1, H) per word)."""
         results = []
         for start in range(0, len(texts), self.batch_size):
             chunk = list(texts[start:start + self.batch_size])
             batch, out = self._hidden(chunk)
-            features = combine_layers(out.hidden_states, self.layer).float().cpu()
+            features = (torch.stack(out.hidden_states, dim=2) if self.layer == "all"  # (B,T,L+1,H)
+                        else combine_layers(out.hidden_states, self.layer)).float().cpu()
             for row, text in enumerate(chunk):
                 positions = (batch["attention_mask"][row] == 1).nonzero().squeeze(-1).tolist()
                 tokens, word_ids = batch.tokens(row), batch.word_ids(row)

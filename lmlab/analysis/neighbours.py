@@ -5,6 +5,10 @@ list the occurrences whose vectors are nearest (cosine). "The vase broke" lands 
 things breaking apart, "Dawn broke" near days beginning. The static vector of the word (its
 rows of the input embedding table, no context at all) is the same in every sentence, so it
 cannot tell the senses apart: :class:`StaticWordVectors` shows that side by side.
+
+An index built with ``layer="all"`` holds every hidden state of each occurrence (one forward
+pass); :meth:`ContextualIndex.query_by_layer` shows how the neighbours change from the
+embeddings to the top layer.
 """
 
 from __future__ import annotations
@@ -50,6 +54,15 @@ def corpus_sentences(corpus_dir: str | Path, split: str = "train") -> Iterable[s
         yield from document.sentences
 
 
+def wordnet_sentences() -> Iterable[str]:
+    """WordNet 3.0's example sentences (always installed with lmlab's WordNet tasks): a small
+    sentence source that needs no corpus build."""
+    from lmlab.tasks.wordnet import read_synsets
+
+    for synset in read_synsets():
+        yield from synset.examples
+
+
 def _word_vector(encoded, word: str, pooling: str) -> torch.Tensor | None:
     words, vectors = encoded.word_vectors(pooling)
     for index, candidate in enumerate(words):
@@ -59,7 +72,8 @@ def _word_vector(encoded, word: str, pooling: str) -> torch.Tensor | None:
 
 
 class ContextualIndex:
-    """Occurrences of one word, each with its contextual vector.
+    """Occurrences of one word, each with its contextual vector: (N, H) for one layer or
+    strategy, (N, L+1, H) for ``layer="all"``.
 
     Example:
         >>> index = ContextualIndex.build(model, tok, corpus_sentences("corpus/"), "broke")
@@ -95,16 +109,37 @@ class ContextualIndex:
         index.vectors = torch.nn.functional.normalize(torch.stack(vectors), dim=-1)
         return index
 
-    def query(self, sentence: str, k: int = 5) -> list[Neighbour]:
-        """The ``k`` occurrences nearest to ``word`` as used in ``sentence`` (the query sentence
-        itself excluded)."""
+    @property
+    def all_layers(self) -> bool:
+        return self.extractor.layer == "all"
+
+    def _scores(self, sentence: str) -> torch.Tensor:
+        """Cosine of every occurrence with the word in ``sentence``: (N,) or (N, L+1)."""
         encoded = self.extractor.encode([sentence])[0]
         vector = _word_vector(encoded, self.word, self.pooling)
         if vector is None:
             raise LmlabError(f"the query {sentence!r} does not contain the word {self.word!r}",
                              "use a query sentence that contains the indexed word")
-        scores = self.vectors @ torch.nn.functional.normalize(vector, dim=-1)
-        order = scores.argsort(descending=True).tolist()
+        vector = torch.nn.functional.normalize(vector, dim=-1)  # (H,) or (L+1, H)
+        return (self.vectors * vector).sum(-1)
+
+    def query(self, sentence: str, k: int = 5) -> list[Neighbour]:
+        """The ``k`` occurrences nearest to ``word`` as used in ``sentence`` (the query sentence
+        itself excluded)."""
+        if self.all_layers:
+            raise LmlabError("this index holds every layer", "use query_by_layer(sentence)")
+        return self._nearest(self._scores(sentence), sentence, k)
+
+    def query_by_layer(self, sentence: str, k: int = 5) -> list[list[Neighbour]]:
+        """The ``k`` nearest occurrences at each hidden state (0 = embeddings ... top) of an
+        index built with ``layer="all"``."""
+        if not self.all_layers:
+            raise LmlabError("this index holds one layer", 'build it with layer="all"')
+        scores = self._scores(sentence)  # (N, L+1)
+        return [self._nearest(scores[:, layer], sentence, k) for layer in range(scores.shape[1])]
+
+    def _nearest(self, scores: torch.Tensor, sentence: str, k: int) -> list[Neighbour]:
+        order = scores.argsort(descending=True, stable=True).tolist()
         hits = [Neighbour(float(scores[i]), self.sentences[i], self.word) for i in order
                 if self.sentences[i].strip() != sentence.strip()]
         return hits[:k]

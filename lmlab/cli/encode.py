@@ -36,10 +36,15 @@ def register(commands) -> None:
         handler=_neighbours)
     p.add_argument("model")
     p.add_argument("queries", nargs="+", help="query sentences containing --word")
-    p.add_argument("--corpus", required=True, help="lmlab corpus directory to index")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--corpus", help="lmlab corpus directory to index")
+    source.add_argument("--wordnet-examples", action="store_true",
+                        help="index WordNet's example sentences (installed; no corpus needed)")
     p.add_argument("--word", required=True)
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--layer", default="last")
+    p.add_argument("--layer", default="last",
+                   help="layer index, strategy, or all (the neighbours at every layer, from one "
+                        "forward pass)")
     p.add_argument("--limit", type=int, default=2000, help="occurrences to index at most")
 
 
@@ -104,8 +109,9 @@ def _neighbours(args: argparse.Namespace) -> int:
     from lmlab.utils.checks import check_at_least, check_folder
     from lmlab.utils.errors import LmlabError
 
-    check_folder(args.corpus, "--corpus", "give a folder written by `lmlab data build --out "
-                 "DIR`", holds="train.jsonl", what="corpus folder")
+    if args.corpus:
+        check_folder(args.corpus, "--corpus", "give a folder written by `lmlab data build --out "
+                     "DIR`, or use --wordnet-examples", holds="train.jsonl", what="corpus folder")
     check_at_least(args.k, 1, "--k")
     check_at_least(args.limit, 1, "--limit")
     if not args.word.strip():
@@ -114,19 +120,29 @@ def _neighbours(args: argparse.Namespace) -> int:
         if args.word.lower() not in query.lower():
             raise LmlabError(f"the query {query!r} does not contain the word {args.word!r}",
                              "use a query sentence that contains the indexed word")
-    layer = _layer(args.layer)
-    from lmlab.analysis.neighbours import ContextualIndex, StaticWordVectors, corpus_sentences
+    layer = "all" if args.layer == "all" else _layer(args.layer)
+    from lmlab.analysis import neighbours
     from lmlab.pipelines.base import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(args.model)
-    index = ContextualIndex.build(model, tokenizer, corpus_sentences(args.corpus), args.word,
-                                  layer=layer, limit=args.limit)
-    print(f"indexed {len(index.sentences)} occurrences of {args.word!r} from {args.corpus}")
-    static = StaticWordVectors(model, tokenizer)
+    sentences = (neighbours.corpus_sentences(args.corpus) if args.corpus
+                 else neighbours.wordnet_sentences())
+    index = neighbours.ContextualIndex.build(model, tokenizer, sentences, args.word,
+                                             layer=layer, limit=args.limit)
+    print(f"indexed {len(index.sentences)} occurrences of {args.word!r} from "
+          f"{args.corpus or 'WordNet example sentences'}")
+    static = neighbours.StaticWordVectors(model, tokenizer)
     print(f"\nstatic vector of {args.word!r} (same for every sentence) is nearest to: "
           + ", ".join(f"{w} ({s:.2f})" for w, s in static.nearest_words(args.word)))
     for query in args.queries:
         print(f"\n{query}")
-        for hit in index.query(query, k=args.k):
-            print(f"  {hit.score:.3f}  {hit.sentence}")
+        if layer != "all":
+            for hit in index.query(query, k=args.k):
+                print(f"  {hit.score:.3f}  {hit.sentence}")
+            continue
+        for number, hits in enumerate(index.query_by_layer(query, k=args.k)):
+            print(f"  layer {number}{' (embeddings)' if number == 0 else ''}:")
+            for hit in hits:
+                shown = hit.sentence if len(hit.sentence) <= 90 else hit.sentence[:87] + "..."
+                print(f"    {hit.score:.3f}  {shown}")
     return 0

@@ -52,21 +52,38 @@ class ScalarMix(nn.Module):
 
 
 class FeatureHead(nn.Module):
-    """Classifier over frozen features: a chosen layer or a learned scalar mix, then dropout and
-    a linear layer. Reads pre-pooled per-layer sentence vectors (N, L+1, H): pooling is linear,
-    so pooling then mixing equals mixing then pooling, and the frozen encoder runs once."""
+    """Classifier over frozen features: a chosen layer, a fixed combination of layers (a strategy
+    of :data:`lmlab.analysis.features.STRATEGIES`, the BERT paper's table 7: ``concat_last_four``
+    makes the classifier 4H wide) or a learned scalar mix, then dropout and a linear layer. Reads
+    pre-pooled per-layer sentence vectors (N, L+1, H): pooling is linear, so pooling then
+    combining equals combining then pooling, and the frozen encoder runs once."""
 
-    def __init__(self, num_layers: int, hidden: int, outputs: int, layer: int | None,
+    def __init__(self, num_layers: int, hidden: int, outputs: int, layer: int | str | None,
                  dropout: float = 0.1):
+        from lmlab.analysis.features import combine_layers
+
         super().__init__()
         self.layer = layer
+        self.hidden = hidden  # the width of one layer's vector
         self.mix = ScalarMix(num_layers) if layer is None else None
+        width = hidden
+        if isinstance(layer, str):  # a strategy's width: apply it to one dummy row
+            width = combine_layers(torch.zeros(num_layers, 1, hidden).unbind(0), layer).shape[-1]
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(hidden, outputs)
+        self.classifier = nn.Linear(width, outputs)
+
+    def combine(self, features: torch.Tensor) -> torch.Tensor:
+        """(N, L+1, H) per-layer vectors -> (N, D), the classifier's input."""
+        from lmlab.analysis.features import combine_layers
+
+        if self.mix is not None:
+            return self.mix(features)
+        if isinstance(self.layer, str):
+            return combine_layers(features.unbind(1), self.layer)
+        return features[:, self.layer]
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        vector = self.mix(features) if self.mix is not None else features[:, self.layer]
-        return self.classifier(self.dropout(vector))
+        return self.classifier(self.dropout(self.combine(features)))
 
 
 # -- the frozen encoder's features -----------------------------------------------------------------
@@ -109,6 +126,22 @@ def layer_features(model: nn.Module, batches, pooling: str = "mean",
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
     return sorted(order), features[inverse]
+
+
+def feature_pooling(rec: Recipe) -> str:
+    """The sentence pooling of the feature recipe ``rec``: ``cls`` or ``mean``."""
+    return "cls" if rec.pooling in ("cls", "family") else "mean"
+
+
+def task_features(task: Task, split: str, model: nn.Module, tokenizer: Any, rec: Recipe,
+                  precision: str = "fp32") -> torch.Tensor:
+    """Per-layer sentence vectors (N, L+1, H) of one split of ``task``, as
+    :func:`train_feature_based` computes them (``rec``'s max length and pooling)."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    encoded = fdata.encode_examples(task, task.split(split), tokenizer, rec.max_length,
+                                    split=split)
+    return layer_features(model, fdata.eval_batches(encoded, 64, pad_id), feature_pooling(rec),
+                          precision)[1]
 
 
 # -- the head's training on the Trainer: stream and objective --------------------------------------
@@ -174,8 +207,8 @@ class FeatureObjective(nn.Module):
 def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recipe, seed: int,
                         out_dir: str | Path, *, budget_seconds: float | None = None,
                         precision: str = "fp32", device: str = "auto",
-                        save_every: int | None = None,
-                        show_progress: bool = True) -> dict[str, Any]:
+                        save_every: int | None = None, show_progress: bool = True,
+                        features: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """Train a feature head on the frozen ``model`` for the sentence task ``task`` with recipe
     ``rec`` on the Trainer, which writes ``out_dir`` (checkpoints every epoch or ``save_every``
     steps, ``metrics.jsonl``, ``config.json``, ``report.md``). Rerun on ``out_dir`` it resumes
@@ -191,6 +224,10 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     weights; None with one layer), ``train_examples_per_s``, ``selected_by``, ``device``,
     ``cost``, ``_main`` (False on other torchrun ranks), ``_predictor(split)`` (predictions as
     ``task.evaluate`` takes them) and ``_saver(path)`` (a :class:`FeatureClassifier` folder).
+
+    ``features`` (``{split: (N, L+1, H)}``, from :func:`task_features` with the same recipe) skips
+    the encoder's pass for those splits: a caller training many heads on one frozen encoder
+    (scripts/feature_strategies.py) computes them once.
     """
     from lmlab.cost.report import CostTracker
     from lmlab.finetune.hooks import DevSelection
@@ -208,12 +245,18 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
                                             split=split) for split in ("train", "dev")}
     steps_per_epoch = -(-len(encoded["train"]) // rec.batch_size)
     layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
-    layer = rec.layer if rec.layer is None or rec.layer >= 0 else layers + rec.layer
-    if layer is not None and not 0 <= layer < layers:
+    layer = rec.layer if rec.layer is None or isinstance(rec.layer, str) or rec.layer >= 0 \
+        else layers + rec.layer
+    if isinstance(layer, str):
+        from lmlab.analysis.features import STRATEGIES
+        from lmlab.utils.checks import check_names
+
+        check_names([layer], list(STRATEGIES), "layer", "feature strategy")
+    elif layer is not None and not 0 <= layer < layers:
         raise LmlabError(f"layer {rec.layer} does not exist: the encoder gives {layers} hidden "
                          f"states", f"use 0 (embeddings) to {layers - 1}, -1 (last) or no layer "
                          "(a scalar mix of all)")
-    pooling = "cls" if rec.pooling in ("cls", "family") else "mean"
+    pooling = feature_pooling(rec)
     regression = task.type == "regression"
     outputs = 1 if regression else len(task.labels)
     checksum = sum(float(p.detach().double().sum()) for p in model.parameters())  # the weights
@@ -240,14 +283,16 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
         parameter.requires_grad_(False)
     model.to(encoder_device)
 
-    def features_of(feats: list) -> torch.Tensor:
+    def features_of(split: str, feats: list) -> torch.Tensor:
+        if features is not None and split in features:
+            return features[split]
         return layer_features(model, fdata.eval_batches(feats, 64, pad_id), pooling,
                               precision)[1]  # (N, L+1, H)
 
     started = time.perf_counter()
     tracker = CostTracker(model.config, rec.max_length, precision=precision,
                           device=encoder_device.type, head="none", training=False).start()
-    x_train, x_dev = features_of(encoded["train"]), features_of(encoded["dev"])
+    x_train, x_dev = features_of("train", encoded["train"]), features_of("dev", encoded["dev"])
     for feature in encoded["train"] + encoded["dev"]:  # each sequence at its own length
         tracker.add_tokens(len(feature.input_ids), seq_len=len(feature.input_ids))
     tracker.stop()
@@ -286,7 +331,7 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     def predictor(split: str) -> list[Any]:
         if split == "dev":
             return predict_vectors(x_dev)
-        return predict_vectors(features_of(fdata.encode_examples(
+        return predict_vectors(features_of(split, fdata.encode_examples(
             task, task.split(split), tokenizer, rec.max_length, split=split)))
 
     def saver(path: Path) -> None:
@@ -364,7 +409,7 @@ class FeatureClassifier(nn.Module):
         layers = head.mix.weights.numel() if head.mix is not None else None
         atomic_write_json(path / FEATURE_HEAD_CONFIG, {
             "layers": layers or self.config.num_hidden_layers + 1,
-            "hidden": head.classifier.in_features, "outputs": head.classifier.out_features,
+            "hidden": head.hidden, "outputs": head.classifier.out_features,
             "layer": head.layer, "pooling": self.pooling, "labels": self.labels,
             "max_length": self.max_length})
         return path

@@ -49,7 +49,8 @@ class Recipe:
     lr_decay: float = 1.0  # discriminative: lr / lr_decay**depth (ULMFiT: 2.6)
     gradual_unfreeze: bool = False
     frozen_encoder: bool = False
-    layer: int | None = None  # feature-based: which hidden state (-1 = last); None = scalar mix
+    layer: int | str | None = None  # feature-based: hidden state (-1 = last), a STRATEGIES name
+    #                                 (lmlab.analysis.features), or None = learned scalar mix
     pooling: str = "family"  # "auto": the checkpoint's own sentence vector (pooling.py)
     patience: int = 2  # early stopping: epochs without dev improvement
     max_length: int = 128
