@@ -1,2 +1,2 @@
-"""Looking inside models: contextual features, nearest neighbours (probing and attention
-analysis come in a later wave)."""
+"""Looking inside models: contextual features and nearest neighbours, attention maps and head
+statistics, layer-wise probing, and word senses by layer."""
