@@ -85,6 +85,7 @@ class TextToTextObjective(nn.Module):
 
     name = "text-to-text"
     flops_head = "clm"
+    predicted_fraction = None  # every target token is predicted
     reports_perplexity = True
 
     def prepare(self, model: nn.Module) -> None:

@@ -588,8 +588,10 @@ class Trainer:
             return None
         tracker = CostTracker(config, self.cfg.seq_len, precision=self.cfg.precision,
                               device=self.device.type, devices=self.dist.world_size,
-                              head=self.objective.flops_head, measure_peak=self.measure_peak,
-                              sparse_prediction_fraction=self.objective.predicted_fraction,
+                              head=getattr(self.objective, "flops_head", "none"),
+                              measure_peak=self.measure_peak,
+                              sparse_prediction_fraction=getattr(self.objective,
+                                                                 "predicted_fraction", None),
                               **self.cost_settings)
         return tracker.start()
 
