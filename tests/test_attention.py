@@ -446,3 +446,17 @@ def test_head_stats_cli_writes_what_the_api_computes(tmp_path, minilm):
     for name, grid in expected.values.items():
         assert np.abs(saved.values[name] - grid).max() < 1e-5
     assert (out / "head_stats.png").stat().st_size > 1000
+
+
+def test_a_max_length_beyond_the_model_is_refused(minilm):
+    """A --max-length the position table cannot hold is refused with the limit, not an
+    IndexError from the embedding look-up."""
+    from lmlab.analysis.features import FeatureExtractor
+
+    model, tok = minilm
+    with pytest.raises(LmlabError, match="more than this model takes"):
+        A.attention_maps(model, tok, "The vase broke.", max_length=1000)
+    with pytest.raises(LmlabError, match="more than this model takes"):
+        A.head_statistics(model, tok, ["The vase broke."], max_length=1000)
+    with pytest.raises(LmlabError, match="more than this model takes"):
+        FeatureExtractor(model, tok, max_length=1000)

@@ -4,7 +4,6 @@ probing tasks (silver spaCy labels, user CoNLL files) and ``lmlab probe``."""
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 
@@ -31,7 +30,7 @@ def test_center_of_gravity_and_expected_layer_on_a_hand_made_example():
     # cumulative scores 0.5, 0.7, 0.8, 0.8: deltas 0.2 (l=1), 0.1 (l=2), 0 (l=3)
     assert expected_layer([0.5, 0.7, 0.8, 0.8]) == pytest.approx((1 * 0.2 + 2 * 0.1) / 0.3)
     assert expected_layer([0.5, 0.5, 0.9]) == pytest.approx(2.0)  # all gain at layer 2
-    assert math.isnan(expected_layer([0.6, 0.6, 0.6]))  # no layer adds anything
+    assert expected_layer([0.6, 0.6, 0.6]) is None  # no layer adds anything: undefined
 
 
 # -- control task --------------------------------------------------------------------------------
@@ -285,3 +284,17 @@ def test_builtin_tasks_without_spacy_name_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy raises ImportError
     with pytest.raises(LmlabError, match=r"pip install 'lmlab\[analysis\]'"):
         probing.load_probing_task("pos", 40)
+
+
+def test_the_feature_cache_key_changes_with_settings_that_are_not_weights(tiny_bert_folder):
+    """Two models with the same weights but another setting (here the norm's epsilon) compute
+    other vectors: their cached features must not be shared."""
+    import dataclasses
+
+    from lmlab.analysis.layer_cache import model_fingerprint
+    from lmlab.pipelines.base import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(tiny_bert_folder)
+    before = model_fingerprint(model, tok)
+    model.config = dataclasses.replace(model.config, norm_eps=model.config.norm_eps * 10)
+    assert model_fingerprint(model, tok) != before

@@ -177,3 +177,26 @@ def test_command_refuses_bad_input_before_work(tmp_path, args, message):
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "fix:" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_an_occurrence_listed_under_two_senses_is_dropped():
+    """WordNet gives some example sentences under two senses of their lemma ("had ample food
+    for the party"): such an occurrence has no single right answer and is left out."""
+    examples = senses.sense_examples(pos=("a",))
+    seen: dict[tuple, set] = {}
+    for e in examples:
+        seen.setdefault((e.lemma, e.pos, e.sentence, e.span), set()).add(e.sense)
+    assert all(len(s) == 1 for s in seen.values())
+    assert not [e for e in examples if e.lemma == "ample" and "ample food" in e.sentence]
+
+
+def test_a_senses_held_out_example_does_not_depend_on_the_sample():
+    """The test example of a sense is the same whether 40 lemmas or all of them are sampled."""
+    few = senses.sense_examples(pos=("n",), max_lemmas=40)
+    everything = senses.sense_examples(pos=("n",))
+    lemmas = {e.lemma for e in few}
+    held = {(few[i].sense, few[i].sentence) for i in senses.split_examples(few)[1]}
+    _, test = senses.split_examples(everything)
+    held_all = {(everything[i].sense, everything[i].sentence) for i in test
+                if everything[i].lemma in lemmas}
+    assert held and held == held_all

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmlab.analysis.features import input_limit
 from lmlab.generation.generate import is_encoder_decoder
 from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
@@ -58,18 +59,6 @@ def model_kind(model: Any) -> str:
 def layer_count(model: Any) -> int:
     """Layers of the (encoder's) self-attention the maps have."""
     return int(model.config.num_hidden_layers)
-
-
-def max_input_length(model: Any, tokenizer: Any) -> int | None:
-    """The longest input the model takes: the tokenizer's limit and the position table's
-    (None: no limit, T5's relative positions with an unlimited tokenizer)."""
-    limits = [tokenizer.model_max_length] if tokenizer.model_max_length else []
-    if is_encoder_decoder(model):
-        if model.max_length is not None:
-            limits.append(model.max_length)
-    else:
-        limits.append(model.config.max_position_embeddings - model.config.position_offset)
-    return min(limits) if limits else None
 
 
 @torch.inference_mode()
@@ -297,7 +286,7 @@ def attention_maps(model: Any, tokenizer: Any, text: str, pair: str | None = Non
     if not text.strip():
         raise LmlabError("the text is empty", "give a sentence to look at")
     check_inputs(model, pair, target)
-    limit = max_length or max_input_length(model, tokenizer)
+    limit = input_limit(model, tokenizer, max_length)
     texts = [text] if pair is None else [text, pair]
     truncated: dict[str, tuple[int, int]] = {}
     cut = _length_check(tokenizer, texts, limit)
@@ -500,7 +489,7 @@ def head_statistics(model: Any, tokenizer: Any, texts: Sequence[str],
         check_inputs(model, pair="")
         if len(pairs) != len(texts):
             raise LmlabError(f"{len(texts)} texts but {len(pairs)} pairs", "give one pair per text")
-    limit = max_length or max_input_length(model, tokenizer)
+    limit = input_limit(model, tokenizer, max_length)
     sums: dict[str, torch.Tensor] = {}
     tokens = truncated = 0
     from lmlab.utils.progress import progress

@@ -48,6 +48,33 @@ def combine_layers(hidden_states: Sequence[torch.Tensor], layer: int | str = "la
     return STRATEGIES[layer](hidden_states)
 
 
+def max_input_length(model, tokenizer) -> int | None:
+    """The longest input the model takes: the tokenizer's limit and the position table's
+    (None: no limit, T5's relative positions with an unlimited tokenizer)."""
+    limits = [tokenizer.model_max_length] if tokenizer.model_max_length else []
+    if getattr(model.config, "is_encoder_decoder", False):
+        if getattr(model, "max_length", None) is not None:
+            limits.append(model.max_length)
+    else:
+        limits.append(model.config.max_position_embeddings - model.config.position_offset)
+    return min(limits) if limits else None
+
+
+def input_limit(model, tokenizer, max_length: int | None = None) -> int | None:
+    """``max_length`` if the model can take it (refused with a message if not), else the
+    model's own limit (:func:`max_input_length`)."""
+    limit = max_input_length(model, tokenizer)
+    if max_length is None:
+        return limit
+    if max_length < 2:
+        raise LmlabError(f"max_length {max_length} leaves no room for a token",
+                         "use at least 2 (the special tokens take some)")
+    if limit is not None and max_length > limit:
+        raise LmlabError(f"max_length {max_length} is more than this model takes ({limit} "
+                         "tokens)", f"use {limit} or less (--max-length {limit})")
+    return max_length
+
+
 @dataclass
 class EncodedText:
     """One text's tokens and their vectors, with the words they belong to."""
@@ -95,8 +122,7 @@ class FeatureExtractor:
         self.tokenizer = tokenizer
         self.layer = layer
         self.batch_size = batch_size
-        self.max_length = max_length or min(tokenizer.model_max_length,
-                                            model.config.max_position_embeddings)
+        self.max_length = input_limit(model, tokenizer, max_length)
 
     @torch.inference_mode()
     def _hidden(self, texts: Sequence[str]):

@@ -24,11 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lmlab.analysis.features import input_limit
 from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, read_json, stable_hash
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the key holds the model's config and input limit
 
 
 @dataclass
@@ -80,21 +81,16 @@ class WordFeatures:
 
 
 def model_fingerprint(model: torch.nn.Module, tokenizer) -> str:
-    """SHA-256 over the model's parameter names, shapes and bytes and the tokenizer: two models
-    share cached features only when they compute the same vectors."""
+    """SHA-256 over the model's parameter names, shapes and bytes, its config and the tokenizer:
+    two models share cached features only when they compute the same vectors."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         data = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tuple(data.shape)}:{data.dtype}".encode())
         digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    digest.update(repr(model.config).encode())  # settings that are not weights (eps, act, ...)
     digest.update(tokenizer.fingerprint().encode())
     return digest.hexdigest()
-
-
-def max_text_length(model, tokenizer) -> int:
-    """The longest input (tokens) the model takes and the tokenizer allows."""
-    limits = [getattr(model.config, "max_position_embeddings", None), tokenizer.model_max_length]
-    return min(int(x) for x in limits if x)
 
 
 def _align(offsets: list[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[list[int]]:
@@ -123,15 +119,17 @@ def extract_word_features(model, tokenizer, requests: Sequence[WordRequest], out
     word (rows in request order), batch by batch; ``valid[row]`` is set False for words past the
     truncation cut or matching no piece. Texts are batched by length (less padding)."""
     model.eval()
-    max_length = max_length or max_text_length(model, tokenizer)
+    max_length = input_limit(model, tokenizer, max_length)
     stats = ExtractionStats(texts=len(requests), max_length=max_length)
     offsets = np.cumsum([0] + [len(r.spans) for r in requests])
     stats.words = int(offsets[-1])
     order = sorted(range(len(requests)), key=lambda i: len(requests[i].text))
     for begin in range(0, len(order), batch_size):
         chunk = order[begin:begin + batch_size]
+        # right padding: positions count from each row's first token, whatever side the
+        # tokenizer pads by default (a decoder's left padding would shift absolute positions)
         batch = tokenizer([requests[i].text for i in chunk], padding=True, truncation=True,
-                          max_length=max_length, return_tensors="pt",
+                          max_length=max_length, return_tensors="pt", padding_side="right",
                           return_offsets_mapping=True)
         hidden = model(**model_inputs(model, batch), output_hidden_states=True,
                        heads=[]).hidden_states  # L+1 tensors (B, T, H)
@@ -189,7 +187,9 @@ def cached_word_features(model, tokenizer, requests: Sequence[WordRequest], cach
     if not requests:
         raise LmlabError("no words to extract vectors for", "give at least one labelled word")
     fingerprint = fingerprint or model_fingerprint(model, tokenizer)
-    key = stable_hash([CACHE_VERSION, fingerprint, data_hash(requests)])
+    # the truncation point decides which words get vectors
+    key = stable_hash([CACHE_VERSION, fingerprint, data_hash(requests),
+                       input_limit(model, tokenizer)])
     folder = Path(cache_root) / key
     offsets = np.cumsum([0] + [len(r.spans) for r in requests])
     meta_path = folder / "meta.json"

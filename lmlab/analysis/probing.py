@@ -57,15 +57,15 @@ def center_of_gravity(weights: Sequence[float]) -> float:
     return float((np.arange(len(w)) * w).sum() / w.sum())
 
 
-def expected_layer(scores: Sequence[float]) -> float:
+def expected_layer(scores: Sequence[float]) -> float | None:
     """``sum_l l * delta_l / sum_l delta_l`` with ``delta_l = scores[l] - scores[l-1]``, where
-    ``scores[l]`` is the score of the probe on the cumulative mix of layers ``0..l``. NaN when
-    the deltas sum to zero (no layer adds anything)."""
+    ``scores[l]`` is the score of the probe on the cumulative mix of layers ``0..l``. None when
+    the deltas sum to zero (no layer adds anything: the summary is undefined)."""
     s = np.asarray(scores, dtype=np.float64)
     delta = s[1:] - s[:-1]
     total = delta.sum()
     if abs(total) < 1e-12:
-        return float("nan")
+        return None
     return float((np.arange(1, len(s)) * delta).sum() / total)
 
 
@@ -303,7 +303,8 @@ def task_data(task: ProbingTask, features: WordFeatures, where: dict) -> TaskDat
         raise LmlabError(f"probing task {task.name}: no target left in the {', '.join(empty)} "
                          "split", "use more examples (--max-examples) or another dev file")
     mean = x["train"].mean(0)
-    std = x["train"].std(0).clamp(min=1e-6)
+    # one training target has no spread (std NaN): scale 1
+    std = torch.nan_to_num(x["train"].std(0), nan=1.0).clamp(min=1e-6)
     x = {split: (v - mean) / std for split, v in x.items()}
     return TaskData(x, y, types, list(task.labels), dropped)
 
@@ -336,7 +337,7 @@ def probe_task(data: TaskData, kinds: Sequence[str], random_data: TaskData | Non
         entry = {"layers": rows, "mix": asdict(mix),
                  "center_of_gravity": center_of_gravity(mix.weights),
                  "expected_layer": expected_layer([c.test for c in cumulative]),
-                 "best_layer": int(np.argmax([r["test"] for r in rows]))}
+                 "best_layer": int(np.argmax([r["dev"] for r in rows]))}  # chosen on dev
         if random_data is not None:
             for row, r in zip(rows, train_probes(random_data.x, random_data.y, classes, kind,
                                                  seed=seed)):
@@ -347,7 +348,7 @@ def probe_task(data: TaskData, kinds: Sequence[str], random_data: TaskData | Non
             entry["random_init_center_of_gravity"] = center_of_gravity(random_mix.weights)
         entry["seconds"] = time.perf_counter() - start
         log(f"  {kind}: mix {mix.test:.3f}, centre of gravity "
-            f"{entry['center_of_gravity']:.2f}, expected layer {entry['expected_layer']:.2f} "
+            f"{entry['center_of_gravity']:.2f}, expected layer {_number(entry['expected_layer'])} "
             f"({entry['seconds']:.1f} s)")
         results[kind] = entry
     return results
@@ -411,6 +412,10 @@ def _pct(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.1f}"
 
 
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def markdown_report(results: dict) -> str:
     """The results as markdown: a summary table, then one table per task and probe."""
     lines = [f"# Probing {results.get('model', '')}", "",
@@ -429,7 +434,7 @@ def markdown_report(results: dict) -> str:
                 f"| {name}{' (silver)' if task['silver'] else ''} | {kind} | "
                 f"{_pct(task['majority'])} | {entry['best_layer']} ({_pct(best['test'])}) | "
                 f"{_pct(entry['mix']['test'])} | {entry['center_of_gravity']:.2f} | "
-                f"{entry['expected_layer']:.2f} | "
+                f"{_number(entry['expected_layer'])} | "
                 f"{_pct(random_mix['test']) if random_mix else ''} | "
                 f"{'' if random_cog is None else f'{random_cog:.2f}'} |")
     for name, task in results["tasks"].items():

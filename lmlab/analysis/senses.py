@@ -68,15 +68,26 @@ def sense_examples(pos: Sequence[str] = ("n", "v", "a", "r"), max_lemmas: int | 
     keys = sorted(k for k, senses in groups.items() if k[1] in pos and len(senses) >= 2)
     if max_lemmas is not None:
         keys = sorted(sorted(keys, key=lambda k: hash_unit(f"wsd-lemma:{k[0]}|{k[1]}"))[:max_lemmas])
-    return [SenseExample(lemma, p, sense, occ["sentence"], tuple(occ["span"]))
-            for lemma, p in keys for sense in sorted(groups[(lemma, p)])
-            for occ in sorted(groups[(lemma, p)][sense], key=lambda o: o["sentence"])]
+    examples = [SenseExample(lemma, p, sense, occ["sentence"], tuple(occ["span"]))
+                for lemma, p in keys for sense in sorted(groups[(lemma, p)])
+                for occ in sorted(groups[(lemma, p)][sense], key=lambda o: o["sentence"])]
+    # An example sentence that WordNet lists under two senses of its lemma (55 occurrences,
+    # e.g. "had ample food for the party") has no single right answer: dropped.
+    senses_of = defaultdict(set)
+    for example in examples:
+        senses_of[(example.lemma, example.pos, example.sentence, example.span)].add(example.sense)
+    examples = [e for e in examples if len(senses_of[(e.lemma, e.pos, e.sentence, e.span)]) == 1]
+    senses_left = defaultdict(set)  # a lemma that kept a single sense has nothing to tell apart
+    for example in examples:
+        senses_left[example.key].add(example.sense)
+    return [e for e in examples if len(senses_left[e.key]) >= 2]
 
 
 def split_examples(examples: Sequence[SenseExample]) -> tuple[list[int], list[int]]:
     """(train, test) indices: of every sense with two or more examples, the one with the lowest
-    hash of its sentence is held out for test; everything else is train. So every test sense has
-    a train example, and senses seen once stay in train as distractors."""
+    hash of its sentence (and the word's position in it) is held out for test; everything else is
+    train. So every test sense has a train example, senses seen once stay in train as
+    distractors, and the split of a sense does not depend on which other lemmas are sampled."""
     from lmlab.tasks.builtin import hash_unit
 
     by_sense: dict[tuple[str, str, str], list[int]] = defaultdict(list)
@@ -86,7 +97,7 @@ def split_examples(examples: Sequence[SenseExample]) -> tuple[list[int], list[in
     for (lemma, pos, sense), indices in by_sense.items():
         if len(indices) >= 2:
             test.add(min(indices, key=lambda i: hash_unit(
-                f"wsd:{lemma}|{pos}|{sense}|{examples[i].sentence}|{i}")))
+                f"wsd:{lemma}|{pos}|{sense}|{examples[i].sentence}|{examples[i].span}")))
     return [i for i in range(len(examples)) if i not in test], sorted(test)
 
 
@@ -332,6 +343,7 @@ def wsd_by_layer(model, tokenizer, pos: Sequence[str] = ("n", "v", "a", "r"),
                          "use n, v, a or r (noun, verb, adjective, adverb)")
     if static_baseline:
         glove()  # a missing package is refused before the model runs
+    ranks = sense_ranks()  # a missing index.sense is refused before the model runs
     examples = sense_examples(pos, max_lemmas)
     if not examples:
         raise LmlabError("no WordNet lemma has examples in two senses for these settings",
@@ -350,7 +362,7 @@ def wsd_by_layer(model, tokenizer, pos: Sequence[str] = ("n", "v", "a", "r"),
                      "nearest": score(nearest_neighbour(examples, layer_vectors, train, test),
                                       gold)})
     baselines = {"most frequent sense": score(most_frequent_sense(
-        examples, train, test, sense_ranks()), gold)}
+        examples, train, test, ranks), gold)}
     if static_baseline:
         static = torch.from_numpy(np.stack([glove().context_vector(e.sentence, e.span, window)
                                             for e in examples]))  # (N, 50)

@@ -52,7 +52,7 @@ def _probe(args: argparse.Namespace) -> int:
         for path in files:
             check_file(path, "--conll", "give the path of a word<TAB>label file")
     out = Path(args.out or f"probe-{Path(str(args.model).rstrip('/')).name}")
-    check_output_folder(out, args.overwrite, "probing results")
+    check_output_folder(out, args.overwrite, "probing results", ignore=(".*.tmp",))
 
     from lmlab.tasks.probing import load_conll_probing_task, load_probing_task
 

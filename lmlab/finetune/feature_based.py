@@ -235,7 +235,7 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     from lmlab.training.distributed import resolve_device
     from lmlab.training.run_dir import RunRecord, check_resumable, run_config
     from lmlab.training.trainer import Trainer, seed_everything
-    from lmlab.utils.io import atomic_write_json, stable_hash
+    from lmlab.utils.io import atomic_write_json, atomic_write_text, stable_hash
 
     if task.type not in SENTENCE_TASKS:
         raise LmlabError(f"the feature recipe handles sentence tasks, not {task.type}",
@@ -293,15 +293,17 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     tracker = CostTracker(model.config, rec.max_length, precision=precision,
                           device=encoder_device.type, head="none", training=False).start()
     x_train, x_dev = features_of("train", encoded["train"]), features_of("dev", encoded["dev"])
-    for feature in encoded["train"] + encoded["dev"]:  # each sequence at its own length
-        tracker.add_tokens(len(feature.input_ids), seq_len=len(feature.input_ids))
+    computed = [split for split in ("train", "dev") if features is None or split not in features]
+    for feature in [f for split in computed for f in encoded[split]]:  # the passes run here,
+        tracker.add_tokens(len(feature.input_ids), seq_len=len(feature.input_ids))  # each at
+        # its own length (features handed in were paid for by whoever computed them)
     tracker.stop()
     encode_seconds = time.perf_counter() - started
     cost = tracker.report()  # the recipe's cost is the encoder's pass; the head's is tiny
     if int(os.environ.get("RANK", 0)) == 0:  # before the Trainer's report.md, which shows it
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_json(Path(out_dir) / "cost.json", cost.to_dict())
-        (Path(out_dir) / "cost.md").write_text(cost.to_markdown() + "\n", encoding="utf-8")
+        atomic_write_text(Path(out_dir) / "cost.md", cost.to_markdown() + "\n")
     y = torch.tensor([f.label for f in encoded["train"]],
                      dtype=torch.float if regression else torch.long)
     seed_everything(seed)  # the head's initial weights

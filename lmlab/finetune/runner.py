@@ -286,9 +286,13 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     run_device = resolve_device(device)  # --device cuda without a GPU: refused before any work
     precision_reason = "chosen by the caller"
     if precision == "auto":
-        precision, precision_reason = auto_precision(
-            run_device.type, model=_architecture(model_source),
-            tokens=rec.batch_size * rec.max_length)
+        from lmlab.training.distributed import broadcast_object, init_distributed
+
+        dist_info = init_distributed(run_device)  # torchrun: rank 0 decides for every rank
+        choice = (auto_precision(run_device.type, model=_architecture(model_source),
+                                 tokens=rec.batch_size * rec.max_length)
+                  if dist_info.rank == 0 else None)
+        precision, precision_reason = broadcast_object(choice, dist_info)
     task = _subset(task, max_train_examples)
     task.split("train")
     task.split("dev")

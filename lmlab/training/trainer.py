@@ -48,7 +48,7 @@ from lmlab.training.run_dir import RunRecord, check_resumable, run_config
 from lmlab.training.schedules import Schedule, estimate_horizon
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
-from lmlab.utils.io import atomic_write_json
+from lmlab.utils.io import atomic_write_json, atomic_write_text
 from lmlab.utils.precision import precision_autocast
 
 
@@ -607,5 +607,5 @@ class Trainer:
             save_final_model(model, self.out_dir / "model", self.tokenizer_dir)
         if cost is not None:
             atomic_write_json(self.out_dir / "cost.json", cost.to_dict())
-            (self.out_dir / "cost.md").write_text(cost.to_markdown() + "\n", encoding="utf-8")
+            atomic_write_text(self.out_dir / "cost.md", cost.to_markdown() + "\n")
         write_report(self.out_dir)
