@@ -543,14 +543,9 @@ def default_sample(n: int = 500) -> list[str]:
     """``n`` WordNet example sentences (always installed offline), spread evenly over the
     four parts of speech' data files in file order, duplicates dropped: the same sample on
     every machine."""
-    from lmlab.tasks.wordnet import read_synsets
+    from lmlab.analysis.neighbours import wordnet_sentences
 
-    seen: dict[str, None] = {}
-    for synset in read_synsets():
-        for example in synset.examples:
-            if len(example.split()) >= 3:
-                seen.setdefault(example, None)
-    examples = list(seen)
+    examples = list(dict.fromkeys(e for e in wordnet_sentences() if len(e.split()) >= 3))
     if n >= len(examples):
         return examples
     step = len(examples) / n
