@@ -161,7 +161,8 @@ PATH_LABELS = {  # what each measured path runs (CpuPeaks labels, `lmlab cost pe
 }
 
 
-def _time_median(fn: Callable[[], Any], reps: int) -> float:
+def median_seconds(fn: Callable[[], Any], reps: int) -> float:
+    """Median wall time of ``reps`` calls of ``fn`` after one untimed warm-up call."""
     fn()  # warm-up: allocations, kernel selection, weight reordering
     times = []
     for _ in range(reps):
@@ -202,14 +203,14 @@ def measure_cpu_peaks(sizes: Sequence[int] = (2048, 3072), reps: int = 3) -> dic
     with torch.no_grad():
         for path, fn in paths(PROBE_SIZE).items():
             try:
-                results[path] = 2.0 * PROBE_SIZE ** 3 / _time_median(fn, 1)
+                results[path] = 2.0 * PROBE_SIZE ** 3 / median_seconds(fn, 1)
             except RuntimeError:  # a path this build cannot run
                 continue
         for n in sizes:
             for path, fn in paths(n).items():
                 if path not in results or 2.0 * n ** 3 / results[path] > MAX_SECONDS_PER_PRODUCT:
                     continue
-                rate = 2.0 * n ** 3 / _time_median(fn, reps)
+                rate = 2.0 * n ** 3 / median_seconds(fn, reps)
                 results[path] = max(results[path], rate)
     return results
 

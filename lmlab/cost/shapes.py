@@ -12,15 +12,14 @@ layers share the shape. The result is cached per host and shape set
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
+from lmlab.cost.peak import median_seconds
 from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json, read_json
 from lmlab.utils.paths import cache_dir
@@ -48,16 +47,6 @@ class LinearTimes:
         return self.seconds[over] / self.seconds[path]
 
 
-def _median_seconds(fn: Callable[[], Any], reps: int) -> float:
-    fn()  # warm-up: kernel selection, weight reordering
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
 def measure_linear_times(shapes: Counter[tuple[int, int]], tokens: int,
                          reps: int = 3) -> dict[str, float]:
     """Seconds per path for one step's linear products of ``shapes`` at ``tokens`` rows."""
@@ -75,7 +64,7 @@ def measure_linear_times(shapes: Counter[tuple[int, int]], tokens: int,
                     gd @ wd  # input gradient (tokens, in)
                     gd.t() @ xd  # weight gradient (out, in)
 
-                totals[path] += count * _median_seconds(step, reps)
+                totals[path] += count * median_seconds(step, reps)
     return totals
 
 
