@@ -1,0 +1,271 @@
+"""Parameter-efficient fine-tuning: train a few parameters on top of a frozen base model.
+
+Methods (each a module here, applied by :func:`apply_method`):
+
+* ``lora`` (:mod:`~lmlab.adapt.lora`): low-rank updates of the projections, mergeable;
+* ``adapter`` (:mod:`~lmlab.adapt.adapters`): Houlsby bottleneck adapters;
+* ``bitfit`` (:mod:`~lmlab.adapt.bitfit`): the bias terms only;
+* ``prompt`` / ``prefix`` (:mod:`~lmlab.adapt.prompts`): learned virtual tokens at the input /
+  learned keys and values in every layer.
+
+A task head (sequence or token classification, question answering, multiple choice) always
+trains; a pretrained head (a decoder's LM head) stays frozen with the base. :func:`save_adapter` writes the trained tensors only
+(``adapter.safetensors``) with ``adapter.json`` (method, options, the base model and its
+fingerprint, the heads); :func:`load_adapter` rebuilds the model on top of the base in any
+process. :mod:`~lmlab.adapt.peft_format` reads and writes PEFT's adapter folders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.adapt.adapters import AdapterSettings, apply_adapters
+from lmlab.adapt.bitfit import check_has_biases
+from lmlab.adapt.fingerprint import base_fingerprint
+from lmlab.adapt.lora import LoraSettings, apply_lora, merge_lora
+from lmlab.adapt.prompts import VirtualTokenSettings, apply_prefix_tuning, apply_prompt_tuning
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_path, atomic_write_json, read_json
+
+METHODS = ("lora", "adapter", "bitfit", "prompt", "prefix")
+SETTINGS = {"lora": LoraSettings, "adapter": AdapterSettings, "bitfit": None,
+            "prompt": VirtualTokenSettings, "prefix": VirtualTokenSettings}
+ADAPTER_CONFIG = "adapter.json"
+ADAPTER_WEIGHTS = "adapter.safetensors"
+FORMAT = "lmlab-adapter"
+#: config.extra entries a task head needs to be rebuilt (width, labels, sentence vector)
+HEAD_EXTRA = ("num_labels", "id2label", "pooling", "problem_type", "word_labels")
+
+
+@dataclass
+class Adaptation:
+    """What :func:`apply_method` did to a model (kept as ``model.adaptation``)."""
+
+    method: str
+    options: dict[str, Any]
+    base_fingerprint: str
+    trainable: list[str] = field(default_factory=list)  # parameter names that train
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def method_settings(method: str, options: dict[str, Any]):
+    """The method's settings object from ``options`` (unknown names refused), checked."""
+    if method not in METHODS:
+        raise LmlabError(f"unknown fine-tuning method {method!r}",
+                         f"use one of {', '.join(METHODS)} (or full fine-tuning: no method)")
+    kind = SETTINGS[method]
+    if kind is None:
+        if options:
+            raise LmlabError(f"bitfit takes no options, got {sorted(options)}",
+                             "drop the options")
+        return None
+    known = set(kind.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise LmlabError(f"unknown {method} option(s) {unknown}",
+                         f"{method} takes {', '.join(sorted(known))}")
+    values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items()}
+    settings = kind(**values)
+    settings.check()
+    return settings
+
+
+def apply_method(model: nn.Module, method: str, **options: Any) -> Adaptation:
+    """Apply a parameter-efficient method to ``model`` (a :class:`LanguageModel`) in place:
+    add its modules, freeze everything else but the task heads. Returns the record (also
+    ``model.adaptation``).
+
+    Example:
+        >>> from lmlab.models import LanguageModel, TransformerConfig
+        >>> model = LanguageModel(TransformerConfig(num_hidden_layers=2, hidden_size=64,
+        ...                       num_attention_heads=4, intermediate_size=128))
+        >>> record = apply_method(model, "lora", r=4, alpha=8)
+        >>> len(record.trainable)  # lora_A and lora_B of q_proj and v_proj in 2 layers
+        8
+    """
+    if getattr(model, "adaptation", None) is not None:
+        raise LmlabError(f"the model already has a {model.adaptation.method} adaptation",
+                         "apply one method to a fresh base model")
+    settings = method_settings(method, options)
+    fingerprint = base_fingerprint(model)
+    before = {name for name, _ in model.named_parameters()}
+    if method == "lora":
+        apply_lora(model, settings)
+    elif method == "adapter":
+        apply_adapters(model, settings)
+    elif method == "prompt":
+        apply_prompt_tuning(model, settings)
+    elif method == "prefix":
+        apply_prefix_tuning(model, settings)
+    added = [name for name, _ in model.named_parameters() if name not in before]
+    train = set(added) | set(_head_parameters(model))
+    if method == "bitfit":
+        train |= set(check_has_biases(model))
+    if method == "adapter" and settings.train_norms:
+        train |= set(_norm_parameters(model))
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name in train)
+    record = Adaptation(method, asdict(settings) if settings is not None else {}, fingerprint,
+                        sorted(train))
+    model.adaptation = record
+    return record
+
+
+def _head_parameters(model: nn.Module) -> list[str]:
+    """The task heads' own parameters (a new head learns its task); pretrained heads (a
+    decoder's LM head, an MLM head) stay frozen like the rest of the base."""
+    from lmlab.finetune.heads import TASK_HEADS
+
+    table = model.get_input_embeddings().weight
+    return [name for name, p in model.named_parameters()
+            if name.split(".")[:2][-1] in TASK_HEADS and name.startswith("heads.")
+            and p is not table]
+
+
+def _norm_parameters(model: nn.Module) -> list[str]:
+    from lmlab.training.optim import NORM_TYPES
+
+    return [f"{module_name}.{name}" for module_name, module in model.named_modules()
+            if isinstance(module, NORM_TYPES) and module_name.startswith("transformer.")
+            for name, _ in module.named_parameters(recurse=False)]
+
+
+def trainable_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def merge(model: nn.Module) -> nn.Module:
+    """A plain model with the adaptation folded into the base weights (LoRA; BitFit's biases
+    are base parameters already). Outputs are unchanged; the model is then saved like any
+    other (``save_pretrained``). Adapters and virtual tokens add computation that no base
+    weight can hold: refused."""
+    record = _record(model)
+    if record.method == "lora":
+        merge_lora(model)
+    elif record.method != "bitfit":
+        raise LmlabError(f"a {record.method} adaptation cannot be merged into the base weights "
+                         "(it adds computation, not a weight change)",
+                         "merge LoRA or BitFit; load this one with load_adapter on its base")
+    for parameter in model.parameters():
+        parameter.requires_grad_(True)
+    model.adaptation = None
+    return model
+
+
+def _record(model: nn.Module) -> Adaptation:
+    record = getattr(model, "adaptation", None)
+    if record is None:
+        raise LmlabError("the model has no parameter-efficient adaptation",
+                         "apply one first (apply_method) or load one (load_adapter)")
+    return record
+
+
+# -- lmlab's adapter file ------------------------------------------------------------------------
+def save_adapter(model: nn.Module, folder: str | Path, base_model: str | Path | None = None,
+                 overwrite: bool = False) -> Path:
+    """Write the adaptation's trained tensors (``adapter.safetensors``) and ``adapter.json``
+    (method, options, base model path and fingerprint, heads and their label settings)."""
+    from safetensors.torch import save_file
+
+    record = _record(model)
+    folder = Path(folder)
+    if (folder / ADAPTER_CONFIG).exists() and not overwrite:
+        raise LmlabError(f"{folder} already holds an adapter",
+                         "choose another folder, or pass overwrite=True (--overwrite)")
+    params = dict(model.named_parameters())
+    tensors = {name: params[name].detach().contiguous().cpu() for name in record.trainable}
+    extra = {k: model.config.extra[k] for k in HEAD_EXTRA if k in model.config.extra}
+    config = {"format": FORMAT, "version": 1, **record.to_dict(),
+              "family": model.config.family,
+              "base_model": str(Path(base_model).resolve()) if base_model is not None else None,
+              "heads": list(model.heads), "head_settings": extra,
+              "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch.")}
+    config.pop("trainable")
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / ADAPTER_WEIGHTS) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    atomic_write_json(folder / ADAPTER_CONFIG, config)
+    return folder
+
+
+def is_adapter_folder(path: str | Path) -> bool:
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def read_adapter_config(folder: str | Path) -> dict[str, Any]:
+    folder = Path(folder)
+    if not is_adapter_folder(folder):
+        raise LmlabError(f"{folder} holds no {ADAPTER_CONFIG}",
+                         "point at the model/ folder of a run fine-tuned with --method, or at "
+                         "a folder written by save_adapter")
+    config = read_json(folder / ADAPTER_CONFIG)
+    if config.get("format") != FORMAT or config.get("method") not in METHODS:
+        raise LmlabError(f"{folder / ADAPTER_CONFIG} is not an lmlab adapter config",
+                         "re-save the adapter with lmlab (a PEFT folder loads with "
+                         "lmlab.adapt.peft_format.load_peft)")
+    return config
+
+
+def load_adapter(folder: str | Path, base: str | Path | nn.Module | None = None) -> nn.Module:
+    """The base model (``base``: a model, a folder, or None = the one ``adapter.json`` names)
+    with the adapter in ``folder`` applied; refused (before any tensor is read) when the
+    base's fingerprint differs from the one the adapter was trained on."""
+    from safetensors.torch import load_file
+
+    from lmlab.finetune.heads import add_task_head
+
+    config = read_adapter_config(folder)
+    if base is None:
+        base = config.get("base_model")
+        if base is None:
+            raise LmlabError(f"{folder} does not name its base model", "pass base=...")
+    if not isinstance(base, nn.Module):
+        from lmlab.models.auto import from_pretrained
+
+        base = from_pretrained(base)
+    model = base
+    found = base_fingerprint(model)
+    if found != config["base_fingerprint"]:
+        raise LmlabError(
+            f"the adapter in {folder} was trained on another base model (fingerprint "
+            f"{config['base_fingerprint']} of a {config['family']} model; this "
+            f"{model.config.family} model has {found}: other tensor names or shapes)",
+            f"load it on the model it was trained on ({config.get('base_model')})")
+    for name in [h for h in model.heads if h not in config["heads"]]:
+        del model.heads[name]
+    settings = config.get("head_settings", {})
+    for head in config["heads"]:
+        if head not in model.heads:
+            add_task_head(model, head, settings.get("num_labels"), settings.get("id2label"),
+                          settings.get("pooling"), settings.get("problem_type"))
+    model.config.extra.update(settings)
+    if "id2label" in settings:
+        model.config.extra["id2label"] = {int(k): v for k, v in settings["id2label"].items()}
+    record = apply_method(model, config["method"], **config["options"])
+    tensors = load_file(str(Path(folder) / ADAPTER_WEIGHTS))
+    _copy_into(model, tensors, set(record.trainable), str(folder))
+    return model.eval()
+
+
+def _copy_into(model: nn.Module, tensors: dict[str, torch.Tensor], expected: set[str],
+               where: str) -> None:
+    params = dict(model.named_parameters())
+    missing = sorted(expected - set(tensors))
+    unexpected = sorted(set(tensors) - expected)
+    shapes = [f"{n}: file {tuple(t.shape)}, model {tuple(params[n].shape)}"
+              for n, t in tensors.items() if n in params and params[n].shape != t.shape]
+    if missing or unexpected or shapes:
+        raise LmlabError(f"the adapter in {where} does not fit its method's parameters: "
+                         f"missing {missing[:5]}, unexpected {unexpected[:5]}, "
+                         f"mis-shaped {shapes[:5]}", "re-save the adapter; the file is "
+                         "incomplete or belongs to other method options")
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            params[name].copy_(tensor)

@@ -1,0 +1,196 @@
+"""Learned virtual tokens: prompt tuning and prefix tuning.
+
+* Prompt tuning (Lester et al. 2021, "The Power of Scale for Parameter-Efficient Prompt
+  Tuning"): ``n`` learned input embeddings are put before the token embeddings; they take the
+  first ``n`` positions (and segment 0), the real tokens follow.
+* Prefix tuning (Li & Liang 2021, "Prefix-Tuning: Optimizing Continuous Prompts for
+  Generation"): every layer attends to ``n`` learned keys and values before the real tokens,
+  which keep positions from ``n`` on (as a key/value cache of length ``n`` would make them).
+  The keys and values are learned directly (PEFT's ``prefix_projection=False``), stored as
+  PEFT stores them: one (n, layers * 2 * kv_heads * head_dim) table.
+
+Both work through hooks on ``model.transformer``: a pre-hook rewrites the call (embeddings in
+front, or a key/value cache pre-filled with the prefix, and ``n`` more ones in front of the
+attention mask); prompt tuning's post-hook removes the ``n`` virtual positions from the hidden
+states, so the heads, the poolings and per-token labels see the real tokens only. A call that
+continues a cache (incremental decoding) already holds the virtual tokens: only its mask grows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.adapt.lora import remove_hook
+from lmlab.models.core.cache import KVCache
+from lmlab.utils.errors import LmlabError
+
+
+@dataclass(frozen=True)
+class VirtualTokenSettings:
+    num_virtual_tokens: int = 20
+
+    def check(self) -> None:
+        n = self.num_virtual_tokens
+        if int(n) != n or n < 1:
+            raise LmlabError(f"the number of virtual tokens must be a positive integer, got "
+                             f"{n!r}", "pass num_virtual_tokens (--virtual-tokens) >= 1")
+
+
+class PromptEmbeddings(nn.Module):
+    """``n`` learned input embeddings (``weight``: (n, H)), initialised from the embeddings of
+    random vocabulary tokens (Lester et al.: better than random vectors)."""
+
+    def __init__(self, n: int, word_embeddings: nn.Embedding):
+        super().__init__()
+        rows = torch.randint(0, word_embeddings.num_embeddings, (n,))
+        self.weight = nn.Parameter(word_embeddings.weight.detach()[rows].clone())
+
+    @property
+    def num_virtual_tokens(self) -> int:
+        return self.weight.shape[0]
+
+
+class PrefixKeyValues(nn.Module):
+    """Every layer's ``n`` learned keys and values, ``weight``: (n, L * 2 * n_kv * head_dim),
+    each row laid out [layer 0 keys, layer 0 values, layer 1 keys, ...] as PEFT's table."""
+
+    def __init__(self, n: int, layers: int, kv_heads: int, head_dim: int, std: float):
+        super().__init__()
+        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
+        self.weight = nn.Parameter(torch.randn(n, layers * 2 * kv_heads * head_dim) * std)
+
+    @property
+    def num_virtual_tokens(self) -> int:
+        return self.weight.shape[0]
+
+    def cache(self, batch: int, dtype: torch.dtype) -> KVCache:
+        """A cache holding the prefix for ``batch`` rows: keys and values (B, n_kv, n, hd)."""
+        n = self.num_virtual_tokens
+        table = self.weight.to(dtype).view(n, self.layers * 2, self.kv_heads, self.head_dim)
+        table = table.permute(1, 2, 0, 3)  # (L*2, n_kv, n, hd)
+        cache = KVCache()
+        for layer in range(self.layers):
+            keys = table[2 * layer].unsqueeze(0).expand(batch, -1, -1, -1)  # (B, n_kv, n, hd)
+            values = table[2 * layer + 1].unsqueeze(0).expand(batch, -1, -1, -1)
+            cache.update(layer, keys, values)
+        return cache
+
+
+def _grow_mask(kwargs: dict[str, Any], n: int, batch: int, device: torch.device) -> None:
+    """Prepend ``n`` ones to a (B, T) attention mask (the virtual tokens are always seen)."""
+    mask = kwargs.get("attention_mask")
+    if mask is None:
+        return
+    if mask.dim() != 2:
+        raise LmlabError("virtual tokens need a (B, T) padding mask, got a "
+                         f"{mask.dim()}-D attention mask", "pass a (B, T) attention_mask")
+    ones = torch.ones(batch, n, dtype=mask.dtype, device=device)
+    kwargs["attention_mask"] = torch.cat([ones, mask], dim=1)
+
+
+def _prompt_pre_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any]):
+    prompt: PromptEmbeddings = transformer.prompt_embeddings
+    n = prompt.num_virtual_tokens
+    transformer.prompt_prepended = False
+    if args:
+        raise LmlabError("prompt tuning needs keyword arguments (input_ids=...)",
+                         "call the model with input_ids= and attention_mask=")
+    cache = kwargs.get("past_key_values")
+    embeds = kwargs.get("inputs_embeds")
+    ids = kwargs.get("input_ids")
+    reference = ids if ids is not None else embeds
+    batch, device = reference.shape[0], reference.device
+    _grow_mask(kwargs, n, batch, device)
+    if cache is not None and cache.seq_len() > 0:
+        return args, kwargs  # the cache holds the virtual tokens already
+    embeddings = transformer.embeddings
+    if embeds is None:
+        embeds = embeddings.word_embeddings(ids) * embeddings.scale
+    virtual = prompt.weight.to(embeds.dtype).unsqueeze(0).expand(batch, -1, -1)  # (B, n, H)
+    kwargs["inputs_embeds"] = torch.cat([virtual, embeds], dim=1)  # (B, n + T, H)
+    kwargs["input_ids"] = None
+    types = kwargs.get("token_type_ids")
+    if types is not None:
+        kwargs["token_type_ids"] = torch.cat(
+            [torch.zeros(batch, n, dtype=types.dtype, device=device), types], dim=1)
+    positions = kwargs.get("position_ids")
+    if positions is not None:
+        front = torch.arange(n, device=device).expand(batch, n)
+        kwargs["position_ids"] = torch.cat([front, positions + n], dim=1)
+    transformer.prompt_prepended = True
+    return args, kwargs
+
+
+def _prompt_post_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any], output):
+    if not transformer.prompt_prepended:
+        return output
+    n = transformer.prompt_embeddings.num_virtual_tokens
+    hidden = output.hidden_states
+    return replace(output, last_hidden_state=output.last_hidden_state[:, n:],
+                   hidden_states=tuple(h[:, n:] for h in hidden) if hidden is not None else None)
+
+
+def _prefix_pre_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any]):
+    prefix: PrefixKeyValues = transformer.prefix_key_values
+    if args:
+        raise LmlabError("prefix tuning needs keyword arguments (input_ids=...)",
+                         "call the model with input_ids= and attention_mask=")
+    reference = kwargs.get("input_ids")
+    if reference is None:
+        reference = kwargs["inputs_embeds"]
+    batch, device = reference.shape[0], reference.device
+    _grow_mask(kwargs, prefix.num_virtual_tokens, batch, device)
+    cache = kwargs.get("past_key_values")
+    if cache is None or cache.seq_len() == 0:
+        dtype = transformer.embeddings.word_embeddings.weight.dtype
+        if torch.is_autocast_enabled(device.type):
+            dtype = torch.get_autocast_dtype(device.type)
+        kwargs["past_key_values"] = prefix.cache(batch, dtype)
+    return args, kwargs
+
+
+def apply_prompt_tuning(model: nn.Module, settings: VirtualTokenSettings) -> None:
+    settings.check()
+    transformer = model.transformer
+    _refuse_twice(transformer)
+    transformer.prompt_embeddings = PromptEmbeddings(int(settings.num_virtual_tokens),
+                                                     transformer.embeddings.word_embeddings)
+    transformer.prompt_prepended = False
+    transformer.register_forward_pre_hook(_prompt_pre_hook, with_kwargs=True)
+    transformer.register_forward_hook(_prompt_post_hook, with_kwargs=True)
+
+
+def apply_prefix_tuning(model: nn.Module, settings: VirtualTokenSettings) -> None:
+    settings.check()
+    transformer = model.transformer
+    _refuse_twice(transformer)
+    config = model.config
+    if config.share_layers:
+        raise LmlabError("prefix tuning of a model with one shared layer (ALBERT) is not "
+                         "supported", "use --method prompt or lora")
+    weight = transformer.embeddings.word_embeddings.weight
+    transformer.prefix_key_values = PrefixKeyValues(
+        int(settings.num_virtual_tokens), config.num_hidden_layers, config.num_key_value_heads,
+        config.head_dim, config.initializer_range).to(weight.device, weight.dtype)
+    transformer.register_forward_pre_hook(_prefix_pre_hook, with_kwargs=True)
+
+
+def remove_virtual_tokens(model: nn.Module) -> None:
+    transformer = model.transformer
+    remove_hook(transformer, _prompt_post_hook)
+    for key in [k for k, fn in transformer._forward_pre_hooks.items()
+                if fn in (_prompt_pre_hook, _prefix_pre_hook)]:
+        del transformer._forward_pre_hooks[key]
+        transformer._forward_pre_hooks_with_kwargs.pop(key, None)
+    for name in ("prompt_embeddings", "prefix_key_values"):
+        if hasattr(transformer, name):
+            delattr(transformer, name)
+
+
+def _refuse_twice(transformer: nn.Module) -> None:
+    if hasattr(transformer, "prompt_embeddings") or hasattr(transformer, "prefix_key_values"):
+        raise LmlabError("this model already has virtual tokens", "apply one method once")
