@@ -315,6 +315,7 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
 
     path = Path(path)
     family = get_family(model.config.family)
+    _refuse_head_layout(model.config, family)
     hf_config = family.config_to_hf(model.config)  # refuses a config transformers cannot express
     path.mkdir(parents=True, exist_ok=True)  # only once the config is known to be writable
     heads = tuple(model.heads.keys())
@@ -352,6 +353,37 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
         _save_sharded(tensors, path, max_shard_bytes)
     atomic_write_json(path / "config.json", hf_config)
     return path
+
+
+def _refuse_head_layout(config: TransformerConfig, family: FamilySpec) -> None:
+    """Refuse layouts transformers cannot build: low-rank factorised maps
+    (lmlab.compress.lowrank); pruned heads (lmlab.compress.heads) unless every layer keeps the
+    same number (transformers 5 has no ``pruned_heads``) and, where config.json has no
+    ``head_dim`` (BERT, GPT-2), heads of ``hidden / heads`` dimensions."""
+    if config.extra.get("attention_heads_per_layer"):
+        raise LmlabError("the layers have different numbers of attention heads (heads were "
+                         "pruned); transformers builds every layer with the same number",
+                         "save it in lmlab's own format (lmlab.interop.native.save_model does "
+                         "when this refuses), or prune the same number of heads in every layer "
+                         "of a family whose config.json has head_dim (Llama)")
+    if config.extra.get("low_rank"):
+        raise LmlabError("linear maps are factorised into two low-rank matrices "
+                         "(lmlab.compress.lowrank); transformers has no such layer",
+                         "save it in lmlab's own format (lmlab.interop.native.save_model does "
+                         "when this refuses)")
+    if config.extra.get("pruned_heads") and config.hidden_size % config.num_attention_heads:
+        raise LmlabError(f"{config.num_attention_heads} heads left in a hidden size of "
+                         f"{config.hidden_size}: transformers refuses a head count that does not "
+                         "divide the hidden size, even with head_dim",
+                         "save it in lmlab's own format (lmlab.interop.native.save_model does "
+                         "when this refuses), or prune to a head count that divides it")
+    names = set(family.hf_names.values())
+    if "head_dim" not in names and config.head_dim * config.num_attention_heads != config.hidden_size:
+        raise LmlabError(f"{config.num_attention_heads} heads of {config.head_dim} dimensions in a "
+                         f"hidden size of {config.hidden_size}: {family.model_type}'s config.json "
+                         "has no head width (transformers makes heads hidden / heads wide)",
+                         "save it in lmlab's own format (lmlab.interop.native.save_model does "
+                         "when this refuses)")
 
 
 def _save_sharded(tensors: dict[str, torch.Tensor], path: Path, max_shard_bytes: int) -> None:

@@ -130,6 +130,8 @@ class TransformerConfig:
         ffn = ffn_in * (h * f + f * mb) + f * h + h * mb
         layer = attn + ffn + 2 * norm
         layers = layer * (1 if self.share_layers else self.num_hidden_layers)
+        for count in self.extra.get("attention_heads_per_layer", ()):  # pruned heads' weights
+            layers -= (self.num_attention_heads - count) * self.head_dim * (4 * h + 3 * ab)
         stacks = 2 if self.is_encoder_decoder else 1  # each stack has its own norms, positions
         total = layers + (norm if self.final_norm else 0) * stacks
         if self.is_encoder_decoder:  # decoder layers: a cross-attention and its norm more

@@ -34,6 +34,14 @@ class LanguageModel(nn.Module):
         super().__init__()
         self.config = config
         self.transformer = Transformer(config)
+        if config.extra.get("attention_heads_per_layer"):  # heads pruned (lmlab.compress.heads)
+            from lmlab.compress.heads import build_pruned_layout
+
+            build_pruned_layout(self.transformer, config.extra["attention_heads_per_layer"])
+        if config.extra.get("low_rank"):  # factorised linear maps (lmlab.compress.lowrank)
+            from lmlab.compress.lowrank import build_low_rank_layout
+
+            build_low_rank_layout(self, config.extra["low_rank"])
         pooled = any(needs_pooler(name) for name in heads)
         self.pooler = Pooler(config) if (with_pooler or pooled) else None
         self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})

@@ -1,0 +1,180 @@
+"""Low-rank factorisation of linear layers by truncated SVD.
+
+A ``Linear(in, out)`` computes ``x W^T + b`` with ``W`` of shape (out, in). Its SVD
+``W = U S V^T`` truncated to the ``r`` largest singular values is the best rank-``r``
+approximation of ``W`` in the Frobenius and spectral norms (Eckart & Young 1936), with error
+``||W - W_r||_F = sqrt(sum_{i>r} s_i^2)``. :class:`LowRankLinear` computes it as two linear
+maps, ``down`` (in -> r, ``S_r^1/2 V_r^T``) then ``up`` (r -> out, ``U_r S_r^1/2``, with the
+bias): ``r (in + out)`` weights and multiply-adds per token instead of ``in * out``, a saving
+only when ``r < in * out / (in + out)`` (Denton et al. 2014 and Sainath et al. 2013 factorise
+layers this way; here it is post-training, without fine-tuning afterwards).
+
+The rank is given directly (``rank``) or as the smallest one keeping an ``energy`` fraction of
+``sum s_i^2``. The factorised modules are recorded in the config (``extra["low_rank"]``: module
+name -> rank), so :class:`~lmlab.models.model.LanguageModel` rebuilds the two-matrix shapes when
+the saved model is loaded (in lmlab's own format: transformers has no such layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from lmlab.utils.errors import LmlabError
+
+LOW_RANK_KEY = "low_rank"
+
+
+class LowRankLinear(nn.Module):
+    """``up(down(x))``: a rank-``rank`` stand-in for a ``Linear(in_features, out_features)``."""
+
+    def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features, self.rank = in_features, out_features, rank
+        self.down = nn.Linear(in_features, rank, bias=False, device=device, dtype=dtype)
+        self.up = nn.Linear(rank, out_features, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.up(self.down(x))
+
+    def weight_product(self) -> torch.Tensor:
+        """The (out, in) matrix this module applies (``up.weight @ down.weight``)."""
+        return self.up.weight @ self.down.weight
+
+
+@dataclass
+class Factorised:
+    """What factorising one module changed."""
+
+    name: str
+    in_features: int
+    out_features: int
+    rank: int
+    parameters_before: int
+    parameters_after: int
+    relative_error: float  # ||W - W_r||_F / ||W||_F
+    energy: float  # fraction of sum s_i^2 kept
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def rank_for_energy(singular_values: torch.Tensor, energy: float) -> int:
+    """The smallest rank whose singular values hold ``energy`` of ``sum s_i^2``."""
+    if not 0 < energy <= 1:
+        raise LmlabError(f"energy {energy} is outside (0, 1]",
+                         "give the fraction of squared singular values to keep, e.g. 0.9")
+    squares = singular_values.double() ** 2
+    cumulative = torch.cumsum(squares, 0) / squares.sum()
+    return min(int((cumulative < energy - 1e-12).sum()) + 1, len(singular_values))
+
+
+def factorise(linear: nn.Linear, rank: int | None = None, energy: float | None = None
+              ) -> tuple[LowRankLinear, float, float]:
+    """(the rank-r module, relative Frobenius error, energy kept) for ``linear``."""
+    if (rank is None) == (energy is None):
+        raise LmlabError("give exactly one of a rank and an energy fraction",
+                         "e.g. --rank 64 or --energy 0.9")
+    weight = linear.weight.detach()
+    u, s, vh = torch.linalg.svd(weight.double(), full_matrices=False)  # (out, k), (k,), (k, in)
+    if rank is None:
+        rank = rank_for_energy(s, energy)
+    if not 1 <= rank <= len(s):
+        raise LmlabError(f"rank {rank} for a {tuple(weight.shape)} matrix",
+                         f"use a rank from 1 to {len(s)}")
+    root = s[:rank].sqrt()
+    module = LowRankLinear(linear.in_features, linear.out_features, rank,
+                           bias=linear.bias is not None, device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        module.down.weight.copy_(root[:, None] * vh[:rank])  # (r, in)
+        module.up.weight.copy_(u[:, :rank] * root[None, :])  # (out, r)
+        if linear.bias is not None:
+            module.up.bias.copy_(linear.bias.detach())
+    total = float((s ** 2).sum())
+    kept = float((s[:rank] ** 2).sum())
+    error = (max(total - kept, 0.0) / total) ** 0.5 if total > 0 else 0.0
+    return module, error, kept / total if total > 0 else 1.0
+
+
+def layer_linears(model: nn.Module) -> dict[str, nn.Linear]:
+    """The Transformer layers' linear maps, by module name."""
+    from lmlab.compress.magnitude import prunable_linears
+
+    return prunable_linears(model)
+
+
+def low_rank(model: nn.Module, rank: int | None = None, energy: float | None = None,
+             modules: list[str] | None = None, only_if_smaller: bool = True
+             ) -> list[Factorised]:
+    """Factorise the Transformer layers' linear maps of ``model`` in place.
+
+    Args:
+        rank: one rank for every matrix (capped at its smaller side), or
+        energy: per matrix, the smallest rank keeping this fraction of ``sum s_i^2``.
+        modules: names (or name endings, e.g. ``"up_proj"``) to factorise; default all.
+        only_if_smaller: leave a matrix whole when the rank would not save weights.
+
+    Returns one :class:`Factorised` row per factorised module; the config records them.
+    """
+    if (rank is None) == (energy is None):
+        raise LmlabError("give exactly one of a rank and an energy fraction",
+                         "e.g. --rank 64 or --energy 0.9")
+    if rank is not None and rank < 1:
+        raise LmlabError(f"rank {rank}", "give a rank of at least 1")
+    if energy is not None:
+        rank_for_energy(torch.ones(1), energy)  # checks the range before any work
+    linears = layer_linears(model)
+    if modules:
+        chosen = {n: m for n, m in linears.items()
+                  if any(n == key or n.endswith("." + key) for key in modules)}
+        if not chosen:
+            raise LmlabError(f"no linear layer matches {modules}",
+                             "name modules such as q_proj, o_proj, up_proj, down_proj")
+        linears = chosen
+    rows = []
+    record = dict(model.config.extra.get(LOW_RANK_KEY, {}))
+    for name, linear in linears.items():
+        limit = min(linear.in_features, linear.out_features)
+        module, error, kept = factorise(linear, rank=min(rank, limit) if rank else None,
+                                        energy=energy)
+        before = linear.weight.numel()
+        after = module.rank * (linear.in_features + linear.out_features)
+        if only_if_smaller and after >= before:
+            continue
+        parent, child = name.rsplit(".", 1)
+        setattr(model.get_submodule(parent), child, module)
+        record[name] = module.rank
+        rows.append(Factorised(name, linear.in_features, linear.out_features, module.rank,
+                               before, after, error, kept))
+    model.config.extra[LOW_RANK_KEY] = record
+    return rows
+
+
+def build_low_rank_layout(model: nn.Module, record: dict[str, int]) -> None:
+    """Give a freshly built model the factorised shapes ``record`` names (loading a saved one)."""
+    for name, rank in record.items():
+        try:
+            linear = model.get_submodule(name)
+        except AttributeError as error:
+            raise LmlabError(f"{LOW_RANK_KEY} names {name!r}, which the model lacks",
+                             "check that config.json belongs to this model") from error
+        parent, child = name.rsplit(".", 1)
+        setattr(model.get_submodule(parent), child,
+                LowRankLinear(linear.in_features, linear.out_features, int(rank),
+                              bias=linear.bias is not None))
+
+
+def summary(rows: list[Factorised], model: nn.Module) -> dict:
+    """Parameters and per-token multiply-adds of the factorised matrices, before and after."""
+    from lmlab.models.model import count_parameters
+
+    before = sum(r.parameters_before for r in rows)
+    after = sum(r.parameters_after for r in rows)
+    return {"modules": len(rows), "matrix_weights_before": before,
+            "matrix_weights_after": after,
+            "matrix_flops_fraction_removed": 1 - after / before if before else 0.0,
+            "model_parameters": count_parameters(model),
+            "max_relative_error": max((r.relative_error for r in rows), default=0.0)}
