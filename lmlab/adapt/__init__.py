@@ -77,6 +77,14 @@ def method_settings(method: str, options: dict[str, Any]):
     return settings
 
 
+def method_record(method: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The method and its full, checked options as JSON values (a run's settings)."""
+    settings = method_settings(method, dict(options or {}))
+    values = asdict(settings) if settings is not None else {}
+    return {"name": method, **{k: list(v) if isinstance(v, tuple) else v
+                               for k, v in values.items()}}
+
+
 def apply_method(model: nn.Module, method: str, **options: Any) -> Adaptation:
     """Apply a parameter-efficient method to ``model`` (a :class:`LanguageModel`) in place:
     add its modules, freeze everything else but the task heads. Returns the record (also
@@ -269,3 +277,27 @@ def _copy_into(model: nn.Module, tensors: dict[str, torch.Tensor], expected: set
     with torch.no_grad():
         for name, tensor in tensors.items():
             params[name].copy_(tensor)
+
+
+# -- fine-tuning recipes -------------------------------------------------------------------------
+#: Each method's learning rate and head multiplier when ``lmlab finetune --method`` is given no
+#: ``--lr`` / ``--head-lr-multiplier``: few parameters move further per step than a whole
+#: network can (LoRA 5e-4 as in Hu et al.'s GLUE runs; adapters and BitFit 1e-3 as in their
+#: papers; virtual tokens need larger steps still, Lester et al. used 0.3 with Adafactor). The
+#: task head then trains at about 1e-3 in every method.
+METHOD_DEFAULTS: dict[str, dict[str, float]] = {
+    "lora": {"lr": 5e-4, "head_lr_multiplier": 2.0},
+    "adapter": {"lr": 1e-3, "head_lr_multiplier": 1.0},
+    "bitfit": {"lr": 1e-3, "head_lr_multiplier": 1.0},
+    "prompt": {"lr": 3e-2, "head_lr_multiplier": 1 / 30},
+    "prefix": {"lr": 1e-2, "head_lr_multiplier": 0.1},
+}
+
+
+def adapter_folder(path: str | Path) -> Path | None:
+    """The folder holding ``adapter.json`` for ``path`` (itself, or a run's ``model/``)."""
+    path = Path(path)
+    for folder in (path, path / "model"):
+        if is_adapter_folder(folder):
+            return folder
+    return None

@@ -57,6 +57,7 @@ def register(commands) -> None:
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="default auto: bf16 where this host's measured bf16 matmul rate is at "
                         "least 1.2x fp32's (lmlab cost peak), else fp32")
+    add_method_arguments(p)
 
     p = commands.command(
         "evaluate", help="score a fine-tuned model on a task's splits (predictions, metrics, "
@@ -82,6 +83,47 @@ def register(commands) -> None:
     p.add_argument("--json", action="store_true", help="--few-shot: one JSON line per split")
 
 
+#: --option -> (method, option name) of lmlab.adapt's methods
+METHOD_OPTIONS = {"lora_r": ("lora", "r"), "lora_alpha": ("lora", "alpha"),
+                  "lora_dropout": ("lora", "dropout"), "lora_targets": ("lora", "targets"),
+                  "adapter_size": ("adapter", "bottleneck"),
+                  "virtual_tokens": (("prompt", "prefix"), "num_virtual_tokens")}
+
+
+def add_method_arguments(p) -> None:
+    """--method and its options (docs/adaptation.md)."""
+    p.add_argument("--method", choices=("lora", "adapter", "bitfit", "prompt", "prefix"),
+                   help="parameter-efficient fine-tuning: train only LoRA updates, bottleneck "
+                        "adapters, the biases, a soft prompt or per-layer prefixes (and the "
+                        "task head); model/ then holds a small adapter file")
+    p.add_argument("--lora-r", type=int, help="LoRA rank (default 8)")
+    p.add_argument("--lora-alpha", type=float, help="LoRA scale numerator (default 16)")
+    p.add_argument("--lora-dropout", type=float, help="dropout on LoRA's input (default 0)")
+    p.add_argument("--lora-targets", help="comma-separated projections (default q_proj,v_proj; "
+                                          "also k_proj, o_proj, up_proj, down_proj, gate_proj)")
+    p.add_argument("--adapter-size", type=int, help="adapter bottleneck width (default 64)")
+    p.add_argument("--virtual-tokens", type=int,
+                   help="prompt/prefix: number of virtual tokens (default 20)")
+
+
+def method_options(args: argparse.Namespace) -> dict:
+    """The options given for ``--method``; one meant for another method is refused."""
+    from lmlab.utils.errors import LmlabError
+
+    options = {}
+    for attribute, (methods, name) in METHOD_OPTIONS.items():
+        value = getattr(args, attribute, None)
+        if value is None:
+            continue
+        flag = "--" + attribute.replace("_", "-")
+        if args.method not in ((methods,) if isinstance(methods, str) else methods):
+            raise LmlabError(f"{flag} is an option of --method "
+                             f"{methods if isinstance(methods, str) else ' or '.join(methods)}",
+                             f"add that --method, or drop {flag}")
+        options[name] = tuple(value.split(",")) if name == "targets" else value
+    return options
+
+
 def parse_budget(text: str | None) -> float | None:
     """``--budget`` in seconds (``90s``, ``5m``, ``1.5h`` or plain seconds); ``None`` if not given."""
     from lmlab.utils.durations import parse_duration
@@ -105,6 +147,10 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
                    lr=args.lr, budget_seconds=parse_budget(args.budget),
                    save_every=args.save_every, head_lr_multiplier=args.head_lr_multiplier,
                    min_updates=args.min_updates)
+    if args.method is not None or method_options(args):
+        from lmlab.adapt import method_settings
+
+        method_settings(args.method, method_options(args))
     if len(seeds) > 1:  # seed-N/ folders are runs: resumed or refused one by one
         check_output_folder(Path(args.out), args.overwrite, "fine-tuning run",
                             ignore=("seed-*", "summary.json"))
@@ -135,6 +181,8 @@ def _finetune(args: argparse.Namespace) -> int:
                   max_length=args.max_length, patience=args.patience, device=args.device,
                   save_every=args.save_every, overwrite=args.overwrite,
                   head_lr_multiplier=args.head_lr_multiplier, min_updates=args.min_updates)
+    if args.method is not None:
+        kwargs.update(method=args.method, method_options=method_options(args))
     reports = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 reports
     if len(seeds) == 1:
         result = finetune(task, args.model, args.out, seed=seeds[0], **kwargs)
