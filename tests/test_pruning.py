@@ -419,3 +419,51 @@ def test_lottery_ticket_rewinds_survivors_to_step_k():
     assert all(bool(((starts[2][n] == 0) >= (starts[1][n] == 0)).all()) for n in pruned)
     with pytest.raises(LmlabError, match="rounds"):
         lottery_ticket(model, train, lambda m: 0.0, rounds=0)
+
+
+# -- the command line ---------------------------------------------------------------------------
+def test_cli_refuses_bad_input_before_any_work(tmp_path, capsys):
+    from lmlab.cli import main
+
+    out = tmp_path / "never"
+    assert main(["compress", "prune-heads", "minilm", "--task", "fortunes-topic", "--step", "0",
+                 "--out", str(out)]) == 2
+    assert "--step 0.0 is outside (0, 1)" in capsys.readouterr().err
+    assert main(["compress", "magnitude", "minilm", "--task", "fortunes-topic", "--sparsity",
+                 "0.5,1.2", "--out", str(out)]) == 2
+    assert "--sparsity 1.2 is outside [0, 1)" in capsys.readouterr().err
+    assert main(["compress", "lottery", "minilm", "--task", "fortunes-topic", "--steps", "10",
+                 "--rewind-step", "10", "--out", str(out)]) == 2
+    assert "rewind to an early step" in capsys.readouterr().err
+    assert main(["compress", "low-rank", "minilm", "--rank", "8", "--energy", "0.9",
+                 "--out", str(out)]) == 2
+    assert "exactly one of --rank and --energy" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cli_prune_heads_without_a_task_head_is_refused(tiny_bert_folder, tmp_path, capsys):
+    from lmlab.cli import main
+
+    assert main(["compress", "prune-heads", str(tiny_bert_folder), "--task", "fortunes-topic",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "no head for the task fortunes-topic" in err and "--finetune-steps" in err
+
+
+@pytest.mark.slow  # about 40 s on the shared 2-core host: a fine-tune and three dev evaluations
+def test_cli_prune_heads_writes_the_curve_and_a_loadable_model(tiny_bert_folder, tmp_path):
+    import lmlab
+    from lmlab.cli import main
+
+    out = tmp_path / "heads"
+    args = ["compress", "prune-heads", str(tiny_bert_folder), "--task", "fortunes-topic",
+            "--finetune-steps", "2", "--importance-examples", "32", "--step", "0.25",
+            "--max", "0.5", "--max-length", "24", "--out", str(out)]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [r["heads_removed"] for r in results["steps"]] == [0, 2, 4]
+    assert (out / "curve.png").stat().st_size > 1000
+    model = lmlab.from_pretrained(out / "model")
+    assert sum(heads_per_layer(model)) == 4
+    assert heads_per_layer(model) == results["steps"][-1]["heads_per_layer"]
+    assert main(args) == 2  # the folder holds a run: refused without --overwrite
