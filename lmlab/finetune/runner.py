@@ -95,6 +95,11 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
 
     path, random_init = parse_model_source(source, random_init)
     folder = resolve_model_dir(path)
+    from lmlab.adapt import adapter_folder, load_adapter
+
+    adapted = None if random_init else adapter_folder(folder)
+    if adapted is not None:  # a run fine-tuned with --method: its adapter on its base model
+        return load_adapter(adapted), load_tokenizer(adapted), adapted
     if random_init:
         if is_native_folder(folder):
             config, heads = read_native_config(folder)
@@ -234,8 +239,17 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
              eval_splits: tuple[str, ...] = ("dev", "test"), save_model: bool = True,
              show_progress: bool = True, device: str = "auto", save_every: int | None = None,
              overwrite: bool = False, head_lr_multiplier: float | None = None,
-             min_updates: int | None = None) -> dict[str, Any]:
+             min_updates: int | None = None, distil: Any = None, method: str | None = None,
+             method_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fine-tune ``model_source`` on ``task`` with a recipe; returns the run's result dict.
+
+    ``distil`` (a :class:`lmlab.compress.distil.TaskDistillation`) adds a fine-tuned teacher's
+    soft targets to the loss (task-specific distillation; not with the feature recipe).
+
+    ``method`` (``lora``, ``adapter``, ``bitfit``, ``prompt``, ``prefix``; options in
+    ``method_options``) trains a few parameters on the frozen model (:mod:`lmlab.adapt`, with
+    the method's learning rate unless ``lr`` is given); ``model/`` then holds the adapter
+    (``adapter.json`` + ``adapter.safetensors``) that loads on top of the base model.
 
     ``recipe`` None means ``bert`` for a pretrained model and ``scratch`` for a random init
     (:mod:`lmlab.finetune.recipes`); ``result["recipe_reason"]`` says which and why. The
@@ -269,6 +283,16 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     if epochs is not None and min_updates is None:
         min_updates = 0  # epochs given: exactly that many, unless a minimum is given too
     is_random = parse_model_source(model_source, random_init)[1]
+    if method is not None or method_options:
+        from lmlab.adapt import METHOD_DEFAULTS, method_settings
+
+        method_settings(method, dict(method_options or {}))  # refused before any work
+        if is_random:
+            raise LmlabError(f"--method {method} trains a few parameters on a pretrained "
+                             "model; a random one would stay random", "drop --random-init")
+        lr = lr if lr is not None else METHOD_DEFAULTS[method]["lr"]
+        if head_lr_multiplier is None:
+            head_lr_multiplier = METHOD_DEFAULTS[method]["head_lr_multiplier"]
     recipe_reason = "chosen by the caller"
     if recipe is None:
         recipe = default_recipe(is_random)
@@ -296,6 +320,14 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     task = _subset(task, max_train_examples)
     task.split("train")
     task.split("dev")
+    if distil is not None:  # the teacher fits the task and the student: checked before work
+        if rec.frozen_encoder:
+            raise LmlabError("distillation trains the whole student; the feature recipe "
+                             "freezes it", "use the bert recipe with a teacher")
+        distil.check(task, model_source)
+    if method is not None and (rec.frozen_encoder or rec.gradual_unfreeze):
+        raise LmlabError(f"--method {method} decides what trains; the {rec.name} recipe "
+                         "freezes or unfreezes layers itself", "use the bert recipe")
     out = Path(out_dir)
     started = time.perf_counter()
     if rec.frozen_encoder:
@@ -310,7 +342,8 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     else:
         result = _train_full(task, model_source, random_init, rec, seed, out, overwrite,
                              precision=precision, budget_seconds=budget_seconds, device=device,
-                             save_every=save_every, show_progress=show_progress)
+                             save_every=save_every, show_progress=show_progress,
+                             distil=distil, method=method, method_options=method_options)
     if result.pop("_main", True) is False:  # torchrun: rank 0 alone scores and writes
         return result
     result["train_seconds"] = time.perf_counter() - started
@@ -319,6 +352,8 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
                   model=str(model_source), random_init=parse_model_source(model_source,
                                                                           random_init)[1],
                   sizes={k: len(v) for k, v in task.splits.items()})
+    if distil is not None:
+        result["distil"] = distil.to_dict()
     predictor = result.pop("_predictor")
     predictions_cache: dict[str, list[Any]] = {}
     for split in eval_splits:
@@ -401,7 +436,9 @@ def _score_split(task: Task, split: str, predictions: list[Any], out: Path | Non
 
 def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Recipe, seed: int,
                 out: Path, overwrite: bool, *, precision: str, budget_seconds: float | None,
-                device: str, save_every: int | None, show_progress: bool) -> dict[str, Any]:
+                device: str, save_every: int | None, show_progress: bool,
+                distil: Any = None, method: str | None = None,
+                method_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """BERT / ULMFiT on the Trainer: every weight trains (ULMFiT: discriminative LRs, slanted
     triangular schedule, gradual unfreezing), selected on dev per epoch."""
     from lmlab.finetune.hooks import DevSelection, Unfreezing
@@ -433,7 +470,10 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
     record = RunRecord(hparams={"task": task.name, "model_source": str(path),
                                 "random_init": random_init, "recipe": rec.to_dict(),
                                 "train_data": stable_hash([(f.input_ids, f.label)
-                                                           for f in features])},
+                                                           for f in features]),
+                                "distil": distil.to_dict() if distil is not None else None,
+                                **({"method": _method_record(method, method_options)}
+                                   if method else {})},
                        objective={"spec": "task", "heads": [HEAD_FOR_TASK[task.type]]},
                        data={"tokenizer_fingerprint": tokenizer.fingerprint()})
     _prepare_out(out, overwrite, run_config(cfg, record))
@@ -450,6 +490,16 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
     for name in [h for h in model.heads if h != objective.head]:
         del model.heads[name]  # pretraining heads are not part of the fine-tuned model
     objective.prepare(model)
+    if distil is not None:  # the teacher's logits, once per training example, in the batches
+        from lmlab.training.distributed import resolve_device
+
+        stream, objective = distil.attach(task, features, stream, objective, pad_id,
+                                          resolve_device(device), precision)
+    adaptation = None
+    if method is not None:  # only the method's parameters and the task head train
+        from lmlab.adapt import apply_method
+
+        adaptation = apply_method(model, method, **(method_options or {}))
     groups = discriminative_groups(model, rec.lr, rec.lr_decay, rec.weight_decay,
                                    rec.head_lr_multiplier)
 
@@ -469,13 +519,29 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
         return predict(model, tokenizer, task, split, max_length=rec.max_length,
                        precision=precision)
 
+    base_folder = folder
+
     def saver(folder: Path) -> None:
-        save_model(model, folder)  # Hugging Face format, or lmlab's where no family maps it
+        if adaptation is not None:  # the small adapter file, on top of the base model
+            from lmlab.adapt import save_adapter
+
+            save_adapter(model, folder, base_model=base_folder, overwrite=True)
+        else:
+            save_model(model, folder)  # Hugging Face format, or lmlab's where no family maps it
         tokenizer.save_pretrained(folder)
 
     return {**selection.report(trainer, run, stream.examples_seen()), "pooling": pooling,
             "pooling_reason": pooling_reason, "planned_epochs": epochs,
+            **({"method": _method_record(method, method_options)} if adaptation else {}),
+            "trainable_parameters": sum(p.numel() for p in model.parameters()
+                                        if p.requires_grad),
             "_predictor": predictor, "_saver": saver}
+
+
+def _method_record(method: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    from lmlab.adapt import method_record
+
+    return method_record(method, options)
 
 
 # -- several seeds ---------------------------------------------------------------------------------

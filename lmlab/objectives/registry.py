@@ -26,6 +26,7 @@ _REGISTRY: dict[str, Callable[..., Any] | str] = {
     "prefix-lm": "lmlab.objectives.causal:PrefixLM",
     "t5": "lmlab.objectives.seq2seq:T5SpanCorruption",
     "bart": "lmlab.objectives.seq2seq:BartDenoising",
+    "distil": "lmlab.objectives.distillation:Distillation",
 }
 _ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "wwm",
             "span-corruption": "t5", "denoising": "bart"}

@@ -1,0 +1,170 @@
+"""``lmlab distil`` (DistilBERT's task-agnostic distillation on token shards) and
+``lmlab distil-task`` (fine-tuning a student with a fine-tuned teacher's soft targets):
+docs/distillation.md."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmlab.training.config import PRECISIONS
+
+# flags whose setting has another name (the others are named as their setting)
+_SETTING_OF_FLAG = {"steps": "max_steps", "tokens": "max_tokens", "budget": "budget_seconds"}
+# the pretraining flags `lmlab distil` passes on to PretrainConfig
+_TRAINING_FLAGS = ("shards", "out", "seq_len", "batch_size", "lr", "warmup", "schedule",
+                   "weight_decay", "clip_norm", "steps", "tokens", "budget", "seed", "grad_accum",
+                   "eval_every", "eval_batches", "save_every", "keep_last", "log_every",
+                   "precision", "threads", "device", "tokenizer", "overwrite")
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "distil", help="distil a teacher into a student of some of its layers on token shards "
+                       "(DistilBERT: soft targets, masked LM, hidden-state cosine)",
+        example="lmlab distil --teacher minilm --student-layers 3 --shards shards/ "
+                "--alpha-ce 0 --budget 10m --out runs/distil",
+        handler=_distil,
+        description="Task-agnostic distillation (Sanh et al. 2019). The student is the "
+                    "teacher's embeddings and --student-layers of its layers (spread as "
+                    "DistilBERT's 0,2,4,7,9,11 of 12), trained on the shards with "
+                    "alpha_ce * T^2 * KL(teacher || student) + alpha_mlm * MLM + alpha_cos * "
+                    "(1 - cos) of the last hidden states. The run directory is a pretraining "
+                    "run's (model/ is the student); rerunning on --out resumes it.")
+    p.add_argument("--teacher", required=True,
+                   help="model folder, lmlab run directory or short name (minilm)")
+    p.add_argument("--student-layers", type=int,
+                   help="layers of the student (default: half the teacher's)")
+    p.add_argument("--layers", help="the teacher layers to copy, comma-separated (e.g. 0,2,5; "
+                                    "default: spread from the first to the last)")
+    p.add_argument("--temperature", type=float, default=2.0,
+                   help="softmax temperature of the soft targets (default 2)")
+    p.add_argument("--alpha-ce", type=float, default=5.0,
+                   help="weight of the soft-target KL (default 5; needs a teacher with an MLM "
+                        "head: 0 for sentence encoders such as minilm)")
+    p.add_argument("--alpha-mlm", type=float, default=2.0,
+                   help="weight of the masked-LM loss (default 2)")
+    p.add_argument("--alpha-cos", type=float, default=1.0,
+                   help="weight of the hidden-state cosine loss (default 1)")
+    p.add_argument("--restrict-ce-to-mask", action="store_true",
+                   help="soft targets at the masked positions only (default: every real token)")
+    p.add_argument("--shards", required=True, help="token-shard folder (from `lmlab data "
+                                                   "tokenize --tokenizer TEACHER`)")
+    p.add_argument("--out", required=True, help="run directory (resumed when it has checkpoints)")
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--batch-size", type=int, help="global batch size (sequences per step)")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--warmup", help="warmup: steps (e.g. 500) or a fraction (e.g. 0.06)")
+    p.add_argument("--schedule", help="linear | cosine | constant | inverse_sqrt | triangular")
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--clip-norm", type=float)
+    p.add_argument("--steps", help="stop after this many optimizer steps")
+    p.add_argument("--tokens", help="stop after this many tokens (e.g. 5M)")
+    p.add_argument("--budget", help="stop after this wall-clock time (e.g. 10m, 1.5h)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--grad-accum", type=int)
+    p.add_argument("--eval-every", type=int, help="evaluate every N steps (and at the end)")
+    p.add_argument("--eval-batches", type=int, help="validation batches (default 8)")
+    p.add_argument("--save-every", type=int, help="checkpoint every N steps (and at the end)")
+    p.add_argument("--keep-last", type=int)
+    p.add_argument("--log-every", type=int)
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="default auto: bf16 where this host's measured bf16 matmul rate is at "
+                        "least 1.2x fp32's, else fp32")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--device", help="auto | cpu | cuda")
+    p.add_argument("--tokenizer", help="tokenizer folder (default: the one the shards record)")
+    p.add_argument("--no-cost", action="store_true", help="do not track FLOPs/energy/cost")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start a run that is in --out over instead of resuming it")
+
+    t = commands.command(
+        "distil-task", help="fine-tune a student on a task with a fine-tuned teacher's soft "
+                            "targets (task-specific distillation)",
+        example="lmlab distil-task --task wordnet-wic --teacher runs/wic-minilm "
+                "--student runs/distil --out runs/wic-student",
+        handler=_distil_task,
+        description="Fine-tunes --student as `lmlab finetune` does (bert recipe, dev "
+                    "selection, checkpoints) with the loss alpha * T^2 * KL(teacher || "
+                    "student) + (1 - alpha) * label loss; the teacher's logits are computed "
+                    "once per training example.")
+    from lmlab.cli._task_options import add_task_arguments
+
+    add_task_arguments(t)
+    t.add_argument("--teacher", required=True, help="a model fine-tuned on this task (its run "
+                                                    "directory or model folder)")
+    t.add_argument("--student", required=True,
+                   help="the model to fine-tune (e.g. the run directory of `lmlab distil`)")
+    t.add_argument("--out", required=True, help="run directory")
+    t.add_argument("--distil-alpha", type=float, default=0.5,
+                   help="weight of the soft targets; 1 - alpha goes to the labels (default 0.5)")
+    t.add_argument("--temperature", type=float, default=2.0, help="softmax temperature (2)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--lr", type=float)
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--max-length", type=int, help="tokens per sequence (default 128)")
+    t.add_argument("--max-train-examples", type=int, help="use the first N training examples")
+    t.add_argument("--min-updates", type=int,
+                   help="train at least N optimizer updates (default: the recipe's)")
+    t.add_argument("--budget", help="training time limit, e.g. 5m")
+    t.add_argument("--precision", default="auto", choices=PRECISIONS)
+    t.add_argument("--device", default="auto")
+    t.add_argument("--overwrite", action="store_true",
+                   help="start over in an --out folder that holds a run")
+
+
+def _layers(text: str | None) -> tuple[int, ...] | None:
+    from lmlab.utils.checks import parse_int_list
+
+    return None if text is None else parse_int_list(text, "--layers", "0,2,5")
+
+
+def _distil(args: argparse.Namespace) -> int:
+    """Flags -> DistilSettings + PretrainConfig -> lmlab.compress.distil.distil; the summary."""
+    import os
+
+    from lmlab.compress.distil import DistilSettings, distil
+    from lmlab.training.pretrain import PretrainConfig
+
+    settings = DistilSettings(args.teacher, args.student_layers, _layers(args.layers),
+                              args.temperature, args.alpha_ce, args.alpha_mlm, args.alpha_cos,
+                              args.restrict_ce_to_mask)
+    flags = {_SETTING_OF_FLAG.get(k, k): getattr(args, k) for k in _TRAINING_FLAGS}
+    config = PretrainConfig.from_sections(None, track_cost=not args.no_cost, **flags)
+    result = distil(settings, config)
+    if int(os.environ.get("RANK", 0)) != 0:
+        return 0
+    out = Path(args.out)
+    loss = f"{result.last_loss:.4f}" if result.last_loss is not None else "n/a"
+    print(f"lmlab distil: {result.stop_reason}: {result.step:,} steps, {result.tokens:,} "
+          f"tokens, {result.elapsed:.1f} s, last loss {loss}")
+    if result.last_eval:
+        print("lmlab distil: eval " + ", ".join(f"{k}={v:.4g}"
+                                                for k, v in result.last_eval.items()))
+    print(f"lmlab distil: report {out / 'report.md'}; student {out / 'model'}")
+    return 0
+
+
+def _distil_task(args: argparse.Namespace) -> int:
+    """Flags -> lmlab.finetune.finetune(distil=TaskDistillation(...)); the dev/test scores."""
+    from lmlab.cli._task_options import task_from_args
+    from lmlab.cli.finetune import parse_budget
+    from lmlab.compress.distil import TaskDistillation
+    from lmlab.finetune.runner import finetune
+
+    task = task_from_args(args, required=("train", "dev"))
+    result = finetune(task, args.student, args.out, recipe="bert", seed=args.seed,
+                      epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                      max_train_examples=args.max_train_examples,
+                      budget_seconds=parse_budget(args.budget),
+                      precision=args.precision, max_length=args.max_length,
+                      device=args.device, overwrite=args.overwrite,
+                      min_updates=args.min_updates,
+                      distil=TaskDistillation(args.teacher, args.distil_alpha, args.temperature))
+    for split in ("dev", "test"):
+        if split in result:
+            print(f"lmlab distil-task: {split} " + ", ".join(
+                f"{k}={v:.4g}" for k, v in result[split].items() if isinstance(v, float)))
+    print(f"lmlab distil-task: student {Path(args.out) / 'model'}")
+    return 0

@@ -1,0 +1,245 @@
+"""Knowledge distillation of a masked LM: DistilBERT's triple loss (Sanh et al. 2019).
+
+A *student* (fewer layers, initialised from the teacher's: :mod:`lmlab.compress.distil`) learns
+from a frozen *teacher* on the same masked inputs. The loss, as in the paper and Hugging Face's
+``examples/research_projects/distillation/distiller.py``, is
+
+    L = alpha_ce * T^2 * KL(softmax(z_t / T) || softmax(z_s / T))
+      + alpha_mlm * masked-LM cross-entropy
+      + alpha_cos * mean(1 - cos(h_s, h_t))
+
+* the soft-target term (Hinton et al. 2015) compares the vocabulary distributions of teacher
+  and student at temperature ``T`` (default 2). It is the KL divergence, averaged over
+  positions: the soft cross-entropy minus the teacher's entropy, which does not depend on the
+  student, so both have the same gradient; the KL is 0 when the student matches. The ``T^2``
+  keeps its gradient's size independent of ``T``. Positions: every real token (the reference's
+  default) or, with ``restrict_ce_to_mask``, only the masked ones;
+* the masked-LM term is BERT's loss on the masked positions (15%, split 80/10/10);
+* the cosine term aligns the directions of the last hidden states (B, T, H) at every real
+  token (``torch.nn.CosineEmbeddingLoss`` with target 1), so student and teacher need the
+  same width (true of a student made from the teacher's layers).
+
+DistilBERT's weights are ``alpha_ce=5``, ``alpha_mlm=2``, ``alpha_cos=1`` (its README's
+command). One difference: DistilBERT masks rarer tokens more often (``mlm_smoothing=0.7``);
+here the masking is BERT's uniform 15%.
+
+The teacher is *not* part of the objective's parameters or state: it is frozen, is loaded from
+its path again when a run resumes, and never enters the optimiser or the checkpoints. A
+teacher given as a path (``teacher="minilm"``) is loaded by :meth:`Distillation.prepare`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmlab.objectives.base import ObjectiveResult, model_inputs
+from lmlab.objectives.masking import IGNORE_INDEX
+from lmlab.objectives.mlm import MaskedLM
+from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.errors import LmlabError
+
+__all__ = ["Distillation", "hidden_cosine_loss", "soft_target_loss"]
+
+
+def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                     temperature: float) -> torch.Tensor:
+    """``T^2 * KL(softmax(t / T) || softmax(s / T))`` averaged over rows (N, C) -> scalar.
+
+    Hinton et al.'s soft targets; DistilBERT's ``KLDivLoss(reduction="batchmean")`` times
+    ``T^2``. Computed in float32 (a bf16 softmax over 30k classes loses the small
+    probabilities the soft targets carry).
+    """
+    if student_logits.shape != teacher_logits.shape:
+        raise LmlabError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ in shape",
+                         "give teacher and student the same vocabulary (or label set)")
+    rows = student_logits.reshape(-1, student_logits.shape[-1]).float()  # (N, C)
+    targets = teacher_logits.reshape(-1, teacher_logits.shape[-1]).float()  # (N, C)
+    if rows.shape[0] == 0:
+        return student_logits.sum() * 0.0
+    log_student = F.log_softmax(rows / temperature, dim=-1)
+    log_teacher = F.log_softmax(targets / temperature, dim=-1)
+    kl = (log_teacher.exp() * (log_teacher - log_student)).sum(-1)  # (N,)
+    return kl.mean() * temperature ** 2
+
+
+def hidden_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                       attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``mean(1 - cos(h_s, h_t))`` over the real tokens of hidden states (B, T, H) -> scalar
+    (``torch.nn.CosineEmbeddingLoss`` with target 1 on the selected rows)."""
+    if student_hidden.shape != teacher_hidden.shape:
+        raise LmlabError(f"student hidden states {tuple(student_hidden.shape)} and teacher "
+                         f"hidden states {tuple(teacher_hidden.shape)} differ in shape",
+                         "the cosine loss needs a student as wide as its teacher (one made "
+                         "from the teacher's layers), or pass alpha_cos=0")
+    if attention_mask is not None:
+        keep = attention_mask.bool()  # (B, T)
+        student_hidden, teacher_hidden = student_hidden[keep], teacher_hidden[keep]  # (N, H)
+    cosine = F.cosine_similarity(student_hidden.float(), teacher_hidden.float(), dim=-1,
+                                 eps=1e-8)
+    if cosine.numel() == 0:
+        return student_hidden.sum() * 0.0
+    return (1.0 - cosine).mean()
+
+
+class Distillation(MaskedLM):
+    """DistilBERT's distillation objective: soft targets + masked LM + hidden-state cosine.
+
+    Args (beyond :class:`~lmlab.objectives.mlm.MaskedLM`'s masking arguments):
+        teacher: the frozen teacher, a :class:`~lmlab.models.model.LanguageModel` or a path /
+            short name loaded by :meth:`prepare` (an encoder of the student's vocabulary).
+        temperature: softmax temperature of the soft targets (DistilBERT: 2).
+        alpha_ce: weight of the soft-target term (5); needs a teacher with an MLM head.
+        alpha_mlm: weight of the masked-LM term (2).
+        alpha_cos: weight of the hidden-state cosine term (1).
+        restrict_ce_to_mask: soft targets at the masked positions only (default: every real
+            token, as the reference).
+    """
+
+    name = "distil"
+    head_names = ("mlm",)
+    salt = 7
+    flops_head = "mlm"
+    reports_perplexity = False  # a weighted sum of three losses, not a per-token LM loss
+    shares_forward_pass = False  # it also runs the teacher
+
+    def __init__(self, special: SpecialTokens, teacher: nn.Module | str | Path | None = None,
+                 temperature: float = 2.0, alpha_ce: float = 5.0, alpha_mlm: float = 2.0,
+                 alpha_cos: float = 1.0, restrict_ce_to_mask: bool = False,
+                 mask_prob: float = 0.15,
+                 replacement: tuple[float, float, float] = (0.8, 0.1, 0.1),
+                 masking: str = "dynamic", dupe_factor: int = 10, seed: int = 0,
+                 max_predictions: int | None = None, weight: float = 1.0):
+        super().__init__(special, mask_prob, replacement, masking, dupe_factor, seed,
+                         max_predictions, sparse=True, weight=weight)
+        if teacher is None or (isinstance(teacher, str) and not teacher):
+            raise LmlabError("distillation needs a teacher",
+                             "use `lmlab distil --teacher MODEL --student-layers N ...` "
+                             "(or objective_args: {teacher: MODEL})")
+        if not float(temperature) > 0:
+            raise LmlabError(f"temperature {temperature} must be positive",
+                             "use 2.0 (DistilBERT) or 1.0 (plain probabilities)")
+        alphas = {"alpha_ce": alpha_ce, "alpha_mlm": alpha_mlm, "alpha_cos": alpha_cos}
+        for key, value in alphas.items():
+            if not float(value) >= 0:
+                raise LmlabError(f"{key} {value} must be >= 0", "use DistilBERT's 5, 2, 1")
+        if not any(float(v) > 0 for v in alphas.values()):
+            raise LmlabError("alpha_ce, alpha_mlm and alpha_cos are all 0: nothing to learn",
+                             "give at least one a positive weight (DistilBERT: 5, 2, 1)")
+        self.temperature = float(temperature)
+        self.alpha_ce, self.alpha_mlm, self.alpha_cos = (float(alpha_ce), float(alpha_mlm),
+                                                         float(alpha_cos))
+        self.restrict_ce_to_mask = bool(restrict_ce_to_mask)
+        # kept outside the module tree: no parameters, state_dict entries or optimiser slots
+        object.__setattr__(self, "teacher_source", teacher)
+        object.__setattr__(self, "teacher", teacher if isinstance(teacher, nn.Module) else None)
+
+    # -- set-up -------------------------------------------------------------------------------
+    def prepare(self, model: nn.Module) -> None:
+        """Load the teacher (when given as a path), freeze it, check it fits the student, and
+        add the student's "mlm" head (idempotent)."""
+        if self.teacher is None:
+            import lmlab
+
+            object.__setattr__(self, "teacher", lmlab.from_pretrained(self.teacher_source))
+        teacher = self.teacher
+        check_teacher(teacher, model, self.alpha_ce, self.alpha_cos)
+        teacher.eval()
+        teacher.requires_grad_(False)
+        model.add_head("mlm")
+        teacher.to(next(model.parameters()).device)
+
+    def _apply(self, fn, recurse: bool = True):
+        """``objective.to(device)`` (the Trainer's) moves the teacher too."""
+        if self.teacher is not None:
+            self.teacher._apply(fn, recurse)
+        return super()._apply(fn, recurse)
+
+    def train(self, mode: bool = True):
+        """The teacher stays in eval mode (no dropout) whatever the objective's mode."""
+        super().train(mode)
+        if self.teacher is not None:
+            self.teacher.eval()
+        return self
+
+    # -- loss ---------------------------------------------------------------------------------
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        if self.teacher is None:
+            raise LmlabError("the teacher is not loaded",
+                             "call objective.prepare(model) before training")
+        if "labels" not in batch:
+            raise LmlabError("the batch has no 'labels'", "corrupt it with objective.corrupt")
+        labels = batch["labels"]
+        masked = labels != IGNORE_INDEX  # (B, T)
+        attention = batch.get("attention_mask")
+        real = attention.bool() if attention is not None else torch.ones_like(masked)  # (B, T)
+        count = int(masked.sum())
+        out = model(**model_inputs(batch, model), heads=[])
+        with torch.no_grad():
+            teacher_out = self.teacher(**model_inputs(batch, self.teacher), heads=[])
+        hidden, teacher_hidden = out.last_hidden_state, teacher_out.last_hidden_state
+        zero = hidden.sum() * 0.0
+        metrics: dict[str, float] = {}
+        loss = zero
+        if self.alpha_ce > 0:
+            positions = masked if self.restrict_ce_to_mask else real
+            student_logits = model.run_head("mlm", hidden, None, positions=positions)  # (N, V)
+            with torch.no_grad():
+                teacher_logits = self.teacher.run_head("mlm", teacher_hidden, None,
+                                                       positions=positions)  # (N, V)
+            ce = soft_target_loss(student_logits, teacher_logits, self.temperature)
+            loss = loss + self.alpha_ce * ce
+            metrics["ce_loss"] = float(ce.detach())
+        if self.alpha_mlm > 0:
+            logits = (student_logits if self.alpha_ce > 0 and self.restrict_ce_to_mask
+                      else model.run_head("mlm", hidden, None, positions=masked))  # (M, V)
+            targets = labels[masked]  # (M,)
+            mlm = model.heads["mlm"].loss(logits, targets) if count else zero
+            loss = loss + self.alpha_mlm * mlm
+            metrics["mlm_loss"] = float(mlm.detach())
+            if count:
+                metrics["mlm_accuracy"] = float((logits.argmax(-1) == targets).float().mean())
+        if self.alpha_cos > 0:
+            cos = hidden_cosine_loss(hidden, teacher_hidden, real)
+            loss = loss + self.alpha_cos * cos
+            metrics["cos_loss"] = float(cos.detach())
+        return ObjectiveResult(loss * self.weight, metrics, int(real.sum()))
+
+    def losses(self, model, batch, hidden, pooled) -> ObjectiveResult:
+        raise LmlabError("distillation runs the teacher beside the student, so it cannot share "
+                         "a forward pass with other objectives", "train 'distil' on its own")
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, temperature={self.temperature}, "
+                f"alpha_ce={self.alpha_ce}, alpha_mlm={self.alpha_mlm}, "
+                f"alpha_cos={self.alpha_cos}, restrict_ce_to_mask={self.restrict_ce_to_mask}")
+
+
+def check_teacher(teacher: nn.Module, student: nn.Module, alpha_ce: float,
+                  alpha_cos: float) -> None:
+    """Refuse a teacher the losses cannot use: another vocabulary, no MLM head while the soft
+    targets are on, another width while the cosine term is on, or a decoder."""
+    t, s = teacher.config, student.config
+    if getattr(t, "causal", False) or getattr(t, "is_encoder_decoder", False):
+        raise LmlabError(f"the teacher is a {t.family} decoder/encoder-decoder; this "
+                         "distillation is DistilBERT's masked-LM recipe for encoders",
+                         "give an encoder (BERT, RoBERTa, MiniLM, ...) as --teacher")
+    if t.vocab_size != s.vocab_size:
+        raise LmlabError(f"the teacher has {t.vocab_size} tokens, the student {s.vocab_size}",
+                         "make the student from the teacher (lmlab distil) or use the "
+                         "teacher's tokenizer")
+    if alpha_ce > 0 and "mlm" not in getattr(teacher, "heads", {}):
+        raise LmlabError("the teacher has no masked-LM head, so it gives no soft targets over "
+                         "the vocabulary (alpha_ce > 0)",
+                         "pass --alpha-ce 0 (learn from its hidden states and the MLM loss), "
+                         "or give a teacher with an MLM head (a *ForMaskedLM checkpoint or a "
+                         "run of `lmlab pretrain --objective mlm`)")
+    if alpha_cos > 0 and t.hidden_size != s.hidden_size:
+        raise LmlabError(f"the teacher's hidden size is {t.hidden_size}, the student's "
+                         f"{s.hidden_size}: the cosine loss compares them",
+                         "make the student from the teacher's layers (same width), or pass "
+                         "--alpha-cos 0")
