@@ -80,8 +80,9 @@ def build_attention_mask(
 
 
 def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
-    empty = ~mask.any(dim=-1, keepdim=True)
-    return mask | empty if bool(empty.any()) else mask
+    # No branch on the data (``if empty.any()``): torch.export / ONNX export cannot trace one.
+    empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
+    return mask | empty
 
 
 def additive_mask(bias: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
