@@ -1,5 +1,3 @@
-"""Making a trained model smaller or cheaper: pruning (``heads``, ``magnitude``), low-rank
-factorisation (``lowrank``), and the quantisation and distillation modules beside them.
-
-Each module is one method; ``lmlab compress ...`` (``lmlab/cli/compress.py``) is its command line.
-"""
+"""Making trained models smaller and faster: post-training quantisation (``quantize``),
+distillation and pruning, one module per method. Import the module you need; this package
+imports nothing itself, so each method's dependencies stay lazy."""

@@ -61,6 +61,10 @@ def from_pretrained(path: str | Path, head: str | list[str] | None = None, *,
     if path.suffix == ".gguf":
         gguf = importlib.import_module("lmlab.interop.gguf")
         return gguf.load_gguf_model(path, dtype=dtype)
+    from lmlab.compress.quantize import is_quantized_folder, load_quantized
+
+    if is_quantized_folder(path):  # written by lmlab quantize: int8 layers, lmlab's format
+        return load_quantized(path, head=head, dtype=dtype)
     from lmlab.finetune.feature_based import is_feature_run, load_feature_classifier
 
     if is_feature_run(path):  # a feature-based fine-tuning run: encoder + feature head

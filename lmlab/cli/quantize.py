@@ -1,0 +1,60 @@
+"""``lmlab quantize``: post-training dynamic int8 quantisation of a model's linear layers
+(docs/compression-inference.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "quantize",
+        help="quantise a model's linear layers to int8 (dynamic activations) for CPU inference "
+             "and save it (int8 weights + scales in safetensors; lmlab.from_pretrained loads it)",
+        example="lmlab quantize runs/my-finetune my-finetune-int8 --int8",
+        handler=_quantize)
+    p.add_argument("model", help="model folder, lmlab run directory or short name (minilm)")
+    p.add_argument("out", help="folder for the quantised model")
+    p.add_argument("--int8", action="store_true", required=True,
+                   help="int8 weights, activations quantised per call (the one scheme so far)")
+    p.add_argument("--engine", default=None,
+                   help="int8 kernels: onednn, x86 or fbgemm (default: onednn on CPUs with AMX, "
+                        "else x86)")
+    p.add_argument("--granularity", default="per-tensor", choices=("per-tensor", "per-channel"),
+                   help="one weight scale per layer or per output channel")
+    p.add_argument("--overwrite", action="store_true", help="write into an OUT that holds files")
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lmlab.compress.quantize import (
+        check_options,
+        default_engine,
+        quantizable_linears,
+        quantize_int8,
+        save_quantized,
+    )
+    from lmlab.finetune.runner import load_tokenizer
+    from lmlab.models.auto import from_pretrained, resolve_model_dir
+    from lmlab.models.model import count_parameters
+    from lmlab.utils.checks import check_output_folder
+
+    engine = args.engine or default_engine()
+    check_options(engine, args.granularity)
+    out = Path(args.out)
+    check_output_folder(out, args.overwrite, "quantised model", ignore=(".*.tmp",))
+    folder = resolve_model_dir(args.model)
+    model = from_pretrained(folder)
+    layers = quantizable_linears(model)
+    try:
+        tokenizer = load_tokenizer(folder)
+    except Exception:  # noqa: BLE001 - a model folder without tokenizer files still quantises
+        tokenizer = None
+    total = count_parameters(model)
+    quantize_int8(model, engine, args.granularity)
+    save_quantized(model, out, tokenizer=tokenizer, overwrite=args.overwrite)
+    size = sum(p.stat().st_size for p in out.glob("*.safetensors")) / 1e6
+    print(f"wrote {out}: {len(layers)} linear layers int8 ({args.granularity}, engine {engine}) "
+          f"of a {total / 1e6:.1f}M-parameter model, {size:.1f} MB of weights")
+    return 0

@@ -1,0 +1,219 @@
+"""Dynamic int8 quantisation (lmlab.compress.quantize, lmlab quantize): the int8 layer against
+torch's own dynamic quantised Linear (same weights rounded the same way, same kernel), its
+error against the bound the rounding allows, a whole model, saving and loading in a fresh
+process, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from lmlab.compress.quantize import (
+    Int8Linear,
+    default_engine,
+    load_quantized,
+    quantizable_linears,
+    quantize_int8,
+    quantized_layers,
+    save_quantized,
+)
+from lmlab.utils.errors import LmlabError
+from tests.conftest import assert_clean_refusal, run_lmlab, save_tiny_bert_folder, tiny_bert
+
+ENGINES = [e for e in ("x86", "onednn", "fbgemm") if e in torch.backends.quantized.supported_engines]
+
+
+def _torch_reference(linear: nn.Linear, per_channel: bool) -> nn.Module:
+    """torch.ao's dynamic quantised Linear of the same layer (a test-time reference)."""
+    from torch.ao.quantization import (
+        default_dynamic_qconfig,
+        per_channel_dynamic_qconfig,
+        quantize_dynamic,
+    )
+
+    qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return quantize_dynamic(nn.Sequential(linear), {nn.Linear: qconfig}, dtype=torch.qint8)[0]
+
+
+@pytest.mark.parametrize("granularity", ["per-tensor", "per-channel"])
+def test_int8_linear_equals_torch_dynamic_linear(granularity):
+    """Same int8 weights and scales as torch's MinMaxObserver gives, and (on the same engine,
+    x86) the same outputs: the one kernel computes both."""
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 40)
+    x = torch.randn(3, 7, 48) * 2
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "x86"
+    try:
+        reference = _torch_reference(linear, granularity == "per-channel")
+        ours = Int8Linear.from_linear(linear, "x86", granularity)
+        theirs_w = reference.weight()
+        state = ours.int8_state()
+        assert torch.equal(state["weight_int8"], theirs_w.int_repr())
+        if granularity == "per-channel":
+            torch.testing.assert_close(state["weight_scale"], theirs_w.q_per_channel_scales(),
+                                       rtol=1e-6, atol=0)
+        else:
+            assert state["weight_scale"].item() == pytest.approx(theirs_w.q_scale(), rel=1e-6)
+        torch.testing.assert_close(ours(x), reference(x), rtol=0, atol=0)
+    finally:
+        torch.backends.quantized.engine = previous
+
+
+def _rounding_bound(x: torch.Tensor, linear: nn.Linear, levels: int) -> torch.Tensor:
+    """|y_int8 - y_fp32| allowed by rounding each weight to within s_w / 2 and each input to
+    within s_x / 2 (s_x: the input's range including 0 over ``levels`` steps), per output."""
+    w = linear.weight.detach()
+    s_w = w.abs().amax() / 127.5
+    s_x = (x.max().clamp(min=0) - x.min().clamp(max=0)) / levels
+    k = w.shape[1]
+    return (x.abs().sum(-1, keepdim=True) * s_w / 2 + w.abs().sum(1) * s_x / 2
+            + k * s_w * s_x / 4) * 1.01 + 1e-6  # 1%: fp32 rounding of the rescaling itself
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_int8_linear_error_within_rounding_bound(engine):
+    torch.manual_seed(1)
+    linear = nn.Linear(64, 32)
+    x = torch.randn(5, 64) * 3 + 0.5
+    layer = Int8Linear.from_linear(linear, engine)
+    error = (layer(x) - linear(x)).abs().detach()
+    levels = 127 if layer.reduce_range else 255
+    assert (error <= _rounding_bound(x, linear, levels)).all()
+    assert error.max() > 0  # it really computed in int8
+
+
+def test_quantize_model_every_linear_and_outputs_close():
+    model = tiny_bert().eval()
+    model.add_head("mlm")
+    model.eval()
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    ids = torch.randint(5, 30000, (2, 12))
+    with torch.no_grad():
+        expected = model(input_ids=ids).last_hidden_state
+        quantize_int8(model)
+        got = model(input_ids=ids).last_hidden_state
+    assert quantized_layers(model) == linears
+    assert not any(type(m) is nn.Linear for m in model.modules())
+    cosine = nn.functional.cosine_similarity(got.flatten(0, 1), expected.flatten(0, 1), dim=-1)
+    assert cosine.min() > 0.98, cosine.min()
+    assert not torch.equal(got, expected)
+
+
+def test_saved_model_reloads_in_a_fresh_process(tmp_path):
+    """Save a quantised model; a new Python process loads it with lmlab.from_pretrained and
+    gives the same outputs bit for bit (same int8 weights, same kernels)."""
+    model = tiny_bert().eval()
+    quantize_int8(model, granularity="per-channel")
+    out = save_quantized(model, tmp_path / "int8")
+    info = json.loads((out / "quantization.json").read_text())
+    assert info["layers"] == quantized_layers(model) and info["granularity"] == "per-channel"
+    ids = torch.randint(5, 30000, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.save({"ids": ids, "mask": mask}, tmp_path / "inputs.pt")
+    script = textwrap.dedent(f"""
+        import torch, lmlab
+        from lmlab.compress.quantize import Int8Linear
+        inputs = torch.load({str(tmp_path / 'inputs.pt')!r})
+        model = lmlab.from_pretrained({str(out)!r})
+        assert sum(isinstance(m, Int8Linear) for m in model.modules()) == {len(info['layers'])}
+        with torch.no_grad():
+            out = model(input_ids=inputs["ids"], attention_mask=inputs["mask"])
+        torch.save(out.last_hidden_state, {str(tmp_path / 'out.pt')!r})
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=0, atol=0)
+
+
+def test_cli_quantize_then_evaluate_format(tmp_path):
+    folder = save_tiny_bert_folder(tmp_path / "bert")
+    out = tmp_path / "int8"
+    result = run_lmlab("quantize", folder, out, "--int8", "--engine", "x86")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "linear layers int8" in result.stdout
+    assert (out / "tokenizer.json").exists() and (out / "quantization.json").exists()
+    model = load_quantized(out)
+    assert quantized_layers(model) and model.get_submodule(quantized_layers(model)[0]).engine == "x86"
+    # never over an existing folder without --overwrite, and nothing is rewritten
+    before = (out / "model.safetensors").stat().st_mtime_ns
+    again = run_lmlab("quantize", folder, out, "--int8")
+    assert_clean_refusal(again, "already holds", fix="--overwrite")
+    assert (out / "model.safetensors").stat().st_mtime_ns == before
+
+
+# -- refusals, before any work ---------------------------------------------------------------------
+class MaskedLinear(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 0.5
+
+
+def test_refuses_linear_subclass_and_changes_nothing():
+    model = tiny_bert()
+    model.transformer.layers[0].attention.q_proj = MaskedLinear(32, 32)
+    with pytest.raises(LmlabError, match="MaskedLinear") as error:
+        quantize_int8(model)
+    assert error.value.fix and "plain nn.Linear" in error.value.fix
+    assert not quantized_layers(model)  # refused before the first conversion
+
+
+def test_refuses_hooks_multihead_attention_and_no_linear():
+    hooked = nn.Sequential(nn.Linear(4, 4))
+    from torch.nn.utils import prune
+
+    prune.l1_unstructured(hooked[0], "weight", amount=0.5)
+    with pytest.raises(LmlabError, match="hooks or parametrisations"):
+        quantizable_linears(hooked)
+    with pytest.raises(LmlabError, match="NonDynamicallyQuantizableLinear"):
+        quantize_int8(nn.MultiheadAttention(8, 2))
+    with pytest.raises(LmlabError, match="no nn.Linear"):
+        quantize_int8(nn.Sequential(nn.Embedding(10, 4), nn.LayerNorm(4)))
+
+
+def test_refuses_bf16_already_quantised_and_bad_options():
+    with pytest.raises(LmlabError, match="bfloat16"):
+        quantize_int8(nn.Sequential(nn.Linear(4, 4)).to(torch.bfloat16))
+    model = quantize_int8(nn.Sequential(nn.Linear(4, 4)))
+    with pytest.raises(LmlabError, match="already int8"):
+        quantize_int8(model)
+    with pytest.raises(LmlabError, match="engine 'tpu'"):
+        quantize_int8(nn.Sequential(nn.Linear(4, 4)), engine="tpu")
+    with pytest.raises(LmlabError, match="granularity"):
+        quantize_int8(nn.Sequential(nn.Linear(4, 4)), granularity="per-row")
+    with pytest.raises(LmlabError, match="no int8 layer"):
+        save_quantized(tiny_bert(), "never-written")
+
+
+def test_cli_refuses_unsupported_model_cleanly(tmp_path):
+    """A bf16 cast is not asked for by the CLI; an unknown engine is refused before loading."""
+    result = run_lmlab("quantize", tmp_path / "missing", tmp_path / "out", "--int8",
+                       "--engine", "tpu")
+    assert_clean_refusal(result, "engine 'tpu'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_damaged_folder_is_refused(tmp_path):
+    model = quantize_int8(tiny_bert().eval())
+    out = save_quantized(model, tmp_path / "int8")
+    info = json.loads((out / "quantization.json").read_text())
+    info["layers"] = info["layers"][1:]  # one int8 layer no longer declared
+    (out / "quantization.json").write_text(json.dumps(info))
+    with pytest.raises(LmlabError, match="do not match"):
+        load_quantized(out)
+
+
+def test_default_engine_is_available():
+    assert default_engine() in torch.backends.quantized.supported_engines
