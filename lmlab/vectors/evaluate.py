@@ -1,0 +1,236 @@
+"""Intrinsic evaluation of word vectors: similarity judgements and analogy questions.
+
+- **Word similarity**: the cosine of each pair's vectors against human scores, Spearman's rank
+  correlation (and Pearson's). WordSim-353 (Finkelstein et al. 2002) scores relatedness,
+  SimLex-999 (Hill et al. 2015) similarity proper (``coast``/``shore`` high, ``cup``/``coffee``
+  low), which distributional vectors find harder.
+- **Analogies** (Mikolov et al. 2013): ``a : b :: c : ?`` answered by the word closest to
+  ``b - a + c`` (3CosAdd), or by 3CosMul (Levy & Goldberg 2014), which multiplies the shifted
+  cosines ``(1 + cos) / 2`` instead of adding them: ``cos'(d, b) cos'(d, c) / (cos'(d, a) + 1e-6)``.
+  The question words themselves are never answers. Accuracy per section of the Google set
+  (semantic: capitals, currencies, family; syntactic: plurals, tenses, ...).
+
+Conventions follow gensim's ``evaluate_word_pairs`` / ``evaluate_word_analogies`` so the numbers
+compare with what users get there: only the first ``restrict_vocab`` words (300,000) take part;
+matching is case-insensitive (a word's first, most frequent case variant is used); items with a
+word outside that vocabulary are skipped and counted (``oov``), not scored as wrong.
+
+The evaluation sets are the files gensim ships as test data (``gensim/test/test_data``), read
+from the installed distribution without importing gensim; any file in the same format works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lmlab.utils.errors import LmlabError
+from lmlab.vectors.keyed import WordVectors
+
+SIMILARITY_SETS = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt"}
+ANALOGY_SETS = {"google": "questions-words.txt"}
+ANALOGY_METHODS = ("3cosadd", "3cosmul")
+
+
+def evaluation_file(name_or_path: str | Path) -> Path:
+    """The file of a named evaluation set (``wordsim353``, ``simlex999``, ``google``) or the
+    path itself when it is a file."""
+    from lmlab.utils.paths import package_file
+
+    known = {**SIMILARITY_SETS, **ANALOGY_SETS}
+    if str(name_or_path) in known:
+        path = package_file("gensim", f"gensim/test/test_data/{known[str(name_or_path)]}")
+        if path is None:
+            raise LmlabError(f"the {name_or_path} set is not installed (it ships with gensim's "
+                             "test data)", "pip install gensim (make setup does), or give the "
+                             "path of a file in the same format")
+        return path
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise LmlabError(f"no evaluation set named or found at {name_or_path!r}",
+                         f"use one of {sorted(known)} or the path of a file")
+    return path
+
+
+class _Vocabulary:
+    """gensim's view of the vocabulary for evaluation: the first ``restrict_vocab`` words, keyed
+    by upper case when case-insensitive (the first variant wins)."""
+
+    def __init__(self, vectors: WordVectors, restrict_vocab: int, case_insensitive: bool):
+        if restrict_vocab < 1:
+            raise LmlabError(f"restrict_vocab must be at least 1, not {restrict_vocab}",
+                             "pass a positive number of words (300000 by default)")
+        self.size = min(restrict_vocab, len(vectors))
+        self.case_insensitive = case_insensitive
+        self.rows: dict[str, int] = {}
+        for row, word in enumerate(vectors.words[:self.size]):
+            self.rows.setdefault(self.key(word), row)
+        self.unit = vectors.unit_rows(self.size)  # (V', D)
+
+    def key(self, word: str) -> str:
+        return word.upper() if self.case_insensitive else word
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson's on the ranks, ties given their mean rank."""
+    return pearson(_ranks(np.asarray(x, dtype=np.float64)), _ranks(np.asarray(y, dtype=np.float64)))
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denominator = np.sqrt((x * x).sum() * (y * y).sum())
+    return float((x * y).sum() / denominator) if denominator else float("nan")
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = np.arange(1, len(values) + 1)
+    ordered = values[order]
+    for value in np.unique(ordered[1:][np.diff(ordered) == 0]):  # each value held by several
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+@dataclass
+class SimilarityResult:
+    """Correlations with human judgements on ``pairs`` scored pairs; ``oov`` pairs skipped."""
+
+    dataset: str
+    spearman: float
+    pearson: float
+    pairs: int
+    oov: int
+
+    @property
+    def oov_ratio(self) -> float:
+        return self.oov / (self.pairs + self.oov)
+
+
+def evaluate_similarity(vectors: WordVectors, dataset: str | Path = "wordsim353",
+                        restrict_vocab: int = 300_000, case_insensitive: bool = True
+                        ) -> SimilarityResult:
+    """Spearman and Pearson correlation of cosine similarities with the human scores of
+    ``dataset`` (a name of :data:`SIMILARITY_SETS` or a file of ``word<TAB>word<TAB>score``
+    lines; ``#`` starts a comment)."""
+    path = evaluation_file(dataset)
+    vocabulary = _Vocabulary(vectors, restrict_vocab, case_insensitive)
+    gold, model, oov = [], [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3:
+            continue
+        try:
+            score = float(parts[2])
+        except ValueError:
+            continue
+        rows = [vocabulary.rows.get(vocabulary.key(w)) for w in parts[:2]]
+        if None in rows:
+            oov += 1
+            continue
+        gold.append(score)
+        model.append(float(vocabulary.unit[rows[0]] @ vocabulary.unit[rows[1]]))
+    if len(gold) < 2:
+        raise LmlabError(f"{len(gold)} pairs of {path.name} have vectors ({oov} have a word "
+                         "outside the vocabulary)", "check the file's format "
+                         "(word<TAB>word<TAB>score) and the vectors' language and case")
+    name = str(dataset) if str(dataset) in SIMILARITY_SETS else path.name
+    return SimilarityResult(name, spearman(gold, model), pearson(gold, model), len(gold), oov)
+
+
+@dataclass
+class AnalogyResult:
+    """Accuracy of ``method`` per section (``{section: (correct, scored)}``); ``oov`` questions
+    skipped. ``accuracy`` is over every scored question."""
+
+    method: str
+    sections: dict[str, tuple[int, int]] = field(default_factory=dict)
+    oov: int = 0
+
+    @property
+    def correct(self) -> int:
+        return sum(c for c, _ in self.sections.values())
+
+    @property
+    def scored(self) -> int:
+        return sum(n for _, n in self.sections.values())
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.scored if self.scored else float("nan")
+
+    def section_accuracy(self, section: str) -> float:
+        correct, scored = self.sections[section]
+        return correct / scored if scored else float("nan")
+
+
+def read_analogies(path: Path) -> list[tuple[str, list[list[str]]]]:
+    """``[(section, [[a, b, c, expected], ...]), ...]`` from a ``: section`` / ``a b c d`` file."""
+    sections: list[tuple[str, list[list[str]]]] = []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith(": "):
+            sections.append((line[2:].strip(), []))
+            continue
+        words = line.split()
+        if len(words) != 4:
+            continue
+        if not sections:
+            raise LmlabError(f"{path}:{line_no} is a question before any ': section' line",
+                             "start the file with a section header such as ': capitals'")
+        sections[-1][1].append(words)
+    return sections
+
+
+def evaluate_analogies(vectors: WordVectors, dataset: str | Path = "google",
+                       method: str = "3cosadd", restrict_vocab: int = 300_000,
+                       case_insensitive: bool = True, batch_size: int = 128) -> AnalogyResult:
+    """Answer every analogy question of ``dataset`` with ``method`` (3CosAdd or 3CosMul) among
+    the first ``restrict_vocab`` words; accuracy per section. Questions are scored in batches:
+    one (batch, V') matrix product per batch."""
+    if method not in ANALOGY_METHODS:
+        raise LmlabError(f"unknown analogy method {method!r}", f"use one of {ANALOGY_METHODS}")
+    path = evaluation_file(dataset)
+    vocabulary = _Vocabulary(vectors, restrict_vocab, case_insensitive)
+    # the words that are the same word to the evaluation (case variants), for excluding inputs
+    same_word = np.array([vocabulary.rows[vocabulary.key(w)]
+                          for w in vectors.words[:vocabulary.size]])
+    result = AnalogyResult(method)
+    for section, questions in read_analogies(path):
+        known = []
+        for words in questions:
+            rows = [vocabulary.rows.get(vocabulary.key(w)) for w in words]
+            if None in rows:
+                result.oov += 1
+            else:
+                known.append(rows)
+        correct = 0
+        for start in range(0, len(known), batch_size):
+            rows = np.asarray(known[start:start + batch_size])  # (Q, 4): a, b, c, expected
+            answers = _answer(vocabulary.unit, rows[:, :3], method, same_word)
+            correct += int((answers == rows[:, 3]).sum())
+        result.sections[section] = (correct, len(known))
+    if result.scored == 0:
+        raise LmlabError(f"no question of {path.name} has all four words in the vocabulary "
+                         f"({result.oov} skipped)", "check the vectors' language and case, or "
+                         "raise restrict_vocab")
+    return result
+
+
+def _answer(unit: np.ndarray, questions: np.ndarray, method: str, same_word: np.ndarray
+            ) -> np.ndarray:
+    """The row answering each ``a : b :: c : ?`` question (rows of ``unit``, (Q, 3))."""
+    a, b, c = (unit[questions[:, i]] for i in range(3))  # each (Q, D)
+    if method == "3cosadd":
+        scores = (b - a + c) @ unit.T  # (Q, V'): the ranking of cos(d, b - a + c)
+    else:
+        shifted = [(1 + x @ unit.T) / 2 for x in (a, b, c)]  # (Q, V') each
+        scores = shifted[1] * shifted[2] / (shifted[0] + 1e-6)
+    for i in range(3):  # an input word (or a case variant of one) is never the answer
+        scores[same_word[None, :] == questions[:, i:i + 1]] = -np.inf
+    return same_word[scores.argmax(axis=1)]  # a case variant of the expected word counts
