@@ -271,6 +271,13 @@ def gguf_tensor_names(config: TransformerConfig) -> dict[str, str]:
             if rule.gguf and not rule.optional}
 
 
+def rotary_paired(gguf_name: str) -> bool:
+    """Whether llama.cpp stores this tensor's rows for adjacent-pair rotation (the query and key
+    projections): the reader undoes that layout, the writer (:mod:`lmlab.interop.gguf_writer`)
+    applies it."""
+    return ".attn_q." in gguf_name or ".attn_k." in gguf_name
+
+
 def load_gguf_model(path: str | Path, dtype: Any = None):
     """A :class:`~lmlab.models.model.LanguageModel` with a ``"clm"`` head from a GGUF file.
 
@@ -309,8 +316,7 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
                                  f"metadata implies {tuple(target.shape)}",
                                  "the file's metadata and tensors disagree; re-convert it")
             with torch.no_grad():
-                if ".attn_q." in theirs or ".attn_k." in theirs:
-                    # llama.cpp stores them for adjacent-pair rotation
+                if rotary_paired(theirs):
                     values = torch.from_numpy(np.ascontiguousarray(file.tensor(theirs)))
                     target.copy_(rotary_rows_from_pairs(values, config.head_dim))
                 else:

@@ -127,4 +127,5 @@ def tokenizer_from_gguf(path: str | os.PathLike) -> Any:
                           do_lower_case=False, name_or_path=str(path))
     tokenizer.chat_template = metadata.get("tokenizer.chat_template")
     tokenizer.add_bos_token = bool(metadata.get("tokenizer.ggml.add_bos_token", False))
+    tokenizer.gguf_pre = metadata.get("tokenizer.ggml.pre")  # llama.cpp's split rule, kept
     return tokenizer
