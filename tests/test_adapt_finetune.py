@@ -70,3 +70,42 @@ def test_cli_method_options_refused_before_work(tiny_bert_folder, tmp_path):
     assert_clean_refusal(run_lmlab(*common, "--method", "lora", "--lora-targets", "query"),
                          "unknown LoRA target")
     assert not (tmp_path / "run").exists()
+
+
+def test_cli_adapter_merge_and_peft_round_trip(tiny_bert_folder, tmp_path):
+    """``lmlab adapter merge`` writes a plain model with the adapter's outputs; ``to-peft`` then
+    ``from-peft`` gives back an lmlab adapter with the same outputs."""
+    from lmlab.adapt import apply_method, save_adapter
+    from lmlab.cli import main
+    from lmlab.finetune.heads import add_task_head
+
+    model, tokenizer, _ = load_model(tiny_bert_folder)
+    add_task_head(model, "sequence-classification", 2, {0: "no", 1: "yes"}, "cls")
+    apply_method(model, "lora", r=2, targets=("q_proj", "o_proj"))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.normal_(std=0.1)
+    save_adapter(model, tmp_path / "adapter", base_model=tiny_bert_folder)
+    batch = {"input_ids": torch.tensor([[101, 2023, 2003, 102]]),
+             "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    expected = model.eval()(**batch).logits
+
+    assert main(["adapter", "merge", str(tmp_path / "adapter"), "--out",
+                 str(tmp_path / "merged")]) == 0
+    merged, _, _ = load_model(tmp_path / "merged")
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    torch.testing.assert_close(merged(**batch).logits, expected, atol=1e-5, rtol=0)
+    assert (tmp_path / "merged" / "tokenizer.json").exists()
+
+    for action, source, out in (("to-peft", "adapter", "peft"), ("from-peft", "peft", "back")):
+        assert main(["adapter", action, str(tmp_path / source), "--out",
+                     str(tmp_path / out)]) == 0
+    assert (tmp_path / "peft" / "adapter_model.safetensors").exists()
+    back, _, _ = load_model(tmp_path / "back")
+    torch.testing.assert_close(back(**batch).logits, expected, atol=0, rtol=0)
+    assert main(["adapter", "merge", str(tmp_path / "adapter"), "--out",
+                 str(tmp_path / "merged")]) == 2  # refused: --out holds the merged model
+    assert_clean_refusal(run_lmlab("adapter", "from-peft", tmp_path / "adapter", "--out",
+                                   tmp_path / "x"), "is not a PEFT folder")
+    assert not (tmp_path / "x").exists()
