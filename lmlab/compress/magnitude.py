@@ -256,28 +256,6 @@ def lottery_ticket(model: nn.Module, train_fn: Callable[[nn.Module, Sequence[Tra
     return rows
 
 
-def one_shot_curve(model: nn.Module, sparsities: Sequence[float],
-                   evaluate_fn: Callable[[nn.Module], float], scope: Scope = "global"
-                   ) -> list[dict[str, Any]]:
-    """The metric after pruning ``model``'s weights to each sparsity in one shot (no
-    retraining); the weights are restored afterwards."""
-    modules = prunable_linears(model)
-    saved = {name: m.weight.detach().clone() for name, m in modules.items()}
-    rows = []
-    try:
-        for sparsity in sparsities:
-            apply_masks(modules, magnitude_masks(modules, sparsity, scope))
-            rows.append({"sparsity": sparsity_of(modules), "metric": float(evaluate_fn(model))})
-            with torch.no_grad():
-                for name, module in modules.items():
-                    module.weight.copy_(saved[name])
-    finally:
-        with torch.no_grad():
-            for name, module in modules.items():
-                module.weight.copy_(saved[name])
-    return rows
-
-
 # -- training on a task -----------------------------------------------------------------------
 def train_on_task(model: nn.Module, tokenizer, task, out_dir: str | Path, steps: int,
                   hooks: Sequence[TrainerHook] = (), lr: float = 5e-5, batch_size: int = 32,
