@@ -11,6 +11,7 @@ import torch
 from conftest import assert_clean_refusal, run_lmlab
 from test_finetune import toy_task
 
+import lmlab
 from lmlab.finetune.runner import evaluate, finetune, load_model
 from lmlab.utils.errors import LmlabError
 
@@ -44,6 +45,7 @@ def test_finetune_with_a_method_writes_an_adapter(tiny_bert_folder, tmp_path, me
             assert torch.equal(tensor, base_state[name]), name
     again = evaluate(toy_task(), tmp_path / "run", None, ("dev",))
     assert again["dev"] == result["dev"]  # the best epoch's adapter was saved and reloaded
+    assert lmlab.from_pretrained(tmp_path / "run").adaptation.method == method
 
 
 def test_bad_method_settings_are_refused(tiny_bert_folder, tmp_path):

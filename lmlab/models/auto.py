@@ -65,6 +65,12 @@ def from_pretrained(path: str | Path, head: str | list[str] | None = None, *,
 
     if is_quantized_folder(path):  # written by lmlab quantize: int8 layers, lmlab's format
         return load_quantized(path, head=head, dtype=dtype)
+    from lmlab.adapt import adapter_folder, load_adapter
+
+    adapted = adapter_folder(path)
+    if adapted is not None:  # fine-tuned with --method: the adapter on its base model
+        model = load_adapter(adapted)
+        return model.to(dtype) if dtype is not None else model
     from lmlab.finetune.feature_based import is_feature_run, load_feature_classifier
 
     if is_feature_run(path):  # a feature-based fine-tuning run: encoder + feature head
