@@ -439,3 +439,33 @@ def test_a_teacher_for_another_task_is_refused_before_any_work(small_task, tmp_p
         finetune(small_task, teacher_dir, tmp_path / "run", epochs=1, show_progress=False,
                  distil=TaskDistillation(str(teacher_dir), alpha=1.5))
     assert disk_snapshot(tmp_path) == before
+
+
+def test_the_objective_is_registered_and_loads_its_teacher_by_path(teacher_folder):
+    from lmlab.objectives.registry import build_objective
+
+    objective = build_objective("distil", special(), teacher=str(teacher_folder), alpha_ce=0.0)
+    assert isinstance(objective, Distillation) and objective.teacher is None
+    student = make_student(tiny_teacher(init=0.2), (0, 3))
+    objective.prepare(student)  # loads the teacher: the same weights as the saved folder
+    key = "transformer.layers.3.attention.q_proj.weight"
+    assert torch.equal(objective.teacher.state_dict()[key],
+                       tiny_teacher(init=0.2).state_dict()[key])
+    assert not objective.teacher.training
+    objective.train()
+    assert not objective.teacher.training  # no dropout in the teacher, ever
+    with pytest.raises(LmlabError, match="needs a teacher"):
+        build_objective("distil", special())
+
+
+def test_distil_task_refuses_a_teacher_of_another_task_before_any_work(small_task, tmp_path):
+    from lmlab.finetune.heads import add_task_head
+
+    wrong = tiny_teacher(layers=2, heads=(), seed=5)
+    add_task_head(wrong, "sequence-classification", 3, {0: "a", 1: "b", 2: "c"})
+    teacher_dir = save_with_tokenizer(wrong, tmp_path / "teacher")
+    before = disk_snapshot(tmp_path)
+    result = run_lmlab("distil-task", "--task", "fortunes-topic", "--teacher", teacher_dir,
+                       "--student", teacher_dir, "--epochs", 1, "--out", tmp_path / "run")
+    assert_clean_refusal(result, "predicts 3 labels")
+    assert disk_snapshot(tmp_path) == before
