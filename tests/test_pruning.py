@@ -467,3 +467,29 @@ def test_cli_prune_heads_writes_the_curve_and_a_loadable_model(tiny_bert_folder,
     assert sum(heads_per_layer(model)) == 4
     assert heads_per_layer(model) == results["steps"][-1]["heads_per_layer"]
     assert main(args) == 2  # the folder holds a run: refused without --overwrite
+
+
+@pytest.mark.slow  # about a minute on the shared 2-core host: three short fine-tunings
+def test_cli_magnitude_and_lottery_write_their_curves(tiny_bert_folder, tmp_path):
+    import lmlab
+    from lmlab.cli import main
+
+    common = ["--task", "fortunes-topic", "--max-train-examples", "64", "--batch-size", "16",
+              "--max-length", "24", "--lr", "1e-3"]
+    out = tmp_path / "magnitude"
+    assert main(["compress", "magnitude", str(tiny_bert_folder), *common, "--sparsity",
+                 "0.5", "--steps", "4", "--every", "1", "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert rows[0]["sparsity"] == pytest.approx(0.5, abs=1e-3)
+    model = lmlab.from_pretrained(out / "model")
+    assert sparsity_of(prunable_linears(model)) == pytest.approx(0.5, abs=1e-3)
+
+    out = tmp_path / "lottery"
+    assert main(["compress", "lottery", str(tiny_bert_folder), *common, "--rounds", "2",
+                 "--prune-fraction", "0.5", "--steps", "3", "--rewind-step", "1",
+                 "--out", str(out)]) == 0
+    rounds = json.loads((out / "results.json").read_text())["rounds"]
+    assert [round(r["sparsity"], 2) for r in rounds] == [0.0, 0.5, 0.75]
+    assert (out / "curve.png").is_file()
+    model = lmlab.from_pretrained(out / "model")
+    assert sparsity_of(prunable_linears(model)) == pytest.approx(0.75, abs=1e-3)
