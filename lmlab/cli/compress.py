@@ -91,6 +91,9 @@ def _common(p: argparse.ArgumentParser, task_required: bool) -> None:
     p.add_argument("--out", required=True, help="output folder (results, curve, model/)")
     p.add_argument("--overwrite", action="store_true", help="write into an --out that has files")
     p.add_argument("--eval-split", default="dev", help="split the metric is measured on")
+    p.add_argument("--eval-examples", type=int, default=None,
+                   help="measure the metric on this many examples of the split (a stratified "
+                        "sample, the same at every step; default all)")
     p.add_argument("--max-length", type=int, default=128)
     if task_required:
         add_task_arguments(p)
@@ -120,6 +123,9 @@ def _start(args: argparse.Namespace, what: str):
 
     from lmlab.utils.checks import check_output_folder
 
+    from lmlab.utils.checks import check_at_least
+
+    check_at_least(args.eval_examples, 1, "--eval-examples")
     out = Path(args.out)
     check_output_folder(out, args.overwrite, what, ignore=(".*.tmp",))
     task = None
@@ -185,7 +191,8 @@ def _prune_heads(args: argparse.Namespace) -> int:
     batches = task_batches(task, tokenizer, args.importance_split, args.importance_examples,
                            max_length=args.max_length)
     loss = task_loss(task)
-    evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length)
+    evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length,
+                           args.eval_examples)
 
     def show(row):
         print(f"removed {row['heads_removed']:3d} heads ({100 * row['fraction_removed']:.0f}%): "
@@ -197,7 +204,8 @@ def _prune_heads(args: argparse.Namespace) -> int:
     from lmlab.compress.pruning_report import write_run
 
     results = _results(args, f"Head pruning on {task.name}", task=task.name,
-                       metric=task.metrics[0], split=args.eval_split, steps=rows,
+                       metric=task.metrics[0], split=args.eval_split,
+                       eval_examples=args.eval_examples, steps=rows,
                        finetune_steps=args.finetune_steps)
     written = write_run(out, results, rows, [
         ("heads_removed", "heads removed"), ("fraction_removed", "fraction"),
@@ -250,7 +258,8 @@ def _magnitude(args: argparse.Namespace) -> int:
                          "(--steps 0) needs a fine-tuned model",
                          "fine-tune it first (lmlab finetune), or prune while fine-tuning "
                          "(--steps N)")
-    evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length)
+    evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length,
+                           args.eval_examples)
     rows, pruned = [], model
     for index, target in enumerate(sparsities):
         pruned = copy.deepcopy(model)
@@ -308,7 +317,7 @@ def _lottery(args: argparse.Namespace) -> int:
               f"{row['metric']:.4f}", flush=True)
 
     rows = lottery_ticket(model, train, task_metric(task, tokenizer, args.eval_split,
-                                                    args.max_length),
+                                                    args.max_length, args.eval_examples),
                           args.rounds, args.prune_fraction, args.rewind_step, args.scope, show)
     from lmlab.compress.pruning_report import write_run
 
@@ -345,7 +354,8 @@ def _low_rank(args: argparse.Namespace) -> int:
         if not _has_head(model, task):
             raise LmlabError(f"{args.model} has no head for the task {task.name}",
                              "fine-tune it first (lmlab finetune), or leave out --task")
-        evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length)
+        evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length,
+                           args.eval_examples)
         before = evaluate(model)
     modules = [m.strip() for m in args.modules.split(",") if m.strip()] or None
     rows = low_rank(model, rank=args.rank, energy=args.energy, modules=modules)

@@ -290,10 +290,18 @@ def train_on_task(model: nn.Module, tokenizer, task, out_dir: str | Path, steps:
     model.eval()
 
 
-def task_metric(task, tokenizer, split: str = "dev", max_length: int = 128
-                ) -> Callable[[nn.Module], float]:
-    """``model -> the task's first metric on split`` (what the pruning curves plot)."""
+def task_metric(task, tokenizer, split: str = "dev", max_length: int = 128,
+                max_examples: int | None = None) -> Callable[[nn.Module], float]:
+    """``model -> the task's first metric on split`` (what the pruning curves plot), on at
+    most ``max_examples`` examples of it (a stratified sample, the same for every call)."""
+    from dataclasses import replace
+
     from lmlab.finetune.runner import predict
+    from lmlab.tasks.sampling import sample_examples
+
+    if max_examples:
+        task = replace(task, splits={**task.splits,
+                                     split: sample_examples(task.split(split), max_examples)})
 
     def evaluate(model: nn.Module) -> float:
         scores = task.evaluate(split, predict(model, tokenizer, task, split,
