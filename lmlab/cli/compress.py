@@ -121,9 +121,7 @@ def _start(args: argparse.Namespace, what: str):
     """Check the output folder, then load the task (if any), the model and its tokenizer."""
     from pathlib import Path
 
-    from lmlab.utils.checks import check_output_folder
-
-    from lmlab.utils.checks import check_at_least
+    from lmlab.utils.checks import check_at_least, check_output_folder
 
     check_at_least(args.eval_examples, 1, "--eval-examples")
     out = Path(args.out)
