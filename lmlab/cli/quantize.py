@@ -18,8 +18,8 @@ def register(commands) -> None:
     p.add_argument("--int8", action="store_true", required=True,
                    help="int8 weights, activations quantised per call (the one scheme so far)")
     p.add_argument("--engine", default=None,
-                   help="int8 kernels: onednn, x86 or fbgemm (default: onednn on CPUs with AMX, "
-                        "else x86)")
+                   help="int8 kernels: x86 (default: fastest as measured), onednn (uses AMX-INT8 "
+                        "where the CPU has it) or fbgemm")
     p.add_argument("--granularity", default="per-tensor", choices=("per-tensor", "per-channel"),
                    help="one weight scale per layer or per output channel")
     p.add_argument("--overwrite", action="store_true", help="write into an OUT that holds files")

@@ -11,17 +11,18 @@ norms, softmax and the attention products stay fp32. This is the scheme of Zafri
 Why these kernels: ``torch.ops.quantized.linear_prepack`` / ``linear_dynamic`` are ATen's int8
 GEMMs (fbgemm, or oneDNN, which uses AMX-INT8 / AVX512-VNNI where the CPU has them). The
 ``torch.ao.quantization`` Python package that wraps them is deprecated; torchao's
-``Int8DynamicActivationInt8WeightConfig`` is its successor but, measured on the Xeon with AMX
-of bench/bench_quantize.py, runs 2.7x *slower* than fp32 in eager mode (it needs
-``torch.compile`` to fuse its ops), while these kernels run 2-4x faster than fp32. So lmlab
-calls the ops directly from a small module of its own, which also makes saving honest: the
-int8 weights and their scales are plain tensors in ``model.safetensors`` (no pickle), and
-:func:`load_quantized` re-packs them for this host's kernels.
+``Int8DynamicActivationInt8WeightConfig`` is its successor but, measured in eager mode on the
+host of docs/compression-inference.md, runs at 0.37x fp32's speed (it needs ``torch.compile``
+to fuse its ops), while these kernels ran 1.5-1.8x faster than fp32 on bert-base shapes there
+(provisional figures from a busy machine). So lmlab calls the ops directly from a small module
+of its own, which also makes saving honest: the int8 weights and their scales are plain tensors
+in ``model.safetensors`` (no pickle), and :func:`load_quantized` re-packs them for this host's
+kernels.
 
-The int8 engine matters at run time, not only when packing: oneDNN ("onednn") is the fastest
-where the CPU has AMX-INT8 (measured 2-4x over fbgemm on a Sapphire Rapids class Xeon), x86
-(fbgemm) elsewhere. Each :class:`Int8Linear` selects its engine around its own call, so the
-process-wide ``torch.backends.quantized.engine`` is left as the caller set it.
+The int8 engine matters at run time, not only when packing, so each :class:`Int8Linear`
+selects its engine around its own call and the process-wide ``torch.backends.quantized.engine``
+is left as the caller set it. Which engine is faster depends on the host (and, measured, on how
+busy it is): see :func:`default_engine`.
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ METHOD = "int8-dynamic"
 
 
 def default_engine() -> str:
-    """The int8 engine this host runs fastest, by the measurement in docs/compression-inference.md:
-    oneDNN where the CPU has AMX tiles (its int8 GEMM uses them), else x86 (fbgemm)."""
+    """The int8 engine lmlab uses unless told otherwise: x86 (fbgemm's kernels).
+
+    Chosen by measurement (bench/bench_quantize.py, docs/compression-inference.md): on the Xeon
+    with AMX-INT8 that issue #16 was measured on, busy as it was, x86 ran bert-base shapes
+    1.68-1.73x faster than fp32 and oneDNN 1.43-1.46x, in two alternating runs (a single probe
+    on a less busy moment had oneDNN ahead, so try ``engine="onednn"`` on an idle AMX host)."""
     engines = torch.backends.quantized.supported_engines
-    if "onednn" in engines and torch.cpu._is_amx_tile_supported():
-        return "onednn"
     return "x86" if "x86" in engines else "fbgemm"
 
 
@@ -233,7 +236,7 @@ def quantize_int8(model: nn.Module, engine: str | None = None,
     the model, in eval mode.
 
     Args:
-        engine: the int8 kernels ("onednn", "x86", "fbgemm"); None = :func:`default_engine`.
+        engine: the int8 kernels ("x86", "onednn", "fbgemm"); None = :func:`default_engine`.
         granularity: one weight scale per tensor (the default: fastest here, within 0.2 points
             of fp32 on the measured task) or per output channel.
 
