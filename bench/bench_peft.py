@@ -5,7 +5,9 @@ For every side: trainable parameters, the size on disk of what a run keeps (the 
 the whole checkpoint for full fine-tuning), the training step time (forward, backward, AdamW
 step on real wordnet-supersense batches: 16 examples, a fresh 45-way head) and the peak memory
 a training step adds to the loaded model (resident set, measured in a child process per side:
-its high-water mark is reset after loading, read after the steps).
+its high-water mark is reset after loading, read after the steps: gradients, optimizer
+states and activations). Step time is given as wall time and as the process's CPU time (all
+its threads): on a shared host the CPU time is the steadier of the two.
 
 Step times alternate between the sides (ours full, ours lora, ..., peft lora, ...) for
 ``--reps`` rounds of ``--steps`` steps; the medians and the ratio to our full fine-tuning are
@@ -123,16 +125,15 @@ def _rss_kib(field: str) -> int:
 
 def child(side: str, steps: int) -> None:
     """Peak resident memory that ``steps`` training steps add to the loaded model (KiB)."""
-    task, data = batches(steps)
-    _, step, _, _ = build(side, task)
-    step(data[0])  # the optimizer's states exist from the first step on: count them too
     import gc
 
+    task, data = batches(steps)
+    _, step, _, _ = build(side, task)
     gc.collect()
     loaded = _rss_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as handle:
         handle.write("5")  # reset the high-water mark (Linux >= 4.0)
-    for batch in data:
+    for batch in data:  # gradients, optimizer states and activations all count
         step(batch)
     print(json.dumps({"peak_added_mib": (_rss_kib("VmHWM") - loaded) / 1024,
                       "resident_mib": _rss_kib("VmHWM") / 1024}))
@@ -176,19 +177,22 @@ def main() -> None:
     for _, step, _, _ in built.values():
         step(data[0])  # warm-up: first-call costs and the optimizer's states
     times: dict[str, list[float]] = {side: [] for side in sides}
+    cpu: dict[str, list[float]] = {side: [] for side in sides}
     for _ in range(args.reps):
         for side in sides:
             step = built[side][1]
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             for batch in data:
                 step(batch)
             times[side].append((time.perf_counter() - started) / len(data))
+            cpu[side].append((time.process_time() - cpu_started) / len(data))
     rows = {}
     for side in sides:
         _, _, trainable, size = built[side]
         rows[side] = {"trainable": trainable, "disk_bytes": size,
                       "step_ms": 1000 * statistics.median(times[side]),
-                      "step_ms_all": [round(1000 * t, 1) for t in times[side]]}
+                      "step_ms_all": [round(1000 * t, 1) for t in times[side]],
+                      "step_cpu_ms": 1000 * statistics.median(cpu[side])}
     del built
     for side in sides:  # one child per side: its own high-water mark
         done = subprocess.run([sys.executable, __file__, "--child", side, "--steps",
@@ -198,6 +202,8 @@ def main() -> None:
         for side in group:
             if side in rows and reference in rows:
                 rows[side]["step_vs_full"] = rows[side]["step_ms"] / rows[reference]["step_ms"]
+                rows[side]["cpu_vs_full"] = (rows[side]["step_cpu_ms"]
+                                             / rows[reference]["step_cpu_ms"])
     if args.accuracy:
         out = Path(tempfile.mkdtemp())
         for side in [s for s in sides if s in OURS]:
@@ -207,12 +213,13 @@ def main() -> None:
               "reps": args.reps, "rows": rows, "maxrss_mib":
               resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     print(json.dumps(report, indent=2))
-    print("\n| side | trainable | on disk | step (ms) | vs full | peak added (MiB) |"
-          + (" dev acc | test acc |" if args.accuracy else ""))
-    print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.accuracy else ""))
+    print("\n| side | trainable | on disk | step (ms, wall) | vs full | step (ms, CPU) | vs full "
+          "| training memory (MiB) |" + (" dev acc | test acc |" if args.accuracy else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.accuracy else ""))
     for side, row in rows.items():
         line = (f"| {side} | {row['trainable']:,} | {row['disk_bytes'] / 1e6:.2f} MB | "
-                f"{row['step_ms']:.1f} | {row.get('step_vs_full', float('nan')):.2f} | "
+                f"{row['step_ms']:.0f} | {row.get('step_vs_full', float('nan')):.2f} | "
+                f"{row['step_cpu_ms']:.0f} | {row.get('cpu_vs_full', float('nan')):.2f} | "
                 f"{row['peak_added_mib']:.0f} |")
         if args.accuracy and "dev_accuracy" in row:
             line += f" {row['dev_accuracy']:.3f} | {row['test_accuracy']:.3f} |"
