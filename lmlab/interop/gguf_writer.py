@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -202,10 +203,14 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int) -> dict[str, Any]:
 
 def model_metadata(config: Any) -> dict[str, Any]:
     """The ``<architecture>.*`` GGUF metadata of ``config``: the family's ``gguf_names`` table
-    (the reader's) read backwards."""
+    (the reader's) read backwards, each value in its field's type (``rope_theta=10000`` is
+    still a float: llama.cpp refuses a ``rope.freq_base`` stored as an integer)."""
+    from dataclasses import fields
+
     spec = get_family(config.family)
-    return {f"{spec.model_type}.{key}": getattr(config, field)
-            for key, field in spec.gguf_names.items()}
+    floats = {f.name for f in fields(config) if "float" in str(f.type)}
+    return {f"{spec.model_type}.{key}": float(getattr(config, name)) if name in floats
+            else getattr(config, name) for key, name in spec.gguf_names.items()}
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -276,8 +281,8 @@ def write_gguf(model: Any, path: str | Path, tokenizer: Any, qtype: str = "F16",
 
     params = dict(model.named_parameters())
     names = gguf_tensor_names(config)  # tied: no output.weight (the reader ties it back)
-    with atomic_path(path) as tmp:
-        writer = gguf.GGUFWriter(str(tmp), config.family)
+    with atomic_path(path) as tmp, contextlib.closing(gguf.GGUFWriter(str(tmp), config.family)
+                                                     ) as writer:
         writer.add_name(name or path.stem)
         writer.add_file_type(GGUF_TYPES[qtype])
         writer.add_quantization_version(QUANTIZATION_VERSION)
@@ -298,5 +303,4 @@ def write_gguf(model: Any, path: str | Path, tokenizer: Any, qtype: str = "F16",
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
-        writer.close()
     return path
