@@ -125,15 +125,13 @@ def make_student(teacher: LanguageModel, layers: tuple[int, ...] | list[int]) ->
                                          extra=dict(config.extra))
     student = LanguageModel(student_config, heads=list(teacher.heads.keys()),
                             with_pooler=teacher.pooler is not None)
-    source = {f".{j}.": f".{i}." for j, i in enumerate(layers)}
-    prefix = "transformer.layers"
     state = teacher.state_dict()
     copied = {}
     for key in student.state_dict():
-        name = key
-        if key.startswith(prefix + "."):
-            index = key[len(prefix):].split(".", 2)[1]
-            name = prefix + source[f".{index}."] + key[len(prefix) + len(index) + 2:]
+        name = key  # "transformer.layers.J.rest" is the teacher's "transformer.layers.I.rest"
+        if key.startswith("transformer.layers."):
+            _, _, index, rest = key.split(".", 3)
+            name = f"transformer.layers.{layers[int(index)]}.{rest}"
         copied[key] = state[name].detach().clone()
     student.load_state_dict(copied, strict=True)
     student.tie_weights()
