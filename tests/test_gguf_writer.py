@@ -262,7 +262,7 @@ def test_cli_writes_a_file_another_process_reads(tmp_path, tokenizer, tiny_bert_
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     out = tmp_path / "tiny-q8.gguf"
-    result = run_lmlab("gguf", "write", folder, out, "--type", "q8_0")
+    result = run_lmlab("export", "gguf", folder, out, "--type", "q8_0")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Q8_0" in result.stdout
     loaded = load_gguf_model(out)
@@ -272,10 +272,10 @@ def test_cli_writes_a_file_another_process_reads(tmp_path, tokenizer, tiny_bert_
     assert read_metadata(out)["tokenizer.ggml.pre"] == "gpt-2"  # a tokenizer.json's ByteLevel
 
     before = out.read_bytes()
-    assert_clean_refusal(run_lmlab("gguf", "write", folder, out), "already exists",
+    assert_clean_refusal(run_lmlab("export", "gguf", folder, out), "already exists",
                          fix="--overwrite")
     assert out.read_bytes() == before
-    assert_clean_refusal(run_lmlab("gguf", "write", tiny_bert_folder, tmp_path / "b.gguf"),
+    assert_clean_refusal(run_lmlab("export", "gguf", tiny_bert_folder, tmp_path / "b.gguf"),
                          "does not write GGUF files of bert")
     assert not (tmp_path / "b.gguf").exists()
 

@@ -13,7 +13,7 @@ Handler = Callable[[argparse.Namespace], Any]
 GROUP_HELP = {
     "cost": "estimate and measure what training costs: FLOPs, MFU, time, energy, CO2, money",
     "data": "corpora and token shards: list the offline sources, build a corpus, tokenize it",
-    "gguf": "llama.cpp's GGUF files: write a decoder and its tokenizer (F32/F16/Q8_0/Q4_0)",
+    "export": "write a model for another runtime: ONNX (onnxruntime), GGUF (llama.cpp)",
     "models": "offline pretrained checkpoints known by short name (minilm, smollm2)",
     "runs": "look at run directories written by `lmlab pretrain`",
     "tasks": "the built-in downstream tasks: list them, export their evaluation texts",

@@ -1,4 +1,6 @@
-"""``lmlab gguf write``: a decoder and its tokenizer as one GGUF file (docs/decoders.md)."""
+"""``lmlab export gguf``: a decoder and its tokenizer as one GGUF file (docs/decoders.md).
+
+It joins ``lmlab export onnx`` (``cli/export.py``) in the ``export`` group."""
 
 from __future__ import annotations
 
@@ -7,10 +9,10 @@ import argparse
 
 def register(commands) -> None:
     p = commands.command(
-        "write", help="write a Llama-style decoder and its tokenizer as a GGUF file "
+        "gguf", help="write a Llama-style decoder and its tokenizer as one GGUF file "
         "(llama.cpp; F32, F16, Q8_0 or Q4_0)",
-        example="lmlab gguf write smollm2 smollm2-q8_0.gguf --type q8_0",
-        handler=_write, group="gguf")
+        example="lmlab export gguf smollm2 smollm2-q8_0.gguf --type q8_0",
+        handler=_write, group="export")
     p.add_argument("model", help="model folder, lmlab run directory, .gguf file or short name "
                                  "(smollm2)")
     p.add_argument("out", help="the .gguf file to write")
