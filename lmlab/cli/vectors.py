@@ -50,8 +50,8 @@ def register(commands) -> None:
                    help="without --dictionary: pair this many shared words, most frequent first")
     p.add_argument("--test-fraction", type=float, default=0.2,
                    help="fraction of the dictionary's source words held out for testing")
-    p.add_argument("--target-vocab", type=int, default=200_000,
-                   help="retrieve among the first N target words")
+    p.add_argument("--target-vocab", type=int, default=50_000,
+                   help="retrieve among the first N target words (CSLS's cost grows as N^2)")
     p.add_argument("--limit", type=int, help="read only the first LIMIT words of each space")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-mapping", help="write the (dim, dim) map as a .npy file")

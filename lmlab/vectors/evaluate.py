@@ -197,9 +197,13 @@ def evaluate_analogies(vectors: WordVectors, dataset: str | Path = "google",
         raise LmlabError(f"unknown analogy method {method!r}", f"use one of {ANALOGY_METHODS}")
     path = evaluation_file(dataset)
     vocabulary = _Vocabulary(vectors, restrict_vocab, case_insensitive)
-    # the words that are the same word to the evaluation (case variants), for excluding inputs
+    # every row that is the same word to the evaluation (its case variants), for excluding
+    # the question's words from the answers and for mapping an answer to its canonical row
     same_word = np.array([vocabulary.rows[vocabulary.key(w)]
                           for w in vectors.words[:vocabulary.size]])
+    variants: dict[int, list[int]] = {}
+    for row, canonical in enumerate(same_word):
+        variants.setdefault(int(canonical), []).append(row)
     result = AnalogyResult(method)
     for section, questions in read_analogies(path):
         known = []
@@ -212,7 +216,8 @@ def evaluate_analogies(vectors: WordVectors, dataset: str | Path = "google",
         correct = 0
         for start in range(0, len(known), batch_size):
             rows = np.asarray(known[start:start + batch_size])  # (Q, 4): a, b, c, expected
-            answers = _answer(vocabulary.unit, rows[:, :3], method, same_word)
+            answers = _answer(vocabulary.unit, rows[:, :3], method, variants)
+            answers = same_word[answers]  # a case variant of the expected word counts
             correct += int((answers == rows[:, 3]).sum())
         result.sections[section] = (correct, len(known))
     if result.scored == 0:
@@ -222,15 +227,20 @@ def evaluate_analogies(vectors: WordVectors, dataset: str | Path = "google",
     return result
 
 
-def _answer(unit: np.ndarray, questions: np.ndarray, method: str, same_word: np.ndarray
-            ) -> np.ndarray:
+def _answer(unit: np.ndarray, questions: np.ndarray, method: str,
+            variants: dict[int, list[int]]) -> np.ndarray:
     """The row answering each ``a : b :: c : ?`` question (rows of ``unit``, (Q, 3))."""
     a, b, c = (unit[questions[:, i]] for i in range(3))  # each (Q, D)
     if method == "3cosadd":
         scores = (b - a + c) @ unit.T  # (Q, V'): the ranking of cos(d, b - a + c)
     else:
-        shifted = [(1 + x @ unit.T) / 2 for x in (a, b, c)]  # (Q, V') each
-        scores = shifted[1] * shifted[2] / (shifted[0] + 1e-6)
-    for i in range(3):  # an input word (or a case variant of one) is never the answer
-        scores[same_word[None, :] == questions[:, i:i + 1]] = -np.inf
-    return same_word[scores.argmax(axis=1)]  # a case variant of the expected word counts
+        scores = b @ unit.T  # (Q, V') each term shifted to (1 + cos) / 2, in place
+        scores += 1
+        scores *= (c @ unit.T + 1) / 2
+        scores /= (a @ unit.T + 1) + 2e-6  # 2 x ((1 + cos_a) / 2 + 1e-6)
+    # an input word (or a case variant of one) is never the answer
+    hidden = [(q, row) for q, words in enumerate(questions.tolist())
+              for word in words for row in variants[word]]
+    question_index, row_index = np.array(hidden).T
+    scores[question_index, row_index] = -np.inf
+    return scores.argmax(axis=1)
