@@ -282,6 +282,7 @@ def test_cli_writes_a_file_another_process_reads(tmp_path, tokenizer, tiny_bert_
 
 # -- the real model -------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~1 min alone; the shared host has run it 10x slower
 def test_real_smollm2_q8_0_round_trip(tmp_path, smollm2_gguf, tokenizer):
     """SmolLM2-135M read from its Q4_1 GGUF, written at Q8_0, read back.
 
@@ -303,7 +304,7 @@ def test_real_smollm2_q8_0_round_trip(tmp_path, smollm2_gguf, tokenizer):
                    "Once upon a time, in a small village,"):
         ids = torch.tensor([tokenizer.encode(prompt)])
         source = generate(model, ids, max_new_tokens=20, eos_token_id=2)
-        if not prompt.startswith("Once"):
+        if prompt.startswith("The capital"):  # the decoding loop itself, with its cache
             ours = generate(loaded, ids, max_new_tokens=20, eos_token_id=2)
             assert ours.tolist() == source.tolist(), (tokenizer.decode(ours[0]),
                                                       tokenizer.decode(source[0]))
@@ -312,6 +313,8 @@ def test_real_smollm2_q8_0_round_trip(tmp_path, smollm2_gguf, tokenizer):
         top2 = a.topk(2, dim=-1).values
         clear = top2[:, 0] - top2[:, 1] > 0.25
         assert torch.equal(a.argmax(-1)[clear], b.argmax(-1)[clear]), prompt
+        if not prompt.startswith("Once"):  # every step agrees: the same greedy continuation
+            assert torch.equal(a.argmax(-1), b.argmax(-1)), prompt
     with GGUFFile(path) as file:
         assert file.type_counts() == {"Q8_0": 211, "F32": 61}
         np.testing.assert_array_equal(file.metadata["tokenizer.ggml.token_type"],
