@@ -7,7 +7,8 @@ the matrices really shrink), and every layer's linear maps factorised at the ran
 ``--ranks`` (:mod:`lmlab.compress.lowrank`). For each variant: the forward FLOPs counted by
 ``FlopCounterMode`` on the timed batch (so the removed fraction is measured, not assumed), the
 parameters, and the median forward time of the batch (real wordnet-supersense dev sentences,
-MiniLM's tokenizer, padded to ``--length`` tokens), the variants alternating each repetition.
+MiniLM's tokenizer, concatenated and cut into ``--batch`` rows of ``--length`` tokens: no
+padding), the variants alternating each repetition.
 The speed-up of a variant is base time / its time; proportional speed-up would equal
 1 / (1 - removed FLOP fraction).
 
@@ -43,6 +44,8 @@ def base_model(name: str):
 
 
 def batch(size: int, length: int) -> dict:
+    import torch
+
     from lmlab.finetune import data as fdata
     from lmlab.finetune.runner import load_tokenizer
     from lmlab.tasks import load_builtin_task
@@ -50,10 +53,12 @@ def batch(size: int, length: int) -> dict:
 
     task = load_builtin_task("wordnet-supersense")
     tokenizer = load_tokenizer(minilm_dir())
-    features = fdata.encode_examples(task, task.split("dev")[:size], tokenizer, length,
-                                     split="dev")
-    out = fdata.collate(features, tokenizer.pad_token_id)
-    return {"input_ids": out["input_ids"], "attention_mask": out["attention_mask"]}
+    features = fdata.encode_examples(task, task.split("dev"), tokenizer, length, split="dev")
+    stream = [token for feature in features for token in feature.input_ids]  # [CLS] .. [SEP] ..
+    if len(stream) < size * length:
+        raise SystemExit(f"the dev split holds {len(stream)} tokens, fewer than {size} x {length}")
+    ids = torch.tensor(stream[:size * length]).view(size, length)  # (B, T): no padding
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
 def variants(model, fractions: list[float], ranks: list[int]) -> dict:
