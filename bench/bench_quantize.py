@@ -5,7 +5,7 @@ time the same as trained ones) on batches of B x T tokens, forward passes in inf
 sides alternated, medians and ratios to our fp32:
 
 - ``fp32``: lmlab's model as loaded;
-- ``int8-onednn`` / ``int8-onednn-channel`` / ``int8-x86``: lmlab.compress.quantize (ATen's int8
+- ``int8-onednn`` / ``int8-onednn-channel`` / ``int8-x86`` / ``int8-x86-channel``: lmlab.compress.quantize (ATen's int8
   kernels) with oneDNN (AMX-INT8 where the CPU has it) or fbgemm, per-tensor or per-channel;
 - ``torch.ao``: ``torch.ao.quantization.quantize_dynamic`` as shipped (deprecated; engine x86);
 - ``torchao`` (``--torchao``): torchao's ``Int8DynamicActivationInt8WeightConfig`` in eager mode.
@@ -57,7 +57,8 @@ def speed(batch: int, seq: int, reps: int, with_torchao: bool) -> dict:
     sides = {"fp32": model,
              "int8-onednn": quantize_int8(copy.deepcopy(model), "onednn", "per-tensor"),
              "int8-onednn-channel": quantize_int8(copy.deepcopy(model), "onednn", "per-channel"),
-             "int8-x86": quantize_int8(copy.deepcopy(model), "x86", "per-tensor")}
+             "int8-x86": quantize_int8(copy.deepcopy(model), "x86", "per-tensor"),
+             "int8-x86-channel": quantize_int8(copy.deepcopy(model), "x86", "per-channel")}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sides["torch.ao"] = torch.ao.quantization.quantize_dynamic(

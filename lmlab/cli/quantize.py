@@ -18,10 +18,10 @@ def register(commands) -> None:
     p.add_argument("--int8", action="store_true", required=True,
                    help="int8 weights, activations quantised per call (the one scheme so far)")
     p.add_argument("--engine", default=None,
-                   help="int8 kernels: x86 (default: fastest as measured), onednn (uses AMX-INT8 "
-                        "where the CPU has it) or fbgemm")
-    p.add_argument("--granularity", default="per-tensor", choices=("per-tensor", "per-channel"),
-                   help="one weight scale per layer or per output channel")
+                   help="int8 kernels: onednn (uses AMX-INT8; the default on CPUs with AMX), x86 "
+                        "(the default elsewhere) or fbgemm")
+    p.add_argument("--granularity", default="per-channel", choices=("per-channel", "per-tensor"),
+                   help="one weight scale per output channel (default) or per layer")
     p.add_argument("--overwrite", action="store_true", help="write into an OUT that holds files")
 
 

@@ -44,13 +44,16 @@ METHOD = "int8-dynamic"
 
 
 def default_engine() -> str:
-    """The int8 engine lmlab uses unless told otherwise: x86 (fbgemm's kernels).
+    """The int8 engine lmlab uses unless told otherwise: oneDNN where the CPU has AMX tiles (its
+    int8 GEMM uses AMX-INT8), else x86 (fbgemm's kernels).
 
-    Chosen by measurement (bench/bench_quantize.py, docs/compression-inference.md): on the Xeon
-    with AMX-INT8 that issue #16 was measured on, busy as it was, x86 ran bert-base shapes
-    1.68-1.73x faster than fp32 and oneDNN 1.43-1.46x, in two alternating runs (a single probe
-    on a less busy moment had oneDNN ahead, so try ``engine="onednn"`` on an idle AMX host)."""
+    Chosen by measurement (bench/bench_quantize.py, docs/compression-inference.md) on the Xeon
+    with AMX-INT8 of issue #16: with one of its two cores free, oneDNN ran bert-base shapes
+    2.4-2.5x faster than fp32 and x86 1.8x; with both cores saturated by other jobs, oneDNN
+    1.43-1.46x and x86 1.68-1.73x (provisional figures, shared machine)."""
     engines = torch.backends.quantized.supported_engines
+    if "onednn" in engines and torch.cpu._is_amx_tile_supported():
+        return "onednn"
     return "x86" if "x86" in engines else "fbgemm"
 
 
@@ -231,14 +234,16 @@ def check_options(engine: str, granularity: str) -> None:
 
 # -- quantise, save, load --------------------------------------------------------------------------
 def quantize_int8(model: nn.Module, engine: str | None = None,
-                  granularity: str = "per-tensor") -> nn.Module:
+                  granularity: str = "per-channel") -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place) by an :class:`Int8Linear`; returns
     the model, in eval mode.
 
     Args:
         engine: the int8 kernels ("x86", "onednn", "fbgemm"); None = :func:`default_engine`.
-        granularity: one weight scale per tensor (the default: fastest here, within 0.2 points
-            of fp32 on the measured task) or per output channel.
+        granularity: one weight scale per output channel (the default: as fast as per tensor,
+            measured, and closer to fp32: on the fine-tuned MiniLM of
+            docs/compression-inference.md 92.5% of predictions unchanged against 85.1% with
+            x86, 96.3% with oneDNN) or per tensor.
 
     Example:
         >>> import lmlab
@@ -290,7 +295,7 @@ def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,
         "method": METHOD, "format_version": FORMAT_VERSION, "engine": first.engine,
         "granularity": first.granularity, "layers": layers,
         "weights": "int8, symmetric (zero point 0), scale = max|W| / 127.5",
-        "activations": "uint8, dynamic per-tensor range, computed per call"})
+        "activations": "uint8 (7 bits on x86/fbgemm), per-tensor range computed per call"})
     save_native(model, path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
