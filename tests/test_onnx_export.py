@@ -157,6 +157,22 @@ def test_refusals_before_any_work(tmp_path):
     assert not (tmp_path / "a").exists()
 
 
+def test_a_file_that_fails_its_check_is_not_left_behind(tmp_path, monkeypatch):
+    """An export whose onnxruntime outputs disagree with lmlab's raises and leaves neither the
+    file nor (over an earlier export) the earlier export's record of a passed check."""
+    import lmlab.export.onnx as onnx_export
+
+    model = tiny_bert().eval()
+    out = tmp_path / "onnx"
+    export_onnx(model, out)
+    assert (out / "model.onnx").is_file() and (out / "onnx-export.json").is_file()
+    run = onnx_export.OnnxModel.run
+    monkeypatch.setattr(onnx_export.OnnxModel, "run", lambda self, **inputs: run(self, **inputs) + 1.0)
+    with pytest.raises(LmlabError, match="differ from lmlab's"):
+        export_onnx(model, out, overwrite=True)
+    assert not (out / "model.onnx").exists() and not (out / "onnx-export.json").exists()
+
+
 @pytest.mark.slow
 def test_smollm2_logits_equal_lmlab(smollm2_gguf, tmp_path):
     """The real 135M decoder (30 layers, GQA, tied embeddings): logits of prompts."""

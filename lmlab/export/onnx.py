@@ -179,7 +179,12 @@ def export_onnx(model: nn.Module, out: str | Path, head: str | None = None,
             "source": source, "labels": model.config.extra.get("id2label"),
             "padding_positions": "computed, not zeroed: read real tokens only"}
     if check:
-        info["check_max_abs_diff"] = check_export(model, out, head)
+        try:
+            info["check_max_abs_diff"] = check_export(model, out, head)
+        except LmlabError:  # a file that disagrees is not left behind (nor an older record)
+            for name in (MODEL_FILE, MODEL_FILE + ".data", INFO_FILE):
+                (out / name).unlink(missing_ok=True)
+            raise
     atomic_write_json(out / INFO_FILE, info)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
