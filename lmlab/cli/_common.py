@@ -11,6 +11,8 @@ Handler = Callable[[argparse.Namespace], Any]
 
 # What each command group is for (shown in ``lmlab --help`` and the group's own --help).
 GROUP_HELP = {
+    "compress": "make a model smaller: prune heads or weights (lottery tickets), factorise "
+                "linear layers",
     "cost": "estimate and measure what training costs: FLOPs, MFU, time, energy, CO2, money",
     "data": "corpora and token shards: list the offline sources, build a corpus, tokenize it",
     "export": "write a model for another runtime: ONNX (onnxruntime), GGUF (llama.cpp)",
@@ -18,6 +20,8 @@ GROUP_HELP = {
     "runs": "look at run directories written by `lmlab pretrain`",
     "tasks": "the built-in downstream tasks: list them, export their evaluation texts",
     "tokenizer": "train a WordPiece / BPE / Unigram tokenizer and encode text with it",
+    "vectors": "static word vectors: evaluate (similarity, analogies), convert formats, align "
+               "two spaces",
 }
 
 
