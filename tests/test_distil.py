@@ -135,6 +135,27 @@ def test_a_student_of_every_layer_computes_what_the_teacher_does():
     assert torch.equal(a.logits, b.logits)
 
 
+def test_a_student_of_a_pruned_and_factorised_teacher_keeps_its_layers_shapes():
+    """The per-layer records of config.extra (head counts, pruned heads, low-rank modules)
+    follow the copied layers: student layer j has teacher layer layers[j]'s shapes."""
+    from lmlab.compress.heads import prune_heads
+    from lmlab.compress.lowrank import low_rank
+
+    teacher = tiny_teacher(layers=4).eval()
+    prune_heads(teacher, {0: [1], 3: [0, 2]})
+    low_rank(teacher, rank=4, modules=["transformer.layers.3.feed_forward.up_proj",
+                                       "transformer.layers.1.feed_forward.up_proj"])
+    student = make_student(teacher, (0, 3)).eval()
+    assert student.config.extra["attention_heads_per_layer"] == [3, 2]
+    assert student.config.extra["pruned_heads"] == {"0": [1], "1": [0, 2]}
+    assert student.config.extra["low_rank"] == {"transformer.layers.1.feed_forward.up_proj": 4}
+    full = make_student(teacher, (0, 1, 2, 3)).eval()  # every layer: the teacher's outputs
+    ids = torch.tensor([[101, 7592, 2088, 2003, 102]])
+    with torch.no_grad():
+        assert torch.equal(full(input_ids=ids).last_hidden_state,
+                           teacher(input_ids=ids).last_hidden_state)
+
+
 def test_a_student_deeper_than_its_teacher_is_refused():
     with pytest.raises(LmlabError, match=r"student \(7 layers\) is deeper than its teacher "
                                          r"\(6 layers\)") as error:

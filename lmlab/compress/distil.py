@@ -122,7 +122,7 @@ def make_student(teacher: LanguageModel, layers: tuple[int, ...] | list[int]) ->
     config = teacher.config
     layers = choose_layers(config.num_hidden_layers, layers=tuple(layers))
     student_config = dataclasses.replace(config, num_hidden_layers=len(layers),
-                                         extra=dict(config.extra))
+                                         extra=_student_extra(config.extra, layers))
     student = LanguageModel(student_config, heads=list(teacher.heads.keys()),
                             with_pooler=teacher.pooler is not None)
     state = teacher.state_dict()
@@ -137,6 +137,33 @@ def make_student(teacher: LanguageModel, layers: tuple[int, ...] | list[int]) ->
     student.tie_weights()
     student.train()
     return student
+
+
+def _student_extra(extra: dict[str, Any], layers: tuple[int, ...]) -> dict[str, Any]:
+    """The teacher's ``config.extra`` with its per-layer records (pruned heads' counts and
+    indices, low-rank factorised modules: :mod:`lmlab.compress.heads`, :mod:`~.lowrank`)
+    renumbered for the student, whose layer ``j`` is the teacher's ``layers[j]``."""
+    from lmlab.compress.heads import HEAD_COUNTS_KEY, PRUNED_KEY
+    from lmlab.compress.lowrank import LOW_RANK_KEY
+
+    extra = dict(extra)
+    if extra.get(HEAD_COUNTS_KEY):
+        extra[HEAD_COUNTS_KEY] = [extra[HEAD_COUNTS_KEY][i] for i in layers]
+    if extra.get(PRUNED_KEY):
+        pruned = {int(k): v for k, v in extra[PRUNED_KEY].items()}
+        extra[PRUNED_KEY] = {str(j): pruned[i] for j, i in enumerate(layers) if i in pruned}
+    if extra.get(LOW_RANK_KEY):
+        student_of = {i: j for j, i in enumerate(layers)}
+        renamed = {}
+        for name, rank in extra[LOW_RANK_KEY].items():
+            if name.startswith("transformer.layers."):
+                _, _, index, rest = name.split(".", 3)
+                if int(index) not in student_of:
+                    continue  # a layer the student does not keep
+                name = f"transformer.layers.{student_of[int(index)]}.{rest}"
+            renamed[name] = rank
+        extra[LOW_RANK_KEY] = renamed
+    return extra
 
 
 # -- task-agnostic distillation on a corpus -------------------------------------------------------
