@@ -109,6 +109,26 @@ def test_quantize_model_every_linear_and_outputs_close():
     assert not torch.equal(got, expected)
 
 
+def test_runs_under_bf16_autocast():
+    """`lmlab evaluate --precision bf16` runs the model under bf16 autocast, whose attention
+    products hand bf16 to the int8 layers: they take it (fp32 holds it exactly) and give bf16
+    back, as nn.Linear does under autocast (the kernels themselves refuse non-fp32 input)."""
+    torch.manual_seed(2)
+    layer = Int8Linear.from_linear(nn.Linear(48, 40), default_engine(), "per-channel")
+    x = torch.randn(3, 48).to(torch.bfloat16)
+    y = layer(x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, layer(x.float()).to(torch.bfloat16))
+    model = quantize_int8(tiny_bert().eval())
+    ids = torch.randint(5, 30000, (2, 12))
+    with torch.no_grad():
+        fp32 = model(input_ids=ids).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            bf16 = model(input_ids=ids).last_hidden_state.float()
+    cosine = nn.functional.cosine_similarity(bf16.flatten(0, 1), fp32.flatten(0, 1), dim=-1)
+    assert cosine.min() > 0.98, cosine.min()
+
+
 def test_saved_model_reloads_in_a_fresh_process(tmp_path):
     """Save a quantised model; a new Python process loads it with lmlab.from_pretrained and
     gives the same outputs bit for bit (same int8 weights, same kernels)."""

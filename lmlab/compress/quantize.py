@@ -108,8 +108,12 @@ class Int8Linear(nn.Module):
                    bias is not None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The kernels take fp32 only; under bf16 autocast (--precision bf16) the attention
+        # products hand over bf16, which fp32 holds exactly: the output keeps the input's dtype.
+        dtype = x.dtype
         with quantized_engine(self.engine):
-            return torch.ops.quantized.linear_dynamic(x, self._packed, self.reduce_range)
+            y = torch.ops.quantized.linear_dynamic(x.float(), self._packed, self.reduce_range)
+        return y if dtype == torch.float32 else y.to(dtype)
 
     def int8_state(self) -> dict[str, torch.Tensor]:
         """The weight as int8 values, scale(s) and zero point(s), and the fp32 bias."""
