@@ -405,6 +405,59 @@ def test_teacher_logits_travel_in_the_batches_and_the_loss_mixes_them(small_task
     assert float(result.loss.detach()) == pytest.approx(float(0.3 * soft + 0.7 * hard), rel=1e-5)
 
 
+def test_tagging_teacher_logits_follow_their_tokens_and_the_soft_loss_reads_tagged_ones(
+        tmp_path):
+    """Tagging: each sequence's (T_i, C) teacher logits sit on its own tokens in the padded
+    batch (zeros on padding), and the soft term is the KL over the tagged positions only."""
+    from lmlab.finetune import data as fdata
+    from lmlab.finetune.heads import add_task_head, task_logits
+    from lmlab.finetune.objective import TaskObjective
+    from lmlab.finetune.runner import load_model
+    from lmlab.tasks.types import Example, Task
+
+    labels = ["O", "B-PER", "I-PER"]
+    words = [["Moses", "spake", "unto", "the", "children", "of", "Israel"], ["Amen"],
+             ["And", "Aaron", "said"], ["In", "the", "beginning", "was", "the", "Word"]]
+    task = Task("ner", "tagging", labels, ["entity_f1"], {"train": [
+        Example(str(i), tokens=w, tags=["B-PER" if w_[0].isupper() else "O" for w_ in w])
+        for i, w in enumerate(words)], "dev": []})
+    teacher = tiny_teacher(layers=2, heads=(), seed=5)
+    add_task_head(teacher, "token-classification", len(labels), dict(enumerate(labels)))
+    teacher_dir = save_with_tokenizer(teacher, tmp_path / "teacher")
+    distillation = TaskDistillation(str(teacher_dir), alpha=0.6, temperature=2.0)
+    distillation.check(task, teacher_dir)
+    teacher, tokenizer, _ = load_model(teacher_dir)
+    features = fdata.encode_examples(task, task.split("train"), tokenizer, 64)
+    base = TaskObjective(task.type, len(labels), dict(enumerate(labels)))
+    stream, objective = distillation.attach(task, features, fdata.TaskStream(features, 4, 0),
+                                            base, 0, torch.device("cpu"))
+    batch = next(iter(stream))
+    order = stream.epoch_batches(0)[0]
+    teacher.eval()
+    assert batch["teacher_logits"].shape == (4, batch["input_ids"].shape[1], len(labels))
+    for row, index in enumerate(order):
+        length = len(features[index].input_ids)
+        with torch.no_grad():
+            alone = task_logits(teacher, "token-classification",
+                                fdata.collate([features[index]], 0))[0]  # (T_i, C)
+        torch.testing.assert_close(batch["teacher_logits"][row, :length], alone,
+                                   atol=1e-5, rtol=0)
+        assert not batch["teacher_logits"][row, length:].any()
+    student = make_student(tiny_teacher(layers=2, heads=(), seed=9), (1,))
+    objective.prepare(student)
+    student.eval()
+    result = objective.compute_loss(student, batch)
+    keep = batch["labels"] != -100
+    with torch.no_grad():
+        logits = task_logits(student, "token-classification", batch)
+        soft = torch.nn.KLDivLoss(reduction="batchmean")(
+            torch.log_softmax(logits[keep] / 2, -1),
+            torch.softmax(batch["teacher_logits"][keep] / 2, -1)) * 4
+        hard = torch.nn.functional.cross_entropy(logits[keep], batch["labels"][keep])
+    assert result.num_predictions == int(keep.sum()) == sum(len(w) for w in words)
+    assert float(result.loss.detach()) == pytest.approx(float(0.6 * soft + 0.4 * hard), rel=1e-5)
+
+
 @pytest.mark.filterwarnings("ignore:.*collapsed onto one class")
 def test_finetune_with_a_teacher_runs_on_the_trainer_and_records_it(small_task, tmp_path):
     from lmlab.finetune.runner import finetune
