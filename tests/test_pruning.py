@@ -372,6 +372,9 @@ def test_gradual_magnitude_pruning_on_the_trainer(tmp_path, minilm_dir):
     restored.load(checkpoint, state["hooks"][0])
     assert set(restored.masks) == set(hook.masks)
     assert all(torch.equal(restored.masks[k], hook.masks[k]) for k in hook.masks)
+    with pytest.raises(LmlabError, match="holds a training checkpoint"):  # it would be resumed
+        train_on_task(tiny_bert(), tokenizer, _tiny_task(), tmp_path / "run", steps=10,
+                      device="cpu")
 
 
 def test_lottery_ticket_rewinds_survivors_to_step_k():
@@ -493,3 +496,18 @@ def test_cli_magnitude_and_lottery_write_their_curves(tiny_bert_folder, tmp_path
     assert (out / "curve.png").is_file()
     model = lmlab.from_pretrained(out / "model")
     assert sparsity_of(prunable_linears(model)) == pytest.approx(0.75, abs=1e-3)
+
+
+def test_cli_magnitude_overwrite_trains_afresh(tiny_bert_folder, tmp_path):
+    """With --overwrite, a rerun into the same --out trains the model it was given: an earlier
+    run's checkpoint in out/train-0 was resumed (its weights and masks reported as this run's)."""
+    from lmlab.cli import main
+
+    out = tmp_path / "magnitude"
+    common = [str(tiny_bert_folder), "--task", "fortunes-topic", "--max-train-examples", "16",
+              "--batch-size", "8", "--max-length", "16", "--eval-examples", "8", "--steps", "2",
+              "--every", "1", "--out", str(out)]
+    assert main(["compress", "magnitude", *common, "--sparsity", "0.3"]) == 0
+    assert main(["compress", "magnitude", *common, "--sparsity", "0.6", "--overwrite"]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert rows[0]["sparsity"] == pytest.approx(0.6, abs=1e-3)

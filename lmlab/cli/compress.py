@@ -142,6 +142,15 @@ def _start(args: argparse.Namespace, what: str):
     return out, task, model, tokenizer
 
 
+def _fresh(folder):
+    """A training folder of this command, emptied first: under --overwrite an earlier run's
+    checkpoint there would be resumed (train_on_task refuses one)."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    return folder
+
+
 def _has_head(model, task) -> bool:
     from lmlab.finetune.heads import HEAD_FOR_TASK
     from lmlab.finetune.runner import check_head_matches
@@ -184,7 +193,7 @@ def _prune_heads(args: argparse.Namespace) -> int:
             raise LmlabError(f"{args.model} has no head for the task {task.name}: the heads "
                              "would be scored against a random classifier",
                              "fine-tune it first (lmlab finetune) or add --finetune-steps N")
-        train_on_task(model, tokenizer, task, out / "finetune", args.finetune_steps,
+        train_on_task(model, tokenizer, task, _fresh(out / "finetune"), args.finetune_steps,
                       max_length=args.max_length, progress=True)
     batches = task_batches(task, tokenizer, args.importance_split, args.importance_examples,
                            max_length=args.max_length)
@@ -265,9 +274,10 @@ def _magnitude(args: argparse.Namespace) -> int:
             hook = MagnitudePruningHook(pruned, target, start=args.steps // 10,
                                         end=max(args.steps // 10, (7 * args.steps) // 10),
                                         every=args.every, scope=args.scope, kind=args.schedule)
-            train_on_task(pruned, tokenizer, task, out / f"train-{index}", args.steps, [hook],
-                          lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
-                          seed=args.seed, max_train_examples=args.max_train_examples)
+            train_on_task(pruned, tokenizer, task, _fresh(out / f"train-{index}"), args.steps,
+                          [hook], lr=args.lr, batch_size=args.batch_size,
+                          max_length=args.max_length, seed=args.seed,
+                          max_train_examples=args.max_train_examples)
         else:
             modules = prunable_linears(pruned)
             apply_masks(modules, magnitude_masks(modules, target, args.scope))
@@ -306,7 +316,7 @@ def _lottery(args: argparse.Namespace) -> int:
     from lmlab.compress.magnitude import lottery_ticket, task_metric, train_on_task
 
     def train(m, hooks, round_):
-        train_on_task(m, tokenizer, task, out / f"round-{round_}", args.steps, hooks,
+        train_on_task(m, tokenizer, task, _fresh(out / f"round-{round_}"), args.steps, hooks,
                       lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
                       seed=args.seed, max_train_examples=args.max_train_examples)
 

@@ -266,11 +266,16 @@ def train_on_task(model: nn.Module, tokenizer, task, out_dir: str | Path, steps:
     from lmlab.finetune import data as fdata
     from lmlab.finetune.objective import TaskObjective
     from lmlab.tasks.sampling import sample_examples
+    from lmlab.training.checkpoint import latest_checkpoint
     from lmlab.training.config import TrainingConfig
     from lmlab.training.trainer import Trainer, seed_everything
 
     if steps < 1:
         raise LmlabError(f"{steps} training steps", "train for at least one step")
+    if latest_checkpoint(Path(out_dir) / "checkpoints") is not None:
+        raise LmlabError(f"{out_dir} holds a training checkpoint: the Trainer would resume it, "
+                         "replacing the model given by that run's weights (and its masks)",
+                         "train into a new folder")
     examples = task.split("train")
     if max_train_examples:
         examples = sample_examples(examples, max_train_examples)
