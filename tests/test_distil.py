@@ -337,6 +337,24 @@ print(json.dumps({{"layers": theirs.config.num_hidden_layers, "arch": type(their
     assert found["hidden"] < 1e-4 and found["logits"] < 1e-5 * max(found["scale"], 1.0) * 100
 
 
+def test_a_teacher_without_mlm_head_is_refused_before_overwrite_removes_a_run(shards,
+                                                                             tmp_path):
+    """--overwrite removes the run in --out; a teacher the loss cannot use (no MLM head while
+    alpha_ce > 0) is refused before that, so the run there survives the refusal."""
+    import dataclasses
+
+    teacher = save_with_tokenizer(tiny_teacher(heads=()), tmp_path / "teacher")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text("")
+    before = disk_snapshot(tmp_path)
+    config = dataclasses.replace(run_config(run, shards, 2), overwrite=True)
+    with pytest.raises(LmlabError, match="no masked-LM head"):
+        distil(DistilSettings(str(teacher), student_layers=2), config)
+    assert disk_snapshot(tmp_path) == before
+
+
 def test_the_command_refuses_a_student_deeper_than_its_teacher_before_any_work(
         shards, teacher_folder, tmp_path):
     before = disk_snapshot(tmp_path)

@@ -224,7 +224,7 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     teacher's forward passes).
     """
     from lmlab.models.catalog import resolve_short_name
-    from lmlab.objectives.distillation import Distillation
+    from lmlab.objectives.distillation import Distillation, check_teacher
     from lmlab.objectives.special_tokens import SpecialTokens
     from lmlab.training.distributed import barrier, init_distributed, resolve_device, shutdown
     from lmlab.training.pretrain import (
@@ -257,13 +257,16 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
                          "tokenizer: lmlab data tokenize --tokenizer TEACHER ...")
     record = RunRecord(hparams={**config.run_hparams(), "student_layers": list(layers)},
                        data=_data_record(config, tokenizer, tokenizer_dir))
+    teacher = load_init(resolve_short_name(settings.teacher), len(tokenizer))
+    # what the loss needs of the teacher (an MLM head for the soft targets), checked before the
+    # run folder is touched: --overwrite removes the run there (the student is of its shape)
+    check_teacher(teacher, teacher, settings.alpha_ce, settings.alpha_cos)
     prepare_run_folder(out, config.overwrite, run_config(cfg, record), what="distillation run")
     # under torchrun: no rank writes into --out before every rank has checked it
     barrier(init_distributed(resolve_device(cfg.device, int(os.environ.get("LOCAL_RANK", 0)))))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    teacher = load_init(resolve_short_name(settings.teacher), len(tokenizer))
     student = make_student(teacher, layers)
     objective = Distillation(SpecialTokens.from_tokenizer(tokenizer), teacher=teacher,
                              **{k: v for k, v in settings.objective_args().items()
