@@ -124,3 +124,19 @@ def test_factorised_model_saves_and_reloads_in_a_new_process(tmp_path):
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["ranks"] == {r.name: r.rank for r in rows}
     assert torch.equal(torch.tensor(got["logits"]), expected)
+
+
+def test_cli_refuses_unknown_modules_before_evaluating(tiny_bert_folder, tmp_path, capsys,
+                                                       monkeypatch):
+    import lmlab.cli.compress as command
+    import lmlab.compress.magnitude as magnitude
+    from lmlab.cli import main
+
+    monkeypatch.setattr(command, "_has_head", lambda model, task: True)
+    monkeypatch.setattr(magnitude, "task_metric",
+                        lambda *args, **kwargs: pytest.fail("evaluated before the check"))
+    out = tmp_path / "low"
+    assert main(["compress", "low-rank", str(tiny_bert_folder), "--rank", "4", "--modules",
+                 "nothing", "--task", "fortunes-topic", "--out", str(out)]) == 2
+    assert "no linear layer matches" in capsys.readouterr().err
+    assert not out.exists()

@@ -511,3 +511,17 @@ def test_cli_magnitude_overwrite_trains_afresh(tiny_bert_folder, tmp_path):
     assert main(["compress", "magnitude", *common, "--sparsity", "0.6", "--overwrite"]) == 0
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows[0]["sparsity"] == pytest.approx(0.6, abs=1e-3)
+
+
+def test_cli_refuses_an_unknown_split_before_training(tiny_bert_folder, tmp_path, capsys):
+    from lmlab.cli import main
+
+    out = tmp_path / "heads"
+    for split in ("--eval-split", "--importance-split"):
+        assert main(["compress", "prune-heads", str(tiny_bert_folder), "--task", "fortunes-topic",
+                     "--finetune-steps", "1", split, "nope", "--out", str(out)]) == 2
+        assert "has no split 'nope'" in capsys.readouterr().err
+    assert main(["compress", "magnitude", str(tiny_bert_folder), "--task", "fortunes-topic",
+                 "--steps", "1", "--eval-split", "nope", "--out", str(out)]) == 2
+    assert "has no split 'nope'" in capsys.readouterr().err
+    assert not out.exists()  # nothing fine-tuned or written

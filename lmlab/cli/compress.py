@@ -136,6 +136,11 @@ def _start(args: argparse.Namespace, what: str):
             from lmlab.tasks import load_builtin_task
 
             task = load_builtin_task(args.task, size=args.size)
+        task.split(args.eval_split)  # an unknown split is refused before any training
+        if getattr(args, "importance_split", None):
+            task.split(args.importance_split)
+        if getattr(args, "steps", 0) or getattr(args, "finetune_steps", 0):
+            task.split("train")
     from lmlab.finetune.runner import load_model
 
     model, tokenizer, _ = load_model(args.model)
@@ -352,8 +357,10 @@ def _low_rank(args: argparse.Namespace) -> int:
     if args.energy is not None and not 0 < args.energy <= 1:
         raise LmlabError(f"--energy {args.energy} is outside (0, 1]", "e.g. --energy 0.9")
     out, task, model, tokenizer = _start(args, "low-rank results")
-    from lmlab.compress.lowrank import low_rank, summary
+    from lmlab.compress.lowrank import low_rank, select_linears, summary
 
+    modules = [m.strip() for m in args.modules.split(",") if m.strip()] or None
+    select_linears(model, modules)  # refuse unknown names before the first evaluation
     evaluate = None
     before = None
     if task is not None:
@@ -365,7 +372,6 @@ def _low_rank(args: argparse.Namespace) -> int:
         evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length,
                            args.eval_examples)
         before = evaluate(model)
-    modules = [m.strip() for m in args.modules.split(",") if m.strip()] or None
     rows = low_rank(model, rank=args.rank, energy=args.energy, modules=modules)
     report = summary(rows, model)
     if evaluate is not None:

@@ -106,6 +106,20 @@ def layer_linears(model: nn.Module) -> dict[str, nn.Linear]:
     return prunable_linears(model)
 
 
+def select_linears(model: nn.Module, modules: list[str] | None = None) -> dict[str, nn.Linear]:
+    """The layers' linear maps named by ``modules`` (names or name endings; default all),
+    refusing names that match none (callers check this before any work)."""
+    linears = layer_linears(model)
+    if modules:
+        chosen = {n: m for n, m in linears.items()
+                  if any(n == key or n.endswith("." + key) for key in modules)}
+        if not chosen:
+            raise LmlabError(f"no linear layer matches {modules}",
+                             "name modules such as q_proj, o_proj, up_proj, down_proj")
+        linears = chosen
+    return linears
+
+
 def low_rank(model: nn.Module, rank: int | None = None, energy: float | None = None,
              modules: list[str] | None = None, only_if_smaller: bool = True
              ) -> list[Factorised]:
@@ -126,14 +140,7 @@ def low_rank(model: nn.Module, rank: int | None = None, energy: float | None = N
         raise LmlabError(f"rank {rank}", "give a rank of at least 1")
     if energy is not None:
         rank_for_energy(torch.ones(1), energy)  # checks the range before any work
-    linears = layer_linears(model)
-    if modules:
-        chosen = {n: m for n, m in linears.items()
-                  if any(n == key or n.endswith("." + key) for key in modules)}
-        if not chosen:
-            raise LmlabError(f"no linear layer matches {modules}",
-                             "name modules such as q_proj, o_proj, up_proj, down_proj")
-        linears = chosen
+    linears = select_linears(model, modules)
     rows = []
     record = dict(model.config.extra.get(LOW_RANK_KEY, {}))
     for name, linear in linears.items():
