@@ -332,6 +332,8 @@ def test_sparsity_schedules():
         magnitude_masks({}, 1.0)
     with pytest.raises(LmlabError, match="schedule"):
         sparsity_at(5, 0.5, 0, 10, kind="exp")
+    with pytest.raises(LmlabError, match="above the final"):  # a falling target would unmask
+        MagnitudePruningHook(_bert(), final=0.3, start=0, end=10, initial=0.5)
 
 
 def _tiny_task():

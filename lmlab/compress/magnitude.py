@@ -161,6 +161,9 @@ class MagnitudePruningHook(MaskHook):
                  scope: Scope = "global", kind: Schedule = "cubic", initial: float = 0.0):
         _check_sparsity(final)
         _check_sparsity(initial)
+        if initial > final:  # the masks only grow: a removed weight is never restored
+            raise LmlabError(f"initial sparsity {initial} is above the final {final}",
+                             "give an initial sparsity at most the final one")
         if start < 0 or end < start or every < 1:
             raise LmlabError(f"pruning steps start={start}, end={end}, every={every}",
                              "use 0 <= start <= end and every >= 1")
