@@ -225,6 +225,20 @@ def test_cli_refuses_unsupported_model_cleanly(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_finetuning_an_int8_model_is_refused_before_any_work(tmp_path):
+    """Its Int8Linear layers have no trainable weights: fine-tuning trained the rest silently,
+    then failed to save the model (KeyError) after the whole run."""
+    from lmlab.finetune.runner import finetune
+    from lmlab.tasks import load_builtin_task
+
+    out = save_quantized(quantize_int8(tiny_bert().eval()), tmp_path / "int8")
+    with pytest.raises(LmlabError, match="int8-quantised") as error:
+        finetune(load_builtin_task("fortunes-topic"), out, tmp_path / "run", epochs=1,
+                 show_progress=False)
+    assert "fp32" in error.value.fix
+    assert not (tmp_path / "run").exists()
+
+
 def test_damaged_folder_is_refused(tmp_path):
     model = quantize_int8(tiny_bert().eval())
     out = save_quantized(model, tmp_path / "int8")
