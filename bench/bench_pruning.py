@@ -5,7 +5,8 @@ For all-MiniLM-L6-v2 (``--model minilm``) or a randomly initialised BERT-base-sh
 removed (the same number in every layer, chosen by :func:`lmlab.compress.heads.prune_heads`, so
 the matrices really shrink), and every layer's linear maps factorised at the ranks of
 ``--ranks`` (:mod:`lmlab.compress.lowrank`). For each variant: the forward FLOPs counted by
-``FlopCounterMode`` on the timed batch (so the removed fraction is measured, not assumed), the
+``FlopCounterMode`` on the timed batch, attention products included (so the removed fraction
+is measured, not assumed), the
 parameters, and the median forward time of the batch (real wordnet-supersense dev sentences,
 MiniLM's tokenizer, concatenated and cut into ``--batch`` rows of ``--length`` tokens: no
 padding), the variants alternating each repetition.
@@ -101,7 +102,10 @@ def main() -> int:
 
     inputs = batch(args.batch, args.length)
     models = variants(base_model(args.model), fractions, ranks)
-    flops = {name: measure_flops(m, inputs, training=False)[0] for name, m in models.items()}
+    # output_attentions: the eager attention path, whose score and context products the
+    # counter sees (it does not count the CPU fused SDPA kernel the timed runs use)
+    flops = {name: measure_flops(m, {**inputs, "output_attentions": True}, training=False)[0]
+             for name, m in models.items()}
 
     def timer(model):
         def run() -> float:
