@@ -239,6 +239,19 @@ def test_finetuning_an_int8_model_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_model_whose_folder_would_not_load_is_not_saved(tmp_path):
+    """Prompt tuning's virtual tokens are not rebuilt from config.json: such a folder was
+    written, then refused on loading ("unexpected transformer.prompt_embeddings.weight")."""
+    from lmlab.adapt import apply_method
+
+    model = tiny_bert().eval()
+    apply_method(model, "prompt")
+    quantize_int8(model)
+    with pytest.raises(LmlabError, match="prompt_embeddings"):
+        save_quantized(model, tmp_path / "int8")
+    assert not (tmp_path / "int8").exists()
+
+
 def test_damaged_folder_is_refused(tmp_path):
     model = quantize_int8(tiny_bert().eval())
     out = save_quantized(model, tmp_path / "int8")

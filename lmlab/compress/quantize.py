@@ -292,6 +292,12 @@ def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,
     if not hasattr(model, "config") or not hasattr(model, "heads"):
         raise LmlabError(f"cannot save a quantised {type(model).__name__}",
                          "quantise a model loaded with lmlab.from_pretrained")
+    stray = _not_rebuilt(model, layers)
+    if stray:
+        raise LmlabError(f"the model has tensors that a model built from its config lacks "
+                         f"({', '.join(stray[:3])}): the saved folder would not load",
+                         "quantise the model without them (prompt or prefix tuning's virtual "
+                         "tokens have no place in a quantised folder); this one works in memory")
     path = Path(path)
     check_output_folder(path, overwrite, "quantised model", ignore=(".*.tmp",))
     first = model.get_submodule(layers[0])
@@ -304,6 +310,23 @@ def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
     return path
+
+
+def _not_rebuilt(model: nn.Module, layers: list[str]) -> list[str]:
+    """The state-dict entries of ``model`` (outside its int8 layers) that :func:`load_quantized`
+    would not find in the model it builds from the config and heads, or that it would miss."""
+    from lmlab.models.model import LanguageModel
+    from lmlab.models.seq2seq import EncoderDecoderModel
+
+    def outside(keys: Any) -> set[str]:
+        return {k for k in keys if not any(k.startswith(f"{layer}.") for layer in layers)}
+
+    ours = outside(model.state_dict().keys())
+    model_class = EncoderDecoderModel if model.config.is_encoder_decoder else LanguageModel
+    with torch.device("meta"):
+        fresh = model_class(model.config, heads=list(model.heads),
+                            with_pooler=any(k.startswith("pooler.") for k in ours) or None)
+    return sorted(ours ^ outside(fresh.state_dict().keys()))
 
 
 def load_quantized(path: str | Path, engine: str | None = None, head: Any = None,
