@@ -115,6 +115,14 @@ def test_pruned_model_equals_transformers_bert_with_those_heads_zeroed(tmp_path)
     assert_close_rounding(actual[real], expected[real], terms=HIDDEN, depth=2 * LAYERS)
 
 
+def test_pruning_keeps_frozen_weights_and_biases_frozen():
+    model = _bert()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    prune_heads(model, PLAN)
+    assert not any(p.requires_grad for p in model.parameters())
+
+
 def test_iterative_pruning_numbers_heads_by_their_original_index():
     model = _bert()
     prune_heads(model, {0: [0]})  # layer 0 now holds original heads 1, 2, 3

@@ -112,6 +112,7 @@ def _sliced(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
         if linear.bias is not None:
             bias = linear.bias.detach()
             new.bias.copy_(bias.index_select(0, index.to(bias.device)) if dim == 0 else bias)
+            new.bias.requires_grad_(linear.bias.requires_grad)
     new.weight.requires_grad_(linear.weight.requires_grad)
     return new
 
