@@ -157,6 +157,22 @@ def test_refusals_before_any_work(tmp_path):
     assert not (tmp_path / "a").exists()
 
 
+def test_real_token_diff_masks_per_token_outputs_only():
+    """Padding positions are skipped in (B, T, ...) outputs; a pooled (B, C) output is compared
+    whole, also when its class count equals the sequence length."""
+    mask = np.array([[1, 1, 0], [1, 0, 0]])
+    ref = np.zeros((2, 3, 4))
+    got = ref.copy()
+    got[0, 2] = 5.0  # padding position
+    assert real_token_diff(got, ref, mask) == 0.0
+    got[1, 0, 3] = 0.5  # real token
+    assert real_token_diff(got, ref, mask) == 0.5
+    pooled = np.zeros((2, 3))
+    wrong = pooled.copy()
+    wrong[1, 2] = 2.0  # class 2 of row 1: not a padding position
+    assert real_token_diff(wrong, pooled, mask) == 2.0
+
+
 def test_a_file_that_fails_its_check_is_not_left_behind(tmp_path, monkeypatch):
     """An export whose onnxruntime outputs disagree with lmlab's raises and leaves neither the
     file nor (over an earlier export) the earlier export's record of a passed check."""

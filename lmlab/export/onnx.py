@@ -212,7 +212,8 @@ def check_export(model: nn.Module, folder: str | Path, head: str, rtol: float = 
 def real_token_diff(got: np.ndarray, ref: np.ndarray, attention_mask: np.ndarray) -> float:
     """Largest |got - ref| over real tokens (per-token outputs) or over all (pooled outputs)."""
     diff = np.abs(got - ref)
-    if diff.ndim >= 2 and diff.shape[:2] == attention_mask.shape:
+    # per-token outputs are (B, T, ...); a pooled (B, C) output is not masked even when C == T
+    if diff.ndim >= 3 and diff.shape[:2] == attention_mask.shape:
         diff = diff[attention_mask.astype(bool)]
     return float(diff.max())
 
