@@ -226,18 +226,17 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     from lmlab.models.catalog import resolve_short_name
     from lmlab.objectives.distillation import Distillation, check_teacher
     from lmlab.objectives.special_tokens import SpecialTokens
-    from lmlab.training.distributed import barrier, init_distributed, resolve_device, shutdown
+    from lmlab.training.distributed import barrier, init_distributed, resolve_device
     from lmlab.training.pretrain import (
         ModelSettings,
         ObjectiveSettings,
         _data_record,
-        _streams,
         find_tokenizer,
         load_init,
+        train_on_shards,
     )
-    from lmlab.training.report import copy_tokenizer
     from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
-    from lmlab.training.trainer import Trainer, seed_everything
+    from lmlab.training.trainer import seed_everything
 
     teacher_cfg, layers = settings.validate()
     config = dataclasses.replace(
@@ -275,20 +274,7 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     print(f"lmlab distil: student of teacher layers {list(layers)} "
           f"({student.num_parameters():,} parameters; teacher {teacher.num_parameters():,})",
           flush=True)
-    stream, eval_batches = _streams(config, objective)
-    if not (out / "tokenizer").exists() and int(os.environ.get("RANK", 0)) == 0:
-        copy_tokenizer(tokenizer_dir, out / "tokenizer")
-    record.model = student.config.to_dict()
-    record.objective = {"spec": "distil", "heads": list(student.heads.keys())}
-    trainer = Trainer(student, objective, stream, cfg, out, eval_batches=eval_batches,
-                      record=record, tokenizer_dir=out / "tokenizer",
-                      track_cost=config.track_cost,
-                      cost_settings={k: v for k, v in dataclasses.asdict(config.cost).items()
-                                     if v is not None})
-    try:
-        return trainer.train()
-    finally:
-        shutdown(trainer.dist)
+    return train_on_shards(config, student, objective, record, tokenizer_dir)
 
 
 # -- task-specific distillation ---------------------------------------------------------------------

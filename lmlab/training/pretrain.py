@@ -409,7 +409,6 @@ def pretrain(config: PretrainConfig) -> TrainResult:
     (with the tokenizer: self-contained) and ``report.md``; under torchrun every rank calls
     this and the files are written once.
     """
-    from lmlab.training.report import copy_tokenizer
     from lmlab.training.run_dir import prepare_run_folder, run_config
 
     config.validate()
@@ -422,8 +421,8 @@ def pretrain(config: PretrainConfig) -> TrainResult:
 
     import torch
 
-    from lmlab.training.distributed import barrier, init_distributed, resolve_device, shutdown
-    from lmlab.training.trainer import Trainer, seed_everything
+    from lmlab.training.distributed import barrier, init_distributed, resolve_device
+    from lmlab.training.trainer import seed_everything
 
     # under torchrun: no rank writes into --out (rank 0 copies the tokenizer below, or has
     # removed the old run with overwrite) before every rank has checked it
@@ -433,6 +432,19 @@ def pretrain(config: PretrainConfig) -> TrainResult:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     model, objective = _model_and_objective(config, tokenizer)
+    return train_on_shards(config, model, objective, record, tokenizer_dir)
+
+
+def train_on_shards(config: PretrainConfig, model: Any, objective: Any, record: RunRecord,
+                    tokenizer_dir: Path) -> TrainResult:
+    """Train ``model`` with ``objective`` on ``config``'s shards into the prepared run folder
+    ``config.out``: the streams, the run's copy of the tokenizer, the Trainer (the end of
+    :func:`pretrain` and of :func:`lmlab.compress.distil.distil`)."""
+    from lmlab.training.distributed import shutdown
+    from lmlab.training.report import copy_tokenizer
+    from lmlab.training.trainer import Trainer
+
+    out, cfg = Path(config.out), config.training
     stream, eval_batches = _streams(config, objective)
     if not (out / "tokenizer").exists() and int(os.environ.get("RANK", 0)) == 0:
         copy_tokenizer(tokenizer_dir, out / "tokenizer")
