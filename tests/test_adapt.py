@@ -142,6 +142,32 @@ def test_incremental_decoding_equals_the_full_pass(family, method):
     assert_close_rounding(torch.cat(steps, dim=1), full, terms=64, depth=6)
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("method", ["prompt", "prefix"])
+def test_generate_with_virtual_tokens_continues_as_the_training_call(family, method):
+    """generate (cache or none: explicit position ids counting real tokens) picks the tokens a
+    plain call (the training call, no position ids) ranks first: the virtual tokens' cache
+    length is not taken for prompt tokens, and real positions follow the virtual ones."""
+    from lmlab.generation.generate import _Decoder, generate
+
+    model = _model(family, head=None)
+    apply_method(model, method, **OPTIONS[method])
+    _perturb(model)
+    model.eval()
+    ids = torch.tensor([[5, 9, 13, 2, 7]])
+    with torch.no_grad():
+        step = _Decoder(model, use_cache=False).logits(ids, torch.ones_like(ids))
+        plain = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, -1]
+        assert_close_rounding(step, plain.float(), terms=64, depth=6)
+        expected = ids
+        for _ in range(5):
+            logits = model(input_ids=expected, attention_mask=torch.ones_like(expected)).logits
+            expected = torch.cat([expected, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        for use_cache in (True, False):
+            got = generate(model, ids, max_new_tokens=5, use_cache=use_cache)
+            assert torch.equal(got, expected), (use_cache, got, expected)
+
+
 def test_adapters_load_in_a_fresh_process(tmp_path):
     """Each method's file, loaded on its base model by another Python process, gives the
     outputs of the model that saved it."""

@@ -105,8 +105,11 @@ def _prompt_pre_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any]
     reference = ids if ids is not None else embeds
     batch, device = reference.shape[0], reference.device
     _grow_mask(kwargs, n, batch, device)
-    if cache is not None and cache.seq_len() > 0:
-        return args, kwargs  # the cache holds the virtual tokens already
+    positions = kwargs.get("position_ids")
+    if cache is not None and cache.seq_len() > 0:  # the cache holds the virtual tokens already
+        if positions is not None:  # the caller counts real tokens; they follow the n virtual
+            kwargs["position_ids"] = positions + n
+        return args, kwargs
     embeddings = transformer.embeddings
     if embeds is None:
         embeds = embeddings.word_embeddings(ids) * embeddings.scale
@@ -117,7 +120,6 @@ def _prompt_pre_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any]
     if types is not None:
         kwargs["token_type_ids"] = torch.cat(
             [torch.zeros(batch, n, dtype=types.dtype, device=device), types], dim=1)
-    positions = kwargs.get("position_ids")
     if positions is not None:
         front = torch.arange(n, device=device).expand(batch, n)
         kwargs["position_ids"] = torch.cat([front, positions + n], dim=1)
@@ -144,6 +146,8 @@ def _prefix_pre_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any]
         reference = kwargs["inputs_embeds"]
     batch, device = reference.shape[0], reference.device
     _grow_mask(kwargs, prefix.num_virtual_tokens, batch, device)
+    if kwargs.get("position_ids") is not None:  # real tokens' positions follow the prefix, as
+        kwargs["position_ids"] = kwargs["position_ids"] + prefix.num_virtual_tokens  # default
     cache = kwargs.get("past_key_values")
     if cache is None or cache.seq_len() == 0:
         dtype = transformer.embeddings.word_embeddings.weight.dtype

@@ -206,6 +206,7 @@ class _Decoder:
         self.model = model
         self.use_cache = use_cache
         self.cache = None
+        self.fed = 0  # tokens of the sequences in the cache (it may hold more: virtual tokens)
 
     def logits(self, sequences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Next-token logits (B, V) in float32 for the sequences so far.
@@ -215,7 +216,7 @@ class _Decoder:
         projection, for logits nobody reads."""
         positions = _positions(mask)
         if self.use_cache and self.cache is not None:
-            past = self.cache.seq_len()
+            past = self.fed
             out = self.model(input_ids=sequences[:, past:], attention_mask=mask,
                              position_ids=positions[:, past:], past_key_values=self.cache,
                              use_cache=True, heads=[])
@@ -224,6 +225,7 @@ class _Decoder:
                              use_cache=self.use_cache, heads=[])
         if self.use_cache:
             self.cache = out.past_key_values
+            self.fed = sequences.shape[1]
         last = out.last_hidden_state[:, -1:]  # (B, 1, H)
         return self.model.run_head("clm", last, None, mask[:, -1:])[:, -1].float()
 
