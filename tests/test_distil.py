@@ -246,6 +246,20 @@ def test_the_objective_weighs_the_three_terms_as_distilbert():
     assert result.metrics["cos_loss"] == pytest.approx(float(cos), rel=1e-5, abs=1e-6)
     assert float(result.loss.detach()) == pytest.approx(float(5 * ce + 2 * mlm + cos), rel=1e-5)
     assert result.num_predictions == int(real.sum())
+    # restrict_ce_to_mask: the soft targets at the masked positions only, the rest unchanged
+    restricted = Distillation(special(), teacher=teacher, temperature=2.0,
+                              restrict_ce_to_mask=True)
+    restricted.prepare(student)
+    result = restricted.compute_loss(student, batch)
+    with torch.no_grad():
+        ce_masked = torch.nn.KLDivLoss(reduction="batchmean")(
+            torch.log_softmax(s_logits[masked] / 2, -1),
+            torch.softmax(t_logits[masked] / 2, -1)) * 4
+    assert abs(float(ce_masked) - float(ce)) > 1e-3  # the two position sets differ here
+    assert result.metrics["ce_loss"] == pytest.approx(float(ce_masked), rel=1e-5)
+    assert result.metrics["mlm_loss"] == pytest.approx(float(mlm), rel=1e-5)
+    assert float(result.loss.detach()) == pytest.approx(float(5 * ce_masked + 2 * mlm + cos),
+                                                        rel=1e-5)
 
 
 def test_a_teacher_without_an_mlm_head_is_refused_while_soft_targets_are_on():
