@@ -174,3 +174,52 @@ def test_peft_lora_on_the_wrong_base_is_refused(tmp_path):
     _hf_base("llama", tmp_path / "llama")
     with pytest.raises(LmlabError, match="cannot map onto this llama model"):
         load_peft(tmp_path / "adapter", lmlab.from_pretrained(tmp_path / "llama"))
+
+
+def test_prefix_tuned_classifier_parity_both_ways(tmp_path):
+    """A prompt-learning PeftModel saves its task head (modules_to_save) as
+    ``base_model.classifier.*`` (no ``.model``): read into lmlab's head, and written there."""
+    base = _hf_base("bert-cls", tmp_path / "base")
+    peft_model = peft.get_peft_model(base, peft.PrefixTuningConfig(
+        task_type="SEQ_CLS", num_virtual_tokens=3)).eval()
+    with torch.no_grad():
+        peft_model.prompt_encoder["default"].embedding.weight.normal_()
+        peft_model.base_model.classifier.modules_to_save["default"].weight.normal_()
+    peft_model.save_pretrained(tmp_path / "adapter")
+    ours = load_peft(tmp_path / "adapter", lmlab.from_pretrained(tmp_path / "base"))
+    _compare("bert-cls", ours, peft_model)
+
+    save_peft(ours, tmp_path / "written")
+    theirs = peft.PeftModel.from_pretrained(_hf_base("bert-cls", tmp_path / "base2"),
+                                            tmp_path / "written").eval()
+    _compare("bert-cls", ours, theirs)
+
+
+def test_peft_tensors_lmlab_cannot_place_are_refused(tmp_path):
+    """modules_to_save beyond a task head (here the pooler) are refused, not dropped."""
+    base = _hf_base("bert-cls", tmp_path / "base")
+    peft.get_peft_model(base, peft.LoraConfig(
+        r=2, target_modules=["query"], task_type="SEQ_CLS",
+        modules_to_save=["pooler"])).save_pretrained(tmp_path / "adapter")
+    with pytest.raises(LmlabError, match="no place for.*pooler"):
+        load_peft(tmp_path / "adapter", lmlab.from_pretrained(tmp_path / "base"))
+
+
+def test_classifiers_peft_computes_differently_are_refused(tmp_path):
+    """PEFT's prompt-tuned classifier pools a virtual token; lmlab's mean pooling is no
+    transformers head: both refused (reading and writing) rather than converted silently."""
+    base = _hf_base("bert-cls", tmp_path / "base")
+    peft.get_peft_model(base, peft.PromptTuningConfig(
+        task_type="SEQ_CLS", num_virtual_tokens=2)).save_pretrained(tmp_path / "prompt")
+    with pytest.raises(LmlabError, match="first virtual token"):
+        load_peft(tmp_path / "prompt", lmlab.from_pretrained(tmp_path / "base"))
+    ours = lmlab.from_pretrained(tmp_path / "base")
+    apply_method(ours, "prompt", num_virtual_tokens=2)
+    with pytest.raises(LmlabError, match="first virtual token"):
+        save_peft(ours, tmp_path / "written")
+    ours = lmlab.from_pretrained(tmp_path / "base")
+    ours.config.extra["pooling"] = "mean"
+    apply_method(ours, "lora", r=2)
+    with pytest.raises(LmlabError, match="pools by 'mean'"):
+        save_peft(ours, tmp_path / "written")
+    assert not (tmp_path / "written").exists()

@@ -34,6 +34,9 @@ from lmlab.utils.io import atomic_path, atomic_write_json, read_json
 PEFT_CONFIG = "adapter_config.json"
 PEFT_WEIGHTS = "adapter_model.safetensors"
 KEY_PREFIX = "base_model.model."
+#: a prompt-learning PeftModel holds the transformers model itself as ``base_model``: its
+#: modules_to_save (the task head) are saved under ``base_model.<module>``
+PROMPT_KEY_PREFIX = "base_model."
 #: PEFT's peft_type -> lmlab method
 PEFT_METHODS = {"LORA": "lora", "PROMPT_TUNING": "prompt", "PREFIX_TUNING": "prefix"}
 #: lmlab head -> PEFT task_type (no head: FEATURE_EXTRACTION)
@@ -90,6 +93,14 @@ def save_peft(model: nn.Module, folder: str | Path, base_model: str | Path | Non
     if task_type is None:
         raise LmlabError(f"PEFT has no task type for lmlab's {heads[0]!r} head",
                          f"use one of the heads {', '.join(TASK_TYPES)} or none")
+    pooling = model.config.extra.get("pooling")
+    if task_type == "SEQ_CLS" and pooling in ("mean", "concat"):
+        raise LmlabError(f"the sequence-classification head pools by {pooling!r}, which the "
+                         "transformers class PEFT wraps does not (it reads the first token)",
+                         "train the head with the family's pooling to save it for PEFT, or "
+                         "save it with lmlab.adapt.save_adapter")
+    if task_type == "SEQ_CLS" and record.method == "prompt":
+        raise LmlabError(_PROMPT_CLS_PROBLEM, _PROMPT_CLS_FIX)
     config: dict[str, Any] = {
         "peft_type": {v: k for k, v in PEFT_METHODS.items()}[record.method],
         "task_type": task_type, "inference_mode": True, "peft_version": PEFT_VERSION,
@@ -101,7 +112,8 @@ def save_peft(model: nn.Module, folder: str | Path, base_model: str | Path | Non
     else:
         tensors, prompt_config = _prompt_tensors(model, record.method)
         config.update(prompt_config)
-    head_tensors, modules = _head_tensors(model)
+    head_tensors, modules = _head_tensors(
+        model, KEY_PREFIX if record.method == "lora" else PROMPT_KEY_PREFIX)
     tensors.update(head_tensors)
     config["modules_to_save"] = modules or None
     folder.mkdir(parents=True, exist_ok=True)
@@ -189,7 +201,7 @@ def _prompt_tensors(model: nn.Module, method: str
         "num_transformer_submodules": 1, **extra}
 
 
-def _head_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]:
+def _head_tensors(model: nn.Module, prefix: str) -> tuple[dict[str, torch.Tensor], list[str]]:
     """The task heads' tensors under their transformers names (PEFT's modules_to_save)."""
     from lmlab.adapt import _head_parameters
 
@@ -198,7 +210,7 @@ def _head_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]
     tensors, modules = {}, []
     for rule in _rules(model, bool(model.heads)):
         if len(rule.ours_names) == 1 and rule.ours_names[0] in own:
-            tensors[KEY_PREFIX + rule.theirs] = params[rule.ours_names[0]]
+            tensors[prefix + rule.theirs] = params[rule.ours_names[0]]
             top = rule.theirs.split(".")[0]
             if top not in modules:
                 modules.append(top)
@@ -206,6 +218,13 @@ def _head_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]
 
 
 # -- reading ---------------------------------------------------------------------------------------
+_PROMPT_CLS_PROBLEM = ("a prompt-tuned sequence classifier reads its sentence vector at the first "
+                       "real token in lmlab and at the first virtual token in PEFT: the same "
+                       "weights classify differently")
+_PROMPT_CLS_FIX = ("use prefix tuning or LoRA for a sequence classifier that moves between "
+                   "lmlab and PEFT")
+
+
 def read_peft_config(folder: str | Path) -> dict[str, Any]:
     """A PEFT ``adapter_config.json``, its method checked (unsupported ones refused)."""
     folder = Path(folder)
@@ -229,6 +248,8 @@ def read_peft_config(folder: str | Path) -> dict[str, Any]:
                 refused.append(f"{key}={config[key]!r}")
     elif kind == "PREFIX_TUNING" and config.get("prefix_projection"):
         refused.append("prefix_projection=true")
+    elif kind == "PROMPT_TUNING" and config.get("task_type") == "SEQ_CLS":
+        raise LmlabError(f"{folder}: {_PROMPT_CLS_PROBLEM}", _PROMPT_CLS_FIX)
     if config.get("num_transformer_submodules", 1) not in (1, None):
         refused.append(f"num_transformer_submodules={config['num_transformer_submodules']}")
     if refused:
@@ -258,17 +279,25 @@ def load_peft(folder: str | Path, base: str | Path | nn.Module | None = None) ->
     family = _family(model)
     with_prefix = bool(family.base_prefix) and any(
         k.startswith(f"{KEY_PREFIX}{family.base_prefix}.") for k in tensors)
-    _read_heads(model, tensors, config, with_prefix)
     method = PEFT_METHODS[config["peft_type"]]
+    head_prefix = KEY_PREFIX if method == "lora" else PROMPT_KEY_PREFIX
+    _read_heads(model, tensors, config, head_prefix)
     if method == "lora":
-        _load_lora(model, tensors, config, with_prefix, str(folder))
+        used = _load_lora(model, tensors, config, with_prefix, str(folder))
     else:
-        _load_virtual_tokens(model, tensors, config, method, str(folder))
+        used = _load_virtual_tokens(model, tensors, config, method, str(folder))
+    used |= _load_head_tensors(model, tensors, head_prefix)
+    left = sorted(set(tensors) - used)
+    if left:  # e.g. modules_to_save that are no task head lmlab has: never dropped silently
+        raise LmlabError(f"{folder}: tensors lmlab has no place for on this "
+                         f"{model.config.family} model: {left[:5]}",
+                         "save the adapter with only the method's tensors and a task head "
+                         "(modules_to_save: the classifier)")
     return model.eval()
 
 
 def _read_heads(model: nn.Module, tensors: dict[str, torch.Tensor], config: dict[str, Any],
-                with_prefix: bool) -> None:
+                prefix: str) -> None:
     """Give ``model`` the task head whose tensors the file holds (PEFT's modules_to_save)."""
     from lmlab.finetune.heads import add_task_head
 
@@ -282,7 +311,7 @@ def _read_heads(model: nn.Module, tensors: dict[str, torch.Tensor], config: dict
     from lmlab.interop.families import TASK_LAYOUTS
 
     last = list(TASK_LAYOUTS[layout].values())[-1]
-    weight = tensors.get(f"{KEY_PREFIX}{last}.weight")
+    weight = tensors.get(f"{prefix}{last}.weight")
     if weight is not None:
         add_task_head(model, head, int(weight.shape[0]))
 
@@ -313,6 +342,7 @@ def _load_lora(model: nn.Module, tensors: dict[str, torch.Tensor], config: dict[
     apply_method(model, "lora", r=r, alpha=alpha, dropout=float(config.get("lora_dropout", 0.0)),
                  targets=tuple(sorted(names)), rslora=bool(config.get("use_rslora", False)))
     modules = dict(model.named_modules())
+    used = set()
     with torch.no_grad():
         for theirs in found:
             a = tensors[f"{KEY_PREFIX}{theirs}.lora_A.weight"]
@@ -327,11 +357,12 @@ def _load_lora(model: nn.Module, tensors: dict[str, torch.Tensor], config: dict[
             for ours, rows in zip(parts, b.split(widths)):
                 modules[ours].lora_A.weight.copy_(a)
                 modules[ours].lora_B.weight.copy_(rows)
-    _load_head_tensors(model, tensors, with_prefix)
+            used |= {f"{KEY_PREFIX}{theirs}.lora_A.weight", f"{KEY_PREFIX}{theirs}.lora_B.weight"}
+    return used
 
 
 def _load_virtual_tokens(model: nn.Module, tensors: dict[str, torch.Tensor],
-                         config: dict[str, Any], method: str, where: str) -> None:
+                         config: dict[str, Any], method: str, where: str) -> set[str]:
     weight = tensors.get("prompt_embeddings")
     if weight is None:
         raise LmlabError(f"{where} has no prompt_embeddings tensor", "re-save it with peft")
@@ -344,15 +375,20 @@ def _load_virtual_tokens(model: nn.Module, tensors: dict[str, torch.Tensor],
                          "load it on the base model it was trained on")
     with torch.no_grad():
         target.copy_(weight)
-    _load_head_tensors(model, tensors, any(k.startswith(KEY_PREFIX) for k in tensors))
+    return {"prompt_embeddings"}
 
 
 def _load_head_tensors(model: nn.Module, tensors: dict[str, torch.Tensor],
-                       with_prefix: bool) -> None:
+                       prefix: str) -> set[str]:
+    """Copy the task head's tensors (PEFT's modules_to_save under ``prefix``); returns their
+    keys."""
     params = dict(model.named_parameters())
+    used = set()
     with torch.no_grad():
         for rule in _rules(model, bool(model.heads)):
-            key = KEY_PREFIX + rule.theirs
+            key = prefix + rule.theirs
             if len(rule.ours_names) == 1 and rule.ours_names[0].startswith("heads.") \
                     and key in tensors:
                 params[rule.ours_names[0]].copy_(tensors[key])
+                used.add(key)
+    return used
