@@ -125,8 +125,9 @@ def test_runs_under_bf16_autocast():
         fp32 = model(input_ids=ids).last_hidden_state
         with torch.autocast("cpu", dtype=torch.bfloat16):
             bf16 = model(input_ids=ids).last_hidden_state.float()
+    # bf16 rounds to 2^-9 relative; cosine 0.999 allows a ~4% relative deviation per token
     cosine = nn.functional.cosine_similarity(bf16.flatten(0, 1), fp32.flatten(0, 1), dim=-1)
-    assert cosine.min() > 0.98, cosine.min()
+    assert cosine.min() > 0.999, cosine.min()
 
 
 def test_saved_model_reloads_in_a_fresh_process(tmp_path):
