@@ -205,6 +205,37 @@ def test_adapters_load_in_a_fresh_process(tmp_path):
         assert torch.equal(got[method], outputs[method]), method  # same weights, same ops
 
 
+def test_a_pooler_the_head_added_travels_with_the_adapter(tmp_path):
+    """A head that reads the pooled [CLS] gives a base without a pooler a fresh, frozen one:
+    it is saved with the adapter (else the adapter was refused on its own base, or reloaded
+    with another random pooler); a base's own pooler is not copied into the file."""
+    torch.manual_seed(0)
+    base = LanguageModel(get_family("bert").config(**SIZES))
+    assert base.pooler is None
+    base.save_pretrained(tmp_path / "base")
+    model = lmlab.from_pretrained(tmp_path / "base")
+    add_task_head(model, "sequence-classification", 3)  # the family's pooled [CLS]
+    assert model.pooler is not None
+    apply_method(model, "lora", r=2)
+    assert not any(p.requires_grad for p in model.pooler.parameters())
+    _perturb(model, skip="")
+    save_adapter(model, tmp_path / "adapter", base_model=tmp_path / "base")
+    expected = model.eval()(**_batch()).logits
+    torch.manual_seed(1)  # another fresh pooler, were it initialised again
+    assert torch.equal(load_adapter(tmp_path / "adapter")(**_batch()).logits, expected)
+
+    with_pooler = LanguageModel(get_family("bert").config(**SIZES), with_pooler=True)
+    with_pooler.save_pretrained(tmp_path / "pooled")
+    model = lmlab.from_pretrained(tmp_path / "pooled")
+    add_task_head(model, "sequence-classification", 3)
+    apply_method(model, "lora", r=2)
+    save_adapter(model, tmp_path / "small", base_model=tmp_path / "pooled")
+    assert not any(k.startswith("pooler.") for k in load_file(
+        str(tmp_path / "small" / "adapter.safetensors")))
+    assert torch.equal(load_adapter(tmp_path / "small")(**_batch()).logits,
+                       model.eval()(**_batch()).logits)
+
+
 def test_wrong_base_and_bad_files_are_refused(tmp_path):
     model = _model("bert")
     model.save_pretrained(tmp_path / "base")

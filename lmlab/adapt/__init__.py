@@ -178,8 +178,9 @@ def _record(model: nn.Module) -> Adaptation:
 # -- lmlab's adapter file ------------------------------------------------------------------------
 def save_adapter(model: nn.Module, folder: str | Path, base_model: str | Path | None = None,
                  overwrite: bool = False) -> Path:
-    """Write the adaptation's trained tensors (``adapter.safetensors``) and ``adapter.json``
-    (method, options, base model path and fingerprint, heads and their label settings)."""
+    """Write the adaptation's trained tensors and the (frozen) pooler (``adapter.safetensors``)
+    and ``adapter.json`` (method, options, base model path and fingerprint, heads and their
+    label settings)."""
     from safetensors.torch import save_file
 
     record = _record(model)
@@ -188,7 +189,9 @@ def save_adapter(model: nn.Module, folder: str | Path, base_model: str | Path | 
         raise LmlabError(f"{folder} already holds an adapter",
                          "choose another folder, or pass overwrite=True (--overwrite)")
     params = dict(model.named_parameters())
-    tensors = {name: params[name].detach().contiguous().cpu() for name in record.trainable}
+    pooler = [] if _base_has_pooler(base_model) else _pooler_parameters(model)
+    tensors = {name: params[name].detach().contiguous().cpu()
+               for name in record.trainable + pooler}
     extra = {k: model.config.extra[k] for k in HEAD_EXTRA if k in model.config.extra}
     config = {"format": FORMAT, "version": 1, **record.to_dict(),
               "family": model.config.family,
@@ -246,6 +249,7 @@ def load_adapter(folder: str | Path, base: str | Path | nn.Module | None = None)
             f"{config['base_fingerprint']} of a {config['family']} model; this "
             f"{model.config.family} model has {found}: other tensor names or shapes)",
             f"load it on the model it was trained on ({config.get('base_model')})")
+    had_pooler = model.pooler is not None
     for name in [h for h in model.heads if h not in config["heads"]]:
         del model.heads[name]
     settings = config.get("head_settings", {})
@@ -258,8 +262,35 @@ def load_adapter(folder: str | Path, base: str | Path | nn.Module | None = None)
         model.config.extra["id2label"] = {int(k): v for k, v in settings["id2label"].items()}
     record = apply_method(model, config["method"], **config["options"])
     tensors = load_file(str(Path(folder) / ADAPTER_WEIGHTS))
-    _copy_into(model, tensors, set(record.trainable), str(folder))
+    pooler = set(_pooler_parameters(model))
+    if had_pooler and not pooler & set(tensors):
+        pooler = set()  # the base's own pooler
+    _copy_into(model, tensors, set(record.trainable) | pooler, str(folder))
     return model.eval()
+
+
+def _pooler_parameters(model: nn.Module) -> list[str]:
+    """The pooler's parameters: frozen, yet saved with the adapter when the base checkpoint has
+    none (a head that reads the pooled vector gave the model a freshly initialised one)."""
+    return [name for name, _ in model.named_parameters() if name.startswith("pooler.")]
+
+
+def _base_has_pooler(base_model: str | Path | None) -> bool:
+    """Whether the base checkpoint holds a pooler (False when it cannot be told)."""
+    if base_model is None:
+        return False
+    try:
+        from lmlab.interop.hf import CheckpointTensors
+        from lmlab.models.auto import resolve_model_dir
+
+        reader = CheckpointTensors(resolve_model_dir(base_model))
+    except (LmlabError, OSError, ValueError):
+        return False
+    try:
+        names = reader.keys()
+    finally:
+        reader.close()
+    return any(f".{name}".rfind(".pooler.") >= 0 for name in names)
 
 
 def _copy_into(model: nn.Module, tensors: dict[str, torch.Tensor], expected: set[str],
