@@ -240,6 +240,26 @@ def test_finetuning_an_int8_model_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_pretraining_from_an_int8_model_is_refused_before_any_work(tmp_path, tmp_path_factory):
+    """`lmlab pretrain --init INT8` and `lmlab distil --teacher INT8` (whose student copies the
+    teacher's weights) are refused by the config's validation, before the run folder."""
+    from lmlab.training.config import TrainingConfig
+    from lmlab.training.pretrain import DataSettings, ModelSettings, PretrainConfig
+    from tests.conftest import kjv_shards
+
+    shards = kjv_shards(tmp_path_factory, train=4, validation=2)
+    out = save_quantized(quantize_int8(tiny_bert().eval()), tmp_path / "int8")
+    config = PretrainConfig(out=tmp_path / "run", training=TrainingConfig(seq_len=16, max_steps=1),
+                            model=ModelSettings(init=str(out)),
+                            data=DataSettings(shards, None, 1), track_cost=False)
+    with pytest.raises(LmlabError, match="int8-quantised"):
+        config.validate()
+    result = run_lmlab("pretrain", "--init", out, "--objective", "mlm", "--shards", shards,
+                       "--steps", 1, "--out", tmp_path / "run")
+    assert_clean_refusal(result, "int8-quantised")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_model_whose_folder_would_not_load_is_not_saved(tmp_path):
     """Prompt tuning's virtual tokens are not rebuilt from config.json: such a folder was
     written, then refused on loading ("unexpected transformer.prompt_embeddings.weight")."""

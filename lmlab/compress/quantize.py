@@ -273,6 +273,18 @@ def is_quantized_folder(path: str | Path) -> bool:
     return (Path(path) / QUANTIZATION_FILE).is_file()
 
 
+def is_quantized_source(source: str | Path) -> bool:
+    """Whether a model source (folder, run directory, short name) resolves to a folder written by
+    :func:`save_quantized`: inference only, nothing to train. A source that does not resolve
+    (a checkpoint folder, a missing path) is not; its loading says what is wrong."""
+    from lmlab.models.auto import resolve_model_dir
+
+    try:
+        return is_quantized_folder(resolve_model_dir(source))
+    except LmlabError:
+        return False
+
+
 def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,
                    overwrite: bool = False) -> Path:
     """Write a quantised :class:`~lmlab.models.model.LanguageModel` (or encoder-decoder) as a

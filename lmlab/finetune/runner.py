@@ -117,18 +117,6 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     return model, load_tokenizer(folder), folder
 
 
-def _is_quantized(source: str | Path) -> bool:
-    """Whether ``source`` is a folder written by ``lmlab quantize`` (int8 layers: inference
-    only); a source that does not resolve is left to the loading's own refusal."""
-    from lmlab.compress.quantize import is_quantized_folder
-    from lmlab.models.auto import resolve_model_dir
-
-    try:
-        return is_quantized_folder(resolve_model_dir(parse_model_source(source)[0]))
-    except LmlabError:
-        return False
-
-
 def _refuse_encoder_decoder(config, folder: Path) -> None:
     """Task heads sit on an encoder; an encoder-decoder learns a task as text to text."""
     if getattr(config, "is_encoder_decoder", False):
@@ -295,7 +283,9 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     if epochs is not None and min_updates is None:
         min_updates = 0  # epochs given: exactly that many, unless a minimum is given too
     is_random = parse_model_source(model_source, random_init)[1]
-    if not is_random and _is_quantized(model_source):
+    from lmlab.compress.quantize import is_quantized_source
+
+    if not is_random and is_quantized_source(parse_model_source(model_source)[0]):
         raise LmlabError(f"{model_source} is an int8-quantised model (lmlab quantize): its linear "
                          "layers hold no trainable weights", "fine-tune the fp32 model, then "
                          "quantise the result")

@@ -188,6 +188,12 @@ class PretrainConfig:
                 raise LmlabError(f"--init {self.model.init} does not exist", "give a run "
                                  "directory, a checkpoint folder, a Hugging Face model folder or "
                                  "a short name from `lmlab models list`")
+            from lmlab.compress.quantize import is_quantized_source
+
+            if is_quantized_source(self.model.init):
+                raise LmlabError(f"--init {self.model.init} is an int8-quantised model (lmlab "
+                                 "quantize): its linear layers hold no trainable weights",
+                                 "start from (or distil) the fp32 model")
         elif not family or not size:
             raise LmlabError("no model given", "pass --family and --size (or --init PATH)")
         else:
