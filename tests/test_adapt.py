@@ -236,6 +236,17 @@ def test_a_pooler_the_head_added_travels_with_the_adapter(tmp_path):
                        model.eval()(**_batch()).logits)
 
 
+def test_an_adapter_on_a_short_named_base_reloads(tmp_path, minilm_dir):
+    """base_model="minilm" (a name from_pretrained resolves) is kept as a name, not turned
+    into a path under the current directory that does not exist."""
+    model = lmlab.from_pretrained("minilm")
+    apply_method(model, "lora", r=2)
+    save_adapter(model, tmp_path / "adapter", base_model="minilm")
+    assert json.loads((tmp_path / "adapter" / "adapter.json").read_text())["base_model"] == \
+        "minilm"
+    assert load_adapter(tmp_path / "adapter").adaptation.method == "lora"
+
+
 def test_wrong_base_and_bad_files_are_refused(tmp_path):
     model = _model("bert")
     model.save_pretrained(tmp_path / "base")

@@ -195,7 +195,7 @@ def save_adapter(model: nn.Module, folder: str | Path, base_model: str | Path | 
     extra = {k: model.config.extra[k] for k in HEAD_EXTRA if k in model.config.extra}
     config = {"format": FORMAT, "version": 1, **record.to_dict(),
               "family": model.config.family,
-              "base_model": str(Path(base_model).resolve()) if base_model is not None else None,
+              "base_model": _base_name(base_model),
               "heads": list(model.heads), "head_settings": extra,
               "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch.")}
     config.pop("trainable")
@@ -204,6 +204,15 @@ def save_adapter(model: nn.Module, folder: str | Path, base_model: str | Path | 
         save_file(tensors, str(tmp), metadata={"format": "pt"})
     atomic_write_json(folder / ADAPTER_CONFIG, config)
     return folder
+
+
+def _base_name(base_model: str | Path | None) -> str | None:
+    """A folder as an absolute path (the adapter loads from any directory); a short name such
+    as ``minilm`` as given (resolved by from_pretrained)."""
+    if base_model is None:
+        return None
+    path = Path(base_model)
+    return str(path.resolve()) if path.exists() else str(base_model)
 
 
 def is_adapter_folder(path: str | Path) -> bool:
