@@ -46,6 +46,11 @@ def test_finetune_with_a_method_writes_an_adapter(tiny_bert_folder, tmp_path, me
     again = evaluate(toy_task(), tmp_path / "run", None, ("dev",))
     assert again["dev"] == result["dev"]  # the best epoch's adapter was saved and reloaded
     assert lmlab.from_pretrained(tmp_path / "run").adaptation.method == method
+    for again_method in (None, method):  # the adapter alone would train, then be dropped
+        with pytest.raises(LmlabError, match="parameter-efficient run's adapter"):
+            finetune(toy_task(), model_dir, tmp_path / "again", method=again_method,
+                     show_progress=False)
+        assert not (tmp_path / "again").exists()
 
 
 def test_bad_method_settings_are_refused(tiny_bert_folder, tmp_path):

@@ -117,6 +117,17 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     return model, load_tokenizer(folder), folder
 
 
+def _adapter_of(source: str | Path) -> Path | None:
+    """The adapter folder ``source`` resolves to (a run fine-tuned with ``--method``), if any."""
+    from lmlab.adapt import adapter_folder
+    from lmlab.models.auto import resolve_model_dir
+
+    try:
+        return adapter_folder(resolve_model_dir(parse_model_source(source)[0]))
+    except LmlabError:
+        return None
+
+
 def _refuse_encoder_decoder(config, folder: Path) -> None:
     """Task heads sit on an encoder; an encoder-decoder learns a task as text to text."""
     if getattr(config, "is_encoder_decoder", False):
@@ -289,6 +300,12 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
         raise LmlabError(f"{model_source} is an int8-quantised model (lmlab quantize): its linear "
                          "layers hold no trainable weights", "fine-tune the fp32 model, then "
                          "quantise the result")
+    if not is_random and _adapter_of(model_source) is not None:
+        raise LmlabError(f"{model_source} is a parameter-efficient run's adapter (lmlab finetune "
+                         "--method): fine-tuning it again would train its adapter alone and "
+                         "save a plain model without it", "merge it first (lmlab adapter merge "
+                         "SOURCE --out FOLDER, LoRA or BitFit) and fine-tune that, or fine-tune "
+                         "its base model")
     if method is not None or method_options:
         from lmlab.adapt import METHOD_DEFAULTS, method_settings
 
