@@ -120,6 +120,15 @@ def test_lora_merges_into_a_plain_model_with_equal_outputs(tmp_path):
     apply_method(model, "adapter", bottleneck=4)
     with pytest.raises(LmlabError, match="cannot be merged"):
         merge(model)
+    from lmlab.interop.native import save_model, save_native
+
+    for method in ("lora", "prefix"):  # a plain checkpoint would drop the adaptation
+        model = _model("bert", head=None)
+        apply_method(model, method, **OPTIONS[method])
+        for save in (type(model).save_pretrained, save_model, save_native):
+            with pytest.raises(LmlabError, match=f"carries a {method} adaptation"):
+                save(model, tmp_path / "plain")
+        assert not (tmp_path / "plain").exists()
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

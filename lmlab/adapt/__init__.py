@@ -167,6 +167,17 @@ def merge(model: nn.Module) -> nn.Module:
     return model
 
 
+def refuse_adapted_checkpoint(model: nn.Module) -> None:
+    """Refuse (before anything is written) to save an adapted model as a plain checkpoint:
+    its LoRA, adapters or virtual tokens are no base tensor and would be dropped or unreadable.
+    BitFit changes base tensors only and saves as any model."""
+    record = getattr(model, "adaptation", None)
+    if record is not None and record.method != "bitfit":
+        raise LmlabError(f"the model carries a {record.method} adaptation, which a plain "
+                         "checkpoint does not hold", "save it with lmlab.adapt.save_adapter, "
+                         "or merge it first (lmlab.adapt.merge: LoRA)")
+
+
 def _record(model: nn.Module) -> Adaptation:
     record = getattr(model, "adaptation", None)
     if record is None:

@@ -313,6 +313,9 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     """
     from safetensors.torch import save_file
 
+    from lmlab.adapt import refuse_adapted_checkpoint
+
+    refuse_adapted_checkpoint(model)
     path = Path(path)
     family = get_family(model.config.family)
     _refuse_head_layout(model.config, family)

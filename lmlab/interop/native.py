@@ -50,8 +50,10 @@ def read_native_config(path: str | Path) -> tuple[TransformerConfig, list[str]]:
 
 def save_native(model, path: str | Path) -> Path:
     """Write ``model`` (a :class:`~lmlab.models.model.LanguageModel`) in lmlab's own format."""
+    from lmlab.adapt import refuse_adapted_checkpoint
     from lmlab.training.checkpoint import save_state
 
+    refuse_adapted_checkpoint(model)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     with atomic_path(path / "model.safetensors") as tmp:  # never a half-written file
