@@ -84,6 +84,29 @@ class CommandRegistry:
         self._group_parsers[group].epilog = "example:\n" + "\n".join(f"  {e}" for e in examples)
 
 
+def add_training_flags(p: argparse.ArgumentParser) -> None:
+    """The run flags `lmlab pretrain` and `lmlab distil` share (sequence and batch shape, the
+    optimiser and schedule, how long, and the evaluation / checkpoint / log cadence): one list,
+    so both build their ``PretrainConfig`` from the same names."""
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--batch-size", type=int, help="global batch size (sequences per step)")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--warmup", help="warmup: steps (e.g. 500) or a fraction (e.g. 0.06)")
+    p.add_argument("--schedule", help="linear | cosine | constant | inverse_sqrt | triangular")
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--clip-norm", type=float)
+    p.add_argument("--steps", help="stop after this many optimizer steps")
+    p.add_argument("--tokens", help="stop after this many tokens (e.g. 5M)")
+    p.add_argument("--budget", help="stop after this wall-clock time (e.g. 10m, 1.5h)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--grad-accum", type=int)
+    p.add_argument("--eval-every", type=int, help="evaluate every N steps (and at the end)")
+    p.add_argument("--eval-batches", type=int, help="validation batches (default 8)")
+    p.add_argument("--save-every", type=int, help="checkpoint every N steps (and at the end)")
+    p.add_argument("--keep-last", type=int)
+    p.add_argument("--log-every", type=int)
+
+
 def pretrain_choices() -> dict[str, str]:
     """The objectives, families and sizes ``lmlab pretrain`` accepts, as help text, read from
     their registries (so --help lists exactly what works, without importing torch)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.cli._common import pretrain_choices
+from lmlab.cli._common import add_training_flags, pretrain_choices
 from lmlab.training.config import PRECISIONS
 
 # flags whose setting has another name (the others are named as their setting)
@@ -39,23 +39,7 @@ def register(commands) -> None:
     p.add_argument("--init", help="start from a checkpoint: a run directory, a checkpoint "
                                   "folder, a Hugging Face model folder or a short name "
                                   "from `lmlab models list` (minilm)")
-    p.add_argument("--seq-len", type=int)
-    p.add_argument("--batch-size", type=int, help="global batch size (sequences per step)")
-    p.add_argument("--lr", type=float)
-    p.add_argument("--warmup", help="warmup: steps (e.g. 500) or a fraction (e.g. 0.06)")
-    p.add_argument("--schedule", help="linear | cosine | constant | inverse_sqrt | triangular")
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--clip-norm", type=float)
-    p.add_argument("--steps", help="stop after this many optimizer steps")
-    p.add_argument("--tokens", help="stop after this many tokens (e.g. 5M)")
-    p.add_argument("--budget", help="stop after this wall-clock time (e.g. 10m, 1.5h)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--grad-accum", type=int)
-    p.add_argument("--eval-every", type=int, help="evaluate every N steps (and at the end)")
-    p.add_argument("--eval-batches", type=int, help="validation batches (default 8)")
-    p.add_argument("--save-every", type=int, help="checkpoint every N steps (and at the end)")
-    p.add_argument("--keep-last", type=int)
-    p.add_argument("--log-every", type=int)
+    add_training_flags(p)
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default auto (unless the --config file sets one): bf16 where this "
                         "host's measured bf16 matmul rate is at least 1.2x fp32's (lmlab cost "
