@@ -107,6 +107,16 @@ def add_training_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int)
 
 
+def print_run_summary(result, prefix: str) -> None:
+    """The end of a run on the Trainer (``lmlab pretrain``, ``lmlab distil``): why it stopped,
+    steps, tokens, time, last loss, and the last evaluation, each line starting ``prefix``."""
+    loss = f"{result.last_loss:.4f}" if result.last_loss is not None else "n/a"
+    print(f"{prefix}: {result.stop_reason}: {result.step:,} steps, {result.tokens:,} tokens, "
+          f"{result.elapsed:.1f} s, last loss {loss}")
+    if result.last_eval:
+        print(f"{prefix}: eval " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_eval.items()))
+
+
 def pretrain_choices() -> dict[str, str]:
     """The objectives, families and sizes ``lmlab pretrain`` accepts, as help text, read from
     their registries (so --help lists exactly what works, without importing torch)."""

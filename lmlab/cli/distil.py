@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.cli._common import add_training_flags
+from lmlab.cli._common import add_training_flags, print_run_summary
 from lmlab.training.config import PRECISIONS
 
 # flags whose setting has another name (the others are named as their setting)
@@ -121,12 +121,7 @@ def _distil(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", 0)) != 0:
         return 0
     out = Path(args.out)
-    loss = f"{result.last_loss:.4f}" if result.last_loss is not None else "n/a"
-    print(f"lmlab distil: {result.stop_reason}: {result.step:,} steps, {result.tokens:,} "
-          f"tokens, {result.elapsed:.1f} s, last loss {loss}")
-    if result.last_eval:
-        print("lmlab distil: eval " + ", ".join(f"{k}={v:.4g}"
-                                                for k, v in result.last_eval.items()))
+    print_run_summary(result, "lmlab distil")
     print(f"lmlab distil: report {out / 'report.md'}; student {out / 'model'}")
     return 0
 

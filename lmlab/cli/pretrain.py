@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.cli._common import add_training_flags, pretrain_choices
+from lmlab.cli._common import add_training_flags, pretrain_choices, print_run_summary
 from lmlab.training.config import PRECISIONS
 
 # flags whose setting has another name (the others are named as their setting)
@@ -80,11 +80,7 @@ def _pretrain(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", 0)) != 0:
         return 0
     out = Path(args.out)
-    loss = f"{result.last_loss:.4f}" if result.last_loss is not None else "n/a"
-    print(f"lmlab: {result.stop_reason}: {result.step:,} steps, {result.tokens:,} tokens, "
-          f"{result.elapsed:.1f} s, last loss {loss}")
-    if result.last_eval:
-        print("lmlab: eval " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_eval.items()))
+    print_run_summary(result, "lmlab")
     if result.cost is not None:
         print("lmlab: cost of this session (" + str(out / "cost.md") + ")\n"
               + (out / "cost.md").read_text(encoding="utf-8").rstrip())
