@@ -8,6 +8,13 @@ Systems per task (the CPU-sized splits: 4,000 train / 1,000 dev / 1,000 test):
   tfidf             TF-IDF + logistic regression (C chosen on dev by the baseline itself)
   hf-trainer        transformers.Trainer with its defaults (scripts/results_hf_trainer.py)
 
+Named with --systems only (issue #16's tables; each at its recipe's or method's default
+learning rate, three seeds, no search):
+  minilm-lora, minilm-adapter, minilm-bitfit, minilm-prompt, minilm-prefix
+                    parameter-efficient fine-tuning of MiniLM (lmlab.adapt)
+  student-copied    a 3-layer student copied from MiniLM, fine-tuned (--student-copied DIR)
+  student-distilled the same student after `lmlab distil` (--student-distilled DIR)
+
 Protocol of the MiniLM systems: seed 0 at the recipe's learning rate times each of
 ``--lr-factors`` (0.5, 1, 2), the one with the best dev score (the task's first metric) is
 chosen, then every seed of ``--seeds`` runs at that learning rate. hf-trainer has no search
@@ -21,6 +28,7 @@ several invocations (e.g. the important systems first, or on several days) build
     python scripts/results.py --systems tfidf,minilm-frozen    # some systems first
     python scripts/results.py --systems hf-trainer --seeds 0   # a shorter protocol for one system
     python scripts/results.py --render-only                    # the page from the runs on disk
+    python scripts/results.py --systems minilm-lora,minilm-bitfit --seeds 0,1,2
 """
 
 from __future__ import annotations
@@ -55,6 +63,19 @@ class System:
     expected: str = ""
     random_init: bool = False
     description: str = ""
+    method: str | None = None  # a parameter-efficient method (lmlab.adapt); None: every weight
+    model: str = "minilm"  # which model folder of the run settings ("minilm" or a student)
+
+
+def _peft(method: str, what: str) -> System:
+    return System(None, "bert", False, f"MiniLM with `--method {method}` ({what}), the method's "
+                  "default learning rate (no search), the `bert` recipe otherwise", method)
+
+
+def _student(model: str, what: str) -> System:
+    return System(None, "bert", False, f"a 3-layer student of MiniLM (its layers 0, 3, 5) "
+                  f"{what}, then fine-tuned with the `bert` recipe at its default learning rate "
+                  "(no search)", model=model)
 
 
 SYSTEMS: dict[str, System] = {
@@ -74,8 +95,22 @@ SYSTEMS: dict[str, System] = {
                                      "folder with the default `TrainingArguments` (lr 5e-5, 3 "
                                      "epochs, batch 8, linear decay, no warmup, fp32, last step "
                                      "kept), max length 128: what a user would write instead"),
+    "minilm-lora": _peft("lora", "LoRA r=8 on the query and value projections"),
+    "minilm-adapter": _peft("adapter", "Houlsby adapters of width 64"),
+    "minilm-bitfit": _peft("bitfit", "biases only"),
+    "minilm-prompt": _peft("prompt", "20 learned virtual tokens"),
+    "minilm-prefix": _peft("prefix", "20 learned key/value prefixes per layer"),
+    "student-copied": _student("student-copied", "as copied, without distillation "
+                               "(`make_student`)"),
+    "student-distilled": _student("student-distilled", "distilled on the default corpus "
+                                  "(`lmlab distil`, the run named under Distillation below)"),
 }
 SEARCHED = ("minilm-finetuned", "minilm-random", "minilm-frozen")
+#: What a plain ``python scripts/results.py`` runs; the other systems are named with --systems.
+DEFAULT_SYSTEMS = ("minilm-finetuned", "minilm-random", "minilm-frozen", "tfidf", "hf-trainer")
+PEFT_SYSTEMS = ("minilm-lora", "minilm-adapter", "minilm-bitfit", "minilm-prompt",
+                "minilm-prefix")
+STUDENT_SYSTEMS = ("student-copied", "student-distilled")
 
 
 def lr_name(lr: float) -> str:
@@ -166,9 +201,10 @@ def run_once(task: Task, system: str, folder: Path, seed: int, lr: float | None,
         row = {"steps": result["steps"], "one_class": result["one_class"]}
     else:
         spec = SYSTEMS[system]
-        result = finetune(task, settings["model"], folder, recipe=spec.recipe, seed=seed, lr=lr,
-                          random_init=spec.random_init, precision=settings["precision"],
-                          show_progress=False, save_model=False,
+        result = finetune(task, settings["models"][spec.model], folder, recipe=spec.recipe,
+                          seed=seed, lr=lr, random_init=spec.random_init,
+                          precision=settings["precision"], show_progress=False,
+                          save_model=False, method=spec.method,
                           **settings.get("overrides", {}))
         ran = result["recipe"]["name"]
         if ran != spec.expected:
@@ -176,6 +212,7 @@ def run_once(task: Task, system: str, folder: Path, seed: int, lr: float | None,
                              "update SYSTEMS in scripts/results.py")
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # finished: no resume needed
         row = {"recipe": ran, "steps": result["steps"], "best_epoch": result["best_epoch"],
+               "method": spec.method, "model": spec.model,
                "pooling": result.get("pooling") or result["recipe"].get("pooling"),
                "one_class": result.get("one_class") or one_class_from_files(folder)}
     row.update(system=system, seed=seed, lr=lr, dev=result["dev"], test=result.get("test"),
@@ -288,8 +325,18 @@ def render(tables: dict[str, dict[str, dict[str, Any]]], metrics: dict[str, list
     """The markdown page from the collected runs (``tables[task][system]``)."""
     lines = ["# Results on the built-in tasks", "", intro.strip(), ""]
     lines += ["Systems:", ""]
-    lines += [f"- **{name}**: {spec.description}." for name, spec in SYSTEMS.items()]
+    shown = [name for name in SYSTEMS if name in DEFAULT_SYSTEMS
+             or any(table.get(name, {}).get("rows") for table in tables.values())]
+    lines += [f"- **{name}**: {SYSTEMS[name].description}." for name in shown]
     lines.append("")
+    lines += summary(tables, metrics, PEFT_SYSTEMS, "Parameter-efficient fine-tuning",
+                     "Test score (the task's first metric) of each method beside full "
+                     "fine-tuning (`minilm-finetuned`), and the share of it the method keeps. "
+                     "Trainable parameters, sizes on disk and step times: docs/adaptation.md.")
+    lines += summary(tables, metrics, STUDENT_SYSTEMS, "Distillation",
+                     "Test score (the task's first metric) of the 3-layer students beside "
+                     "their teacher (`minilm-finetuned`), and the share of the teacher's score "
+                     "each keeps. The distillation run, sizes and speeds: docs/distillation.md.")
     for task_name, table in tables.items():
         names = metrics[task_name]
         lines += [f"## {task_name}", "", verdict(table, names[0]), ""]
@@ -301,6 +348,8 @@ def render(tables: dict[str, dict[str, dict[str, Any]]], metrics: dict[str, list
         notes = []
         for system, found in table.items():
             rows = found["rows"]
+            if not rows and system not in DEFAULT_SYSTEMS:
+                continue  # an optional system nobody ran: no row
             if not rows:
                 lines.append(f"| {system} | not run yet |" + " - |" * (2 * len(names) + 5))
                 continue
@@ -322,6 +371,36 @@ def render(tables: dict[str, dict[str, dict[str, Any]]], metrics: dict[str, list
         lines.append("")
         lines += notes + ([""] if notes else [])
     return "\n".join(lines) + "\n"
+
+
+def summary(tables: dict[str, dict[str, dict[str, Any]]], metrics: dict[str, list[str]],
+            systems: tuple[str, ...], title: str, intro: str,
+            reference: str = "minilm-finetuned") -> list[str]:
+    """A section comparing ``systems`` with ``reference`` on every task's first test metric
+    (median ± half the spread, and the median's share of the reference's); no section when
+    none of ``systems`` has run."""
+    def median(found: dict[str, Any] | None, metric: str) -> tuple[dict | None, float | None]:
+        if not found or not found["rows"]:
+            return None, None
+        stats = summarize_seeds(found["rows"], "test")[metric]
+        return stats, stats["median"]
+
+    systems = tuple(s for s in systems if any(tables[t].get(s, {}).get("rows") for t in tables))
+    if not systems:
+        return []
+    lines = [f"## {title}", "", intro, "",
+             "| system | " + " | ".join(f"{t} (test {metrics[t][0]})" for t in tables) + " |",
+             "|---|" + "---:|" * len(tables)]
+    for system in (reference, *systems):
+        cells = []
+        for task, table in tables.items():
+            stats, value = median(table.get(system), metrics[task][0])
+            _, ref = median(table.get(reference), metrics[task][0])
+            share = (f" ({100 * value / ref:.0f}%)" if system != reference and value is not None
+                     and ref else "")
+            cells.append(cell(stats) + share)
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 INTRO = """\
@@ -409,7 +488,12 @@ def main(argv: list[str] | None = None, extra: dict[str, Any] | None = None) -> 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(TASKS))
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                        help=f"comma-separated, of {', '.join(SYSTEMS)}")
+    parser.add_argument("--student-copied", metavar="DIR",
+                        help="the undistilled student's model folder (for student-copied)")
+    parser.add_argument("--student-distilled", metavar="DIR",
+                        help="the distilled student's model folder (for student-distilled)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--lr-factors", default="0.5,1,2")
     parser.add_argument("--max-train-examples", type=int,
@@ -436,7 +520,14 @@ def main(argv: list[str] | None = None, extra: dict[str, Any] | None = None) -> 
     model = minilm_dir()
     if model is None:
         raise SystemExit("the MiniLM checkpoint is not available (lmlab.utils.paths.minilm_dir)")
-    settings = {"model": str(model), "precision": args.precision, **(extra or {})}
+    models = {"minilm": str(model), "student-copied": args.student_copied,
+              "student-distilled": args.student_distilled}
+    missing = [f"{s} needs --{SYSTEMS[s].model}" for s in systems
+               if not args.render_only and models[SYSTEMS[s].model] is None]
+    if missing:
+        parser.error("; ".join(missing))
+    settings = {"model": str(model), "models": models, "precision": args.precision,
+                **(extra or {})}
     runs = Path(args.runs)
     store = RowStore(Path(args.rows))
     loaded = {name: trim(load_builtin_task(name, "cpu"), args.max_train_examples)

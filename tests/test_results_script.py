@@ -100,8 +100,10 @@ def test_script_end_to_end_and_rerun_skips(results, tiny_bert_folder, tmp_path, 
             "--precision", "fp32"]
     page = results.main(argv, extra)
     assert describe_host() in page and out.read_text() == page
-    for system in results.SYSTEMS:
+    for system in results.DEFAULT_SYSTEMS:
         assert f"| {system} " in page, system
+    for system in (*results.PEFT_SYSTEMS, *results.STUDENT_SYSTEMS):  # not run: not shown
+        assert system not in page, system
     for system in results.SEARCHED:
         found = results.collect(results.RowStore(rows).of("toy", system), "accuracy")
         assert len(found["search"]) == 2
@@ -124,3 +126,41 @@ def test_script_end_to_end_and_rerun_skips(results, tiny_bert_folder, tmp_path, 
     # rows of other settings are not taken for these: a quick look must use its own files
     with pytest.raises(SystemExit, match="training examples"):
         results.main([*argv, "--max-train-examples", "16"], extra)
+
+
+def test_peft_and_student_systems_run_and_get_their_summary(results, tiny_bert_folder, tmp_path,
+                                                            monkeypatch):
+    """--systems minilm-lora,student-copied: the method reaches finetune (an adapter is
+    trained), the student folder is the model, the rows say so, and the summaries compare them
+    with full fine-tuning (their share of its score); a student system without its folder is
+    refused before any work."""
+    monkeypatch.setattr(results, "TASKS", ("toy",))
+    monkeypatch.setattr(results, "load_builtin_task", lambda name, size: toy_task(32, 8))
+    monkeypatch.setattr(results, "minilm_dir", lambda: tiny_bert_folder)
+    calls = []
+    real = results.finetune
+
+    def spy(task, model, out, **kwargs):
+        calls.append((str(model), kwargs["method"]))
+        return real(task, model, out, **kwargs)
+
+    monkeypatch.setattr(results, "finetune", spy)
+    extra = {"overrides": {"epochs": 1, "batch_size": 16, "min_updates": 1}}
+    rows = tmp_path / "rows.json"
+    argv = ["--tasks", "toy", "--seeds", "0", "--runs", str(tmp_path / "runs"), "--rows",
+            str(rows), "--out", str(tmp_path / "results.md"), "--precision", "fp32"]
+    with pytest.raises(SystemExit):
+        results.main([*argv, "--systems", "student-copied"], extra)
+    assert not calls
+    page = results.main([*argv, "--systems", "minilm-finetuned,minilm-lora,student-copied",
+                         "--lr-factors", "1", "--student-copied", str(tiny_bert_folder)], extra)
+    assert calls[-2:] == [(str(tiny_bert_folder), "lora"), (str(tiny_bert_folder), None)]
+    stored = results.RowStore(rows)
+    assert stored.get("toy/minilm-lora/seed-0")["method"] == "lora"
+    assert stored.get("toy/student-copied/seed-0")["model"] == "student-copied"
+    assert "## Parameter-efficient fine-tuning" in page and "## Distillation" in page
+    full = stored.get("toy/minilm-finetuned/lr-0.0001/seed-0")["test"]["accuracy"]
+    lora = stored.get("toy/minilm-lora/seed-0")["test"]["accuracy"]
+    if full:
+        assert f"| minilm-lora | {100 * lora:.1f} ({100 * lora / full:.0f}%) |" in page
+    assert "minilm-bitfit" not in page  # not run: neither in the tables nor the summaries
