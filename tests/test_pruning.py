@@ -224,8 +224,10 @@ model = lmlab.from_pretrained(sys.argv[1]).eval()
 batch = {k: torch.tensor(v) for k, v in json.loads(sys.argv[2]).items()}
 with torch.no_grad():
     out = model(**batch)
+from lmlab.compress.heads import original_heads
 print(json.dumps({"hidden": out.last_hidden_state.tolist(),
-                  "heads": [layer.attention.num_heads for layer in model.transformer.layers]}))
+                  "heads": [layer.attention.num_heads for layer in model.transformer.layers],
+                  "original": original_heads(model)}))
 """
 
 
@@ -276,6 +278,7 @@ _TRANSFORMERS_LLAMA = """
 import json, sys, torch
 from transformers import LlamaForCausalLM
 model = LlamaForCausalLM.from_pretrained(sys.argv[1]).eval()
+model.save_pretrained(sys.argv[3])  # transformers' own save keeps lmlab's record
 ids = torch.tensor(json.loads(sys.argv[2]))
 with torch.no_grad():
     print(json.dumps({"logits": model(input_ids=ids).logits.tolist(),
@@ -286,7 +289,9 @@ with torch.no_grad():
 
 def test_pruned_llama_loads_in_transformers_in_a_new_process(tmp_path):
     """Where the format allows it (Llama's config.json has head_dim), transformers loads the
-    pruned model and computes the same logits."""
+    pruned model and computes the same logits; the removed heads' original indices travel in
+    config.json (``lmlab_pruned_heads``: transformers 5 keeps no record of its own) and come
+    back in lmlab, also after transformers saved the model again."""
     torch.manual_seed(0)
     from lmlab.models.presets import family_config
 
@@ -303,11 +308,18 @@ def test_pruned_llama_loads_in_transformers_in_a_new_process(tmp_path):
     ids = torch.randint(0, 64, (2, 7))
     with torch.no_grad():
         expected = model(input_ids=ids).logits
-    got = _run(_TRANSFORMERS_LLAMA, str(tmp_path / "llama"), json.dumps(ids.tolist()))
+    kept = original_heads(model)
+    assert kept == [[2, 3], [0, 1]]
+    got = _run(_TRANSFORMERS_LLAMA, str(tmp_path / "llama"), json.dumps(ids.tolist()),
+               str(tmp_path / "resaved"))
     assert got["heads"] == 2 and got["q"] == [16, 32]
     assert_close_rounding(torch.tensor(got["logits"]), expected, terms=32, depth=2 * 2 + 1)
-    reloaded = _run(_RELOAD, str(tmp_path / "llama"), json.dumps({"input_ids": ids.tolist()}))
-    assert reloaded["heads"] == [2, 2]
+    for folder in ("llama", "resaved"):
+        reloaded = _run(_RELOAD, str(tmp_path / folder), json.dumps({"input_ids": ids.tolist()}))
+        assert reloaded["heads"] == [2, 2] and reloaded["original"] == kept, folder
+        assert_close_rounding(torch.tensor(reloaded["hidden"]),
+                              model.transformer(input_ids=ids).last_hidden_state.detach(),
+                              terms=32, depth=5)
 
 
 # -- magnitude pruning and the lottery ticket ---------------------------------------------------

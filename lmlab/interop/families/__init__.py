@@ -219,6 +219,8 @@ class FamilySpec:
         extra.update({key: hf[key] for key in _LABEL_KEYS if hf.get(key) is not None})
         if hf.get("lmlab_pooling"):
             extra["pooling"] = hf["lmlab_pooling"]
+        if hf.get("lmlab_pruned_heads"):  # heads removed by lmlab.compress.heads
+            extra["pruned_heads"] = {str(k): list(v) for k, v in hf["lmlab_pruned_heads"].items()}
         return TransformerConfig(**values)
 
     def config_to_hf(self, config: TransformerConfig) -> dict[str, Any]:
@@ -249,6 +251,8 @@ class FamilySpec:
                 hf[key] = extra[key]
         if extra.get("pooling") not in (None, "family"):
             hf["lmlab_pooling"] = extra["pooling"]
+        if extra.get("pruned_heads"):  # the removed heads' original indices: transformers 5
+            hf["lmlab_pruned_heads"] = extra["pruned_heads"]  # keeps no record, lmlab reads this
         return hf
 
     def architecture_for(self, heads: tuple[str, ...]) -> str:

@@ -67,9 +67,14 @@ class Transformer(nn.Module):
         ``attention_mask`` with zeros, every row starting with a real token), the token-wise
         work runs on the real tokens only (see core/unpad.py). Hidden states at real tokens
         equal the padded computation within float noise; at padding positions they are zeros
-        (the padded computation leaves values there that nothing should read). It falls back
-        to the padded computation by itself where it cannot apply: a key/value cache, attention
-        probabilities requested, cross-attention, T5's position bias, a 3-D mask, left padding. ``False`` always
+        (the padded computation leaves values there that nothing should read). A key/value
+        cache that the call only reads (prefix tuning's pre-filled prefix, ``use_cache=False``)
+        keeps it on: only this call's tokens are gathered (the mask's last T columns say which)
+        and attend to the cached keys under the full mask. It falls back to the padded
+        computation by itself where it cannot apply: a cache being filled (``use_cache``: it
+        would keep zeros for the padding keys), attention probabilities requested,
+        cross-attention, T5's position bias, a 3-D mask, a mask not covering the cache and the
+        new tokens, left padding. ``False`` always
         computes the padding too (what transformers returns at padding positions).
         """
         if (input_ids is None) == (inputs_embeds is None):
@@ -102,9 +107,10 @@ class Transformer(nn.Module):
             cross_cache = cache.cross = cache.cross if cache.cross is not None else KVCache()
 
         padding = None
-        if (skip_padding and cache is None and not output_attentions and self.relative_bias is None
-                and encoder_hidden_states is None and _skippable_padding(attention_mask)):
-            padding = PaddingIndex.from_mask(attention_mask)
+        new_mask = _new_tokens_mask(attention_mask, past_length, length)
+        if (skip_padding and not use_cache and not output_attentions and self.relative_bias is None
+                and encoder_hidden_states is None and _skippable_padding(new_mask)):
+            padding = PaddingIndex.from_mask(new_mask)
             x = padding.unpad(x)  # (N, H): real tokens only
         repad = padding.pad if padding is not None else (lambda t: t)
 
@@ -136,6 +142,19 @@ class Transformer(nn.Module):
             cross_attentions=tuple(cross_attentions) if cross_attentions is not None else None,
             past_key_values=cache if use_cache else None,
         )
+
+
+def _new_tokens_mask(attention_mask: torch.Tensor | None, past_length: int, length: int
+                     ) -> torch.Tensor | None:
+    """The (B, T) padding mask of this call's tokens: a (B, past + T) mask's last T columns.
+
+    The cached keys (a prefix, earlier steps) keep their own columns of the full mask, which
+    attention still reads: only the new tokens are gathered (core/unpad.py)."""
+    if attention_mask is None or attention_mask.dim() != 2:
+        return None
+    if attention_mask.shape[1] != past_length + length:
+        return None
+    return attention_mask[:, past_length:]
 
 
 def _skippable_padding(attention_mask: torch.Tensor | None) -> bool:
