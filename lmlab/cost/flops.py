@@ -30,6 +30,10 @@ the prediction head on the predicted fraction ``p`` of positions: MLM ``2·H·E�
 transform dense) + ``2·E·V·p`` (the decoder); CLM ``2·H·V·p``. ``p`` is 1 unless
 ``sparse_prediction_fraction`` says only masked positions go through the head (cramming).
 
+Compressed layouts are counted as they are: per-layer head counts after head pruning
+(``extra["attention_heads_per_layer"]``) in the projections and scores, and a low-rank
+factorised map (``extra["low_rank"]``) at ``2·r·(in + out)`` instead of ``2·in·out``.
+
 Summed and multiplied by 3 this is ``6·N_matmul + 12·L·S·q + 6·H·V·p (+ 6·H·E·p)``, where
 ``N_matmul`` are the weights of the layers' matrices (no biases or norms; ALBERT's shared
 layer counted once per use).
@@ -128,12 +132,26 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
     e = config.input_embedding_size
     v = config.vocab_size
 
+    q_all, kv_all = layers * q, layers * kv  # summed over the layers
+    pruned = config.extra.get("attention_heads_per_layer")
+    if pruned:  # heads removed unevenly (lmlab.compress.heads): k, v keep each layer's heads
+        q_all = kv_all = sum(int(count) for count in pruned) * config.head_dim
     embedding_projection = 2.0 * e * h if e != h else 0.0
-    attention_projections = layers * (2.0 * h * q + 2.0 * 2 * h * kv + 2.0 * q * h)
-    scores = layers * 4.0 * seq_len * q
+    attention_projections = 2.0 * h * q_all + 2.0 * 2 * h * kv_all + 2.0 * q_all * h
+    scores = 4.0 * seq_len * q_all
     if config.causal and causal_attention == "half":
         scores /= 2
     ffn = layers * 2.0 * h * f * (3 if config.ffn_type == "glu" else 2)
+    if config.extra.get("low_rank"):  # factorised maps (lmlab.compress.lowrank): 2 r (in + out)
+        from lmlab.compress.lowrank import factorised_shapes
+
+        uses = layers if config.share_layers else 1  # ALBERT's one layer runs L times
+        for block, fan_in, fan_out, rank in factorised_shapes(config):
+            saved = uses * 2.0 * (fan_in * fan_out - rank * (fan_in + fan_out))
+            if block == "attention":
+                attention_projections -= saved
+            else:
+                ffn -= saved
     if head == "mlm":
         head_transform = 2.0 * h * e * fraction
         output_projection = 2.0 * e * v * fraction
@@ -159,7 +177,11 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
 def flops_per_token(config, seq_len: int, training: bool = True, head: Head = "mlm",
                     sparse_prediction_fraction: float | None = None,
                     causal_attention: CausalCounting = "full") -> float:
-    """Total FLOPs per token; see :func:`flops_breakdown` for the arguments."""
+    """Total FLOPs per token; see :func:`flops_breakdown` for the arguments. A config that counts
+    its own (the recurrent models' :class:`~lmlab.models.rnn.config.RecurrentConfig`) does."""
+    if hasattr(config, "flops_per_token"):
+        return config.flops_per_token(seq_len, training=training, head=head,
+                                      sparse_prediction_fraction=sparse_prediction_fraction)
     return flops_breakdown(config, seq_len, training, head, sparse_prediction_fraction,
                            causal_attention).total
 

@@ -132,6 +132,10 @@ class TransformerConfig:
         layers = layer * (1 if self.share_layers else self.num_hidden_layers)
         for count in self.extra.get("attention_heads_per_layer", ()):  # pruned heads' weights
             layers -= (self.num_attention_heads - count) * self.head_dim * (4 * h + 3 * ab)
+        if self.extra.get("low_rank"):  # factorised maps (lmlab.compress.lowrank): r (in + out)
+            from lmlab.compress.lowrank import factorised_shapes
+
+            layers -= sum(i * o - r * (i + o) for _, i, o, r in factorised_shapes(self))
         stacks = 2 if self.is_encoder_decoder else 1  # each stack has its own norms, positions
         total = layers + (norm if self.final_norm else 0) * stacks
         if self.is_encoder_decoder:  # decoder layers: a cross-attention and its norm more
