@@ -71,6 +71,10 @@ RECIPES: dict[str, Recipe] = {
                       min_updates=1000, patience=3),
     "ulmfit": Recipe("ulmfit", lr=2e-4, epochs=4, batch_size=32, schedule="triangular",
                      warmup_fraction=0.0, lr_decay=2.6, gradual_unfreeze=True, pooling="concat"),
+    # ULMFiT's ablation (Howard & Ruder 2018, table 6): every layer group trains from epoch 0
+    "ulmfit-no-unfreeze": Recipe("ulmfit-no-unfreeze", lr=2e-4, epochs=4, batch_size=32,
+                                 schedule="triangular", warmup_fraction=0.0, lr_decay=2.6,
+                                 pooling="concat"),
     "feature": Recipe("feature", lr=2e-3, epochs=10, batch_size=32, frozen_encoder=True,
                       layer=None, pooling="mean", weight_decay=0.0, patience=3),
 }
@@ -97,7 +101,10 @@ def get_recipe(name: str, **overrides: Any) -> Recipe:
 # -- ULMFiT: layer groups, discriminative learning rates, gradual unfreezing --------------------
 def layer_groups(model: nn.Module) -> list[list[nn.Module]]:
     """Modules from the top: [heads + pooler (+ final norm)], last layer, ..., first layer,
-    embeddings. ALBERT's one shared layer is one group."""
+    embeddings. ALBERT's one shared layer is one group. A model that defines its own groups
+    (AWD-LSTM, ELMo: ``layer_groups()``) gives them."""
+    if hasattr(model, "layer_groups"):
+        return model.layer_groups()
     transformer = model.transformer
     top: list[nn.Module] = list(model.heads.values())
     if model.pooler is not None:

@@ -68,7 +68,10 @@ def save_model(model, path: str | Path) -> tuple[Path, str]:
     """Write ``model`` as a Hugging Face folder when its family maps the config, else in lmlab's
     own format. Returns (folder, ``"huggingface"`` or ``"lmlab"``)."""
     from lmlab.interop.hf import save_pretrained
+    from lmlab.models.rnn.io import is_recurrent_model, save_recurrent
 
+    if is_recurrent_model(model):  # AWD-LSTM, ELMo: no Hugging Face family
+        return save_recurrent(model, path), "lmlab"
     try:
         return save_pretrained(model, path), "huggingface"
     except LmlabError as error:  # the refusal of an unmappable config, made before writing

@@ -54,6 +54,11 @@ def preset(family: str, size: str, **overrides: Any) -> TransformerConfig:
         >>> preset("bert", "tiny", vocab_size=8000).vocab_size
         8000
     """
+    from lmlab.models.rnn.config import SIZES as RECURRENT_SIZES
+    from lmlab.models.rnn.config import recurrent_preset
+
+    if family in RECURRENT_SIZES:  # AWD-LSTM, ELMo: lmlab.models.rnn (not Transformers)
+        return recurrent_preset(family, size, **overrides)  # type: ignore[return-value]
     factory = _PRESETS.get((family, size))
     if factory is not None:
         config = factory()
@@ -83,5 +88,8 @@ def preset(family: str, size: str, **overrides: Any) -> TransformerConfig:
 
 def list_presets() -> list[tuple[str, str]]:
     """Every ``(family, size)`` with a preset: the families' own, then those registered."""
+    from lmlab.models.rnn.config import SIZES as RECURRENT_SIZES
+
     names = [(family, size) for family in KNOWN_FAMILIES for size in get_family(family).sizes]
+    names += [(family, size) for family, sizes in RECURRENT_SIZES.items() for size in sizes]
     return names + [name for name in _PRESETS if name not in names]

@@ -27,6 +27,7 @@ _REGISTRY: dict[str, Callable[..., Any] | str] = {
     "t5": "lmlab.objectives.seq2seq:T5SpanCorruption",
     "bart": "lmlab.objectives.seq2seq:BartDenoising",
     "distil": "lmlab.objectives.distillation:Distillation",
+    "bilm": "lmlab.objectives.bilm:BidirectionalLM",
 }
 _ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "wwm",
             "span-corruption": "t5", "denoising": "bart"}

@@ -197,6 +197,9 @@ class PretrainConfig:
         elif not family or not size:
             raise LmlabError("no model given", "pass --family and --size (or --init PATH)")
         else:
+            from lmlab.models.rnn.config import check_family_objective
+
+            check_family_objective(family, self.objective.spec)  # elmo: bilm; awd-lstm: clm
             config = preset(family, size, **self.model.model_args)
             positions = config.max_position_embeddings
             if config.is_encoder_decoder:  # the offset rows hold no position; </s> is added
@@ -306,6 +309,10 @@ def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> 
     if tokenizer.pad_token_id is not None:
         overrides.setdefault("pad_token_id", tokenizer.pad_token_id)
     config = preset(settings.family, settings.size, **overrides)
+    if settings.family in ("awd-lstm", "elmo"):  # recurrent: lmlab.models.rnn
+        from lmlab.models.rnn.io import build_model as build_recurrent
+
+        return build_recurrent(config, tokenizer=tokenizer)  # ELMo reads the vocabulary's chars
     if config.is_encoder_decoder:
         from lmlab.models.seq2seq import EncoderDecoderModel, decoder_start_token
 

@@ -1,0 +1,83 @@
+"""AWD-LSTM (Merity et al. 2017), the language model under ULMFiT (Howard & Ruder 2018).
+
+Embeddings (whole words dropped: ``embed_p``) -> locked dropout (``input_p``) -> ``num_layers``
+weight-dropped LSTMs (DropConnect ``weight_p`` on ``W_hh``; locked dropout ``hidden_p`` between
+them) -> locked dropout (``output_p``) -> the decoder, which shares the embedding matrix
+(Inan et al. 2017; Press & Wolf 2017), so the last LSTM is as wide as the embeddings. Every
+dropout acts in training only: in eval mode the model is a plain stack of ``nn.LSTM`` layers.
+
+Each training window starts from a zero state (lmlab's pretraining stream packs independent
+windows; AWD-LSTM's own loader carried the state across contiguous batches).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lmlab.models.rnn.base import RecurrentModel
+from lmlab.models.rnn.config import RecurrentConfig
+from lmlab.models.rnn.layers import LockedDropout, WeightDropLSTM, embedding_dropout
+from lmlab.utils.errors import LmlabError
+
+
+class AWDLSTMModel(RecurrentModel):
+    """The AWD-LSTM stack with named heads (``"clm"``: the tied decoder; task heads)."""
+
+    lm_head = "clm"
+
+    def __init__(self, config: RecurrentConfig, heads: tuple[str, ...] | list[str] = ()):
+        if config.family != "awd-lstm":
+            raise LmlabError(f"AWDLSTMModel needs an awd-lstm config, not {config.family!r}",
+                             "build the model with lmlab.models.rnn.build_model(config)")
+        super().__init__(config)
+        self.embeddings = nn.Embedding(config.vocab_size, config.embedding_size,
+                                       padding_idx=config.pad_token_id)
+        self.layers = nn.ModuleList(WeightDropLSTM(inp, out, config.weight_p)
+                                    for inp, out in config.layer_sizes())
+        self.input_dropout = LockedDropout(config.input_p)
+        self.hidden_dropout = LockedDropout(config.hidden_p)
+        self.output_dropout = LockedDropout(config.output_p)
+        self.reset_parameters()
+        for name in heads:
+            self.add_head(name)
+
+    def reset_parameters(self) -> None:
+        """AWD-LSTM's initialisation: embeddings uniform(-0.1, 0.1) (the padding row zero),
+        torch's LSTM default uniform(-1/sqrt(H), 1/sqrt(H))."""
+        r = self.config.initializer_range
+        nn.init.uniform_(self.embeddings.weight, -r, r)
+        if self.embeddings.padding_idx is not None:
+            with torch.no_grad():
+                self.embeddings.weight[self.embeddings.padding_idx].zero_()
+        for layer in self.layers:
+            layer.lstm.reset_parameters()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
+    def lm_width(self) -> int:
+        return self.config.last_size
+
+    def tie_weights(self) -> None:
+        head = self.heads["clm"] if "clm" in self.heads else None
+        if head is not None and self.config.tie_word_embeddings:
+            head.decoder.weight = self.embeddings.weight
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Left to right: right padding never changes a real position's vectors."""
+        x = embedding_dropout(self.embeddings, input_ids, self.config.embed_p, self.training)
+        x = self.input_dropout(x)  # (B, T, E)
+        states = [x]
+        for index, layer in enumerate(self.layers):
+            x, _ = layer(x)  # (B, T, H_l)
+            states.append(x)
+            if index < len(self.layers) - 1:
+                x = self.hidden_dropout(x)
+        return self.output_dropout(x), states
+
+    def layer_groups(self) -> list[list[nn.Module]]:
+        """ULMFiT's groups: [heads], last LSTM, ..., first LSTM, [embeddings]."""
+        return [list(self.heads.values())] + [[layer] for layer in reversed(self.layers)] + [
+            [self.embeddings]]

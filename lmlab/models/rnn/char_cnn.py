@@ -1,0 +1,102 @@
+"""ELMo's character-aware token encoder (Peters et al. 2018, after Kim et al. 2016).
+
+A token is its characters: each character an embedding, then 1-D convolutions of several widths
+over the characters, max-pooled over time (one feature per filter), ReLU, highway layers
+(Srivastava et al. 2015: ``y = g * x + (1 - g) * relu(W x)``, ``g = sigmoid(W_g x)``) and a
+linear projection to the LSTM's input width.
+
+Characters come from the tokenizer's vocabulary, not from the text: each token id gets the
+UTF-8 bytes of its string (:func:`char_table`, a buffer of the model). lmlab's token shards hold
+word pieces, so a "word" here is a word piece: ``"##ing"`` is written as a begin-of-continuation
+marker then ``i n g``, keeping it apart from the word ``"ing"``. The model's input is therefore
+the same ``input_ids`` every lmlab model takes, and the encoder is a function of the token id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lmlab.models.rnn.config import NUM_CHARS, RecurrentConfig
+
+PAD, BOW, EOW, BOC, SPECIAL = 0, 257, 258, 259, 260  # 1..256 are the bytes 0..255
+
+
+def token_chars(token: str | None, special: bool, max_chars: int) -> list[int]:
+    """The character ids of one vocabulary entry, padded to ``max_chars``: begin marker (word,
+    continuation piece ``##...``, or special token), the bytes, end-of-word."""
+    if token is None:
+        return [PAD] * max_chars
+    begin = SPECIAL if special else BOW
+    if not special and token.startswith("##") and len(token) > 2:
+        begin, token = BOC, token[2:]
+    elif not special and token[:1] in ("\u0120", "\u2581") and len(token) > 1:
+        token = token[1:]  # byte-level BPE's / SentencePiece's word-start marker
+    body = [byte + 1 for byte in token.encode("utf-8")][:max_chars - 2]
+    ids = [begin, *body, EOW]
+    return ids + [PAD] * (max_chars - len(ids))
+
+
+def char_table(tokens: Sequence[str | None], special_tokens: set[str],
+               max_chars: int) -> torch.Tensor:
+    """(V, max_chars) int16 character ids of every vocabulary entry (id order)."""
+    rows = [token_chars(t, t in special_tokens, max_chars) for t in tokens]
+    return torch.tensor(rows, dtype=torch.int16)
+
+
+def tokenizer_char_table(tokenizer, max_chars: int) -> torch.Tensor:
+    """:func:`char_table` of a :class:`~lmlab.tokenization.tokenizer.Tokenizer`'s vocabulary."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return char_table(tokens, set(tokenizer.all_special_tokens), max_chars)
+
+
+class Highway(nn.Module):
+    """``num_layers`` highway layers of width ``width`` (the carry gate's bias starts at 1 so a
+    fresh layer mostly carries its input, as in Kim et al. / AllenNLP)."""
+
+    def __init__(self, width: int, num_layers: int):
+        super().__init__()
+        self.width = width
+        self.layers = nn.ModuleList(nn.Linear(width, 2 * width) for _ in range(num_layers))
+        self.reset_gates()
+
+    def reset_gates(self) -> None:
+        for layer in self.layers:
+            nn.init.zeros_(layer.bias)
+            with torch.no_grad():
+                layer.bias[self.width:].fill_(1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            transform, gate = layer(x).chunk(2, dim=-1)  # (N, W) each
+            gate = torch.sigmoid(gate)
+            x = gate * x + (1 - gate) * F.relu(transform)
+        return x
+
+
+class CharCNNEncoder(nn.Module):
+    """Token ids -> (B, T, projection_size) vectors from their characters (module docstring)."""
+
+    def __init__(self, config: RecurrentConfig):
+        super().__init__()
+        self.register_buffer("char_table", torch.zeros(config.vocab_size, config.max_chars,
+                                                       dtype=torch.int16))
+        self.char_embeddings = nn.Embedding(NUM_CHARS, config.char_embedding_size,
+                                            padding_idx=PAD)
+        self.convolutions = nn.ModuleList(
+            nn.Conv1d(config.char_embedding_size, count, kernel_size=width)
+            for width, count in config.char_filters)
+        width = sum(count for _, count in config.char_filters)
+        self.highway = Highway(width, config.num_highway)
+        self.projection = nn.Linear(width, config.projection_size)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        chars = self.char_table[input_ids].long()  # (B, T, C)
+        batch, length, count = chars.shape
+        x = self.char_embeddings(chars.view(-1, count)).transpose(1, 2)  # (B*T, d, C)
+        pooled = [F.relu(conv(x).max(dim=-1).values) for conv in self.convolutions]  # (B*T, n)
+        x = self.highway(torch.cat(pooled, dim=-1))  # (B*T, sum n)
+        return self.projection(x).view(batch, length, -1)  # (B, T, P)

@@ -1,0 +1,247 @@
+"""One configuration for lmlab's recurrent language models: AWD-LSTM and ELMo.
+
+Torch-free (``lmlab pretrain --help`` lists the sizes without importing torch). The field names
+the rest of lmlab reads from a model's config are here with the same meaning as in
+:class:`~lmlab.models.config.TransformerConfig`: ``hidden_size`` is the width of the vectors the
+model hands to heads and feature extraction, ``num_hidden_layers`` how many layers follow the
+token representation (``hidden_states`` has one more), ``extra`` holds the task head's settings
+(``num_labels``, ``id2label``, ``pooling``), ``hidden_dropout_prob`` the classifier's dropout.
+
+* ``awd-lstm`` (Merity et al. 2017, "Regularizing and Optimizing LSTM Language Models"; the
+  body of ULMFiT, Howard & Ruder 2018): ``num_layers`` LSTMs of ``lstm_size`` cells, the last one
+  ``embedding_size`` wide so the decoder can share the embedding matrix. Dropout defaults are
+  fastai's ULMFiT ones (``output_p=0.1, hidden_p=0.15, input_p=0.25, embed_p=0.02,
+  weight_p=0.2``); the "paper" size is ULMFiT's 400/1150/3.
+* ``elmo`` (Peters et al. 2018, "Deep contextualized word representations"): a character CNN
+  (``char_filters`` (width, count) pairs, max-pooled over the characters, ``num_highway``
+  highway layers, a projection to ``projection_size``), then ``num_layers`` bidirectional LSTM
+  layers of ``lstm_size`` cells projected to ``projection_size`` (a residual connection from
+  the second layer on). ``hidden_size`` is ``2 * projection_size`` (forward ; backward); the
+  "paper" size is the original ELMo's (4096 cells, 512 projection, filters up to width 7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmlab.utils.errors import LmlabError
+
+FAMILIES = ("awd-lstm", "elmo")
+#: the objectives each family trains with (checked before any work)
+OBJECTIVES = {"awd-lstm": ("clm",), "elmo": ("bilm",)}
+#: the key of a saved model's config.json that marks lmlab's recurrent format
+FORMAT_KEY = "lmlab_recurrent"
+#: character ids: 0 padding, 1-256 the UTF-8 bytes, then begin-of-word, end-of-word,
+#: begin-of-continuation (a "##" word piece) and special-token markers
+NUM_CHARS = 261
+ELMO_PAPER_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+@dataclass
+class RecurrentConfig:
+    """Hyperparameters of an AWD-LSTM or ELMo model (see the module docstring)."""
+
+    family: str = "awd-lstm"
+    vocab_size: int = 30522
+    embedding_size: int = 400          # AWD-LSTM word vectors / ELMo char-CNN output before projection
+    lstm_size: int = 1150              # cells of each LSTM (ELMo: before the projection)
+    num_layers: int = 3
+    output_size: int | None = None     # AWD-LSTM: the last layer's width (None = embedding_size)
+    tie_word_embeddings: bool = True   # AWD-LSTM: decoder shares the embedding matrix
+    # AWD-LSTM regularisation (fastai ULMFiT defaults)
+    embed_p: float = 0.02              # embedding dropout: whole words
+    input_p: float = 0.25              # locked dropout on the embeddings' output
+    hidden_p: float = 0.15             # locked dropout between LSTM layers
+    weight_p: float = 0.2              # DropConnect on the hidden-to-hidden matrices
+    output_p: float = 0.1              # locked dropout on the last layer's output
+    # ELMo
+    projection_size: int = 512
+    char_embedding_size: int = 16
+    char_filters: tuple[tuple[int, int], ...] = ELMO_PAPER_FILTERS
+    num_highway: int = 2
+    max_chars: int = 50
+    dropout: float = 0.1               # ELMo: dropout between layers
+    # what the rest of lmlab reads
+    pad_token_id: int | None = 0
+    max_position_embeddings: int = 100_000  # no position table: only the longest input taken
+    initializer_range: float = 0.1     # uniform(-r, r) as AWD-LSTM's embeddings
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.char_filters = tuple((int(w), int(n)) for w, n in self.char_filters)
+        self.validate()
+
+    # -- what Transformer-side code reads ---------------------------------------------------------
+    position_offset = 0
+    position_embedding = "none"
+    is_encoder_decoder = False
+    type_vocab_size = 1  # no segment ids: lmlab drops token_type_ids for such models
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the vectors heads and feature extraction read (every hidden state)."""
+        if self.family == "elmo":
+            return 2 * self.projection_size
+        return self.last_size
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.num_layers
+
+    @property
+    def hidden_dropout_prob(self) -> float:
+        """The task heads' dropout before the classifier (ULMFiT's head: 0.1)."""
+        return float(self.extra.get("classifier_dropout", 0.1))
+
+    @property
+    def last_size(self) -> int:
+        """AWD-LSTM: the last LSTM layer's width."""
+        return self.output_size if self.output_size is not None else self.embedding_size
+
+    def layer_sizes(self) -> list[tuple[int, int]]:
+        """AWD-LSTM: (input, hidden) of each LSTM layer; ELMo: (input, cells) per direction."""
+        if self.family == "elmo":
+            return [(self.projection_size, self.lstm_size)] * self.num_layers
+        sizes = []
+        for layer in range(self.num_layers):
+            inp = self.embedding_size if layer == 0 else self.lstm_size
+            out = self.last_size if layer == self.num_layers - 1 else self.lstm_size
+            sizes.append((inp, out))
+        return sizes
+
+    # -- checks ----------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Refuse sizes that cannot build, with the fix (before any weight is made)."""
+        if self.family not in FAMILIES:
+            raise LmlabError(f"unknown recurrent family {self.family!r}",
+                             f"use one of {', '.join(FAMILIES)}")
+        for name in ("vocab_size", "embedding_size", "lstm_size", "num_layers", "projection_size",
+                     "char_embedding_size", "max_chars"):
+            if int(getattr(self, name)) < 1:
+                raise LmlabError(f"{name} must be at least 1, not {getattr(self, name)}",
+                                 f"set {name} to a positive size")
+        for name in ("embed_p", "input_p", "hidden_p", "weight_p", "output_p", "dropout"):
+            if not 0.0 <= float(getattr(self, name)) < 1.0:
+                raise LmlabError(f"{name} {getattr(self, name)} is not a dropout probability",
+                                 f"use 0 <= {name} < 1")
+        if self.family == "awd-lstm" and self.tie_word_embeddings \
+                and self.last_size != self.embedding_size:
+            raise LmlabError(f"tied weights need the last LSTM layer as wide as the embeddings "
+                             f"(output_size {self.last_size} != embedding_size "
+                             f"{self.embedding_size})", "set output_size to the embedding size "
+                             "(or leave it unset), or tie_word_embeddings=False")
+        if self.family == "elmo":
+            if self.num_layers < 1 or not self.char_filters:
+                raise LmlabError("ELMo needs at least one LSTM layer and one character filter",
+                                 "set num_layers >= 1 and char_filters, e.g. [[1, 32], [2, 64]]")
+            widest = max(w for w, _ in self.char_filters)
+            if widest > self.max_chars:
+                raise LmlabError(f"a character filter of width {widest} is wider than "
+                                 f"max_chars {self.max_chars}", "raise max_chars or narrow it")
+
+    # -- persistence -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        values = dataclasses.asdict(self)
+        values["char_filters"] = [list(pair) for pair in self.char_filters]
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RecurrentConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise LmlabError(f"unknown recurrent config fields: {', '.join(unknown)}",
+                             f"valid fields are: {', '.join(sorted(known))}")
+        values = dict(values)
+        extra = dict(values.get("extra") or {})
+        if "id2label" in extra:  # JSON keys are strings; labels are looked up by int id
+            extra["id2label"] = {int(k): str(v) for k, v in extra["id2label"].items()}
+        values["extra"] = extra
+        return cls(**values)
+
+    # -- cost ------------------------------------------------------------------------------------
+    def num_parameters(self) -> int:
+        """Parameter count from the shapes (tied matrices once; the cost report reads it)."""
+        if self.family == "elmo":
+            p, c = self.projection_size, self.lstm_size
+            chars = NUM_CHARS * self.char_embedding_size
+            conv = sum(n * (w * self.char_embedding_size + 1) for w, n in self.char_filters)
+            width = sum(n for _, n in self.char_filters)
+            highway = self.num_highway * 2 * (width * width + width)
+            project = width * p + p
+            lstm = 2 * self.num_layers * (4 * c * (p + p) + 8 * c + p * c)
+            return chars + conv + highway + project + lstm + self.vocab_size * p
+        lstm = sum(4 * h * (i + h) + 8 * h for i, h in self.layer_sizes())
+        decoder = 0 if self.tie_word_embeddings else self.vocab_size * self.last_size
+        return self.vocab_size * self.embedding_size + lstm + decoder
+
+    def flops_per_token(self, seq_len: int = 0, training: bool = True, head: str = "clm",
+                        sparse_prediction_fraction: float | None = None, **_: Any) -> float:
+        """Matmul FLOPs per token (2 per multiply-add; training = 3 x forward), as
+        :func:`lmlab.cost.flops.flops_per_token` counts Transformers: every LSTM gate product,
+        the character convolutions and highways, and the vocabulary softmax when ``head`` is
+        an LM head (ELMo: one per direction)."""
+        if self.family == "elmo":
+            p, c, d = self.projection_size, self.lstm_size, self.char_embedding_size
+            width = sum(n for _, n in self.char_filters)
+            conv = sum(2 * w * d * n * self.max_chars for w, n in self.char_filters)
+            token = conv + self.num_highway * 2 * 2 * width * width + 2 * width * p
+            lstm = 2 * self.num_layers * (2 * 4 * c * (p + p) + 2 * c * p)
+            softmax = 2 * 2 * p * self.vocab_size if head != "none" else 0
+            forward = token + lstm + softmax
+        else:
+            lstm = sum(2 * 4 * h * (i + h) for i, h in self.layer_sizes())
+            softmax = 2 * self.last_size * self.vocab_size if head != "none" else 0
+            forward = lstm + softmax
+        return float(forward * (3 if training else 1))
+
+
+# -- named sizes ---------------------------------------------------------------------------------
+SIZES: dict[str, dict[str, dict[str, Any]]] = {
+    "awd-lstm": {
+        "paper": {},  # ULMFiT: 400-d embeddings, 3 x 1150 cells
+        "small": {"embedding_size": 256, "lstm_size": 768},
+        "mini": {"embedding_size": 128, "lstm_size": 384},
+        "tiny": {"embedding_size": 32, "lstm_size": 64},
+    },
+    "elmo": {
+        "paper": {"projection_size": 512, "lstm_size": 4096, "num_layers": 2},
+        "small": {"projection_size": 256, "lstm_size": 1024, "num_layers": 2,
+                  "char_filters": ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256))},
+        "mini": {"projection_size": 128, "lstm_size": 512, "num_layers": 2,
+                 "char_filters": ((1, 32), (2, 32), (3, 64), (4, 128))},
+        "tiny": {"projection_size": 16, "lstm_size": 32, "num_layers": 2,
+                 "char_embedding_size": 8, "char_filters": ((1, 8), (2, 8), (3, 16)),
+                 "max_chars": 20},
+    },
+}
+
+
+def recurrent_preset(family: str, size: str, **overrides: Any) -> RecurrentConfig:
+    """The config of a named size of ``family`` with field overrides (``vocab_size``, ...)."""
+    if family not in SIZES:
+        raise LmlabError(f"no recurrent family {family!r}", f"use one of {', '.join(SIZES)}")
+    if size not in SIZES[family]:
+        raise LmlabError(f"no {family} preset named {size!r}",
+                         f"{family} sizes: {', '.join(SIZES[family])}")
+    values = {"family": family, **SIZES[family][size], **overrides}
+    values.pop("type_vocab_size", None)
+    return RecurrentConfig.from_dict(values)
+
+
+def check_family_objective(family: str, spec: str) -> None:
+    """Refuse, before any work, an objective the family does not train with: a recurrent
+    family's other objectives (``--family elmo --objective clm``) and ``bilm`` on a
+    Transformer."""
+    names = [part.strip() for part in str(spec).split(",") if part.strip()]
+    if family in OBJECTIVES:
+        allowed = OBJECTIVES[family]
+        wrong = [name for name in names if name not in allowed]
+        if wrong:
+            raise LmlabError(f"--family {family} trains with --objective {', '.join(allowed)}, "
+                             f"not {', '.join(wrong)}", f"use --objective {allowed[0]}")
+    elif "bilm" in names:
+        raise LmlabError(f"the bilm objective trains ELMo's two LSTM directions; a {family} "
+                         "model has none", "use --family elmo (clm or mlm for a Transformer)")

@@ -1,0 +1,131 @@
+"""ELMo's bidirectional language model (Peters et al. 2018, "Deep contextualized word
+representations").
+
+Token representation: the character CNN (:mod:`lmlab.models.rnn.char_cnn`), context-free,
+``projection_size`` wide. Then ``num_layers`` layers of two independent LSTMs, one reading left
+to right and one right to left, each with ``lstm_size`` cells projected to ``projection_size``;
+from the second layer on each direction adds its input to its output (the residual connection).
+The two directions share the token encoder and the softmax (the ``"bilm"`` head); the
+:class:`~lmlab.objectives.bilm.BidirectionalLM` objective trains the forward direction to
+predict the next token and the backward one the previous token.
+
+``hidden_states`` are ELMo's layers: layer 0 the token vector twice ``[x; x]``, layer j
+``[forward_j; backward_j]``, all ``2 * projection_size`` wide; a task combines them with the
+scalar mix ``gamma * sum_j softmax(s)_j h_j`` (:func:`scalar_mix`; the feature recipe learns
+``s`` and ``gamma``: :class:`lmlab.finetune.feature_based.ScalarMix`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lmlab.models.heads import IGNORE_INDEX
+from lmlab.models.rnn.base import LMHead, RecurrentModel, lengths_of
+from lmlab.models.rnn.char_cnn import CharCNNEncoder, Highway
+from lmlab.models.rnn.config import RecurrentConfig
+from lmlab.models.rnn.layers import WeightDropLSTM, reverse_padded
+from lmlab.utils.errors import LmlabError
+
+# torch's oneDNN path has no projected LSTM; its default CPU kernel runs instead (said once)
+warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
+
+
+class BiLMHead(LMHead):
+    """ELMo's softmax, shared by the two directions: (B, T, 2P) -> (B, T, 2, V) logits, index 0
+    the forward LM's (predicting token t+1), 1 the backward LM's (predicting token t-1)."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        directions = hidden.view(*hidden.shape[:-1], 2, -1)  # (B, T, 2, P)
+        return self.decoder(directions)  # (B, T, 2, V)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The mean of the forward and the backward LM's token cross-entropies."""
+        vocab = logits.shape[-1]
+        forward = F.cross_entropy(logits[:, :-1, 0].reshape(-1, vocab).float(),
+                                  labels[:, 1:].reshape(-1), ignore_index=IGNORE_INDEX)
+        backward = F.cross_entropy(logits[:, 1:, 1].reshape(-1, vocab).float(),
+                                   labels[:, :-1].reshape(-1), ignore_index=IGNORE_INDEX)
+        return (forward + backward) / 2
+
+
+class ElmoModel(RecurrentModel):
+    """The ELMo biLM with named heads (``"bilm"``: the shared softmax; task heads)."""
+
+    lm_head = "bilm"
+
+    def __init__(self, config: RecurrentConfig, heads: tuple[str, ...] | list[str] = (),
+                 char_table: torch.Tensor | None = None):
+        if config.family != "elmo":
+            raise LmlabError(f"ElmoModel needs an elmo config, not {config.family!r}",
+                             "build the model with lmlab.models.rnn.build_model(config)")
+        super().__init__(config)
+        self.token_encoder = CharCNNEncoder(config)
+        if char_table is not None:
+            if tuple(char_table.shape) != tuple(self.token_encoder.char_table.shape):
+                raise LmlabError(f"the character table is {tuple(char_table.shape)}, the model "
+                                 f"needs {tuple(self.token_encoder.char_table.shape)} "
+                                 "(vocab_size x max_chars)", "build it from the same tokenizer "
+                                 "with the config's max_chars")
+            self.token_encoder.char_table.copy_(char_table)
+        p, c = config.projection_size, config.lstm_size
+        self.forward_layers = nn.ModuleList(WeightDropLSTM(p, c, proj_size=p)
+                                            for _ in range(config.num_layers))
+        self.backward_layers = nn.ModuleList(WeightDropLSTM(p, c, proj_size=p)
+                                             for _ in range(config.num_layers))
+        self.dropout = nn.Dropout(config.dropout)
+        for name in heads:
+            self.add_head(name)
+
+    def reset_parameters(self) -> None:
+        """Fresh weights (the character table is kept): torch's defaults for the convolutions,
+        LSTMs and linear maps, highway carry gates biased to 1."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters") \
+                    and not isinstance(module, Highway):
+                module.reset_parameters()
+        self.token_encoder.highway.reset_gates()
+
+    def _new_head(self, name: str) -> nn.Module:
+        if name == self.lm_head:  # one direction's width: the softmax is shared
+            return BiLMHead(self.config.projection_size, self.config.vocab_size)
+        return super()._new_head(name)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        lengths = lengths_of(input_ids, attention_mask)
+        tokens = self.token_encoder(input_ids)  # (B, T, P)
+        states = [torch.cat([tokens, tokens], dim=-1)]  # (B, T, 2P)
+        forward_in, backward_in = tokens, reverse_padded(tokens, lengths)
+        for index, (fwd, bwd) in enumerate(zip(self.forward_layers, self.backward_layers)):
+            forward_out, _ = fwd(self.dropout(forward_in))  # (B, T, P)
+            backward_out, _ = bwd(self.dropout(backward_in))  # (B, T, P), reversed rows
+            if index > 0:  # residual connection from the second layer on
+                forward_out = forward_out + forward_in
+                backward_out = backward_out + backward_in
+            states.append(torch.cat([forward_out, reverse_padded(backward_out, lengths)], -1))
+            forward_in, backward_in = forward_out, backward_out
+        return states[-1], states
+
+    def layer_groups(self) -> list[list[nn.Module]]:
+        """[heads], top biLSTM layer (both directions), ..., [character encoder]."""
+        pairs = list(zip(self.forward_layers, self.backward_layers))
+        return [list(self.heads.values())] + [list(pair) for pair in reversed(pairs)] + [
+            [self.token_encoder]]
+
+
+def scalar_mix(hidden_states: Sequence[torch.Tensor], weights: torch.Tensor,
+               gamma: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """ELMo's task representation ``gamma * sum_j softmax(weights)_j h_j`` over the L + 1 hidden
+    states (each (B, T, H)) -> (B, T, H); ``weights`` (L + 1,) unnormalised."""
+    if weights.dim() != 1 or weights.shape[0] != len(hidden_states):
+        raise LmlabError(f"the scalar mix has {weights.numel()} weights but the model gives "
+                         f"{len(hidden_states)} layers (its {len(hidden_states) - 1} layers plus "
+                         "the token layer)", f"use {len(hidden_states)} weights, one per layer")
+    mix = torch.softmax(weights, dim=0)  # (L+1,)
+    return gamma * torch.einsum("l,lbth->bth", mix, torch.stack(list(hidden_states)))

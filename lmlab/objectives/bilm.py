@@ -1,0 +1,78 @@
+"""ELMo's bidirectional language modelling (Peters et al. 2018, section 3.1): ``"bilm"``.
+
+The forward LM predicts token t+1 from the forward LSTM's top state at t, the backward LM
+token t-1 from the backward LSTM's top state at t; the loss is the mean of the two
+cross-entropies (so its exp is the geometric mean of the two perplexities; each direction's is
+logged too). The softmax is one matrix shared by the directions (the model's ``"bilm"`` head),
+projected in chunks (:func:`~lmlab.objectives.linear_cross_entropy.linear_cross_entropy`).
+Windows are packed bare with the end-of-text token between documents, as for CLM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lmlab.models.heads import IGNORE_INDEX
+from lmlab.objectives.base import Objective, ObjectiveResult
+from lmlab.objectives.causal import _padding_mask
+from lmlab.objectives.linear_cross_entropy import linear_cross_entropy
+from lmlab.utils.errors import LmlabError
+
+
+class BidirectionalLM(Objective):
+    """Forward + backward LM losses with a shared softmax, on an ELMo model."""
+
+    name = "bilm"
+    head_names = ("bilm",)
+    example_format = "packed"
+    flops_head = "clm"
+    reports_perplexity = True
+    cls_sep_packing = False
+
+    def prepare(self, model: nn.Module) -> None:
+        if getattr(model, "lm_head", None) != "bilm":
+            family = getattr(getattr(model, "config", None), "family", type(model).__name__)
+            raise LmlabError(f"the bilm objective trains a bidirectional LSTM LM with separate "
+                             f"directions (ELMo); a {family} model has none",
+                             "use --family elmo with --objective bilm (clm for left-to-right "
+                             "models)")
+        super().prepare(model)
+
+    def corrupt(self, batch: dict[str, torch.Tensor],
+                rng: torch.Generator) -> dict[str, torch.Tensor]:
+        """Labels are the inputs, padding -> -100."""
+        out = dict(batch)
+        out["labels"] = batch["input_ids"].masked_fill(_padding_mask(batch) == 0, IGNORE_INDEX)
+        return out
+
+    def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
+               pooled: torch.Tensor | None) -> ObjectiveResult:
+        labels = batch.get("labels")
+        if labels is None:
+            raise LmlabError("objective 'bilm' needs 'labels' in the batch",
+                             "pass the batch through objective.corrupt() first")
+        width = hidden.shape[-1] // 2
+        weight = model.heads["bilm"].decoder.weight  # (V, P), shared by both directions
+        next_tokens = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
+        previous_tokens = F.pad(labels[:, :-1], (1, 0), value=IGNORE_INDEX)  # (B, T)
+        parts, metrics, total = [], {}, 0
+        for direction, states, targets in (("forward", hidden[..., :width], next_tokens),
+                                           ("backward", hidden[..., width:], previous_tokens)):
+            keep = targets.reshape(-1) != IGNORE_INDEX  # (B*T,)
+            count = int(keep.sum())
+            loss, correct = linear_cross_entropy(states.reshape(-1, width)[keep], weight,
+                                                 targets.reshape(-1)[keep])
+            parts.append(loss)
+            total += count
+            value = float(loss.detach())
+            metrics[f"bilm_{direction}_loss"] = value
+            metrics[f"bilm_{direction}_perplexity"] = math.exp(min(value, 50.0))
+            metrics[f"bilm_{direction}_accuracy"] = float(correct) / max(count, 1)
+        loss = (parts[0] + parts[1]) / 2
+        value = float(loss.detach())
+        metrics.update(bilm_loss=value, bilm_perplexity=math.exp(min(value, 50.0)))
+        return ObjectiveResult(loss, metrics, total // 2)
