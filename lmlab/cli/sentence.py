@@ -1,0 +1,130 @@
+"""``lmlab sentence pairs|train|evaluate``: sentence encoders (Sentence-BERT, skip-thought,
+quick-thought) and their evaluation (docs/sentence-encoders.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "pairs", help="write WordNet (example sentence, gloss) pairs, split by synset",
+        example="lmlab sentence pairs --out pairs", handler=_pairs, group="sentence")
+    p.add_argument("--out", required=True, help="folder for train/dev/test.jsonl and info.json")
+    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+
+    p = commands.command(
+        "train", help="train a sentence encoder: mnrl or softmax on pairs, skip-thought or "
+                      "quick-thought on a corpus",
+        example="lmlab sentence train --objective mnrl --data pairs --init minilm --steps 100 "
+                "--out runs/sbert", handler=_train, group="sentence")
+    p.add_argument("--objective", required=True,
+                   choices=("mnrl", "softmax", "skip-thought", "quick-thought"))
+    p.add_argument("--data", required=True,
+                   help="a pair folder (`lmlab sentence pairs`) or JSON-lines pair file for "
+                        "mnrl/softmax; an lmlab corpus folder for skip-thought/quick-thought")
+    p.add_argument("--out", required=True, help="run folder (model/, metrics, checkpoints)")
+    p.add_argument("--init", help="start from this encoder (folder or short name: minilm)")
+    p.add_argument("--size", default="tiny", help="bert preset of a fresh encoder (no --init)")
+    p.add_argument("--tokenizer", help="tokenizer of a fresh encoder (default: minilm's)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--warmup", type=float, default=0.1, help="warmup fraction of the run")
+    p.add_argument("--steps", type=int, help="optimizer steps")
+    p.add_argument("--budget", help="wall-clock budget: 90s, 30m, 1.5h")
+    p.add_argument("--max-length", type=int, default=128, help="tokens per sentence")
+    p.add_argument("--max-sentences", type=int, help="corpus sentences read at most")
+    p.add_argument("--scale", type=float, default=20.0, help="mnrl: cosine scale")
+    p.add_argument("--num-labels", type=int, help="softmax: classes (default: from the pairs)")
+    p.add_argument("--decoder-hidden", type=int, default=256, help="skip-thought: GRU size")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "auto"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
+
+    p = commands.command(
+        "evaluate", help="Lee document similarity, WiC (cosine threshold) and gloss retrieval",
+        example="lmlab sentence evaluate minilm --tasks lee,wic,retrieval",
+        handler=_evaluate, group="sentence")
+    p.add_argument("model", help="model folder, run directory or short name (minilm)")
+    p.add_argument("--tasks", default="lee,wic,retrieval",
+                   help="comma-separated: lee, wic, retrieval")
+    p.add_argument("--lee-dir", help="folder with lee.cor and similarities0-1.txt (default: "
+                                     "gensim's installed test data)")
+    p.add_argument("--pairs", help="pair folder whose test split is the retrieval set "
+                                   "(default: built from WordNet)")
+    p.add_argument("--max-synsets", type=int, default=1000,
+                   help="held-out synsets whose glosses are retrieved from")
+    p.add_argument("--out", help="write the results (JSON) here")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.add_argument("--threads", type=int)
+
+
+def _pairs(args: argparse.Namespace) -> int:
+    from lmlab.sentence.pairs import build_wordnet_pairs, write_pairs
+    from lmlab.utils.checks import check_output_folder
+
+    check_output_folder(args.out, args.overwrite, "pair folder")
+    pairs, info = build_wordnet_pairs()
+    write_pairs(args.out, pairs, info, overwrite=True)
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lmlab.sentence.train import train_sentence_encoder
+    from lmlab.training.config import TrainingConfig
+    from lmlab.utils.checks import check_at_least
+    from lmlab.utils.durations import parse_duration
+    from lmlab.utils.errors import LmlabError
+
+    for name in ("batch_size", "steps", "threads", "max_length", "max_sentences", "num_labels",
+                 "decoder_hidden"):
+        check_at_least(getattr(args, name), 1, f"--{name.replace('_', '-')}")
+    if args.steps is None and args.budget is None:
+        raise LmlabError("neither --steps nor --budget was given",
+                         "say how long to train, e.g. --steps 1000 or --budget 10m")
+    cfg = TrainingConfig(lr=args.lr, batch_size=args.batch_size, warmup_fraction=args.warmup,
+                         max_steps=args.steps, seed=args.seed, precision=args.precision,
+                         threads=args.threads,
+                         budget_seconds=parse_duration(args.budget) if args.budget else None,
+                         eval_every=500, save_every=500)
+    result = train_sentence_encoder(
+        args.objective, args.data, args.out, cfg, init=args.init, size=args.size,
+        tokenizer=args.tokenizer, max_length=args.max_length, max_sentences=args.max_sentences,
+        scale=args.scale, num_labels=args.num_labels, decoder_hidden=args.decoder_hidden,
+        overwrite=args.overwrite)
+    print(json.dumps({"steps": result.step, "stop_reason": result.stop_reason,
+                      "last_loss": result.last_loss, **result.last_eval,
+                      "model": str(Path(args.out) / "model")}, indent=2))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import torch
+
+    from lmlab.sentence.encoder import SentenceEncoder
+    from lmlab.sentence.evaluate import EVALUATIONS, evaluate_encoder, lee_folder
+    from lmlab.utils.checks import check_at_least, check_names, check_output_file
+    from lmlab.utils.io import atomic_write_json
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    check_names(tasks, EVALUATIONS, "--tasks", "evaluation")
+    check_at_least(args.max_synsets, 2, "--max-synsets")
+    check_at_least(args.threads, 1, "--threads")
+    if args.out:
+        check_output_file(args.out, args.overwrite)
+    if "lee" in tasks:
+        lee_folder(args.lee_dir)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = evaluate_encoder(SentenceEncoder.load(args.model), tasks, args.lee_dir,
+                               args.pairs, args.max_synsets)
+    results = {"model": args.model, **results}
+    if args.out:
+        atomic_write_json(args.out, results)
+    print(json.dumps(results, indent=2))
+    return 0

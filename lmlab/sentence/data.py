@@ -1,0 +1,213 @@
+"""Batches for sentence-encoder training, each stream resumable (``state_dict`` /
+``load_state_dict``: epoch and position) like the Trainer's other streams.
+
+* :class:`PairStream`: shuffled batches of sentence pairs, rows column after column (all first
+  sentences, then all second sentences) so the shared encoder runs once per batch; batches of
+  fewer than two pairs are never made (in-batch negatives need two).
+* :class:`TripleStream`: (previous, sentence, next) of the corpus's sentence order, for
+  skip-thought: ``input_ids`` is the middle sentence, ``prev_ids``/``next_ids`` the decoders'
+  targets.
+* :class:`ContiguousStream`: runs of consecutive sentences (with each one's document), for
+  quick-thought's in-batch classification of the true neighbours.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmlab.sentence.pairs import SentencePair
+from lmlab.utils.errors import LmlabError
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (N, T) ids and their (N, T) attention mask."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, :len(row)] = 1
+    return ids, mask
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token ids (special tokens included) of each text, cut to ``max_length``."""
+    return tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+
+
+def collate_columns(columns: Sequence[Sequence[Sequence[int]]], labels: Sequence[int],
+                    groups: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """One padded batch of C columns of B sentences each: rows ``[c * B, (c + 1) * B)`` are
+    column ``c``; ``labels`` (B,), ``groups`` (C * B,) the group of every row."""
+    ids, mask = pad_rows([row for column in columns for row in column], pad_id)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+            "labels": torch.tensor(list(labels), dtype=torch.long),
+            "groups": torch.tensor(list(groups), dtype=torch.long)}
+
+
+class _Resumable:
+    """Epochs of shuffled batches with an exact position."""
+
+    seed = 0
+    epoch = 0
+    position = 0
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        raise NotImplementedError
+
+    def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            batches = self.epoch_batches(self.epoch)
+            while self.position < len(batches):
+                indices = batches[self.position]
+                self.position += 1
+                yield self.make_batch(indices)
+            self.epoch += 1
+            self.position = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.seed = int(state.get("seed", self.seed))
+
+
+def _shuffled_batches(count: int, batch_size: int, seed: int, epoch: int,
+                      minimum: int = 1) -> list[list[int]]:
+    order = list(range(count))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    batches = [order[i:i + batch_size] for i in range(0, count, batch_size)]
+    return [b for b in batches if len(b) >= minimum]
+
+
+class PairStream(_Resumable):
+    """Endless shuffled batches of pairs. ``positives_only`` keeps label-1 pairs (the
+    contrastive objective's input; its negatives are the batch's other second sentences)."""
+
+    def __init__(self, pairs: Sequence[SentencePair], tokenizer: Any, batch_size: int,
+                 max_length: int, seed: int = 0, positives_only: bool = False):
+        rows = [p for p in pairs if p.label == 1] if positives_only else list(pairs)
+        if len(rows) < 2:
+            raise LmlabError(f"{len(rows)} usable pair(s)" + (" with label 1" if positives_only
+                                                              else ""),
+                             "give at least two pairs (in-batch negatives need two per batch)")
+        if batch_size < 2:
+            raise LmlabError(f"batch size {batch_size}", "use at least 2 pairs a batch")
+        self.pairs = rows
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.seed = seed
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        groups = sorted({p.group for p in rows})
+        self.group_index = {g: i for i, g in enumerate(groups)}
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        return _shuffled_batches(len(self.pairs), self.batch_size, self.seed, epoch, minimum=2)
+
+    def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        chosen = [self.pairs[i] for i in indices]
+        first = encode_texts(self.tokenizer, [p.sentence1 for p in chosen], self.max_length)
+        second = encode_texts(self.tokenizer, [p.sentence2 for p in chosen], self.max_length)
+        # the first column's groups never match a candidate: -1 - row
+        groups = [-1 - i for i in range(len(chosen))] + [self.group_index[p.group]
+                                                          for p in chosen]
+        return collate_columns([first, second], [p.label for p in chosen], groups, self.pad_id)
+
+
+def corpus_documents(corpus: str | Path, split: str = "train",
+                     max_sentences: int | None = None) -> list[list[str]]:
+    """The sentences of each document of an lmlab corpus split, in the corpus's order (at most
+    ``max_sentences`` in all)."""
+    from lmlab.data.corpus import read_corpus
+
+    documents, total = [], 0
+    for document in read_corpus(corpus, split):
+        sentences = [s for s in document.sentences if s.strip()]
+        if max_sentences is not None:
+            sentences = sentences[:max_sentences - total]
+        if sentences:
+            documents.append(sentences)
+            total += len(sentences)
+        if max_sentences is not None and total >= max_sentences:
+            break
+    return documents
+
+
+class TripleStream(_Resumable):
+    """Shuffled batches of (previous, sentence, next) triples, all three from one document."""
+
+    def __init__(self, documents: Sequence[Sequence[str]], tokenizer: Any, batch_size: int,
+                 max_length: int, seed: int = 0):
+        self.documents = documents
+        self.triples = [(d, i) for d, sentences in enumerate(documents)
+                        for i in range(1, len(sentences) - 1)]
+        if not self.triples:
+            longest = max((len(s) for s in documents), default=0)
+            raise LmlabError(f"no sentence with a previous and a next sentence in its document "
+                             f"(the longest document has {longest} sentence(s))",
+                             "give a corpus whose documents have three or more sentences")
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.seed = seed
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        return _shuffled_batches(len(self.triples), self.batch_size, self.seed, epoch)
+
+    def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        batch: dict[str, torch.Tensor] = {}
+        for name, offset in (("prev", -1), ("", 0), ("next", 1)):
+            texts = [self.documents[d][i + offset] for d, i in (self.triples[k] for k in indices)]
+            ids, mask = pad_rows(encode_texts(self.tokenizer, texts, self.max_length), self.pad_id)
+            if name:
+                batch[f"{name}_ids"], batch[f"{name}_mask"] = ids, mask
+            else:
+                batch.update(input_ids=ids, attention_mask=mask,
+                             token_type_ids=torch.zeros_like(ids))
+        return batch
+
+
+class ContiguousStream(_Resumable):
+    """Shuffled runs of ``batch_size`` consecutive sentences of the corpus; ``document`` (B,)
+    tells which are neighbours (consecutive rows of one document)."""
+
+    def __init__(self, documents: Sequence[Sequence[str]], tokenizer: Any, batch_size: int,
+                 max_length: int, seed: int = 0):
+        self.sentences = [s for sentences in documents for s in sentences]
+        self.document = [d for d, sentences in enumerate(documents) for _ in sentences]
+        if batch_size < 3:
+            raise LmlabError(f"batch size {batch_size}",
+                             "use at least 3 (a sentence, its neighbours and other candidates)")
+        if not any(len(s) >= 2 for s in documents):
+            raise LmlabError("no document has two sentences: no sentence has a neighbour",
+                             "give a corpus whose documents have several sentences")
+        if len(self.sentences) < batch_size:
+            raise LmlabError(f"{len(self.sentences)} sentences, fewer than one batch of "
+                             f"{batch_size}", "lower --batch-size or give a larger corpus")
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.seed = seed
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        starts = list(range(0, len(self.sentences) - self.batch_size + 1, self.batch_size))
+        random.Random(f"{self.seed}:{epoch}").shuffle(starts)
+        return [list(range(s, s + self.batch_size)) for s in starts]
+
+    def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        ids, mask = pad_rows(encode_texts(self.tokenizer, [self.sentences[i] for i in indices],
+                                          self.max_length), self.pad_id)
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+                "document": torch.tensor([self.document[i] for i in indices], dtype=torch.long)}

@@ -1,0 +1,154 @@
+"""Sentence vectors from an lmlab encoder: the mean of its last hidden states over real tokens.
+
+Sentence-BERT (Reimers & Gurevych 2019) found mean pooling the best of [CLS], mean and max for
+a bi-encoder: one shared encoder embeds each sentence on its own, and sentences are compared by
+the cosine of their vectors. :func:`mean_pool` and :func:`embed_batch` are the differentiable
+parts the training objectives use; :class:`SentenceEncoder` adds tokenisation, batching and
+the settings a sentence-transformers folder records (``sentence_bert_config.json``'s
+``max_seq_length``; a ``Normalize`` module in ``modules.json`` makes every vector unit length),
+so ``SentenceEncoder.load("minilm").encode(texts)`` gives what ``SentenceTransformer.encode``
+gives. :meth:`SentenceEncoder.save` writes those files back, so a model trained here loads in
+sentence-transformers too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmlab.objectives.base import model_inputs
+from lmlab.utils.errors import LmlabError
+
+DEFAULT_MAX_LENGTH = 256  # sentence-transformers' max_seq_length for MiniLM-sized encoders
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, H) hidden states -> (B, H): the mean over positions where the mask is 1."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    total = (hidden * mask).sum(1)  # (B, H)
+    return total / mask.sum(1).clamp(min=1e-9)
+
+
+def embed_batch(model: nn.Module, batch: dict[str, torch.Tensor],
+                normalize: bool = False) -> torch.Tensor:
+    """Mean-pooled (and optionally unit-length) sentence vectors (B, H) of a padded batch, with
+    gradients: one forward pass of ``model``'s stack, no head."""
+    out = model(**model_inputs(batch, model), heads=[])
+    vectors = mean_pool(out.last_hidden_state, batch["attention_mask"])
+    return nn.functional.normalize(vectors, dim=-1) if normalize else vectors
+
+
+def tokenize_batch(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+    """Padded ``input_ids``/``attention_mask``/``token_type_ids`` of ``texts`` (each cut to
+    ``max_length`` tokens, special tokens included)."""
+    encoded = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                        return_tensors="pt")
+    return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")
+            if key in encoded}
+
+
+def _sentence_transformers_settings(folder: Path) -> tuple[int | None, bool]:
+    """(max_seq_length or None, normalize) recorded in a sentence-transformers folder."""
+    max_length, normalize = None, False
+    config = folder / "sentence_bert_config.json"
+    if config.is_file():
+        max_length = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
+    modules = folder / "modules.json"
+    if modules.is_file():
+        normalize = any(str(m.get("type", "")).endswith(".Normalize")
+                        for m in json.loads(modules.read_text(encoding="utf-8")))
+    return max_length, normalize
+
+
+class SentenceEncoder:
+    """A bi-encoder: ``model`` (an lmlab encoder) + ``tokenizer``, mean pooling, optional
+    normalisation, inputs cut to ``max_length`` tokens."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, max_length: int = DEFAULT_MAX_LENGTH,
+                 normalize: bool = False):
+        from lmlab.analysis.features import input_limit
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = int(input_limit(model, tokenizer, max_length) or max_length)
+        self.normalize = bool(normalize)
+
+    @classmethod
+    def load(cls, path: str | Path, max_length: int | None = None,
+             normalize: bool | None = None) -> SentenceEncoder:
+        """An encoder from a model folder (or a catalog name such as ``minilm``), with the
+        folder's sentence-transformers settings unless given."""
+        from lmlab.models.auto import resolve_model_dir
+        from lmlab.pipelines.base import load_model_and_tokenizer
+
+        folder = Path(resolve_model_dir(path))
+        model, tokenizer = load_model_and_tokenizer(str(folder))
+        if getattr(model.config, "is_encoder_decoder", False):
+            raise LmlabError(f"{path} is an encoder-decoder", "give an encoder (BERT-like) folder")
+        recorded_length, recorded_normalize = _sentence_transformers_settings(folder)
+        return cls(model, tokenizer, max_length or recorded_length or DEFAULT_MAX_LENGTH,
+                   recorded_normalize if normalize is None else normalize)
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        return tokenize_batch(self.tokenizer, texts, self.max_length)
+
+    @torch.no_grad()
+    def encode(self, texts: Sequence[str], batch_size: int = 64,
+               show_progress: bool = False) -> torch.Tensor:
+        """(N, H) float32 vectors of ``texts`` in their order (batches sorted by length, so
+        little padding is computed; the model is left in eval mode)."""
+        from lmlab.utils.progress import progress
+
+        texts = [str(t) for t in texts]
+        if not texts:
+            raise LmlabError("no texts to encode", "give at least one sentence")
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = torch.empty(len(texts), self.model.config.hidden_size)
+        starts = range(0, len(order), batch_size)
+        for start in progress(starts, desc="encoding", unit="batch") if show_progress else starts:
+            indices = order[start:start + batch_size]
+            batch = {k: v.to(device) for k, v in self.tokenize([texts[i] for i in indices]).items()}
+            out[indices] = embed_batch(self.model, batch, self.normalize).float().cpu()
+        return out
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the model and tokenizer, plus the sentence-transformers files (modules.json,
+        1_Pooling/config.json, sentence_bert_config.json) that record mean pooling, the length
+        and normalisation."""
+        from lmlab.interop.native import save_model
+
+        folder, _ = save_model(self.model, Path(folder))
+        self.tokenizer.save_pretrained(folder)
+        write_sentence_transformers_files(folder, self.model.config.hidden_size,
+                                          self.max_length, self.normalize)
+        return folder
+
+
+def write_sentence_transformers_files(folder: Path, hidden: int, max_length: int,
+                                      normalize: bool) -> None:
+    """The files that make ``folder`` a sentence-transformers model with mean pooling."""
+    from lmlab.utils.io import atomic_write_json
+
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling",
+                "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+    atomic_write_json(folder / "modules.json", modules)
+    atomic_write_json(folder / "sentence_bert_config.json",
+                      {"max_seq_length": int(max_length), "do_lower_case": False})
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    atomic_write_json(folder / "1_Pooling" / "config.json",
+                      {"word_embedding_dimension": int(hidden), "pooling_mode_cls_token": False,
+                       "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+                       "pooling_mode_mean_sqrt_len_tokens": False})
+    if normalize:
+        (folder / "2_Normalize").mkdir(exist_ok=True)

@@ -1,0 +1,135 @@
+"""Sentence-BERT's training objectives for a bi-encoder (Reimers & Gurevych 2019).
+
+Both read a batch whose rows are column after column: ``B`` first sentences, then their ``B``
+second sentences (then, optionally, ``B`` hard negatives), one forward pass of the shared
+encoder for all of them (:func:`lmlab.sentence.data.collate_columns`), mean pooling, and:
+
+* :class:`MultipleNegativesRanking` (Henderson et al. 2017; sentence-transformers'
+  ``MultipleNegativesRankingLoss``): for each anchor, the cosine similarities (times ``scale``)
+  to every candidate of the batch (all positives, then any hard negatives); cross-entropy with
+  its own positive as the class. The other pairs' positives are the negatives. A candidate of
+  the same ``group`` as the anchor's positive (a second copy of the same gloss) is masked out:
+  it is not a negative.
+* :class:`PairClassification` (SBERT's classification objective):
+  ``softmax(W [u; v; |u - v|])`` over the pair's labels, cross-entropy.
+
+They follow the Trainer's objective interface (``prepare``, ``compute_loss`` returning an
+:class:`~lmlab.objectives.base.ObjectiveResult`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lmlab.objectives.base import ObjectiveResult
+from lmlab.sentence.encoder import embed_batch
+from lmlab.utils.errors import LmlabError
+
+
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(N, H), (M, H) -> (N, M) cosine similarities."""
+    return nn.functional.normalize(a, dim=-1) @ nn.functional.normalize(b, dim=-1).T
+
+
+def mnrl_loss(anchors: torch.Tensor, candidates: torch.Tensor, scale: float = 20.0,
+              groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, logits (B, N)): anchor ``i``'s positive is candidate ``i`` of ``candidates``
+    (N >= B: the B positives first, then hard negatives). ``groups`` (N,) masks candidates
+    ``j != i`` with ``groups[j] == groups[i]``."""
+    batch = anchors.shape[0]
+    if candidates.shape[0] < 2:
+        raise LmlabError("in-batch negatives need at least two pairs in a batch (got one)",
+                         "use a batch size of at least 2 (SBERT used 16 or more)")
+    logits = cosine_matrix(anchors, candidates) * scale  # (B, N)
+    targets = torch.arange(batch, device=anchors.device)
+    if groups is not None:
+        same = groups[:batch, None] == groups[None, :]  # (B, N)
+        same[targets, targets] = False
+        logits = logits.masked_fill(same, float("-inf"))
+    return nn.functional.cross_entropy(logits, targets), logits
+
+
+class _BiEncoderObjective(nn.Module):
+    """What the Trainer reads of an objective, for a sentence-level loss."""
+
+    name = ""
+    flops_head = "none"
+    reports_perplexity = False
+    predicted_fraction = None
+
+    def __init__(self, normalize: bool = False):
+        super().__init__()
+        self.normalize = bool(normalize)
+
+    def prepare(self, model: nn.Module) -> None:
+        """Nothing to add to the model: the loss reads its pooled hidden states."""
+
+    def columns(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """The batch's sentence vectors, one (B, H) tensor per column."""
+        vectors = embed_batch(model, batch, self.normalize)  # (C * B, H)
+        rows = batch["labels"].shape[0]
+        if rows == 0 or vectors.shape[0] % rows:
+            raise LmlabError(f"a batch of {vectors.shape[0]} sentences is not whole columns of "
+                             f"{rows} pairs", "build batches with lmlab.sentence.data.PairStream")
+        return list(vectors.split(rows))
+
+
+class MultipleNegativesRanking(_BiEncoderObjective):
+    """Contrastive loss with in-batch negatives (see the module docstring)."""
+
+    name = "mnrl"
+
+    def __init__(self, scale: float = 20.0, normalize: bool = False):
+        super().__init__(normalize)
+        if not scale > 0:
+            raise LmlabError(f"scale {scale} is not positive", "use e.g. 20 (SBERT's default)")
+        self.scale = float(scale)
+
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        rows = batch["labels"].shape[0]
+        if rows < 2:
+            raise LmlabError("in-batch negatives need at least two pairs in a batch (got one)",
+                             "use a batch size of at least 2 (SBERT used 16 or more)")
+        anchors, *candidates = self.columns(model, batch)
+        groups = batch.get("groups")
+        if groups is not None:
+            groups = groups[rows:]  # the candidates' groups (the anchors' are not compared)
+        loss, logits = mnrl_loss(anchors, torch.cat(candidates), self.scale, groups)
+        with torch.no_grad():
+            accuracy = float((logits.argmax(-1) == torch.arange(rows, device=logits.device))
+                             .float().mean())
+        return ObjectiveResult(loss, {"loss": float(loss.detach()), "accuracy": accuracy}, rows)
+
+
+class PairClassification(_BiEncoderObjective):
+    """SBERT's classification objective: ``softmax(W [u; v; |u - v|])``, cross-entropy."""
+
+    name = "softmax"
+
+    def __init__(self, hidden: int, num_labels: int = 2, normalize: bool = False):
+        super().__init__(normalize)
+        if num_labels < 2:
+            raise LmlabError(f"{num_labels} label(s)", "a classifier needs at least 2 labels")
+        self.classifier = nn.Linear(3 * hidden, num_labels)
+
+    def logits(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """(B, H), (B, H) -> (B, num_labels)."""
+        return self.classifier(torch.cat([u, v, (u - v).abs()], dim=-1).to(
+            self.classifier.weight.dtype))
+
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        columns = self.columns(model, batch)
+        if len(columns) != 2:
+            raise LmlabError(f"the classification objective reads pairs, got {len(columns)} "
+                             "columns", "give sentence1 and sentence2 only")
+        labels = batch["labels"]
+        if int(labels.max()) >= self.classifier.out_features or int(labels.min()) < 0:
+            raise LmlabError(f"label {int(labels.max())} is outside the classifier's "
+                             f"{self.classifier.out_features} labels",
+                             "give --num-labels as the number of classes")
+        logits = self.logits(*columns)
+        loss = nn.functional.cross_entropy(logits, labels)
+        accuracy = float((logits.argmax(-1) == labels).float().mean())
+        return ObjectiveResult(loss, {"loss": float(loss.detach()), "accuracy": accuracy},
+                               int(labels.shape[0]))

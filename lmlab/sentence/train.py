@@ -1,0 +1,176 @@
+"""Training a sentence encoder on the one Trainer: Sentence-BERT's two objectives on sentence
+pairs, skip-thought and quick-thought on a corpus's sentence order.
+
+:func:`train_sentence_encoder` checks every setting and reads the data before it touches the
+run folder, builds the encoder (from ``init``, e.g. ``minilm``, or a fresh lmlab BERT of a
+preset ``size`` on a tokenizer), and runs :class:`~lmlab.training.trainer.Trainer` with the
+objective and stream of :data:`OBJECTIVES`. The run folder is a Trainer run (config.json,
+metrics.jsonl, checkpoints, resumable) whose ``model/`` is a sentence-transformers folder
+(mean pooling recorded), so ``SentenceEncoder.load(out / "model")`` and
+``SentenceTransformer(out / "model")`` both read it. Quick-thought also writes its context
+encoder ``g`` to ``context_model/``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from lmlab.utils.errors import LmlabError
+
+OBJECTIVES = {
+    "mnrl": "pairs",           # contrastive, in-batch negatives (SBERT / MultipleNegativesRanking)
+    "softmax": "pairs",        # SBERT's classification objective softmax(W[u; v; |u-v|])
+    "skip-thought": "corpus",  # Kiros et al. 2015
+    "quick-thought": "corpus",  # Logeswaran & Lee 2018
+}
+EVAL_EXAMPLES = 256
+
+
+def _tokenizer(init: str | Path | None, tokenizer: str | Path | None) -> Any:
+    from lmlab.models.auto import resolve_model_dir
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained(resolve_model_dir(init if init is not None
+                                                       else tokenizer or "minilm"))
+
+
+def _streams(objective: str, tok: Any, cfg: Any, data: str | Path, max_length: int,
+             max_sentences: int | None) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    """(train stream, eval batches, data record) of ``objective`` (every check made here)."""
+    from lmlab.sentence import data as sd
+    from lmlab.sentence.pairs import pair_file, read_pairs
+    from lmlab.utils.io import sha256_file
+
+    if OBJECTIVES[objective] == "pairs":
+        train_file = pair_file(data, "train")
+        pairs = read_pairs(train_file)
+        positives_only = objective == "mnrl"
+        stream = sd.PairStream(pairs, tok, cfg.batch_size, max_length, cfg.seed, positives_only)
+        dev_file = pair_file(data, "dev")
+        eval_batches = []
+        if dev_file != train_file and dev_file.is_file():
+            dev = sd.PairStream(read_pairs(dev_file)[:EVAL_EXAMPLES], tok, cfg.batch_size,
+                                max_length, cfg.seed, positives_only)
+            eval_batches = [dev.make_batch(b) for b in dev.epoch_batches(0)]
+        return stream, eval_batches, {"pairs": str(train_file),
+                                      "pairs_sha256": sha256_file(train_file)}
+    documents = sd.corpus_documents(data, "train", max_sentences)
+    kind = sd.TripleStream if objective == "skip-thought" else sd.ContiguousStream
+    stream = kind(documents, tok, cfg.batch_size, max_length, cfg.seed)
+    eval_batches = []
+    if (Path(data) / "validation.jsonl").is_file():
+        held = sd.corpus_documents(data, "validation", EVAL_EXAMPLES)
+        try:
+            dev = kind(held, tok, cfg.batch_size, max_length, cfg.seed)
+            eval_batches = [dev.make_batch(b) for b in dev.epoch_batches(0)]
+        except LmlabError:  # a validation split too small to evaluate on: none
+            eval_batches = []
+    return stream, eval_batches, {"corpus": str(data), "max_sentences": max_sentences,
+                                  "train_sha256": sha256_file(Path(data) / "train.jsonl")}
+
+
+def build_objective(objective: str, model: Any, tok: Any, normalize: bool, scale: float,
+                    num_labels: int, embedding_dim: int, decoder_hidden: int) -> Any:
+    """The objective module named ``objective`` for ``model``."""
+    from lmlab.sentence.objectives import MultipleNegativesRanking, PairClassification
+
+    hidden = model.config.hidden_size
+    if objective == "mnrl":
+        return MultipleNegativesRanking(scale, normalize)
+    if objective == "softmax":
+        return PairClassification(hidden, num_labels, normalize)
+    if objective == "skip-thought":
+        from lmlab.objectives.skip_thought import SkipThought
+
+        return SkipThought(len(tok), hidden, embedding_dim, decoder_hidden)
+    from lmlab.objectives.quick_thought import QuickThought
+
+    return QuickThought()
+
+
+def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cfg: Any,
+                           init: str | Path | None = None, size: str = "tiny",
+                           tokenizer: str | Path | None = None, max_length: int = 128,
+                           max_sentences: int | None = None, scale: float = 20.0,
+                           num_labels: int | None = None, embedding_dim: int = 128,
+                           decoder_hidden: int = 256, overwrite: bool = False) -> Any:
+    """Train a sentence encoder with ``objective`` (a key of :data:`OBJECTIVES`) on ``data``
+    (a pair folder or file for ``mnrl``/``softmax``, an lmlab corpus folder for
+    ``skip-thought``/``quick-thought``) under the :class:`TrainingConfig` ``cfg``; returns the
+    Trainer's result (the encoder is in ``out/model``)."""
+    from lmlab.models.auto import resolve_model_dir
+    from lmlab.sentence.encoder import (
+        DEFAULT_MAX_LENGTH,
+        _sentence_transformers_settings,
+        write_sentence_transformers_files,
+    )
+    from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
+    from lmlab.training.trainer import Trainer, seed_everything
+
+    if objective not in OBJECTIVES:
+        raise LmlabError(f"unknown sentence objective {objective!r}",
+                         f"use one of {', '.join(OBJECTIVES)}")
+    if max_length < 4:
+        raise LmlabError(f"max_length {max_length}", "use at least 4 tokens")
+    tok = _tokenizer(init, tokenizer)
+    stream, eval_batches, data_record = _streams(objective, tok, cfg, data, max_length,
+                                                 max_sentences)
+    if objective == "softmax":
+        labels = sorted({p.label for p in stream.pairs})
+        num_labels = num_labels or max(labels) + 1
+        if labels[-1] >= num_labels:
+            raise LmlabError(f"the pairs have label {labels[-1]}, beyond {num_labels} labels",
+                             "raise --num-labels or fix the labels")
+        num_labels = max(num_labels, 2)
+    normalize, saved_length = False, max_length
+    if init is not None:
+        recorded_length, normalize = _sentence_transformers_settings(resolve_model_dir(init))
+        saved_length = recorded_length or DEFAULT_MAX_LENGTH
+    record = RunRecord(
+        hparams={"sentence_objective": objective, "init": str(init) if init else None,
+                 "size": None if init else size, "max_length": max_length, "scale": scale,
+                 "num_labels": num_labels, "normalize": normalize,
+                 "embedding_dim": embedding_dim if objective == "skip-thought" else None,
+                 "decoder_hidden": decoder_hidden if objective == "skip-thought" else None},
+        data={**data_record, "tokenizer_fingerprint": tok.fingerprint()},
+        objective={"spec": objective, "heads": []})
+    cfg = replace(cfg, seq_len=max_length)
+    out = Path(out)
+    prepare_run_folder(out, overwrite, run_config(cfg, record), what="sentence-encoder run")
+    seed_everything(cfg.seed)
+    model = _build_model(init, size, tok)
+    record.model = model.config.to_dict()
+    module = build_objective(objective, model, tok, normalize, scale, num_labels or 2,
+                             embedding_dim, decoder_hidden)
+    with tempfile.TemporaryDirectory() as folder:
+        tok.save_pretrained(folder)
+        trainer = Trainer(model, module, stream, cfg, out, eval_batches=eval_batches,
+                          record=record, tokenizer_dir=folder, measure_peak=False,
+                          track_cost=OBJECTIVES[objective] == "pairs")
+        result = trainer.train()
+    limit = min(saved_length, model.config.max_position_embeddings)
+    write_sentence_transformers_files(out / "model", model.config.hidden_size, limit, normalize)
+    if objective == "quick-thought":
+        from lmlab.sentence.encoder import SentenceEncoder
+
+        SentenceEncoder(module.context_encoder, tok, limit, normalize).save(out / "context_model")
+    return result
+
+
+def _build_model(init: str | Path | None, size: str, tok: Any) -> Any:
+    """The encoder: ``init``'s weights, or a fresh lmlab BERT of preset ``size``."""
+    import lmlab
+    from lmlab.models.model import LanguageModel
+    from lmlab.models.presets import preset
+
+    if init is not None:
+        model = lmlab.from_pretrained(init)
+        if model.config.is_encoder_decoder or model.config.causal:
+            raise LmlabError(f"{init} is not an encoder", "--init a BERT-like folder (minilm)")
+        model.train()
+        return model
+    config = preset("bert", size, vocab_size=len(tok), pad_token_id=tok.pad_token_id or 0)
+    return LanguageModel(config, with_pooler=False)
