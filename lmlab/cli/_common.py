@@ -124,7 +124,10 @@ def pretrain_choices() -> dict[str, str]:
     from lmlab.objectives.registry import available_objectives
 
     sizes: dict[str, list[str]] = {}
-    for family, size in list_presets():
+    from lmlab.models.rnn.config import SIZES as RECURRENT_SIZES  # AWD-LSTM, ELMo
+
+    for family, size in list_presets() + [(f, s) for f, names in RECURRENT_SIZES.items()
+                                          for s in names]:
         sizes.setdefault(family, []).append(size)
     return {
         "objectives": ", ".join(available_objectives()),

@@ -88,8 +88,5 @@ def preset(family: str, size: str, **overrides: Any) -> TransformerConfig:
 
 def list_presets() -> list[tuple[str, str]]:
     """Every ``(family, size)`` with a preset: the families' own, then those registered."""
-    from lmlab.models.rnn.config import SIZES as RECURRENT_SIZES
-
     names = [(family, size) for family in KNOWN_FAMILIES for size in get_family(family).sizes]
-    names += [(family, size) for family, sizes in RECURRENT_SIZES.items() for size in sizes]
     return names + [name for name in _PRESETS if name not in names]
