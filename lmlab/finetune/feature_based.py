@@ -444,7 +444,10 @@ def load_feature_classifier(path: str | Path, head: str | list[str] | None = Non
                          "older lmlab)", "fine-tune it again with `lmlab finetune --recipe "
                          "feature`: runs now keep the encoder beside the head")
     settings = read_json(path / FEATURE_HEAD_CONFIG)
-    encoder = load_pretrained(path, head=[], dtype=dtype)
+    from lmlab.models.rnn.io import is_recurrent_folder, load_recurrent
+
+    encoder = (load_recurrent(path, head=[], dtype=dtype) if is_recurrent_folder(path)  # ELMo
+               else load_pretrained(path, head=[], dtype=dtype))
     feature_head = FeatureHead(settings["layers"], settings["hidden"], settings["outputs"],
                                settings["layer"])
     feature_head.load_state_dict(load_file(str(path / FEATURE_HEAD_WEIGHTS)))

@@ -71,14 +71,14 @@ def from_pretrained(path: str | Path, head: str | list[str] | None = None, *,
     if adapted is not None:  # fine-tuned with --method: the adapter on its base model
         model = load_adapter(adapted)
         return model.to(dtype) if dtype is not None else model
-    from lmlab.models.rnn.io import is_recurrent_folder, load_recurrent
-
-    if is_recurrent_folder(path):  # AWD-LSTM, ELMo: lmlab's recurrent format
-        return load_recurrent(path, head=head, dtype=dtype)
     from lmlab.finetune.feature_based import is_feature_run, load_feature_classifier
 
     if is_feature_run(path):  # a feature-based fine-tuning run: encoder + feature head
         return load_feature_classifier(path, head=head, dtype=dtype)
+    from lmlab.models.rnn.io import is_recurrent_folder, load_recurrent
+
+    if is_recurrent_folder(path):  # AWD-LSTM, ELMo: lmlab's recurrent format
+        return load_recurrent(path, head=head, dtype=dtype)
     from lmlab.interop.hf import load_pretrained
 
     return load_pretrained(path, head=head, allow_pickle=allow_pickle, dtype=dtype)

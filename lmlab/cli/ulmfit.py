@@ -1,0 +1,55 @@
+"""``lmlab ulmfit``: ULMFiT's stages 2 and 3 on a pretrained AWD-LSTM (docs/recurrent.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from lmlab.cli._task_options import add_task_arguments, task_from_args
+
+
+def register(commands) -> None:
+    p = commands.command(
+        "ulmfit", help="ULMFiT on an AWD-LSTM run: fine-tune the LM on the task's text, then "
+        "the classifier (concat pooling, discriminative rates, slanted triangular schedule, "
+        "gradual unfreezing)",
+        example="lmlab ulmfit --general runs/awd --task fortunes-topic --lm-steps 200 "
+                "--out runs/ulmfit-fortunes",
+        handler=_ulmfit,
+        description="Stage 1 is `lmlab pretrain --family awd-lstm --objective clm`; this runs "
+                    "stage 2 (OUT/lm: the task's train texts, dev texts for perplexity) and "
+                    "stage 3 (OUT/classifier: `lmlab finetune --recipe ulmfit`). Rerunning "
+                    "on the same --out resumes.")
+    p.add_argument("--general", required=True,
+                   help="the general-domain AWD-LSTM: a run directory or its model/ folder")
+    add_task_arguments(p)
+    p.add_argument("--out", required=True, help="folder for lm/, lm-data/ and classifier/")
+    p.add_argument("--lm-steps", type=int, default=200,
+                   help="stage 2 steps (0: skip it, the paper's 'without LM fine-tuning')")
+    p.add_argument("--lm-lr", type=float, default=1e-3, help="stage 2 peak learning rate")
+    p.add_argument("--recipe", default="ulmfit", choices=("ulmfit", "ulmfit-no-unfreeze"),
+                   help="stage 3 recipe (ulmfit-no-unfreeze: every layer trains from epoch 0)")
+    p.add_argument("--lr", type=float, help="stage 3 peak learning rate of the top group")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--max-train-examples", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "auto"))
+    p.add_argument("--overwrite", action="store_true",
+                   help="start stage 3's run over instead of resuming it")
+
+
+def _ulmfit(args: argparse.Namespace) -> int:
+    import json
+
+    from lmlab.models.rnn.ulmfit import general_lm_folder, run_ulmfit
+
+    general_lm_folder(args.general)  # refused before the task loads
+    task = task_from_args(args)
+    result = run_ulmfit(task, args.general, args.out, lm_steps=args.lm_steps, lm_lr=args.lm_lr,
+                        recipe=args.recipe, seed=args.seed, lr=args.lr, epochs=args.epochs,
+                        batch_size=args.batch_size,
+                        max_train_examples=args.max_train_examples, precision=args.precision,
+                        overwrite=args.overwrite)
+    print(json.dumps({key: result.get(key) for key in ("task", "dev", "test", "lm_eval",
+                                                       "best_epoch", "stop_reason")}, indent=2))
+    return 0

@@ -1,0 +1,128 @@
+"""ULMFiT's three stages (Howard & Ruder 2018, "Universal Language Model Fine-tuning for Text
+Classification") on lmlab's pretraining and fine-tuning, each stage a run directory.
+
+1. General-domain LM: ``lmlab pretrain --family awd-lstm --objective clm`` (not here: any
+   finished AWD-LSTM run is the ``general`` argument).
+2. Target-task LM fine-tuning (:func:`finetune_lm`): the same LM objective on the task's own
+   text, labels dropped — the training split's texts to train on, the dev split's to measure
+   perplexity (the test split's text is never read) — from the general LM's weights, with the
+   slanted triangular learning rate.
+3. Classifier fine-tuning (:func:`lmlab.finetune.finetune` with the ``ulmfit`` recipe): concat
+   pooling ``[h_T, maxpool(H), meanpool(H)]`` over real tokens, discriminative learning rates
+   (``lr / 2.6**depth`` per layer group: head, LSTM 3, 2, 1, embeddings), slanted triangular
+   rates and gradual unfreezing (one more group each epoch).
+
+:func:`run_ulmfit` runs stages 2 and 3 (``lm_steps=0`` skips stage 2: the paper's "without LM
+fine-tuning" ablation; ``recipe="ulmfit-no-unfreeze"`` is its "without gradual unfreezing").
+Every stage resumes: rerunning on the same ``out`` continues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lmlab.tasks.types import Task
+from lmlab.utils.errors import LmlabError
+
+LM_DIR, DATA_DIR, CLASSIFIER_DIR = "lm", "lm-data", "classifier"
+
+
+def general_lm_folder(general: str | Path) -> Path:
+    """The model folder of a stage-1 run (a run directory or a model folder), refused unless it
+    holds an AWD-LSTM language model."""
+    from lmlab.models.auto import resolve_model_dir
+    from lmlab.models.rnn.io import is_recurrent_folder, read_recurrent_config
+
+    folder = resolve_model_dir(general)
+    if not is_recurrent_folder(folder):
+        raise LmlabError(f"{general} is not an AWD-LSTM language model (ULMFiT's stages 2 and 3 "
+                         "fine-tune one)", "pretrain one first: lmlab pretrain --family awd-lstm "
+                         "--size mini --objective clm --shards SHARDS --out RUN")
+    config, _ = read_recurrent_config(folder)
+    if config.family != "awd-lstm":
+        raise LmlabError(f"{general} is an {config.family} model; ULMFiT fine-tunes a left-to-right "
+                         "AWD-LSTM language model", "pretrain one with --family awd-lstm "
+                         "--objective clm (ELMo's layers are used as features: --recipe feature)")
+    return folder
+
+
+def _texts(task: Task, split: str) -> list[str]:
+    """The task's texts of ``split`` without labels (a pair's two texts one after the other)."""
+    texts = []
+    for example in task.split(split):
+        parts = [example.text, example.text_pair] if example.text is not None else \
+            [" ".join(example.tokens or [])]
+        texts.extend(part for part in parts if part)
+    if not texts:
+        raise LmlabError(f"task {task.name!r} has no text in its {split} split",
+                         "ULMFiT's stage 2 needs the task's text: use a text task")
+    return texts
+
+
+def task_text_shards(task: Task, tokenizer_dir: Path, out: Path) -> Path:
+    """Token shards of the task's text (train -> ``train``, dev -> ``validation``), one
+    document per example, tokenized with the general LM's tokenizer; resumable."""
+    from lmlab.data.shards import build_shards
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.io import atomic_write_text
+
+    corpus = out / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    for split, name in (("train", "train"), ("dev", "validation")):
+        lines = [json.dumps({"id": f"{task.name}/{split}/{i}", "source": task.name,
+                             "sentences": [text]}) for i, text in enumerate(_texts(task, split))]
+        atomic_write_text(corpus / f"{name}.jsonl", "\n".join(lines) + "\n")
+    shards = out / "shards"
+    build_shards(Tokenizer.from_pretrained(tokenizer_dir), corpus, shards, show_progress=False)
+    return shards
+
+
+def finetune_lm(task: Task, general: str | Path, out: str | Path, steps: int, lr: float = 1e-3,
+                batch_size: int = 32, seq_len: int = 70, seed: int = 0,
+                precision: str = "fp32", show_progress: bool = False) -> Path:
+    """Stage 2: continue the general LM's CLM training on the task's text for ``steps`` steps
+    (slanted triangular rates), into the run directory ``out``; returns it."""
+    import lmlab
+
+    folder = general_lm_folder(general)
+    out = Path(out)
+    shards = task_text_shards(task, folder, out.parent / DATA_DIR)
+    lmlab.pretrain(lmlab.PretrainConfig.from_sections(
+        None, init=str(folder), objective="clm", shards=str(shards), out=str(out),
+        max_steps=steps, lr=lr, schedule="triangular", batch_size=batch_size, seq_len=seq_len,
+        seed=seed, precision=precision, progress=show_progress, eval_every=max(steps // 4, 1),
+        save_every=max(steps // 2, 1), track_cost=False))
+    return out
+
+
+def run_ulmfit(task: Task, general: str | Path, out: str | Path, *, lm_steps: int = 200,
+               lm_lr: float = 1e-3, recipe: str = "ulmfit", seed: int = 0,
+               lr: float | None = None, epochs: int | None = None,
+               batch_size: int | None = None, max_train_examples: int | None = None,
+               precision: str = "fp32", show_progress: bool = False,
+               **finetune_args: Any) -> dict[str, Any]:
+    """Stages 2 and 3 into ``out/lm`` and ``out/classifier`` (``lm_steps=0``: stage 3 on the
+    general LM directly). Returns stage 3's result (``lmlab.finetune``'s dict) with
+    ``lm_eval``: stage 2's last evaluation (its perplexity on the dev text)."""
+    from lmlab.finetune.runner import finetune
+    from lmlab.training.report import run_summary
+
+    general_lm_folder(general)  # refused before any work
+    if lm_steps < 0:
+        raise LmlabError(f"lm_steps {lm_steps} is negative", "use 0 to skip stage 2, or more")
+    out = Path(out)
+    source: Path | str = general
+    lm_eval: dict[str, Any] = {}
+    if lm_steps:
+        source = finetune_lm(task, general, out / LM_DIR, lm_steps, lm_lr,
+                             seq_len=70, seed=seed, precision=precision,
+                             show_progress=show_progress)
+        lm_eval = run_summary(source)["last_eval"]
+    result = finetune(task, source, out / CLASSIFIER_DIR, recipe=recipe, seed=seed, lr=lr,
+                      epochs=epochs, batch_size=batch_size,
+                      max_train_examples=max_train_examples, precision=precision,
+                      show_progress=show_progress, **finetune_args)
+    result["lm_eval"] = lm_eval
+    return result
