@@ -575,3 +575,80 @@ def test_distil_task_refuses_a_teacher_of_another_task_before_any_work(small_tas
                        "--student", teacher_dir, "--epochs", 1, "--out", tmp_path / "run")
     assert_clean_refusal(result, "predicts 3 labels")
     assert disk_snapshot(tmp_path) == before
+
+
+# -- the teacher's FLOPs in the cost report ---------------------------------------------------------
+def _forward_flops_by_hand(layers: int, seq_len: int, mlm_fraction: float | None,
+                           vocab: int = 30522, hidden: int = 32, ffn: int = 64) -> float:
+    """Forward FLOPs per token of tiny_teacher's shape, written out (lmlab.cost.flops'
+    conventions): q, k, v, o; the scores QK^T and AV; the two feed-forward maps; the MLM head's
+    transform and decoder on ``mlm_fraction`` of the tokens (None: no head)."""
+    per_layer = 4 * 2 * hidden * hidden + 2 * 2 * seq_len * hidden + 2 * 2 * hidden * ffn
+    head = 0.0 if mlm_fraction is None else mlm_fraction * (2 * hidden * hidden
+                                                            + 2 * hidden * vocab)
+    return layers * per_layer + head
+
+
+def _no_peak_measurement(monkeypatch) -> None:
+    """The cost tracker's MFU denominator, given (measuring the CPU peak takes seconds)."""
+    import lmlab.cost.report as report
+
+    monkeypatch.setattr(report, "device_peak", lambda *args, **kwargs: (1e12, "test"))
+
+
+def test_the_distil_cost_report_counts_the_teachers_forward_apart(shards, teacher_folder,
+                                                                   tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    _no_peak_measurement(monkeypatch)
+    config = replace(run_config(tmp_path / "run", shards, 3), track_cost=True)
+    distil(DistilSettings(str(teacher_folder), student_layers=2), config)
+    cost = json.loads((tmp_path / "run" / "cost.json").read_text())
+    tokens = cost["tokens"]
+    assert tokens > 0
+    teacher = tokens * _forward_flops_by_hand(4, 32, mlm_fraction=1.0)  # soft targets: every token
+    assert cost["side_flops"] == {"teacher forward": pytest.approx(teacher, rel=1e-12)}
+    # the student's training FLOPs stay the student's: 3 x forward, 2 layers, MLM head on 15%
+    assert cost["flops"] == pytest.approx(3 * tokens * _forward_flops_by_hand(2, 32, 0.15),
+                                          rel=1e-12)
+    assert cost["total_flops"] == pytest.approx(cost["flops"] + teacher, rel=1e-12)
+    markdown = (tmp_path / "run" / "cost.md").read_text()
+    assert "FLOPs (teacher forward, not trained)" in markdown and "FLOPs (all)" in markdown
+
+
+def test_the_teachers_forward_follows_which_loss_terms_read_it():
+    teacher = tiny_teacher(layers=3)
+    flops = {}
+    for name, options in {"all": {}, "masked": {"restrict_ce_to_mask": True},
+                          "no soft targets": {"alpha_ce": 0.0}}.items():
+        objective = Distillation(special(), teacher=teacher, **options)
+        flops[name] = objective.side_flops(100, 16)["teacher forward"]
+    assert flops["all"] == 100 * _forward_flops_by_hand(3, 16, 1.0)
+    assert flops["masked"] == pytest.approx(100 * _forward_flops_by_hand(3, 16, 0.15), rel=1e-12)
+    assert flops["no soft targets"] == 100 * _forward_flops_by_hand(3, 16, None)
+
+
+@pytest.mark.filterwarnings("ignore:.*collapsed onto one class")
+def test_the_distil_task_cost_report_counts_the_teachers_logits_once(small_task, tmp_path,
+                                                                      monkeypatch):
+    """Task-specific: the teacher's logits are computed once per training example, before
+    training (length-sorted batches of 64); the report counts that forward pass once."""
+    from lmlab.finetune import data as fdata
+    from lmlab.finetune.runner import finetune, load_model
+
+    _no_peak_measurement(monkeypatch)
+    teacher_dir = task_teacher(small_task, tmp_path / "teacher")
+    student_dir = save_with_tokenizer(make_student(tiny_teacher(layers=2, heads=()), (1,)),
+                                      tmp_path / "student")
+    finetune(small_task, student_dir, tmp_path / "run", seed=0, epochs=2, batch_size=8,
+             max_length=64, show_progress=False, precision="fp32", device="cpu",
+             eval_splits=("dev",), distil=TaskDistillation(str(teacher_dir), alpha=0.5))
+    cost = json.loads((tmp_path / "run" / "cost.json").read_text())
+    _, tokenizer, _ = load_model(teacher_dir)
+    features = fdata.encode_examples(small_task, small_task.split("train"), tokenizer, 64)
+    expected = 0.0
+    for _, batch in fdata.eval_batches(features, 64, 0):
+        expected += int(batch["attention_mask"].sum()) * _forward_flops_by_hand(
+            2, batch["input_ids"].shape[-1], None)  # task_teacher: 2 layers, no MLM head
+    assert cost["side_flops"] == {"teacher forward": pytest.approx(expected, rel=1e-12)}
+    assert cost["tokens"] > sum(len(f.input_ids) for f in features)  # two epochs of the student

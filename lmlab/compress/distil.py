@@ -220,8 +220,8 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     on the same ``out`` resumes exactly. The run directory is a pretraining run's:
     ``model/`` is the student (a BERT folder with the tokenizer), plus ``config.json``,
     ``metrics.jsonl`` (``ce_loss``, ``mlm_loss``, ``cos_loss``), ``checkpoints/``,
-    ``report.md`` and ``cost.md`` (which counts the student's training FLOPs, not the
-    teacher's forward passes).
+    ``report.md`` and ``cost.md`` (the student's training FLOPs, and the teacher's forward
+    FLOPs on a row of their own).
     """
     from lmlab.models.catalog import resolve_short_name
     from lmlab.objectives.distillation import Distillation, check_teacher
@@ -300,6 +300,7 @@ class TaskDistillation:
     def __post_init__(self) -> None:
         self._model: LanguageModel | None = None
         self._tokenizer: Any = None
+        self.flops = 0.0  # the teacher's forward FLOPs, set by teacher_logits
 
     def to_dict(self) -> dict[str, Any]:
         """What the fine-tuning run records (``hparams.distil``; resuming compares it)."""
@@ -343,19 +344,27 @@ class TaskDistillation:
                        device: torch.device, precision: str = "fp32",
                        batch_size: int = 64) -> list[torch.Tensor]:
         """The teacher's logits for each feature (float32, on the CPU): (C,) per example,
-        (T_i, C) per tagged sequence."""
+        (T_i, C) per tagged sequence. ``self.flops`` is then what computing them cost
+        (forward FLOPs of the teacher's stack, :func:`lmlab.cost.flops.flops_per_token`; its
+        small task head is not counted, as the student's is not)."""
         from lmlab.finetune import data as fdata
         from lmlab.finetune.heads import HEAD_FOR_TASK, task_logits
         from lmlab.utils.precision import precision_autocast
 
         if self._model is None:
             self.check(task)
+        from lmlab.cost.flops import flops_per_token
+
         teacher = self._model.to(device).eval()
         head = HEAD_FOR_TASK[task.type]
         logits: list[torch.Tensor] = [torch.empty(0)] * len(features)
+        self.flops = 0.0  # the teacher's forward FLOPs (real tokens at each batch's length)
         with torch.no_grad():
             for indices, batch in fdata.eval_batches(features, batch_size, pad_id):
                 batch = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+                length = batch["input_ids"].shape[-1]
+                self.flops += int(batch["attention_mask"].sum()) * flops_per_token(
+                    teacher.config, length, training=False, head="none")
                 with precision_autocast(precision, device.type):
                     out = task_logits(teacher, head, batch).float().cpu()
                 for row, index in enumerate(indices):
@@ -371,7 +380,8 @@ class TaskDistillation:
         them, in place of fine-tuning's ``stream`` and ``objective``."""
         logits = self.teacher_logits(task, features, pad_id, device, precision)
         return (TeacherLogitStream.wrap(stream, logits),
-                TaskDistillationObjective(objective, self.alpha, self.temperature))
+                TaskDistillationObjective(objective, self.alpha, self.temperature,
+                                          teacher_flops=self.flops))
 
 
 class TeacherLogitStream(TaskStream):
@@ -411,9 +421,12 @@ class TaskDistillationObjective(nn.Module):
     reports_perplexity = False
     predicted_fraction = None
 
-    def __init__(self, base: nn.Module, alpha: float, temperature: float):
+    def __init__(self, base: nn.Module, alpha: float, temperature: float,
+                 teacher_flops: float = 0.0):
         super().__init__()
         self.base = base
+        self.teacher_flops = float(teacher_flops)  # computing the logits, before training
+        self._flops_reported = False
         self.alpha = float(alpha)
         self.temperature = float(temperature)
         self.head = base.head
@@ -422,6 +435,14 @@ class TaskDistillationObjective(nn.Module):
 
     def prepare(self, model: nn.Module) -> None:
         self.base.prepare(model)
+
+    def side_flops(self, tokens: int, seq_len: int) -> dict[str, float]:
+        """The teacher's forward FLOPs (its logits, computed once before training), given to
+        the Trainer's cost report at the first step, apart from the student's FLOPs."""
+        if self._flops_reported:
+            return {}
+        self._flops_reported = True
+        return {"teacher forward": self.teacher_flops}
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]):
         from lmlab.finetune.heads import task_logits

@@ -118,6 +118,14 @@ class CostReport:
     money: float | None
     notes: list[str] = field(default_factory=list)
     host: str = ""  # lmlab.utils.host.describe_host() of the machine that ran
+    # FLOPs spent beside the trained model, by label (a distillation teacher's forward passes):
+    # not in ``flops``, ``achieved_flops_per_s`` or ``mfu``, which count the trained model's
+    side_flops: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_flops(self) -> float:
+        """The trained model's FLOPs and the side FLOPs together."""
+        return self.flops + sum(self.side_flops.values())
 
     @property
     def energy_kwh(self) -> float | None:
@@ -126,6 +134,7 @@ class CostReport:
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["energy_kwh"] = self.energy_kwh
+        values["total_flops"] = self.total_flops
         return values
 
     def _rows(self) -> list[tuple[str, str]]:
@@ -136,12 +145,17 @@ class CostReport:
         cost = ("not priced (no price per device-hour given)" if self.money is None
                 else f"${self.money:,.4f} at ${self.price_per_device_hour:g}/device-hour")
         peak = "n/a" if self.peak_flops_per_s is None else _si(self.peak_flops_per_s, "FLOP/s")
+        side = [(f"FLOPs ({label}, not trained)", _si(value, "FLOP"))
+                for label, value in self.side_flops.items()]
+        if side:
+            side.append(("FLOPs (all)", _si(self.total_flops, "FLOP")))
         return [
             ("model", self.model),
             ("parameters", f"{self.parameters:,}"),
             ("tokens seen", f"{self.tokens:,}"),
             ("FLOPs per token", f"{self.flops_per_token:,.0f}"),
             ("FLOPs (model, total)", _si(self.flops, "FLOP")),
+            *side,
             ("wall time", f"{self.wall_seconds:,.1f} s"),
             ("device", f"{self.devices} x {self.device}, {self.precision}"),
             ("host", self.host or "not recorded"),
@@ -164,8 +178,9 @@ class CostReport:
 
     def summary_line(self) -> str:
         """One line for logs: tokens, FLOPs, time, MFU, energy, CO2, money."""
-        parts = [f"{self.tokens:,} tokens", _si(self.flops, "FLOP"), f"{self.wall_seconds:,.1f} s",
-                 _si(self.achieved_flops_per_s, "FLOP/s")]
+        parts = [f"{self.tokens:,} tokens", _si(self.flops, "FLOP")]
+        parts += [f"+ {_si(value, 'FLOP')} {label}" for label, value in self.side_flops.items()]
+        parts += [f"{self.wall_seconds:,.1f} s", _si(self.achieved_flops_per_s, "FLOP/s")]
         if self.mfu is not None:
             parts.append(f"MFU {100 * self.mfu:.1f}%")
         if self.energy_joules is not None:
@@ -227,6 +242,7 @@ class CostTracker:
         self.model_name = model_name or getattr(config, "family", "model")
         self.tokens = 0
         self.flops = 0.0
+        self.side_flops: dict[str, float] = {}
         self._meter: EnergyMeter | None = None  # set by start()
         self._start: float | None = None
         self._stopped_at: float | None = None
@@ -254,6 +270,12 @@ class CostTracker:
         self.tokens += int(n)
         self.flops += float(flops)
         self._meter.poll()
+
+    def add_side_flops(self, flops: dict[str, float]) -> None:
+        """Count FLOPs spent beside the trained model (label -> FLOPs; a distillation
+        teacher's forward passes), reported apart from the model's training FLOPs."""
+        for label, value in flops.items():
+            self.side_flops[label] = self.side_flops.get(label, 0.0) + float(value)
 
     def stop(self) -> None:
         """Stop the clock and the meter (``report`` after this reports the finished run)."""
@@ -288,6 +310,10 @@ class CostTracker:
             "FLOPs count matmuls only (2 per multiply-add; training = 3 x forward; attention "
             "counted in full); see lmlab.cost.flops.",
         ]
+        if self.side_flops:
+            notes.append(f"{', '.join(self.side_flops).capitalize()}: forward FLOPs of a model "
+                         "that is not trained, listed apart; achieved FLOP/s and MFU count the "
+                         "trained model's FLOPs only.")
         if method.startswith("estimate"):
             notes.append("Energy is an ESTIMATE from rated power x time, not a measurement.")
         elif method.startswith("rapl"):
@@ -317,4 +343,5 @@ class CostTracker:
                    else money(seconds, self.devices, self.price_per_hour)),
             notes=notes,
             host=describe_host(),
+            side_flops=dict(self.side_flops),
         )

@@ -209,6 +209,20 @@ class Distillation(MaskedLM):
             metrics["cos_loss"] = float(cos.detach())
         return ObjectiveResult(loss * self.weight, metrics, int(real.sum()))
 
+    def side_flops(self, tokens: int, seq_len: int) -> dict[str, float]:
+        """The frozen teacher's forward FLOPs for a step of ``tokens`` tokens at ``seq_len``
+        (:func:`lmlab.cost.flops.flops_per_token`, forward only): its stack on every token, its
+        MLM head where the soft targets are read (every real token, or the masked fraction
+        under ``restrict_ce_to_mask``; none when ``alpha_ce`` is 0). The Trainer's cost report
+        lists them apart from the student's training FLOPs."""
+        from lmlab.cost.flops import flops_per_token
+
+        head = "mlm" if self.alpha_ce > 0 else "none"
+        fraction = self.mask_prob if self.alpha_ce > 0 and self.restrict_ce_to_mask else None
+        per_token = flops_per_token(self.teacher.config, seq_len, training=False, head=head,
+                                    sparse_prediction_fraction=fraction)
+        return {"teacher forward": tokens * per_token}
+
     def losses(self, model, batch, hidden, pooled) -> ObjectiveResult:
         raise LmlabError("distillation runs the teacher beside the student, so it cannot share "
                          "a forward pass with other objectives", "train 'distil' on its own")

@@ -500,6 +500,9 @@ class Trainer:
                     window["seconds"] += seconds
                     if tracker is not None:
                         tracker.add_tokens(tokens, flops=self.step_flops or None)
+                        side = getattr(self.objective, "side_flops", None)  # e.g. a teacher's
+                        if side is not None:
+                            tracker.add_side_flops(side(tokens, self.cfg.seq_len))
                     # one elapsed value for every rank (the LR and the stop decision depend on it)
                     elapsed = all_reduce_sum([self.elapsed()], self.dist, self.device)[0]
                     elapsed /= self.dist.world_size
