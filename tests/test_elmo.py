@@ -1,0 +1,222 @@
+"""ELMo (lmlab.models.rnn): characters of word pieces, the biLSTM against torch's bidirectional
+nn.LSTM (packed sequences) on the same weights, the residual connection, the bilm loss with its
+shared softmax, the scalar mix, ELMo features in feature extraction, probing and the feature
+recipe, `lmlab pretrain --family elmo --objective bilm`, and save -> reload in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import assert_clean_refusal, assert_close_rounding, kjv_shards, run_lmlab
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from lmlab.models.rnn.char_cnn import BOC, BOW, EOW, PAD, SPECIAL, char_table, token_chars
+from lmlab.models.rnn.config import check_family_objective, recurrent_preset
+from lmlab.models.rnn.elmo import scalar_mix
+from lmlab.models.rnn.io import build_model
+from lmlab.utils.errors import LmlabError
+
+VOCAB = 40
+TOKENS = ["[PAD]", "[CLS]", "[SEP]", "ing", "##ing", "run", "##s", "the"] + [
+    f"w{i}" for i in range(VOCAB - 8)]
+
+
+def tiny_elmo(heads=("bilm",), **overrides):
+    torch.manual_seed(0)
+    config = recurrent_preset("elmo", "tiny", vocab_size=VOCAB, **overrides)
+    table = char_table(TOKENS, {"[PAD]", "[CLS]", "[SEP]"}, config.max_chars)
+    table[0] = PAD  # the padding token: no characters at all
+    return build_model(config, list(heads), char_table=table)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return kjv_shards(tmp_path_factory, 12, 2)
+
+
+def test_characters_of_word_pieces():
+    assert token_chars("ing", False, 8) == [BOW, 106, 111, 104, EOW, PAD, PAD, PAD]
+    assert token_chars("##ing", False, 8)[:5] == [BOC, 106, 111, 104, EOW]  # a continuation
+    assert token_chars("[SEP]", True, 8)[0] == SPECIAL
+    assert token_chars("abcdefghij", False, 6) == [BOW, 98, 99, 100, 101, EOW]  # truncated
+    assert token_chars("é", False, 5)[1:3] == [0xC3 + 1, 0xA9 + 1]  # UTF-8 bytes
+
+
+def test_token_vectors_are_functions_of_the_token_and_pieces_differ_from_words():
+    model = tiny_elmo().eval()
+    ids = torch.tensor([[5, 3, 4, 5, 3]])  # run ing ##ing run ing
+    with torch.no_grad():
+        tokens = model.token_encoder(ids)[0]
+    assert torch.equal(tokens[0], tokens[3]) and torch.equal(tokens[1], tokens[4])
+    assert not torch.allclose(tokens[1], tokens[2])  # "ing" is not "##ing"
+
+
+def _bidirectional_reference(model, layer: int) -> nn.LSTM:
+    """torch's bidirectional projected LSTM holding the two directions' weights of ``layer``."""
+    fwd, bwd = model.forward_layers[layer].lstm, model.backward_layers[layer].lstm
+    ref = nn.LSTM(fwd.input_size, fwd.hidden_size, batch_first=True, bidirectional=True,
+                  proj_size=fwd.proj_size)
+    state = {f"{name}_reverse" if name.endswith("_l0") else name: value
+             for name, value in bwd.state_dict().items()}
+    ref.load_state_dict({**fwd.state_dict(), **state})
+    return ref
+
+
+def test_bilstm_is_torch_bidirectional_lstm_with_residual_on_padded_rows():
+    """Layer 1 is nn.LSTM(bidirectional=True) over packed sequences (torch handles the padding
+    and the reversal); in layer 2 each direction reads its own half of layer 1 and adds it to
+    its output (the residual connection)."""
+    model = tiny_elmo().eval()
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])
+    ids = torch.randint(3, VOCAB, (3, 7)).masked_fill(mask == 0, 0)
+    lengths, real, half = mask.sum(1), mask.bool(), 16
+
+    def run(reference: nn.LSTM, inputs: torch.Tensor) -> torch.Tensor:
+        packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        return pad_packed_sequence(reference(packed)[0], batch_first=True, total_length=7)[0]
+
+    with torch.no_grad():
+        states = model(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        tokens = model.token_encoder(ids)
+        assert torch.equal(states[0], torch.cat([tokens, tokens], -1))
+        first = run(_bidirectional_reference(model, 0), tokens)  # (B, T, 2P)
+        second = _bidirectional_reference(model, 1)
+        forward_in, backward_in = first[..., :half], first[..., half:]
+        top = torch.cat([run(second, forward_in)[..., :half] + forward_in,
+                         run(second, backward_in)[..., half:] + backward_in], -1)
+    for ours, theirs in ((states[1], first), (states[2], top)):
+        assert_close_rounding(ours[real], theirs[real], terms=64, depth=14,
+                              scale=float(theirs.abs().max()))
+
+
+def test_directions_read_only_their_side():
+    """The forward half at t is unchanged by tokens after t, the backward half by tokens
+    before t."""
+    model = tiny_elmo().eval()
+    ids = torch.randint(3, VOCAB, (1, 8))
+    changed = ids.clone()
+    changed[0, 5] = 3 if ids[0, 5] != 3 else 4
+    with torch.no_grad():
+        a, b = model(ids).last_hidden_state[0], model(changed).last_hidden_state[0]
+    half = a.shape[-1] // 2
+    assert torch.equal(a[:5, :half], b[:5, :half]) and not torch.equal(a[5:, :half], b[5:, :half])
+    assert torch.equal(a[6:, half:], b[6:, half:]) and not torch.equal(a[:6, half:], b[:6, half:])
+
+
+def test_bilm_loss_shares_the_softmax_and_averages_the_directions():
+    from lmlab.objectives.bilm import BidirectionalLM
+    from lmlab.objectives.special_tokens import SpecialTokens
+
+    model = tiny_elmo().eval()
+    objective = BidirectionalLM(SpecialTokens(vocab_size=VOCAB, cls_id=1, sep_id=2, pad_id=0))
+    ids = torch.randint(3, VOCAB, (2, 6))
+    batch = objective.corrupt({"input_ids": ids, "attention_mask": torch.tensor(
+        [[1] * 6, [1] * 4 + [0] * 2])}, torch.Generator())
+    assert (batch["labels"][1, 4:] == -100).all()
+    result = objective.compute_loss(model, batch)
+    logits = model(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert logits.shape == (2, 6, 2, VOCAB)  # one softmax, both directions
+    assert len([p for n, p in model.named_parameters() if n.startswith("heads.")]) == 1
+    forward = nn.functional.cross_entropy(logits[:, :-1, 0].reshape(-1, VOCAB),
+                                          batch["labels"][:, 1:].reshape(-1))
+    backward = nn.functional.cross_entropy(logits[:, 1:, 1].reshape(-1, VOCAB),
+                                           batch["labels"][:, :-1].reshape(-1))
+    assert_close_rounding(result.loss, (forward + backward) / 2, terms=VOCAB, scale=5.0)
+    assert_close_rounding(torch.tensor(result.metrics["bilm_forward_loss"]), forward,
+                          terms=VOCAB, scale=5.0)
+
+
+def test_scalar_mix_and_its_refusals():
+    model = tiny_elmo().eval()
+    ids = torch.randint(3, VOCAB, (2, 5))
+    with torch.no_grad():
+        states = model(ids, output_hidden_states=True).hidden_states
+    weights = torch.tensor([0.5, -1.0, 2.0])
+    mixed = scalar_mix(states, weights, gamma=0.7)
+    w = torch.softmax(weights, 0)
+    assert_close_rounding(mixed, 0.7 * (w[0] * states[0] + w[1] * states[1] + w[2] * states[2]),
+                          terms=3)
+    with pytest.raises(LmlabError, match="scalar mix has 4 weights but the model gives 3"):
+        scalar_mix(states, torch.zeros(4))
+
+
+def test_elmo_features_in_extraction_probing_cache_and_bad_layer(tmp_path):
+    from lmlab.analysis.features import FeatureExtractor
+    from lmlab.analysis.layer_cache import WordRequest, cached_word_features
+    from lmlab.finetune.feature_based import ScalarMix
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.paths import minilm_dir
+
+    tokenizer = Tokenizer.from_pretrained(minilm_dir())
+    config = recurrent_preset("elmo", "tiny", vocab_size=len(tokenizer),
+                              pad_token_id=tokenizer.pad_token_id)
+    model = build_model(config, [], tokenizer=tokenizer).eval()
+    texts = ["The vase broke.", "Dawn broke over the quiet hills."]
+    encoded = FeatureExtractor(model, tokenizer, layer="all").encode(texts)
+    assert encoded[1].vectors.shape[1:] == (3, 32)  # token layer + 2 biLSTM layers, 2 x 16
+    mix = ScalarMix(3)  # the feature recipe's learned mix, as ELMo's task representation
+    words, vectors = encoded[0].word_vectors("mean")
+    assert words == ["The", "vase", "broke", "."] and mix(vectors).shape == (4, 32)
+    alone = FeatureExtractor(model, tokenizer, layer=-1).encode(texts[:1])[0].vectors
+    assert_close_rounding(alone, encoded[0].vectors[:, -1], terms=64, depth=10, scale=2.0)
+    features = cached_word_features(model, tokenizer, [WordRequest(texts[0], [(4, 8)])],
+                                    tmp_path / "cache")
+    assert features.array.shape == (1, 3, 32)
+    with pytest.raises(LmlabError, match="layer 5 does not exist .the model has 2 layers"):
+        FeatureExtractor(model, tokenizer, layer=5).encode(texts)
+
+
+def test_objective_family_mismatches_are_refused():
+    with pytest.raises(LmlabError, match="--family elmo trains with --objective bilm, not clm"):
+        check_family_objective("elmo", "clm")
+    with pytest.raises(LmlabError, match="bilm objective trains ELMo's two LSTM directions"):
+        check_family_objective("bert", "bilm")
+    with pytest.raises(LmlabError, match="has no 'clm' head"):
+        tiny_elmo(heads=("clm",))
+    with pytest.raises(LmlabError, match="character filter of width 3 is wider than max_chars"):
+        recurrent_preset("elmo", "tiny", max_chars=2)
+
+
+def test_pretrain_elmo_with_bilm_then_reload_in_a_fresh_process(shards, tmp_path):
+    result = run_lmlab("pretrain", "--family", "elmo", "--size", "tiny", "--objective", "bilm",
+                       "--shards", shards, "--out", tmp_path / "elmo", "--steps", 3,
+                       "--batch-size", 4, "--seq-len", 24, "--precision", "fp32",
+                       "--eval-every", 3)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = json.loads((tmp_path / "elmo" / "model" / "config.json").read_text())
+    assert config["lmlab_recurrent"] == "elmo" and config["heads"] == ["bilm"]
+    metrics = [json.loads(line) for line in (tmp_path / "elmo" / "metrics.jsonl").open()]
+    evals = [m for m in metrics if m["kind"] == "eval"]
+    assert evals and evals[-1]["eval_perplexity"] > 1
+    assert "eval_bilm_backward_perplexity" in evals[-1]
+    assert "perplexity" in (tmp_path / "elmo" / "report.md").read_text()
+    assert (tmp_path / "elmo" / "cost.md").is_file()  # FLOPs counted by the recurrent config
+
+    import lmlab
+
+    model = lmlab.from_pretrained(tmp_path / "elmo").eval()
+    ids = torch.randint(1000, 2000, (2, 6))
+    with torch.no_grad():
+        expected = model(ids).last_hidden_state
+    code = ("import sys, json, torch, lmlab\n"
+            "m = lmlab.from_pretrained(sys.argv[1]).eval()\n"
+            "ids = torch.tensor(json.loads(sys.argv[2]))\n"
+            "with torch.no_grad():\n"
+            "    print(json.dumps(m(ids).last_hidden_state.tolist()))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "elmo"),
+                          json.dumps(ids.tolist())], capture_output=True, text=True, check=True)
+    assert_close_rounding(torch.tensor(json.loads(out.stdout)), expected, terms=64, depth=12,
+                          scale=float(expected.abs().max()))
+
+
+def test_pretrain_command_refuses_clm_for_elmo_before_any_work(shards, tmp_path):
+    result = run_lmlab("pretrain", "--family", "elmo", "--size", "tiny", "--objective", "clm",
+                       "--shards", shards, "--out", tmp_path / "run", "--steps", 2)
+    assert_clean_refusal(result, "--family elmo trains with --objective bilm",
+                         fix="--objective bilm")
+    assert not (tmp_path / "run").exists()
