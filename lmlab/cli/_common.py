@@ -18,6 +18,8 @@ GROUP_HELP = {
     "export": "write a model for another runtime: ONNX (onnxruntime), GGUF (llama.cpp)",
     "models": "offline pretrained checkpoints known by short name (minilm, smollm2)",
     "runs": "look at run directories written by `lmlab pretrain`",
+    "sentence": "sentence encoders: WordNet pairs, Sentence-BERT / skip-thought / quick-thought "
+                "training, Lee / WiC / gloss-retrieval evaluation",
     "tasks": "the built-in downstream tasks: list them, export their evaluation texts",
     "tokenizer": "train a WordPiece / BPE / Unigram tokenizer and encode text with it",
     "vectors": "static word vectors: evaluate (similarity, analogies), convert formats, align "
