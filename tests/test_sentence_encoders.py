@@ -341,3 +341,16 @@ def test_cli_refuses_bad_pairs_before_any_work(tmp_path):
                        "--out", tmp_path / "run")
     assert_clean_refusal(result, "pairs.jsonl:1 has no sentence1", fix="sentence1, sentence2")
     assert not (tmp_path / "run").exists()
+
+
+def test_cli_refuses_a_corpus_without_neighbours_and_a_missing_lee_folder(tmp_path):
+    corpus = _tiny_corpus(tmp_path / "corpus", documents=4, sentences=2)
+    result = run_lmlab("sentence", "train", "--objective", "skip-thought", "--data", corpus,
+                       "--steps", 1, "--out", tmp_path / "run")
+    assert_clean_refusal(result, "no sentence with a previous and a next sentence",
+                         fix="three or more sentences")
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "lee").mkdir()
+    result = run_lmlab("sentence", "evaluate", "minilm", "--tasks", "lee", "--lee-dir",
+                       tmp_path / "lee")
+    assert_clean_refusal(result, "has no lee.cor, similarities0-1.txt", fix="--lee-dir")
