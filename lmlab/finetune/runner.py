@@ -101,13 +101,13 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     if adapted is not None:  # a run fine-tuned with --method: its adapter on its base model
         return load_adapter(adapted), load_tokenizer(adapted), adapted
     if random_init:
-        from lmlab.models.rnn.io import is_recurrent_folder, load_recurrent
+        from lmlab.models.rnn.io import build_model, is_recurrent_folder, read_recurrent_config
 
-        if is_recurrent_folder(folder):  # AWD-LSTM / ELMo: the architecture, weights redrawn
-            model = load_recurrent(folder)
+        if is_recurrent_folder(folder):  # AWD-LSTM / ELMo: the architecture, fresh weights
+            config, saved_heads = read_recurrent_config(folder)
+            tokenizer = load_tokenizer(folder)  # ELMo's characters come from its vocabulary
             torch.manual_seed(seed)
-            model.reset_parameters()
-            return model.train(), load_tokenizer(folder), folder
+            return build_model(config, saved_heads, tokenizer=tokenizer).train(), tokenizer, folder
         if is_native_folder(folder):
             config, heads = read_native_config(folder)
         else:

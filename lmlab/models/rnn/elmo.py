@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from lmlab.models.heads import IGNORE_INDEX
 from lmlab.models.rnn.base import LMHead, RecurrentModel, lengths_of
-from lmlab.models.rnn.char_cnn import CharCNNEncoder, Highway
+from lmlab.models.rnn.char_cnn import CharCNNEncoder
 from lmlab.models.rnn.config import RecurrentConfig
 from lmlab.models.rnn.layers import WeightDropLSTM, reverse_padded
 from lmlab.utils.errors import LmlabError
@@ -81,15 +81,6 @@ class ElmoModel(RecurrentModel):
         self.dropout = nn.Dropout(config.dropout)
         for name in heads:
             self.add_head(name)
-
-    def reset_parameters(self) -> None:
-        """Fresh weights (the character table is kept): torch's defaults for the convolutions,
-        LSTMs and linear maps, highway carry gates biased to 1."""
-        for module in self.modules():
-            if module is not self and hasattr(module, "reset_parameters") \
-                    and not isinstance(module, Highway):
-                module.reset_parameters()
-        self.token_encoder.highway.reset_gates()
 
     def _new_head(self, name: str) -> nn.Module:
         if name == self.lm_head:  # one direction's width: the softmax is shared
