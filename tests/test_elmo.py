@@ -220,3 +220,45 @@ def test_pretrain_command_refuses_clm_for_elmo_before_any_work(shards, tmp_path)
     assert_clean_refusal(result, "--family elmo trains with --objective bilm",
                          fix="--objective bilm")
     assert not (tmp_path / "run").exists()
+
+
+def test_elmo_in_contextual_neighbours_and_the_feature_recipe(tmp_path):
+    """ELMo's layers where contextual features are used: a neighbours index over every layer,
+    and the feature recipe's learned scalar mix, whose run reloads as a FeatureClassifier."""
+    import shutil
+    from dataclasses import replace
+
+    import lmlab
+    from lmlab.analysis.neighbours import ContextualIndex
+    from lmlab.finetune.feature_based import FeatureClassifier
+    from lmlab.finetune.runner import finetune, predict
+    from lmlab.tasks import load_builtin_task
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.paths import minilm_dir
+
+    tokenizer = Tokenizer.from_pretrained(minilm_dir())
+    config = recurrent_preset("elmo", "tiny", vocab_size=len(tokenizer),
+                              pad_token_id=tokenizer.pad_token_id)
+    model = build_model(config, ["bilm"], tokenizer=tokenizer)
+    folder = model.save_pretrained(tmp_path / "elmo")
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                 "special_tokens_map.json"):
+        if (minilm_dir() / name).exists():
+            shutil.copy(minilm_dir() / name, folder / name)
+    sentences = ["The vase broke.", "Dawn broke over the hills.", "The glass broke apart.",
+                 "He broke the record."]
+    index = ContextualIndex.build(model.eval(), tokenizer, sentences, "broke", layer="all")
+    by_layer = index.query_by_layer("The cup broke.", k=2)
+    assert len(by_layer) == 3 and all(len(found) == 2 for found in by_layer)
+
+    task = load_builtin_task("fortunes-topic")
+    task = replace(task, splits={"train": task.split("train")[:32],
+                                 "dev": task.split("dev")[:16], "test": task.split("test")[:16]})
+    result = finetune(task, folder, tmp_path / "run", recipe="feature", epochs=1,
+                      show_progress=False, eval_splits=("dev",))
+    assert "dev" in result
+    loaded = lmlab.from_pretrained(tmp_path / "run")
+    assert isinstance(loaded, FeatureClassifier)
+    saved = [json.loads(line)["prediction"]
+             for line in (tmp_path / "run" / "predictions-dev.jsonl").open()]
+    assert predict(loaded, tokenizer, task, "dev") == saved
