@@ -9,7 +9,7 @@ import argparse
 
 def register(commands) -> None:
     p = commands.command(
-        "gguf", help="write a Llama-style decoder and its tokenizer as one GGUF file "
+        "gguf", help="write a Llama-style decoder or a GPT-2 and its tokenizer as one GGUF file "
         "(llama.cpp; F32, F16, Q8_0 or Q4_0)",
         example="lmlab export gguf smollm2 smollm2-q8_0.gguf --type q8_0",
         handler=_write, group="export")

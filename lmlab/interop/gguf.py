@@ -258,13 +258,14 @@ def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | None = N
     for name, key in (("pad", "padding"), ("bos", "bos"), ("eos", "eos")):
         values[f"{name}_token_id"] = metadata.get(f"tokenizer.ggml.{key}_token_id")
     values["tie_word_embeddings"] = tensor_names is not None and "output.weight" not in tensors
-    values["attention_bias"] = "blk.0.attn_q.bias" in tensors
+    values["attention_bias"] = bool({"blk.0.attn_q.bias", "blk.0.attn_qkv.bias"} & tensors)
     return TransformerConfig(**values)
 
 
-def gguf_tensor_names(config: TransformerConfig) -> dict[str, str]:
+def gguf_tensor_names(config: TransformerConfig) -> dict[str, str | tuple[str, ...]]:
     """GGUF tensor name -> lmlab parameter name, from the family's Rules (the LM head's too,
-    unless tied to the embeddings)."""
+    unless tied to the embeddings); a tuple of names for a fused tensor (GPT-2's
+    ``attn_qkv``: the query, key and value rows concatenated along the first dimension)."""
     spec = get_family(config.family)
     rules = spec.base_rules(config) + spec.head_rules["clm"](config)
     return {rule.gguf: rule.ours for rule in expand_rules(rules, config.num_hidden_layers)
@@ -310,6 +311,19 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
                 f"(missing: {missing[:8]}, unexpected: {unexpected[:8]})",
                 f"use a GGUF converted from a {config.family}-architecture model")
         for theirs, ours in names.items():
+            if not isinstance(ours, str):  # fused (GPT-2's attn_qkv): split the rows
+                parts = [params[name] for name in ours]
+                expected = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+                if expected != file.tensors[theirs].shape:
+                    raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "
+                                     f"metadata implies {expected}",
+                                     "the file's metadata and tensors disagree; re-convert it")
+                values = torch.from_numpy(np.ascontiguousarray(file.tensor(theirs)))
+                with torch.no_grad():
+                    for part, piece in zip(parts, values.split([p.shape[0] for p in parts]),
+                                           strict=True):
+                        part.copy_(piece)
+                continue
             target = params[ours]
             if tuple(target.shape) != file.tensors[theirs].shape:
                 raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "

@@ -5,7 +5,9 @@ under ``<architecture>.*`` (from the family's ``gguf_names`` table, the one the 
 tokenizer (vocabulary, token types, BPE merges, special-token ids, whether BOS/EOS are added,
 llama.cpp's pre-tokenizer name, the chat template), and the weights under llama.cpp's tensor
 names (:func:`lmlab.interop.gguf.gguf_tensor_names`, again the reader's table), the query and key
-rows put back into the adjacent-pair order llama.cpp's rotary kernel expects.
+rows put back into the adjacent-pair order llama.cpp's rotary kernel expects. Families: Llama-style
+decoders (llama.cpp's ``llama``) and GPT-2 (its ``gpt2``: the query, key and value projections
+concatenated into one ``attn_qkv`` matrix, as llama.cpp's converter writes GPT-2's ``c_attn``).
 
 Weight types (Dettmers et al. 2022 and llama.cpp's block formats): ``F32``; ``F16``; ``Q8_0``
 (blocks of 32 weights as int8 with one fp16 scale, 8.5 bits a weight); ``Q4_0`` (blocks of 32 as
@@ -39,7 +41,14 @@ from lmlab.utils.errors import LmlabError
 #: The weight types :func:`write_gguf` writes, with llama.cpp's ``general.file_type`` of each.
 GGUF_TYPES = {"F32": 0, "F16": 1, "Q8_0": 7, "Q4_0": 2}
 #: Families lmlab writes: those whose spec names GGUF tensors, less what their GGUF cannot say.
-WRITABLE_FAMILIES = ("llama",)
+WRITABLE_FAMILIES = ("llama", "gpt2")
+#: Settings each family's GGUF graph fixes (llama.cpp's llama: SwiGLU, no biases in the
+#: feed-forward, and transformers' GGUF loader builds Llama without attention biases; its gpt2:
+#: the tanh GELU, biases everywhere, as the family's shape already says).
+FIXED_SETTINGS = {
+    "llama": (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False)),
+    "gpt2": (("hidden_act", "gelu_new"),),
+}
 QUANTIZATION_VERSION = 2  # ggml's block layout version (llama.cpp's GGML_QUANT_VERSION)
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5  # llama.cpp's token types
 
@@ -76,13 +85,11 @@ def _check_model(model: Any) -> None:
     spec = get_family(config.family)
     wrong = [f"{name}={getattr(config, name)!r}" for name, value in spec.shape.items()
              if getattr(config, name) != value]
-    # What a llama GGUF cannot say: llama.cpp's llama graph is SwiGLU with no biases in the
-    # feed-forward, and transformers' GGUF loader builds Llama without attention biases (it
-    # would drop them silently), so both are refused rather than lost.
+    # What a GGUF cannot say (FIXED_SETTINGS, and settings no GGUF key describes): refused
+    # rather than lost (transformers' GGUF loader would drop Llama's attention biases silently).
     wrong += [f"{name}={getattr(config, name)!r}" for name, value in (
-        ("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False),
-        ("attention_scale", None), ("scale_embedding", False), ("embedding_size", None),
-        ("share_layers", False)) if getattr(config, name) != value]
+        *FIXED_SETTINGS[config.family], ("attention_scale", None), ("scale_embedding", False),
+        ("embedding_size", None), ("share_layers", False)) if getattr(config, name) != value]
     if wrong:
         raise LmlabError(f"this {config.family} model has settings a GGUF file cannot describe: "
                          f"{', '.join(wrong)}",
@@ -95,7 +102,8 @@ def _check_model(model: Any) -> None:
         plain = LanguageModel(replace(config, extra={}), heads=("clm",))
     expected = {name: tuple(p.shape) for name, p in plain.named_parameters()}
     have = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    names = set(gguf_tensor_names(config).values())
+    names = {n for ours in gguf_tensor_names(config).values()
+             for n in ((ours,) if isinstance(ours, str) else ours)}
     odd = sorted(name for name in have.keys() | names if not name.startswith("heads.")
                  and have.get(name) != expected.get(name))
     if odd:
@@ -245,7 +253,7 @@ def _add_metadata(writer: Any, key: str, value: Any) -> None:
 def write_gguf(model: Any, path: str | Path, tokenizer: Any, qtype: str = "F16", *,
                overwrite: bool = False, name: str | None = None,
                show_progress: bool = True) -> Path:
-    """Write ``model`` (a Llama-style :class:`~lmlab.models.model.LanguageModel`) with its
+    """Write ``model`` (a Llama-style or GPT-2 :class:`~lmlab.models.model.LanguageModel`) with its
     ``tokenizer`` as one GGUF file that llama.cpp, :func:`lmlab.interop.gguf.load_gguf_model`
     and transformers' GGUF loader read.
 
@@ -293,7 +301,9 @@ def write_gguf(model: Any, path: str | Path, tokenizer: Any, qtype: str = "F16",
             items = progress(items, desc=f"GGUF {qtype}", total=len(names), unit="tensor")
         for theirs, ours in items:
             with torch.no_grad():
-                value = params[ours].detach().to(device="cpu", dtype=torch.float32)
+                parts = (ours,) if isinstance(ours, str) else ours  # GPT-2's attn_qkv: q; k; v
+                value = torch.cat([params[n].detach().to(device="cpu", dtype=torch.float32)
+                                   for n in parts])
                 if rotary_paired(theirs):
                     value = rotary_rows_to_pairs(value, config.head_dim)
             array = np.ascontiguousarray(value.numpy())

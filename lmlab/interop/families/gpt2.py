@@ -36,27 +36,34 @@ def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
 def _base_rules(config: TransformerConfig) -> list[Rule]:
     ours = "transformer.layers.{i}."
     theirs = "h.{i}."
+    blk = "blk.{i}."  # llama.cpp's gpt2 names (gguf.constants.MODEL_TENSORS[MODEL_ARCH.GPT2])
     qkv = tuple(f"{ours}attention.{p}_proj" for p in "qkv")
     rules = [
-        Rule("transformer.embeddings.word_embeddings.weight", "wte.weight"),
-        Rule("transformer.embeddings.position_embeddings.weight", "wpe.weight"),
-        # Conv1D (in, 3H) -> transpose to (3H, in) -> q, k, v along dim 0.
+        Rule("transformer.embeddings.word_embeddings.weight", "wte.weight",
+             gguf="token_embd.weight"),
+        Rule("transformer.embeddings.position_embeddings.weight", "wpe.weight",
+             gguf="position_embd.weight"),
+        # Conv1D (in, 3H) -> transpose to (3H, in) -> q, k, v along dim 0; GGUF's attn_qkv is
+        # the (3H, in) matrix (llama.cpp's converter transposes the Conv1D weights).
         Rule(tuple(f"{n}.weight" for n in qkv), f"{theirs}attn.c_attn.weight",
-             transpose=True, split=0),
-        Rule(tuple(f"{n}.bias" for n in qkv), f"{theirs}attn.c_attn.bias", split=0),
-        Rule(f"{ours}attention.o_proj.weight", f"{theirs}attn.c_proj.weight", transpose=True),
-        Rule(f"{ours}attention.o_proj.bias", f"{theirs}attn.c_proj.bias"),
-        Rule(f"{ours}feed_forward.up_proj.weight", f"{theirs}mlp.c_fc.weight", transpose=True),
-        Rule(f"{ours}feed_forward.up_proj.bias", f"{theirs}mlp.c_fc.bias"),
-        Rule(f"{ours}feed_forward.down_proj.weight", f"{theirs}mlp.c_proj.weight",
-             transpose=True),
-        Rule(f"{ours}feed_forward.down_proj.bias", f"{theirs}mlp.c_proj.bias"),
-        Rule("transformer.final_norm.weight", "ln_f.weight"),
-        Rule("transformer.final_norm.bias", "ln_f.bias"),
+             transpose=True, split=0, gguf=f"{blk}attn_qkv.weight"),
+        Rule(tuple(f"{n}.bias" for n in qkv), f"{theirs}attn.c_attn.bias", split=0,
+             gguf=f"{blk}attn_qkv.bias"),
     ]
-    for ours_norm, theirs_norm in (("attention_norm", "ln_1"), ("ffn_norm", "ln_2")):
-        rules += [Rule(f"{ours}{ours_norm}.{p}", f"{theirs}{theirs_norm}.{p}")
-                  for p in ("weight", "bias")]
+    for ours_name, theirs_name, gguf_name in (
+            ("attention.o_proj", "attn.c_proj", "attn_output"),
+            ("feed_forward.up_proj", "mlp.c_fc", "ffn_up"),
+            ("feed_forward.down_proj", "mlp.c_proj", "ffn_down")):
+        rules += [Rule(f"{ours}{ours_name}.weight", f"{theirs}{theirs_name}.weight",
+                       transpose=True, gguf=f"{blk}{gguf_name}.weight"),
+                  Rule(f"{ours}{ours_name}.bias", f"{theirs}{theirs_name}.bias",
+                       gguf=f"{blk}{gguf_name}.bias")]
+    rules += [Rule(f"transformer.final_norm.{p}", f"ln_f.{p}", gguf=f"output_norm.{p}")
+              for p in ("weight", "bias")]
+    for ours_norm, theirs_norm, gguf_norm in (("attention_norm", "ln_1", "attn_norm"),
+                                              ("ffn_norm", "ln_2", "ffn_norm")):
+        rules += [Rule(f"{ours}{ours_norm}.{p}", f"{theirs}{theirs_norm}.{p}",
+                       gguf=f"{blk}{gguf_norm}.{p}") for p in ("weight", "bias")]
     return rules
 
 
@@ -96,6 +103,11 @@ FAMILY = FamilySpec(
               "pad_token_id": "pad_token_id", "tie_word_embeddings": "tie_word_embeddings"},
     hf_defaults=dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12),  # small
     hf_constants={"scale_attn_weights": True, "use_cache": True},
+    gguf_names={"vocab_size": "vocab_size", "context_length": "max_position_embeddings",
+                "embedding_length": "hidden_size", "block_count": "num_hidden_layers",
+                "feed_forward_length": "intermediate_size",
+                "attention.head_count": "num_attention_heads",
+                "attention.layer_norm_epsilon": "norm_eps"},
     from_hf=from_hf,
     base_rules=_base_rules,
     head_rules={"clm": clm_rules},
