@@ -229,7 +229,7 @@ def test_elmo_in_contextual_neighbours_and_the_feature_recipe(tmp_path):
     from dataclasses import replace
 
     import lmlab
-    from lmlab.analysis.neighbours import ContextualIndex
+    from lmlab.analysis.neighbours import ContextualIndex, StaticWordVectors
     from lmlab.finetune.feature_based import FeatureClassifier
     from lmlab.finetune.runner import finetune, predict
     from lmlab.tasks import load_builtin_task
@@ -250,6 +250,11 @@ def test_elmo_in_contextual_neighbours_and_the_feature_recipe(tmp_path):
     index = ContextualIndex.build(model.eval(), tokenizer, sentences, "broke", layer="all")
     by_layer = index.query_by_layer("The cup broke.", k=2)
     assert len(by_layer) == 3 and all(len(found) == 2 for found in by_layer)
+    static = StaticWordVectors(model, tokenizer)  # ELMo's context-free layer: its char CNN
+    assert static.table.shape == (len(tokenizer), 16)
+    assert_close_rounding(static.vector("vase"), model.token_encoder(
+        torch.tensor([tokenizer.encode("vase", add_special_tokens=False)]))[0].mean(0), terms=4)
+    assert len(static.nearest_words("broke", k=3)) == 3
 
     task = load_builtin_task("fortunes-topic")
     task = replace(task, splits={"train": task.split("train")[:32],

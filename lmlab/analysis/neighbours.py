@@ -150,7 +150,9 @@ class StaticWordVectors:
     table. Every occurrence of a word gets the same vector, whatever its sense."""
 
     def __init__(self, model, tokenizer):
-        self.table = model.transformer.embeddings.word_embeddings.weight.detach().float()
+        own = getattr(model, "token_vectors", None)  # recurrent models (ELMo: its char CNN)
+        table = own() if own is not None else model.transformer.embeddings.word_embeddings.weight
+        self.table = table.detach().float()
         self.tokenizer = tokenizer
 
     def vector(self, word: str) -> torch.Tensor:

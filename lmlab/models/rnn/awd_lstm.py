@@ -56,6 +56,10 @@ class AWDLSTMModel(RecurrentModel):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embeddings
 
+    def token_vectors(self) -> torch.Tensor:
+        """(V, E) context-free vector of every token: the embedding table."""
+        return self.embeddings.weight
+
     def lm_width(self) -> int:
         return self.config.last_size
 

@@ -82,6 +82,15 @@ class ElmoModel(RecurrentModel):
         for name in heads:
             self.add_head(name)
 
+    @torch.no_grad()
+    def token_vectors(self, chunk: int = 4096) -> torch.Tensor:
+        """(V, P) context-free vector of every token: the character CNN's output (ELMo's layer
+        0, before it is doubled), computed in chunks of ``chunk`` tokens."""
+        device = self.token_encoder.char_table.device
+        ids = torch.arange(self.config.vocab_size, device=device)
+        return torch.cat([self.token_encoder(part.unsqueeze(0))[0]  # (n, P)
+                          for part in ids.split(chunk)])
+
     def _new_head(self, name: str) -> nn.Module:
         if name == self.lm_head:  # one direction's width: the softmax is shared
             return BiLMHead(self.config.projection_size, self.config.vocab_size)
