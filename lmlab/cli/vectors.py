@@ -1,4 +1,5 @@
-"""``lmlab vectors``: static word vectors — evaluate, convert between formats, align spaces."""
+"""``lmlab vectors``: static word vectors — train (word2vec, GloVe), evaluate, convert between
+formats, align spaces."""
 
 from __future__ import annotations
 
@@ -8,6 +9,42 @@ SOURCE_HELP = "a word2vec (.txt, .bin) or GloVe (.txt) file, or glove-6b-50d"
 
 
 def register(commands) -> None:
+    p = commands.command(
+        "train", help="train word2vec (skip-gram, CBOW) or GloVe vectors on an lmlab corpus or "
+                      "text files, streamed",
+        example="lmlab vectors train --method skipgram --corpus corpus/ --out vectors.bin",
+        handler=_train, group="vectors")
+    p.add_argument("--method", default="skipgram", choices=("skipgram", "cbow", "glove"))
+    p.add_argument("--corpus", nargs="+", required=True,
+                   help="an lmlab corpus folder (lmlab data build), or text files with one "
+                        "sentence per line")
+    p.add_argument("--split", default="train", help="the corpus split to read (train)")
+    p.add_argument("--out", required=True,
+                   help="the vectors file: .bin = word2vec binary, else word2vec text")
+    p.add_argument("--format", choices=("word2vec", "word2vec-binary", "glove"),
+                   help="the file format (default: from --out's suffix)")
+    p.add_argument("--dim", type=int, default=100, help="vector size (100)")
+    p.add_argument("--window", type=int,
+                   help="words on each side (word2vec: 5, its maximum in the dynamic window; "
+                        "GloVe: 10)")
+    p.add_argument("--min-count", type=int, default=5,
+                   help="ignore words seen fewer times (5)")
+    p.add_argument("--max-vocab", type=int, help="keep at most this many words, most frequent")
+    p.add_argument("--epochs", type=int, help="passes over the corpus (word2vec 5, GloVe 15)")
+    p.add_argument("--negative", type=int, default=5, help="word2vec: noise words per example")
+    p.add_argument("--sample", type=float, default=1e-3,
+                   help="word2vec: subsampling threshold (0 keeps every word)")
+    p.add_argument("--alpha", type=float,
+                   help="starting learning rate (word2vec 0.025, decaying linearly to "
+                        "--min-alpha; GloVe's AdaGrad 0.05)")
+    p.add_argument("--min-alpha", type=float, default=1e-4, help="word2vec: final learning rate")
+    p.add_argument("--batch-pairs", type=int, default=512,
+                   help="word2vec: examples per SGD step")
+    p.add_argument("--x-max", type=float, default=10.0, help="GloVe: weighting cut-off")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's setting)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+
     p = commands.command(
         "evaluate", help="word similarity (Spearman) and analogies (accuracy per section)",
         example="lmlab vectors evaluate glove-6b-50d --limit 100000",
@@ -56,6 +93,71 @@ def register(commands) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-mapping", help="write the (dim, dim) map as a .npy file")
     p.add_argument("--overwrite", action="store_true", help="replace --save-mapping if it exists")
+
+
+def _train_config(args: argparse.Namespace):
+    """The word2vec or GloVe config of ``lmlab vectors train``'s flags, validated."""
+    if args.method == "glove":
+        from lmlab.vectors.glove import GloveConfig
+
+        config = GloveConfig(dim=args.dim, min_count=args.min_count, max_vocab=args.max_vocab,
+                             x_max=args.x_max, seed=args.seed, threads=args.threads)
+        for flag, name in (("window", "window"), ("epochs", "epochs"), ("alpha", "learning_rate")):
+            if getattr(args, flag) is not None:
+                setattr(config, name, getattr(args, flag))
+    else:
+        from lmlab.vectors.word2vec import Word2VecConfig
+
+        config = Word2VecConfig(architecture=args.method, dim=args.dim, negative=args.negative,
+                                min_count=args.min_count, max_vocab=args.max_vocab,
+                                sample=args.sample, min_alpha=args.min_alpha, seed=args.seed,
+                                threads=args.threads, batch_pairs=args.batch_pairs)
+        for name in ("window", "epochs", "alpha"):
+            if getattr(args, name) is not None:
+                setattr(config, name, getattr(args, name))
+    config.validate()
+    return config
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lmlab.utils.checks import check_output_file
+    from lmlab.utils.errors import LmlabError
+
+    config = _train_config(args)
+    check_output_file(args.out, args.overwrite, "--out")
+    fmt = args.format or ("word2vec-binary" if Path(args.out).suffix == ".bin" else "word2vec")
+    from lmlab.vectors.sentences import sentences_from
+
+    sentences = sentences_from(args.corpus, args.split)
+    files = [Path(c) for c in args.corpus if Path(c).is_file()]
+    if files and all(f.stat().st_size == 0 for f in files):
+        raise LmlabError(f"the corpus file{'s' if len(files) > 1 else ''} "
+                         f"{', '.join(map(str, files))} {'are' if len(files) > 1 else 'is'} "
+                         "empty", "give text with one sentence per line")
+    from lmlab.vectors.keyed import save_vectors
+
+    if args.method == "glove":
+        from lmlab.vectors.glove import train_glove
+
+        vectors, summary = train_glove(sentences, config)
+        print(f"GloVe: {summary.vocabulary} words, {summary.corpus_words} corpus words, "
+              f"{summary.entries} non-zero co-occurrences; loss per entry "
+              f"{summary.epoch_loss[0]:.4f} -> {summary.epoch_loss[-1]:.4f}; "
+              f"counted in {summary.count_seconds:.1f} s, trained in "
+              f"{summary.train_seconds:.1f} s")
+    else:
+        from lmlab.vectors.word2vec import train_word2vec
+
+        vectors, summary = train_word2vec(sentences, config)
+        print(f"word2vec {config.architecture}: {summary.vocabulary} words, "
+              f"{summary.corpus_words} corpus words x {config.epochs} epochs; loss per example "
+              f"{summary.epoch_loss[0]:.3f} -> {summary.epoch_loss[-1]:.3f}; "
+              f"{summary.words_per_second:,.0f} words/s")
+    save_vectors(vectors, args.out, fmt, overwrite=args.overwrite)
+    print(f"wrote {vectors} to {args.out} ({fmt})")
+    return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:

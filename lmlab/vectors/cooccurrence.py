@@ -1,0 +1,120 @@
+"""Word-word co-occurrence counts with GloVe's distance weighting (Pennington et al. 2014).
+
+Within each sentence, two vocabulary words ``d`` positions apart (``1 <= d <= window``) add
+``1 / d`` to their co-occurrence, in both directions (GloVe's symmetric window, as
+``cooccur -symmetric 1``): ``X[i, j] = X[j, i]``, and a word near itself adds ``2 / d`` to
+``X[i, i]``, as the reference tool's two updates do. Words outside the vocabulary are dropped
+before the window is laid, so they do not count in the distance (also as ``cooccur``).
+
+Memory is bounded by the vocabulary, not the corpus: the counts are a sparse table of the
+distinct pairs ``i <= j`` seen (at most ``V (V + 1) / 2`` of them; 12 bytes each: an int64 key
+``i * V + j`` and a float32 weight) plus a buffer of at most ``buffer_pairs`` fresh pairs, which
+is sorted and merged into the table whenever it fills. Lower ``max_vocab`` to bound ``V``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmlab.utils.errors import LmlabError
+
+
+@dataclass
+class Cooccurrences:
+    """The non-zero upper triangle of the symmetric co-occurrence matrix: ``rows <= cols``,
+    ``values[k] = X[rows[k], cols[k]]`` (float64), over a vocabulary of ``size`` words."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    values: np.ndarray
+    size: int
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def dense(self) -> np.ndarray:
+        """The full (V, V) matrix (small vocabularies only: tests and inspection)."""
+        matrix = np.zeros((self.size, self.size))
+        matrix[self.rows, self.cols] = self.values
+        matrix[self.cols, self.rows] = self.values
+        return matrix
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every non-zero ``(i, j, X[i, j])`` of the full matrix: both directions of each pair."""
+        off = self.rows != self.cols
+        return (np.concatenate([self.rows, self.cols[off]]),
+                np.concatenate([self.cols, self.rows[off]]),
+                np.concatenate([self.values, self.values[off]]))
+
+
+class _SparseSum:
+    """A sorted sparse accumulator: keys (int64) -> summed weights, merged in batches."""
+
+    def __init__(self, buffer_pairs: int):
+        self.keys = np.empty(0, dtype=np.int64)
+        self.values = np.empty(0, dtype=np.float64)
+        self.buffer_pairs = buffer_pairs
+        self.pending_keys: list[np.ndarray] = []
+        self.pending_values: list[np.ndarray] = []
+        self.pending = 0
+
+    def add(self, keys: np.ndarray, values: np.ndarray) -> None:
+        self.pending_keys.append(keys)
+        self.pending_values.append(values)
+        self.pending += len(keys)
+        if self.pending >= self.buffer_pairs:
+            self.merge()
+
+    def merge(self) -> None:
+        if not self.pending:
+            return
+        keys = np.concatenate([self.keys, *self.pending_keys])
+        values = np.concatenate([self.values, *self.pending_values])
+        unique, slot = np.unique(keys, return_inverse=True)
+        self.keys, self.values = unique, np.bincount(slot, weights=values, minlength=len(unique))
+        self.pending_keys, self.pending_values, self.pending = [], [], 0
+
+
+def count_cooccurrences(sentences: Iterable[list[str]], index: dict[str, int], window: int = 10,
+                        buffer_pairs: int = 10_000_000, chunk_words: int = 100_000
+                        ) -> Cooccurrences:
+    """The distance-weighted symmetric co-occurrence counts of ``sentences`` (word lists) over
+    the words of ``index`` (word -> row), streamed: one pass, memory as the module says."""
+    if window < 1:
+        raise LmlabError(f"window must be at least 1, not {window}", "give a positive window")
+    if buffer_pairs < 1 or chunk_words < 1:
+        raise LmlabError("buffer_pairs and chunk_words must be positive", "give positive sizes")
+    size = len(index)
+    table = _SparseSum(buffer_pairs)
+    ids: list[int] = []
+    numbers: list[int] = []
+    for number, sentence in enumerate(sentences):
+        known = [index[w] for w in sentence if w in index]
+        ids.extend(known)
+        numbers.extend([number] * len(known))
+        if len(ids) >= chunk_words:
+            _add_chunk(table, np.asarray(ids, np.int64), np.asarray(numbers, np.int64), window,
+                       size)
+            ids, numbers = [], []
+    if ids:
+        _add_chunk(table, np.asarray(ids, np.int64), np.asarray(numbers, np.int64), window, size)
+    table.merge()
+    rows, cols = np.divmod(table.keys, size)
+    return Cooccurrences(rows, cols, table.values, size)
+
+
+def _add_chunk(table: _SparseSum, ids: np.ndarray, sentence_of: np.ndarray, window: int,
+               size: int) -> None:
+    """Add the pairs of one run of sentences (``ids``: word rows, ``sentence_of``: sentence
+    number of each) to ``table``, keyed ``min * V + max`` with weight 1 / distance (2 / distance
+    for a word and itself)."""
+    for distance in range(1, window + 1):
+        left, right = ids[:-distance], ids[distance:]
+        same = sentence_of[:-distance] == sentence_of[distance:]
+        left, right = left[same], right[same]
+        low, high = np.minimum(left, right), np.maximum(left, right)
+        weights = np.where(low == high, 2.0, 1.0) / distance
+        table.add(low * size + high, weights)

@@ -1,0 +1,200 @@
+"""GloVe: global vectors from weighted least squares on log co-occurrences (Pennington et al.
+2014, "GloVe: Global Vectors for Word Representation").
+
+Given the co-occurrence counts ``X`` (:mod:`lmlab.vectors.cooccurrence`: symmetric window,
+1/distance weighting), GloVe fits word vectors ``w_i``, context vectors ``w~_j`` and biases
+``b_i``, ``b~_j`` to minimise, over the non-zero entries,
+
+    J = sum_ij f(X_ij) (w_i . w~_j + b_i + b~_j - log X_ij)^2 / 2,
+    f(x) = (x / x_max) ** alpha  for x < x_max, else 1,
+
+with AdaGrad (Duchi et al. 2011). The details follow the reference tool (``glove.c``): all
+parameters start uniform in ``(-0.5, 0.5) / dim``, the squared-gradient sums start at 1, the
+learning rate multiplies the gradient before it is squared into the sum, and each step divides
+by the square root of the sum *before* adding its own gradient. The output vectors are
+``W + W~`` (the paper's section 4.2; ``glove -model 2``, the default).
+
+The entries are shuffled each epoch and applied in minibatches of ``batch_entries``: a row's
+gradients within a minibatch are summed (as the reference tool's Hogwild threads add theirs)
+and the AdaGrad step is taken once per row, which its per-row scaling keeps stable.
+
+Defaults are the paper's (window 10, alpha 0.75, learning rate 0.05) except ``x_max = 10``,
+the reference tool's demo value for corpora of text8's size (the paper's 100 suits billions of
+words: on a few million, nearly every count would weigh under 0.2).
+
+Example:
+    >>> vectors, summary = train_glove(corpus_sentences("corpus/"), GloveConfig(dim=100))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from lmlab.utils.errors import LmlabError
+from lmlab.vectors.cooccurrence import Cooccurrences, count_cooccurrences
+from lmlab.vectors.keyed import WordVectors
+from lmlab.vectors.sentences import Vocabulary, count_words
+
+
+@dataclass
+class GloveConfig:
+    """What changes the vectors (see the module docstring for where each default comes from)."""
+
+    dim: int = 100
+    window: int = 10
+    min_count: int = 5
+    max_vocab: int | None = None
+    x_max: float = 10.0
+    alpha: float = 0.75
+    learning_rate: float = 0.05
+    epochs: int = 15
+    seed: int = 1
+    threads: int | None = None
+    batch_entries: int = 4096
+    buffer_pairs: int = 10_000_000  # co-occurrence pairs buffered before a merge
+
+    def validate(self) -> None:
+        """Refuse bad settings before any work."""
+        for name in ("dim", "window", "min_count", "epochs", "batch_entries", "buffer_pairs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
+                                 f"give a positive {name}")
+        if self.max_vocab is not None and self.max_vocab < 2:
+            raise LmlabError(f"max_vocab must be at least 2, not {self.max_vocab}",
+                             "give a larger max_vocab, or none")
+        if self.threads is not None and self.threads < 1:
+            raise LmlabError(f"threads must be at least 1, not {self.threads}",
+                             "give a positive number of threads")
+        for name in ("x_max", "learning_rate"):
+            if not getattr(self, name) > 0:
+                raise LmlabError(f"{name} must be positive, not {getattr(self, name)}",
+                                 f"give a positive {name}")
+        if self.alpha < 0:
+            raise LmlabError(f"alpha must be >= 0, not {self.alpha}", "use 0.75 (the paper's)")
+
+
+def weighting(x: np.ndarray | torch.Tensor, x_max: float, alpha: float):
+    """GloVe's weight ``f(x) = min(1, (x / x_max) ** alpha)``: rare pairs count less, frequent
+    pairs no more than ``x_max`` occurrences' worth."""
+    if isinstance(x, torch.Tensor):
+        return torch.clamp(x / x_max, max=1.0) ** alpha
+    return np.minimum(np.asarray(x, dtype=np.float64) / x_max, 1.0) ** alpha
+
+
+class GloveModel:
+    """Word and context vectors with their biases, and their AdaGrad sums (``glove.c``'s)."""
+
+    def __init__(self, size: int, dim: int, seed: int):
+        generator = torch.Generator().manual_seed(seed)
+
+        def uniform(*shape: int) -> torch.Tensor:
+            return (torch.rand(*shape, generator=generator, dtype=torch.float64) - 0.5) / dim
+
+        self.words, self.contexts = uniform(size, dim), uniform(size, dim)
+        self.word_bias, self.context_bias = uniform(size), uniform(size)
+        self.sums = [torch.ones(size, dim, dtype=torch.float64),
+                     torch.ones(size, dim, dtype=torch.float64),
+                     torch.ones(size, dtype=torch.float64), torch.ones(size, dtype=torch.float64)]
+
+    def loss(self, i: torch.Tensor, j: torch.Tensor, log_x: torch.Tensor, weight: torch.Tensor
+             ) -> torch.Tensor:
+        """``sum f(X_ij) (w_i . w~_j + b_i + b~_j - log X_ij)^2 / 2`` over the given entries."""
+        diff = self._diff(i, j, log_x)
+        return 0.5 * (weight * diff * diff).sum()
+
+    def _diff(self, i: torch.Tensor, j: torch.Tensor, log_x: torch.Tensor) -> torch.Tensor:
+        dots = (self.words[i] * self.contexts[j]).sum(dim=1)  # (B,)
+        return dots + self.word_bias[i] + self.context_bias[j] - log_x
+
+    def step(self, i: torch.Tensor, j: torch.Tensor, log_x: torch.Tensor, weight: torch.Tensor,
+             learning_rate: float) -> float:
+        """One AdaGrad step on the entries (i, j); returns their loss before the step."""
+        diff = self._diff(i, j, log_x)  # (B,)
+        loss = 0.5 * float((weight * diff * diff).sum())
+        scaled = weight * diff * learning_rate  # glove.c's fdiff * eta
+        grads = (scaled[:, None] * self.contexts[j], scaled[:, None] * self.words[i],
+                 scaled, scaled)
+        for param, total, rows, grad in zip(
+                (self.words, self.contexts, self.word_bias, self.context_bias), self.sums,
+                (i, j, i, j), grads):
+            unique, slot = torch.unique(rows, return_inverse=True)
+            summed = torch.zeros((len(unique), *grad.shape[1:]), dtype=grad.dtype)
+            summed.index_add_(0, slot, grad)  # a row's gradients in this batch, summed
+            param[unique] -= summed / torch.sqrt(total[unique])
+            total[unique] += summed * summed
+        return loss
+
+    def vectors(self) -> np.ndarray:
+        """``W + W~`` as float32 (V, D)."""
+        return (self.words + self.contexts).to(torch.float32).numpy()
+
+
+@dataclass
+class GloveSummary:
+    """What a run did: vocabulary, non-zero co-occurrences, the mean loss per entry each epoch
+    (the objective J over the number of entries), seconds counting and training."""
+
+    config: dict
+    vocabulary: int
+    corpus_words: int
+    entries: int
+    epoch_loss: list[float]
+    count_seconds: float
+    train_seconds: float
+
+
+def train_glove(sentences: Iterable[list[str]], config: GloveConfig | None = None,
+                show_progress: bool = True, vocabulary: Vocabulary | None = None,
+                cooccurrences: Cooccurrences | None = None
+                ) -> tuple[WordVectors, GloveSummary]:
+    """Count co-occurrences in ``sentences`` (a re-iterable of word lists: read once to count
+    words unless ``vocabulary`` is given, once for the co-occurrences unless they are given),
+    then fit GloVe. Returns ``W + W~`` as :class:`WordVectors` and a :class:`GloveSummary`."""
+    from lmlab.utils.progress import progress
+
+    config = config or GloveConfig()
+    config.validate()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    started = time.perf_counter()
+    if vocabulary is None:
+        if iter(sentences) is sentences:
+            raise LmlabError("the sentences are a one-shot iterator (a generator), read once",
+                             "pass a list or a Sentences stream, so they can be read twice")
+        vocabulary = count_words(sentences, config.min_count, config.max_vocab)
+    if cooccurrences is None:
+        cooccurrences = count_cooccurrences(sentences, vocabulary.index(), config.window,
+                                            config.buffer_pairs)
+    if len(cooccurrences) == 0:
+        raise LmlabError("no two vocabulary words occur within a window of each other",
+                         "give more text (sentences of several words), or a lower --min-count")
+    count_seconds = time.perf_counter() - started
+    i, j, x = (torch.from_numpy(a) for a in cooccurrences.entries())
+    log_x, weight = torch.log(x), weighting(x, config.x_max, config.alpha)
+    model = GloveModel(len(vocabulary.words), config.dim, config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    losses: list[float] = []
+    bar = progress(total=config.epochs * len(x), desc="glove", unit="pair", unit_scale=True) \
+        if show_progress else None
+    started = time.perf_counter()
+    for _epoch in range(config.epochs):
+        order = torch.randperm(len(x), generator=generator)
+        total = 0.0
+        for start in range(0, len(x), config.batch_entries):
+            batch = order[start:start + config.batch_entries]
+            total += model.step(i[batch], j[batch], log_x[batch], weight[batch],
+                                config.learning_rate)
+            if bar is not None:
+                bar.update(len(batch))
+        losses.append(total / len(x))
+    if bar is not None:
+        bar.close()
+    summary = GloveSummary(asdict(config), len(vocabulary.words), vocabulary.total, len(x),
+                           losses, count_seconds, time.perf_counter() - started)
+    return WordVectors(vocabulary.words, model.vectors()), summary

@@ -1,0 +1,346 @@
+"""word2vec: skip-gram and CBOW with negative sampling (Mikolov et al. 2013a, 2013b).
+
+The recipe of the C tool, with gensim's defaults so the two compare:
+
+- a vocabulary of the words seen at least ``min_count`` times, most frequent first;
+- **subsampling** of frequent words: a word of count ``c`` is kept with probability
+  ``(sqrt(c / t) + 1) * t / c`` (at most 1), ``t = sample * total words`` (gensim's formula,
+  the C tool's up to rounding);
+- a **dynamic window**: each centre word draws ``b`` uniformly from 1..``window`` and sees ``b``
+  words on each side (near words count more, on average), never across a sentence;
+- **negative sampling**: ``negative`` noise words per example drawn from the unigram
+  distribution raised to 0.75 (a noise word equal to the target is skipped, as in the C tool);
+  the loss is ``-log s(u_o . v) - sum_k log s(-u_k . v)``;
+- skip-gram: each context word's input vector predicts the centre word (the C tool's and
+  gensim's pairing); CBOW: the mean of the context's input vectors predicts it, and the whole
+  gradient reaches every context word (gensim's ``cbow_mean=1``);
+- SGD with a learning rate decaying linearly from ``alpha`` to ``min_alpha`` over all epochs;
+  input vectors start uniform in ``(-0.5, 0.5) / dim``, output vectors at zero.
+
+**Batched SGD, and what was measured.** The C tool and gensim update after every example, in
+compiled loops. Here the examples of a chunk of words are generated with numpy and applied in
+minibatches of ``batch_pairs`` examples: gathers, a batched dot product and ``index_add_`` into
+the two tables, all reading the rows as they were at the start of the minibatch. A row's several
+examples in one minibatch add their steps, as Hogwild's concurrent updates to a shared row do.
+That is only sound while a minibatch is small against the vocabulary's most frequent rows: a
+first attempt summing ~60,000 examples per step at lr 0.025 diverged (the output vector of a
+frequent word received hundreds of same-direction steps at once), and capping each row's summed
+step stopped it learning. Measured on a fixed 2.0M-word slice of the default corpus (dim 100,
+window 5, negative 5, min_count 5, sample 1e-3, 5 epochs, one thread, skip-gram): see
+``bench/bench_word2vec.py`` and docs/vectors.md for the numbers and the chosen ``batch_pairs``.
+
+Memory: the vocabulary counts (one entry per distinct word of the corpus, as gensim without
+``max_vocab_size``), the two (V, dim) float32 tables, the noise table, and one chunk of
+``chunk_words`` words with its examples. Sentences stream from their source: once to count,
+then once per epoch.
+
+Example:
+    >>> source = corpus_sentences("corpus/")   # lmlab.vectors.sentences
+    >>> vectors, summary = train_word2vec(source, Word2VecConfig(dim=100))
+    >>> vectors.most_similar("king", topn=5)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from lmlab.utils.errors import LmlabError
+from lmlab.vectors.keyed import WordVectors
+from lmlab.vectors.sentences import Vocabulary, count_words
+
+ARCHITECTURES = ("skipgram", "cbow")
+
+
+# -- subsampling and noise ------------------------------------------------------------------------
+def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
+    """Subsampling (Mikolov et al. 2013b, gensim's form): the probability of keeping each
+    occurrence of a word of count ``c``, ``min(1, (sqrt(c / t) + 1) * t / c)`` with
+    ``t = sample * sum(counts)``; all ones when ``sample`` is 0."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if sample <= 0:
+        return np.ones_like(counts)
+    threshold = sample * counts.sum()
+    return np.minimum((np.sqrt(counts / threshold) + 1) * threshold / counts, 1.0)
+
+
+def noise_distribution(counts: np.ndarray, exponent: float = 0.75) -> np.ndarray:
+    """The cumulative noise distribution: ``counts ** exponent`` normalised, summed up (the
+    last entry is 1). gensim's ``cum_table`` is this times ``2**31 - 1``, rounded."""
+    weights = np.asarray(counts, dtype=np.float64) ** exponent
+    cdf = np.cumsum(weights / weights.sum())
+    cdf[-1] = 1.0
+    return cdf
+
+
+def draw_noise(cdf: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Word indices drawn from the noise distribution ``cdf`` (:func:`noise_distribution`)."""
+    return np.minimum(np.searchsorted(cdf, rng.random(shape), side="right"), len(cdf) - 1)
+
+
+# -- training -------------------------------------------------------------------------------------
+@dataclass
+class Word2VecConfig:
+    """What changes the vectors; the defaults are gensim's ``Word2Vec`` defaults (skip-gram
+    instead of gensim's CBOW)."""
+
+    architecture: str = "skipgram"
+    dim: int = 100
+    window: int = 5
+    negative: int = 5
+    min_count: int = 5
+    sample: float = 1e-3
+    alpha: float = 0.025
+    min_alpha: float = 1e-4
+    epochs: int = 5
+    ns_exponent: float = 0.75
+    max_vocab: int | None = None
+    seed: int = 1
+    threads: int | None = None  # torch threads (None: leave torch's setting)
+    batch_pairs: int = 512  # examples per SGD step, at most (see the module docstring)
+    max_row_updates: float = 40.0  # a step's expected updates to its busiest row, at most
+    chunk_words: int = 20_000  # words read, subsampled and paired at once
+
+    def validate(self) -> None:
+        """Refuse bad settings before any work."""
+        if self.architecture not in ARCHITECTURES:
+            raise LmlabError(f"unknown word2vec architecture {self.architecture!r}",
+                             f"use one of {', '.join(ARCHITECTURES)}")
+        if not self.max_row_updates >= 1:
+            raise LmlabError(f"max_row_updates must be at least 1, not {self.max_row_updates}",
+                             "give 40 (the default) or another bound of at least 1")
+        for name in ("dim", "window", "negative", "min_count", "epochs", "batch_pairs",
+                     "chunk_words"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
+                                 f"give a positive {name}")
+        if self.max_vocab is not None and self.max_vocab < 2:
+            raise LmlabError(f"max_vocab must be at least 2, not {self.max_vocab}",
+                             "give a larger max_vocab, or none")
+        if self.threads is not None and self.threads < 1:
+            raise LmlabError(f"threads must be at least 1, not {self.threads}",
+                             "give a positive number of threads")
+        if not 0 < self.min_alpha <= self.alpha:
+            raise LmlabError(f"learning rates alpha={self.alpha}, min_alpha={self.min_alpha}",
+                             "use 0 < min_alpha <= alpha (gensim: 0.0001 and 0.025)")
+        if not 0 <= self.sample < 1:
+            raise LmlabError(f"sample must be in [0, 1), not {self.sample}",
+                             "use 0 to keep every word, 1e-3 (default) to drop frequent ones")
+        if self.ns_exponent < 0:
+            raise LmlabError(f"ns_exponent must be >= 0, not {self.ns_exponent}",
+                             "use 0.75 (the paper's) or 0 for uniform noise")
+
+
+def examples_per_step(counts: np.ndarray, keep: np.ndarray, cdf: np.ndarray,
+                      config: Word2VecConfig) -> int:
+    """The minibatch size: ``batch_pairs``, lowered until the busiest row expects at most
+    ``max_row_updates`` summed updates in one step. The busiest row is the most frequent noise
+    word (``negative`` draws per example) or the most frequent word after subsampling as an
+    input (once per skip-gram example, about ``window + 1`` times per CBOW example, its
+    context). A large vocabulary leaves ``batch_pairs`` as it is; a handful of words (a toy
+    corpus) gets small steps, where summed updates would otherwise overshoot."""
+    kept = counts * keep
+    input_share = float(kept.max() / kept.sum())
+    noise_share = float(np.diff(cdf, prepend=0.0).max())
+    inputs_per_example = 1 if config.architecture == "skipgram" else config.window + 1
+    busiest = max(config.negative * noise_share, inputs_per_example * input_share)
+    return max(1, min(config.batch_pairs, int(config.max_row_updates / busiest)))
+
+
+def pair_positions(sentence_of: np.ndarray, window: int, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(centre, context) positions of every pair within each centre's dynamic window
+    ``b ~ U{1..window}``, never across a sentence (``sentence_of``: each position's sentence
+    number), ordered by centre position as the sequential algorithm visits them."""
+    n = len(sentence_of)
+    reach = rng.integers(1, window + 1, size=n)  # (N,) b per centre
+    positions = np.arange(n)
+    centres, contexts = [], []
+    for offset in range(1, window + 1):
+        for sign in (-1, 1):
+            shifted = positions + sign * offset
+            near = ((shifted >= 0) & (shifted < n) & (reach >= offset)).nonzero()[0]
+            near = near[sentence_of[shifted[near]] == sentence_of[near]]
+            centres.append(near)
+            contexts.append(shifted[near])
+    centres, contexts = np.concatenate(centres), np.concatenate(contexts)
+    order = np.argsort(centres, kind="stable")
+    return centres[order], contexts[order]
+
+
+class Word2VecTables:
+    """The input (word) vectors and the output (context) vectors, and one SGD step."""
+
+    def __init__(self, size: int, dim: int, seed: int):
+        generator = torch.Generator().manual_seed(seed)
+        self.inputs = (torch.rand(size, dim, generator=generator) - 0.5) / dim  # gensim's init
+        self.outputs = torch.zeros(size, dim)
+
+    def step(self, hidden: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor,
+             lr: float) -> tuple[torch.Tensor, float]:
+        """Negative sampling for B examples: ``hidden`` (B, D) predicts ``targets`` (B,) against
+        ``negatives`` (B, k). Updates the output vectors in place; returns the step for
+        ``hidden`` (B, D), computed with the output vectors before the update, and the loss."""
+        rows = torch.cat([targets[:, None], negatives], dim=1)  # (B, 1 + k)
+        vectors = self.outputs[rows]  # (B, 1 + k, D)
+        scores = torch.bmm(vectors, hidden[:, :, None])[:, :, 0]  # (B, 1 + k)
+        labels = torch.zeros_like(scores)
+        labels[:, 0] = 1.0
+        counted = torch.ones_like(scores)
+        counted[:, 1:] = (negatives != targets[:, None]).float()  # the C tool skips these
+        gradient = (labels - torch.sigmoid(scores)) * counted  # (B, 1 + k), -dloss/dscore
+        signed = torch.where(labels > 0, scores, -scores)
+        loss = -(torch.nn.functional.logsigmoid(signed) * counted).sum().item()
+        gradient *= lr
+        hidden_step = torch.bmm(gradient[:, None, :], vectors)[:, 0]  # (B, D)
+        output_steps = gradient[:, :, None] * hidden[:, None, :]  # (B, 1 + k, D)
+        self.outputs.index_add_(0, rows.reshape(-1), output_steps.reshape(-1, hidden.shape[1]))
+        return hidden_step, loss
+
+
+@dataclass
+class Word2VecSummary:
+    """What a run did: vocabulary size, words read, mean loss per example per epoch, speed."""
+
+    config: dict
+    vocabulary: int
+    corpus_words: int  # in-vocabulary words of one pass
+    trained_words: int  # in-vocabulary words read over all epochs (before subsampling)
+    epoch_loss: list[float]
+    seconds: float
+    words_per_second: float
+    examples_per_step: int
+
+
+def train_word2vec(sentences: Iterable[list[str]], config: Word2VecConfig | None = None,
+                   show_progress: bool = True, vocabulary: Vocabulary | None = None
+                   ) -> tuple[WordVectors, Word2VecSummary]:
+    """Train word2vec on ``sentences``, an iterable of word lists read once to count (unless a
+    ``vocabulary`` is given) and once per epoch: a :class:`Sentences` stream, a list, or any
+    re-iterable object (a generator, read once, is refused). Returns the input vectors as
+    :class:`WordVectors` (most frequent word first) and a :class:`Word2VecSummary`."""
+    from lmlab.utils.progress import progress
+
+    config = config or Word2VecConfig()
+    config.validate()
+    if iter(sentences) is sentences:
+        raise LmlabError("the sentences are a one-shot iterator (a generator), read once",
+                         "pass a list, a Sentences stream (corpus_sentences, text_sentences), or "
+                         "Sentences(generator_function) so each epoch reads them again")
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    if vocabulary is None:
+        vocabulary = count_words(sentences, config.min_count, config.max_vocab)
+    index = vocabulary.index()
+    keep = keep_probabilities(vocabulary.counts, config.sample)
+    cdf = noise_distribution(vocabulary.counts, config.ns_exponent)
+    rng = np.random.default_rng(config.seed)
+    tables = Word2VecTables(len(vocabulary.words), config.dim, config.seed)
+    batch = examples_per_step(vocabulary.counts, keep, cdf, config)
+    planned = config.epochs * vocabulary.total
+    done = 0
+    losses: list[float] = []
+    bar = progress(total=planned, desc=f"word2vec {config.architecture}", unit="word",
+                   unit_scale=True) if show_progress else None
+    started = time.perf_counter()
+    for _epoch in range(config.epochs):
+        loss_sum, examples = 0.0, 0
+        read = 0
+        for ids, sentence_of, raw in _chunks(sentences, index, keep, config.chunk_words, rng):
+            progress_from, progress_to = done / planned, (done + raw) / planned
+            loss, count = _train_chunk(tables, ids, sentence_of, cdf, config, batch, rng,
+                                       progress_from, progress_to)
+            loss_sum, examples = loss_sum + loss, examples + count
+            done += raw
+            read += raw
+            if bar is not None:
+                bar.update(raw)
+        if read == 0:
+            raise LmlabError("the sentences were empty on a second reading",
+                             "pass a re-iterable source (see Sentences), not a used-up one")
+        losses.append(loss_sum / max(examples, 1))
+    if bar is not None:
+        bar.close()
+    seconds = time.perf_counter() - started
+    summary = Word2VecSummary(asdict(config), len(vocabulary.words), vocabulary.total, done,
+                              losses, seconds, done / seconds if seconds > 0 else 0.0, batch)
+    return WordVectors(vocabulary.words, tables.inputs.numpy()), summary
+
+
+def _chunks(sentences: Iterable[list[str]], index: dict[str, int], keep: np.ndarray,
+            chunk_words: int, rng: np.random.Generator
+            ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """(word ids kept by subsampling, sentence number of each, in-vocabulary words read) for
+    each run of about ``chunk_words`` in-vocabulary words."""
+    ids: list[int] = []
+    numbers: list[int] = []
+    raw = 0
+    for number, sentence in enumerate(sentences):
+        known = [index[w] for w in sentence if w in index]
+        raw += len(known)
+        ids.extend(known)
+        numbers.extend([number] * len(known))
+        if raw >= chunk_words:
+            yield _subsample(ids, numbers, keep, rng) + (raw,)
+            ids, numbers, raw = [], [], 0
+    if raw:
+        yield _subsample(ids, numbers, keep, rng) + (raw,)
+
+
+def _subsample(ids: list[int], numbers: list[int], keep: np.ndarray, rng: np.random.Generator
+               ) -> tuple[np.ndarray, np.ndarray]:
+    ids_array = np.asarray(ids, dtype=np.int64)
+    kept = rng.random(len(ids_array)) < keep[ids_array]
+    return ids_array[kept], np.asarray(numbers, dtype=np.int64)[kept]
+
+
+def _train_chunk(tables: Word2VecTables, ids: np.ndarray, sentence_of: np.ndarray,
+                 cdf: np.ndarray, config: Word2VecConfig, batch: int,
+                 rng: np.random.Generator, progress_from: float, progress_to: float
+                 ) -> tuple[float, int]:
+    """SGD over one chunk's examples in minibatches of ``batch`` examples, the learning rate
+    decaying linearly with training progress; returns (summed loss, examples)."""
+    if len(ids) < 2:
+        return 0.0, 0
+    centres, contexts = pair_positions(sentence_of, config.window, rng)
+    if not len(centres):
+        return 0.0, 0
+    if config.architecture == "skipgram":
+        inputs = torch.from_numpy(ids[contexts])  # (P,) each context word predicts its centre
+        targets = torch.from_numpy(ids[centres])
+        group = None
+    else:  # CBOW: one example per centre, from the mean of its context words
+        positions, slot = np.unique(centres, return_inverse=True)
+        inputs = torch.from_numpy(ids[contexts])
+        targets = torch.from_numpy(ids[positions])
+        group = torch.from_numpy(slot)
+        starts = np.searchsorted(slot, np.arange(len(positions) + 1))  # slot is sorted
+    examples = len(targets)
+    negatives = torch.from_numpy(draw_noise(cdf, (examples, config.negative), rng))
+    loss_sum = 0.0
+    span = progress_to - progress_from
+    for start in range(0, examples, batch):
+        stop = min(start + batch, examples)
+        fraction = progress_from + span * (start / examples)
+        lr = config.alpha - (config.alpha - config.min_alpha) * fraction
+        if group is None:
+            rows = inputs[start:stop]
+            step, loss = tables.step(tables.inputs[rows], targets[start:stop],
+                                     negatives[start:stop], lr)
+            tables.inputs.index_add_(0, rows, step)
+        else:
+            first, last = int(starts[start]), int(starts[stop])
+            rows = inputs[first:last]  # the context words of centres start..stop
+            slots = group[first:last] - start
+            sizes = torch.bincount(slots, minlength=stop - start).clamp(min=1)
+            sums = torch.zeros(stop - start, config.dim).index_add_(0, slots, tables.inputs[rows])
+            step, loss = tables.step(sums / sizes[:, None], targets[start:stop],
+                                     negatives[start:stop], lr)
+            tables.inputs.index_add_(0, rows, step[slots])  # each context word: the whole step
+        loss_sum += loss
+    return loss_sum, examples

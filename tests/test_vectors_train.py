@@ -1,0 +1,273 @@
+"""Training static word vectors: word2vec's subsampling and noise table (against the formulas
+and gensim's own tables), its SGD step and GloVe's AdaGrad step (against autograd), GloVe's
+co-occurrence weights (by hand), planted structure recovered by every method, streaming,
+saved vectors reloading in a new process, bad input refused before any work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from lmlab.cli import main
+from lmlab.utils.errors import LmlabError
+from lmlab.vectors import cooccurrence, glove, sentences, word2vec
+from lmlab.vectors.keyed import load_vectors
+
+gensim_models = pytest.importorskip("gensim.models")
+
+
+def _zipf_corpus(words: int = 300, sentences_: int = 400, seed: int = 0) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    probabilities = 1.0 / np.arange(1, words + 1)
+    probabilities /= probabilities.sum()
+    return [[f"w{i}" for i in rng.choice(words, size=rng.integers(3, 15), p=probabilities)]
+            for _ in range(sentences_)]
+
+
+def _cluster_corpus(seed: int = 0) -> list[list[str]]:
+    """Two clusters of 8 words; a sentence draws all its words from one cluster."""
+    rng = np.random.default_rng(seed)
+    clusters = [[f"a{i}" for i in range(8)], [f"b{i}" for i in range(8)]]
+    return [[clusters[c][i] for i in rng.integers(0, 8, size=8)]
+            for c in rng.integers(0, 2, size=1200)]
+
+
+def _cluster_gap(vectors) -> tuple[float, float]:
+    unit = vectors.unit_rows()
+    cos = unit @ unit.T
+    side = np.array([w[0] for w in vectors.words])
+    same = side[:, None] == side[None, :]
+    off_diagonal = ~np.eye(len(side), dtype=bool)
+    return float(cos[same & off_diagonal].mean()), float(cos[~same].mean())
+
+
+# -- vocabulary, subsampling, noise ---------------------------------------------------------------
+def test_subsampling_and_noise_table_match_gensims():
+    corpus = _zipf_corpus()
+    model = gensim_models.Word2Vec(vector_size=8, min_count=3, sample=1e-3, negative=5,
+                                   workers=1)
+    model.build_vocab(corpus)
+    vocabulary = sentences.count_words(corpus, min_count=3)
+    # same words and counts (gensim orders ties differently: compare in its order)
+    assert sorted(vocabulary.words) == sorted(model.wv.index_to_key)
+    ours = dict(zip(vocabulary.words, vocabulary.counts.tolist()))
+    words = model.wv.index_to_key
+    counts = np.array([model.wv.get_vecattr(w, "count") for w in words])
+    assert counts.tolist() == [ours[w] for w in words]
+    assert np.all(np.diff(vocabulary.counts) <= 0)
+    keep = word2vec.keep_probabilities(counts, 1e-3)
+    theirs = np.array([model.wv.get_vecattr(w, "sample_int") for w in words], dtype=np.float64)
+    np.testing.assert_allclose(keep * (2**32 - 1), theirs, atol=1.0)  # they truncate to uint32
+    assert keep[0] < 0.2 and keep[-1] == 1.0  # frequent words dropped, rare ones kept
+    cdf = word2vec.noise_distribution(counts, 0.75)
+    np.testing.assert_allclose(cdf * (2**31 - 1), model.cum_table.astype(np.float64), atol=1.0)
+
+
+def test_subsampling_and_noise_follow_the_formulas():
+    counts = np.array([1000, 100, 10, 1])
+    threshold = 1e-2 * counts.sum()  # 11.11
+    keep = word2vec.keep_probabilities(counts, 1e-2)
+    assert keep[0] == pytest.approx((np.sqrt(1000 / threshold) + 1) * threshold / 1000)
+    assert keep[2:].tolist() == [1.0, 1.0]
+    assert word2vec.keep_probabilities(counts, 0).tolist() == [1.0] * 4
+    cdf = word2vec.noise_distribution(counts, 0.75)
+    weights = counts ** 0.75 / (counts ** 0.75).sum()
+    draws = word2vec.draw_noise(cdf, (200_000,), np.random.default_rng(0))
+    frequency = np.bincount(draws, minlength=4) / len(draws)
+    sigma = np.sqrt(weights * (1 - weights) / len(draws))
+    assert np.all(np.abs(frequency - weights) < 5 * sigma)
+
+
+def test_dynamic_window_pairs_stay_in_their_sentence():
+    sentence_of = np.repeat(np.arange(50), 7)  # 50 sentences of 7 words
+    centres, contexts = word2vec.pair_positions(sentence_of, 3, np.random.default_rng(0))
+    distance = np.abs(centres - contexts)
+    assert distance.min() >= 1 and distance.max() <= 3
+    assert np.all(sentence_of[centres] == sentence_of[contexts])
+    # each centre sees the same reach b on both sides: its pairs are the positions within b
+    for centre in range(0, 350, 17):
+        mine = contexts[centres == centre]
+        reach = np.abs(mine - centre).max()
+        inside = [p for p in range(centre - reach, centre + reach + 1)
+                  if p != centre and 0 <= p < 350 and sentence_of[p] == sentence_of[centre]]
+        assert sorted(mine.tolist()) == inside
+    # the reach is uniform on 1..window: distance-d pairs are (window - d + 1) / window as many
+    centres, contexts = word2vec.pair_positions(np.zeros(30_000, np.int64), 3,
+                                                np.random.default_rng(0))  # one long sentence
+    distance = np.abs(centres - contexts)
+    shares = np.bincount(distance)[1:] / np.bincount(distance)[1]
+    np.testing.assert_allclose(shares, [1, 2 / 3, 1 / 3], atol=0.02)
+
+
+# -- the updates against autograd ----------------------------------------------------------------
+def test_word2vec_step_is_sgd_on_the_negative_sampling_loss():
+    tables = word2vec.Word2VecTables(12, 6, seed=0)
+    tables.outputs = torch.randn(12, 6, dtype=torch.float32) * 0.3
+    hidden = torch.randn(4, 6) * 0.3
+    targets = torch.tensor([0, 1, 2, 3])
+    negatives = torch.tensor([[4, 5], [6, 7], [8, 9], [10, 11]])  # all rows distinct
+    outputs = tables.outputs.clone().requires_grad_(True)
+    h = hidden.clone().requires_grad_(True)
+    rows = torch.cat([targets[:, None], negatives], 1)
+    scores = torch.einsum("bd,bkd->bk", h, outputs[rows])
+    loss = -(torch.nn.functional.logsigmoid(scores[:, 0]).sum()
+             + torch.nn.functional.logsigmoid(-scores[:, 1:]).sum())
+    loss.backward()
+    before = tables.outputs.clone()
+    step, reported = tables.step(hidden, targets, negatives, lr=0.1)
+    assert reported == pytest.approx(loss.item(), rel=1e-5)
+    np.testing.assert_allclose(step, -0.1 * h.grad, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(tables.outputs - before, -0.1 * outputs.grad, rtol=1e-5,
+                               atol=1e-7)
+    # a noise word equal to the target is skipped (the C tool's rule): no step, no loss
+    alone = -torch.nn.functional.logsigmoid(hidden[0] @ tables.outputs[0]).item()
+    _, skipped = tables.step(hidden[:1], targets[:1], torch.tensor([[0, 0]]), lr=0.1)
+    assert skipped == pytest.approx(alone, rel=1e-4)
+
+
+def test_glove_step_is_adagrad_on_the_weighted_least_squares():
+    model = glove.GloveModel(10, 4, seed=0)
+    i, j = torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5])  # all rows distinct
+    x = torch.tensor([1.0, 30.0, 4.0], dtype=torch.float64)
+    log_x, weight = torch.log(x), glove.weighting(x, 10.0, 0.75)
+    params = [model.words, model.contexts, model.word_bias, model.context_bias]
+    copies = [p.clone().requires_grad_(True) for p in params]
+    dots = (copies[0][i] * copies[1][j]).sum(1) + copies[2][i] + copies[3][j] - log_x
+    loss = 0.5 * (weight * dots**2).sum()
+    loss.backward()
+    before = [p.clone() for p in params]
+    reported = model.step(i, j, log_x, weight, learning_rate=0.05)
+    assert reported == pytest.approx(loss.item())
+    for param, old, copy in zip(params, before, copies):
+        # first step: the squared sums are 1, so the step is -lr * gradient
+        torch.testing.assert_close(param - old, -0.05 * copy.grad)
+    # the sums grew by the squared (lr-scaled) gradients: the next step is smaller
+    torch.testing.assert_close(model.sums[0][i], 1 + (0.05 * copies[0].grad[i]) ** 2)
+
+
+def test_glove_weighting_and_cooccurrences_by_hand():
+    assert glove.weighting(np.array([5.0, 10.0, 50.0]), 10.0, 0.75).tolist() == \
+        pytest.approx([0.5**0.75, 1.0, 1.0])
+    index = {"a": 0, "b": 1, "c": 2, "d": 3}
+    # "a b c a d", window 2: distance 1 pairs ab bc ca ad; distance 2 pairs ac ba cd;
+    # "x" is out of vocabulary and dropped before the window (so "d" and "a" are adjacent)
+    counts = cooccurrence.count_cooccurrences([["a", "b", "c", "a", "x", "d"], ["d", "d"]],
+                                              index, window=2)
+    expected = np.array([[0, 1.5, 1.5, 1.0],
+                         [1.5, 0, 1.0, 0],
+                         [1.5, 1.0, 0, 0.5],
+                         [1.0, 0, 0.5, 2.0]])  # "d d": both directions of one pair, 1 + 1
+    np.testing.assert_allclose(counts.dense(), expected)
+    # tiny merge buffers give the same counts
+    again = cooccurrence.count_cooccurrences([["a", "b", "c", "a", "x", "d"], ["d", "d"]],
+                                             index, window=2, buffer_pairs=1, chunk_words=1)
+    np.testing.assert_allclose(again.dense(), expected)
+    i, j, x = counts.entries()
+    assert len(x) == np.count_nonzero(expected)
+    np.testing.assert_allclose(expected[i, j], x)
+
+
+# -- training -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
+def test_word2vec_recovers_planted_clusters(architecture):
+    config = word2vec.Word2VecConfig(architecture=architecture, dim=16, window=3, sample=0,
+                                     min_count=1, epochs=3, seed=0)
+    vectors, summary = word2vec.train_word2vec(_cluster_corpus(), config, show_progress=False)
+    within, across = _cluster_gap(vectors)
+    assert within > 0.8 and within - across > 0.5, (within, across)
+    assert summary.epoch_loss[-1] < summary.epoch_loss[0]
+    assert summary.trained_words == 3 * 1200 * 8
+
+
+def test_glove_loss_decreases_and_recovers_planted_clusters():
+    config = glove.GloveConfig(dim=16, window=3, min_count=1, epochs=8, x_max=10, seed=0,
+                               batch_entries=64)
+    vectors, summary = glove.train_glove(_cluster_corpus(), config, show_progress=False)
+    assert all(b < a for a, b in zip(summary.epoch_loss, summary.epoch_loss[1:]))
+    assert summary.entries == 2 * 8 * 8  # every ordered pair within a cluster, none across
+    within, across = _cluster_gap(vectors)
+    assert within > 0.8 and within - across > 0.5, (within, across)
+
+
+def test_streaming_reads_the_source_once_per_pass(tmp_path):
+    opened = []
+
+    def stream():
+        opened.append(1)
+        yield from _cluster_corpus()
+
+    config = word2vec.Word2VecConfig(dim=8, min_count=1, epochs=2, sample=0)
+    word2vec.train_word2vec(sentences.Sentences(stream), config, show_progress=False)
+    assert len(opened) == 1 + 2  # once to count, once per epoch
+    opened.clear()
+    glove.train_glove(sentences.Sentences(stream), glove.GloveConfig(dim=8, min_count=1,
+                                                                     epochs=1),
+                      show_progress=False)
+    assert len(opened) == 2  # once to count, once for the co-occurrences
+    with pytest.raises(LmlabError, match="one-shot iterator"):
+        word2vec.train_word2vec(stream(), config, show_progress=False)
+    text = tmp_path / "a.txt"
+    text.write_text("The cat's hat, 2 cats!\n\nDon't stop\n")
+    assert list(sentences.sentences_from(text)) == [["the", "cat's", "hat", "2", "cats"],
+                                                    ["don't", "stop"]]
+
+
+def _corpus_file(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(" ".join(s) for s in _cluster_corpus()) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("method,out", [("skipgram", "v.bin"), ("glove", "v.txt")])
+def test_cli_trains_and_the_vectors_reload_in_a_new_process(tmp_path, method, out):
+    corpus = _corpus_file(tmp_path)
+    assert main(["vectors", "train", "--method", method, "--corpus", str(corpus), "--out",
+                 str(tmp_path / out), "--dim", "8", "--epochs", "2", "--min-count", "1"]) == 0
+    ours = load_vectors(tmp_path / out)
+    code = ("import sys; from lmlab.vectors.keyed import load_vectors; "
+            "v = load_vectors(sys.argv[1]); print(len(v), v.dim, repr(float(v.matrix.sum())))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / out)],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [str(len(ours)), "8", repr(float(ours.matrix.sum()))]
+    assert len(ours) == 16
+
+
+def test_bad_input_is_refused_before_any_work(tmp_path, capsys):
+    corpus = _corpus_file(tmp_path)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    existing = tmp_path / "exists.txt"
+    existing.write_text("keep me")
+
+    def refused(*args: str) -> str:
+        assert main(["vectors", "train", *args]) == 2
+        return capsys.readouterr().err
+
+    assert "is empty" in refused("--corpus", str(empty), "--out", str(tmp_path / "o.txt"))
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("one two three\n")
+    assert "only 0 word(s) occur at least 5 times" in refused(
+        "--corpus", str(tiny), "--out", str(tmp_path / "o.txt"))
+    assert "only 0 word(s) occur at least 1000 times" in refused(
+        "--corpus", str(corpus), "--out", str(tmp_path / "o.txt"), "--min-count", "1000")
+    assert "dim must be a whole number of at least 1" in refused(
+        "--corpus", str(corpus), "--out", str(tmp_path / "o.txt"), "--dim", "0")
+    assert "min_alpha" in refused("--corpus", str(corpus), "--out", str(tmp_path / "o.txt"),
+                                  "--alpha", "0")
+    assert "already exists" in refused("--corpus", str(corpus), "--out", str(existing))
+    assert existing.read_text() == "keep me"
+    assert "no text file" in refused("--corpus", str(tmp_path / "nope.txt"), "--out",
+                                     str(tmp_path / "o.txt"))
+    assert "not an lmlab corpus" in refused("--corpus", str(tmp_path), "--out",
+                                            str(tmp_path / "o.txt"))
+    assert "x_max must be positive" in refused("--method", "glove", "--corpus", str(corpus),
+                                               "--out", str(tmp_path / "o.txt"), "--x-max", "0")
+    assert not (tmp_path / "o.txt").exists()
+    with pytest.raises(LmlabError, match="unknown word2vec architecture"):
+        word2vec.train_word2vec([["a", "b"]], word2vec.Word2VecConfig(architecture="sg"))
+    with pytest.raises(LmlabError, match="no two vocabulary words occur within a window"):
+        glove.train_glove([["a"], ["b"]] * 5, glove.GloveConfig(min_count=1))
