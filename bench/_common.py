@@ -11,6 +11,17 @@ import time
 from collections.abc import Callable
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident set (``VmHWM``), in MiB. Not ``ru_maxrss``: Linux keeps the
+    parent's peak in it across fork + exec, so every child of a large parent would report at
+    least the parent's peak."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as handle:

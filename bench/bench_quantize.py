@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import alternate, print_json  # noqa: E402
+from bench._common import alternate, peak_rss_mib, print_json  # noqa: E402
 
 
 def bert_base():
@@ -116,7 +116,6 @@ def prepare(run: Path) -> dict[str, Path]:
 
 def measure(fmt: str, folder: Path, run: Path, split: str, batch_size: int) -> dict:
     """One format in this process: accuracy on ``split`` and tokens/s of the prediction loop."""
-    import resource
 
     import torch
 
@@ -163,7 +162,7 @@ def measure(fmt: str, folder: Path, run: Path, split: str, batch_size: int) -> d
     return {"format": fmt, "accuracy": round(100 * metrics["accuracy"], 2),
             "tokens_per_s": round(tokens / seconds, 1), "seconds": round(seconds, 2),
             "size_mb": round(size / 1e6, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+            "peak_rss_mb": round(peak_rss_mib(), 1)}  # MiB
 
 
 def table(run: Path, split: str, batch_size: int, rounds: int) -> dict:
