@@ -349,7 +349,10 @@ def task_loss(task) -> Callable[[nn.Module, dict], torch.Tensor]:
 
 def plot_curve(rows: list[dict[str, Any]], x: str, path, xlabel: str, ylabel: str,
                title: str) -> None:
-    """A metric-against-``x`` curve (matplotlib, written atomically as PNG)."""
+    """A metric-against-``x`` curve (matplotlib, written atomically as PNG). A long title (a
+    model's full path) is wrapped to the figure's width rather than cut off."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -361,7 +364,7 @@ def plot_curve(rows: list[dict[str, Any]], x: str, path, xlabel: str, ylabel: st
     axis.plot([100 * r[x] for r in rows], [r["metric"] for r in rows], marker="o")
     axis.set_xlabel(xlabel)
     axis.set_ylabel(ylabel)
-    axis.set_title(title, fontsize=10)
+    axis.set_title("\n".join(textwrap.wrap(title, 60)), fontsize=10)
     axis.grid(alpha=0.3)
     figure.tight_layout()
     with atomic_path(path) as tmp:
