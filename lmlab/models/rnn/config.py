@@ -227,7 +227,6 @@ def recurrent_preset(family: str, size: str, **overrides: Any) -> RecurrentConfi
         raise LmlabError(f"no {family} preset named {size!r}",
                          f"{family} sizes: {', '.join(SIZES[family])}")
     values = {"family": family, **SIZES[family][size], **overrides}
-    values.pop("type_vocab_size", None)
     return RecurrentConfig.from_dict(values)
 
 

@@ -31,7 +31,8 @@ from lmlab.models.rnn.config import RecurrentConfig
 from lmlab.models.rnn.layers import WeightDropLSTM, reverse_padded
 from lmlab.utils.errors import LmlabError
 
-# torch's oneDNN path has no projected LSTM; its default CPU kernel runs instead (said once)
+# torch's oneDNN path has no projected LSTM and warns on every model; its default CPU kernel
+# runs instead, which is all the warning says
 warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
 
 
