@@ -41,7 +41,8 @@ def register(commands) -> None:
     p.add_argument("--batch-pairs", type=int, default=512,
                    help="word2vec: examples per SGD step")
     p.add_argument("--x-max", type=float, default=10.0, help="GloVe: weighting cut-off")
-    p.add_argument("--threads", type=int, help="torch threads (default: torch's setting)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads while training (1: the steps are too small to share)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
 

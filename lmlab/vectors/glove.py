@@ -38,7 +38,7 @@ import torch
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.cooccurrence import Cooccurrences, count_cooccurrences
 from lmlab.vectors.keyed import WordVectors
-from lmlab.vectors.sentences import Vocabulary, count_words
+from lmlab.vectors.sentences import Vocabulary, count_words, threads_for_training
 
 
 @dataclass
@@ -54,7 +54,7 @@ class GloveConfig:
     learning_rate: float = 0.05
     epochs: int = 15
     seed: int = 1
-    threads: int | None = None
+    threads: int = 1  # torch threads while training (see threads_for_training)
     batch_entries: int = 4096
     buffer_pairs: int = 10_000_000  # co-occurrence pairs buffered before a merge
 
@@ -68,7 +68,7 @@ class GloveConfig:
         if self.max_vocab is not None and self.max_vocab < 2:
             raise LmlabError(f"max_vocab must be at least 2, not {self.max_vocab}",
                              "give a larger max_vocab, or none")
-        if self.threads is not None and self.threads < 1:
+        if self.threads < 1:
             raise LmlabError(f"threads must be at least 1, not {self.threads}",
                              "give a positive number of threads")
         for name in ("x_max", "learning_rate"):
@@ -156,12 +156,15 @@ def train_glove(sentences: Iterable[list[str]], config: GloveConfig | None = Non
     """Count co-occurrences in ``sentences`` (a re-iterable of word lists: read once to count
     words unless ``vocabulary`` is given, once for the co-occurrences unless they are given),
     then fit GloVe. Returns ``W + W~`` as :class:`WordVectors` and a :class:`GloveSummary`."""
-    from lmlab.utils.progress import progress
-
     config = config or GloveConfig()
     config.validate()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
+    with threads_for_training(config.threads):
+        return _train(sentences, config, show_progress, vocabulary, cooccurrences)
+
+
+def _train(sentences, config, show_progress, vocabulary, cooccurrences):
+    from lmlab.utils.progress import progress
+
     started = time.perf_counter()
     if vocabulary is None:
         if iter(sentences) is sentences:

@@ -51,7 +51,7 @@ import torch
 
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors
-from lmlab.vectors.sentences import Vocabulary, count_words
+from lmlab.vectors.sentences import Vocabulary, count_words, threads_for_training
 
 ARCHITECTURES = ("skipgram", "cbow")
 
@@ -100,7 +100,7 @@ class Word2VecConfig:
     ns_exponent: float = 0.75
     max_vocab: int | None = None
     seed: int = 1
-    threads: int | None = None  # torch threads (None: leave torch's setting)
+    threads: int = 1  # torch threads while training (see threads_for_training)
     batch_pairs: int = 512  # examples per SGD step, at most (see the module docstring)
     max_row_updates: float = 40.0  # a step's expected updates to its busiest row, at most
     chunk_words: int = 20_000  # words read, subsampled and paired at once
@@ -122,7 +122,7 @@ class Word2VecConfig:
         if self.max_vocab is not None and self.max_vocab < 2:
             raise LmlabError(f"max_vocab must be at least 2, not {self.max_vocab}",
                              "give a larger max_vocab, or none")
-        if self.threads is not None and self.threads < 1:
+        if self.threads < 1:
             raise LmlabError(f"threads must be at least 1, not {self.threads}",
                              "give a positive number of threads")
         if not 0 < self.min_alpha <= self.alpha:
@@ -224,16 +224,19 @@ def train_word2vec(sentences: Iterable[list[str]], config: Word2VecConfig | None
     ``vocabulary`` is given) and once per epoch: a :class:`Sentences` stream, a list, or any
     re-iterable object (a generator, read once, is refused). Returns the input vectors as
     :class:`WordVectors` (most frequent word first) and a :class:`Word2VecSummary`."""
-    from lmlab.utils.progress import progress
-
     config = config or Word2VecConfig()
     config.validate()
     if iter(sentences) is sentences:
         raise LmlabError("the sentences are a one-shot iterator (a generator), read once",
                          "pass a list, a Sentences stream (corpus_sentences, text_sentences), or "
                          "Sentences(generator_function) so each epoch reads them again")
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
+    with threads_for_training(config.threads):
+        return _train(sentences, config, show_progress, vocabulary)
+
+
+def _train(sentences, config, show_progress, vocabulary):
+    from lmlab.utils.progress import progress
+
     if vocabulary is None:
         vocabulary = count_words(sentences, config.min_count, config.max_vocab)
     index = vocabulary.index()
