@@ -183,11 +183,12 @@ def test_objective_family_mismatches_are_refused():
 
 
 def test_pretrain_elmo_with_bilm_then_reload_in_a_fresh_process(shards, tmp_path):
-    result = run_lmlab("pretrain", "--family", "elmo", "--size", "tiny", "--objective", "bilm",
-                       "--shards", shards, "--out", tmp_path / "elmo", "--steps", 3,
-                       "--batch-size", 4, "--seq-len", 24, "--precision", "fp32",
-                       "--eval-every", 3)
-    assert result.returncode == 0, result.stderr[-3000:]
+    import lmlab
+
+    lmlab.pretrain(lmlab.PretrainConfig.from_sections(  # what `lmlab pretrain` runs
+        None, family="elmo", size="tiny", objective="bilm", shards=str(shards),
+        out=str(tmp_path / "elmo"), max_steps=3, batch_size=4, seq_len=24, eval_every=3,
+        precision="fp32", progress=False))
     config = json.loads((tmp_path / "elmo" / "model" / "config.json").read_text())
     assert config["lmlab_recurrent"] == "elmo" and config["heads"] == ["bilm"]
     metrics = [json.loads(line) for line in (tmp_path / "elmo" / "metrics.jsonl").open()]
@@ -196,8 +197,6 @@ def test_pretrain_elmo_with_bilm_then_reload_in_a_fresh_process(shards, tmp_path
     assert "eval_bilm_backward_perplexity" in evals[-1]
     assert "perplexity" in (tmp_path / "elmo" / "report.md").read_text()
     assert (tmp_path / "elmo" / "cost.md").is_file()  # FLOPs counted by the recurrent config
-
-    import lmlab
 
     model = lmlab.from_pretrained(tmp_path / "elmo").eval()
     ids = torch.randint(1000, 2000, (2, 6))
