@@ -608,12 +608,37 @@ def test_the_distil_cost_report_counts_the_teachers_forward_apart(shards, teache
     assert tokens > 0
     teacher = tokens * _forward_flops_by_hand(4, 32, mlm_fraction=1.0)  # soft targets: every token
     assert cost["side_flops"] == {"teacher forward": pytest.approx(teacher, rel=1e-12)}
-    # the student's training FLOPs stay the student's: 3 x forward, 2 layers, MLM head on 15%
-    assert cost["flops"] == pytest.approx(3 * tokens * _forward_flops_by_hand(2, 32, 0.15),
+    # the student's training FLOPs stay the student's: 3 x forward, 2 layers, its MLM head on
+    # every token (soft targets) and again on the masked 15% (MLM loss)
+    assert cost["flops"] == pytest.approx(3 * tokens * _forward_flops_by_hand(2, 32, 1.15),
                                           rel=1e-12)
     assert cost["total_flops"] == pytest.approx(cost["flops"] + teacher, rel=1e-12)
     markdown = (tmp_path / "run" / "cost.md").read_text()
     assert "FLOPs (teacher forward, not trained)" in markdown and "FLOPs (all)" in markdown
+
+
+@pytest.mark.parametrize("options", [{}, {"restrict_ce_to_mask": True}, {"alpha_ce": 0.0},
+                                     {"alpha_mlm": 0.0}, {"alpha_ce": 0.0, "alpha_mlm": 0.0}])
+def test_the_students_head_fraction_is_the_rows_its_mlm_head_really_computes(options):
+    """The cost report's head fraction for the student against the rows the student's MLM head
+    is run on in a real loss computation (a batch whose masked share is exactly mask_prob)."""
+    teacher = tiny_teacher(layers=2).eval()
+    student = make_student(teacher, (0,))
+    objective = Distillation(special(), teacher=teacher, **options)
+    objective.prepare(student)
+    ids = torch.randint(1000, 2000, (2, 20), generator=torch.Generator().manual_seed(0))
+    labels = torch.full_like(ids, -100)
+    labels[0, [2, 5, 9]] = ids[0, [2, 5, 9]]
+    labels[1, [1, 7, 12]] = ids[1, [1, 7, 12]]  # 6 of 40 tokens: mask_prob exactly
+    rows: list[int] = []
+    hook = student.heads["mlm"].register_forward_hook(
+        lambda module, args, out: rows.append(out.reshape(-1, out.shape[-1]).shape[0]))
+    objective.compute_loss(student, {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                                     "labels": labels})
+    hook.remove()
+    fraction = objective.predicted_fraction
+    assert (fraction or 0.0) * 40 == pytest.approx(sum(rows), abs=1e-9)
+    assert objective.flops_head == ("mlm" if rows else "none")
 
 
 def test_the_teachers_forward_follows_which_loss_terms_read_it():

@@ -103,7 +103,6 @@ class Distillation(MaskedLM):
     name = "distil"
     head_names = ("mlm",)
     salt = 7
-    flops_head = "mlm"
     reports_perplexity = False  # a weighted sum of three losses, not a per-token LM loss
     shares_forward_pass = False  # it also runs the teacher
 
@@ -137,6 +136,24 @@ class Distillation(MaskedLM):
         # kept outside the module tree: no parameters, state_dict entries or optimiser slots
         object.__setattr__(self, "teacher_source", teacher)
         object.__setattr__(self, "teacher", teacher if isinstance(teacher, nn.Module) else None)
+
+    @property
+    def flops_head(self) -> str:
+        """The student's MLM head is in the FLOP count when a loss term runs it."""
+        return "mlm" if self.alpha_ce > 0 or self.alpha_mlm > 0 else "none"
+
+    @property
+    def predicted_fraction(self) -> float | None:
+        """Passes of the student's MLM head per token, for the cost report: every real token
+        for the soft targets (the masked ones under ``restrict_ce_to_mask``), plus the masked
+        ones again for the MLM loss unless it reuses the soft targets' logits. With DistilBERT's
+        settings that is ``1 + mask_prob``: the head runs on every token, not on the masked
+        fraction alone as plain masked LM's does."""
+        ce = self.alpha_ce > 0
+        passes = (self.mask_prob if self.restrict_ce_to_mask else 1.0) if ce else 0.0
+        if self.alpha_mlm > 0 and not (ce and self.restrict_ce_to_mask):
+            passes += self.mask_prob
+        return passes or None
 
     # -- set-up -------------------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> None:
