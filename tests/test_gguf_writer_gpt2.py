@@ -123,6 +123,14 @@ def test_gpt2_settings_a_gguf_cannot_say_are_refused(tmp_path, tokenizer):
     attention.v_proj.weight = torch.nn.Parameter(attention.v_proj.weight[:32].clone())
     with pytest.raises(LmlabError, match="not those of a plain gpt2"):
         write_gguf(model, out, tokenizer)
+    # heads pruned alike in every layer: gpt2's GGUF has no head width, readers take hidden /
+    # heads (16 * 2 != 64), so the file would not load
+    from lmlab.compress.heads import prune_heads
+
+    pruned = prune_heads(tiny_gpt2(), {0: [1, 3], 1: [0, 2]})
+    assert (pruned.config.num_attention_heads, pruned.config.head_dim) == (2, 16)
+    with pytest.raises(LmlabError, match="head_dim=16 with 2 heads"):
+        write_gguf(pruned, out, tokenizer)
     assert not out.exists()
 
 

@@ -90,6 +90,11 @@ def _check_model(model: Any) -> None:
     wrong += [f"{name}={getattr(config, name)!r}" for name, value in (
         *FIXED_SETTINGS[config.family], ("attention_scale", None), ("scale_embedding", False),
         ("embedding_size", None), ("share_layers", False)) if getattr(config, name) != value]
+    if "head_dim" not in spec.gguf_names.values() \
+            and config.head_dim * config.num_attention_heads != config.hidden_size:
+        # no key_length in its GGUF (gpt2): readers take hidden / heads (uniformly pruned heads)
+        wrong.append(f"head_dim={config.head_dim} with {config.num_attention_heads} heads of "
+                     f"hidden size {config.hidden_size}")
     if wrong:
         raise LmlabError(f"this {config.family} model has settings a GGUF file cannot describe: "
                          f"{', '.join(wrong)}",
