@@ -103,6 +103,21 @@ def test_dynamic_window_pairs_stay_in_their_sentence():
     np.testing.assert_allclose(shares, [1, 2 / 3, 1 / 3], atol=0.02)
 
 
+def test_step_size_shrinks_only_for_a_handful_of_words():
+    config = word2vec.Word2VecConfig(architecture="cbow", window=3, sample=0)
+    counts = np.full(16, 100)  # 16 equally frequent words: each 1/16 of the inputs and noise
+    keep = word2vec.keep_probabilities(counts, 0)
+    cdf = word2vec.noise_distribution(counts)
+    assert word2vec.examples_per_step(counts, keep, cdf, config) == int(40 / (4 / 16))
+    zipf = (1e6 / np.arange(1, 25_001)).astype(np.int64)  # a real vocabulary's shape
+    config = word2vec.Word2VecConfig(sample=1e-3)
+    keep = word2vec.keep_probabilities(zipf, 1e-3)
+    cdf = word2vec.noise_distribution(zipf)
+    busiest_noise = 5 * cdf[0]  # the most frequent word is the busiest row: as a noise word
+    assert word2vec.examples_per_step(zipf, keep, cdf, config) == int(40 / busiest_noise)
+    assert 300 < int(40 / busiest_noise) <= 512  # hundreds of examples per step remain
+
+
 # -- the updates against autograd ----------------------------------------------------------------
 def test_word2vec_step_is_sgd_on_the_negative_sampling_loss():
     tables = word2vec.Word2VecTables(12, 6, seed=0)
