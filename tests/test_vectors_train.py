@@ -108,7 +108,10 @@ def test_step_size_shrinks_only_for_a_handful_of_words():
     counts = np.full(16, 100)  # 16 equally frequent words: each 1/16 of the inputs and noise
     keep = word2vec.keep_probabilities(counts, 0)
     cdf = word2vec.noise_distribution(counts)
-    assert word2vec.examples_per_step(counts, keep, cdf, config) == int(40 / (4 / 16))
+    # the busiest row: a noise word (5 draws per example) before an input (4 per CBOW example)
+    assert word2vec.examples_per_step(counts, keep, cdf, config) == int(40 / (5 / 16))
+    config.window = 7  # now each CBOW example has up to 8 context words: inputs are busiest
+    assert word2vec.examples_per_step(counts, keep, cdf, config) == int(40 / (8 / 16))
     zipf = (1e6 / np.arange(1, 25_001)).astype(np.int64)  # a real vocabulary's shape
     config = word2vec.Word2VecConfig(sample=1e-3)
     keep = word2vec.keep_probabilities(zipf, 1e-3)
