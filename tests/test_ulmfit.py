@@ -178,3 +178,14 @@ def test_ablation_script_writes_its_table_and_resumes(general, tmp_path):
     assert second.returncode == 0 and "done already" in second.stdout
     assert (tmp_path / "abl" / "ablation.md").read_text() == table
 
+
+
+def test_feature_recipe_refuses_an_awd_lstm_whose_layers_differ_in_width(general, tmp_path):
+    """AWD-LSTM's hidden states are 32, 64, 64, 32 wide (tiny): the feature recipe, which stacks
+    them all, is refused with a clear message before the encoder runs (it raised torch's
+    'stack expects each tensor to be equal size')."""
+    from lmlab.finetune.runner import finetune
+
+    with pytest.raises(LmlabError, match=r"differ in width \(32, 64, 64, 32\)"):
+        finetune(small_task(), general, tmp_path / "feat", recipe="feature", epochs=1,
+                 show_progress=False)

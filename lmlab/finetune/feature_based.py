@@ -240,6 +240,12 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     if task.type not in SENTENCE_TASKS:
         raise LmlabError(f"the feature recipe handles sentence tasks, not {task.type}",
                          "use --recipe bert or ulmfit for this task")
+    if getattr(model.config, "family", None) == "awd-lstm":  # its layers differ in width
+        widths = [model.config.embedding_size] + [out for _, out in model.config.layer_sizes()]
+        if len(set(widths)) > 1:
+            raise LmlabError(f"the feature recipe stacks every hidden state, and this AWD-LSTM's "
+                             f"differ in width ({', '.join(map(str, widths))})",
+                             "fine-tune it with --recipe ulmfit, or use ELMo for features")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     encoded = {split: fdata.encode_examples(task, task.split(split), tokenizer, rec.max_length,
                                             split=split) for split in ("train", "dev")}
