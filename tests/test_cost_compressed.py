@@ -91,3 +91,27 @@ def test_compressed_counts_survive_saving(tmp_path):
     assert again.config.num_parameters() == model.config.num_parameters() \
         == count_parameters(again.transformer)
     assert flops_breakdown(again.config, S).total == flops_breakdown(model.config, S).total
+
+
+def test_a_factorised_encoder_decoder_counts_each_stacks_own_maps():
+    """An encoder-decoder names its maps "encoder.layers.i..." and "decoder.layers.i...":
+    each stack counts its own factorised maps, the cross-attention's keys and values per
+    source token, its queries and outputs per target token (FlopCounterMode as reference)."""
+    from lmlab.cost.flops import seq2seq_step_flops
+    from lmlab.models.seq2seq import EncoderDecoderModel
+
+    torch.manual_seed(0)
+    config = get_family("bart").config(**SIZES, num_decoder_layers=2)
+    model = EncoderDecoderModel(config, heads=["seq2seq-lm"]).eval()
+    low_rank(model, rank=5, modules=["q_proj", "k_proj", "up_proj"])
+    names = model.config.extra["low_rank"]
+    assert any(n.startswith("encoder.") for n in names) and any(".cross_attention." in n
+                                                                for n in names)
+    source = torch.randint(0, SIZES["vocab_size"], (B, S))
+    target = torch.randint(0, SIZES["vocab_size"], (B, 5))
+    for training in (False, True):
+        measured, _ = measure_flops(model, {"input_ids": source, "decoder_input_ids": target,
+                                            "output_attentions": True}, training=training,
+                                    loss_fn=lambda out: out.logits.sum())
+        analytic = seq2seq_step_flops(model.config, B * S, S, B * 5, 5, training=training)
+        assert measured == pytest.approx(analytic, rel=1e-12), training

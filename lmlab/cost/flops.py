@@ -208,7 +208,12 @@ def seq2seq_step_flops(config, source_tokens: int, source_len: int, target_token
     from lmlab.models.seq2seq import stack_configs
 
     encoder, decoder = stack_configs(config)
-    self_decoder = dataclasses.replace(decoder, add_cross_attention=False)
+    # factorised maps (lmlab.compress.lowrank) are named "encoder.layers.i..." or
+    # "decoder.layers.i...": each stack counts its own, the cross-attention's come off below
+    record = config.extra.get("low_rank") or {}
+    encoder = _own_low_rank(encoder, record, "encoder")
+    self_decoder = _own_low_rank(dataclasses.replace(decoder, add_cross_attention=False),
+                                 record, "decoder")
     encoder_per_token = flops_per_token(encoder, source_len, training, head="none")
     decoder_per_token = flops_per_token(self_decoder, target_len, training, head="clm",
                                         causal_attention=causal_attention)
@@ -219,8 +224,30 @@ def seq2seq_step_flops(config, source_tokens: int, source_len: int, target_token
     scale = 3.0 if training else 1.0
     cross_per_target = layers * (2.0 * h * q + 2.0 * q * h + 4.0 * source_len * q)
     cross_per_source = layers * 2.0 * 2 * h * kv
+    for name, rank in record.items():  # a factorised cross-attention map: 2 r (in + out)
+        if ".cross_attention." not in name:
+            continue
+        proj = name.rsplit(".", 1)[-1]
+        fan_in, fan_out = {"q_proj": (h, q), "o_proj": (q, h), "k_proj": (h, kv),
+                           "v_proj": (h, kv)}[proj]
+        saved = 2.0 * (fan_in * fan_out - int(rank) * (fan_in + fan_out))
+        if proj in ("q_proj", "o_proj"):  # per target token
+            cross_per_target -= saved
+        else:  # keys and values of the encoder's output: per source token
+            cross_per_source -= saved
     return (source_tokens * (encoder_per_token + scale * cross_per_source)
             + target_tokens * (decoder_per_token + scale * cross_per_target))
+
+
+def _own_low_rank(config, record: dict[str, int], stack: str):
+    """``config`` with only ``stack``'s own factorised maps in ``extra["low_rank"]`` (not the
+    other stack's, nor the cross-attention's)."""
+    import dataclasses
+    import re
+
+    own = {name: rank for name, rank in record.items()
+           if re.search(rf"(^|\.){stack}\.layers\.", name) and ".cross_attention." not in name}
+    return dataclasses.replace(config, extra={**config.extra, "low_rank": own})
 
 
 def parse_seq_len_schedule(spec: str | int) -> list[tuple[int, float]]:
