@@ -115,20 +115,33 @@ def test_bilm_loss_shares_the_softmax_and_averages_the_directions():
     model = tiny_elmo().eval()
     objective = BidirectionalLM(SpecialTokens(vocab_size=VOCAB, cls_id=1, sep_id=2, pad_id=0))
     ids = torch.randint(3, VOCAB, (2, 6))
-    batch = objective.corrupt({"input_ids": ids, "attention_mask": torch.tensor(
-        [[1] * 6, [1] * 4 + [0] * 2])}, torch.Generator())
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    batch = objective.corrupt({"input_ids": ids, "attention_mask": mask}, torch.Generator())
     assert (batch["labels"][1, 4:] == -100).all()
     result = objective.compute_loss(model, batch)
     logits = model(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     assert logits.shape == (2, 6, 2, VOCAB)  # one softmax, both directions
     assert len([p for n, p in model.named_parameters() if n.startswith("heads.")]) == 1
-    forward = nn.functional.cross_entropy(logits[:, :-1, 0].reshape(-1, VOCAB),
-                                          batch["labels"][:, 1:].reshape(-1))
-    backward = nn.functional.cross_entropy(logits[:, 1:, 1].reshape(-1, VOCAB),
-                                           batch["labels"][:, :-1].reshape(-1))
+    # only real positions predict: the forward LM at t scores t+1, the backward LM t-1
+    forward = nn.functional.cross_entropy(
+        logits[:, :-1, 0].reshape(-1, VOCAB),
+        ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100).reshape(-1))
+    backward = nn.functional.cross_entropy(
+        logits[:, 1:, 1].reshape(-1, VOCAB),
+        ids[:, :-1].masked_fill(mask[:, 1:] == 0, -100).reshape(-1))
     assert_close_rounding(result.loss, (forward + backward) / 2, terms=VOCAB, scale=5.0)
     assert_close_rounding(torch.tensor(result.metrics["bilm_forward_loss"]), forward,
                           terms=VOCAB, scale=5.0)
+    assert_close_rounding(torch.tensor(result.metrics["bilm_backward_loss"]), backward,
+                          terms=VOCAB, scale=5.0)
+    head_loss = model(ids, attention_mask=mask, labels=batch["labels"]).loss
+    assert_close_rounding(head_loss, (forward + backward) / 2, terms=VOCAB, scale=5.0)
+    # the padded row's backward loss is its own, computed without the padding
+    short = objective.corrupt({"input_ids": ids[1:, :4], "attention_mask": mask[1:, :4]},
+                              torch.Generator())
+    alone = objective.compute_loss(model, short).metrics["bilm_backward_loss"]
+    row = nn.functional.cross_entropy(logits[1, 1:4, 1], ids[1, :3])
+    assert_close_rounding(torch.tensor(alone), row, terms=VOCAB, scale=5.0)
 
 
 def test_scalar_mix_and_its_refusals():

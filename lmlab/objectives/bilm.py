@@ -57,8 +57,13 @@ class BidirectionalLM(Objective):
                              "pass the batch through objective.corrupt() first")
         width = hidden.shape[-1] // 2
         weight = model.heads["bilm"].decoder.weight  # (V, P), shared by both directions
-        next_tokens = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
-        previous_tokens = F.pad(labels[:, :-1], (1, 0), value=IGNORE_INDEX)  # (B, T)
+        # a padded position (its own label ignored) predicts nothing: the backward LM at the
+        # first padding would otherwise be scored on the row's last real token
+        padded = labels == IGNORE_INDEX  # (B, T)
+        next_tokens = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX  # (B, T)
+                            ).masked_fill(padded, IGNORE_INDEX)
+        previous_tokens = F.pad(labels[:, :-1], (1, 0), value=IGNORE_INDEX  # (B, T)
+                                ).masked_fill(padded, IGNORE_INDEX)
         parts, metrics, total = [], {}, 0
         for direction, states, targets in (("forward", hidden[..., :width], next_tokens),
                                            ("backward", hidden[..., width:], previous_tokens)):

@@ -46,12 +46,16 @@ class BiLMHead(LMHead):
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The mean of the forward and the backward LM's token cross-entropies."""
+        """The mean of the forward and the backward LM's token cross-entropies (a position
+        whose own label is ignored, padding, predicts nothing)."""
         vocab = logits.shape[-1]
+        padded = labels == IGNORE_INDEX  # (B, T)
         forward = F.cross_entropy(logits[:, :-1, 0].reshape(-1, vocab).float(),
-                                  labels[:, 1:].reshape(-1), ignore_index=IGNORE_INDEX)
+                                  labels[:, 1:].masked_fill(padded[:, :-1], IGNORE_INDEX)
+                                  .reshape(-1), ignore_index=IGNORE_INDEX)
         backward = F.cross_entropy(logits[:, 1:, 1].reshape(-1, vocab).float(),
-                                   labels[:, :-1].reshape(-1), ignore_index=IGNORE_INDEX)
+                                   labels[:, :-1].masked_fill(padded[:, 1:], IGNORE_INDEX)
+                                   .reshape(-1), ignore_index=IGNORE_INDEX)
         return (forward + backward) / 2
 
 
