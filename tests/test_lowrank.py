@@ -140,3 +140,38 @@ def test_cli_refuses_unknown_modules_before_evaluating(tiny_bert_folder, tmp_pat
                  "nothing", "--task", "fortunes-topic", "--out", str(out)]) == 2
     assert "no linear layer matches" in capsys.readouterr().err
     assert not out.exists()
+
+
+_RELOAD_SEQ2SEQ = """
+import json, sys, torch
+import lmlab
+model = lmlab.from_pretrained(sys.argv[1]).eval()
+ids, target = (torch.tensor(v) for v in json.loads(sys.argv[2]))
+with torch.no_grad():
+    print(json.dumps(model(input_ids=ids, decoder_input_ids=target).logits.tolist()))
+"""
+
+
+def test_a_factorised_encoder_decoder_reloads_in_a_new_process(tmp_path):
+    """An encoder-decoder's factorised maps ("encoder.layers.i...", "decoder.layers.i...",
+    cross-attention included) come back when the saved model is loaded."""
+    from lmlab.interop.families import get_family
+    from lmlab.interop.native import save_model
+    from lmlab.models.seq2seq import EncoderDecoderModel
+
+    torch.manual_seed(0)
+    config = get_family("bart").config(vocab_size=101, hidden_size=32, num_hidden_layers=2,
+                                       num_decoder_layers=2, num_attention_heads=4,
+                                       intermediate_size=64, max_position_embeddings=64)
+    model = EncoderDecoderModel(config).eval()
+    rows = low_rank(model, rank=4, modules=["q_proj", "k_proj", "up_proj"])
+    assert any(".cross_attention." in r.name for r in rows)
+    folder, _ = save_model(model, tmp_path / "low")
+    ids, target = torch.randint(5, 101, (2, 7)), torch.randint(5, 101, (2, 5))
+    with torch.no_grad():
+        expected = model(input_ids=ids, decoder_input_ids=target).logits
+    done = subprocess.run([sys.executable, "-c", _RELOAD_SEQ2SEQ, str(folder),
+                           json.dumps([ids.tolist(), target.tolist()])],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert torch.equal(torch.tensor(json.loads(done.stdout.strip().splitlines()[-1])), expected)

@@ -91,6 +91,10 @@ class EncoderDecoderModel(nn.Module):
         encoder_config, decoder_config = stack_configs(config)
         self.encoder = Transformer(encoder_config)
         self.decoder = Transformer(decoder_config)
+        if config.extra.get("low_rank"):  # factorised linear maps (lmlab.compress.lowrank)
+            from lmlab.compress.lowrank import build_low_rank_layout
+
+            build_low_rank_layout(self, config.extra["low_rank"])
         self.pooler = None  # the interop layer asks every model for one
         self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})
         self.apply(self._init_weights)
