@@ -192,6 +192,11 @@ def test_best_threshold():
     threshold, accuracy = best_threshold([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
     assert accuracy == 0.75 and 0.1 < threshold <= 0.8
     assert best_threshold([0.2, 0.9], [0, 1]) == (pytest.approx(0.55), 1.0)
+    # tied scores get one prediction: the accuracy is the one the threshold gives
+    scores, labels = [0.5, 0.5, 0.9], [0, 1, 1]
+    threshold, accuracy = best_threshold(scores, labels)
+    applied = sum((s >= threshold) == bool(y) for s, y in zip(scores, labels)) / len(labels)
+    assert accuracy == applied == pytest.approx(2 / 3)
 
 
 # -- pairs ------------------------------------------------------------------------------------------

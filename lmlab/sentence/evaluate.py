@@ -92,6 +92,8 @@ def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> tuple[floa
     correct = positives
     for k, (score, label) in enumerate(ordered):
         correct += 1 if label == 0 else -1  # item k now predicted 0
+        if k + 1 < len(ordered) and ordered[k + 1][0] == score:
+            continue  # no cut falls between equal scores: both sides get one prediction
         cut = (score + ordered[k + 1][0]) / 2 if k + 1 < len(ordered) else score + 1.0
         if correct > best_correct:
             best, best_correct = cut, correct
