@@ -45,6 +45,13 @@ def test_characters_of_word_pieces():
     assert token_chars("[SEP]", True, 8)[0] == SPECIAL
     assert token_chars("abcdefghij", False, 6) == [BOW, 98, 99, 100, 101, EOW]  # truncated
     assert token_chars("é", False, 5)[1:3] == [0xC3 + 1, 0xA9 + 1]  # UTF-8 bytes
+    # vocabularies that mark word starts (byte-level BPE, SentencePiece): an unmarked piece is a
+    # continuation, so "\u0120the" and "the" (two tokens) keep two character rows
+    for marker in ("\u0120", "\u2581"):
+        table = char_table(["<s>", marker + "the", "the", marker, "ing"], {"<s>"}, 8)
+        assert len({tuple(row) for row in table.tolist()}) == 5
+        assert table[1, 0] == BOW and table[2, 0] == BOC and table[4, 0] == BOC
+        assert table[1, 1:4].tolist() == table[2, 1:4].tolist()  # the same characters
 
 
 def test_token_vectors_are_functions_of_the_token_and_pieces_differ_from_words():

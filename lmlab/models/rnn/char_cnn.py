@@ -25,9 +25,12 @@ from lmlab.models.rnn.config import NUM_CHARS, RecurrentConfig
 PAD, BOW, EOW, BOC, SPECIAL = 0, 257, 258, 259, 260  # 1..256 are the bytes 0..255
 
 
-def token_chars(token: str | None, special: bool, max_chars: int) -> list[int]:
+def token_chars(token: str | None, special: bool, max_chars: int,
+                marked_words: bool = False) -> list[int]:
     """The character ids of one vocabulary entry, padded to ``max_chars``: begin marker (word,
-    continuation piece ``##...``, or special token), the bytes, end-of-word."""
+    continuation piece ``##...``, or special token), the bytes, end-of-word. ``marked_words``:
+    the vocabulary marks word starts (byte-level BPE's ``\u0120``, SentencePiece's ``\u2581``),
+    so an unmarked piece continues a word (``"the"`` is not ``"\u0120the"``)."""
     if token is None:
         return [PAD] * max_chars
     begin = SPECIAL if special else BOW
@@ -35,6 +38,8 @@ def token_chars(token: str | None, special: bool, max_chars: int) -> list[int]:
         begin, token = BOC, token[2:]
     elif not special and token[:1] in ("\u0120", "\u2581") and len(token) > 1:
         token = token[1:]  # byte-level BPE's / SentencePiece's word-start marker
+    elif not special and marked_words:
+        begin = BOC
     body = [byte + 1 for byte in token.encode("utf-8")][:max_chars - 2]
     ids = [begin, *body, EOW]
     return ids + [PAD] * (max_chars - len(ids))
@@ -43,7 +48,9 @@ def token_chars(token: str | None, special: bool, max_chars: int) -> list[int]:
 def char_table(tokens: Sequence[str | None], special_tokens: set[str],
                max_chars: int) -> torch.Tensor:
     """(V, max_chars) int16 character ids of every vocabulary entry (id order)."""
-    rows = [token_chars(t, t in special_tokens, max_chars) for t in tokens]
+    marked = any(t is not None and t[:1] in ("\u0120", "\u2581") and len(t) > 1
+                 and t not in special_tokens for t in tokens)
+    rows = [token_chars(t, t in special_tokens, max_chars, marked) for t in tokens]
     return torch.tensor(rows, dtype=torch.int16)
 
 
