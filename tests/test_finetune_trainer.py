@@ -198,4 +198,10 @@ def test_ulmfit_unfreezes_one_group_per_epoch(tiny_bert_folder, tmp_path, monkey
                       save_model=False)
     assert [h["epoch"] for h in result["history"]] == [1, 2, 3, 4]
     assert [trainable for _, trainable in seen] == [False] * 6 + [True] * 2
+    # fewer epochs than groups: the last epoch still trains every group (the paper's last
+    # stage), not only the top ones
+    seen.clear()
+    finetune(toy_task(16, 4), tiny_bert_folder, tmp_path / "ulm2", recipe="ulmfit", epochs=2,
+             batch_size=8, patience=2, show_progress=False, save_model=False)
+    assert [trainable for _, trainable in seen] == [False] * 2 + [True] * 2
     assert not (tmp_path / "ulm" / "model").exists()

@@ -153,21 +153,28 @@ class DevSelection(TrainerHook):
 
 class Unfreezing(TrainerHook):
     """ULMFiT's gradual unfreezing: during epoch k (0-based) only the layer groups of depth
-    <= k train (:func:`lmlab.finetune.recipes.unfreeze_to`); everything trains again after the
-    run, so the saved model has no frozen parameters.
+    <= k train (:func:`lmlab.finetune.recipes.unfreeze_to`), and the last of ``epochs`` epochs
+    trains every group, as the paper's last stage does ("until we fine-tune all layers") even
+    when the model has more groups than the run has epochs (an AWD-LSTM's five groups under
+    the recipe's four epochs); a one-epoch run trains the head alone. Everything trains again
+    after the run, so the saved model has no frozen parameters.
 
     The model's parameters all require grad when the Trainer wraps it (DDP registers those);
     frozen ones then get no gradient and AdamW skips them, as in the paper.
     """
 
-    def __init__(self, model: nn.Module, steps_per_epoch: int):
+    def __init__(self, model: nn.Module, steps_per_epoch: int, epochs: int):
         self.model = model
         self.steps_per_epoch = steps_per_epoch
+        self.last_epoch = epochs - 1
 
     def on_step_start(self, trainer: Trainer) -> None:
-        from lmlab.finetune.recipes import unfreeze_to
+        from lmlab.finetune.recipes import layer_groups, unfreeze_to
 
-        unfreeze_to(self.model, trainer.step // self.steps_per_epoch)  # cheap: flags only
+        epoch = trainer.step // self.steps_per_epoch
+        last = 0 < self.last_epoch <= epoch  # a one-epoch run keeps its head-only epoch
+        depth = len(layer_groups(self.model)) if last else epoch
+        unfreeze_to(self.model, depth)  # cheap: flags only
 
     def on_train_end(self, trainer: Trainer) -> None:
         for parameter in self.model.parameters():

@@ -539,7 +539,8 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
 
     selection = DevSelection(evaluate_dev, task.metrics[0], rec.patience, steps_per_epoch,
                              model.state_dict, model.load_state_dict)
-    hooks = [selection] + ([Unfreezing(model, steps_per_epoch)] if rec.gradual_unfreeze else [])
+    hooks = [selection] + ([Unfreezing(model, steps_per_epoch, epochs)]
+                            if rec.gradual_unfreeze else [])
     trainer = Trainer(model, objective, stream, cfg, out, param_groups=groups, record=record,
                       hooks=hooks, save_model=False)
     run = trainer.train()
