@@ -44,6 +44,18 @@ def test_strategies_shapes(minilm):
         combine_layers(hs, 9)
 
 
+def test_summing_strategies_refuse_layers_of_different_widths():
+    """An AWD-LSTM's hidden states are E, H, H, E wide: summing them is refused with the fix
+    (torch would only say that stack expects equal sizes); concatenating and single layers
+    still work."""
+    hs = [torch.zeros(1, 3, 4), torch.zeros(1, 3, 8), torch.zeros(1, 3, 8), torch.zeros(1, 3, 4)]
+    for strategy in ("sum_last_four", "weighted_sum_all"):
+        with pytest.raises(LmlabError, match="different widths .4, 8."):
+            combine_layers(hs, strategy)
+    assert combine_layers(hs, "concat_last_four").shape[-1] == 24
+    assert combine_layers(hs, 2).shape[-1] == 8
+
+
 def test_sentence_vectors_equal_sentence_transformers(minilm, minilm_dir):
     from sentence_transformers import SentenceTransformer
 

@@ -45,6 +45,12 @@ def combine_layers(hidden_states: Sequence[torch.Tensor], layer: int | str = "la
     if layer not in STRATEGIES:
         raise LmlabError(f"unknown feature strategy {layer!r}",
                          f"use a layer index or one of {', '.join(STRATEGIES)}")
+    summed = {"sum_last_four": hidden_states[-4:], "weighted_sum_all": hidden_states}
+    widths = sorted({h.shape[-1] for h in summed.get(layer, ())})
+    if len(widths) > 1:  # an AWD-LSTM's layers are E, H, H, E wide
+        raise LmlabError(f"{layer!r} adds hidden states of different widths "
+                         f"({', '.join(map(str, widths))}) in this model",
+                         "use one layer index, or concat_last_four")
     return STRATEGIES[layer](hidden_states)
 
 
