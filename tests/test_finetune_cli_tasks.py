@@ -82,6 +82,7 @@ def test_classification_from_csv(tiny_folder, tmp_path):
     assert (tmp_path / "run" / "confusion-dev.png").is_file()
 
 
+@pytest.mark.slow  # ~8 s; the task type's library path is tested in the default suite
 def test_pair_classification_from_tsv(tiny_folder, tmp_path):
     for split, count in (("train", 24), ("dev", 8)):
         lines = ["first\tsecond\tsame"]
@@ -95,6 +96,7 @@ def test_pair_classification_from_tsv(tiny_folder, tmp_path):
         "--label-column", "same"])
 
 
+@pytest.mark.slow  # ~8 s; the task type's library path is tested in the default suite
 def test_regression_from_jsonl(tiny_folder, tmp_path):
     for split, count in (("train", 24), ("dev", 8)):
         rows = []
@@ -173,6 +175,7 @@ def test_token_classification_from_conll(tiny_folder, tmp_path):
         assert (start == 0 or not text[start - 1].isalnum()) and not text[end].isalnum()
 
 
+@pytest.mark.slow  # ~8 s; the task type's library path is tested in the default suite
 def test_extractive_qa_from_squad(tiny_folder, tmp_path):
     def squad(count: int, offset: int) -> dict:
         paragraphs = []
@@ -193,6 +196,7 @@ def test_extractive_qa_from_squad(tiny_folder, tmp_path):
     assert set(metrics["dev"]) == {"exact_match", "squad_f1"}
 
 
+@pytest.mark.slow  # ~8 s; the task type's library path is tested in the default suite
 def test_multiple_choice_from_jsonl(tiny_folder, tmp_path):
     for split, count in (("train", 24), ("dev", 8)):
         rows = []
