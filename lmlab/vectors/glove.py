@@ -38,7 +38,12 @@ import torch
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.cooccurrence import Cooccurrences, count_cooccurrences
 from lmlab.vectors.keyed import WordVectors
-from lmlab.vectors.sentences import Vocabulary, count_words, threads_for_training
+from lmlab.vectors.sentences import (
+    Vocabulary,
+    check_training_counts,
+    count_words,
+    threads_for_training,
+)
 
 
 @dataclass
@@ -60,17 +65,8 @@ class GloveConfig:
 
     def validate(self) -> None:
         """Refuse bad settings before any work."""
-        for name in ("dim", "window", "min_count", "epochs", "batch_entries", "buffer_pairs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
-                                 f"give a positive {name}")
-        if self.max_vocab is not None and self.max_vocab < 2:
-            raise LmlabError(f"max_vocab must be at least 2, not {self.max_vocab}",
-                             "give a larger max_vocab, or none")
-        if self.threads < 1:
-            raise LmlabError(f"threads must be at least 1, not {self.threads}",
-                             "give a positive number of threads")
+        check_training_counts(self, ("dim", "window", "min_count", "epochs", "batch_entries",
+                                     "buffer_pairs"))
         for name in ("x_max", "learning_rate"):
             if not getattr(self, name) > 0:
                 raise LmlabError(f"{name} must be positive, not {getattr(self, name)}",

@@ -151,3 +151,21 @@ def threads_for_training(threads: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def check_training_counts(config: object, names: tuple[str, ...]) -> None:
+    """Refuse, before any work, settings that word2vec and GloVe share: the whole numbers
+    ``names`` of ``config`` must be at least 1, ``max_vocab`` (if set) at least 2, ``threads``
+    at least 1."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
+                             f"give a positive {name}")
+    max_vocab = config.max_vocab
+    if max_vocab is not None and max_vocab < 2:
+        raise LmlabError(f"max_vocab must be at least 2, not {max_vocab}",
+                         "give a larger max_vocab, or none")
+    if config.threads < 1:
+        raise LmlabError(f"threads must be at least 1, not {config.threads}",
+                         "give a positive number of threads")

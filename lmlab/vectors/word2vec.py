@@ -58,7 +58,12 @@ import torch
 
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors
-from lmlab.vectors.sentences import Vocabulary, count_words, threads_for_training
+from lmlab.vectors.sentences import (
+    Vocabulary,
+    check_training_counts,
+    count_words,
+    threads_for_training,
+)
 
 ARCHITECTURES = ("skipgram", "cbow")
 
@@ -120,18 +125,8 @@ class Word2VecConfig:
         if not self.max_row_updates >= 1:
             raise LmlabError(f"max_row_updates must be at least 1, not {self.max_row_updates}",
                              "give 40 (the default) or another bound of at least 1")
-        for name in ("dim", "window", "negative", "min_count", "epochs", "batch_pairs",
-                     "chunk_words"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
-                                 f"give a positive {name}")
-        if self.max_vocab is not None and self.max_vocab < 2:
-            raise LmlabError(f"max_vocab must be at least 2, not {self.max_vocab}",
-                             "give a larger max_vocab, or none")
-        if self.threads < 1:
-            raise LmlabError(f"threads must be at least 1, not {self.threads}",
-                             "give a positive number of threads")
+        check_training_counts(self, ("dim", "window", "negative", "min_count", "epochs",
+                                     "batch_pairs", "chunk_words"))
         if not 0 < self.min_alpha <= self.alpha:
             raise LmlabError(f"learning rates alpha={self.alpha}, min_alpha={self.min_alpha}",
                              "use 0 < min_alpha <= alpha (gensim: 0.0001 and 0.025)")
