@@ -261,7 +261,41 @@ def length_grouped_order(lengths: Sequence[int], batch_size: int, rng: random.Ra
     return batches
 
 
-class TaskStream:
+class ResumableBatches:
+    """Endless epochs of batches with an exact position (epoch, batch), which the Trainer
+    checkpoints and restores: a subclass says which batches an epoch has
+    (``epoch_batches``, deterministic in the seed and the epoch) and how to build one
+    (``make_batch``)."""
+
+    seed = 0
+    epoch = 0
+    position = 0
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        raise NotImplementedError
+
+    def make_batch(self, indices: list[int]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while True:
+            batches = self.epoch_batches(self.epoch)
+            while self.position < len(batches):
+                indices = batches[self.position]
+                self.position += 1
+                yield self.make_batch(indices)
+            self.epoch += 1
+            self.position = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.seed = int(state.get("seed", self.seed))
+
+
+class TaskStream(ResumableBatches):
     """Endless training batches over task features: epochs of length-grouped, shuffled batches.
 
     ``state_dict``/``load_state_dict`` give the exact position (epoch, batch), so the Trainer
@@ -297,27 +331,10 @@ class TaskStream:
         """The batch of the features at ``indices``."""
         return collate([self.features[i] for i in indices], self.pad_id)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        while True:
-            batches = self.epoch_batches(self.epoch)
-            while self.position < len(batches):
-                indices = batches[self.position]
-                self.position += 1
-                yield self.make_batch(indices)
-            self.epoch += 1
-            self.position = 0
-
     def examples_seen(self) -> int:
         """Training examples the stream has yielded (all epochs, from its position)."""
         done = self.epoch_batches(self.epoch)[:self.position]
         return self.epoch * len(self.features) + sum(len(batch) for batch in done)
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self.seed = int(state.get("seed", self.seed))
 
 
 def eval_batches(features: Sequence[Feature], batch_size: int,

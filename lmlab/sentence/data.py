@@ -14,12 +14,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from lmlab.finetune.data import ResumableBatches
 from lmlab.sentence.pairs import SentencePair
 from lmlab.utils.errors import LmlabError
 
@@ -50,37 +51,6 @@ def collate_columns(columns: Sequence[Sequence[Sequence[int]]], labels: Sequence
             "groups": torch.tensor(list(groups), dtype=torch.long)}
 
 
-class _Resumable:
-    """Epochs of shuffled batches with an exact position."""
-
-    seed = 0
-    epoch = 0
-    position = 0
-
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        raise NotImplementedError
-
-    def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        while True:
-            batches = self.epoch_batches(self.epoch)
-            while self.position < len(batches):
-                indices = batches[self.position]
-                self.position += 1
-                yield self.make_batch(indices)
-            self.epoch += 1
-            self.position = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self.seed = int(state.get("seed", self.seed))
-
-
 def _shuffled_batches(count: int, batch_size: int, seed: int, epoch: int,
                       minimum: int = 1) -> list[list[int]]:
     order = list(range(count))
@@ -89,7 +59,7 @@ def _shuffled_batches(count: int, batch_size: int, seed: int, epoch: int,
     return [b for b in batches if len(b) >= minimum]
 
 
-class PairStream(_Resumable):
+class PairStream(ResumableBatches):
     """Endless shuffled batches of pairs. ``positives_only`` keeps label-1 pairs (the
     contrastive objective's input; its negatives are the batch's other second sentences)."""
 
@@ -143,7 +113,7 @@ def corpus_documents(corpus: str | Path, split: str = "train",
     return documents
 
 
-class TripleStream(_Resumable):
+class TripleStream(ResumableBatches):
     """Shuffled batches of (previous, sentence, next) triples, all three from one document."""
 
     def __init__(self, documents: Sequence[Sequence[str]], tokenizer: Any, batch_size: int,
@@ -178,7 +148,7 @@ class TripleStream(_Resumable):
         return batch
 
 
-class ContiguousStream(_Resumable):
+class ContiguousStream(ResumableBatches):
     """Shuffled runs of ``batch_size`` consecutive sentences of the corpus; ``document`` (B,)
     tells which are neighbours (consecutive rows of one document)."""
 
