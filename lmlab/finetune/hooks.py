@@ -164,17 +164,19 @@ class Unfreezing(TrainerHook):
     """
 
     def __init__(self, model: nn.Module, steps_per_epoch: int, epochs: int):
+        from lmlab.finetune.recipes import layer_groups
+
         self.model = model
         self.steps_per_epoch = steps_per_epoch
         self.last_epoch = epochs - 1
+        self.every_group = len(layer_groups(model))  # a depth that unfreezes them all
 
     def on_step_start(self, trainer: Trainer) -> None:
-        from lmlab.finetune.recipes import layer_groups, unfreeze_to
+        from lmlab.finetune.recipes import unfreeze_to
 
         epoch = trainer.step // self.steps_per_epoch
         last = 0 < self.last_epoch <= epoch  # a one-epoch run keeps its head-only epoch
-        depth = len(layer_groups(self.model)) if last else epoch
-        unfreeze_to(self.model, depth)  # cheap: flags only
+        unfreeze_to(self.model, self.every_group if last else epoch)  # cheap: flags only
 
     def on_train_end(self, trainer: Trainer) -> None:
         for parameter in self.model.parameters():

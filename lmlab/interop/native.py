@@ -23,18 +23,14 @@ import torch
 
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_path, atomic_write_json
+from lmlab.utils.io import atomic_path, atomic_write_json, config_has_key
 
 HEADS_KEY = "lmlab_heads"
 
 
 def is_native_folder(path: str | Path) -> bool:
     """Whether ``path`` holds a model in lmlab's own format (``lmlab_heads`` in config.json)."""
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        return False
-    with open(config_file, encoding="utf-8") as handle:
-        return HEADS_KEY in json.load(handle)
+    return config_has_key(path, HEADS_KEY)
 
 
 def read_native_config(path: str | Path) -> tuple[TransformerConfig, list[str]]:

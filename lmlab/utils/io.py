@@ -62,6 +62,13 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.load(handle)
 
 
+def config_has_key(folder: str | os.PathLike, key: str) -> bool:
+    """Whether ``folder/config.json`` exists and has ``key`` at its top level (how lmlab tells
+    its own save formats from a Hugging Face folder)."""
+    config_file = Path(folder) / "config.json"
+    return config_file.is_file() and key in read_json(config_file)
+
+
 def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
     """Hex SHA-256 of a file's bytes, read in chunks (bounded memory)."""
     digest = hashlib.sha256()

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -153,7 +154,7 @@ def threads_for_training(threads: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def check_training_counts(config: object, names: tuple[str, ...]) -> None:
+def check_training_counts(config: Any, names: tuple[str, ...]) -> None:
     """Refuse, before any work, settings that word2vec and GloVe share: the whole numbers
     ``names`` of ``config`` must be at least 1, ``max_vocab`` (if set) at least 2, ``threads``
     at least 1."""

@@ -20,18 +20,14 @@ import torch
 
 from lmlab.models.rnn.config import FORMAT_KEY, RecurrentConfig
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_path, atomic_write_json
+from lmlab.utils.io import atomic_path, atomic_write_json, config_has_key
 
 HEADS_KEY = "heads"
 
 
 def is_recurrent_folder(path: str | Path) -> bool:
     """Whether ``path`` holds a model in lmlab's recurrent format."""
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        return False
-    with open(config_file, encoding="utf-8") as handle:
-        return FORMAT_KEY in json.load(handle)
+    return config_has_key(path, FORMAT_KEY)
 
 
 def is_recurrent_model(model: Any) -> bool:
