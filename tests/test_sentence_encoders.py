@@ -302,6 +302,11 @@ def test_sentence_order_objectives_train(tmp_path, objective):
     assert sum(losses[-3:]) < sum(losses[:3])  # it learns the tiny corpus
     assert SentenceEncoder.load(out / "model").encode(["The light came."]).shape == (1, 128)
     assert (out / "context_model").is_dir() == (objective == "quick-thought")
+    if objective == "quick-thought":  # the paper's representation [f(s); g(s)]
+        from lmlab.sentence import ConcatenatedEncoder
+
+        both = ConcatenatedEncoder.load([out, out / "context_model"])
+        assert both.encode(["The light came."]).shape == (1, 256)
 
 
 # -- bad input ------------------------------------------------------------------------------------

@@ -48,6 +48,9 @@ def register(commands) -> None:
         example="lmlab sentence evaluate minilm --tasks lee,wic,retrieval",
         handler=_evaluate, group="sentence")
     p.add_argument("model", help="model folder, run directory or short name (minilm)")
+    p.add_argument("--concat", metavar="FOLDER",
+                   help="a second encoder on the same tokenizer whose vectors are put beside "
+                        "the model's: quick-thought's [f(s); g(s)] with RUN/context_model")
     p.add_argument("--tasks", default="lee,wic,retrieval",
                    help="comma-separated: lee, wic, retrieval")
     p.add_argument("--lee-dir", help="folder with lee.cor and similarities0-1.txt (default: "
@@ -106,7 +109,7 @@ def _train(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     import torch
 
-    from lmlab.sentence.encoder import SentenceEncoder
+    from lmlab.sentence.encoder import ConcatenatedEncoder, SentenceEncoder
     from lmlab.sentence.evaluate import EVALUATIONS, evaluate_encoder, lee_folder
     from lmlab.utils.checks import check_at_least, check_names, check_output_file
     from lmlab.utils.io import atomic_write_json
@@ -121,9 +124,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         lee_folder(args.lee_dir)
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = evaluate_encoder(SentenceEncoder.load(args.model), tasks, args.lee_dir,
-                               args.pairs, args.max_synsets)
-    results = {"model": args.model, **results}
+    encoder = (ConcatenatedEncoder.load([args.model, args.concat]) if args.concat
+               else SentenceEncoder.load(args.model))
+    results = evaluate_encoder(encoder, tasks, args.lee_dir, args.pairs, args.max_synsets)
+    results = {"model": args.model, **({"concat": args.concat} if args.concat else {}),
+               **results}
     if args.out:
         atomic_write_json(args.out, results)
     print(json.dumps(results, indent=2))

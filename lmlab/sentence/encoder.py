@@ -8,7 +8,8 @@ the settings a sentence-transformers folder records (``sentence_bert_config.json
 ``max_seq_length``; a ``Normalize`` module in ``modules.json`` makes every vector unit length),
 so ``SentenceEncoder.load("minilm").encode(texts)`` gives what ``SentenceTransformer.encode``
 gives. :meth:`SentenceEncoder.save` writes those files back, so a model trained here loads in
-sentence-transformers too.
+sentence-transformers too. :class:`ConcatenatedEncoder` puts several encoders' vectors side by
+side: quick-thought's representation ``[f(s); g(s)]``.
 """
 
 from __future__ import annotations
@@ -91,7 +92,12 @@ class SentenceEncoder:
         if getattr(model.config, "is_encoder_decoder", False):
             raise LmlabError(f"{path} is an encoder-decoder", "give an encoder (BERT-like) folder")
         recorded_length, recorded_normalize = _sentence_transformers_settings(folder)
-        return cls(model, tokenizer, max_length or recorded_length or DEFAULT_MAX_LENGTH,
+        if max_length is None and recorded_length is None:  # a plain model folder: the
+            from lmlab.analysis.features import max_input_length  # default, if it fits
+
+            max_length = min(DEFAULT_MAX_LENGTH,
+                             max_input_length(model, tokenizer) or DEFAULT_MAX_LENGTH)
+        return cls(model, tokenizer, max_length or recorded_length,
                    recorded_normalize if normalize is None else normalize)
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -152,3 +158,72 @@ def write_sentence_transformers_files(folder: Path, hidden: int, max_length: int
                        "pooling_mode_mean_sqrt_len_tokens": False})
     if normalize:
         (folder / "2_Normalize").mkdir(exist_ok=True)
+
+
+class ConcatenatedEncoder:
+    """Sentence vectors ``[e_1(s); e_2(s); ...]``: each part's vector of the same text, side by
+    side, (N, H_1 + H_2 + ...).
+
+    Quick-thought (Logeswaran & Lee 2018) trains two encoders, ``f`` on the sentence
+    and ``g`` on its candidate contexts, and represents a sentence by the concatenation
+    ``[f(s); g(s)]``; ``lmlab sentence train --objective quick-thought`` saves them as ``model/``
+    and ``context_model/``. The parts must read one tokenizer (the same vocabulary and
+    normalisation), as ``f`` and ``g`` do: two encoders of different vocabularies were not
+    trained together, and putting their vectors side by side is refused. Each part keeps its
+    own settings (length limit, normalisation)."""
+
+    def __init__(self, parts: Sequence[SentenceEncoder], names: Sequence[str] | None = None):
+        names = [str(n) for n in names] if names is not None else [
+            f"encoder {i + 1}" for i in range(len(parts))]
+        check_concatenable([p.tokenizer for p in parts], names)
+        self.parts = list(parts)
+
+    @classmethod
+    def load(cls, paths: Sequence[str | Path], max_length: int | None = None,
+             normalize: bool | None = None) -> ConcatenatedEncoder:
+        """The parts from model folders (or run directories, short names); every folder and
+        tokenizer is checked before any weights are read."""
+        from lmlab.models.auto import resolve_model_dir
+        from lmlab.tokenization.tokenizer import Tokenizer
+
+        folders = [Path(resolve_model_dir(p)) for p in paths]
+        check_concatenable([Tokenizer.from_pretrained(f) for f in folders],
+                           [str(p) for p in paths], folders)
+        return cls([SentenceEncoder.load(f, max_length, normalize) for f in folders],
+                   [str(p) for p in paths])
+
+    @property
+    def dimension(self) -> int:
+        """H_1 + H_2 + ...: the width of one vector."""
+        return sum(int(p.model.config.hidden_size) for p in self.parts)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64,
+               show_progress: bool = False) -> torch.Tensor:
+        """(N, dimension) float32: the parts' :meth:`SentenceEncoder.encode` vectors, concatenated
+        in the parts' order."""
+        return torch.cat([p.encode(texts, batch_size, show_progress) for p in self.parts], dim=-1)
+
+
+def check_concatenable(tokenizers: Sequence[Any], names: Sequence[str],
+                       folders: Sequence[Path] | None = None) -> None:
+    """Refuse fewer than two parts, one folder given twice, or parts on different tokenizers
+    (:meth:`Tokenizer.fingerprint`: vocabulary, normalisation, special tokens)."""
+    if len(tokenizers) < 2:
+        raise LmlabError(f"{len(tokenizers)} encoder(s) to concatenate",
+                         "give two or more, e.g. a quick-thought run's model/ and context_model/")
+    if folders is not None and len({f.resolve() for f in folders}) < len(folders):
+        raise LmlabError(f"{' and '.join(names)} are one model folder: its vectors would be "
+                         "concatenated with themselves",
+                         "name the second encoder's own folder, e.g. RUN/context_model of a "
+                         "quick-thought run")
+    first = tokenizers[0].fingerprint()
+    for name, tokenizer in zip(names[1:], tokenizers[1:]):
+        if tokenizer.fingerprint() != first:
+            sizes = (f"{len(tokenizer):,} pieces against {len(tokenizers[0]):,}"
+                     if len(tokenizer) != len(tokenizers[0]) else
+                     f"{len(tokenizer):,} pieces each, but not the same pieces or settings")
+            raise LmlabError(
+                f"{name} has another tokenizer than {names[0]} ({sizes}): the two were not "
+                "trained together",
+                "concatenate encoders that share one tokenizer, e.g. a quick-thought run's "
+                "model/ and context_model/")
