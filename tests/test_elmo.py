@@ -6,6 +6,7 @@ recipe, `lmlab pretrain --family elmo --objective bilm`, and save -> reload in a
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -215,6 +216,11 @@ def test_pretrain_elmo_with_bilm_then_reload_in_a_fresh_process(shards, tmp_path
     evals = [m for m in metrics if m["kind"] == "eval"]
     assert evals and evals[-1]["eval_perplexity"] > 1
     assert "eval_bilm_backward_perplexity" in evals[-1]
+    # each perplexity is exp(mean loss) over the validation batches, not the mean of each
+    # batch's exp (Jensen: larger whenever the batches' losses differ)
+    for name in ("bilm_forward", "bilm_backward", "bilm"):
+        assert evals[-1][f"eval_{name}_perplexity"] == pytest.approx(
+            math.exp(evals[-1][f"eval_{name}_loss"]), rel=1e-9)
     assert "perplexity" in (tmp_path / "elmo" / "report.md").read_text()
     assert (tmp_path / "elmo" / "cost.md").is_file()  # FLOPs counted by the recurrent config
 

@@ -374,6 +374,12 @@ class Trainer:
                     if key != "loss":
                         sums[key] = sums.get(key, 0.0) + float(value)
         out = {f"eval_{k}": v / len(self.eval_batches) for k, v in sums.items()}
+        # a perplexity is the exp of the mean loss, not the mean of each batch's exp (which
+        # Jensen's inequality puts above it): recompute every one from its averaged loss
+        for key in [k for k in out if k.endswith("_perplexity")]:
+            loss_key = key[: -len("perplexity")] + "loss"
+            if loss_key in out:
+                out[key] = math.exp(min(out[loss_key], 50.0))
         if "eval_perplexity" not in out and self.objective.reports_perplexity:
             out["eval_perplexity"] = math.exp(min(out["eval_loss"], 50.0))
         self.model.train()
