@@ -37,17 +37,23 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _flops(args: argparse.Namespace) -> int:
-    from lmlab.cost.flops import flops_breakdown
+    from lmlab.cost.flops import flops_breakdown, parts_markdown
     from lmlab.cost.presets import default_head, preset_config
 
     config = preset_config(args.model)
-    breakdown = flops_breakdown(config, args.seq_len, training=not args.forward,
-                                head=args.head or default_head(config),
+    head = args.head or default_head(config)
+    if hasattr(config, "flop_parts"):  # AWD-LSTM, ELMo: no attention, no length dependence
+        table = parts_markdown(config.flop_parts(not args.forward, head, args.sparse_prediction),
+                               not args.forward, "any sequence length")
+        without = "without the vocabulary-sized matrices"
+    else:
+        table = flops_breakdown(config, args.seq_len, training=not args.forward, head=head,
                                 sparse_prediction_fraction=args.sparse_prediction,
-                                causal_attention=args.causal_attention)
+                                causal_attention=args.causal_attention).to_markdown()
+        without = "without embeddings"
     print(f"{args.model}: {config.num_parameters():,} parameters "
-          f"({config.num_parameters(include_embeddings=False):,} without embeddings)")
-    print(breakdown.to_markdown())
+          f"({config.num_parameters(include_embeddings=False):,} {without})")
+    print(table)
     return 0
 
 

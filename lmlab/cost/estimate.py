@@ -160,7 +160,8 @@ def estimate_run(model: str, tokens: float, device: str = "v100", devices: int =
         f"precision {precision}; peak {peak / 1e12:,.3g} TFLOP/s per device ({peak_label})",
         f"MFU {mfu:g} (model FLOPs / peak); sustained for the whole run",
         f"FLOPs per token {fpt:,.0f} = 3 x forward matmuls (2 FLOPs per multiply-add, "
-        f"attention counted in full), sequence length {sched_text}",
+        f"{getattr(config, 'flop_counting', 'attention counted in full')}), sequence length "
+        f"{sched_text}",
         f"prediction head '{head}' over {prediction}",
         f"power {watts:g} W per device ({power_label}); energy is an estimate",
         f"grid {grid:g} g CO2e/kWh, PUE {pue:g}",

@@ -84,14 +84,20 @@ class FlopBreakdown:
 
     def to_markdown(self) -> str:
         """A table: component, FLOPs per token, share of the total."""
-        kind = "training (forward + backward)" if self.training else "forward"
-        lines = [f"FLOPs per token, {kind}, sequence length {self.seq_len}:", "",
-                 "| component | FLOPs/token | share |", "|---|---:|---:|"]
-        total = self.total or 1.0
-        for name, value in self.parts().items():
-            lines.append(f"| {name} | {value:,.0f} | {100 * value / total:.1f}% |")
-        lines.append(f"| **total** | **{self.total:,.0f}** | 100% |")
-        return "\n".join(lines)
+        return parts_markdown(self.parts(), self.training, f"sequence length {self.seq_len}")
+
+
+def parts_markdown(parts: dict[str, float], training: bool, where: str) -> str:
+    """FLOPs per token by component as a table (component, FLOPs/token, share of the total),
+    under a heading naming the pass and ``where`` (e.g. the sequence length)."""
+    kind = "training (forward + backward)" if training else "forward"
+    total = sum(parts.values())
+    lines = [f"FLOPs per token, {kind}, {where}:", "",
+             "| component | FLOPs/token | share |", "|---|---:|---:|"]
+    for name, value in parts.items():
+        lines.append(f"| {name} | {value:,.0f} | {100 * value / (total or 1.0):.1f}% |")
+    lines.append(f"| **total** | **{total:,.0f}** | 100% |")
+    return "\n".join(lines)
 
 
 def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "mlm",

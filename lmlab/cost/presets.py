@@ -1,20 +1,26 @@
 """The model sizes ``lmlab cost estimate --model`` knows: every preset of
 :mod:`lmlab.models.presets`, named ``<family>-<size>`` (``bert-base``, ``gpt2-small``,
-``llama-smollm2-135m``), plus the short names people use for the released models
-(``distilbert``, ``smollm2-135m``). The shapes are the family specs' (one source of truth)."""
+``llama-smollm2-135m``), the recurrent ones (``awd-lstm-paper``, ``elmo-small``:
+:data:`lmlab.models.rnn.config.SIZES`), plus the short names people use for the released models
+(``distilbert``, ``smollm2-135m``; ``ulmfit`` and ``elmo`` for the papers' sizes). The shapes
+are the family specs' (one source of truth)."""
 
 from __future__ import annotations
 
 from lmlab.utils.errors import LmlabError
 
 # short names of released models -> (family, size)
-_SHORT_NAMES = {"distilbert": ("distilbert", "base"), "smollm2-135m": ("llama", "smollm2-135m")}
+_SHORT_NAMES = {"distilbert": ("distilbert", "base"), "smollm2-135m": ("llama", "smollm2-135m"),
+                "ulmfit": ("awd-lstm", "paper"), "elmo": ("elmo", "paper")}
 
 
 def _table() -> dict[str, tuple[str, str]]:
     from lmlab.models.presets import list_presets
+    from lmlab.models.rnn.config import SIZES as RECURRENT_SIZES
 
     table = {f"{family}-{size}": (family, size) for family, size in list_presets()}
+    table.update({f"{family}-{size}": (family, size)
+                  for family, sizes in RECURRENT_SIZES.items() for size in sizes})
     table.update(_SHORT_NAMES)
     return table
 
@@ -25,7 +31,9 @@ def preset_names() -> list[str]:
 
 
 def preset_config(name: str):
-    """The :class:`~lmlab.models.config.TransformerConfig` of a named model size.
+    """The :class:`~lmlab.models.config.TransformerConfig` of a named model size (a
+    :class:`~lmlab.models.rnn.config.RecurrentConfig` for AWD-LSTM and ELMo, whose vocabulary
+    is the preset's 30,522 tokens: what ``lmlab pretrain`` builds with a BERT-size tokenizer).
 
     Raises:
         LmlabError: for an unknown name (the message lists the known ones).
@@ -40,5 +48,8 @@ def preset_config(name: str):
 
 
 def default_head(config) -> str:
-    """The pretraining head a config's family uses: ``"clm"`` for causal stacks, else ``"mlm"``."""
-    return "clm" if config.causal else "mlm"
+    """The pretraining head a config's family uses: ``"clm"`` for causal stacks and the
+    recurrent LMs (ELMo's two directions' softmax), else ``"mlm"``."""
+    from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
+
+    return "clm" if config.family in RECURRENT_FAMILIES or config.causal else "mlm"

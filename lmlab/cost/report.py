@@ -306,10 +306,9 @@ class CostTracker:
         achieved = self.flops / seconds
         peak, label = self._peak()
         mfu = None if not peak else achieved / (peak * self.devices)
-        notes = [
-            "FLOPs count matmuls only (2 per multiply-add; training = 3 x forward; attention "
-            "counted in full); see lmlab.cost.flops.",
-        ]
+        counting = getattr(self.config, "flop_counting", "attention counted in full")
+        notes = [f"FLOPs count matmuls only (2 per multiply-add; training = 3 x forward; "
+                 f"{counting}); see lmlab.cost.flops."]
         if self.side_flops:
             notes.append(f"{', '.join(self.side_flops).capitalize()}: forward FLOPs of a model "
                          "that is not trained, listed apart; achieved FLOP/s and MFU count the "

@@ -331,6 +331,8 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
     import lmlab
     from lmlab.models.config import TransformerConfig
     from lmlab.models.model import LanguageModel
+    from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
+    from lmlab.models.rnn.config import RecurrentConfig
     from lmlab.training import checkpoint as ckpt
 
     if (path / "checkpoints").is_dir() and not (path / "model").is_dir():
@@ -340,14 +342,19 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
         path = latest
     if (path / "state.json").is_file():  # a checkpoint folder: config from its run
         run_config = json.loads((path.parent.parent / "config.json").read_text())
-        config = TransformerConfig.from_dict(run_config["model"])
         state = ckpt.load_state(path / "model.safetensors")
         heads = sorted({k.split(".")[1] for k in state if k.startswith("heads.")})
-        model_class = LanguageModel
-        if config.is_encoder_decoder:
-            from lmlab.models.seq2seq import EncoderDecoderModel as model_class
-        model = model_class(config, heads=heads,
-                            with_pooler=any(k.startswith("pooler.") for k in state))
+        if run_config["model"].get("family") in RECURRENT_FAMILIES:  # AWD-LSTM, ELMo
+            from lmlab.models.rnn.io import build_model as build_recurrent
+
+            model = build_recurrent(RecurrentConfig.from_dict(run_config["model"]), heads)
+        else:
+            config = TransformerConfig.from_dict(run_config["model"])
+            model_class = LanguageModel
+            if config.is_encoder_decoder:
+                from lmlab.models.seq2seq import EncoderDecoderModel as model_class
+            model = model_class(config, heads=heads,
+                                with_pooler=any(k.startswith("pooler.") for k in state))
         ckpt.load_into(model, state, path)
     else:
         target = path / "model" if (path / "model" / "config.json").is_file() else path

@@ -162,8 +162,23 @@ class RecurrentConfig:
         return cls(**values)
 
     # -- cost ------------------------------------------------------------------------------------
-    def num_parameters(self) -> int:
-        """Parameter count from the shapes (tied matrices once; the cost report reads it)."""
+    @property
+    def flop_counting(self) -> str:
+        """What the FLOP count covers, for the cost report's and the estimate's notes."""
+        parts = "every LSTM gate product"
+        if self.family == "elmo":
+            parts += ", the character convolutions, highways and projections"
+        return parts + "; the same at any sequence length"
+
+    def num_parameters(self, include_embeddings: bool = True) -> int:
+        """Parameter count from the shapes (tied matrices once; the cost report reads it).
+        ``include_embeddings=False`` leaves out the vocabulary-sized matrices (AWD-LSTM's
+        embedding table and untied decoder, ELMo's softmax), as Transformers leave out theirs.
+
+        An LSTM layer of ``h`` cells on ``i`` inputs holds ``W_ih`` (4h, i), ``W_hh`` (4h, h)
+        and two biases (4h each): one block per gate (input, forget, cell, output); ELMo's cells
+        are projected (``W_hr`` (p, c)), so their recurrent input is ``p`` wide."""
+        vocab = 0
         if self.family == "elmo":
             p, c = self.projection_size, self.lstm_size
             chars = NUM_CHARS * self.char_embedding_size
@@ -172,30 +187,60 @@ class RecurrentConfig:
             highway = self.num_highway * 2 * (width * width + width)
             project = width * p + p
             lstm = 2 * self.num_layers * (4 * c * (p + p) + 8 * c + p * c)
-            return chars + conv + highway + project + lstm + self.vocab_size * p
-        lstm = sum(4 * h * (i + h) + 8 * h for i, h in self.layer_sizes())
-        decoder = 0 if self.tie_word_embeddings else self.vocab_size * self.last_size
-        return self.vocab_size * self.embedding_size + lstm + decoder
+            body = chars + conv + highway + project + lstm
+            vocab = self.vocab_size * p  # the softmax both directions share
+        else:
+            body = sum(4 * h * (i + h) + 8 * h for i, h in self.layer_sizes())
+            vocab = self.vocab_size * self.embedding_size
+            vocab += 0 if self.tie_word_embeddings else self.vocab_size * self.last_size
+        return body + (vocab if include_embeddings else 0)
 
-    def flops_per_token(self, seq_len: int = 0, training: bool = True, head: str = "clm",
-                        sparse_prediction_fraction: float | None = None, **_: Any) -> float:
-        """Matmul FLOPs per token (2 per multiply-add; training = 3 x forward), as
-        :func:`lmlab.cost.flops.flops_per_token` counts Transformers: every LSTM gate product,
-        the character convolutions and highways, and the vocabulary softmax when ``head`` is
-        an LM head (ELMo: one per direction)."""
+    def flop_parts(self, training: bool = True, head: str = "clm",
+                   sparse_prediction_fraction: float | None = None) -> dict[str, float]:
+        """Matmul FLOPs per token by component (2 per multiply-add; training = 3 x forward),
+        as :mod:`lmlab.cost.flops` counts Transformers.
+
+        Forward, per token: an LSTM layer ``2·4h·(i + h)`` (the four gates' input and recurrent
+        products; ELMo's ``+ 2·c·p`` projection, both directions); ELMo's token encoder
+        ``Σ 2·w·d·n·(C - w + 1)`` (each filter over the C characters' valid windows),
+        ``2·W·2W`` per highway layer, ``2·W·p`` for the projection; the vocabulary softmax
+        ``2·width·V`` (ELMo: once per direction) on the predicted fraction of positions.
+        The sequence length does not enter: an LSTM's cost per token is the same at any length.
+        Not counted, as in ``torch.utils.flop_counter``: gate nonlinearities, the cell update,
+        dropout, embedding look-ups, max-pooling and the loss (elementwise work).
+
+        ``head``: ``"clm"`` (or ``"bilm"``): the family's language-model softmax; ``"none"``:
+        no softmax (feature extraction, task heads)."""
+        if head not in ("clm", "bilm", "none"):
+            raise LmlabError(f"the {self.family} model has no {head!r} head to count",
+                             "use head 'clm' (its language-model softmax) or 'none'")
+        fraction = 1.0 if sparse_prediction_fraction is None else float(sparse_prediction_fraction)
+        lm = head != "none"
         if self.family == "elmo":
             p, c, d = self.projection_size, self.lstm_size, self.char_embedding_size
             width = sum(n for _, n in self.char_filters)
-            conv = sum(2 * w * d * n * self.max_chars for w, n in self.char_filters)
-            token = conv + self.num_highway * 2 * 2 * width * width + 2 * width * p
-            lstm = 2 * self.num_layers * (2 * 4 * c * (p + p) + 2 * c * p)
-            softmax = 2 * 2 * p * self.vocab_size if head != "none" else 0
-            forward = token + lstm + softmax
+            parts = {
+                "character convolutions": sum(2.0 * w * d * n * (self.max_chars - w + 1)
+                                              for w, n in self.char_filters),
+                "highway layers": self.num_highway * 2.0 * width * 2 * width,
+                "token projection": 2.0 * width * p,
+                "LSTM gates": 2 * self.num_layers * 2.0 * 4 * c * (p + p),
+                "LSTM projections": 2 * self.num_layers * 2.0 * c * p,
+                "softmax": 2 * 2.0 * p * self.vocab_size * fraction if lm else 0.0,
+            }
         else:
-            lstm = sum(2 * 4 * h * (i + h) for i, h in self.layer_sizes())
-            softmax = 2 * self.last_size * self.vocab_size if head != "none" else 0
-            forward = lstm + softmax
-        return float(forward * (3 if training else 1))
+            parts = {
+                "LSTM gates": sum(2.0 * 4 * h * (i + h) for i, h in self.layer_sizes()),
+                "softmax": 2.0 * self.last_size * self.vocab_size * fraction if lm else 0.0,
+            }
+        scale = 3.0 if training else 1.0
+        return {name: scale * value for name, value in parts.items()}
+
+    def flops_per_token(self, seq_len: int = 0, training: bool = True, head: str = "clm",
+                        sparse_prediction_fraction: float | None = None, **_: Any) -> float:
+        """All FLOPs per token (:meth:`flop_parts` summed; ``seq_len`` is accepted for
+        :func:`lmlab.cost.flops.flops_per_token`'s interface and does not change the count)."""
+        return sum(self.flop_parts(training, head, sparse_prediction_fraction).values())
 
 
 # -- named sizes ---------------------------------------------------------------------------------
