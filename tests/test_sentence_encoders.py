@@ -235,6 +235,38 @@ def test_pair_stream_batches_are_columns_and_never_single(minilm_encoder):
             minilm_encoder.tokenizer.encode(first.sentence2), skip_special_tokens=True)
 
 
+def _next(stream, count):
+    batches = iter(stream)
+    return [next(batches) for _ in range(count)]
+
+
+@pytest.mark.parametrize("kind", ["pairs", "triples", "contiguous"])
+def test_sentence_streams_resume_exactly_across_epochs(minilm_encoder, kind):
+    """A stream rebuilt from its settings and ``state_dict`` continues with the very batches
+    the first one gives next (the Trainer's resume), past an epoch's end."""
+    tok = minilm_encoder.tokenizer
+    documents = [[f"Sentence {d}.{i} about the river." for i in range(2 + d % 4)]
+                 for d in range(9)]
+    pairs = [SentencePair(f"first {i}", f"second {i % 5}", 1, f"g{i % 5}") for i in range(13)]
+    make = {"pairs": lambda: PairStream(pairs, tok, 3, 12, seed=5, positives_only=True),
+            "triples": lambda: TripleStream(documents, tok, 3, 12, seed=5),
+            "contiguous": lambda: ContiguousStream(documents, tok, 4, 12, seed=5)}[kind]
+    first = make()
+    per_epoch = len(first.epoch_batches(0))
+    _next(first, per_epoch + 1)  # into the second epoch
+    state = first.state_dict()
+    assert state == {"epoch": 1, "position": 1, "seed": 5}
+    expected = _next(first, per_epoch)  # the rest of epoch 1 and into epoch 2
+    resumed = make()
+    resumed.load_state_dict(state)
+    got = _next(resumed, per_epoch)
+    assert all(a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+               for a, b in zip(got, expected))
+    assert resumed.state_dict() == first.state_dict()
+    fresh = _next(make(), per_epoch)  # without the state: other batches (the test can fail)
+    assert any(not torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(fresh, expected))
+
+
 # -- training, save and reload ---------------------------------------------------------------------
 def _write_pairs(path, count=12):
     with open(path, "w", encoding="utf-8") as handle:

@@ -1,5 +1,6 @@
 """Batches for sentence-encoder training, each stream resumable (``state_dict`` /
-``load_state_dict``: epoch and position) like the Trainer's other streams.
+``load_state_dict``: epoch and position) like the Trainer's other streams, and each a
+:class:`SentenceStream` (the tokenizer, sizes, seed and pad id they share).
 
 * :class:`PairStream`: shuffled batches of sentence pairs, rows column after column (all first
   sentences, then all second sentences) so the shared encoder runs once per batch; batches of
@@ -59,7 +60,24 @@ def _shuffled_batches(count: int, batch_size: int, seed: int, epoch: int,
     return [b for b in batches if len(b) >= minimum]
 
 
-class PairStream(ResumableBatches):
+class SentenceStream(ResumableBatches):
+    """What every sentence stream holds besides its rows: the tokenizer, the batch size, the
+    token limit per sentence, the seed of its shuffles and the pad id (the tokenizer's, else 0);
+    the position (epoch, batch) is :class:`ResumableBatches`'."""
+
+    def __init__(self, tokenizer: Any, batch_size: int, max_length: int, seed: int = 0):
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.seed = seed
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def padded(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, T) ids and attention mask of ``texts``, each cut to ``max_length`` tokens."""
+        return pad_rows(encode_texts(self.tokenizer, texts, self.max_length), self.pad_id)
+
+
+class PairStream(SentenceStream):
     """Endless shuffled batches of pairs. ``positives_only`` keeps label-1 pairs (the
     contrastive objective's input; its negatives are the batch's other second sentences)."""
 
@@ -73,11 +91,7 @@ class PairStream(ResumableBatches):
         if batch_size < 2:
             raise LmlabError(f"batch size {batch_size}", "use at least 2 pairs a batch")
         self.pairs = rows
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.max_length = max_length
-        self.seed = seed
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        super().__init__(tokenizer, batch_size, max_length, seed)
         groups = sorted({p.group for p in rows})
         self.group_index = {g: i for i, g in enumerate(groups)}
 
@@ -113,7 +127,7 @@ def corpus_documents(corpus: str | Path, split: str = "train",
     return documents
 
 
-class TripleStream(ResumableBatches):
+class TripleStream(SentenceStream):
     """Shuffled batches of (previous, sentence, next) triples, all three from one document."""
 
     def __init__(self, documents: Sequence[Sequence[str]], tokenizer: Any, batch_size: int,
@@ -126,11 +140,7 @@ class TripleStream(ResumableBatches):
             raise LmlabError(f"no sentence with a previous and a next sentence in its document "
                              f"(the longest document has {longest} sentence(s))",
                              "give a corpus whose documents have three or more sentences")
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.max_length = max_length
-        self.seed = seed
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        super().__init__(tokenizer, batch_size, max_length, seed)
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         return _shuffled_batches(len(self.triples), self.batch_size, self.seed, epoch)
@@ -139,7 +149,7 @@ class TripleStream(ResumableBatches):
         batch: dict[str, torch.Tensor] = {}
         for name, offset in (("prev", -1), ("", 0), ("next", 1)):
             texts = [self.documents[d][i + offset] for d, i in (self.triples[k] for k in indices)]
-            ids, mask = pad_rows(encode_texts(self.tokenizer, texts, self.max_length), self.pad_id)
+            ids, mask = self.padded(texts)
             if name:
                 batch[f"{name}_ids"], batch[f"{name}_mask"] = ids, mask
             else:
@@ -148,7 +158,7 @@ class TripleStream(ResumableBatches):
         return batch
 
 
-class ContiguousStream(ResumableBatches):
+class ContiguousStream(SentenceStream):
     """Shuffled runs of ``batch_size`` consecutive sentences of the corpus; ``document`` (B,)
     tells which are neighbours (consecutive rows of one document)."""
 
@@ -165,11 +175,7 @@ class ContiguousStream(ResumableBatches):
         if len(self.sentences) < batch_size:
             raise LmlabError(f"{len(self.sentences)} sentences, fewer than one batch of "
                              f"{batch_size}", "lower --batch-size or give a larger corpus")
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.max_length = max_length
-        self.seed = seed
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        super().__init__(tokenizer, batch_size, max_length, seed)
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         starts = list(range(0, len(self.sentences) - self.batch_size + 1, self.batch_size))
@@ -177,7 +183,6 @@ class ContiguousStream(ResumableBatches):
         return [list(range(s, s + self.batch_size)) for s in starts]
 
     def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        ids, mask = pad_rows(encode_texts(self.tokenizer, [self.sentences[i] for i in indices],
-                                          self.max_length), self.pad_id)
+        ids, mask = self.padded([self.sentences[i] for i in indices])
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
                 "document": torch.tensor([self.document[i] for i in indices], dtype=torch.long)}
