@@ -76,33 +76,18 @@ def _pairs(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from lmlab.cli._training_config import print_trained, training_config
     from lmlab.sentence.train import train_sentence_encoder
-    from lmlab.training.config import TrainingConfig
-    from lmlab.utils.checks import check_at_least
-    from lmlab.utils.durations import parse_duration
-    from lmlab.utils.errors import LmlabError
 
-    for name in ("batch_size", "steps", "threads", "max_length", "max_sentences", "num_labels",
-                 "decoder_hidden"):
-        check_at_least(getattr(args, name), 1, f"--{name.replace('_', '-')}")
-    if args.steps is None and args.budget is None:
-        raise LmlabError("neither --steps nor --budget was given",
-                         "say how long to train, e.g. --steps 1000 or --budget 10m")
-    cfg = TrainingConfig(lr=args.lr, batch_size=args.batch_size, warmup_fraction=args.warmup,
-                         max_steps=args.steps, seed=args.seed, precision=args.precision,
-                         threads=args.threads,
-                         budget_seconds=parse_duration(args.budget) if args.budget else None,
-                         eval_every=500, save_every=500)
+    cfg = training_config(args, ("batch_size", "steps", "threads", "max_length", "max_sentences",
+                                 "num_labels", "decoder_hidden"),
+                          "--steps 1000 or --budget 10m")
     result = train_sentence_encoder(
         args.objective, args.data, args.out, cfg, init=args.init, size=args.size,
         tokenizer=args.tokenizer, max_length=args.max_length, max_sentences=args.max_sentences,
         scale=args.scale, num_labels=args.num_labels, decoder_hidden=args.decoder_hidden,
         overwrite=args.overwrite)
-    print(json.dumps({"steps": result.step, "stop_reason": result.stop_reason,
-                      "last_loss": result.last_loss, **result.last_eval,
-                      "model": str(Path(args.out) / "model")}, indent=2))
+    print_trained(result, args.out)
     return 0
 
 

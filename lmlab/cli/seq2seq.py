@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from lmlab.training.config import PRECISIONS
 
@@ -86,32 +85,19 @@ def _data(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from lmlab.cli._training_config import print_trained, training_config
     from lmlab.finetune.text_to_text import train_on_task
-    from lmlab.training.config import TrainingConfig
-    from lmlab.utils.checks import check_at_least
-    from lmlab.utils.durations import parse_duration
-    from lmlab.utils.errors import LmlabError
 
-    for name in ("layers", "hidden", "batch_size", "steps", "threads", "max_source_length",
-                 "max_target_length"):
-        check_at_least(getattr(args, name), 1, f"--{name.replace('_', '-')}")
-    if args.steps is None and args.budget is None:
-        raise LmlabError("neither --steps nor --budget was given",
-                         "say how long to train, e.g. --budget 30m or --steps 5000")
-    cfg = TrainingConfig(lr=args.lr, batch_size=args.batch_size, warmup_fraction=args.warmup,
-                         max_steps=args.steps, seed=args.seed, precision=args.precision,
-                         threads=args.threads,
-                         budget_seconds=parse_duration(args.budget) if args.budget else None,
-                         eval_every=500, save_every=500)
+    cfg = training_config(args, ("layers", "hidden", "batch_size", "steps", "threads",
+                                 "max_source_length", "max_target_length"),
+                          "--budget 30m or --steps 5000")
     result = train_on_task(args.data, args.out, cfg, family=args.family, size=args.size,
                            layers=args.layers, hidden=args.hidden, init=args.init,
                            tokenizer=args.tokenizer, dropout=args.dropout,
                            label_smoothing=args.label_smoothing,
                            max_source_length=args.max_source_length,
                            max_target_length=args.max_target_length, overwrite=args.overwrite)
-    print(json.dumps({"steps": result.step, "stop_reason": result.stop_reason,
-                      "last_loss": result.last_loss, **result.last_eval,
-                      "model": str(Path(args.out) / "model")}, indent=2))
+    print_trained(result, args.out)
     return 0
 
 
