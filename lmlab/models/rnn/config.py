@@ -149,17 +149,9 @@ class RecurrentConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RecurrentConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise LmlabError(f"unknown recurrent config fields: {', '.join(unknown)}",
-                             f"valid fields are: {', '.join(sorted(known))}")
-        values = dict(values)
-        extra = dict(values.get("extra") or {})
-        if "id2label" in extra:  # JSON keys are strings; labels are looked up by int id
-            extra["id2label"] = {int(k): str(v) for k, v in extra["id2label"].items()}
-        values["extra"] = extra
-        return cls(**values)
+        from lmlab.models.config import config_fields
+
+        return cls(**config_fields(cls, values, "recurrent config"))
 
     # -- cost ------------------------------------------------------------------------------------
     @property
