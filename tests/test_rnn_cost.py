@@ -58,8 +58,12 @@ def test_every_preset_counts_the_parameters_of_the_built_model(family):
         with torch.device("meta"):
             model = build_model(config, [LM_HEAD[family]])
         built = sum(p.numel() for p in model.parameters())  # tied matrices once
-        vocab = (model.embeddings.weight.numel() if family == "awd-lstm"
-                 else model.heads["bilm"].decoder.weight.numel())
+        # the vocabulary-sized tensors: the softmax, and AWD-LSTM's embedding table (the tied
+        # decoder weight is that table: one tensor, counted once)
+        vocab_sized = {id(p): p for p in model.heads[LM_HEAD[family]].decoder.parameters()}
+        if family == "awd-lstm":
+            vocab_sized[id(model.embeddings.weight)] = model.embeddings.weight
+        vocab = sum(p.numel() for p in vocab_sized.values())
         assert config.num_parameters() == built, size
         assert config.num_parameters(include_embeddings=False) == built - vocab, size
 
