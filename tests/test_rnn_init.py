@@ -1,6 +1,6 @@
 """`lmlab pretrain --init RUN` where RUN is an unfinished recurrent run (checkpoints, no model/):
-as for a Transformer run, the latest checkpoint's weights are the start (they used to be read as a
-Transformer config and refused with "unknown config fields")."""
+as for a Transformer run (checked beside them), the latest checkpoint's weights are the start
+(they used to be read as a Transformer config and refused with "unknown config fields")."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from lmlab.cli import main
 from lmlab.training.checkpoint import load_state
 from lmlab.training.pretrain import load_init
 
-OBJECTIVE = {"awd-lstm": "clm", "elmo": "bilm"}
+OBJECTIVE = {"awd-lstm": "clm", "elmo": "bilm", "bert": "mlm"}  # bert: the Transformer path
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def unfinished_run(family: str, shards, out):
     return out
 
 
-@pytest.mark.parametrize("family", ["awd-lstm", "elmo"])
+@pytest.mark.parametrize("family", ["awd-lstm", "elmo", "bert"])
 def test_init_from_an_unfinished_recurrent_run_starts_from_its_latest_checkpoint(
         family, shards, tmp_path, capsys):
     run = unfinished_run(family, shards, tmp_path / "cut")
