@@ -121,6 +121,8 @@ def test_bilm_loss_shares_the_softmax_and_averages_the_directions():
     from lmlab.objectives.special_tokens import SpecialTokens
 
     model = tiny_elmo().eval()
+    with torch.no_grad():  # a non-zero softmax bias, so the fused loss must add it
+        model.heads["bilm"].decoder.bias.normal_()
     objective = BidirectionalLM(SpecialTokens(vocab_size=VOCAB, cls_id=1, sep_id=2, pad_id=0))
     ids = torch.randint(3, VOCAB, (2, 6))
     mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
@@ -129,7 +131,8 @@ def test_bilm_loss_shares_the_softmax_and_averages_the_directions():
     result = objective.compute_loss(model, batch)
     logits = model(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     assert logits.shape == (2, 6, 2, VOCAB)  # one softmax, both directions
-    assert len([p for n, p in model.named_parameters() if n.startswith("heads.")]) == 1
+    assert sorted(n for n, _ in model.named_parameters() if n.startswith("heads.")) == [
+        "heads.bilm.decoder.bias", "heads.bilm.decoder.weight"]  # one softmax, with its bias
     # only real positions predict: the forward LM at t scores t+1, the backward LM t-1
     forward = nn.functional.cross_entropy(
         logits[:, :-1, 0].reshape(-1, VOCAB),

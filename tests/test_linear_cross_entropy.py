@@ -51,6 +51,27 @@ def test_loss_count_and_gradients_equal_the_unfused_computation(chunk_rows):
     assert_close_rounding(grads[1], w.grad, terms=37, depth=2)
 
 
+@pytest.mark.parametrize("chunk_rows", [8, 1000])
+def test_with_a_bias_equals_the_unfused_computation(chunk_rows):
+    """The recurrent LMs' softmax has a bias (Merity et al., Peters et al.): it enters the
+    logits and receives the summed (softmax - one-hot) of the kept rows."""
+    h, w, t = _data()
+    b = torch.randn(w.shape[0], generator=torch.Generator().manual_seed(1), requires_grad=True)
+    loss, correct = linear_cross_entropy(h, w, t, chunk_rows=chunk_rows, bias=b)
+    (2.5 * loss).backward()
+    grads = h.grad.clone(), w.grad.clone(), b.grad.clone()
+    h.grad, w.grad, b.grad = None, None, None
+    logits = F.linear(h, w, b)
+    expected = F.cross_entropy(logits, t, ignore_index=-100)
+    (2.5 * expected).backward()
+    scale = float(logits.detach().abs().max())
+    assert_close_rounding(loss, expected, terms=50, depth=2, scale=scale)
+    assert int(correct) == int(((logits.argmax(-1) == t) & (t != -100)).sum())
+    assert_close_rounding(grads[0], h.grad, terms=50, depth=2)
+    assert_close_rounding(grads[1], w.grad, terms=37, depth=2)
+    assert_close_rounding(grads[2], b.grad, terms=37, depth=2)
+
+
 def test_without_gradients_and_with_every_row_ignored():
     h, w, t = _data()
     with torch.no_grad():

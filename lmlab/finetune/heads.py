@@ -42,6 +42,9 @@ QUESTION_ANSWERING = "question-answering"
 MULTIPLE_CHOICE = "multiple-choice"
 TASK_HEADS = (SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, QUESTION_ANSWERING, MULTIPLE_CHOICE)
 POOLINGS = ("family", "cls", "mean", "concat")
+#: what "family" pooling means for the recurrent families: ULMFiT's concat pooling for an
+#: AWD-LSTM, the mean over tokens for ELMo (Peters et al. pool the scalar mix per task)
+RECURRENT_POOLING = {"awd-lstm": "concat", "elmo": "mean"}
 
 # task type (lmlab.tasks) -> head name
 HEAD_FOR_TASK = {
@@ -107,6 +110,11 @@ class _PooledHead(nn.Module):
         self.family = config.family
         self.pooling = _check_pooling(config.extra.get("pooling", "family"))
         style = self.pooling
+        if config.family in RECURRENT_POOLING:  # no [CLS] token, no family head layout
+            if style == "cls":
+                raise LmlabError(f"a {config.family} model has no [CLS] token to pool",
+                                 "use pooling 'mean' or 'concat' (ULMFiT's [last, max, mean])")
+            style = RECURRENT_POOLING[config.family] if style == "family" else style
         if style in ("family", "cls"):
             style = task_layout(config.family, head)
         self.style = style

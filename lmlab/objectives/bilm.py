@@ -56,7 +56,7 @@ class BidirectionalLM(Objective):
             raise LmlabError("objective 'bilm' needs 'labels' in the batch",
                              "pass the batch through objective.corrupt() first")
         width = hidden.shape[-1] // 2
-        weight = model.heads["bilm"].decoder.weight  # (V, P), shared by both directions
+        decoder = model.heads["bilm"].decoder  # (V, P) weight and (V,) bias, both directions
         # a padded position (its own label ignored) predicts nothing: the backward LM at the
         # first padding would otherwise be scored on the row's last real token
         padded = labels == IGNORE_INDEX  # (B, T)
@@ -69,8 +69,9 @@ class BidirectionalLM(Objective):
                                            ("backward", hidden[..., width:], previous_tokens)):
             keep = targets.reshape(-1) != IGNORE_INDEX  # (B*T,)
             count = int(keep.sum())
-            loss, correct = linear_cross_entropy(states.reshape(-1, width)[keep], weight,
-                                                 targets.reshape(-1)[keep])
+            loss, correct = linear_cross_entropy(states.reshape(-1, width)[keep],
+                                                 decoder.weight, targets.reshape(-1)[keep],
+                                                 bias=decoder.bias)
             parts.append(loss)
             total += count
             value = float(loss.detach())

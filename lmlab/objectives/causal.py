@@ -99,12 +99,13 @@ class CausalLM(Objective):
         targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): next token or -100
         count = int((targets != IGNORE_INDEX).sum())
         projection = getattr(head, "decoder", None)
-        if isinstance(projection, nn.Linear) and projection.bias is None:
+        if isinstance(projection, nn.Linear):
             # the projection and the loss fused in chunks: the (B, T, V) logits never exist;
             # only predicted positions are projected (not padding, not each row's last token)
             keep = targets.reshape(-1) != IGNORE_INDEX  # (B*T,)
             loss, correct = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1])[keep],
-                                                 projection.weight, targets.reshape(-1)[keep])
+                                                 projection.weight, targets.reshape(-1)[keep],
+                                                 bias=projection.bias)
         else:  # a custom head: its own logits and loss
             logits = head(hidden)  # (B, T, V)
             loss = head.loss(logits, labels)

@@ -28,8 +28,9 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of ``hidden @ weight.T`` against ``targets``; see the module doc."""
 
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                chunk_rows: int, grad_enabled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                targets: torch.Tensor, chunk_rows: int, grad_enabled: bool
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         rows = hidden.shape[0]
         valid = targets != IGNORE_INDEX  # (N,)
         count = int(valid.sum())
@@ -37,9 +38,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         # (grad mode is always off inside forward: whether to prepare gradients is passed in)
         want_hidden = grad_enabled and ctx.needs_input_grad[0]
         want_weight = grad_enabled and ctx.needs_input_grad[1]
-        need_grad = want_hidden or want_weight
+        want_bias = grad_enabled and bias is not None and ctx.needs_input_grad[2]
+        need_grad = want_hidden or want_weight or want_bias
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
         grad_weight = torch.zeros_like(weight) if want_weight else None
+        grad_bias = torch.zeros_like(bias) if want_bias else None
         total = hidden.new_zeros((), dtype=torch.float32)
         correct = torch.zeros((), dtype=torch.long, device=hidden.device)
         for start in range(0, rows, chunk_rows):
@@ -48,7 +51,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             t = targets[start:end]  # (c,)
             keep = valid[start:end]
             safe = t.clamp(min=0)
-            logits = h @ weight.t()  # (c, V)
+            logits = h @ weight.t() if bias is None else torch.addmm(bias, h, weight.t())  # (c, V)
             # few passes over the (c, V) block: max (with argmax), subtract, exp, sum, scale
             top, best = logits.max(dim=-1)  # (c,), (c,)
             correct += ((best == t) & keep).sum()
@@ -66,8 +69,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 grad_hidden[start:end] = grad @ weight  # (c, H)
             if grad_weight is not None:
                 grad_weight.addmm_(grad.t(), h)  # (V, H)
-        ctx.save_for_backward(*(g for g in (grad_hidden, grad_weight) if g is not None))
-        ctx.has = (grad_hidden is not None, grad_weight is not None)
+            if grad_bias is not None:
+                grad_bias += grad.sum(dim=0)  # (V,)
+        grads = (grad_hidden, grad_weight, grad_bias)
+        ctx.save_for_backward(*(g for g in grads if g is not None))
+        ctx.has = tuple(g is not None for g in grads)
         ctx.mark_non_differentiable(correct)
         return total * scale, correct
 
@@ -76,33 +82,37 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         saved = list(ctx.saved_tensors)
         grad_hidden = saved.pop(0) * grad_output if ctx.has[0] else None
         grad_weight = saved.pop(0) * grad_output if ctx.has[1] else None
-        return grad_hidden, grad_weight, None, None, None
+        grad_bias = saved.pop(0) * grad_output if ctx.has[2] else None
+        return grad_hidden, grad_weight, grad_bias, None, None, None
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                         chunk_rows: int = DEFAULT_CHUNK_ROWS
+                         chunk_rows: int = DEFAULT_CHUNK_ROWS, bias: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy of the logits ``hidden @ weight.T`` and the number of rows whose
-    argmax equals the target, without materialising all the logits.
+    """Mean cross-entropy of the logits ``hidden @ weight.T + bias`` and the number of rows
+    whose argmax equals the target, without materialising all the logits.
 
     Args:
         hidden: (N, H) final hidden states, one row per predicted position.
-        weight: (V, H) output projection (bias-free, possibly tied to the embeddings).
+        weight: (V, H) output projection (possibly tied to the embeddings).
         targets: (N,) token ids; ``-100`` rows are ignored.
         chunk_rows: rows per chunk (memory ~ chunk_rows x V floats).
+        bias: (V,) the projection's bias, or None (GPT-2's and BERT-style tied heads have none;
+            the recurrent LMs' softmax has one, as in Merity et al. and Peters et al.).
 
     Returns:
         (loss, correct): the mean over non-ignored rows (0 if none) and a 0-d int64 count.
     """
     fused = (hidden.dtype == torch.float32 and weight.dtype == torch.float32
              and not torch.is_autocast_enabled(hidden.device.type)
-             and type(weight) in (torch.Tensor, torch.nn.Parameter))
+             and type(weight) in (torch.Tensor, torch.nn.Parameter)
+             and (bias is None or bias.dtype == torch.float32))
     if not fused:
-        logits = F.linear(hidden, weight)
+        logits = F.linear(hidden, weight, bias)
         with torch.no_grad():
             correct = ((logits.argmax(dim=-1) == targets) & (targets != IGNORE_INDEX)).sum()
         if not bool((targets != IGNORE_INDEX).any()):
             return logits.sum() * 0.0, correct
         return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX), correct
-    return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_rows,
+    return _ChunkedLinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows,
                                             torch.is_grad_enabled())

@@ -43,8 +43,8 @@ class AWDLSTMModel(RecurrentModel):
             self.add_head(name)
 
     def reset_parameters(self) -> None:
-        """AWD-LSTM's initialisation: embeddings uniform(-0.1, 0.1) (the padding row zero),
-        torch's LSTM default uniform(-1/sqrt(H), 1/sqrt(H))."""
+        """Embeddings uniform(-r, r) (``initializer_range``; the padding row zero), torch's
+        LSTM default uniform(-1/sqrt(H), 1/sqrt(H))."""
         r = self.config.initializer_range
         nn.init.uniform_(self.embeddings.weight, -r, r)
         if self.embeddings.padding_idx is not None:

@@ -32,13 +32,16 @@ from lmlab.utils.errors import LmlabError
 
 
 class LMHead(nn.Module):
-    """The vocabulary projection of a recurrent LM (no bias, so the CLM objective's fused
-    chunked cross-entropy applies; AWD-LSTM ties it to the embeddings). ``loss`` is next-token
-    cross-entropy, as :class:`~lmlab.models.heads.CausalLMHead`'s."""
+    """The vocabulary projection of a recurrent LM, with a bias as in Merity et al.'s and Peters
+    et al.'s softmax (AWD-LSTM ties the weight to the embeddings). The bias carries the unigram
+    distribution: without it a tied AWD-LSTM, whose outputs are bounded by tanh and whose
+    embeddings start at +-0.1, stayed on the unigram plateau for 1,000 steps (docs/recurrent.md).
+    ``loss`` is next-token cross-entropy, as :class:`~lmlab.models.heads.CausalLMHead`'s."""
 
     def __init__(self, width: int, vocab_size: int):
         super().__init__()
-        self.decoder = nn.Linear(width, vocab_size, bias=False)
+        self.decoder = nn.Linear(width, vocab_size)
+        nn.init.zeros_(self.decoder.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.decoder(hidden)  # (B, T, V)

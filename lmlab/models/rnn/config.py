@@ -66,7 +66,11 @@ class RecurrentConfig:
     # what the rest of lmlab reads
     pad_token_id: int | None = 0
     max_position_embeddings: int = 100_000  # no position table: only the longest input taken
-    initializer_range: float = 0.1     # uniform(-r, r) as AWD-LSTM's embeddings
+    # AWD-LSTM's embeddings start uniform(-r, r). Merity et al. use r = 0.1 with SGD at lr 30;
+    # under Adam (lmlab's Trainer) a 0.1 table moves 1e-3-sized steps and the three-layer stack
+    # stayed on the unigram plateau for 1,000 steps (mini, default corpus); r = 1 left it within
+    # 300 (docs/recurrent.md)
+    initializer_range: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -180,10 +184,10 @@ class RecurrentConfig:
             project = width * p + p
             lstm = 2 * self.num_layers * (4 * c * (p + p) + 8 * c + p * c)
             body = chars + conv + highway + project + lstm
-            vocab = self.vocab_size * p  # the softmax both directions share
+            vocab = self.vocab_size * (p + 1)  # the softmax both directions share, with bias
         else:
             body = sum(4 * h * (i + h) + 8 * h for i, h in self.layer_sizes())
-            vocab = self.vocab_size * self.embedding_size
+            vocab = self.vocab_size * self.embedding_size + self.vocab_size  # + softmax bias
             vocab += 0 if self.tie_word_embeddings else self.vocab_size * self.last_size
         return body + (vocab if include_embeddings else 0)
 
