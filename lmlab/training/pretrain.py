@@ -345,9 +345,11 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
         state = ckpt.load_state(path / "model.safetensors")
         heads = sorted({k.split(".")[1] for k in state if k.startswith("heads.")})
         if run_config["model"].get("family") in RECURRENT_FAMILIES:  # AWD-LSTM, ELMo
+            from lmlab.models.rnn.io import add_zero_softmax_bias
             from lmlab.models.rnn.io import build_model as build_recurrent
 
             model = build_recurrent(RecurrentConfig.from_dict(run_config["model"]), heads)
+            add_zero_softmax_bias(model, state)  # a run saved before the softmax had its bias
         else:
             config = TransformerConfig.from_dict(run_config["model"])
             model_class = LanguageModel

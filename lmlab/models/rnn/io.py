@@ -82,6 +82,23 @@ def save_recurrent(model, path: str | Path) -> Path:
     return path
 
 
+def add_zero_softmax_bias(model, state: dict[str, torch.Tensor]) -> list[str]:
+    """Give ``state`` a zero ``heads.<lm>.decoder.bias`` for each of ``model``'s LM heads that
+    it lacks, in place; returns their names. Folders and runs saved before the recurrent
+    softmax had its bias computed ``W h``, which a zero bias reproduces exactly, so they load
+    as they ran instead of being refused (or given a random bias)."""
+    from lmlab.models.rnn.base import LMHead
+
+    added = []
+    for name, head in model.heads.items():
+        key = f"heads.{name}.decoder.bias"
+        weight = state.get(f"heads.{name}.decoder.weight")
+        if isinstance(head, LMHead) and key not in state and weight is not None:
+            state[key] = torch.zeros(weight.shape[0], dtype=weight.dtype)
+            added.append(key)
+    return added
+
+
 def load_recurrent(path: str | Path, head: str | Sequence[str] | None = None,
                    dtype: torch.dtype | None = None):
     """Load a recurrent folder. ``head``: None = the saved heads; a name or list = those heads,
@@ -98,6 +115,7 @@ def load_recurrent(path: str | Path, head: str | Sequence[str] | None = None,
     model = build_model(config, heads)
     state = {name: tensor for name, tensor in load_state(weights).items()
              if not name.startswith("heads.") or name.split(".")[1] in heads}
+    add_zero_softmax_bias(model, state)  # a folder saved before the softmax had its bias
     ours = model.state_dict()
     fresh = [name for name in heads if name not in saved]
     missing = [name for name in ours if name not in state
