@@ -77,3 +77,20 @@ def test_init_from_an_old_unfinished_run_without_the_softmax_bias(tmp_path_facto
     model = load_init(run, 30522)
     bias = model.heads["clm"].decoder.bias
     assert torch.equal(bias, torch.zeros_like(bias))
+
+
+def test_resuming_a_run_from_before_the_bias_names_the_way_out():
+    """Exact resume is impossible (the optimizer state lacks the bias), so the refusal points
+    to --init, which loads the old weights with a zero bias."""
+    from lmlab.training.checkpoint import load_into
+    from lmlab.utils.errors import LmlabError
+
+    model = build_model(recurrent_preset("awd-lstm", "tiny", vocab_size=50), ["clm"])
+    old = {k: v for k, v in model.state_dict().items() if k != "heads.clm.decoder.bias"}
+    with pytest.raises(LmlabError, match="does not match the model") as refused:
+        load_into(build_model(recurrent_preset("awd-lstm", "tiny", vocab_size=50), ["clm"]),
+                  old, "step-2/model.safetensors")
+    assert "--init RUN" in refused.value.fix
+    with pytest.raises(LmlabError) as other:  # any other mismatch keeps the general advice
+        load_into(model, {k: v for k, v in old.items() if "layers.0" not in k}, "x")
+    assert "same model configuration" in other.value.fix

@@ -79,9 +79,15 @@ def load_into(module: nn.Module, state: dict[str, torch.Tensor], source: Path | 
     """Load ``state`` into ``module`` strictly (then re-tie shared weights)."""
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing or unexpected:
+        fix = "resume with the same model configuration and objective as the run"
+        if not unexpected and all(k.startswith("heads.") and k.endswith(".decoder.bias")
+                                  for k in missing):
+            # a recurrent LM saved before its softmax had a bias: its optimizer state has one
+            # tensor fewer, so the run cannot continue exactly, but its weights can seed one
+            fix = ("the run predates the recurrent LM softmax's bias: start a new run from its "
+                   "weights with `lmlab pretrain --init RUN --out NEW_RUN` (the bias starts at 0)")
         raise LmlabError(f"checkpoint {source} does not match the model: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}",
-                         "resume with the same model configuration and objective as the run")
+                         f"unexpected {unexpected[:5]}", fix)
     if hasattr(module, "tie_weights"):
         module.tie_weights()
 
