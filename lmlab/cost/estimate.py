@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lmlab.cost.energy import DEFAULT_CPU_WATTS_PER_CORE
-from lmlab.cost.flops import parse_seq_len_schedule, schedule_flops_per_token
+from lmlab.cost.flops import counting_note, parse_seq_len_schedule, schedule_flops_per_token
 from lmlab.cost.peak import default_threads, device_peak, gpu_spec
 from lmlab.cost.presets import default_head, preset_config
 from lmlab.cost.report import DEFAULT_GRID_G_PER_KWH, LB_PER_KG, co2_kg, money
@@ -160,7 +160,7 @@ def estimate_run(model: str, tokens: float, device: str = "v100", devices: int =
         f"precision {precision}; peak {peak / 1e12:,.3g} TFLOP/s per device ({peak_label})",
         f"MFU {mfu:g} (model FLOPs / peak); sustained for the whole run",
         f"FLOPs per token {fpt:,.0f} = 3 x forward matmuls (2 FLOPs per multiply-add, "
-        f"{getattr(config, 'flop_counting', 'attention counted in full')}), sequence length "
+        f"{counting_note(config)}), sequence length "
         f"{sched_text}",
         f"prediction head '{head}' over {prediction}",
         f"power {watts:g} W per device ({power_label}); energy is an estimate",

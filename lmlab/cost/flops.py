@@ -87,6 +87,12 @@ class FlopBreakdown:
         return parts_markdown(self.parts(), self.training, f"sequence length {self.seq_len}")
 
 
+def counting_note(config) -> str:
+    """What the FLOP count of ``config``'s model leaves in or out, for reports: a recurrent
+    config says so itself (``flop_counting``); a Transformer's counts attention in full."""
+    return getattr(config, "flop_counting", "attention counted in full")
+
+
 def parts_markdown(parts: dict[str, float], training: bool, where: str) -> str:
     """FLOPs per token by component as a table (component, FLOPs/token, share of the total),
     under a heading naming the pass and ``where`` (e.g. the sequence length)."""

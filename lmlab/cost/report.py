@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lmlab.cost.energy import EnergyMeter
-from lmlab.cost.flops import flops_per_token, seq2seq_step_flops
+from lmlab.cost.flops import counting_note, flops_per_token, seq2seq_step_flops
 from lmlab.cost.peak import device_peak
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
@@ -306,7 +306,7 @@ class CostTracker:
         achieved = self.flops / seconds
         peak, label = self._peak()
         mfu = None if not peak else achieved / (peak * self.devices)
-        counting = getattr(self.config, "flop_counting", "attention counted in full")
+        counting = counting_note(self.config)
         notes = [f"FLOPs count matmuls only (2 per multiply-add; training = 3 x forward; "
                  f"{counting}); see lmlab.cost.flops."]
         if self.side_flops:
