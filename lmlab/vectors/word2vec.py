@@ -15,7 +15,8 @@ The recipe of the C tool, with gensim's defaults so the two compare:
   gensim's pairing); CBOW: the mean of the context's input vectors predicts it, and the whole
   gradient reaches every context word (gensim's ``cbow_mean=1``);
 - SGD with a learning rate decaying linearly from ``alpha`` to ``min_alpha`` over all epochs;
-  input vectors start uniform in ``(-0.5, 0.5) / dim``, output vectors at zero.
+  input vectors start uniform in ``[-1, 1) / dim`` (gensim 4's init, the same numbers for the
+  same seed; the C tool's ``(-0.5, 0.5) / dim`` is half as wide), output vectors at zero.
 
 **Batched SGD, and what was measured.** The C tool and gensim update after every example, in
 compiled loops. Here the examples of a chunk of words are generated with numpy and applied in
@@ -179,8 +180,14 @@ class Word2VecTables:
     """The input (word) vectors and the output (context) vectors, and one SGD step."""
 
     def __init__(self, size: int, dim: int, seed: int):
-        generator = torch.Generator().manual_seed(seed)
-        self.inputs = (torch.rand(size, dim, generator=generator) - 0.5) / dim  # gensim's init
+        # gensim 4's init (KeyedVectors' prep_vectors), the same numbers for the same seed:
+        # uniform in [-1, 1) / dim. The C tool's (rand - 0.5) / dim is half as wide, and that
+        # cost CBOW half a point of analogy accuracy against gensim (docs/vectors.md).
+        inputs = np.random.default_rng(seed).random((size, dim), dtype=np.float32)
+        inputs *= 2.0
+        inputs -= 1.0
+        inputs /= dim
+        self.inputs = torch.from_numpy(inputs)  # (V, D)
         self.outputs = torch.zeros(size, dim)
 
     def step(self, hidden: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor,
@@ -244,7 +251,7 @@ def _train(sentences, config, show_progress, vocabulary):
     index = vocabulary.index()
     keep = keep_probabilities(vocabulary.counts, config.sample)
     cdf = noise_distribution(vocabulary.counts, config.ns_exponent)
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng((1, config.seed))  # a stream apart from the tables' init
     tables = Word2VecTables(len(vocabulary.words), config.dim, config.seed)
     batch = examples_per_step(vocabulary.counts, keep, cdf, config)
     planned = config.epochs * vocabulary.total
