@@ -11,7 +11,10 @@ With ``--memory`` each side also trains once in a fresh process and reports its 
 memory (``VmHWM`` of /proc/self/status: the whole process, Python and torch included). With
 ``--profile`` each side's steps run under ``torch.profiler`` and the self CPU time is printed
 by kind of operator (matmuls, attention, optimizer, the rest), per step: the table that
-explains a ratio.
+explains a ratio. With ``--device cuda`` both sides train on the GPU, and two more sides run:
+``reference-bf16`` (transformers under bf16 autocast) and ``ours-bf16-compile`` (ours with
+``compile=True``); each repetition also reports the peak GPU memory. On a machine without the
+MiniLM package, ``BENCH_BERT_TOKENIZER`` names a folder with BERT's uncased tokenizer files.
 
 Run it as the Makefile does, under the same allocator settings for both sides:
 
@@ -81,7 +84,8 @@ class _Stream:
         self.index = state["index"]
 
 
-def run_ours(size: str, rows: list[torch.Tensor], steps: int, precision: str) -> list[float]:
+def run_ours(size: str, rows: list[torch.Tensor], steps: int, precision: str,
+             device: str = "cpu", compile: bool = False) -> list[float]:
     from lmlab.models.model import LanguageModel
     from lmlab.models.presets import preset
     from lmlab.objectives.registry import build_objective
@@ -98,18 +102,23 @@ def run_ours(size: str, rows: list[torch.Tensor], steps: int, precision: str) ->
     model = LanguageModel(preset("bert", size), heads=["mlm"])
     cfg = TrainingConfig(lr=LR, warmup_steps=WARMUP, max_steps=steps, log_every=1,
                          progress=False, precision=precision, batch_size=batch, seq_len=SEQ,
-                         keep_last=1)
+                         keep_last=1, device=device, compile=compile)
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(model, objective, _Stream(rows, objective), cfg, out, track_cost=False)
         trainer._finish = lambda cost: None  # no final model/report: not part of a step
         trainer.train()
         records = [r for r in read_metrics(os.path.join(out, "metrics.jsonl"))
                    if r["kind"] == "train"]
-    return [r["tokens_per_s"] for r in records[1:]]  # step 1 warms up
+    return [r["tokens_per_s"] for r in records[1:]]  # step 1 warms up (and compiles)
 
 
 # -- reference ----------------------------------------------------------------------------------
-def run_reference(size: str, rows: list[torch.Tensor], steps: int) -> list[float]:
+def run_reference(size: str, rows: list[torch.Tensor], steps: int, device: str = "cpu",
+                  bf16: bool = False) -> list[float]:
+    """transformers' BertForMaskedLM in a plain loop; ``bf16``: under bf16 autocast (weights
+    fp32), as ``--precision bf16`` runs ours. The loss and the gradient norm are read back each
+    step, as our Trainer reads them for its log: on a GPU that is where both sides wait for the
+    step's kernels."""
     from transformers import (
         BertConfig,
         BertForMaskedLM,
@@ -125,8 +134,10 @@ def run_reference(size: str, rows: list[torch.Tensor], steps: int) -> list[float
     config = BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
                         num_attention_heads=hidden // 64, intermediate_size=4 * hidden,
                         attn_implementation="sdpa")
-    model = BertForMaskedLM(config).train()
-    tokenizer = BertTokenizerFast.from_pretrained(str(minilm_dir()))  # BERT uncased vocab
+    model = BertForMaskedLM(config).to(device).train()
+    # BERT's uncased vocabulary (the collator reads its [MASK] and special ids)
+    tokenizer = BertTokenizerFast.from_pretrained(os.environ.get("BENCH_BERT_TOKENIZER")
+                                                  or str(minilm_dir()))
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     no_decay = ("bias", "LayerNorm.weight")
     groups = [
@@ -142,9 +153,12 @@ def run_reference(size: str, rows: list[torch.Tensor], steps: int) -> list[float
         started = time.perf_counter()
         ids = rows[step % len(rows)]
         features = collator([{"input_ids": row} for row in ids.tolist()])
-        loss = model(**features).loss
+        features = {k: v.to(device) for k, v in features.items()}
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(**features).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        float(loss)
+        float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -226,10 +240,17 @@ def main() -> int:
                         help="time bf16 even on a CPU without bf16 instructions")
     parser.add_argument("--profile", action="store_true",
                         help="also profile each side's steps by kind of operator")
+    parser.add_argument("--batch-size", type=int,
+                        help="rows per step for every size (default: the size's own, SIZES)")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu, or cuda: adds reference-bf16 and ours-bf16-compile")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: one side, print VmHWM
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.batch_size:
+        for name, (layers, hidden, _) in SIZES.items():
+            SIZES[name] = (layers, hidden, args.batch_size)
     os.environ.setdefault("LMLAB_NO_PROGRESS", "1")
     if args.child:
         size = args.sizes.split(",")[0]
@@ -245,14 +266,21 @@ def main() -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"threads {torch.get_num_threads()}, GLIBC_TUNABLES="
           f"{os.environ.get('GLIBC_TUNABLES', '(unset)')}")
+    device = args.device
     sides = {
-        "reference-fp32": lambda size, rows: run_reference(size, rows, args.steps),
-        "ours-fp32": lambda size, rows: run_ours(size, rows, args.steps, "fp32"),
-        "ours-bf16": lambda size, rows: run_ours(size, rows, args.steps, "bf16"),
+        "reference-fp32": lambda size, rows: run_reference(size, rows, args.steps, device),
+        "ours-fp32": lambda size, rows: run_ours(size, rows, args.steps, "fp32", device),
+        "ours-bf16": lambda size, rows: run_ours(size, rows, args.steps, "bf16", device),
     }
+    if device.startswith("cuda"):
+        print(f"device: {torch.cuda.get_device_name(device)}")
+        sides["reference-bf16"] = lambda size, rows: run_reference(size, rows, args.steps,
+                                                                   device, bf16=True)
+        sides["ours-bf16-compile"] = lambda size, rows: run_ours(size, rows, args.steps, "bf16",
+                                                                 device, compile=True)
     from lmlab.utils.precision import cpu_has_native_bf16
 
-    if cpu_has_native_bf16() is False and not args.force_bf16:
+    if device == "cpu" and cpu_has_native_bf16() is False and not args.force_bf16:
         del sides["ours-bf16"]
         print("ours-bf16 skipped: this CPU has no bf16 instructions, so bf16 matmuls are "
               "emulated (5-60x slower than fp32); --force-bf16 runs it anyway")
@@ -262,19 +290,28 @@ def main() -> int:
         for rep in range(args.reps):
             for name, fn in sides.items():  # A B C, A B C, ...
                 others = cpu_of_others()
+                if device.startswith("cuda"):
+                    torch.cuda.reset_peak_memory_stats(device)
                 started = time.perf_counter()
                 rate = statistics.median(fn(size, rows))
                 wall = time.perf_counter() - started
                 busy = (cpu_of_others() - others) / wall
                 results[name].append(rate)
-                print(f"  {size} rep {rep} {name:15s} {rate:8,.0f} tokens/s "
-                      f"(other processes: {busy:.2f} cores)", flush=True)
+                memory = (f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**20:,.0f}"
+                          " MiB" if device.startswith("cuda") else "")
+                print(f"  {size} rep {rep} {name:17s} {rate:9,.0f} tokens/s "
+                      f"(other processes: {busy:.2f} cores{memory})", flush=True)
         medians = {name: statistics.median(v) for name, v in results.items()}
         ref = medians["reference-fp32"]
         print(f"{size}: " + ", ".join(f"{n} {m:,.0f}" for n, m in medians.items()) +
               f" | ours-fp32/ref {medians['ours-fp32'] / ref:.2f}x"
               + (f", ours-bf16/ref {medians['ours-bf16'] / ref:.2f}x"
-                 if "ours-bf16" in medians else ""))
+                 if "ours-bf16" in medians else "")
+              + (f", ours-bf16/reference-bf16 "
+                 f"{medians['ours-bf16'] / medians['reference-bf16']:.2f}x, "
+                 f"ours-bf16-compile/reference-bf16 "
+                 f"{medians['ours-bf16-compile'] / medians['reference-bf16']:.2f}x"
+                 if "reference-bf16" in medians else ""))
         if args.profile:
             print_profiles(size, {name: profile_side(
                 lambda fn=fn, size=size, rows=rows: fn(size, rows), args.steps)
