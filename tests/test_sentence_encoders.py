@@ -385,6 +385,21 @@ def test_cli_refuses_bad_pairs_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_cli_refuses_an_unknown_or_absent_device_before_any_work(tmp_path):
+    """``--device`` reaches the Trainer's check: a name torch does not know is refused, and so
+    is ``cuda`` on a machine without a GPU; no run folder is written."""
+    corpus = _tiny_corpus(tmp_path / "corpus", documents=4, sentences=4)
+    devices = [("tpu", "unknown device 'tpu'")]
+    if not torch.cuda.is_available():
+        devices.append(("cuda", "CUDA is not available"))
+    for device, problem in devices:
+        result = run_lmlab("sentence", "train", "--objective", "quick-thought", "--data", corpus,
+                           "--size", "tiny", "--steps", 1, "--batch-size", 4, "--device", device,
+                           "--out", tmp_path / "run")
+        assert_clean_refusal(result, problem, fix="--device cpu" if device == "cuda" else "cpu")
+        assert not (tmp_path / "run").exists()
+
+
 def test_cli_refuses_a_corpus_without_neighbours_and_a_missing_lee_folder(tmp_path):
     corpus = _tiny_corpus(tmp_path / "corpus", documents=4, sentences=2)
     result = run_lmlab("sentence", "train", "--objective", "skip-thought", "--data", corpus,

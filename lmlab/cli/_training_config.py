@@ -1,6 +1,6 @@
 """The training settings ``lmlab sentence train`` and ``lmlab seq2seq train`` share: both run the
 Trainer under a :class:`~lmlab.training.config.TrainingConfig` built from the same flags
-(``--lr --batch-size --warmup --steps --budget --seed --precision --threads``; each command
+(``--lr --batch-size --warmup --steps --budget --seed --precision --threads --device``; each
 keeps its own defaults), refuse the same bad counts, and print the same end-of-run JSON."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def training_config(args: argparse.Namespace, counts: Sequence[str], how_long: s
                          f"say how long to train, e.g. {how_long}")
     return TrainingConfig(lr=args.lr, batch_size=args.batch_size, warmup_fraction=args.warmup,
                           max_steps=args.steps, seed=args.seed, precision=args.precision,
-                          threads=args.threads,
+                          threads=args.threads, device=args.device,
                           budget_seconds=parse_duration(args.budget) if args.budget else None,
                           eval_every=500, save_every=500)
 

@@ -41,6 +41,8 @@ def register(commands) -> None:
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "auto"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int)
+    p.add_argument("--device", default="auto",
+                   help="auto (a GPU when there is one), cpu, cuda or cuda:N")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
 
     p = commands.command(
