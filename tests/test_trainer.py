@@ -130,6 +130,44 @@ def train_losses(run_dir) -> list[float]:
     return [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
 
 
+class TinyLMWithPerplexity(TinyMLM):
+    """TinyMLM that also reports its loss and perplexity per batch, as the LM objectives do."""
+
+    def compute_loss(self, model: LanguageModel, batch: dict) -> Result:
+        result = super().compute_loss(model, batch)
+        value = float(result.loss)
+        result.metrics.update(lm_loss=value, lm_perplexity=math.exp(value))
+        return result
+
+
+def test_losses_are_weighted_by_predictions_and_perplexities_follow_the_mean_loss(tmp_path):
+    """Evaluation weights each batch by its number of predictions (the mean over every predicted
+    token, not a mean of batch means), and a perplexity is the exp of the averaged loss in
+    evaluation and in a training step of several micro-batches (not a mean of their exps)."""
+    many = make_batch(0, 8, 16, seed=7)
+    few = make_batch(1, 8, 16, seed=7)
+    keep = torch.zeros_like(few["labels"], dtype=torch.bool)
+    keep[:, 1] = True  # one prediction per row against about 2.4 + 1 in ``many``
+    few["labels"] = torch.where(keep, few["labels"], torch.full_like(few["labels"], -100))
+    trainer, _ = run(tmp_path, objective=TinyLMWithPerplexity(), eval_batches=[many, few],
+                     grad_accum=2, max_steps=3)
+    model, objective = trainer.model.eval(), trainer.objective.eval()
+    with torch.no_grad():
+        parts = [objective.compute_loss(model, batch) for batch in (many, few)]
+    counts = [part.num_predictions for part in parts]
+    assert counts[0] > 2 * counts[1]
+    expected = sum(float(p.loss) * n for p, n in zip(parts, counts)) / sum(counts)
+    unweighted = sum(float(p.loss) for p in parts) / 2
+    assert abs(expected - unweighted) > 1e-3  # the test can tell the two apart
+    evaluation = trainer.evaluate()
+    assert math.isclose(evaluation["eval_loss"], expected, rel_tol=1e-6)
+    assert math.isclose(evaluation["eval_lm_loss"], expected, rel_tol=1e-6)
+    assert math.isclose(evaluation["eval_lm_perplexity"], math.exp(expected), rel_tol=1e-6)
+    for record in [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl")
+                   if r["kind"] == "train"]:
+        assert math.isclose(record["lm_perplexity"], math.exp(record["lm_loss"]), rel_tol=1e-9)
+
+
 def test_run_writes_directory_and_learns(tmp_path):
     eval_batches = [make_batch(i, 8, 16, seed=99) for i in range(2)]
     trainer, result = run(tmp_path, max_steps=30, lr=3e-3, eval_every=10, save_every=10,

@@ -80,6 +80,20 @@ def _count_tokens(batch: dict[str, Any]) -> int:
     return int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
 
 
+def perplexities_from_losses(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` with every ``*_perplexity`` recomputed as the exp of its averaged ``*_loss``.
+
+    A perplexity over several batches is the exp of the mean loss, not the mean of each batch's
+    exp (which Jensen's inequality puts above it); averaging per-batch metrics gets the second,
+    so the Trainer averages the losses and recomputes the perplexities from them."""
+    out = dict(metrics)
+    for key in [k for k in out if k.endswith("_perplexity")]:
+        loss_key = key[: -len("perplexity")] + "loss"
+        if loss_key in out:
+            out[key] = math.exp(min(out[loss_key], 50.0))
+    return out
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (all devices)."""
     import numpy as np
@@ -346,7 +360,7 @@ class Trainer:
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + weight * value
                     weights[key] = weights.get(key, 0.0) + weight
-        return {key: sums[key] / weights[key] for key in sums}
+        return perplexities_from_losses({key: sums[key] / weights[key] for key in sums})
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -359,27 +373,24 @@ class Trainer:
         self.model.eval()
         self.objective.eval()
         sums: dict[str, float] = {}
+        weights: dict[str, float] = {}
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.no_grad(), torch.random.fork_rng(devices=devices), self._padding_setting():
             for batch in self.eval_batches:
                 batch = _to_device(batch, self.device)
                 with self._autocast():
                     if self.fsdp:
-                        loss, metrics, _ = self.wrapped(batch)
+                        loss, metrics, count = self.wrapped(batch)
                     else:
                         result = self.objective.compute_loss(self.model, batch)
-                        loss, metrics = result.loss, result.metrics
-                sums["loss"] = sums.get("loss", 0.0) + float(loss)
-                for key, value in metrics.items():
-                    if key != "loss":
-                        sums[key] = sums.get(key, 0.0) + float(value)
-        out = {f"eval_{k}": v / len(self.eval_batches) for k, v in sums.items()}
-        # a perplexity is the exp of the mean loss, not the mean of each batch's exp (which
-        # Jensen's inequality puts above it): recompute every one from its averaged loss
-        for key in [k for k in out if k.endswith("_perplexity")]:
-            loss_key = key[: -len("perplexity")] + "loss"
-            if loss_key in out:
-                out[key] = math.exp(min(out[loss_key], 50.0))
+                        loss, metrics, count = result.loss, result.metrics, result.num_predictions
+                # weighted by predictions, as training weights its micro-batches: the mean
+                # over every predicted token of the validation set, not a mean of batch means
+                weight = float(count) if count > 0 else 1.0
+                for key, value in {**metrics, "loss": loss}.items():
+                    sums[key] = sums.get(key, 0.0) + weight * float(value)
+                    weights[key] = weights.get(key, 0.0) + weight
+        out = perplexities_from_losses({f"eval_{k}": v / weights[k] for k, v in sums.items()})
         if "eval_perplexity" not in out and self.objective.reports_perplexity:
             out["eval_perplexity"] = math.exp(min(out["eval_loss"], 50.0))
         self.model.train()
