@@ -1,7 +1,8 @@
 """Training static word vectors: word2vec's subsampling and noise table (against the formulas
-and gensim's own tables), its SGD step and GloVe's AdaGrad step (against autograd), GloVe's
-co-occurrence weights (by hand), planted structure recovered by every method, streaming,
-saved vectors reloading in a new process, bad input refused before any work."""
+and gensim's own tables), its init and whole passes (against gensim's compiled loop), its SGD
+step and GloVe's AdaGrad step (against autograd), GloVe's co-occurrence weights (by hand),
+planted structure recovered by every method, streaming, saved vectors reloading in a new
+process, bad input refused before any work."""
 
 from __future__ import annotations
 
@@ -167,12 +168,16 @@ def _gensim_draws(model, state, effective_words: int, draws: int, shrink: bool):
     return model.window - reduced, np.array(noise)
 
 
+_EXP_TABLE = np.exp((np.arange(1000) / 1000 * 2 - 1) * 6)  # gensim's EXP_TABLE, before 1/(1+e)
+_EXP_TABLE = (_EXP_TABLE / (_EXP_TABLE + 1)).astype(np.float32)
+
+
 def _gensim_table_sigmoid(x: float) -> float:
-    """gensim's EXP_TABLE read: 1000 entries over [-6, 6), indexed by ``int((x + 6) * 83)`` (its
-    ``EXP_TABLE_SIZE / MAX_EXP / 2`` divides integers): the logit is read 0.02-0.04 low."""
-    table = np.exp((np.arange(1000) / 1000 * 2 - 1) * 6)
-    return float(np.float32(table[int((float(x) + 6) * 83)] / (table[int((float(x) + 6) * 83)]
-                                                                 + 1)))
+    """gensim's sigmoid: its 1000-entry table over [-6, 6), read at ``int((x + 6) * 83)`` (its
+    ``EXP_TABLE_SIZE / MAX_EXP / 2`` divides integers), so a logit near 0 reads 0.02-0.04 low.
+    gensim skips the update when ``|x| >= 6``; these small tables never get there."""
+    assert -6 < x < 6
+    return float(_EXP_TABLE[int((float(x) + 6) * 83)])
 
 
 def _gensim_loop(architecture, sentence_ids, reach, noise, syn0, syn1, alpha, sigmoid):
