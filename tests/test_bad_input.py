@@ -340,3 +340,35 @@ def test_overwrite_starts_a_run_over_and_keeps_other_files(tmp_path, workspace):
     prepare_run_folder(run, overwrite=True, config=config)
     assert not any((run / name).exists() for name in RUN_OUTPUTS)
     assert (run / "my-notes.txt").read_text() == "keep me"
+
+
+def test_devices_are_resolved_or_refused_with_the_fix(monkeypatch):
+    """``resolve_device``: names torch cannot parse, device kinds lmlab does not run on, a GPU
+    this machine lacks (CUDA absent, an index beyond the count, MPS absent) are refused with a
+    fix; under torchrun a bare ``cuda`` is the process's own GPU (its LOCAL_RANK)."""
+    import torch
+
+    from lmlab.training import distributed
+    from lmlab.training.distributed import resolve_device
+
+    for name, words in (("cuda:x", "not a device name"), ("tpu", "not a device name"),
+                        ("meta", "does not train")):
+        with pytest.raises(LmlabError, match=words):
+            resolve_device(name)
+    assert resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(LmlabError, match="CUDA is not available"):
+        resolve_device("cuda:0")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(LmlabError, match="MPS is not available"):
+        resolve_device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(LmlabError, match="has 2 GPUs") as refusal:
+        resolve_device("cuda:2")
+    assert "cuda:0 to cuda:1" in str(refusal.value)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert resolve_device("cuda") == torch.device("cuda")
+    monkeypatch.setattr(distributed, "launched_by_torchrun", lambda: True)
+    assert resolve_device("cuda", local_rank=1) == torch.device("cuda", 1)
+    assert resolve_device("auto", local_rank=1) == torch.device("cuda", 1)

@@ -26,7 +26,7 @@ from lmlab.sentence.evaluate import best_threshold
 from lmlab.sentence.objectives import MultipleNegativesRanking, PairClassification, mnrl_loss
 from lmlab.sentence.pairs import SentencePair, read_pairs
 from lmlab.utils.errors import LmlabError
-from tests.conftest import assert_clean_refusal, assert_close_rounding, run_lmlab
+from tests.conftest import assert_clean_refusal, assert_close_rounding, disk_snapshot, run_lmlab
 
 ANCHORS = ["A man is playing a guitar.", "The cat sleeps on the warm windowsill.",
            "Stock markets fell sharply today", "to move fast on foot"]
@@ -386,18 +386,25 @@ def test_cli_refuses_bad_pairs_before_any_work(tmp_path):
 
 
 def test_cli_refuses_an_unknown_or_absent_device_before_any_work(tmp_path):
-    """``--device`` reaches the Trainer's check: a name torch does not know is refused, and so
-    is ``cuda`` on a machine without a GPU; no run folder is written."""
+    """``--device``: a name torch does not know is refused, and so is ``cuda`` on a machine
+    without a GPU, before anything is written; with ``--overwrite`` the run already there is
+    left as it was (the device is checked before the old run is removed)."""
     corpus = _tiny_corpus(tmp_path / "corpus", documents=4, sentences=4)
-    devices = [("tpu", "unknown device 'tpu'")]
+    train = ("sentence", "train", "--objective", "quick-thought", "--data", corpus, "--size",
+             "tiny", "--steps", 1, "--batch-size", 4, "--threads", 1)
+    devices = [("tpu", "unknown device 'tpu'", "cpu"), ("cuda:x", "unknown device", "cpu")]
     if not torch.cuda.is_available():
-        devices.append(("cuda", "CUDA is not available"))
-    for device, problem in devices:
-        result = run_lmlab("sentence", "train", "--objective", "quick-thought", "--data", corpus,
-                           "--size", "tiny", "--steps", 1, "--batch-size", 4, "--device", device,
-                           "--out", tmp_path / "run")
-        assert_clean_refusal(result, problem, fix="--device cpu" if device == "cuda" else "cpu")
-        assert not (tmp_path / "run").exists()
+        devices.append(("cuda", "CUDA is not available", "--device cpu"))
+    for device, problem, fix in devices:
+        result = run_lmlab(*train, "--device", device, "--out", tmp_path / "new")
+        assert_clean_refusal(result, problem, fix=fix)
+        assert not (tmp_path / "new").exists()
+    assert run_lmlab(*train, "--device", "cpu", "--out", tmp_path / "run").returncode == 0
+    before = disk_snapshot(tmp_path / "run")
+    for device, problem, fix in devices:
+        result = run_lmlab(*train, "--device", device, "--overwrite", "--out", tmp_path / "run")
+        assert_clean_refusal(result, problem, fix=fix)
+        assert disk_snapshot(tmp_path / "run") == before
 
 
 def test_cli_refuses_a_corpus_without_neighbours_and_a_missing_lee_folder(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
 
 from lmlab.finetune.text_to_text import encode_pairs
@@ -178,6 +179,15 @@ def test_bad_train_arguments_are_refused_before_work(trained, tmp_path):
                       "--precision", "fp32", "--out", trained / "run")
     assert_clean_refusal(again, "hidden")
     assert disk_snapshot(trained / "run") == before
+    # a device that is not there, even with --overwrite: refused before the run is removed
+    devices = [("cuda:x", "unknown device"), ("meta", "unknown device")]
+    if not torch.cuda.is_available():
+        devices.append(("cuda", "CUDA is not available"))
+    for device, problem in devices:
+        wrong = run_lmlab("seq2seq", "train", "--data", data, "--steps", "2", "--overwrite",
+                          "--device", device, "--out", trained / "run")
+        assert_clean_refusal(wrong, problem, fix="cpu")
+        assert disk_snapshot(trained / "run") == before
 
 
 def test_a_fresh_model_follows_the_run_seed(tmp_path):

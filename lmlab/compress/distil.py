@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -226,7 +225,7 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     from lmlab.models.catalog import resolve_short_name
     from lmlab.objectives.distillation import Distillation, check_teacher
     from lmlab.objectives.special_tokens import SpecialTokens
-    from lmlab.training.distributed import barrier, init_distributed, resolve_device
+    from lmlab.training.distributed import barrier, init_distributed, process_device
     from lmlab.training.pretrain import (
         ModelSettings,
         ObjectiveSettings,
@@ -244,6 +243,7 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
         objective=ObjectiveSettings("distil", settings.objective_args()))
     config.validate()
     cfg, out = config.training, Path(config.out)
+    device = process_device(cfg.device)  # a GPU that is not there: refused before any work
     if cfg.seq_len > teacher_cfg.max_position_embeddings:
         raise LmlabError(f"--seq-len {cfg.seq_len} exceeds the teacher's "
                          f"{teacher_cfg.max_position_embeddings} positions",
@@ -262,7 +262,7 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     check_teacher(teacher, teacher, settings.alpha_ce, settings.alpha_cos)
     prepare_run_folder(out, config.overwrite, run_config(cfg, record), what="distillation run")
     # under torchrun: no rank writes into --out before every rank has checked it
-    barrier(init_distributed(resolve_device(cfg.device, int(os.environ.get("LOCAL_RANK", 0)))))
+    barrier(init_distributed(device))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)

@@ -223,9 +223,11 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
     from lmlab.tasks.inverse import read_task_data
     from lmlab.tokenization.symbols import symbol_tokenizer
     from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.training.distributed import process_device
     from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
     from lmlab.training.trainer import seed_everything
 
+    process_device(cfg.device)  # a GPU that is not there: refused before any work
     task, splits = read_task_data(data)
     if init is not None:
         tok = Tokenizer.from_pretrained(init)

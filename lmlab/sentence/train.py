@@ -107,6 +107,7 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
         _sentence_transformers_settings,
         write_sentence_transformers_files,
     )
+    from lmlab.training.distributed import process_device
     from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
     from lmlab.training.trainer import Trainer, seed_everything
 
@@ -115,6 +116,7 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
                          f"use one of {', '.join(OBJECTIVES)}")
     if max_length < 4:
         raise LmlabError(f"max_length {max_length}", "use at least 4 tokens")
+    process_device(cfg.device)  # a GPU that is not there: refused before the run folder is touched
     tok = _tokenizer(init, tokenizer)
     stream, eval_batches, data_record = _streams(objective, tok, cfg, data, max_length,
                                                  max_sentences)

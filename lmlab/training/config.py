@@ -139,7 +139,7 @@ class TrainingConfig:
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise LmlabError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}",
                              "use 0 (decay to zero) or e.g. 0.1")
-        if self.device != "auto" and self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
+        if self.device != "auto" and not _is_device_name(self.device):
             raise LmlabError(f"unknown device {self.device!r}", "use auto, cpu or cuda[:N]")
 
     # -- sections -------------------------------------------------------------------------------
@@ -207,3 +207,15 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise LmlabError(f"config file {path} has unknown sections: {', '.join(extra)}",
                          "use only hparams:, speed: and cost:")
     return data
+
+
+def _is_device_name(name: str) -> bool:
+    """Whether ``name`` names a CPU, CUDA or MPS device (``cuda:1``), whatever this machine has:
+    a config stays valid on another host; :func:`lmlab.training.distributed.resolve_device`
+    checks that the device is there."""
+    import torch
+
+    try:
+        return torch.device(name).type in ("cpu", "cuda", "mps")
+    except RuntimeError:
+        return False

@@ -67,16 +67,42 @@ def init_distributed(device: torch.device) -> DistInfo:
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """``auto``: the local GPU when there is one, else CPU."""
+    """The device ``name`` stands for on this machine, refused with the fix when it is not
+    there. ``auto``: the local GPU when there is one, else CPU; under torchrun ``auto`` and a
+    bare ``cuda`` take the process's own GPU (``local_rank``), as one process per GPU needs.
+    Callers resolve the device before they touch a run folder, so a refusal loses nothing."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank if launched_by_torchrun() else 0)
         return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise LmlabError(f"device {name!r} was asked for but CUDA is not available",
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise LmlabError(f"device {name!r} is not a device name ({error})",
+                         "use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise LmlabError(f"lmlab does not train or run on device {name!r}",
+                         "use auto, cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise LmlabError(f"device {name!r} was asked for but CUDA is not available",
+                             "use --device cpu (or auto)")
+        if device.index is None and launched_by_torchrun():
+            device = torch.device("cuda", local_rank)
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise LmlabError(f"device {name!r} was asked for but this machine has {count} "
+                             f"GPU{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})",
+                             "use --device cuda (or auto), or a GPU index this machine has")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise LmlabError(f"device {name!r} was asked for but Apple's MPS is not available",
                          "use --device cpu (or auto)")
     return device
+
+
+def process_device(name: str) -> torch.device:
+    """:func:`resolve_device` for this process: its ``LOCAL_RANK`` under torchrun."""
+    return resolve_device(name, int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def barrier(info: DistInfo) -> None:

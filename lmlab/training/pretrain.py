@@ -431,10 +431,12 @@ def pretrain(config: PretrainConfig) -> TrainResult:
     (with the tokenizer: self-contained) and ``report.md``; under torchrun every rank calls
     this and the files are written once.
     """
+    from lmlab.training.distributed import barrier, init_distributed, process_device
     from lmlab.training.run_dir import prepare_run_folder, run_config
 
     config.validate()
     out, cfg = Path(config.out), config.training
+    device = process_device(cfg.device)  # a GPU that is not there: refused before any work
     tokenizer, tokenizer_dir = find_tokenizer(Path(config.data.shards),  # type: ignore[arg-type]
                                               config.data.tokenizer)
     record = RunRecord(hparams=config.run_hparams(),
@@ -443,12 +445,11 @@ def pretrain(config: PretrainConfig) -> TrainResult:
 
     import torch
 
-    from lmlab.training.distributed import barrier, init_distributed, resolve_device
     from lmlab.training.trainer import seed_everything
 
     # under torchrun: no rank writes into --out (rank 0 copies the tokenizer below, or has
     # removed the old run with overwrite) before every rank has checked it
-    barrier(init_distributed(resolve_device(cfg.device, int(os.environ.get("LOCAL_RANK", 0)))))
+    barrier(init_distributed(device))
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

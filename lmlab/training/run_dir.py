@@ -137,7 +137,8 @@ def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any] | None
 
 # what a pretraining run writes into its folder (removed when a run is started over)
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json", "model", "tokenizer", "report.md",
-               "loss.png", "cost.json", "cost.md")
+               "loss.png", "cost.json", "cost.md",
+               "context_model")  # quick-thought's second encoder (lmlab.sentence.train)
 
 
 def remove_run(run_dir: str | os.PathLike) -> None:

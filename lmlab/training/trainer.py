@@ -38,7 +38,7 @@ from lmlab.training.distributed import (
     broadcast_object,
     gather_objects,
     init_distributed,
-    resolve_device,
+    process_device,
     wrap,
 )
 from lmlab.training.hooks import TrainerHook
@@ -153,7 +153,7 @@ class Trainer:
         self.save_model = save_model
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
-        self.device = resolve_device(cfg.device, int(__import__("os").environ.get("LOCAL_RANK", 0)))
+        self.device = process_device(cfg.device)
         self.dist: DistInfo = init_distributed(self.device)
         self.precision_reason = "chosen by the caller"
         if cfg.precision == "auto":  # bf16 where this host measurably runs it faster
@@ -364,8 +364,9 @@ class Trainer:
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Mean loss and objective metrics over the fixed validation batches (no RNG consumed:
-        generator states are forked, so evaluating never changes the training run)."""
+        """Loss and objective metrics over the fixed validation batches, each batch weighted by
+        its number of predictions (no RNG consumed: generator states are forked, so evaluating
+        never changes the training run)."""
         if not self.eval_batches:
             return {}
         if self.dist.active and not self.fsdp and not self.dist.is_main:
