@@ -243,18 +243,20 @@ def reference_features(batch: dict[str, torch.Tensor], collator: Any) -> dict[st
 
 
 def reference_eval(model: torch.nn.Module, val: list[dict[str, torch.Tensor]]) -> float:
-    """Mean over our fixed-mask validation batches of the reference's MLM loss (the same
-    per-batch mean over predicted positions that our Trainer averages)."""
+    """The reference's MLM loss on our fixed-mask validation batches: the mean over every masked
+    position, each batch's mean weighted by its masked positions, as our Trainer evaluates."""
     model.eval()
-    total = 0.0
+    total = count = 0.0
     with torch.no_grad():
         for batch in val:
-            total += float(model(input_ids=batch["input_ids"],
-                                 attention_mask=batch["attention_mask"],
-                                 token_type_ids=batch["token_type_ids"],
-                                 labels=batch["labels"]).loss)
+            masked = float((batch["labels"] != -100).sum())
+            total += masked * float(model(input_ids=batch["input_ids"],
+                                          attention_mask=batch["attention_mask"],
+                                          token_type_ids=batch["token_type_ids"],
+                                          labels=batch["labels"]).loss)
+            count += masked
     model.train()
-    return total / len(val)
+    return total / count
 
 
 def reference_loop() -> str:

@@ -104,7 +104,7 @@ def test_reference_model_and_decay_split_match_ours():
     assert reference.config._attn_implementation == "sdpa"
 
 
-def test_reference_eval_is_the_mean_of_batch_mean_cross_entropies():
+def test_reference_eval_is_the_mean_over_masked_positions():
     from transformers import BertForMaskedLM
 
     args = argparse.Namespace(size="tiny")
@@ -112,22 +112,21 @@ def test_reference_eval_is_the_mean_of_batch_mean_cross_entropies():
     model = BertForMaskedLM(BENCH.reference_config(args, _Tok())).train()
     g = torch.Generator().manual_seed(1)
     batches = []
-    for _ in range(2):
+    for every in (3, 2):  # 3 and 5 masked positions per row: the batches weigh differently
         ids = torch.randint(5, VOCAB, (3, 10), generator=g)
         labels = torch.full_like(ids, -100)
-        labels[:, 2::3] = ids[:, 2::3]
+        labels[:, 2::every] = ids[:, 2::every]
         batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids),
                         "token_type_ids": torch.zeros_like(ids), "labels": labels})
     got = BENCH.reference_eval(model, batches)
     assert model.training  # put back into training mode
     model.eval()
     with torch.no_grad():
-        expected = []
-        for b in batches:
-            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-            expected.append(float(torch.nn.functional.cross_entropy(
-                logits.reshape(-1, VOCAB), b["labels"].reshape(-1), ignore_index=-100)))
-    assert got == pytest.approx(sum(expected) / 2, rel=1e-5)
+        logits = torch.cat([model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+                            .logits.reshape(-1, VOCAB) for b in batches])
+        labels = torch.cat([b["labels"].reshape(-1) for b in batches])
+        expected = float(torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100))
+    assert got == pytest.approx(expected, rel=1e-5)
 
 
 def test_reference_features_mask_only_text_tokens_of_the_given_windows():

@@ -119,7 +119,8 @@ def masked_lm_score(model_dir: Path, shards: Path, mask_prob: float = 0.15,
                     batch_size: int = 32, seq_len: int = 128, batches: int = 8) -> dict[str, float]:
     """Validation MLM loss and accuracy of a saved model at masking rate ``mask_prob`` on the
     fixed validation batches (seed 1234, as pretraining evaluates): a figure that compares
-    across runs pretrained with different masking rates. Mean over batches, as the Trainer."""
+    across runs pretrained with different masking rates. Means over every masked position (each
+    batch weighted by its predictions), as the Trainer evaluates."""
     import lmlab
     from lmlab.data.pretraining import validation_batches
     from lmlab.objectives.registry import build_objective
@@ -130,12 +131,15 @@ def masked_lm_score(model_dir: Path, shards: Path, mask_prob: float = 0.15,
     objective = build_objective("mlm", SpecialTokens.from_tokenizer(
         Tokenizer.from_pretrained(model_dir)), mask_prob=mask_prob)
     objective.eval()
-    loss = accuracy = 0.0
+    loss = accuracy = predictions = 0.0
     data = validation_batches(shards, objective, batch_size=batch_size, seq_len=seq_len,
                               seed=1234, max_batches=batches)
     with torch.no_grad():
         for batch in data:
             result = objective.compute_loss(model, batch)
-            loss += float(result.loss)
-            accuracy += float(result.metrics["mlm_accuracy"])
-    return {"mask_prob": mask_prob, "loss": loss / len(data), "accuracy": accuracy / len(data)}
+            weight = float(result.num_predictions)
+            loss += weight * float(result.loss)
+            accuracy += weight * float(result.metrics["mlm_accuracy"])
+            predictions += weight
+    return {"mask_prob": mask_prob, "loss": loss / predictions,
+            "accuracy": accuracy / predictions}
