@@ -223,7 +223,8 @@ def peak_rss_mb() -> float:
 def measure_memory(size: str, side: str, steps: int, threads: int | None) -> float:
     """Peak RSS (MB) of a fresh process that trains ``side`` for ``steps`` steps."""
     command = [sys.executable, os.path.abspath(__file__), "--child", side, "--sizes", size,
-               "--steps", str(steps)] + (["--threads", str(threads)] if threads else [])
+               "--steps", str(steps), "--batch-size", str(SIZES[size][2])] + (
+                   ["--threads", str(threads)] if threads else [])
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return float(output.strip().splitlines()[-1])
 
@@ -246,6 +247,9 @@ def main() -> int:
                         help="cpu, or cuda: adds reference-bf16 and ours-bf16-compile")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: one side, print VmHWM
     args = parser.parse_args()
+    if args.memory and args.device != "cpu":
+        parser.error("--memory measures a process's resident memory on the CPU; on a GPU each "
+                     "repetition already reports the peak GPU memory")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.batch_size:

@@ -21,21 +21,22 @@ The recipe of the C tool, with gensim's defaults so the two compare:
 **Batched SGD, and what was measured.** The C tool and gensim update after every example, in
 compiled loops. Here the examples of a chunk of words are generated with numpy and applied in
 minibatches of ``batch_pairs`` examples: gathers, a batched dot product and ``index_add_`` into
-the two tables, all reading the rows as they were at the start of the minibatch. A row's several
-examples in one minibatch add their steps, as Hogwild's concurrent updates to a shared row do.
-That is only sound while a minibatch is small against the vocabulary's most frequent rows: a
-first attempt summing ~60,000 examples per step at lr 0.025 diverged (the output vector of a
-frequent word received hundreds of same-direction steps at once), and capping each row's summed
-step stopped it learning. Measured on a fixed 1.97M-word slice of the default corpus (every 4th
-sentence; dim 100, window 5, negative 5, min_count 5, sample 1e-3, 5 epochs, one thread,
-skip-gram, the C tool's narrower init; a shared 2-core Xeon, so speeds are rough): 512
+the two tables, all reading the rows as they were at the start of the minibatch. A row's
+several examples in one minibatch add their steps, as Hogwild's concurrent updates to a shared
+row do. That is only sound while a minibatch is small against the vocabulary's most frequent
+rows: a first attempt summing ~60,000 examples per step at lr 0.025 diverged (the output vector
+of a frequent word received hundreds of same-direction steps at once), and capping each row's
+summed step stopped it learning. Measured on a fixed 1.97M-word slice of the default corpus
+(every 4th sentence; dim 100, window 5, negative 5, min_count 5, sample 1e-3, 5 epochs, one
+thread, skip-gram, the C tool's narrower init; a shared 2-core Xeon, so speeds are rough): 512
 examples per step scored WordSim-353 0.402, SimLex-999 0.220, analogies 7.1% (gensim 4.4 on the
-same slice: 0.384, 0.212, 7.6%) at 65,600 words/s against gensim's 227,500 (0.29x); 4,096 per step scored the same (0.399, 0.220,
-7.1%) and ran slower. On a 16-word toy corpus 512 examples per step made CBOW diverge (each
-word is then a context hundreds of times per step), hence :func:`examples_per_step`, which
-bounds the busiest row's expected updates per step (40, about what 512 gives the real corpus's
-most frequent words: on the slice it leaves 504 examples per step). Torch runs on one thread while training: the steps are too small to
-share, and with 2 threads on the busy host ``index_add_`` was 100x slower.
+same slice: 0.384, 0.212, 7.6%) at 65,600 words/s against gensim's 227,500 (0.29x); 4,096 per
+step scored the same (0.399, 0.220, 7.1%) and ran slower. On a 16-word toy corpus 512 examples
+per step made CBOW diverge (each word is then a context hundreds of times per step), hence
+:func:`examples_per_step`, which bounds the busiest row's expected updates per step (40, about
+what 512 gives the real corpus's most frequent words: on the slice it leaves 504 examples per
+step). Torch runs on one thread while training: the steps are too small to share, and with 2
+threads on the busy host ``index_add_`` was 100x slower.
 
 Memory: the vocabulary counts (one entry per distinct word of the corpus, as gensim without
 ``max_vocab_size``), the two (V, dim) float32 tables, the noise table, and one chunk of
