@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import assert_clean_refusal, disk_snapshot, run_lmlab, write_kjv_corpus
 
 from lmlab.utils.errors import LmlabError
@@ -213,6 +214,14 @@ def test_overwrite_flag_is_named_in_the_fix(workspace, tmp_path):
     err = assert_refused(_resume(workspace, "--objective", "span"), tmp_path, ("objective",),
                          watched=(workspace["root"],))
     assert "--overwrite" in err and str(workspace["run"]) in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_an_absent_gpu_is_refused_before_overwrite_removes_the_run(workspace, tmp_path):
+    """``--device cuda`` on a machine without one: refused, with the run that ``--overwrite``
+    would have started over left exactly as it was."""
+    assert_refused(_resume(workspace, "--device", "cuda") + ["--overwrite"], tmp_path,
+                   ("CUDA is not available",), watched=(workspace["root"],))
 
 
 # -- the library raises the same errors (the CLI only calls it) ---------------------------------
