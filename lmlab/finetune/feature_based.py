@@ -232,7 +232,7 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     from lmlab.cost.report import CostTracker
     from lmlab.finetune.hooks import DevSelection
     from lmlab.training.config import TrainingConfig
-    from lmlab.training.distributed import resolve_device
+    from lmlab.training.distributed import process_device
     from lmlab.training.run_dir import RunRecord, check_resumable, run_config
     from lmlab.training.trainer import Trainer, seed_everything
     from lmlab.utils.io import atomic_write_json, atomic_write_text, stable_hash
@@ -281,7 +281,7 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
         objective={"spec": FeatureObjective.name, "heads": []},
         data={"tokenizer_fingerprint": tokenizer.fingerprint()})
     check_resumable(out_dir, run_config(cfg, record))  # before the encoder's pass
-    encoder_device = resolve_device(device)  # --device cuda without a GPU: refused here
+    encoder_device = process_device(device)  # --device cuda without a GPU: refused here
 
     for name in list(model.heads):
         del model.heads[name]

@@ -292,7 +292,7 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     ``report.md``.
     """
     from lmlab.finetune.settings import check_settings
-    from lmlab.training.distributed import resolve_device
+    from lmlab.training.distributed import process_device
 
     check_settings(epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
                    max_train_examples=max_train_examples, patience=patience,
@@ -335,9 +335,7 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
         rec = replace(rec, layer=layer)
     if precision not in PRECISIONS:
         raise LmlabError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
-    if device != "auto" and device.split(":")[0] not in ("cpu", "cuda", "mps"):
-        raise LmlabError(f"unknown device {device!r}", "use auto, cpu or cuda[:N]")
-    run_device = resolve_device(device)  # --device cuda without a GPU: refused before any work
+    run_device = process_device(device)  # --device cuda without a GPU: refused before any work
     precision_reason = "chosen by the caller"
     if precision == "auto":
         from lmlab.training.distributed import broadcast_object, init_distributed
@@ -521,10 +519,10 @@ def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Re
         del model.heads[name]  # pretraining heads are not part of the fine-tuned model
     objective.prepare(model)
     if distil is not None:  # the teacher's logits, once per training example, in the batches
-        from lmlab.training.distributed import resolve_device
+        from lmlab.training.distributed import process_device
 
         stream, objective = distil.attach(task, features, stream, objective, pad_id,
-                                          resolve_device(device), precision)
+                                          process_device(device), precision)
     adaptation = None
     if method is not None:  # only the method's parameters and the task head train
         from lmlab.adapt import apply_method

@@ -139,8 +139,8 @@ class TrainingConfig:
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise LmlabError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}",
                              "use 0 (decay to zero) or e.g. 0.1")
-        if self.device != "auto" and not _is_device_name(self.device):
-            raise LmlabError(f"unknown device {self.device!r}", "use auto, cpu or cuda[:N]")
+        if self.device != "auto":
+            parse_device(self.device)
 
     # -- sections -------------------------------------------------------------------------------
     @classmethod
@@ -209,13 +209,16 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _is_device_name(name: str) -> bool:
-    """Whether ``name`` names a CPU, CUDA or MPS device (``cuda:1``), whatever this machine has:
-    a config stays valid on another host; :func:`lmlab.training.distributed.resolve_device`
-    checks that the device is there."""
+def parse_device(name: str) -> Any:
+    """The ``torch.device`` that ``name`` names (``cpu``, ``cuda``, ``cuda:1``, ``mps``), whatever
+    this machine has, so that a config stays valid on another host; anything else is refused.
+    :func:`lmlab.training.distributed.resolve_device` then checks that the device is there."""
     import torch
 
     try:
-        return torch.device(name).type in ("cpu", "cuda", "mps")
+        device = torch.device(name)
     except RuntimeError:
-        return False
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise LmlabError(f"unknown device {name!r}", "use auto, cpu, cuda or cuda:N (or mps)")
+    return device

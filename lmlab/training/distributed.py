@@ -75,14 +75,9 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank if launched_by_torchrun() else 0)
         return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise LmlabError(f"device {name!r} is not a device name ({error})",
-                         "use auto, cpu, cuda or cuda:N") from None
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise LmlabError(f"lmlab does not train or run on device {name!r}",
-                         "use auto, cpu, cuda or cuda:N")
+    from lmlab.training.config import parse_device
+
+    device = parse_device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise LmlabError(f"device {name!r} was asked for but CUDA is not available",
