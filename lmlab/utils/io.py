@@ -2,7 +2,9 @@
 
 A run killed mid-write must never leave a half-written file that a later run trusts, so every
 file lmlab writes goes to a temporary name in the same directory and is renamed into place
-(rename is atomic on POSIX file systems).
+(rename is atomic on POSIX file systems). The file gets the mode a plain ``open()`` would give
+it (0666 less the umask), not ``mkstemp``'s private 0600: a model folder must be readable by
+the server process or colleague the user's umask allows.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+
+def _current_umask() -> int:
+    """The process's umask (reading it means setting it; it is put straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -32,6 +41,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_current_umask())  # after the writer: some replace the file
         with open(tmp, "rb+") as handle:  # make the bytes durable before the rename
             os.fsync(handle.fileno())
         os.replace(tmp, path)
