@@ -60,8 +60,13 @@ def test_token_vectors_are_functions_of_the_token_and_pieces_differ_from_words()
     ids = torch.tensor([[5, 3, 4, 5, 3]])  # run ing ##ing run ing
     with torch.no_grad():
         tokens = model.token_encoder(ids)[0]
-    assert torch.equal(tokens[0], tokens[3]) and torch.equal(tokens[1], tokens[4])
-    assert not torch.allclose(tokens[1], tokens[2])  # "ing" is not "##ing"
+    # another position of the batch is another row of each product: the same value up to the
+    # rounding of the sums (char convolution 8 x 3, highway and projection over 32 filters)
+    bound = {"terms": 32, "depth": 4, "scale": float(tokens.abs().max())}
+    assert_close_rounding(tokens[3], tokens[0], **bound)
+    assert_close_rounding(tokens[4], tokens[1], **bound)
+    with pytest.raises(AssertionError):  # "ing" is not "##ing"
+        assert_close_rounding(tokens[2], tokens[1], **bound)
 
 
 def _bidirectional_reference(model, layer: int) -> nn.LSTM:
