@@ -12,6 +12,11 @@ os.environ.setdefault("LMLAB_NO_PROGRESS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one pytest-xdist worker per core: one thread each (set before torch is
+    # imported; the subprocesses of the CLI tests inherit it), not torch's default of one per
+    # core in every worker, which would put twice as many threads as cores on the machine.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
