@@ -46,6 +46,10 @@ def _add_generation_options(p: argparse.ArgumentParser, max_new_tokens: int) -> 
                    help="stop string (repeatable); \\n, \\t and \\\\ stand for a newline, a tab "
                         "and a backslash, so --stop '\\n' stops at the end of a line")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--truncate", choices=("left",),
+                   help="a prompt that leaves no room for --max-new-tokens in the model's "
+                        "context: keep its last tokens that fit, with a warning (default: "
+                        "refuse it)")
 
 
 def register(commands) -> None:
@@ -154,13 +158,18 @@ def _generate(args: argparse.Namespace) -> int:
     echo = not model.config.is_encoder_decoder
     stream = not args.no_stream and not args.json and len(args.prompt) == 1 \
         and args.num_beams == 1
-    if stream:
-        if echo:
-            _write(args.prompt[0])
-        generate_text(model, tokenizer, args.prompt[0], seed=args.seed, on_text=_write, **options)
-        sys.stdout.write("\n")
+    if stream:  # the prompt is echoed with the first piece: not before a refusal
+        pending = [args.prompt[0] if echo else ""]
+
+        def write(piece: str) -> None:
+            _write(pending.pop() + piece if pending else piece)
+
+        generate_text(model, tokenizer, args.prompt[0], seed=args.seed, on_text=write,
+                      truncate=args.truncate, **options)
+        write("\n")
         return 0
-    outputs = generate_text(model, tokenizer, args.prompt, seed=args.seed, **options)
+    outputs = generate_text(model, tokenizer, args.prompt, seed=args.seed,
+                            truncate=args.truncate, **options)
     for prompt, output in zip(args.prompt, outputs):
         if args.json:
             print(json.dumps({"prompt": prompt, "generated": output}, ensure_ascii=False))
@@ -184,7 +193,7 @@ def _chat(args: argparse.Namespace) -> int:
         if not line.strip() or line.strip() in ("/exit", "/quit"):
             break
         _write("bot> ")
-        session.say(line, on_text=_write, **options)
+        session.say(line, on_text=_write, truncate=args.truncate, **options)
         sys.stdout.write("\n")
     return 0
 

@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -291,6 +292,47 @@ def check_causal_lm(model: Any) -> None:
                          "load it with head='clm' or add one: model.add_head('clm')")
 
 
+def context_length(model: Any) -> int | None:
+    """The positions a sequence may use: the rows of a learned or sinusoidal table (beyond them
+    the lookup fails) or the context a rotary model was trained on (beyond it its output is
+    untested); None for relative positions (T5) or none (recurrent models): no limit."""
+    config = model.config
+    if getattr(config, "position_embedding", None) not in ("learned", "sinusoidal", "rotary"):
+        return None
+    return config.max_position_embeddings - config.position_offset
+
+
+def check_context(model: Any, prompt_tokens: int, max_new_tokens: int) -> None:
+    """Refuse, before any decoding, a prompt (a source, for an encoder-decoder) of
+    ``prompt_tokens`` that cannot be continued by ``max_new_tokens`` within the model's
+    :func:`context_length`: every token of the result needs a position."""
+    limit = context_length(model)
+    if limit is None:
+        return
+    if is_encoder_decoder(model):  # the source fills the encoder; the target starts with a token
+        if prompt_tokens > limit:
+            raise LmlabError(f"the source has {prompt_tokens} tokens, more than the model's "
+                             f"{limit} positions", "shorten it, or keep its end with "
+                             "--truncate left (generate_text(..., truncate='left'))")
+        if 1 + max_new_tokens > limit:
+            raise LmlabError(f"max_new_tokens={max_new_tokens} and the start token exceed the "
+                             f"decoder's {limit} positions",
+                             f"ask for at most {limit - 1} new tokens (--max-new-tokens)")
+        return
+    if prompt_tokens + max_new_tokens <= limit:
+        return
+    room = limit - max_new_tokens  # for the prompt
+    fixes = [f"shorten the prompt to {room} tokens, or keep its last {room} with --truncate "
+             "left (generate_text(..., truncate='left'))"] if room > 0 else []
+    if prompt_tokens < limit:
+        fixes.append(f"ask for at most {limit - prompt_tokens} new tokens (--max-new-tokens)")
+    fixes = fixes or [f"ask for fewer than {limit} new tokens (--max-new-tokens) and shorten "
+                      "the prompt to fit beside them (or add --truncate left)"]
+    raise LmlabError(f"the prompt has {prompt_tokens} tokens; with max_new_tokens="
+                     f"{max_new_tokens} that is {prompt_tokens + max_new_tokens} positions, "
+                     f"more than the model's context of {limit}", ", or ".join(fixes))
+
+
 def make_config(config: GenerationConfig | None, model: Any, **overrides: Any) -> GenerationConfig:
     """``config`` (or the defaults) with ``overrides``; eos/pad default to the model's."""
     config = GenerationConfig() if config is None else replace(config)  # a copy: ours to change
@@ -355,6 +397,9 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
     if not seq2seq and bool((attention_mask[:, -1] == 0).any()):
         raise LmlabError("prompts are right-padded", "pad prompts on the left for generation "
                          "(tokenizer.padding_side = 'left')")
+    # decoder positions count real tokens (left padding excluded), encoder ones every token
+    check_context(model, input_ids.shape[1] if seq2seq else int(attention_mask.sum(1).max()),
+                  config.max_new_tokens)
     if config.stop_strings and tokenizer is None:
         raise LmlabError("stop_strings need a tokenizer to decode the text",
                          "pass tokenizer=... to generate()")
@@ -532,7 +577,8 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
                   config: GenerationConfig | None = None, *,
                   generator: torch.Generator | None = None, seed: int | None = None,
                   on_text: Callable[[str], None] | None = None,
-                  skip_special_tokens: bool = True, **options: Any) -> list[str]:
+                  skip_special_tokens: bool = True, truncate: str | None = None,
+                  **options: Any) -> list[str]:
     """Generate continuations of text prompts; returns the new text of each (stop strings cut).
     For an encoder-decoder each prompt is a source (translated, summarised, integrated...) and
     the text returned is the decoder's output.
@@ -540,8 +586,13 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
     Prompts are left-padded into one batch (sources right-padded). ``seed`` seeds a fresh generator for sampling.
     ``on_text`` receives the text of a single prompt's continuation in pieces as it is
     generated, exactly the text returned (never a stop string); under beam search it gets the
-    best hypothesis's text in one piece when the search ends.
+    best hypothesis's text in one piece when the search ends. A prompt that does not leave room
+    for ``max_new_tokens`` in the model's context (:func:`check_context`) is refused, or with
+    ``truncate="left"`` cut to its last tokens that fit, with a warning.
     """
+    if truncate not in (None, "left"):
+        raise LmlabError(f"truncate={truncate!r}", "use truncate='left' (keep the end of a "
+                         "prompt that is too long) or None (refuse it)")
     single = isinstance(prompts, str)
     texts = [prompts] if single else list(prompts)
     if not texts:
@@ -550,23 +601,33 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
         generator = torch.Generator().manual_seed(seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
         tokenizer.eos_token_id
+    eos = options.pop("eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    config = make_config(config, model, eos_token_id=eos, pad_token_id=pad_id, **options)
     encoded = [tokenizer.encode(t) for t in texts]
     if any(not ids for ids in encoded):
         bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else pad_id
         encoded = [ids or [bos] for ids in encoded]
+    seq2seq = is_encoder_decoder(model)  # sources are right-padded, prompts left-padded
+    limit = context_length(model)
+    if truncate == "left" and limit is not None:
+        keep = limit if seq2seq else limit - config.max_new_tokens  # new tokens share a decoder's
+        room = "" if seq2seq else f" beside {config.max_new_tokens} new tokens"
+        for i, ids in enumerate(encoded):
+            if len(ids) > keep > 0:
+                warnings.warn(f"the prompt has {len(ids)} tokens, more than the {keep} that fit"
+                              f"{room} in the model's {limit} positions: kept its last {keep}",
+                              UserWarning, stacklevel=2)
+                encoded[i] = ids[-keep:]
     width = max(len(ids) for ids in encoded)
     device = next(model.parameters()).device
-    seq2seq = is_encoder_decoder(model)  # sources are right-padded, prompts left-padded
     padded = [ids + [pad_id or 0] * (width - len(ids)) if seq2seq
               else [pad_id or 0] * (width - len(ids)) + ids for ids in encoded]
     input_ids = torch.tensor(padded, device=device)
     mask = torch.tensor([[int(i < len(ids)) for i in range(width)] if seq2seq
                          else [0] * (width - len(ids)) + [1] * len(ids) for ids in encoded],
                         device=device)
-    eos = options.pop("eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    config = make_config(config, model, eos_token_id=eos, pad_token_id=pad_id, **options)
     if config.num_return_sequences > 1:
         raise LmlabError("generate_text returns one text per prompt",
                          "for several hypotheses per input use generate() (token ids) or "

@@ -1,0 +1,114 @@
+"""Bad input that used to reach a traceback or a silent wrong result (issue #29, third wave):
+refused before any work with an ``lmlab: error:`` and an ``lmlab: fix:`` line, exit code 2,
+and nothing on disk created, changed or removed; the library raises the same LmlabError.
+
+Each CLI case runs ``python -m lmlab ...`` in a fresh process, as a user would, on tiny real
+inputs (a 16-position GPT-2 with a BPE tokenizer trained on the spot, a few-line task file):
+the refusal comes before any training or decoding, so a case costs about a process start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
+
+from lmlab.utils.errors import LmlabError
+
+
+def assert_refused(args: list[object], cwd: Path, names: tuple[str, ...], fix: str = "",
+                   watched: tuple[Path, ...] = ()) -> str:
+    """Run ``lmlab args`` in ``cwd``: a clean refusal whose error line holds every one of
+    ``names`` (and whose fix holds ``fix``), with ``cwd`` and ``watched`` unchanged on disk.
+    Returns stderr."""
+    before = disk_snapshot(cwd, *watched)
+    result = run_lmlab(*args, cwd=cwd)
+    assert_clean_refusal(result, *names, fix=fix)
+    assert disk_snapshot(cwd, *watched) == before, f"{args} changed files on disk"
+    return result.stderr
+
+
+# -- a prompt longer than the model's positions --------------------------------------------------
+CONTEXT = 16
+LONG_PROMPT = "the cat sat on the mat the cat sat on the mat the cat sat on the mat"  # 18 tokens
+
+
+def tiny_decoder(family: str, vocab: int) -> torch.nn.Module:
+    """A random 2-layer decoder with a 16-position context (GPT-2: a learned table; Llama:
+    rotary positions, trained for 16)."""
+    from lmlab.models.model import LanguageModel
+    from lmlab.models.presets import family_config
+
+    torch.manual_seed(0)
+    extra = dict(num_key_value_heads=2) if family == "llama" else {}
+    config = family_config(family, vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=4, intermediate_size=64,
+                           max_position_embeddings=CONTEXT, **extra)
+    return LanguageModel(config, heads=("clm",)).eval()
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """(folder, model, tokenizer): the tiny GPT-2 saved with a byte-level BPE trained on a few
+    sentences, as ``lmlab generate`` loads a model folder."""
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    texts = ["the cat sat on the mat", "a dog ran in the park", "the sun is bright"] * 20
+    tokenizer = Tokenizer.train(texts, kind="bpe", vocab_size=300, template="gpt2",
+                                min_frequency=1)
+    model = tiny_decoder("gpt2", len(tokenizer))
+    folder = tmp_path_factory.mktemp("gpt2")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert len(tokenizer.encode(LONG_PROMPT)) == 18
+    return folder, model, tokenizer
+
+
+@pytest.mark.parametrize("prompt,new,names,fix", [
+    (LONG_PROMPT, 3, ("18 tokens", "21 positions", "context of 16"), "--truncate left"),
+    ("the cat sat on the mat", 30, ("6 tokens", "max_new_tokens=30", "context of 16"),
+     "at most 10 new tokens"),
+], ids=["prompt-too-long", "prompt-plus-new-tokens-too-long"])
+def test_generate_refuses_what_the_context_cannot_hold(gpt2, tmp_path, prompt, new, names, fix):
+    """Used to stream part of the text, then die with torch's IndexError in the position
+    table."""
+    for stream in ([], ["--no-stream"]):
+        err = assert_refused(["generate", gpt2[0], prompt, "--max-new-tokens", new, *stream],
+                             tmp_path, names, fix=fix, watched=(gpt2[0],))
+        assert "IndexError" not in err
+
+
+def test_generate_truncate_left_keeps_the_end_of_the_prompt(gpt2, tmp_path):
+    result = run_lmlab("generate", gpt2[0], LONG_PROMPT, "--max-new-tokens", 3,
+                       "--truncate", "left", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "18 tokens" in result.stderr and "kept its last 13" in result.stderr
+    assert result.stdout.startswith(LONG_PROMPT)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_generation_library_checks_the_context(gpt2, family):
+    """``generate`` (token ids) refuses before decoding, learned or rotary positions alike;
+    ``generate_text(truncate="left")`` keeps the prompt's last tokens and warns: its output is
+    the output of the cut prompt."""
+    from lmlab.generation.generate import generate, generate_text
+
+    tokenizer = gpt2[2]
+    model = tiny_decoder(family, len(tokenizer))
+    ids = torch.tensor([tokenizer.encode(LONG_PROMPT)])
+    with pytest.raises(LmlabError, match="18 tokens.*context of 16") as refusal:
+        generate(model, ids, max_new_tokens=3)
+    assert "truncate='left'" in refusal.value.fix
+    left_padded = torch.cat([torch.zeros(1, 4, dtype=torch.long), ids[:, :12]], dim=1)
+    mask = torch.tensor([[0] * 4 + [1] * 12])
+    assert generate(model, left_padded, mask, max_new_tokens=4).shape == (1, 20)  # 12 real + 4
+    with pytest.raises(LmlabError, match="12 tokens"):
+        generate(model, left_padded, mask, max_new_tokens=5)
+    with pytest.warns(UserWarning, match="18 tokens.*kept its last 13"):
+        cut = generate_text(model, tokenizer, LONG_PROMPT, max_new_tokens=3, truncate="left")
+    expected = generate(model, ids[:, -13:], max_new_tokens=3)
+    assert cut == [tokenizer.decode(expected[0, 13:].tolist(), skip_special_tokens=True)]
+    with pytest.raises(LmlabError, match="truncate='right'"):
+        generate_text(model, tokenizer, LONG_PROMPT, truncate="right")
