@@ -112,3 +112,58 @@ def test_generation_library_checks_the_context(gpt2, family):
     assert cut == [tokenizer.decode(expected[0, 13:].tolist(), skip_special_tokens=True)]
     with pytest.raises(LmlabError, match="truncate='right'"):
         generate_text(model, tokenizer, LONG_PROMPT, truncate="right")
+
+
+# -- task files: an empty label, bytes that are not UTF-8 -----------------------------------------
+DEV_CSV = "text,label\nthe cat sleeps by the fire,animal\nthe fern grows in the shade,plant\n"
+
+
+def test_an_empty_label_cell_is_refused_naming_file_and_line(tmp_path):
+    """Used to train a class named "" without a word."""
+    (tmp_path / "train.csv").write_text("text,label\nthe lamb is gentle,animal\n"
+                                        "the rose is red,\nthe oak is tall,plant\n")
+    (tmp_path / "dev.csv").write_text(DEV_CSV)
+    assert_refused(["baseline", "--task", "mine", "--train", "train.csv", "--dev", "dev.csv",
+                    "--out", "b"], tmp_path, ("train.csv, line 3", "label", "is empty"),
+                   fix="give the row its label")
+
+
+@pytest.mark.parametrize("suffix,row", [(".tsv", "a text\t  \n"),
+                                        (".jsonl", '{"text": "a text", "label": ""}\n')])
+def test_library_refuses_an_empty_label_in_every_table_format(tmp_path, suffix, row):
+    from lmlab.tasks.readers import load_table_task
+
+    header = "text\tlabel\n" if suffix == ".tsv" else ""
+    good = "a\tb\n" if suffix == ".tsv" else '{"text": "a", "label": "b"}\n'
+    (tmp_path / f"train{suffix}").write_text(header + good + row)
+    with pytest.raises(LmlabError, match=f"train{suffix}, line {3 if header else 2}: the "
+                                         "label .* is empty"):
+        load_table_task("t", {"train": tmp_path / f"train{suffix}"}, "text", "label")
+
+
+def test_a_gzip_task_file_is_refused_naming_the_byte(tmp_path):
+    """Used to end in a UnicodeDecodeError naming neither the file nor where in it."""
+    import gzip
+
+    (tmp_path / "train.csv").write_bytes(gzip.compress(DEV_CSV.encode()))
+    (tmp_path / "dev.csv").write_text(DEV_CSV)
+    assert_refused(["baseline", "--task", "mine", "--train", "train.csv", "--dev", "dev.csv",
+                    "--out", "b"], tmp_path, ("train.csv: byte 1 (0x8b) is not UTF-8", "gzip"),
+                   fix="zcat train.csv")
+
+
+@pytest.mark.parametrize("task_type,name,text", [
+    ("classification", "dev.jsonl", '{"text": "x", "label": "a"}\n{"text": "caf\xe9", '),
+    ("tagging", "dev.conll", "The DT\ncaf\xe9 NN\n"),
+    ("qa", "dev.json", '{"data": [{"title": "caf\xe9"}]}'),
+])
+def test_every_task_reader_names_file_and_offset_of_a_bad_byte(tmp_path, task_type, name, text):
+    """Latin-1 bytes in a JSON-lines, CoNLL or SQuAD file: the offset is the file's own."""
+    from lmlab.tasks.loader import load_task
+
+    path = tmp_path / name
+    path.write_bytes(text.encode("latin-1"))
+    offset = text.index("\xe9")
+    with pytest.raises(LmlabError, match=rf"{name}: byte {offset} \(0xe9\) is not UTF-8") as info:
+        load_task("mine", train=path, dev=path, task_type=task_type)
+    assert "iconv" in info.value.fix

@@ -126,6 +126,10 @@ def read_table(path: str | os.PathLike, text_column: str, label_column: str | No
                                      "a regression task needs numeric labels") from None
             elif label is not None:
                 label = str(label).strip()
+                if not label:  # it would train a class named ""
+                    raise LmlabError(f"{path}, line {line}: the label (column "
+                                     f"{label_column!r}) is empty",
+                                     "give the row its label, or remove the row")
         example_id = str(row[id_column]) if id_column and id_column in row else f"{path.stem}-{line}"
         examples.append(Example(id=example_id, text=None if text is None else str(text),
                                 text_pair=None if pair is None else str(pair), label=label,
@@ -157,6 +161,24 @@ def check_pair_texts(examples: Sequence[Example], where: str) -> None:
                              "single-text task type")
 
 
+def not_utf8(path: Path) -> LmlabError:
+    """The error for a task file that is not UTF-8 text, naming its first bad byte's offset in
+    the file (a decoder's own offset counts from its chunk), and gzip if the file is that."""
+    from lmlab.data.sources.textfile import iter_file_text
+
+    try:
+        for _ in iter_file_text(path):
+            pass
+        problem = f"{path} is not UTF-8 text"
+    except LmlabError as located:
+        problem = located.problem
+    with open(path, "rb") as handle:
+        gzipped = handle.read(2) == b"\x1f\x8b"
+    return LmlabError(problem + (" (the file is gzip-compressed)" if gzipped else ""),
+                      f"decompress it first, e.g. `zcat {path} > plain{path.suffix}`" if gzipped else
+                      "save it as UTF-8 text (e.g. `iconv -f LATIN1 -t UTF-8`)")
+
+
 def read_splits(files: dict[str, str | os.PathLike],
                 read: Callable[[str | os.PathLike], list[Example]],
                 unit: str = "example") -> dict[str, list[Example]]:
@@ -164,7 +186,10 @@ def read_splits(files: dict[str, str | os.PathLike],
     sentence, question) is an error naming the split and the file."""
     splits = {}
     for split, path in files.items():
-        splits[split] = read(path)
+        try:
+            splits[split] = read(path)
+        except UnicodeDecodeError:
+            raise not_utf8(Path(path)) from None
         if not splits[split]:
             raise LmlabError(f"the {split} file {path} has no {unit}s",
                              f"give a {split} file with at least one {unit}")
