@@ -167,3 +167,46 @@ def test_every_task_reader_names_file_and_offset_of_a_bad_byte(tmp_path, task_ty
     with pytest.raises(LmlabError, match=rf"{name}: byte {offset} \(0xe9\) is not UTF-8") as info:
         load_task("mine", train=path, dev=path, task_type=task_type)
     assert "iconv" in info.value.fix
+
+
+# -- float settings that are not finite ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    from conftest import kjv_shards
+
+    return kjv_shards(tmp_path_factory, train=8, validation=2)
+
+
+@pytest.mark.parametrize("flag,value,names", [
+    ("--lr", "nan", ("lr must be a finite number", "nan")),
+    ("--lr", "inf", ("lr must be a finite number", "inf")),  # used to train to a NaN loss
+    ("--weight-decay", "inf", ("weight_decay", "inf")),
+    ("--clip-norm", "nan", ("clip_norm", "nan")),
+    ("--warmup", "nan", ("--warmup", "nan")),  # used to fail converting NaN to a step count
+    ("--warmup", "inf", ("--warmup", "inf")),
+])
+def test_pretrain_refuses_a_float_setting_that_is_not_finite(shards, tmp_path, flag, value,
+                                                             names):
+    """Used to reach torch's ValueError after the run's tokenizer was written, so that the
+    rerun with a good value was refused until --overwrite: now nothing is written."""
+    assert_refused(["pretrain", "--family", "bert", "--size", "tiny", "--shards", shards,
+                    "--steps", "1", "--out", "run", "--no-cost", "--precision", "fp32", flag,
+                    value], tmp_path, names, watched=(shards,))
+    assert not (tmp_path / "run").exists()
+
+
+def test_training_config_and_checks_refuse_nan_and_inf():
+    from lmlab.training.config import TrainingConfig
+    from lmlab.utils.checks import check_at_least, check_positive
+
+    nan, inf = float("nan"), float("inf")
+    for field, value in (("lr", nan), ("lr", inf), ("weight_decay", nan), ("eps", inf),
+                         ("clip_norm", inf), ("budget_seconds", inf), ("warmup_fraction", nan),
+                         ("min_lr_ratio", nan), ("ratio", nan), ("betas", (0.9, nan)),
+                         ("betas", (0.9, 1.0)), ("eps", -1.0)):
+        with pytest.raises(LmlabError, match=field):
+            TrainingConfig(max_steps=1, **{field: value})
+    for check, value in ((check_positive, inf), (check_positive, nan), (check_at_least, nan)):
+        with pytest.raises(LmlabError, match="--lr must be a finite number"):
+            check(value, *([0, "--lr"] if check is check_at_least else ["--lr"]))
+    TrainingConfig(max_steps=1, betas=(0.0, 0.95), eps=0.0)

@@ -12,6 +12,7 @@ it is chosen for speed, but bf16 *does* change the numbers; its effect is measur
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,8 @@ class TrainingConfig:
 
     def _check_types(self) -> None:
         """Numbers must be numbers: a config file's ``lr: 1e-3`` is text to YAML 1.1 (it wants
-        ``1.0e-3``), and comparing text with a number would fail with a traceback."""
+        ``1.0e-3``), and comparing text with a number would fail with a traceback. They must
+        be finite too: ``nan`` passes every ``<`` check, and ``--lr inf`` trains to NaN."""
         for f in dataclasses.fields(self):
             value, kind = getattr(self, f.name), str(f.type)
             if value is None and "None" in kind:
@@ -86,6 +88,9 @@ class TrainingConfig:
                                              or not isinstance(value, int | float)):
                 raise LmlabError(f"{f.name} must be a number, got {value!r}",
                                  f"write {f.name} as a number (in YAML: 1.0e-3, not 1e-3)")
+            if kind.startswith("float") and not math.isfinite(value):
+                raise LmlabError(f"{f.name} must be a finite number, got {value!r}",
+                                 f"give {f.name} a finite value")
             if kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):
                 raise LmlabError(f"{f.name} must be a whole number, got {value!r}",
                                  f"write {f.name} as a whole number, e.g. 1")
@@ -130,6 +135,11 @@ class TrainingConfig:
             if value is not None and value < minimum:
                 raise LmlabError(f"{name} must be >= {minimum}, got {value!r}",
                                  f"set {name} to {minimum} or more")
+        if not all(0.0 <= beta < 1.0 for beta in self.betas) or len(self.betas) != 2:
+            raise LmlabError(f"betas must be two numbers in [0, 1), got {list(self.betas)}",
+                             "use e.g. [0.9, 0.999]")
+        if self.eps < 0:
+            raise LmlabError(f"eps must be >= 0, got {self.eps}", "use e.g. 1.0e-6")
         if self.weight_decay < 0:
             raise LmlabError(f"weight_decay must be >= 0, got {self.weight_decay}",
                              "use 0 (off) or e.g. 0.01")

@@ -248,8 +248,8 @@ def _parse_counts(hparams: dict[str, Any]) -> dict[str, Any]:
         raise LmlabError(f"cannot read the warmup {warmup!r}",
                          "give optimizer steps (e.g. --warmup 500) or a fraction of the "
                          "run (e.g. --warmup 0.06)") from None
-    if value < 0:
-        raise LmlabError(f"--warmup must be >= 0, got {warmup}", "use e.g. 0.06 or 500")
+    if not 0 <= value < float("inf"):  # nan and inf too
+        raise LmlabError(f"--warmup must be a number >= 0, got {warmup}", "use e.g. 0.06 or 500")
     if 0 < value < 1:
         hparams["warmup_fraction"] = value
     else:

@@ -8,6 +8,7 @@ the same name, so the CLI and the API raise the same error for the same value.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from lmlab.utils.errors import LmlabError
@@ -33,6 +34,9 @@ def _check_number(value: object, option: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise LmlabError(f"{option} must be a number, got {value!r}",
                          f"give {option} a number (in YAML: 1.0e-3, not 1e-3)")
+    if not math.isfinite(value):  # nan passes every comparison
+        raise LmlabError(f"{option} must be a finite number, got {value}",
+                         f"give {option} a finite number")
 
 
 def check_at_least(value: float | None, minimum: float, option: str) -> None:
