@@ -1,11 +1,12 @@
 """Dynamic int8 quantisation (lmlab.compress.quantize, lmlab quantize): the int8 layer against
 torch's own dynamic quantised Linear (same weights rounded the same way, same kernel), its
 error against the bound the rounding allows, a whole model, saving and loading in a fresh
-process, and the refusals."""
+process (also under another CPU's int8 instructions), and the refusals."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -25,9 +26,17 @@ from lmlab.compress.quantize import (
     save_quantized,
 )
 from lmlab.utils.errors import LmlabError
-from tests.conftest import assert_clean_refusal, run_lmlab, save_tiny_bert_folder, tiny_bert
+from tests.conftest import (
+    TESTS_DIR,
+    assert_clean_refusal,
+    run_lmlab,
+    save_tiny_bert_folder,
+    tiny_bert,
+)
 
 ENGINES = [e for e in ("x86", "onednn", "fbgemm") if e in torch.backends.quantized.supported_engines]
+# How a developer makes any x86 CPU compute like an AVX2 one without VNNI (oneDNN and ATen)
+AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 
 
 def _torch_reference(linear: nn.Linear, per_channel: bool) -> nn.Module:
@@ -82,6 +91,9 @@ def _rounding_bound(x: torch.Tensor, linear: nn.Linear, levels: int) -> torch.Te
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_int8_linear_error_within_rounding_bound(engine):
+    """Within the bound of the activation bits the layer uses on this CPU. oneDNN's kernels
+    without VNNI (an AVX2 host, or ONEDNN_MAX_CPU_ISA=AVX2) saturate 16-bit sums of 8-bit
+    activations: errors 5x the bound when it used them regardless."""
     torch.manual_seed(1)
     linear = nn.Linear(64, 32)
     x = torch.randn(5, 64) * 3 + 0.5
@@ -90,6 +102,66 @@ def test_int8_linear_error_within_rounding_bound(engine):
     levels = 127 if layer.reduce_range else 255
     assert (error <= _rounding_bound(x, linear, levels)).all()
     assert error.max() > 0  # it really computed in int8
+
+
+def _int8_products_exact_in_cpuinfo() -> bool | None:
+    """Whether /proc/cpuinfo lists AVX512-VNNI or AMX-INT8 (int8 dot products summed in 32 bits,
+    which oneDNN uses); None where there is no /proc/cpuinfo or it lists only AVX-VNNI."""
+    try:
+        flags = set(open("/proc/cpuinfo").read().split())
+    except OSError:
+        return None
+    return True if flags & {"avx512_vnni", "amx_int8"} else None if "avx_vnni" in flags \
+        else False
+
+
+@pytest.mark.parametrize("save_env,load_env", [({}, AVX2_ENV), (AVX2_ENV, {})],
+                         ids=["saved-here-run-on-avx2", "saved-on-avx2-run-here"])
+def test_onednn_model_saved_under_one_isa_is_right_under_another(tmp_path, save_env, load_env):
+    """A folder quantised with oneDNN by one process loads in another that sees other int8
+    instructions, and every int8 layer there is within the rounding bound of the fp32 layer:
+    the activation bits follow the CPU running the model (7 without VNNI, 8 with), nothing in
+    the folder pins them. The old layer pinned 8 bits to oneDNN: 9x the bound under AVX2."""
+    tiny_bert().save_pretrained(tmp_path / "fp32")  # both processes read the same fp32 weights
+
+    def python(script: str, env: dict[str, str]) -> str:
+        clean = {k: v for k, v in os.environ.items() if k not in AVX2_ENV}
+        result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)],
+                                capture_output=True, text=True, timeout=120,
+                                cwd=os.path.dirname(TESTS_DIR), env={**clean, **env})
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout
+
+    python(f"""
+        import lmlab
+        from lmlab.compress.quantize import quantize_int8, save_quantized
+        model = quantize_int8(lmlab.from_pretrained({str(tmp_path / 'fp32')!r}), "onednn",
+                              "per-tensor")
+        save_quantized(model, {str(tmp_path / 'int8')!r})
+    """, save_env)
+    report = json.loads(python(f"""
+        import json, torch, lmlab
+        from lmlab.compress.quantize import Int8Linear
+        from tests.test_quantize import _rounding_bound
+        fp32, int8 = (lmlab.from_pretrained({str(tmp_path / 'fp32')!r}),
+                      lmlab.from_pretrained({str(tmp_path / 'int8')!r}))
+        torch.manual_seed(1)
+        worst, reduced = 0.0, set()
+        with torch.no_grad():
+            for name, layer in int8.named_modules():
+                if isinstance(layer, Int8Linear):
+                    linear = fp32.get_submodule(name)
+                    x = torch.randn(16, linear.in_features) * 3 + 0.5
+                    bound = _rounding_bound(x, linear, 127 if layer.reduce_range else 255)
+                    worst = max(worst, ((layer(x) - linear(x)).abs() / bound).max().item())
+                    reduced.add(layer.reduce_range)
+        print(json.dumps({{"worst": worst, "reduced": sorted(reduced)}}))
+    """, load_env).splitlines()[-1])
+    assert report["worst"] <= 1, report
+    if load_env:  # oneDNN capped at AVX2 has no VNNI on any CPU: 7-bit activations
+        assert report["reduced"] == [True], report
+    elif _int8_products_exact_in_cpuinfo() is not None:  # 8 bits where the CPU sums them exactly
+        assert report["reduced"] == [not _int8_products_exact_in_cpuinfo()], report
 
 
 def test_quantize_model_every_linear_and_outputs_close():
@@ -118,7 +190,7 @@ def test_runs_under_bf16_autocast():
     x = torch.randn(3, 48).to(torch.bfloat16)
     y = layer(x)
     assert y.dtype == torch.bfloat16
-    assert torch.equal(y, layer(x.float()).to(torch.bfloat16))
+    assert torch.equal(y, layer(x.float()).to(torch.bfloat16))  # exact: one kernel, same input
     model = quantize_int8(tiny_bert().eval())
     ids = torch.randint(5, 30000, (2, 12))
     with torch.no_grad():

@@ -22,12 +22,14 @@ kernels.
 The int8 engine matters at run time, not only when packing, so each :class:`Int8Linear`
 selects its engine around its own call and the process-wide ``torch.backends.quantized.engine``
 is left as the caller set it. Which engine is faster depends on the host (and, measured, on how
-busy it is): see :func:`default_engine`.
+busy it is): see :func:`default_engine`. How many bits the activations get is decided by the
+process that runs the model, not saved: see :func:`full_range_exact`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,13 +72,40 @@ def quantized_engine(engine: str) -> Iterator[None]:
             torch.backends.quantized.engine = previous
 
 
+@functools.cache
+def full_range_exact(engine: str) -> bool:
+    """Whether ``engine``'s int8 products are exact, in this process, with 8-bit activations
+    (the full uint8 range); where not, :class:`Int8Linear` quantises them to 7 bits.
+
+    Without VNNI, x86 int8 kernels add pairs of uint8 x int8 products in 16 bits that saturate
+    at 32767 (vpmaddubsw): 7-bit activations keep every pair below it (127 x 128 x 2), which is
+    why fbgemm, and torch's dynamic Linear, always use 7. oneDNN takes the full range on
+    VNNI/AMX-INT8 (int32 sums) and saturates below them: measured errors of 5x the rounding
+    bound with ``ONEDNN_MAX_CPU_ISA=AVX2``. Which oneDNN ISA is in effect depends on the CPU,
+    that variable (``AVX2_VNNI`` falls back to AVX2 on a CPU with AVX512-VNNI but no AVX-VNNI)
+    and the OS, so rather than parse them this asks the kernel: one product whose every pair
+    (255 x 127, twice) overflows 16 bits, exact in fp32 unless saturated. Asked once per process
+    and engine; x86 and fbgemm keep torch's 7 bits (fbgemm follows ``FBGEMM_ENABLE_INSTRUCTIONS``,
+    not oneDNN's variable)."""
+    if engine != "onednn":
+        return False
+    weight = torch.quantize_per_tensor(torch.full((8, 64), 127.0), 1.0, 0, torch.qint8)
+    x = torch.full((2, 64), 255.0)
+    x[:, 0] = 0  # range [0, 255]: scale 1, zero point 0, so the int32 sums come back as they are
+    with quantized_engine(engine):
+        y = torch.ops.quantized.linear_dynamic(x, torch.ops.quantized.linear_prepack(weight, None),
+                                               False)
+    return torch.equal(y, x @ weight.dequantize().T)
+
+
 class Int8Linear(nn.Module):
     """A linear layer with int8 weights and dynamically quantised int8 activations.
 
     Its state dict holds plain tensors: ``weight_int8`` (out, in) int8, ``weight_scale`` (a
     scalar, or (out,) per channel; float64 as the kernels keep it), ``weight_zero_point``
     (zeros: the weights are symmetric) and ``bias`` (fp32, when the layer has one). Loading
-    them packs the weight for this host's kernels.
+    them packs the weight for this host's kernels. The activations' bits are not part of it:
+    see :attr:`reduce_range`.
     """
 
     def __init__(self, in_features: int, out_features: int, packed: Any, engine: str,
@@ -85,9 +114,12 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.engine, self.granularity, self.has_bias = engine, granularity, has_bias
         self._packed = packed
-        # oneDNN's VNNI/AMX kernels use the full uint8 range; fbgemm's need 7-bit activations
-        # on CPUs without VNNI (its pairwise 16-bit sums would saturate), as torch's module does.
-        self.reduce_range = engine != "onednn"
+
+    @property
+    def reduce_range(self) -> bool:
+        """7-bit activations, unless the engine's kernels are exact with 8 on the CPU running
+        this call (:func:`full_range_exact`): a model quantised on an AMX host is right here."""
+        return not full_range_exact(self.engine)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, engine: str | None = None,
@@ -157,7 +189,8 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.has_bias}, {self.granularity}, engine={self.engine}")
+                f"bias={self.has_bias}, {self.granularity}, engine={self.engine}, "
+                f"{7 if self.reduce_range else 8}-bit activations")
 
 
 def _pack(weight: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor,
@@ -317,7 +350,8 @@ def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,
         "method": METHOD, "format_version": FORMAT_VERSION, "engine": first.engine,
         "granularity": first.granularity, "layers": layers,
         "weights": "int8, symmetric (zero point 0), scale = max|W| / 127.5",
-        "activations": "uint8 (7 bits on x86/fbgemm), per-tensor range computed per call"})
+        "activations": "uint8, per-tensor range computed per call; 8 bits where the running "
+                       "CPU's kernels are exact with them (oneDNN on VNNI/AMX), else 7"})
     save_native(model, path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
@@ -344,7 +378,8 @@ def _not_rebuilt(model: nn.Module, layers: list[str]) -> list[str]:
 def load_quantized(path: str | Path, engine: str | None = None, head: Any = None,
                    dtype: torch.dtype | None = None) -> nn.Module:
     """Load a folder written by :func:`save_quantized`, packing its int8 weights for ``engine``
-    (None: the saved engine where this torch has it, else :func:`default_engine`)."""
+    (None: the saved engine where this torch has it, else :func:`default_engine`). The folder
+    holds no activation width: this process's CPU decides it (:func:`full_range_exact`)."""
     from lmlab.interop.native import read_native_config
     from lmlab.models.model import LanguageModel
     from lmlab.models.seq2seq import EncoderDecoderModel
