@@ -210,3 +210,38 @@ def test_training_config_and_checks_refuse_nan_and_inf():
         with pytest.raises(LmlabError, match="--lr must be a finite number"):
             check(value, *([0, "--lr"] if check is check_at_least else ["--lr"]))
     TrainingConfig(max_steps=1, betas=(0.0, 0.95), eps=0.0)
+
+
+# -- generation options out of range, or sampling options without --sample ----------------------
+@pytest.mark.parametrize("options,names", [
+    (["--temperature", "-1"], ("temperature=-1.0", "positive")),
+    (["--temperature", "-1", "--sample"], ("temperature=-1.0", "positive")),
+    (["--temperature", "nan", "--sample"], ("temperature=nan",)),
+    (["--temperature", "0.7"], ("sampling options (temperature=0.7)", "greedy")),
+    (["--top-k", "5", "--top-p", "0.9"], ("top_k=5, top_p=0.9", "greedy")),
+    (["--repetition-penalty", "inf"], ("repetition_penalty=inf",)),
+    (["--length-penalty", "nan", "--num-beams", "2"], ("length_penalty=nan",)),
+], ids=["temperature-negative", "temperature-negative-sampling", "temperature-nan",
+        "temperature-greedy", "top-k-top-p-greedy", "repetition-penalty-inf",
+        "length-penalty-nan"])
+def test_generate_refuses_bad_or_ignored_sampling_options(gpt2, tmp_path, options, names):
+    """``--temperature -1`` (or 0.7) without ``--sample`` used to be accepted and ignored."""
+    err = assert_refused(["generate", gpt2[0], "the cat", "--max-new-tokens", "3", *options],
+                         tmp_path, names, watched=(gpt2[0],))
+    if "greedy" in names:
+        assert "--sample" in err.split("lmlab: fix:")[1]
+
+
+def test_generation_config_refuses_the_same_in_the_library(gpt2):
+    from lmlab.generation.generate import GenerationConfig, generate_text
+
+    model, tokenizer = gpt2[1], gpt2[2]
+    for options, words in (({"temperature": 0.0, "do_sample": True}, "temperature=0.0"),
+                           ({"temperature": float("inf"), "do_sample": True}, "temperature=inf"),
+                           ({"temperature": 0.5}, "without sampling"),
+                           ({"top_k": 3, "num_beams": 2}, "without sampling")):
+        with pytest.raises(LmlabError, match=words):
+            GenerationConfig(**options).validate()
+        with pytest.raises(LmlabError, match=words):
+            generate_text(model, tokenizer, "the cat", max_new_tokens=2, **options)
+    GenerationConfig(do_sample=True, temperature=0.5, top_k=3, top_p=0.9).validate()

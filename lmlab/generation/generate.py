@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -43,7 +44,9 @@ TokenCallback = Callable[[torch.Tensor], None]
 
 @dataclass
 class GenerationConfig:
-    """How to generate. ``top_k=0`` and ``top_p=1.0`` switch those filters off."""
+    """How to generate. ``top_k=0`` and ``top_p=1.0`` switch those filters off. ``temperature``,
+    ``top_k`` and ``top_p`` shape sampling: set without ``do_sample`` they are refused (greedy
+    decoding would ignore them)."""
 
     max_new_tokens: int = 20
     min_new_tokens: int = 0
@@ -68,16 +71,29 @@ class GenerationConfig:
     def validate(self) -> None:
         if self.max_new_tokens < 1:
             raise LmlabError(f"max_new_tokens={self.max_new_tokens}", "ask for at least 1 token")
-        if self.do_sample and self.temperature <= 0:
-            raise LmlabError(f"temperature={self.temperature} must be positive when sampling",
-                             "use do_sample=False for greedy decoding, or a temperature > 0")
+        if not 0.0 < self.temperature < float("inf"):
+            raise LmlabError(f"temperature={self.temperature} is not a positive finite number",
+                             "use e.g. temperature=0.7 (--temperature 0.7); 1.0 leaves the "
+                             "model's probabilities as they are")
         if not 0.0 < self.top_p <= 1.0:
             raise LmlabError(f"top_p={self.top_p} is outside (0, 1]", "use e.g. top_p=0.9")
         if self.top_k < 0:
             raise LmlabError(f"top_k={self.top_k} is negative", "use 0 (off) or a positive k")
-        if self.repetition_penalty <= 0:
-            raise LmlabError(f"repetition_penalty={self.repetition_penalty} must be positive",
+        ignored = [f"{name}={value}" for name, value, off in (
+            ("temperature", self.temperature, 1.0), ("top_k", self.top_k, 0),
+            ("top_p", self.top_p, 1.0)) if value != off]
+        if ignored and not self.do_sample:  # they would be silently ignored
+            raise LmlabError(f"sampling options ({', '.join(ignored)}) were given without "
+                             "sampling: greedy decoding (do_sample off) ignores them",
+                             "add --sample (do_sample=True) to sample with them, or leave them "
+                             "out for greedy decoding")
+        if not 0.0 < self.repetition_penalty < float("inf"):
+            raise LmlabError(f"repetition_penalty={self.repetition_penalty} is not a positive "
+                             "finite number",
                              "use 1.0 (off) or e.g. 1.2")
+        if not math.isfinite(self.length_penalty):
+            raise LmlabError(f"length_penalty={self.length_penalty} is not a finite number",
+                             "use 1.0 (the default) or e.g. 0.6 for shorter hypotheses")
         if self.no_repeat_ngram_size < 0:
             raise LmlabError(f"no_repeat_ngram_size={self.no_repeat_ngram_size} is negative",
                              "use 0 (off) or an n-gram size such as 3")
