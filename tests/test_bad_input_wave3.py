@@ -245,3 +245,41 @@ def test_generation_config_refuses_the_same_in_the_library(gpt2):
         with pytest.raises(LmlabError, match=words):
             generate_text(model, tokenizer, "the cat", max_new_tokens=2, **options)
     GenerationConfig(do_sample=True, temperature=0.5, top_k=3, top_p=0.9).validate()
+
+
+# -- a config.json that does not belong to its weights ---------------------------------------------
+def _edited_copy(folder: Path, to: Path, **changes) -> Path:
+    """A copy of a Hugging Face folder with ``changes`` made to its config.json."""
+    import json
+    import shutil
+
+    shutil.copytree(folder, to)
+    config = json.loads((to / "config.json").read_text())
+    (to / "config.json").write_text(json.dumps({**config, **changes}))
+    return to
+
+
+def test_a_hidden_size_that_disagrees_with_the_weights_names_the_tensor(tiny_bert_folder,
+                                                                        tmp_path):
+    """hidden_size 30 against weights of width 32 used to read "hidden_size 30 is not
+    divisible by num_attention_heads 4", which sends the user after the head count."""
+    bad = _edited_copy(tiny_bert_folder, tmp_path / "bert", hidden_size=30)
+    err = assert_refused(["embed", bad, "a lamb"], tmp_path,
+                         ("hidden_size 30", "embeddings.word_embeddings.weight",
+                          "30522 x 32", "expected 30522 x 30"), fix="hidden_size 32")
+    assert "divisible" not in err
+
+
+@pytest.mark.parametrize("changes,words", [
+    ({"hidden_size": 48}, "hidden_size 48, but the weights' embeddings.word_embeddings.weight "
+                          "is 30522 x 32"),
+    ({"vocab_size": 30000}, "vocab_size 30000 and hidden_size 32, but .* is 30522 x 32"),
+])
+def test_from_pretrained_checks_the_sizes_before_building(tiny_bert_folder, tmp_path, changes,
+                                                          words):
+    import lmlab
+
+    bad = _edited_copy(tiny_bert_folder, tmp_path / "bert", **changes)
+    with pytest.raises(LmlabError, match=words):
+        lmlab.from_pretrained(bad)
+    assert lmlab.from_pretrained(tiny_bert_folder).config.hidden_size == 32

@@ -10,6 +10,7 @@ arbitrary code.
 from __future__ import annotations
 
 import json
+import warnings
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from lmlab.interop.families import FamilySpec, Rule, expand_rules, get_family
+from lmlab.interop.families import TASK_CLASS_SUFFIX, FamilySpec, Rule, expand_rules, get_family
 from lmlab.interop.safetensors_reader import SafetensorsFile
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.positions import rotary_rows_from_pairs, rotary_rows_to_pairs
@@ -26,6 +27,8 @@ from lmlab.utils.io import atomic_path, atomic_write_json
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt")
+#: the task-head layouts that read every token, where the pooling of a sentence plays no part
+TOKEN_LAYOUTS = ("tokens", "span")
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -40,15 +43,46 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
         return json.load(handle)
 
 
-def load_config(path: str | Path) -> tuple[TransformerConfig, FamilySpec, dict[str, Any]]:
-    """The lmlab config, the family mapping and the raw config.json of a folder."""
+def load_config(path: str | Path, tensors: CheckpointTensors | None = None
+                ) -> tuple[TransformerConfig, FamilySpec, dict[str, Any]]:
+    """The lmlab config, the family mapping and the raw config.json of a folder. Given the
+    folder's ``tensors``, config.json's sizes are first checked against the token embedding
+    table (:func:`check_embedding_table`)."""
     hf = read_hf_config(path)
     model_type = hf.get("model_type")
     if not model_type:
         raise LmlabError(f"{Path(path) / 'config.json'} has no model_type",
                          "add the model_type field (e.g. \"bert\") to config.json")
     family = get_family(model_type)
+    if tensors is not None:
+        check_embedding_table(Path(path), hf, family, tensors)
     return family.config_from_hf(hf), family, hf
+
+
+def check_embedding_table(path: Path, hf: dict[str, Any], family: FamilySpec,
+                          tensors: CheckpointTensors) -> None:
+    """Refuse a config.json whose vocabulary or width contradicts the checkpoint's token
+    embedding table, naming the table, its shape and the config's sizes: before the config's
+    own checks (a wrong hidden size would read "not divisible by the number of heads") and
+    before a model of the wrong size is built."""
+    values = family.read(family.hf_names, hf, f"this {family.model_type} config.json",
+                         **family.hf_defaults)
+    keys = set(tensors.keys())
+    prefix = checkpoint_prefix(family, any(k.startswith(f"{family.base_prefix}.") for k in keys))
+    table = next((prefix + name for rule in family.base_rules(family.config())
+                  if rule.ours_names[0].endswith("word_embeddings.weight")
+                  for name in (rule.theirs, *rule.aliases) if prefix + name in keys), None)
+    if table is None:  # load_weights names what is missing
+        return
+    found = tensors.shape(table)
+    width = "embedding_size" if values.get("embedding_size") else "hidden_size"
+    expected = (values.get("vocab_size"), values.get(width))
+    if len(found) == 2 and found != expected:
+        raise LmlabError(f"{path / 'config.json'} says vocab_size {expected[0]} and {width} "
+                         f"{expected[1]}, but the weights' {table} is {found[0]} x {found[1]} "
+                         f"(expected {expected[0]} x {expected[1]})",
+                         f"use the config.json saved with these weights ({width} {found[1]}, "
+                         f"vocab_size {found[0]})")
 
 
 class CheckpointTensors:
@@ -105,6 +139,12 @@ class CheckpointTensors:
 
     def __contains__(self, name: str) -> bool:
         return name in self._where or name in self._pickled
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """A tensor's shape, read from the file's header (nothing is loaded)."""
+        if name in self._pickled:
+            return tuple(self._pickled[name].shape)
+        return self._where[name].shape(name)
 
     def get(self, name: str) -> torch.Tensor:
         if name in self._pickled:
@@ -278,9 +318,10 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
     path = Path(path)
     if is_native_folder(path):  # lmlab's own format: a config no HF family expresses
         return load_native(path, head=head, dtype=dtype)
-    config, family, hf = load_config(path)
+    read_hf_config(path)  # a folder without config.json is refused before its weights are read
     tensors = CheckpointTensors(path, allow_pickle=allow_pickle)
     try:
+        config, family, hf = load_config(path, tensors)
         if head is None:
             heads: tuple[str, ...] = ()
             for arch in hf.get("architectures") or []:
@@ -298,6 +339,14 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
     finally:
         tensors.close()
     model.tie_weights()
+    pooling = hf.get("lmlab_pooling")
+    if pooling in ("mean", "concat") and any(family.task_heads.get(h) not in (None, *TOKEN_LAYOUTS)
+                                             for h in model.heads):
+        warnings.warn(f"{path} is a transformers folder whose task head reads the "
+                      f"{pooling} pooling (lmlab wrote these before 2026-11); lmlab loads it as "
+                      "trained, but transformers would pool [CLS] instead. Re-save it: "
+                      "lmlab.interop.native.save_model(lmlab.from_pretrained(path), new_folder)",
+                      stacklevel=2)
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
@@ -319,6 +368,7 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     path = Path(path)
     family = get_family(model.config.family)
     _refuse_head_layout(model.config, family)
+    _refuse_task_heads(model, family)
     hf_config = family.config_to_hf(model.config)  # refuses a config transformers cannot express
     path.mkdir(parents=True, exist_ok=True)  # only once the config is known to be writable
     heads = tuple(model.heads.keys())
@@ -387,6 +437,28 @@ def _refuse_head_layout(config: TransformerConfig, family: FamilySpec) -> None:
                          "has no head width (transformers makes heads hidden / heads wide)",
                          "save it in lmlab's own format (lmlab.interop.native.save_model does "
                          "when this refuses)")
+
+
+def _refuse_task_heads(model, family: FamilySpec) -> None:
+    """Refuse task heads that transformers would load as another model without a word: a head
+    of a family that has no such class (GPT-2's sequence classifier reads the last token, not
+    lmlab's pooled vector) and a pooled head on lmlab's own ``mean``/``concat`` pooling (the
+    ``...ForSequenceClassification`` classes pool [CLS]). lmlab's own format keeps both."""
+    pooling = model.config.extra.get("pooling", "family")
+    for head in model.heads:
+        if head not in TASK_CLASS_SUFFIX:
+            continue
+        name = f"{family.architecture_for(()).removesuffix('Model')}{TASK_CLASS_SUFFIX[head]}"
+        if head not in family.task_heads:
+            raise LmlabError(f"lmlab has no transformers class for a {family.display_name} "
+                             f"{head} head (transformers' {name}, where it exists, is another "
+                             "model)", "save it in lmlab's own format (lmlab.interop.native."
+                             "save_model does when this refuses)")
+        if pooling in ("mean", "concat") and family.task_heads[head] not in TOKEN_LAYOUTS:
+            raise LmlabError(f"the {head} head reads the {pooling} pooling of the tokens; "
+                             f"transformers' {name} pools [CLS] and would load the folder as "
+                             "another model", "save it in lmlab's own format (lmlab.interop."
+                             "native.save_model does when this refuses)")
 
 
 def _save_sharded(tensors: dict[str, torch.Tensor], path: Path, max_shard_bytes: int) -> None:
