@@ -7,7 +7,8 @@ Layout of ``out_dir/checkpoints/step-N/``::
     optimizer.pt            optimizer state (torch.save; loaded with weights_only=True)
     rng-rank{R}.pt          torch CPU (+ CUDA) generator states of rank R (dropout masks)
     state.json              step, tokens, elapsed, data-stream position, python/numpy RNG,
-                            metrics so far: everything else, as JSON
+                            metrics so far, why the run stopped (the final checkpoint's
+                            ``stop_reason``): everything else, as JSON
 
 Atomicity: everything is written into ``step-N.tmp/``, each file and the folder are fsynced,
 then the folder is renamed to ``step-N`` (rename is atomic) and the parent fsynced. A folder
@@ -23,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab.training.run_dir import list_checkpoints  # torch-free: resume checks read it
 from lmlab.utils.errors import LmlabError
-
-STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 # -- tensors with shared storage ----------------------------------------------------------------
@@ -150,18 +149,6 @@ def _fsync_tree(path: Path) -> None:
             with open(child, "rb+") as handle:
                 os.fsync(handle.fileno())
     _fsync_dir(path)
-
-
-def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints as (step, folder), oldest first."""
-    if not checkpoints_dir.is_dir():
-        return []
-    found = []
-    for child in checkpoints_dir.iterdir():
-        match = STEP_DIR.match(child.name)
-        if match and child.is_dir() and (child / "state.json").is_file():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
 
 
 def latest_checkpoint(checkpoints_dir: Path) -> Path | None:

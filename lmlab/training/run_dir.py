@@ -8,15 +8,19 @@ and ``speed`` sections) plus a :class:`RunRecord` that the caller (``lmlab.pretr
 Rerunning ``lmlab pretrain`` on an ``--out`` folder continues the run there. That is only
 right when every setting that changes the result is the run's own: the model (family, size,
 ``model_args``, ``init``), the objective and its arguments, the optimiser and schedule, the
-batch, the seed, and the data, which is compared by fingerprint (a hash of the tokenizer's
-vocabulary and of the shards' manifest), not by path. Only the stopping rule may change
-(extending a finished run). Torch-free, so a mismatch is refused before any work.
+batch, the seed, the precision (bf16 rounds differently: the precision the run resolved
+``auto`` to is what must match), and the data, which is compared by fingerprint (a hash of the
+tokenizer's vocabulary and of the shards' manifest), not by path. The stopping rule (steps,
+tokens, time budget) may change once the run has ended (extending a finished run); before, it
+may change only where the learning-rate schedule does not depend on it, since the schedule's
+horizon is built from those limits. Torch-free, so a mismatch is refused before any work.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,11 +30,15 @@ if TYPE_CHECKING:
 
 from dataclasses import dataclass, field
 
+from lmlab.training.schedules import Schedule
 from lmlab.utils.errors import LmlabError
 
-# hparams a resumed run may change: its stopping rule (extending a finished run) and the path of
-# its shards (the shards' fingerprint, not their path, says whether the data is the same)
-RESUMABLE_CHANGES = frozenset({"max_steps", "max_tokens", "budget_seconds", "shards"})
+# the stopping rule: a finished run may be extended; an unfinished one keeps it where the
+# learning-rate schedule's horizon is built from it (:func:`horizon_change`)
+LIMITS = ("max_steps", "max_tokens", "budget_seconds")
+# hparams a resumed run may change: its stopping rule (above) and the path of its shards (the
+# shards' fingerprint, not their path, says whether the data is the same)
+RESUMABLE_CHANGES = frozenset({*LIMITS, "shards"})
 # fingerprints in config.json's ``data`` section (compared only when both runs recorded them)
 FINGERPRINTS = ("tokenizer_fingerprint", "shards_fingerprint", "task_fingerprint")
 
@@ -82,11 +90,60 @@ def shards_fingerprint(manifest: dict[str, Any]) -> str:
 def result_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The settings of a run's ``config.json`` that change its result, as one flat dict: every
     hyperparameter (model, objective and its arguments, optimiser, schedule, batch, seed, ...)
-    except :data:`RESUMABLE_CHANGES`, plus the fingerprints of the tokenizer and the shards."""
+    except :data:`RESUMABLE_CHANGES`, the precision (a speed setting that changes the numbers),
+    and the fingerprints of the tokenizer and the shards."""
     flat = {k: v for k, v in (config.get("hparams") or {}).items() if k not in RESUMABLE_CHANGES}
+    flat["precision"] = (config.get("speed") or {}).get("precision")
     data = config.get("data") or {}
     flat.update({k: data[k] for k in FINGERPRINTS if k in data})
     return json.loads(json.dumps(flat))  # tuples -> lists, as config.json holds them
+
+
+STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints as (step, folder), oldest first."""
+    if not checkpoints_dir.is_dir():
+        return []
+    found = []
+    for child in checkpoints_dir.iterdir():
+        match = STEP_DIR.match(child.name)
+        if match and child.is_dir() and (child / "state.json").is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def has_ended(run_dir: str | os.PathLike, hparams: dict[str, Any]) -> bool:
+    """Whether the run in ``run_dir`` (its ``config.json`` ``hparams``) has ended: its newest
+    checkpoint records a stop reason (the Trainer's final one does), or, for a checkpoint
+    written before stop reasons were, its step, token count or time reached a limit."""
+    found = list_checkpoints(Path(run_dir) / "checkpoints")
+    if not found:
+        return False
+    state = json.loads((found[-1][1] / "state.json").read_text(encoding="utf-8"))
+    if "stop_reason" in state:
+        return bool(state["stop_reason"])
+    reached = (("max_steps", "step"), ("max_tokens", "tokens"), ("budget_seconds", "elapsed"))
+    return any(hparams.get(limit) is not None and state.get(key, 0) >= hparams[limit]
+               for limit, key in reached)
+
+
+def horizon_change(run_dir: str | os.PathLike, saved: dict[str, Any],
+                   now: dict[str, Any]) -> list[str]:
+    """The limits (:data:`LIMITS`) that differ between the run's ``hparams`` (``saved``) and
+    this command's (``now``) where that changes the run's result: the run has not ended, and
+    its schedule depends on the horizon (:func:`estimate_horizon` builds it from the step limit
+    exactly, from a token or time limit by extrapolating the rate so far, so a new budget
+    rescales every later step's LR). Empty when the run has ended (extending it is allowed),
+    or when its schedule ignores the horizon (constant or inverse-sqrt, warmup in steps)."""
+    changed = [k for k in LIMITS if saved.get(k) != now.get(k)]
+    if not changed or has_ended(run_dir, saved):
+        return []
+    shape = ("warmup_steps", "warmup_fraction", "min_lr_ratio", "cut_frac", "ratio")
+    schedule = Schedule(saved.get("schedule", "linear"),
+                        **{k: saved[k] for k in shape if k in saved})
+    return changed if schedule.uses_horizon else []
 
 
 def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any]) -> None:
@@ -94,26 +151,38 @@ def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any]) -> None:
     ``hparams`` and ``data`` sections) when a result-changing setting differs from the run's.
 
     Runs before any work, so a mismatch leaves ``run_dir`` untouched. A setting missing on one
-    side counts as ``None``, except fingerprints, which older runs did not record.
+    side counts as ``None``, except fingerprints, which older runs did not record. A precision
+    of ``"auto"`` is not compared here: the Trainer compares the one it resolves to.
     """
     config_file = Path(run_dir) / "config.json"
     if not config_file.is_file():
         return
     try:
-        saved = result_settings(json.loads(config_file.read_text(encoding="utf-8")))
+        saved_config = json.loads(config_file.read_text(encoding="utf-8"))
+        saved = result_settings(saved_config)
     except (OSError, ValueError) as error:
         raise LmlabError(f"{config_file} cannot be read ({error})",
                          "give a new --out folder, or pass --overwrite to start the run "
                          "over there") from None
     now = result_settings(config)
+    if now["precision"] == "auto":
+        now["precision"] = saved["precision"]
+    saved_hparams, now_hparams = saved_config.get("hparams") or {}, config.get("hparams") or {}
+    limits = horizon_change(run_dir, saved_hparams, now_hparams)
+    for key in limits:
+        saved[key], now[key] = saved_hparams.get(key), now_hparams.get(key)
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key)
                      and not (key in FINGERPRINTS and (key not in saved or key not in now)))
     if changed:
         diff = "; ".join(f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
+        why = (" (it has not reached its end, and its learning-rate schedule is built on its "
+               "limits)" if limits else "")
+        finish = "; to run longer, finish it first, then extend it" if limits else ""
         raise LmlabError(f"{run_dir} holds a run with other settings than this command "
-                         f"({diff})", f"resume with the run's settings (see {config_file}), "
-                         "give a new --out folder, or pass --overwrite to start the run over")
+                         f"({diff}){why}", f"resume with the run's settings (see {config_file})"
+                         f"{finish}, give a new --out folder, or pass --overwrite to start the "
+                         "run over")
 
 
 def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any] | None,

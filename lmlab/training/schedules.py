@@ -35,6 +35,14 @@ class Schedule:
     cut_frac: float = 0.1
     ratio: float = 32.0
 
+    @property
+    def uses_horizon(self) -> bool:
+        """Whether the run's horizon changes any factor: it does for the decaying schedules and
+        a warmup given as a fraction of the run, not for constant or inverse-sqrt ones warmed
+        up over a step count (a resumed run may then change its limits)."""
+        return (self.name not in ("constant", "inverse_sqrt")
+                or (self.warmup_steps is None and self.warmup_fraction > 0))
+
     def warmup(self, horizon: float) -> float:
         """Warmup length in steps (explicit, or a fraction of the horizon)."""
         if self.warmup_steps is not None:

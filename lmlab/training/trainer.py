@@ -180,6 +180,7 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.last_eval: dict[str, float] = {}
         self.last_loss: float | None = None
+        self.stop_reason: str | None = None  # set when the run ends, before its last checkpoint
         self._setup_done = False
         self.step_flops = 0.0  # the last step's FLOPs, where the Trainer counts them
         self._writer: MetricsWriter | None = None  # rank 0's metrics.jsonl, while training
@@ -419,7 +420,8 @@ class Trainer:
         return self.model.state_dict(), self.objective.state_dict(), self.optimizer.state_dict()
 
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoints/step-N`` atomically (all ranks' RNG; the rest from rank 0)."""
+        """Write ``checkpoints/step-N`` atomically (all ranks' RNG; the rest from rank 0); the
+        final one records why the run stopped (a resumed run may then change its limits)."""
         model_state, obj_state, optim_state = self._full_states()  # collective under FSDP
         tmp = self.checkpoints_dir / f"step-{self.step}.tmp"
         if self.dist.is_main:
@@ -437,6 +439,8 @@ class Trainer:
                      "stream": stream_state, "rng": all_rng, "last_eval": self.last_eval,
                      "last_loss": self.last_loss, "world_size": self.dist.world_size,
                      "hooks": [hook.save(tmp) for hook in self.hooks]}
+            if self.stop_reason is not None:
+                state["stop_reason"] = self.stop_reason
             ckpt.write_checkpoint(tmp, model_state, obj_state, optim_state, state)
             final = ckpt.commit(tmp, self.cfg.keep_last)
         barrier(self.dist)
@@ -553,6 +557,7 @@ class Trainer:
         if main:  # what reports read as the run's end (the last train record may be older)
             writer.write({"kind": "end", "step": self.step, "tokens": self.tokens,
                           "elapsed": self.elapsed(), "stop_reason": stop or ""})
+        self.stop_reason = stop
         self.save_checkpoint()
         cost = None
         if tracker is not None:
