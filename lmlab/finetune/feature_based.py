@@ -362,8 +362,10 @@ class FeatureClassifier(nn.Module):
     It answers where a model with a ``sequence-classification`` head is expected (``heads``,
     ``config.extra["num_labels"/"id2label"]``, :func:`lmlab.finetune.heads.task_logits`), so
     ``lmlab evaluate``, ``lmlab.from_pretrained`` and the text-classification pipeline take a
-    feature run like any other. Saved as a Hugging Face folder of the bare encoder (transformers
-    reads it as ``AutoModel``) plus ``feature_head.safetensors`` and ``feature_head.json``.
+    feature run like any other. Saved as the bare encoder's folder (Hugging Face where its family
+    maps it: transformers reads it as ``AutoModel``, and its ``AutoModelFor...`` classes report
+    the classifier as newly initialised; else lmlab's own) plus ``feature_head.safetensors`` and
+    ``feature_head.json``.
     Like :func:`~lmlab.finetune.heads.add_task_head`, it records ``num_labels`` and
     ``id2label`` in the encoder's ``config.extra``.
     """
@@ -403,13 +405,14 @@ class FeatureClassifier(nn.Module):
             return head(features.to(head.classifier.weight.dtype))
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """The encoder's Hugging Face folder plus the head's weights and settings."""
+        """The encoder's folder (Hugging Face where its family maps it, else lmlab's own) plus
+        the head's weights and settings."""
         from safetensors.torch import save_file
 
+        from lmlab.interop.native import save_model
         from lmlab.utils.io import atomic_path, atomic_write_json
 
-        path = Path(path)
-        self.encoder.save_pretrained(path)
+        path, _ = save_model(self.encoder, Path(path))
         head = next(iter(self.heads.values()))
         with atomic_path(path / FEATURE_HEAD_WEIGHTS) as tmp:
             save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()},
