@@ -4,7 +4,9 @@ A pre-norm BERT, a BERT with rotary positions or any other mix of the core's opt
 ``config.json`` that transformers understands. Such a model is written as:
 
 - ``config.json``: the :class:`~lmlab.models.config.TransformerConfig` fields plus
-  ``lmlab_heads`` (the head names, in order) — the key that marks the folder as lmlab's own;
+  ``lmlab_heads`` (the head names, in order) — the key that marks the folder as lmlab's own —
+  and ``"model_type": "lmlab-native"``: transformers refuses a model type it does not know
+  (without one, versions before 5 guessed a class from the folder's name);
 - ``model.safetensors``: lmlab's parameter names, tied tensors once (their aliases in the file's
   metadata, as in training checkpoints).
 
@@ -26,6 +28,8 @@ from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, config_has_key
 
 HEADS_KEY = "lmlab_heads"
+#: the model_type of lmlab's own folders: no transformers class, so transformers refuses them
+MODEL_TYPE = "lmlab-native"
 
 
 def is_native_folder(path: str | Path) -> bool:
@@ -38,6 +42,7 @@ def read_native_config(path: str | Path) -> tuple[TransformerConfig, list[str]]:
     with open(Path(path) / "config.json", encoding="utf-8") as handle:
         values = json.load(handle)
     heads = list(values.pop(HEADS_KEY))
+    values.pop("model_type", None)  # absent from folders saved before 2026-11
     return TransformerConfig.from_dict(values), heads  # id2label's keys read back as ints
 
 
@@ -53,6 +58,7 @@ def save_native(model, path: str | Path) -> Path:
         save_state(model.state_dict(), tmp)
     config = model.config.to_dict()
     config[HEADS_KEY] = list(model.heads.keys())
+    config["model_type"] = MODEL_TYPE
     atomic_write_json(path / "config.json", config)
     return path
 

@@ -59,6 +59,7 @@ def read_recurrent_config(path: str | Path) -> tuple[RecurrentConfig, list[str]]
         values = json.load(handle)
     family = values.pop(FORMAT_KEY)
     heads = list(values.pop(HEADS_KEY, []))
+    values.pop("model_type", None)  # absent from folders saved before 2026-11
     if values.get("family") != family:
         raise LmlabError(f"{path}/config.json names family {values.get('family')!r} but the "
                          f"format key says {family!r}", "the file was edited; re-save the model")
@@ -78,6 +79,7 @@ def save_recurrent(model, path: str | Path) -> Path:
     config = model.config.to_dict()
     config[FORMAT_KEY] = model.config.family
     config[HEADS_KEY] = list(model.heads.keys())
+    config["model_type"] = "lmlab-recurrent"  # no transformers class: transformers refuses it
     atomic_write_json(path / "config.json", config)
     return path
 
