@@ -283,3 +283,33 @@ def test_from_pretrained_checks_the_sizes_before_building(tiny_bert_folder, tmp_
     with pytest.raises(LmlabError, match=words):
         lmlab.from_pretrained(bad)
     assert lmlab.from_pretrained(tiny_bert_folder).config.hidden_size == 32
+
+
+# -- lmlab data build from sources that hold no text ----------------------------------------------
+def test_data_build_from_empty_files_is_refused_before_creating_anything(tmp_path):
+    """Used to leave an empty corpus folder behind."""
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for name in ("a.txt", "b.md"):
+        (texts / name).write_text("")
+    assert_refused(["data", "build", "--sources", "folder:texts", "--exclude-tasks", "none",
+                    "--out", "corpus"], tmp_path,
+                   ("folder:texts", "holds no text", "2 file(s) are empty"))
+    (texts / "a.txt").unlink()
+    (texts / "b.md").rename(texts / "b.csv")  # no .txt or .md file at all
+    assert_refused(["data", "build", "--sources", "folder:texts", "--exclude-tasks", "none",
+                    "--out", "corpus"], tmp_path, ("holds no .txt or .md files",))
+
+
+def test_data_build_that_finds_no_text_leaves_no_folder_behind(tmp_path):
+    """Files of blank lines pass the size check; the build finds the corpus empty and removes
+    the folders it created for it (``--out`` and its new parents): the same paths with the
+    same contents afterwards (the working folder's time moved)."""
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    (texts / "blank.txt").write_text("\n\n   \n")
+    before = disk_snapshot(tmp_path, times=False)
+    result = run_lmlab("data", "build", "--sources", "folder:texts", "--exclude-tasks", "none",
+                       "--out", "runs/corpus", cwd=tmp_path)
+    assert_clean_refusal(result, "the corpus is empty")
+    assert disk_snapshot(tmp_path, times=False) == before

@@ -185,6 +185,7 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
         if hasattr(source, "encoding_errors"):
             source.encoding_errors = encoding_errors
     exclusions = load_exclusions(exclude, exclude_tasks, encoding_errors)
+    new = [folder for folder in (out, *out.parents) if not folder.exists()]  # innermost first
     tmp = _start_build_folder(out)
     try:
         with closing(_CorpusWriter(tmp, seed, validation_fraction)) as writer:
@@ -202,6 +203,9 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
         atomic_write_json(out / "manifest.json", manifest)  # last: the folder is complete
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in new:  # a failed build leaves no folder behind
+            if not any(folder.iterdir()):
+                folder.rmdir()
     return manifest
 
 

@@ -54,10 +54,15 @@ class Source:
         return bool(files) and all(path.exists() for path in files)
 
     def require(self) -> None:
-        """Raise a clear error when the source is not installed."""
+        """Raise a clear error when the source is not installed, or when every file it reads
+        is empty (the corpus would be empty: refused before anything is written)."""
         if not self.is_available():
             raise LmlabError(f"corpus source {self.name!r} is not installed",
                              self.install_hint or "check the path you gave")
+        files = self.files()
+        if files and not any(path.stat().st_size for path in files):
+            raise LmlabError(f"corpus source {self.name!r} holds no text: its {len(files)} "
+                             "file(s) are empty", "put text in them, or leave the source out")
 
     def iter_documents(self) -> Iterator[Document]:
         """Yield the source's documents, sentences split and normalised, in a fixed order."""
