@@ -50,9 +50,11 @@ def test_bert_recipe_learns_and_writes_run(tiny_folder, tmp_path):
     assert result["best_epoch"] == max(history, key=lambda h: h["dev_accuracy"])["epoch"]
     again = evaluate(toy_task(), tmp_path / "run", tmp_path / "eval", ("dev",))
     assert again["dev"] == result["dev"]  # best weights were restored, saved and reloaded
-    hf = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
-    assert hf["architectures"] == ["BertForSequenceClassification"]
-    assert hf["id2label"] == {"0": "animal", "1": "tool"}
+    # mean pooling: lmlab's own format (transformers' classifier would pool [CLS] instead)
+    config = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert config["model_type"] == "lmlab-native"
+    assert config["lmlab_heads"] == ["sequence-classification"]
+    assert config["extra"]["id2label"] == {"0": "animal", "1": "tool"}
     # a task read from a dev file that holds one class only: the model's labels are used
     only_tools = Task("toy", "classification", ["tool"], ["accuracy"],
                       {"dev": [e for e in toy_task().split("dev") if e.label == "tool"]})
