@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 
 import pytest
 
@@ -120,18 +121,113 @@ def assert_close_rounding(actual, expected, *, terms: int = 1, depth: int = 1,
     ``scale`` is the size of the values summed (default: the largest ``|expected|``); the
     tolerance is absolute so that values near zero in a tensor of size ``scale`` are judged by
     the rounding of the sums that made them, not by their own tiny magnitude. ``dtype`` is the
-    precision the computation ran in (default: ``expected``'s, float32 for Python floats)."""
+    precision the computation ran in (default: ``expected``'s, float32 for Python numbers). The
+    two are compared in the wider of their dtypes (Python numbers keep their float64 bits)."""
     import torch
 
-    expected = torch.as_tensor(expected)
-    actual = torch.as_tensor(actual)
+    def tensor(value) -> torch.Tensor:
+        if isinstance(value, float | int | list | tuple):
+            return torch.tensor(value, dtype=torch.float64)
+        return torch.as_tensor(value)
+
+    number = isinstance(expected, float | int | list | tuple)
+    expected, actual = tensor(expected), tensor(actual)
+    if dtype is None and expected.is_floating_point() and not number:
+        dtype = expected.dtype
     if scale is None:
         scale = float(expected.detach().abs().max()) if expected.numel() else 1.0
-    if dtype is None and expected.is_floating_point():
-        dtype = expected.dtype
     atol = rounding_tolerance(dtype, terms=terms, scale=max(scale, 1e-30), depth=depth)
-    torch.testing.assert_close(actual, expected.to(actual.dtype), atol=atol, rtol=0,
+    common = torch.promote_types(actual.dtype, expected.dtype)
+    torch.testing.assert_close(actual.to(common), expected.to(common), atol=atol, rtol=0,
                                msg=msg and (lambda default: f"{default}\n{msg}"))
+
+
+
+# Exact equality. torch.equal on float results holds only for one computation done twice op for
+# op (a copy, an index, a save and load, the same ops on the same inputs and shapes); the same
+# value at another position of a batch, under another batch size or through another kernel is
+# equal only up to rounding, and on some CPUs not bit for bit. So a float torch.equal in a test
+# says why it is one computation, `# exact: <reason>`, on its statement or in the comment lines
+# just above, or it is refused when it runs; integer and bool tensors, and checks that values
+# differ (`not torch.equal`), need no reason. tests/test_numerics_lint.py checks the tolerances
+# of the other float comparisons (`# tol: <reason>` where a tolerance is not a rounding bound).
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REASON_MARKER = re.compile(r"#\s*(exact|tol):\s*\S")
+
+
+@functools.cache
+def call_sites(filename: str) -> dict[tuple[int, int, int, int], tuple[bool, int, int]]:
+    """Every call in a Python file by its position (line, end line, column, end column) -> (is it
+    inside a `not` or a `!=`, the first and last line of its statement, where a marker goes)."""
+    import ast
+    import linecache
+
+    tree = ast.parse("".join(linecache.getlines(filename)))
+    sites = {}
+
+    def visit(node, statement, negated: bool) -> None:
+        if isinstance(node, ast.stmt):
+            statement = node
+        negated = negated or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)) or (
+            isinstance(node, ast.Compare) and all(isinstance(op, ast.NotEq) for op in node.ops))
+        if isinstance(node, ast.Call):  # a compound statement's marker goes on its header
+            last = node.end_lineno if hasattr(statement, "body") else statement.end_lineno
+            key = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
+            sites[key] = (negated, statement.lineno, last)
+        for child in ast.iter_child_nodes(node):
+            visit(child, statement, negated)
+
+    visit(tree, None, False)
+    return sites
+
+
+def has_marker(filename: str, first: int, last: int) -> bool:
+    """Whether a line of ``filename`` from ``first`` to ``last``, or of the comment lines just
+    above ``first``, carries ``# exact:`` or ``# tol:`` with a reason."""
+    import linecache
+
+    while first > 1 and linecache.getline(filename, first - 1).lstrip().startswith("#"):
+        first -= 1
+    return any(REASON_MARKER.search(linecache.getline(filename, line))
+               for line in range(first, last + 1))
+
+
+def check_float_equality(frame) -> None:
+    """Refuse a float torch.equal called from ``frame`` (a test's) unless it checks that values
+    differ or its statement says why both sides are one computation (``# exact: <reason>``)."""
+    filename = frame.f_code.co_filename
+    position = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+    negated, first, last = call_sites(filename).get(position, (False, frame.f_lineno,
+                                                                frame.f_lineno))
+    if not negated and not has_marker(filename, first, last):
+        where = f"{os.path.relpath(filename, os.path.dirname(TESTS_DIR))}:{frame.f_lineno}"
+        raise AssertionError(
+            f"{where}: torch.equal on float tensors asserts bit-for-bit equality, which holds "
+            "only for one computation done twice op for op. If that is so, say why on the "
+            "statement (`# exact: <reason>`); otherwise compare with "
+            "conftest.assert_close_rounding (another batch position, batch size or kernel "
+            "rounds differently on other CPUs).")
+
+
+@pytest.fixture(autouse=True)
+def _float_equality_says_why(monkeypatch):
+    """torch.equal, as the tests call it, refuses an unexplained float comparison (above)."""
+    import sys
+
+    import torch
+
+    equal = torch.equal
+
+    def checked(a, b) -> bool:
+        if any(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+               for t in (a, b)):
+            frame = sys._getframe(1)
+            if os.path.abspath(frame.f_code.co_filename).startswith(TESTS_DIR + os.sep):
+                check_float_equality(frame)
+        return equal(a, b)
+
+    monkeypatch.setattr(torch, "equal", checked)
+    yield
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
