@@ -44,7 +44,16 @@ def register(commands) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads while training (1: the steps are too small to share)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--run", help="a run folder (config, checkpoints, cost report): the same "
+                                 "command again resumes a killed run exactly, or extends one "
+                                 "its --budget stopped (with a larger --budget)")
+    p.add_argument("--budget", help="stop after this much training time (e.g. 10m), over all "
+                                    "sessions of the --run; word2vec's learning rate then "
+                                    "decays over the words the budget allows")
+    p.add_argument("--checkpoint-every", default="1m",
+                   help="with --run: training time between checkpoints (1m; 0: every step)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out if it exists, and start the --run over")
 
     p = commands.command(
         "evaluate", help="word similarity (Spearman) and analogies (accuracy per section)",
@@ -124,10 +133,15 @@ def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from lmlab.utils.checks import check_output_file
+    from lmlab.utils.durations import parse_duration
     from lmlab.utils.errors import LmlabError
 
     config = _train_config(args)
-    check_output_file(args.out, args.overwrite, "--out")
+    from lmlab.training.loop_run import LoopRun, writes  # torch: after the flags' checks
+
+    budget = parse_duration(args.budget) if args.budget is not None else None
+    checkpoint_seconds = parse_duration(args.checkpoint_every)
+    check_output_file(args.out, args.overwrite or writes(args.run, "vectors", args.out), "--out")
     fmt = args.format or ("word2vec-binary" if Path(args.out).suffix == ".bin" else "word2vec")
     from lmlab.vectors.sentences import sentences_from
 
@@ -140,25 +154,41 @@ def _train(args: argparse.Namespace) -> int:
     from lmlab.vectors.keyed import save_vectors
 
     if args.method == "glove":
-        from lmlab.vectors.glove import train_glove
-
-        vectors, summary = train_glove(sentences, config)
+        from lmlab.vectors.glove import loop_hparams, train_glove
+    else:
+        from lmlab.vectors.word2vec import loop_hparams, train_word2vec
+    run = LoopRun(args.run, loop_hparams(config), speed={"threads": config.threads},
+                  budget_seconds=budget, checkpoint_seconds=checkpoint_seconds,
+                  overwrite=args.overwrite, what=f"{args.method} run", option="--run",
+                  outputs={"vectors": str(Path(args.out).resolve())})
+    if args.method == "glove":
+        vectors, summary = train_glove(sentences, config, run=run)
         print(f"GloVe: {summary.vocabulary} words, {summary.corpus_words} corpus words, "
               f"{summary.entries} non-zero co-occurrences; loss per entry "
-              f"{summary.epoch_loss[0]:.4f} -> {summary.epoch_loss[-1]:.4f}; "
-              f"counted in {summary.count_seconds:.1f} s, trained in "
-              f"{summary.train_seconds:.1f} s")
+              f"{_losses(summary.epoch_loss, 4)}; counted in {summary.count_seconds:.1f} s, "
+              f"trained in {summary.train_seconds:.1f} s")
     else:
-        from lmlab.vectors.word2vec import train_word2vec
-
-        vectors, summary = train_word2vec(sentences, config)
+        vectors, summary = train_word2vec(sentences, config, run=run)
         print(f"word2vec {config.architecture}: {summary.vocabulary} words, "
               f"{summary.corpus_words} corpus words x {config.epochs} epochs; loss per example "
-              f"{summary.epoch_loss[0]:.3f} -> {summary.epoch_loss[-1]:.3f}; "
-              f"{summary.words_per_second:,.0f} words/s")
-    save_vectors(vectors, args.out, fmt, overwrite=args.overwrite)
+              f"{_losses(summary.epoch_loss, 3)}; {summary.words_per_second:,.0f} words/s")
+    save_vectors(vectors, args.out, fmt, overwrite=True)  # --out was checked before any work
+    if summary.stop_reason == "budget":
+        print(f"stopped by the --budget of {args.budget}: a larger one on the same --run "
+              "continues the run")
+    print(f"cost of this session: {summary.cost['tokens']:,} "
+          f"{'entries' if args.method == 'glove' else 'words'}, {summary.cost['flops']:.3g} "
+          f"FLOPs, {summary.cost['wall_seconds']:.1f} s"
+          + (f" ({args.run}/cost.md)" if args.run else ""))
     print(f"wrote {vectors} to {args.out} ({fmt})")
     return 0
+
+
+def _losses(epoch_loss: list[float], digits: int) -> str:
+    """The first and the last epoch's loss (none when a budget ended the first epoch)."""
+    if not epoch_loss:
+        return "no epoch finished"
+    return f"{epoch_loss[0]:.{digits}f} -> {epoch_loss[-1]:.{digits}f}"
 
 
 def _evaluate(args: argparse.Namespace) -> int:

@@ -40,7 +40,8 @@ LIMITS = ("max_steps", "max_tokens", "budget_seconds")
 # shards' fingerprint, not their path, says whether the data is the same)
 RESUMABLE_CHANGES = frozenset({*LIMITS, "shards"})
 # fingerprints in config.json's ``data`` section (compared only when both runs recorded them)
-FINGERPRINTS = ("tokenizer_fingerprint", "shards_fingerprint", "task_fingerprint")
+FINGERPRINTS = ("tokenizer_fingerprint", "shards_fingerprint", "task_fingerprint",
+                "corpus_fingerprint")  # the last: word2vec's and GloVe's (training.loop_run)
 
 
 @dataclass
@@ -146,9 +147,11 @@ def horizon_change(run_dir: str | os.PathLike, saved: dict[str, Any],
     return changed if schedule.uses_horizon else []
 
 
-def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any]) -> None:
+def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any],
+                    option: str = "--out") -> None:
     """Refuse to continue the run in ``run_dir`` with ``config`` (laid out as ``config.json``:
-    ``hparams`` and ``data`` sections) when a result-changing setting differs from the run's.
+    ``hparams`` and ``data`` sections) when a result-changing setting differs from the run's;
+    ``option`` names the run folder's flag in the fix.
 
     Runs before any work, so a mismatch leaves ``run_dir`` untouched. A setting missing on one
     side counts as ``None``, except fingerprints, which older runs did not record. A precision
@@ -162,8 +165,8 @@ def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any]) -> None:
         saved = result_settings(saved_config)
     except (OSError, ValueError) as error:
         raise LmlabError(f"{config_file} cannot be read ({error})",
-                         "give a new --out folder, or pass --overwrite to start the run "
-                         "over there") from None
+                         f"give a new {option} folder, or pass --overwrite to start the "
+                         "run over there") from None
     now = result_settings(config)
     if now["precision"] == "auto":
         now["precision"] = saved["precision"]
@@ -181,27 +184,27 @@ def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any]) -> None:
         finish = "; to run longer, finish it first, then extend it" if limits else ""
         raise LmlabError(f"{run_dir} holds a run with other settings than this command "
                          f"({diff}){why}", f"resume with the run's settings (see {config_file})"
-                         f"{finish}, give a new --out folder, or pass --overwrite to start the "
-                         "run over")
+                         f"{finish}, give a new {option} folder, or pass --overwrite to start "
+                         "the run over")
 
 
 def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any] | None,
-                       what: str = "run") -> None:
+                       what: str = "run", option: str = "--out") -> None:
     """Before any work: refuse an ``out`` folder that holds something else, or a run with
     other result-changing settings (:func:`check_resumable`; ``config=None``: the caller
     checks them itself, once it knows them), unless ``overwrite``; with it, a previous run
     there is removed (by one process under torchrun) and started over. ``what`` names the run
-    in the refusal."""
+    and ``option`` its folder's flag in the refusal."""
     from lmlab.utils.checks import check_output_folder
 
     out = Path(out)
     if not (out / "config.json").is_file():
-        check_output_folder(out, overwrite, what)
+        check_output_folder(out, overwrite, what, option=option)
     elif overwrite:
         if int(os.environ.get("RANK", 0)) == 0:
             remove_run(out)
     elif config is not None:
-        check_resumable(out, config)
+        check_resumable(out, config, option)
 
 
 # what a pretraining run writes into its folder (removed when a run is started over)

@@ -109,18 +109,18 @@ def check_output_file(path: str | Path, overwrite: bool, option: str = "--out") 
 
 
 def check_output_folder(path: str | Path, overwrite: bool, what: str,
-                        ignore: tuple[str, ...] = ()) -> None:
+                        ignore: tuple[str, ...] = (), option: str = "--out") -> None:
     """Refuse, before any work, to write ``what`` into a folder that already holds something.
 
     ``ignore`` lists glob patterns of the writer's own leftovers (temporary files of a killed
     run), which do not count. With ``overwrite`` the folder is used as it is: the writer
-    replaces its own files and leaves other files alone.
+    replaces its own files and leaves other files alone. ``option`` names the folder's flag.
     """
     import fnmatch
 
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
-        raise LmlabError(f"--out {folder} is a file, not a folder",
+        raise LmlabError(f"{option} {folder} is a file, not a folder",
                          "give the path of a new (or empty) folder")
     if overwrite or not folder.is_dir():
         return
@@ -129,5 +129,5 @@ def check_output_folder(path: str | Path, overwrite: bool, what: str,
     if held:
         shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
         raise LmlabError(f"{folder} already holds {shown}; the {what} would be written over it",
-                         "choose a new or empty --out folder, or pass --overwrite to replace "
-                         "what is there")
+                         f"choose a new or empty {option} folder, or pass --overwrite to "
+                         "replace what is there")

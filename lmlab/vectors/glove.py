@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -134,7 +135,8 @@ class GloveModel:
 @dataclass
 class GloveSummary:
     """What a run did: vocabulary, non-zero co-occurrences, the mean loss per entry each epoch
-    (the objective J over the number of entries), seconds counting and training."""
+    (the objective J over the number of entries), seconds counting and training; with a run
+    folder, why it stopped and this session's cost report."""
 
     config: dict
     vocabulary: int
@@ -143,22 +145,38 @@ class GloveSummary:
     epoch_loss: list[float]
     count_seconds: float
     train_seconds: float
+    stop_reason: str = "epochs"
+    cost: dict | None = None
 
 
 def train_glove(sentences: Iterable[list[str]], config: GloveConfig | None = None,
                 show_progress: bool = True, vocabulary: Vocabulary | None = None,
-                cooccurrences: Cooccurrences | None = None
+                cooccurrences: Cooccurrences | None = None, run: Any = None
                 ) -> tuple[WordVectors, GloveSummary]:
     """Count co-occurrences in ``sentences`` (a re-iterable of word lists: read once to count
     words unless ``vocabulary`` is given, once for the co-occurrences unless they are given),
-    then fit GloVe. Returns ``W + W~`` as :class:`WordVectors` and a :class:`GloveSummary`."""
+    then fit GloVe. Returns ``W + W~`` as :class:`WordVectors` and a :class:`GloveSummary`.
+
+    ``run`` (a :class:`lmlab.training.loop_run.LoopRun`) gives the loop a run folder: it
+    checkpoints between minibatches and resumes from the newest checkpoint exactly (the
+    parameters, their AdaGrad sums, the epoch's shuffle and the position in it; the counts are
+    recomputed, the same), stops at its time budget (the learning rate is constant, so the
+    budget only ends the run: ``schedule`` ``"constant"`` in the run's settings), and reports
+    the cost."""
     config = config or GloveConfig()
     config.validate()
     with threads_for_training(config.threads):
-        return _train(sentences, config, show_progress, vocabulary, cooccurrences)
+        return _train(sentences, config, show_progress, vocabulary, cooccurrences, run)
 
 
-def _train(sentences, config, show_progress, vocabulary, cooccurrences):
+def loop_hparams(config: GloveConfig) -> dict[str, Any]:
+    """What a run folder records and compares on resume: every setting but ``threads`` (speed),
+    with the learning-rate schedule named (AdaGrad at a constant rate)."""
+    return {**{k: v for k, v in asdict(config).items() if k != "threads"}, "method": "glove",
+            "schedule": "constant"}
+
+
+def _train(sentences, config, show_progress, vocabulary, cooccurrences, run):
     from lmlab.utils.progress import progress
 
     started = time.perf_counter()
@@ -166,7 +184,10 @@ def _train(sentences, config, show_progress, vocabulary, cooccurrences):
         if iter(sentences) is sentences:
             raise LmlabError("the sentences are a one-shot iterator (a generator), read once",
                              "pass a list or a Sentences stream, so they can be read twice")
-        vocabulary = count_words(sentences, config.min_count, config.max_vocab)
+        vocabulary = count_words(sentences, config.min_count, config.max_vocab,
+                                 fingerprint=run is not None and run.keeps_checkpoints)
+    if run is not None:
+        run.check_data(vocabulary.fingerprint)
     if cooccurrences is None:
         cooccurrences = count_cooccurrences(sentences, vocabulary.index(), config.window,
                                             config.buffer_pairs)
@@ -178,22 +199,54 @@ def _train(sentences, config, show_progress, vocabulary, cooccurrences):
     log_x, weight = torch.log(x), weighting(x, config.x_max, config.alpha)
     model = GloveModel(len(vocabulary.words), config.dim, config.seed)
     generator = torch.Generator().manual_seed(config.seed)
-    losses: list[float] = []
-    bar = progress(total=config.epochs * len(x), desc="glove", unit="pair", unit_scale=True) \
-        if show_progress else None
+    # where the loop stands: epoch, next entry of its shuffled order, its summed loss so far,
+    # the finished epochs' mean losses; the shuffle's generator as the epoch began
+    at = {"epoch": 0, "start": 0, "total": 0.0, "losses": []}
+    epoch_rng = generator.get_state()
+    restored = run.resume() if run is not None else None
+    if restored is not None:
+        at, tensors = restored
+        model.words, model.contexts = tensors["words"], tensors["contexts"]
+        model.word_bias, model.context_bias = tensors["word_bias"], tensors["context_bias"]
+        model.sums = [tensors[f"sums.{k}"] for k in range(4)]
+        epoch_rng = tensors["epoch_rng"]
+
+    def snapshot():
+        return at, {"words": model.words, "contexts": model.contexts,
+                    "word_bias": model.word_bias, "context_bias": model.context_bias,
+                    "epoch_rng": epoch_rng, **{f"sums.{k}": s for k, s in enumerate(model.sums)}}
+
+    if run is not None:
+        from lmlab.training.loop_run import LoopModel
+
+        run.start(LoopModel("GloVe", 2 * len(vocabulary.words) * (config.dim + 1),
+                            f"{6 * config.dim:,} FLOPs per co-occurrence entry: 3 x its dot "
+                            "product", "co-occurrence entries (one per update)", "fp64"))
+    bar = progress(total=config.epochs * len(x), desc="glove", unit="pair", unit_scale=True,
+                   initial=at["epoch"] * len(x) + at["start"]) if show_progress else None
     started = time.perf_counter()
-    for _epoch in range(config.epochs):
+    stop = "budget" if run is not None and run.out_of_time() else None
+    while stop is None and at["epoch"] < config.epochs:
+        generator.set_state(epoch_rng)
         order = torch.randperm(len(x), generator=generator)
-        total = 0.0
-        for start in range(0, len(x), config.batch_entries):
-            batch = order[start:start + config.batch_entries]
-            total += model.step(i[batch], j[batch], log_x[batch], weight[batch],
-                                config.learning_rate)
+        while stop is None and at["start"] < len(x):
+            batch = order[at["start"]:at["start"] + config.batch_entries]
+            loss = model.step(i[batch], j[batch], log_x[batch], weight[batch],
+                              config.learning_rate)
+            at.update(start=at["start"] + len(batch), total=at["total"] + loss)
             if bar is not None:
                 bar.update(len(batch))
-        losses.append(total / len(x))
+            if run is not None:
+                stop = run.after_step(len(batch), 6 * config.dim * len(batch), snapshot)
+        if stop is None:
+            at.update(epoch=at["epoch"] + 1, start=0, total=0.0,
+                      losses=at["losses"] + [at["total"] / len(x)])
+            epoch_rng = generator.get_state()
     if bar is not None:
         bar.close()
     summary = GloveSummary(asdict(config), len(vocabulary.words), vocabulary.total, len(x),
-                           losses, count_seconds, time.perf_counter() - started)
+                           at["losses"], count_seconds, time.perf_counter() - started,
+                           stop or "epochs")
+    if run is not None:
+        summary.cost = run.finish(None if stop else snapshot(), stop or "epochs").to_dict()
     return WordVectors(vocabulary.words, model.vectors()), summary

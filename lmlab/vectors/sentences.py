@@ -10,6 +10,7 @@ the start on each pass, holding one sentence at a time, so a corpus larger than 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -102,10 +103,13 @@ def sentences_from(sources: str | Path | Iterable[str | Path], split: str = "tra
 # -- vocabulary --------------------------------------------------------------------------------------
 @dataclass
 class Vocabulary:
-    """Words by descending count (ties in first-seen order) and their counts."""
+    """Words by descending count (ties in first-seen order) and their counts; ``fingerprint``:
+    a hash of the sentences they were counted from, where asked for (a resumed run compares
+    it, so it continues only on the same text)."""
 
     words: list[str]
     counts: np.ndarray  # (V,) int64
+    fingerprint: str | None = None
 
     @property
     def total(self) -> int:
@@ -115,15 +119,19 @@ class Vocabulary:
         return {w: i for i, w in enumerate(self.words)}
 
 
-def count_words(sentences: Iterable[list[str]], min_count: int, max_vocab: int | None = None
-                ) -> Vocabulary:
+def count_words(sentences: Iterable[list[str]], min_count: int, max_vocab: int | None = None,
+                fingerprint: bool = False) -> Vocabulary:
     """One streaming pass: the words seen at least ``min_count`` times, most frequent first,
-    at most ``max_vocab`` of them. Refuses a corpus that leaves fewer than two words."""
+    at most ``max_vocab`` of them (and with ``fingerprint``, a sha256 of every sentence in
+    order). Refuses a corpus that leaves fewer than two words."""
     counter: Counter[str] = Counter()
+    digest = hashlib.sha256() if fingerprint else None
     sentences_seen = 0
     for sentence in sentences:
         counter.update(sentence)
         sentences_seen += 1
+        if digest is not None:
+            digest.update("\x1f".join(sentence).encode() + b"\n")
     kept = [(w, c) for w, c in counter.items() if c >= min_count]
     kept.sort(key=lambda item: -item[1])  # stable: ties keep their first-seen order
     if max_vocab is not None:
@@ -133,7 +141,8 @@ def count_words(sentences: Iterable[list[str]], min_count: int, max_vocab: int |
                          f"({sentences_seen} sentences, {len(counter)} distinct words, "
                          f"{sum(counter.values())} in all)",
                          "give more text, or a lower --min-count")
-    return Vocabulary([w for w, _ in kept], np.array([c for _, c in kept], dtype=np.int64))
+    return Vocabulary([w for w, _ in kept], np.array([c for _, c in kept], dtype=np.int64),
+                      digest.hexdigest() if digest is not None else None)
 
 
 

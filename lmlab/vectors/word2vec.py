@@ -51,9 +51,11 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -215,7 +217,8 @@ class Word2VecTables:
 
 @dataclass
 class Word2VecSummary:
-    """What a run did: vocabulary size, words read, mean loss per example per epoch, speed."""
+    """What a run did: vocabulary size, words read, mean loss per example per epoch, speed;
+    with a run folder, why it stopped and this session's cost report."""
 
     config: dict
     vocabulary: int
@@ -225,15 +228,23 @@ class Word2VecSummary:
     seconds: float
     words_per_second: float
     examples_per_step: int
+    stop_reason: str = "epochs"
+    cost: dict | None = None
 
 
 def train_word2vec(sentences: Iterable[list[str]], config: Word2VecConfig | None = None,
-                   show_progress: bool = True, vocabulary: Vocabulary | None = None
-                   ) -> tuple[WordVectors, Word2VecSummary]:
+                   show_progress: bool = True, vocabulary: Vocabulary | None = None,
+                   run: Any = None) -> tuple[WordVectors, Word2VecSummary]:
     """Train word2vec on ``sentences``, an iterable of word lists read once to count (unless a
     ``vocabulary`` is given) and once per epoch: a :class:`Sentences` stream, a list, or any
     re-iterable object (a generator, read once, is refused). Returns the input vectors as
-    :class:`WordVectors` (most frequent word first) and a :class:`Word2VecSummary`."""
+    :class:`WordVectors` (most frequent word first) and a :class:`Word2VecSummary`.
+
+    ``run`` (a :class:`lmlab.training.loop_run.LoopRun`) gives the loop a run folder: it
+    checkpoints between chunks and resumes from the newest checkpoint exactly (the tables, the
+    random stream and the position in the corpus, skipped to on resumption), stops at its time
+    budget, with the learning rate's decay fitted to the words the budget allows (as the
+    Trainer fits its schedule), and reports the cost."""
     config = config or Word2VecConfig()
     config.validate()
     if iter(sentences) is sentences:
@@ -241,14 +252,24 @@ def train_word2vec(sentences: Iterable[list[str]], config: Word2VecConfig | None
                          "pass a list, a Sentences stream (corpus_sentences, text_sentences), or "
                          "Sentences(generator_function) so each epoch reads them again")
     with threads_for_training(config.threads):
-        return _train(sentences, config, show_progress, vocabulary)
+        return _train(sentences, config, show_progress, vocabulary, run)
 
 
-def _train(sentences, config, show_progress, vocabulary):
+def loop_hparams(config: Word2VecConfig) -> dict[str, Any]:
+    """What a run folder records and compares on resume: every setting but ``threads`` (speed),
+    with the learning-rate schedule named (a linear decay over the run's horizon)."""
+    return {**{k: v for k, v in asdict(config).items() if k != "threads"}, "method": "word2vec",
+            "schedule": "linear"}
+
+
+def _train(sentences, config, show_progress, vocabulary, run):
     from lmlab.utils.progress import progress
 
     if vocabulary is None:
-        vocabulary = count_words(sentences, config.min_count, config.max_vocab)
+        vocabulary = count_words(sentences, config.min_count, config.max_vocab,
+                                 fingerprint=run is not None and run.keeps_checkpoints)
+    if run is not None:
+        run.check_data(vocabulary.fingerprint)
     index = vocabulary.index()
     keep = keep_probabilities(vocabulary.counts, config.sample)
     cdf = noise_distribution(vocabulary.counts, config.ns_exponent)
@@ -256,53 +277,98 @@ def _train(sentences, config, show_progress, vocabulary):
     tables = Word2VecTables(len(vocabulary.words), config.dim, config.seed)
     batch = examples_per_step(vocabulary.counts, keep, cdf, config)
     planned = config.epochs * vocabulary.total
-    done = 0
-    losses: list[float] = []
+    # where the loop stands: epoch, sentences of it read, words read (all epochs, this epoch),
+    # this epoch's summed loss and examples, the finished epochs' mean losses
+    at = {"epoch": 0, "sentences": 0, "done": 0, "read": 0, "loss": 0.0, "examples": 0,
+          "losses": []}
+    restored = run.resume() if run is not None else None
+    if restored is not None:
+        at, tensors = restored
+        rng.bit_generator.state = at.pop("rng")
+        tables.inputs, tables.outputs = tensors["inputs"], tensors["outputs"]
+
+    def snapshot():
+        return ({**at, "rng": rng.bit_generator.state},
+                {"inputs": tables.inputs, "outputs": tables.outputs})
+
+    if run is not None:
+        run.start(_loop_model(config, len(vocabulary.words)))
+    first_done = at["done"]
     bar = progress(total=planned, desc=f"word2vec {config.architecture}", unit="word",
-                   unit_scale=True) if show_progress else None
+                   unit_scale=True, initial=first_done) if show_progress else None
     started = time.perf_counter()
-    for _epoch in range(config.epochs):
-        loss_sum, examples = 0.0, 0
-        read = 0
-        for ids, sentence_of, raw in _chunks(sentences, index, keep, config.chunk_words, rng):
-            progress_from, progress_to = done / planned, (done + raw) / planned
+    stop = "budget" if run is not None and run.out_of_time() else None
+    while stop is None and at["epoch"] < config.epochs:
+        for ids, sentence_of, raw, read_sentences in _chunks(
+                sentences, index, keep, config.chunk_words, rng, at["sentences"]):
+            horizon = run.horizon(at["done"], planned) if run is not None else planned
+            progress_from, progress_to = at["done"] / horizon, (at["done"] + raw) / horizon
             loss, count = _train_chunk(tables, ids, sentence_of, cdf, config, batch, rng,
                                        progress_from, progress_to)
-            loss_sum, examples = loss_sum + loss, examples + count
-            done += raw
-            read += raw
+            at.update(loss=at["loss"] + loss, examples=at["examples"] + count,
+                      done=at["done"] + raw, read=at["read"] + raw, sentences=read_sentences)
             if bar is not None:
                 bar.update(raw)
-        if read == 0:
+            if run is not None:
+                stop = run.after_step(raw, count * flops_per_example(config), snapshot)
+                if stop is not None:
+                    break
+        if stop is not None:
+            break
+        if at["read"] == 0:
             raise LmlabError("the sentences were empty on a second reading",
                              "pass a re-iterable source (see Sentences), not a used-up one")
-        losses.append(loss_sum / max(examples, 1))
+        at.update(epoch=at["epoch"] + 1, sentences=0, read=0, loss=0.0, examples=0,
+                  losses=at["losses"] + [at["loss"] / max(at["examples"], 1)])
     if bar is not None:
         bar.close()
     seconds = time.perf_counter() - started
-    summary = Word2VecSummary(asdict(config), len(vocabulary.words), vocabulary.total, done,
-                              losses, seconds, done / seconds if seconds > 0 else 0.0, batch)
+    words = at["done"] - first_done
+    summary = Word2VecSummary(asdict(config), len(vocabulary.words), vocabulary.total,
+                              at["done"], at["losses"], seconds,
+                              words / seconds if seconds > 0 else 0.0, batch, stop or "epochs")
+    if run is not None:
+        summary.cost = run.finish(None if stop else snapshot(), stop or "epochs").to_dict()
     return WordVectors(vocabulary.words, tables.inputs.numpy()), summary
 
 
+def flops_per_example(config: Word2VecConfig) -> float:
+    """FLOPs of one example, counted as lmlab.cost counts a model's (matmuls only, 2 per
+    multiply-add, training = 3 x forward): the forward is ``1 + negative`` dot products of
+    ``dim`` (the context mean of CBOW is not a matmul)."""
+    return 3 * 2 * config.dim * (1 + config.negative)
+
+
+def _loop_model(config: Word2VecConfig, size: int) -> Any:
+    """The run folder's cost report's description of the two (``size``, dim) tables."""
+    from lmlab.training.loop_run import LoopModel
+
+    return LoopModel(f"word2vec {config.architecture}", 2 * size * config.dim,
+                     f"{flops_per_example(config):,.0f} FLOPs per example: 3 x the "
+                     f"{1 + config.negative} dot products of negative sampling",
+                     "in-vocabulary words read")
+
+
 def _chunks(sentences: Iterable[list[str]], index: dict[str, int], keep: np.ndarray,
-            chunk_words: int, rng: np.random.Generator
-            ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
-    """(word ids kept by subsampling, sentence number of each, in-vocabulary words read) for
-    each run of about ``chunk_words`` in-vocabulary words."""
+            chunk_words: int, rng: np.random.Generator, skip: int = 0
+            ) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
+    """(word ids kept by subsampling, sentence number of each, in-vocabulary words read,
+    sentences read so far) for each run of about ``chunk_words`` in-vocabulary words, after
+    the first ``skip`` sentences (read and passed over: a resumed epoch's done part)."""
     ids: list[int] = []
     numbers: list[int] = []
     raw = 0
-    for number, sentence in enumerate(sentences):
+    number = skip - 1
+    for number, sentence in enumerate(itertools.islice(sentences, skip, None), start=skip):
         known = [index[w] for w in sentence if w in index]
         raw += len(known)
         ids.extend(known)
         numbers.extend([number] * len(known))
         if raw >= chunk_words:
-            yield _subsample(ids, numbers, keep, rng) + (raw,)
+            yield _subsample(ids, numbers, keep, rng) + (raw, number + 1)
             ids, numbers, raw = [], [], 0
     if raw:
-        yield _subsample(ids, numbers, keep, rng) + (raw,)
+        yield _subsample(ids, numbers, keep, rng) + (raw, number + 1)
 
 
 def _subsample(ids: list[int], numbers: list[int], keep: np.ndarray, rng: np.random.Generator
@@ -339,7 +405,7 @@ def _train_chunk(tables: Word2VecTables, ids: np.ndarray, sentence_of: np.ndarra
     span = progress_to - progress_from
     for start in range(0, examples, batch):
         stop = min(start + batch, examples)
-        fraction = progress_from + span * (start / examples)
+        fraction = min(1.0, progress_from + span * (start / examples))  # 1: a budget's end
         lr = config.alpha - (config.alpha - config.min_alpha) * fraction
         if group is None:
             rows = inputs[start:stop]

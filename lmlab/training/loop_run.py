@@ -1,0 +1,237 @@
+"""A run directory for a training loop of its own: the Trainer's guarantees (a time budget,
+exact resume after a kill, a cost report) for loops that do not fit the Trainer.
+
+word2vec (SGD on two embedding tables, its own linear LR decay) and GloVe (AdaGrad on
+co-occurrence entries) update rows in place with ``index_add_``, with no autograd, optimizer or
+batch of token ids: running them as a Trainer objective would mean a different algorithm (and
+losing their parity with gensim and ``glove.c``). They keep their loops and hand each step to a
+:class:`LoopRun`, which does for them what the Trainer does for its own:
+
+- **settings**: ``config.json`` holds the loop's ``hparams`` (and ``speed``), compared on
+  resume by :func:`~lmlab.training.run_dir.check_resumable` before any work, then the data's
+  fingerprint once the loop has read it (:meth:`LoopRun.check_data`); ``overwrite`` starts a
+  run over (:func:`~lmlab.training.run_dir.prepare_run_folder`).
+- **checkpoints**: every ``checkpoint_seconds`` of training (a time, not a step count: the
+  loops' steps last from a millisecond to a second), and at the end with its stop reason,
+  ``checkpoints/step-N/`` holds the loop's tensors (``state.safetensors``) and its position and
+  RNG states (``state.json``), written atomically (:mod:`lmlab.training.checkpoint`). The loop
+  restores them from :meth:`LoopRun.resume`, so a run killed at any moment continues exactly.
+- **budget**: the time trained over all sessions (``elapsed``, kept in the checkpoints) stops
+  the run at ``budget_seconds``; :meth:`LoopRun.horizon` extrapolates the loop's horizon from
+  the rate so far, as the Trainer's schedule does
+  (:func:`~lmlab.training.schedules.estimate_horizon`).
+- **cost**: a :class:`~lmlab.cost.report.CostTracker` counts the FLOPs the loop reports per step
+  (:class:`LoopModel` describes them); ``cost.json`` and ``cost.md`` are this session's.
+
+Without ``out_dir`` there is no folder: the budget and the cost report still work.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmlab.training import checkpoint as ckpt
+from lmlab.training.run_dir import check_resumable, prepare_run_folder
+from lmlab.training.schedules import estimate_horizon
+from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_write_json, atomic_write_text
+
+# what a loop hands over at a checkpoint: (JSON-able position and RNG states, tensors)
+LoopState = tuple[dict[str, Any], dict[str, torch.Tensor]]
+
+
+@dataclass
+class LoopModel:
+    """What the cost report says about a loop's model: its name, parameter count, how its
+    FLOPs are counted and what its "tokens" are (the loop passes each step's FLOPs; this stands
+    in for a model config in :class:`~lmlab.cost.report.CostTracker`)."""
+
+    family: str
+    parameters: int
+    flop_counting: str
+    unit: str  # what the report's "tokens seen" counts: "in-vocabulary words read", ...
+    precision: str = "fp32"  # GloVe's tables are fp64: no measured peak, so no MFU
+
+    def num_parameters(self) -> int:
+        return self.parameters
+
+    def flops_per_token(self, seq_len: int, **_: Any) -> float:
+        return 0.0  # unused: every step passes its own FLOPs
+
+
+class LoopRun:
+    """The run directory ``out_dir`` (or none) of a loop with result-changing ``hparams``.
+
+    Refuses, in the constructor (before any work), a folder that holds something else or a
+    run there with other ``hparams``, unless ``overwrite`` (which starts that run over).
+
+    Args:
+        out_dir: the run folder, or None (no checkpoints, no resume).
+        hparams: the loop's result-changing settings (JSON-able); a ``schedule`` entry says
+            whether the budget shapes them (``"linear"``: a decay over the horizon; a
+            ``"constant"`` one may change its budget mid-run).
+        speed: settings that change only the speed (threads).
+        budget_seconds: stop once the loop has trained this long, over all its sessions.
+        checkpoint_seconds: training time between checkpoints, at most one per step (0: after
+            every step); one is always written at the end. A kill loses at most this much.
+        what: the run's name in refusals ("word2vec run"); ``option`` its folder's flag.
+        cost_settings: ``price_per_hour`` and ``grid_g_per_kwh`` for the cost report.
+        outputs: files the run writes outside its folder (``{"vectors": path}``), recorded in
+            ``config.json`` (:func:`writes` tells whether a resumed run may replace one).
+    """
+
+    def __init__(self, out_dir: str | Path | None, hparams: dict[str, Any], *,
+                 speed: dict[str, Any] | None = None, budget_seconds: float | None = None,
+                 checkpoint_seconds: float = 60.0, overwrite: bool = False, what: str = "run",
+                 option: str = "--out", cost_settings: dict[str, float] | None = None,
+                 outputs: dict[str, str] | None = None):
+        if budget_seconds is not None and not budget_seconds > 0:
+            raise LmlabError(f"the budget must be positive, got {budget_seconds}",
+                             "give a duration such as --budget 10m")
+        if not checkpoint_seconds >= 0:
+            raise LmlabError(f"the time between checkpoints must be >= 0, got "
+                             f"{checkpoint_seconds}", "give a duration such as 1m (or 0)")
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.config: dict[str, Any] = json.loads(json.dumps({
+            "hparams": {**hparams, "budget_seconds": budget_seconds},
+            "speed": dict(speed or {}), "outputs": dict(outputs or {})}))
+        self.budget_seconds = budget_seconds
+        self.checkpoint_seconds = checkpoint_seconds
+        self.cost_settings = dict(cost_settings or {})
+        self.option = option
+        self.step = 0
+        self.elapsed_before = 0.0
+        self._saved_at = 0.0  # elapsed() at the last checkpoint
+        self._session_start: float | None = None
+        self._tracker: Any = None
+        self._model: LoopModel | None = None
+        if self.out_dir is not None:
+            prepare_run_folder(self.out_dir, overwrite, self.config, what, option)
+
+    @property
+    def keeps_checkpoints(self) -> bool:
+        """Whether the run has a folder (else it has a budget and a cost report only)."""
+        return self.out_dir is not None
+
+    @property
+    def checkpoints_dir(self) -> Path | None:
+        """``out_dir/checkpoints`` (None without a folder)."""
+        return self.out_dir / "checkpoints" if self.out_dir is not None else None
+
+    def check_data(self, fingerprint: str | None) -> None:
+        """Record the fingerprint of the data the loop read (its corpus) and refuse, before
+        anything is written, a run in ``out_dir`` that read other data."""
+        if fingerprint is None:
+            return
+        self.config["data"] = {"corpus_fingerprint": fingerprint}
+        if self.out_dir is not None:
+            check_resumable(self.out_dir, self.config, self.option)
+
+    def resume(self) -> LoopState | None:
+        """The newest checkpoint's (state, tensors) to restore the loop from, or None (a new
+        run); sets the step and the time already trained."""
+        path = ckpt.latest_checkpoint(self.checkpoints_dir) if self.out_dir is not None else None
+        if path is None:
+            return None
+        state = ckpt.read_state(path)
+        self.step = int(state["step"])
+        self.elapsed_before = self._saved_at = float(state["elapsed"])
+        print(f"lmlab: resuming from {path} (step {self.step:,})", flush=True)
+        return state["loop"], ckpt.load_state(path / "state.safetensors")
+
+    def start(self, model: LoopModel) -> None:
+        """Write ``config.json``, start the clock and the cost tracker (after :meth:`resume`)."""
+        from lmlab.cost.report import CostTracker
+        from lmlab.utils.host import describe_host
+
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.out_dir / "config.json", {
+                **self.config, "cost": self.cost_settings, "host": describe_host()})
+        self._tracker = CostTracker(model, seq_len=1, measure_peak=False,
+                                    **self.cost_settings).start()
+        self._model = model
+        self._session_start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Seconds the loop has trained, over all its sessions (what the budget bounds)."""
+        return self.elapsed_before + (time.perf_counter() - self._session_start)
+
+    def out_of_time(self) -> bool:
+        """Whether the budget is spent (a resumed run that its budget had stopped)."""
+        return self.budget_seconds is not None and self.elapsed() >= self.budget_seconds
+
+    def horizon(self, done: float, planned: float) -> float:
+        """The loop's horizon in its own units (words, entries): ``planned``, or less where the
+        budget runs out first, extrapolated from the rate so far (``done`` units)."""
+        if self.budget_seconds is None:
+            return planned
+        return estimate_horizon(int(done), 0, self.elapsed(), int(planned), None,
+                                self.budget_seconds)
+
+    def after_step(self, units: int, flops: float, state: Callable[[], LoopState]) -> str | None:
+        """Count one step (``units`` words or entries, ``flops``); checkpoint once
+        ``checkpoint_seconds`` have passed since the last one; returns ``"budget"`` (after a
+        final checkpoint) once the budget is spent, else None. ``state`` builds what a
+        checkpoint holds, when one is due."""
+        self.step += 1
+        self._tracker.add_tokens(units, flops=flops)
+        if self.out_of_time():
+            self.save(state(), "budget")
+            return "budget"
+        if self.elapsed() - self._saved_at >= self.checkpoint_seconds:
+            self.save(state())
+        return None
+
+    def save(self, loop_state: LoopState, stop_reason: str | None = None) -> None:
+        """Write ``checkpoints/step-N`` atomically (the final one with its ``stop_reason``)."""
+        if self.out_dir is None:
+            return
+        state, tensors = loop_state
+        tmp = ckpt.staging_dir(self.checkpoints_dir, self.step)
+        ckpt.save_state(tensors, tmp / "state.safetensors")
+        record = {"step": self.step, "elapsed": self.elapsed(), "loop": state}
+        if stop_reason is not None:
+            record["stop_reason"] = stop_reason
+        (tmp / "state.json").write_text(json.dumps(record, sort_keys=True) + "\n",
+                                        encoding="utf-8")
+        ckpt.commit(tmp, keep_last=1)
+        self._saved_at = record["elapsed"]
+
+    def finish(self, loop_state: LoopState | None, stop_reason: str) -> Any:
+        """The run's end: a final checkpoint recording ``stop_reason`` (``loop_state`` None: it
+        was written already), then the cost report of this session, written as ``cost.json``
+        and ``cost.md``. Returns the :class:`~lmlab.cost.report.CostReport`."""
+        if loop_state is not None:
+            self.save(loop_state, stop_reason)
+        self._tracker.stop()
+        report = self._tracker.report()
+        report.notes.append(f"Tokens seen here are {self._model.unit}; MFU is shown where this "
+                            "host's peak was measured before (lmlab cost peak).")
+        if self._model.precision != "fp32":  # the tracker measured against the fp32 peak
+            report.precision, report.mfu, report.peak_flops_per_s = self._model.precision, None, None
+            report.peak_label = f"no {self._model.precision} peak is measured"
+        if self.out_dir is not None:
+            atomic_write_json(self.out_dir / "cost.json", report.to_dict())
+            atomic_write_text(self.out_dir / "cost.md", report.to_markdown() + "\n")
+        return report
+
+
+def writes(out_dir: str | Path | None, name: str, path: str | Path) -> bool:
+    """Whether the run in ``out_dir`` has a checkpoint and records ``path`` as its output
+    ``name``: resuming it may then replace that file (it wrote it, e.g. when its budget ran
+    out) without ``--overwrite``."""
+    if out_dir is None or ckpt.latest_checkpoint(Path(out_dir) / "checkpoints") is None:
+        return False
+    try:
+        config = json.loads((Path(out_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (config.get("outputs") or {}).get(name) == str(Path(path).resolve())
