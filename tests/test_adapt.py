@@ -211,7 +211,7 @@ def test_adapters_load_in_a_fresh_process(tmp_path):
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=120)
     got = load_file(str(tmp_path / "got.safetensors"))
     for method in METHODS:
-        assert torch.equal(got[method], outputs[method]), method  # same weights, same ops
+        assert torch.equal(got[method], outputs[method]), method  # exact: same weights, same ops
 
 
 def test_a_pooler_the_head_added_travels_with_the_adapter(tmp_path):
@@ -231,7 +231,7 @@ def test_a_pooler_the_head_added_travels_with_the_adapter(tmp_path):
     save_adapter(model, tmp_path / "adapter", base_model=tmp_path / "base")
     expected = model.eval()(**_batch()).logits
     torch.manual_seed(1)  # another fresh pooler, were it initialised again
-    assert torch.equal(load_adapter(tmp_path / "adapter")(**_batch()).logits, expected)
+    assert torch.equal(load_adapter(tmp_path / "adapter")(**_batch()).logits, expected)  # exact: the same weights and ops
 
     with_pooler = LanguageModel(get_family("bert").config(**SIZES), with_pooler=True)
     with_pooler.save_pretrained(tmp_path / "pooled")
@@ -242,7 +242,7 @@ def test_a_pooler_the_head_added_travels_with_the_adapter(tmp_path):
     assert not any(k.startswith("pooler.") for k in load_file(
         str(tmp_path / "small" / "adapter.safetensors")))
     assert torch.equal(load_adapter(tmp_path / "small")(**_batch()).logits,
-                       model.eval()(**_batch()).logits)
+                       model.eval()(**_batch()).logits)  # exact: the same weights and ops
 
 
 def test_an_adapter_on_a_short_named_base_reloads(tmp_path, minilm_dir):

@@ -68,7 +68,7 @@ def test_eval_mode_is_torch_lstm_stack_on_the_same_weights():
         out = model(ids, output_hidden_states=True)
         embedding, layers = reference_stack(model)
         x = embedding(ids)
-        assert torch.equal(out.hidden_states[0], x)
+        assert torch.equal(out.hidden_states[0], x)  # exact: a lookup of the same table
         for index, ref in enumerate(layers):
             expected = ref(x)[0]
             assert_close_rounding(out.hidden_states[index + 1], expected, terms=x.shape[-1],
@@ -89,7 +89,7 @@ def test_weight_drop_masks_w_hh_in_training_only():
     layer.train()
     first, second = layer(x)[0], layer(x)[0]
     assert not torch.allclose(first, second)  # a fresh mask each forward pass
-    assert torch.equal(layer.lstm.weight_hh_l0, raw)  # the raw matrix is never overwritten
+    assert torch.equal(layer.lstm.weight_hh_l0, raw)  # exact: the raw matrix is never overwritten
     first.sum().backward()
     grad = layer.lstm.weight_hh_l0.grad
     dropped = (grad == 0).float().mean().item()
@@ -97,7 +97,7 @@ def test_weight_drop_masks_w_hh_in_training_only():
     assert (layer.lstm.weight_ih_l0.grad != 0).float().mean() > 0.9  # W_ih is not dropped
     layer.eval()
     with torch.no_grad():
-        assert torch.equal(layer(x)[0], layer.lstm(x)[0])
+        assert torch.equal(layer(x)[0], layer.lstm(x)[0])  # exact: eval: the layer calls its nn.LSTM
 
 
 def test_embedding_dropout_drops_whole_words_and_locked_dropout_is_shared_over_time():
@@ -111,11 +111,11 @@ def test_embedding_dropout_drops_whole_words_and_locked_dropout_is_shared_over_t
         assert rows.all() or not rows.any()  # every occurrence of a word dropped, or none
     kept = ~zero
     assert_close_rounding(dropped[kept], 2.0 * embedding(ids)[kept])  # scaled by 1/(1-p)
-    assert torch.equal(embedding_dropout(embedding, ids, 0.5, training=False), embedding(ids))
+    assert torch.equal(embedding_dropout(embedding, ids, 0.5, training=False), embedding(ids))  # exact: no dropout, the same lookup
     locked = LockedDropout(0.5).train()
     out = locked(torch.ones(3, 7, 10))
-    assert torch.equal(out, out[:, :1].expand_as(out))  # one mask per sequence, every step
-    assert torch.equal(locked.eval()(torch.ones(3, 7, 10)), torch.ones(3, 7, 10))
+    assert torch.equal(out, out[:, :1].expand_as(out))  # exact: 0 or 2; one mask per sequence, every step
+    assert torch.equal(locked.eval()(torch.ones(3, 7, 10)), torch.ones(3, 7, 10))  # exact: identity in eval
 
 
 def test_training_mode_is_stochastic_and_eval_mode_deterministic():
@@ -125,7 +125,7 @@ def test_training_mode_is_stochastic_and_eval_mode_deterministic():
     assert not torch.equal(model(ids).logits, model(ids).logits)
     model.eval()
     with torch.no_grad():
-        assert torch.equal(model(ids).logits, model(ids).logits)
+        assert torch.equal(model(ids).logits, model(ids).logits)  # exact: the same call twice
 
 
 def test_tied_weights_share_one_matrix_and_gradient():
@@ -179,7 +179,7 @@ def test_save_and_reload_in_a_fresh_process_gives_the_same_logits(tmp_path):
     assert_close_rounding(reloaded, expected, terms=32, depth=8)
     again = load_recurrent(folder)
     with torch.no_grad():
-        assert torch.equal(again(ids).logits, expected)  # same process: bit for bit
+        assert torch.equal(again(ids).logits, expected)  # exact: same process: bit for bit
 
 
 def test_folder_of_the_wrong_family_is_refused(tmp_path):

@@ -22,7 +22,7 @@ def test_tied_weights_saved_once_and_retied(tmp_path):
     ckpt.load_module(other, tmp_path / "m.safetensors")
     assert other.heads["mlm"].decoder.weight is other.transformer.embeddings.word_embeddings.weight
     for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
-        assert torch.equal(a, b), name
+        assert torch.equal(a, b), name  # exact: saved and loaded
 
 
 def test_commit_is_atomic_and_keeps_last(tmp_path):

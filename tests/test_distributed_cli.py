@@ -238,13 +238,13 @@ def test_resumed_run_equals_the_uninterrupted_one(distributed, resumed):
     for path in ("model/model.safetensors", f"checkpoints/step-{STEPS}/model.safetensors"):
         got, expected = load_state(out / path), load_state(uninterrupted / path)
         assert got.keys() == expected.keys()
-        assert all(torch.equal(got[k], expected[k]) for k in expected), f"{strategy}: {path}"
+        assert all(torch.equal(got[k], expected[k]) for k in expected), f"{strategy}: {path}"  # exact: resumed
     got = load_optimizer_state(out / "checkpoints" / f"step-{STEPS}")
     expected = load_optimizer_state(uninterrupted / "checkpoints" / f"step-{STEPS}")
     assert got["state"].keys() == expected["state"].keys()
     for index, moments in expected["state"].items():
         for name, value in moments.items():
-            assert torch.equal(got["state"][index][name], value), (strategy, index, name)
+            assert torch.equal(got["state"][index][name], value), (strategy, index, name)  # exact: a resumed run repeats the run's ops
 
 
 LATE_RANK = """

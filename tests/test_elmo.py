@@ -96,7 +96,7 @@ def test_bilstm_is_torch_bidirectional_lstm_with_residual_on_padded_rows():
     with torch.no_grad():
         states = model(ids, attention_mask=mask, output_hidden_states=True).hidden_states
         tokens = model.token_encoder(ids)
-        assert torch.equal(states[0], torch.cat([tokens, tokens], -1))
+        assert torch.equal(states[0], torch.cat([tokens, tokens], -1))  # exact: the same tensor twice
         first = run(_bidirectional_reference(model, 0), tokens)  # (B, T, 2P)
         second = _bidirectional_reference(model, 1)
         forward_in, backward_in = first[..., :half], first[..., half:]
@@ -117,8 +117,8 @@ def test_directions_read_only_their_side():
     with torch.no_grad():
         a, b = model(ids).last_hidden_state[0], model(changed).last_hidden_state[0]
     half = a.shape[-1] // 2
-    assert torch.equal(a[:5, :half], b[:5, :half]) and not torch.equal(a[5:, :half], b[5:, :half])
-    assert torch.equal(a[6:, half:], b[6:, half:]) and not torch.equal(a[:6, half:], b[:6, half:])
+    assert torch.equal(a[:5, :half], b[:5, :half]) and not torch.equal(a[5:, :half], b[5:, :half])  # exact: same rows, same inputs
+    assert torch.equal(a[6:, half:], b[6:, half:]) and not torch.equal(a[:6, half:], b[:6, half:])  # exact: same rows, same inputs
 
 
 def test_bilm_loss_shares_the_softmax_and_averages_the_directions():

@@ -29,8 +29,8 @@ def test_strategies_shapes(minilm):
         hs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                    output_hidden_states=True).hidden_states
     assert len(hs) == 7
-    assert torch.equal(combine_layers(hs, "last"), hs[-1])
-    assert torch.equal(combine_layers(hs, 0), hs[0])
+    assert torch.equal(combine_layers(hs, "last"), hs[-1])  # exact: the layer itself
+    assert torch.equal(combine_layers(hs, 0), hs[0])  # exact: the layer itself
     # Same sums in other orders (a reduction over a stack, chained adds): rounding of 4 and of
     # 7 terms of the layers' size; a missing or extra layer differs by a whole hidden state.
     size = float(torch.stack(hs).abs().max())
@@ -79,9 +79,9 @@ def test_word_vectors_pool_pieces(minilm):
     assert words == ["Snuffleupagus", "?"]
     positions = [i for i, w in enumerate(encoded.word_ids) if w == 0]
     # The same rows and the same mean, op for op: exactly equal.
-    assert torch.equal(first[0], encoded.vectors[positions[0]])
-    assert torch.equal(last[0], encoded.vectors[positions[-1]])
-    assert torch.equal(mean[0], encoded.vectors[positions].mean(0))
+    assert torch.equal(first[0], encoded.vectors[positions[0]])  # exact: the same rows and mean, op for op
+    assert torch.equal(last[0], encoded.vectors[positions[-1]])  # exact: the same rows and mean, op for op
+    assert torch.equal(mean[0], encoded.vectors[positions].mean(0))  # exact: the same rows and mean, op for op
 
 
 def test_contextual_neighbours_separate_senses(minilm):
@@ -96,7 +96,7 @@ def test_contextual_neighbours_separate_senses(minilm):
     assert vase != dawn
     assert any("Day" in s or "Morning" in s for s in dawn)
     static = StaticWordVectors(model, tok)
-    assert torch.equal(static.vector("broke"), static.vector("broke"))
+    assert torch.equal(static.vector("broke"), static.vector("broke"))  # exact: the same call twice
     assert len(static.nearest_words("broke", k=3)) == 3
     with pytest.raises(LmlabError, match="does not contain"):
         index.query("Nothing here.")

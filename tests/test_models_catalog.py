@@ -92,7 +92,7 @@ def test_python_api_accepts_short_names(minilm_dir):
     with torch.no_grad():
         ours = model(input_ids=batch["input_ids"]).last_hidden_state
         theirs = reference(input_ids=batch["input_ids"]).last_hidden_state
-    assert torch.equal(ours, theirs)
+    assert torch.equal(ours, theirs)  # exact: one checkpoint, two names
     embed = lmlab.pipeline("feature-extraction", model="minilm")
     vectors = embed(["The vase broke.", "Dawn broke."], pooling="mean", normalize=True)
     assert tuple(torch.as_tensor(vectors).shape) == (2, 384)

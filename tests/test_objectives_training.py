@@ -123,7 +123,7 @@ def test_sbo_head_reads_span_boundaries(special):
     changed = hidden.clone()
     changed[0, free] += 5.0
     again = head(changed, positions, batch["sbo_left"], batch["sbo_right"], batch["sbo_offset"])
-    assert torch.equal(logits, again)  # the same gathered inputs, op for op
+    assert torch.equal(logits, again)  # exact: the same gathered inputs, op for op
     assert boundary
 
 

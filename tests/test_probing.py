@@ -44,7 +44,7 @@ def test_control_labels_are_per_type_deterministic_and_follow_the_label_distribu
     assert all(len(found) == 1 for found in by_type.values())  # one label per type
     assert control == control_labels(types, labels, seed=0, salt="pos")  # deterministic
     nouns = sum(found == {"NOUN"} for found in by_type.values()) / len(by_type)
-    assert abs(nouns - 0.8) < 0.04  # drawn from the task's distribution (3 sigma: 0.022)
+    assert abs(nouns - 0.8) < 0.04  # tol: sampling, 3 sd = 0.022; drawn from the task's distribution
     other = control_labels(types, labels, seed=1, salt="pos")
     assert other != control  # another seed draws again
 
@@ -76,7 +76,7 @@ def test_probes_learn_a_separable_task_and_fail_a_random_one(kind):
     weights = cumulative[-1].weights
     assert sum(weights) == pytest.approx(1.0) and int(np.argmax(weights)) == 2
     assert cumulative[1].weights[2:] == [0.0, 0.0]  # the mix of layers 0..1 sees no more
-    assert expected_layer([c.test for c in cumulative]) == pytest.approx(2.0, abs=0.15)
+    assert expected_layer([c.test for c in cumulative]) == pytest.approx(2.0, abs=0.15)  # tol: trained probes' accuracies
     full, = train_probes(x, y, 4, kind, mixes=True, cumulative=False)  # the full mix alone
     assert full.test > 0.95 and int(np.argmax(full.weights)) == 2
     x, y = _synthetic(informative=2, random_labels=True)

@@ -43,7 +43,7 @@ def test_init_from_an_unfinished_recurrent_run_starts_from_its_latest_checkpoint
     assert model.config.family == family and list(model.heads) == [OBJECTIVE[family]]
     assert sorted(ours) == sorted(saved)
     for name, tensor in saved.items():
-        assert torch.equal(ours[name], tensor), name
+        assert torch.equal(ours[name], tensor), name  # exact: copied
     if family == "awd-lstm":  # the tied decoder is the embedding matrix again
         assert model.heads["clm"].decoder.weight is model.embeddings.weight
     capsys.readouterr()

@@ -44,9 +44,9 @@ def test_an_old_folder_without_the_softmax_bias_loads_with_a_zero_bias(family, t
         model.heads[head].decoder.bias.fill_(0.5)  # anything a random fill would give
     loaded = load_recurrent(tmp_path / "old")
     bias = loaded.heads[head].decoder.bias
-    assert torch.equal(bias, torch.zeros_like(bias))
+    assert torch.equal(bias, torch.zeros_like(bias))  # exact: zeros
     assert torch.equal(loaded.state_dict()[f"heads.{head}.decoder.weight"],
-                       model.state_dict()[f"heads.{head}.decoder.weight"])
+                       model.state_dict()[f"heads.{head}.decoder.weight"])  # exact: loaded as saved
     assert json.loads((tmp_path / "old" / "config.json").read_text())["family"] == family
 
 
@@ -76,7 +76,7 @@ def test_init_from_an_old_unfinished_run_without_the_softmax_bias(tmp_path_facto
     drop_bias(weights, "clm")
     model = load_init(run, 30522)
     bias = model.heads["clm"].decoder.bias
-    assert torch.equal(bias, torch.zeros_like(bias))
+    assert torch.equal(bias, torch.zeros_like(bias))  # exact: zeros
 
 
 def test_resuming_a_run_from_before_the_bias_names_the_way_out():

@@ -67,7 +67,7 @@ def test_noise_mask_statistics_on_512_token_windows():
         first_noise.append(mask[0])
         assert mask.sum() == round(512 * 0.15) == 77  # T5 fixes the count, not just the rate
         assert len(starts) == round(77 / 3)
-    assert np.mean(densities) == pytest.approx(0.15, abs=0.001)
+    assert np.mean(densities) == pytest.approx(0.15, abs=0.001)  # tol: 77 / 512 = 0.1504
     assert np.mean(span_lengths) == pytest.approx(77 / 26, abs=1e-9)  # mean 3 by construction
     assert min(span_lengths) >= 1 and max(span_lengths) > 3  # random lengths, not all 3
     assert not any(first_noise)  # T5's mask starts with a non-noise span
@@ -120,8 +120,8 @@ def test_every_objective_of_the_study_keeps_its_invariant():
         assert examples[name].targets.tolist() == original, name  # full reconstruction
     bert = examples["bert_style"].inputs
     changed = bert != window
-    assert changed.mean() == pytest.approx(0.15, abs=0.05)
-    assert (bert[changed] == mask_id).mean() == pytest.approx(0.9, abs=0.1)
+    assert changed.mean() == pytest.approx(0.15, abs=0.05)  # tol: sampling, one window
+    assert (bert[changed] == mask_id).mean() == pytest.approx(0.9, abs=0.1)  # tol: sampling, one window
     mass = examples["mass_style"].inputs
     assert (mass[mass != window] == mask_id).all() and (mass != window).any()
     assert sorted(examples["deshuffling"].inputs.tolist()) == sorted(original)
@@ -154,4 +154,4 @@ def test_replace_spans_merges_iid_noise_runs_into_sentinels():
             assert _refill(example.inputs, example.targets) == window.tolist()
             refilled += 1
     assert refilled >= 10
-    assert noise / (20 * 512) == pytest.approx(0.15, abs=0.02)
+    assert noise / (20 * 512) == pytest.approx(0.15, abs=0.02)  # tol: sampling, 20 windows
