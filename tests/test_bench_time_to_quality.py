@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import assert_close_rounding
 
 from lmlab.data.pretraining import InMemoryTokenSource, PretrainingStream
 from lmlab.objectives import SpecialTokens, build_objective
@@ -126,7 +127,8 @@ def test_reference_eval_is_the_mean_over_masked_positions():
                             .logits.reshape(-1, VOCAB) for b in batches])
         labels = torch.cat([b["labels"].reshape(-1) for b in batches])
         expected = float(torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100))
-    assert got == pytest.approx(expected, rel=1e-5)
+    # the same logits, reduced per batch then weighted vs at once: log-sum-exp over VOCAB
+    assert_close_rounding(got, expected, terms=VOCAB, depth=2, scale=expected)
 
 
 def test_reference_features_mask_only_text_tokens_of_the_given_windows():
@@ -173,7 +175,7 @@ def test_end_to_end_on_the_demo_shards(tmp_path):
         assert all(math.isfinite(loss) for _, loss in curve)
         assert result[side]["tokens"] > 0
     assert result["ours"]["curve"][0][1] == pytest.approx(result["reference"]["curve"][0][1],
-                                                          abs=0.5)  # both start near ln(V)
+                                                          abs=0.5)  # tol: two random inits; both start near ln(V)
     assert (out / "time_to_quality.png").stat().st_size > 1000
 
 

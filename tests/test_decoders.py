@@ -163,13 +163,13 @@ def test_presets():
     small = preset("gpt2", "small")
     assert (small.num_hidden_layers, small.hidden_size, small.vocab_size) == (12, 768, 50257)
     # GPT-2 small has 124M parameters with its tied head.
-    assert abs(small.num_parameters() - 124_439_808) < 1000
+    assert abs(small.num_parameters() - 124_439_808) < 1000  # tol: an integer count
     cpu = preset("gpt2", "6x384")
     assert (cpu.num_hidden_layers, cpu.hidden_size, cpu.num_attention_heads) == (6, 384, 6)
     smol = preset("llama", "smollm2-135m")
     assert (smol.num_hidden_layers, smol.hidden_size, smol.num_attention_heads,
             smol.num_key_value_heads, smol.intermediate_size) == (30, 576, 9, 3, 1536)
-    assert abs(smol.num_parameters() - 134_515_008) < 1000
+    assert abs(smol.num_parameters() - 134_515_008) < 1000  # tol: an integer count
     assert ("gpt2", "medium") in list_presets()
 
 
@@ -238,7 +238,8 @@ def test_prefix_lm_sees_prefix_both_ways():
                               ).last_hidden_state
         base = run(ids)
         assert not torch.allclose(run(changed_prefix)[0, 0], base[0, 0])  # bidirectional
-        torch.testing.assert_close(run(changed_target)[0, :6], base[0, :6])  # causal after
+        assert_close_rounding(run(changed_target)[0, :6], base[0, :6], terms=64,
+                              depth=2)  # causal after the prefix
     assert float(objective.compute_loss(model, batch).loss.detach()) > 0
 
 

@@ -17,6 +17,7 @@ import torch
 from conftest import (
     TOKENIZER_FILES,
     assert_clean_refusal,
+    assert_close_rounding,
     disk_snapshot,
     kjv_shards,
     run_lmlab,
@@ -104,20 +105,20 @@ def test_student_copies_exactly_the_chosen_teacher_layers():
                   if k.startswith(f"transformer.layers.{i}.")}
         assert mine.keys() == theirs.keys() and mine
         for name in mine:
-            assert torch.equal(mine[name], theirs[name]), (j, i, name)
+            assert torch.equal(mine[name], theirs[name]), (j, i, name)  # exact: copies
         for other in set(range(4)) - {i}:  # a copy of layer i, not of another layer
             assert not torch.equal(mine["attention.q_proj.weight"],
                                    t_state[f"transformer.layers.{other}.attention.q_proj.weight"])
     rest = [k for k in s_state if not k.startswith("transformer.layers.")]
     assert any(k.startswith("heads.mlm.") for k in rest) and any("pooler" in k for k in rest)
     for key in rest:
-        assert torch.equal(s_state[key], t_state[key]), key
+        assert torch.equal(s_state[key], t_state[key]), key  # exact: copies
     # the student owns its tensors: training it leaves the teacher as it was
     with torch.no_grad():
         student.transformer.embeddings.word_embeddings.weight.add_(1.0)
         student.transformer.layers[0].attention.q_proj.weight.add_(1.0)
     assert torch.equal(teacher.state_dict()["transformer.layers.0.attention.q_proj.weight"],
-                       t_state["transformer.layers.0.attention.q_proj.weight"])
+                       t_state["transformer.layers.0.attention.q_proj.weight"])  # exact: untouched
     # the MLM decoder stays tied to the student's own embeddings
     assert (student.heads["mlm"].decoder.weight.data_ptr()
             == student.transformer.embeddings.word_embeddings.weight.data_ptr())
@@ -131,8 +132,8 @@ def test_a_student_of_every_layer_computes_what_the_teacher_does():
     with torch.no_grad():
         a, b = teacher(input_ids=ids, attention_mask=mask), student(input_ids=ids,
                                                                     attention_mask=mask)
-    assert torch.equal(a.last_hidden_state, b.last_hidden_state)
-    assert torch.equal(a.logits, b.logits)
+    assert torch.equal(a.last_hidden_state, b.last_hidden_state)  # exact: the same weights and ops
+    assert torch.equal(a.logits, b.logits)  # exact: the same weights and ops
 
 
 def test_a_student_of_a_pruned_and_factorised_teacher_keeps_its_layers_shapes():
@@ -153,7 +154,7 @@ def test_a_student_of_a_pruned_and_factorised_teacher_keeps_its_layers_shapes():
     ids = torch.tensor([[101, 7592, 2088, 2003, 102]])
     with torch.no_grad():
         assert torch.equal(full(input_ids=ids).last_hidden_state,
-                           teacher(input_ids=ids).last_hidden_state)
+                           teacher(input_ids=ids).last_hidden_state)  # exact: the same weights and ops
 
 
 def test_a_student_deeper_than_its_teacher_is_refused():
@@ -187,18 +188,22 @@ def test_soft_target_loss_against_a_hand_computation_and_kldivloss():
         by_hand += cross_entropy - entropy  # KL = CE - teacher's entropy
     by_hand = by_hand / 2 * temperature ** 2
     ours = soft_target_loss(student, teacher, temperature)
-    assert abs(float(ours) - by_hand) < 1e-6
+    # float32 against float64: a softmax of 3, a sum over 3 classes, the mean of 2 rows;
+    # T^2 * logits / T of size 6
+    bound = {"terms": 3, "depth": 3, "scale": temperature * float(student.abs().max())}
+    assert_close_rounding(ours, by_hand, **bound)
     reference = torch.nn.KLDivLoss(reduction="batchmean")(
         torch.log_softmax(student / temperature, -1),
         torch.softmax(teacher / temperature, -1)) * temperature ** 2  # distiller.py's loss_ce
-    torch.testing.assert_close(ours, reference, atol=1e-6, rtol=0)
-    assert float(soft_target_loss(teacher, teacher, temperature)) == pytest.approx(0, abs=1e-7)
+    assert_close_rounding(ours, reference, **bound)
+    assert_close_rounding(soft_target_loss(teacher, teacher, temperature), 0.0, **bound)
     # its gradient is the soft cross-entropy's: T^2 * (q - p) / T per row, averaged
     student.requires_grad_(True)
     soft_target_loss(student, teacher, temperature).backward()
     expected = (torch.softmax(student / temperature, -1) - torch.softmax(teacher / temperature,
                                                                          -1)) * temperature / 2
-    torch.testing.assert_close(student.grad, expected.detach(), atol=1e-6, rtol=0)
+    assert_close_rounding(student.grad, expected.detach(), terms=3, depth=2,
+                          scale=temperature / 2)  # (q - p) * T / 2, |q - p| <= 1
 
 
 def test_cosine_loss_equals_torchs_cosine_embedding_loss_on_real_tokens():
@@ -208,9 +213,11 @@ def test_cosine_loss_equals_torchs_cosine_embedding_loss_on_real_tokens():
     keep = mask.bool()
     reference = torch.nn.CosineEmbeddingLoss()(student[keep], teacher[keep],
                                                torch.ones(int(keep.sum())))
-    torch.testing.assert_close(hidden_cosine_loss(student, teacher, mask), reference,
-                               atol=1e-6, rtol=0)
-    assert float(hidden_cosine_loss(teacher, 3 * teacher, mask)) == pytest.approx(0, abs=1e-6)
+    # cosines of 8 numbers (size <= 1), the mean over 8 real tokens
+    assert_close_rounding(hidden_cosine_loss(student, teacher, mask), reference, terms=8,
+                          depth=2, scale=1.0)
+    assert_close_rounding(hidden_cosine_loss(teacher, 3 * teacher, mask), 0.0, terms=8, depth=2,
+                          scale=1.0)
 
 
 def test_the_objective_weighs_the_three_terms_as_distilbert():
@@ -241,10 +248,15 @@ def test_the_objective_weighs_the_three_terms_as_distilbert():
         cos = torch.nn.CosineEmbeddingLoss()(s.last_hidden_state[real],
                                              t.last_hidden_state[real],
                                              torch.ones(int(real.sum())))
-    assert result.metrics["ce_loss"] == pytest.approx(float(ce), rel=1e-5)
-    assert result.metrics["mlm_loss"] == pytest.approx(float(mlm), rel=1e-5)
-    assert result.metrics["cos_loss"] == pytest.approx(float(cos), rel=1e-5, abs=1e-6)
-    assert float(result.loss.detach()) == pytest.approx(float(5 * ce + 2 * mlm + cos), rel=1e-5)
+    # each term up to the rounding of its reductions: log-softmax over the 30,522 pieces (terms
+    # <= 1 after the max; T^2 = 4 scales the soft one), the mean over positions; cosines of 32
+    # numbers <= 1; the total weighs them 5, 2 and 1
+    terms = {"terms": 30522, "depth": 2}
+    assert_close_rounding(result.metrics["ce_loss"], float(ce), **terms, scale=4.0)
+    assert_close_rounding(result.metrics["mlm_loss"], float(mlm), **terms, scale=1.0)
+    assert_close_rounding(result.metrics["cos_loss"], float(cos), terms=32, depth=2, scale=1.0)
+    assert_close_rounding(result.loss.detach(), float(5 * ce + 2 * mlm + cos), **terms,
+                          scale=5 * 4.0 + 2 + 1)
     assert result.num_predictions == int(real.sum())
     # restrict_ce_to_mask: the soft targets at the masked positions only, the rest unchanged
     restricted = Distillation(special(), teacher=teacher, temperature=2.0,
@@ -256,10 +268,13 @@ def test_the_objective_weighs_the_three_terms_as_distilbert():
             torch.log_softmax(s_logits[masked] / 2, -1),
             torch.softmax(t_logits[masked] / 2, -1)) * 4
     assert abs(float(ce_masked) - float(ce)) > 1e-3  # the two position sets differ here
-    assert result.metrics["ce_loss"] == pytest.approx(float(ce_masked), rel=1e-5)
-    assert result.metrics["mlm_loss"] == pytest.approx(float(mlm), rel=1e-5)
-    assert float(result.loss.detach()) == pytest.approx(float(5 * ce_masked + 2 * mlm + cos),
-                                                        rel=1e-5)
+    assert_close_rounding(result.metrics["ce_loss"], float(ce_masked), **terms, scale=4.0)
+    # ... by more than the bound: the nearer of the two is the masked positions' one
+    assert abs(result.metrics["ce_loss"] - float(ce_masked)) < \
+        abs(result.metrics["ce_loss"] - float(ce)) / 10
+    assert_close_rounding(result.metrics["mlm_loss"], float(mlm), **terms, scale=1.0)
+    assert_close_rounding(result.loss.detach(), float(5 * ce_masked + 2 * mlm + cos), **terms,
+                          scale=5 * 4.0 + 2 + 1)
 
 
 def test_a_teacher_without_an_mlm_head_is_refused_while_soft_targets_are_on():
@@ -318,7 +333,7 @@ def test_an_interrupted_run_resumes_exactly(shards, teacher_folder, tmp_path):
     whole = load_file(tmp_path / "whole" / "model" / "model.safetensors")
     split = load_file(tmp_path / "split" / "model" / "model.safetensors")
     assert whole.keys() == split.keys()
-    assert all(torch.equal(whole[k], split[k]) for k in whole)
+    assert all(torch.equal(whole[k], split[k]) for k in whole)  # exact: a resumed run repeats the run's ops
     changed = DistilSettings(str(teacher_folder), student_layers=2, alpha_ce=2.0)
     with pytest.raises(LmlabError, match="alpha_ce"):  # other settings on the same run: refused
         distil(changed, run_config(tmp_path / "split", shards, 6, **same))
@@ -423,7 +438,8 @@ def test_teacher_logits_travel_in_the_batches_and_the_loss_mixes_them(small_task
     with torch.no_grad():  # each example alone: the teacher's logits do not depend on padding
         alone = torch.cat([task_logits(teacher, "sequence-classification",
                                        fdata.collate([features[i]], 0)) for i in first])
-    torch.testing.assert_close(batch["teacher_logits"], alone, atol=1e-5, rtol=0)
+    # another batch, other padding: two layers (widths 32 and 64), the pooler and the head
+    assert_close_rounding(batch["teacher_logits"], alone, terms=64, depth=3)
     assert isinstance(objective, TaskDistillationObjective)
     student = make_student(tiny_teacher(layers=2, heads=(), seed=9), (1,))
     objective.prepare(student)
@@ -434,7 +450,9 @@ def test_teacher_logits_travel_in_the_batches_and_the_loss_mixes_them(small_task
         soft = torch.nn.KLDivLoss(reduction="batchmean")(
             torch.log_softmax(logits / 3, -1), torch.softmax(alone / 3, -1)) * 9
         hard = torch.nn.functional.cross_entropy(logits, batch["labels"])
-    assert float(result.loss.detach()) == pytest.approx(float(0.3 * soft + 0.7 * hard), rel=1e-5)
+    # and the loss through them: T^2 * (logits / T) of the soft term, T = 3
+    assert_close_rounding(result.loss.detach(), float(0.3 * soft + 0.7 * hard), terms=64,
+                          depth=4, scale=3 * float(torch.cat([logits, alone]).abs().max()))
 
 
 def test_tagging_teacher_logits_follow_their_tokens_and_the_soft_loss_reads_tagged_ones(
@@ -472,8 +490,8 @@ def test_tagging_teacher_logits_follow_their_tokens_and_the_soft_loss_reads_tagg
         with torch.no_grad():
             alone = task_logits(teacher, "token-classification",
                                 fdata.collate([features[index]], 0))[0]  # (T_i, C)
-        torch.testing.assert_close(batch["teacher_logits"][row, :length], alone,
-                                   atol=1e-5, rtol=0)
+        assert_close_rounding(batch["teacher_logits"][row, :length], alone, terms=64,
+                              depth=3)  # another batch: two layers and the head
         assert not batch["teacher_logits"][row, length:].any()
     student = make_student(tiny_teacher(layers=2, heads=(), seed=9), (1,))
     objective.prepare(student)
@@ -487,7 +505,9 @@ def test_tagging_teacher_logits_follow_their_tokens_and_the_soft_loss_reads_tagg
             torch.softmax(batch["teacher_logits"][keep] / 2, -1)) * 4
         hard = torch.nn.functional.cross_entropy(logits[keep], batch["labels"][keep])
     assert result.num_predictions == int(keep.sum()) == sum(len(w) for w in words)
-    assert float(result.loss.detach()) == pytest.approx(float(0.6 * soft + 0.4 * hard), rel=1e-5)
+    scale = 2 * float(torch.cat([logits, batch["teacher_logits"]], 1).abs().max())  # T = 2
+    assert_close_rounding(result.loss.detach(), float(0.6 * soft + 0.4 * hard), terms=64,
+                          depth=4, scale=scale)
 
 
 @pytest.mark.filterwarnings("ignore:.*collapsed onto one class")
@@ -522,10 +542,11 @@ def test_a_teacher_weighted_zero_is_plain_finetuning(small_task, tmp_path):
     zero = finetune(small_task, student_dir, tmp_path / "zero", seed=0,
                     distil=TaskDistillation(str(teacher_dir), alpha=0.0), **common)
     plain = finetune(small_task, student_dir, tmp_path / "plain", seed=0, **common)
+    # 0 * soft + 1 * hard is hard, and its gradient the same: the same run, step for step
     assert [r["loss"] for r in read_metrics(tmp_path / "zero" / "metrics.jsonl")
-            if r["kind"] == "train"] == pytest.approx(
+            if r["kind"] == "train"] == \
         [r["loss"] for r in read_metrics(tmp_path / "plain" / "metrics.jsonl")
-         if r["kind"] == "train"], rel=1e-6)
+         if r["kind"] == "train"]
     assert zero["dev"] == plain["dev"]
 
 
@@ -556,7 +577,7 @@ def test_the_objective_is_registered_and_loads_its_teacher_by_path(teacher_folde
     objective.prepare(student)  # loads the teacher: the same weights as the saved folder
     key = "transformer.layers.3.attention.q_proj.weight"
     assert torch.equal(objective.teacher.state_dict()[key],
-                       tiny_teacher(init=0.2).state_dict()[key])
+                       tiny_teacher(init=0.2).state_dict()[key])  # exact: the same saved weights
     assert not objective.teacher.training
     objective.train()
     assert not objective.teacher.training  # no dropout in the teacher, ever
