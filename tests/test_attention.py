@@ -342,7 +342,7 @@ def test_statistics_table_json_and_plot(minilm, tmp_path):
                                        "head_stats.png"]
     loaded = A.HeadStatistics.from_json(json.loads(files[0].read_text()))
     for name, grid in stats.values.items():
-        assert np.abs(loaded.values[name] - grid).max() < 1e-6
+        assert np.abs(loaded.values[name] - grid).max() < 1e-6  # tol: the JSON keeps 6 decimals (error <= 5e-7)
     csv = files[1].read_text().splitlines()
     assert csv[0] == "layer,head," + ",".join(A.STATISTICS) and len(csv) == 1 + 6 * 12
     layer, head, value = stats.top("sep", 1)[0]
@@ -443,8 +443,9 @@ def test_head_stats_cli_writes_what_the_api_computes(tmp_path, minilm):
     model, tokenizer = minilm
     expected = A.head_statistics(model, tokenizer, TEXTS[:4])
     assert saved.texts == 4 and saved.tokens == expected.tokens
-    for name, grid in expected.values.items():
-        assert np.abs(saved.values[name] - grid).max() < 1e-5
+    for name, grid in expected.values.items():  # MiniLM in another process, 6 decimals kept
+        assert_close_rounding(saved.values[name], grid, terms=384, depth=6, dtype=torch.float32,
+                              scale=max(1.0, float(np.abs(grid).max())))
     assert (out / "head_stats.png").stat().st_size > 1000
 
 

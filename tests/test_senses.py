@@ -115,8 +115,9 @@ def test_glove_context_vector():
     glove = glove_6b_50d()
     sentence = "The cat sat on the mat"
     expected = (glove.vector("the") + glove.vector("sat")) / 2  # "The" is read lower-cased
-    np.testing.assert_allclose(senses.context_vector(glove, sentence, (4, 7), window=1),
-                               expected, rtol=1e-6)
+    words = np.stack([glove.vector("the"), glove.vector("sat")])  # a mean of 2: one sum
+    assert_close_rounding(senses.context_vector(glove, sentence, (4, 7), window=1), expected,
+                          terms=2, scale=float(np.abs(words).max()))
     assert not senses.context_vector(glove, "qqqzzzxq cat", (9, 12)).any()  # zeros
 
 

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import assert_close_rounding
 
 from lmlab.cli import main
 from lmlab.utils.errors import LmlabError
@@ -62,10 +63,10 @@ def test_subsampling_and_noise_table_match_gensims():
     assert np.all(np.diff(vocabulary.counts) <= 0)
     keep = word2vec.keep_probabilities(counts, 1e-3)
     theirs = np.array([model.wv.get_vecattr(w, "sample_int") for w in words], dtype=np.float64)
-    np.testing.assert_allclose(keep * (2**32 - 1), theirs, atol=1.0)  # they truncate to uint32
+    np.testing.assert_allclose(keep * (2**32 - 1), theirs, atol=1.0)  # tol: they truncate to uint32
     assert keep[0] < 0.2 and keep[-1] == 1.0  # frequent words dropped, rare ones kept
     cdf = word2vec.noise_distribution(counts, 0.75)
-    np.testing.assert_allclose(cdf * (2**31 - 1), model.cum_table.astype(np.float64), atol=1.0)
+    np.testing.assert_allclose(cdf * (2**31 - 1), model.cum_table.astype(np.float64), atol=1.0)  # tol: gensim's integer table, truncated
 
 
 def test_subsampling_and_noise_follow_the_formulas():
@@ -101,7 +102,7 @@ def test_dynamic_window_pairs_stay_in_their_sentence():
                                                 np.random.default_rng(0))  # one long sentence
     distance = np.abs(centres - contexts)
     shares = np.bincount(distance)[1:] / np.bincount(distance)[1]
-    np.testing.assert_allclose(shares, [1, 2 / 3, 1 / 3], atol=0.02)
+    np.testing.assert_allclose(shares, [1, 2 / 3, 1 / 3], atol=0.02)  # tol: sampling, 90,000 pairs
 
 
 def test_step_size_shrinks_only_for_a_handful_of_words():
@@ -138,14 +139,16 @@ def test_word2vec_step_is_sgd_on_the_negative_sampling_loss():
     loss.backward()
     before = tables.outputs.clone()
     step, reported = tables.step(hidden, targets, negatives, lr=0.1)
-    assert reported == pytest.approx(loss.item(), rel=1e-5)
-    np.testing.assert_allclose(step, -0.1 * h.grad, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(tables.outputs - before, -0.1 * outputs.grad, rtol=1e-5,
-                               atol=1e-7)
+    # float32 both ways: dot products of 6, log-sigmoids, a sum over 4 x 3 pairs (each <= 1)
+    assert_close_rounding(reported, loss.item(), terms=12, depth=2, scale=1.0)
+    scale = 0.1 * float(torch.cat([hidden, before]).abs().max())  # lr x a vector's entries
+    assert_close_rounding(step, -0.1 * h.grad, terms=6, depth=2, scale=scale)
+    assert_close_rounding(tables.outputs - before, -0.1 * outputs.grad, terms=6, depth=2,
+                          scale=float(before.abs().max()))  # a row moved by a step: its size
     # a noise word equal to the target is skipped (the C tool's rule): no step, no loss
     alone = -torch.nn.functional.logsigmoid(hidden[0] @ tables.outputs[0]).item()
     _, skipped = tables.step(hidden[:1], targets[:1], torch.tensor([[0, 0]]), lr=0.1)
-    assert skipped == pytest.approx(alone, rel=1e-4)
+    assert_close_rounding(skipped, alone, terms=6, scale=1.0)  # one dot product of 6
 
 
 # -- whole training passes against gensim's compiled loop ---------------------------------------
@@ -321,17 +324,21 @@ def test_glove_step_is_adagrad_on_the_weighted_least_squares():
     loss.backward()
     before = [p.clone() for p in params]
     reported = model.step(i, j, log_x, weight, learning_rate=0.05)
-    assert reported == pytest.approx(loss.item())
+    # float64: dot products of 4 plus two biases, a weighted sum of 3 squares
+    assert_close_rounding(reported, loss.item(), terms=6, depth=2, dtype=torch.float64)
     for param, old, copy in zip(params, before, copies):
-        # first step: the squared sums are 1, so the step is -lr * gradient
-        torch.testing.assert_close(param - old, -0.05 * copy.grad)
+        # first step: the squared sums are 1, so the step is -lr * gradient (param - old
+        # rounds at the size of the parameter)
+        assert_close_rounding(param - old, -0.05 * copy.grad, terms=6, depth=2,
+                              scale=float(old.abs().max() + 0.05 * copy.grad.abs().max()))
     # the sums grew by the squared (lr-scaled) gradients: the next step is smaller
-    torch.testing.assert_close(model.sums[0][i], 1 + (0.05 * copies[0].grad[i]) ** 2)
+    assert_close_rounding(model.sums[0][i], 1 + (0.05 * copies[0].grad[i]) ** 2, terms=6,
+                          depth=2)
 
 
 def test_glove_weighting_and_cooccurrences_by_hand():
-    assert glove.weighting(np.array([5.0, 10.0, 50.0]), 10.0, 0.75).tolist() == \
-        pytest.approx([0.5**0.75, 1.0, 1.0])
+    assert_close_rounding(glove.weighting(np.array([5.0, 10.0, 50.0]), 10.0, 0.75),
+                          [0.5**0.75, 1.0, 1.0], dtype=torch.float64)  # one power in float64
     index = {"a": 0, "b": 1, "c": 2, "d": 3}
     # "a b c a d", window 2: distance 1 pairs ab bc ca ad; distance 2 pairs ac ba cd;
     # "x" is out of vocabulary and dropped before the window (so "d" and "a" are adjacent)
@@ -341,14 +348,14 @@ def test_glove_weighting_and_cooccurrences_by_hand():
                          [1.5, 0, 1.0, 0],
                          [1.5, 1.0, 0, 0.5],
                          [1.0, 0, 0.5, 2.0]])  # "d d": both directions of one pair, 1 + 1
-    np.testing.assert_allclose(counts.dense(), expected)
+    np.testing.assert_array_equal(counts.dense(), expected)  # sums of 1 and 1/2: exact
     # tiny merge buffers give the same counts
     again = cooccurrence.count_cooccurrences([["a", "b", "c", "a", "x", "d"], ["d", "d"]],
                                              index, window=2, buffer_pairs=1, chunk_words=1)
-    np.testing.assert_allclose(again.dense(), expected)
+    np.testing.assert_array_equal(again.dense(), expected)
     i, j, x = counts.entries()
     assert len(x) == np.count_nonzero(expected)
-    np.testing.assert_allclose(expected[i, j], x)
+    np.testing.assert_array_equal(expected[i, j], x)
 
 
 # -- training -------------------------------------------------------------------------------------
