@@ -26,6 +26,7 @@ from lmlab.adapt import (
 )
 from lmlab.finetune.heads import add_task_head
 from lmlab.interop.families import get_family
+from lmlab.interop.native import save_model
 from lmlab.models.model import LanguageModel
 from lmlab.utils.errors import LmlabError
 
@@ -120,7 +121,7 @@ def test_lora_merges_into_a_plain_model_with_equal_outputs(tmp_path):
     apply_method(model, "adapter", bottleneck=4)
     with pytest.raises(LmlabError, match="cannot be merged"):
         merge(model)
-    from lmlab.interop.native import save_model, save_native
+    from lmlab.interop.native import save_native
 
     for method in ("lora", "prefix"):  # a plain checkpoint would drop the adaptation
         model = _model("bert", head=None)
@@ -181,7 +182,7 @@ def test_adapters_load_in_a_fresh_process(tmp_path):
     """Each method's file, loaded on its base model by another Python process, gives the
     outputs of the model that saved it."""
     model = _model("bert")
-    model.save_pretrained(tmp_path / "base")
+    save_model(model, tmp_path / "base")  # a mean-pooled head: lmlab's own format
     outputs = {}
     for method in METHODS:
         adapted = lmlab.from_pretrained(tmp_path / "base")
@@ -258,7 +259,7 @@ def test_an_adapter_on_a_short_named_base_reloads(tmp_path, minilm_dir):
 
 def test_wrong_base_and_bad_files_are_refused(tmp_path):
     model = _model("bert")
-    model.save_pretrained(tmp_path / "base")
+    save_model(model, tmp_path / "base")  # a mean-pooled head: lmlab's own format
     apply_method(model, "lora", r=2)
     save_adapter(model, tmp_path / "adapter", base_model=tmp_path / "base")
     with pytest.raises(LmlabError, match="already holds an adapter"):

@@ -62,7 +62,7 @@ def test_unmappable_model_is_saved_in_lmlab_format(prenorm_folder):
     config = json.loads((prenorm_folder / "config.json").read_text())
     assert is_native_folder(prenorm_folder)
     assert config["lmlab_heads"] == ["mlm"] and config["pre_norm"] is True
-    assert "model_type" not in config  # transformers must not mistake it for a BERT
+    assert config["model_type"] == "lmlab-native"  # refused by transformers, never read as a BERT
 
 
 def test_native_folder_loads_in_a_fresh_process_with_the_same_logits(prenorm_folder):
