@@ -103,15 +103,16 @@ def loose_comparisons(filename: str) -> list[str]:
         given = [k.value for k in call.keywords if k.arg in TOLERANCES]
         given += call.args[1 if name.endswith("approx") else 2:]  # positional tolerances
         values = [_literal(node, constants) for node in given]
-        if any(value is None for value in values):
+        written = [value for value in values if value is not None]
+        if len(written) < len(values) and max(written, default=0) <= FLOAT64_ROUNDING:
             return  # a tolerance computed here (from conftest.rounding_tolerance, a bound)
         if scalar and not values and not _tensor_value(compare or call):
             return  # pytest.approx's default: the float64 rounding of a known constant
-        if not values or max(values) == 0 or max(values) > FLOAT64_ROUNDING:
+        if not written or max(written) == 0 or max(written) > FLOAT64_ROUNDING:
             flag(call, name)
 
     def visit(node: ast.AST, constants: dict, compare: ast.Compare | None) -> None:
-        constants = scopes.get(node, constants)
+        constants = {**constants, **scopes.get(node, {})}  # a function sees the module's
         if isinstance(node, ast.Compare):
             compare = node
             bound = _literal(node.comparators[-1], constants)
@@ -172,9 +173,12 @@ def test_the_lint_flags_fixed_tolerances_and_accepts_reasons():
         "    # tol: a reason in the comment lines above,\n"
         "    # which may take two\n"
         "    np.testing.assert_allclose(a, b,\n"
-        "                               rtol=1e-3)\n")
+        "                               rtol=1e-3)\n"
+        "    torch.testing.assert_close(a, b, atol=tol * 3, rtol=1e-5)\n"           # 26 flagged
+        "    np.testing.assert_allclose(a, b, atol=ATOL)\n"                         # 27 flagged
+        "ATOL = 1e-4\n")
     flagged = [int(line.split(":")[1]) for line in _check_snippet(source, "test_snippet.py")]
-    assert flagged == [4, 5, 6, 7, 9, 10, 11, 12, 13, 14]
+    assert flagged == [4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 26, 27]
 
 
 def _run_as_test_file(source: str, name: str, folder: str = TESTS_DIR) -> None:
