@@ -57,8 +57,8 @@ def test_resume_compares_the_precision_auto_resolved_to(shards, tmp_path):
     _refused(_pretrain(shards, other_run, "--steps", 2, "--precision", "auto"), other_run,
              before, f"precision: '{other}' -> '{chosen}'")
 
-    # the precision auto chose, given by name, continues the (finished) run: extending it
-    result = _pretrain(shards, auto_run, "--steps", 3, "--precision", chosen)
+    # the precision auto chose, given by name, is the run's: it resumes (and, finished, ends)
+    result = _pretrain(shards, auto_run, "--steps", 2, "--precision", chosen)
     assert result.returncode == 0, result.stderr
     assert "resuming from" in result.stdout
 
@@ -67,7 +67,8 @@ def test_an_unfinished_run_keeps_the_limits_its_schedule_is_built_on(shards, tmp
     """A run killed between checkpoints (its final checkpoint removed: what a SIGKILL during
     steps 3-4 leaves) is refused another step limit or time budget, since a linear decay over
     another horizon gives every later step another learning rate; resumed with its own limits it
-    finishes, and the finished run may then be extended."""
+    finishes, its final checkpoint saying so (a finished run may then be extended:
+    tests/test_trainer_cli.py)."""
     run = tmp_path / "run"
     limits = ("--steps", 4, "--budget", "1h", "--save-every", 2, "--precision", "fp32")
     assert _pretrain(shards, run, *limits).returncode == 0
@@ -85,10 +86,8 @@ def test_an_unfinished_run_keeps_the_limits_its_schedule_is_built_on(shards, tmp
     result = _pretrain(shards, run, *limits)  # its own limits: it resumes and ends
     assert result.returncode == 0, result.stderr
     assert "resuming from" in result.stdout and "step 2" in result.stdout
-    result = _pretrain(shards, run, "--steps", 6, "--save-every", 2, "--precision", "fp32")
-    assert result.returncode == 0, result.stderr  # extending the finished run
-    state = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
-    assert state["step"] == 6 and state["stop_reason"] == "max_steps"
+    state = json.loads((run / "checkpoints" / "step-4" / "state.json").read_text())
+    assert state["step"] == 4 and state["stop_reason"] == "max_steps"
 
 
 # -- the rule itself, on hand-made run folders (no training) -----------------------------------
