@@ -125,7 +125,9 @@ def test_gguf_metadata_through_the_rename_table():
 def test_rotary_rows_invert_llama_cpp_permutation():
     w = np.arange(8 * 3 * 5, dtype=np.float32).reshape(8 * 3, 5)  # 3 heads of 8 dims
     permuted = torch.from_numpy(_permute(w, 3))
+    # exact: rows moved, no arithmetic
     assert torch.equal(rotary_rows_from_pairs(permuted, head_dim=8), torch.from_numpy(w))
+    # exact: rows moved, no arithmetic
     assert torch.equal(rotary_rows_to_pairs(torch.from_numpy(w), head_dim=8), permuted)
     assert not np.array_equal(_permute(w, 3), w)
 
@@ -173,6 +175,65 @@ def test_bf16_and_q4_1_dequantisation(tmp_path):
         span = np.ptp(values.reshape(4, 2, 32), axis=-1).max()
         assert np.abs(file.tensor("q") - values).max() <= span / 15 / 2 + 1e-3
         assert file.type_counts() == {"BF16": 1, "Q4_1": 1}
+
+
+def gguf_dequantised(file: GGUFFile, name: str) -> np.ndarray:
+    """``gguf.quants.dequantize`` of the tensor's stored bytes, copied out of the memory map."""
+    import gguf
+
+    info = file.tensors[name]
+    stored = file.raw(name)[0].view(np.uint8)
+    kind = gguf.GGMLQuantizationType(info.ggml_type)
+    return np.array(gguf.quants.dequantize(stored, kind).reshape(info.shape), np.float32)
+
+
+def test_block_dequantisation_is_the_gguf_packages_bit_for_bit(tmp_path):
+    """Our in-place Q4_0/Q4_1/Q8_0 blocks (and gguf's own for Q5_0, plain F16/BF16) give exactly
+    ``gguf.quants.dequantize``'s floats: 1-D, 3-D and a matrix of several 256 KB chunks, through
+    ``tensor`` and ``tensor_into`` (also into a strided array, which takes a scratch copy)."""
+    import gguf
+
+    rng = np.random.default_rng(0)
+    shapes = {"vec": (64,), "cube": (2, 3, 64), "mat": (700, 128)}  # mat: 512 rows a chunk
+    writer = gguf.GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+    kinds = ("Q4_0", "Q4_1", "Q8_0", "Q5_0", "F16", "BF16")
+    for kind in kinds:
+        for label, shape in shapes.items():
+            values = (rng.standard_normal(shape) * rng.uniform(0.01, 10, shape[:-1] + (1,)))
+            data = gguf.quants.quantize(values.astype(np.float32),
+                                        gguf.GGMLQuantizationType[kind])
+            writer.add_tensor(f"{kind}.{label}", data, raw_shape=data.shape,
+                              raw_dtype=gguf.GGMLQuantizationType[kind])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with GGUFFile(tmp_path / "t.gguf") as file:
+        for name, info in file.tensors.items():
+            expected = torch.from_numpy(gguf_dequantised(file, name))
+            into = np.empty(info.shape, np.float32)
+            strided = np.empty((*info.shape, 2), np.float32)[..., 0]  # every other float
+            file.tensor_into(name, into)
+            file.tensor_into(name, strided)
+            for ours in (file.tensor(name), into, strided):
+                assert torch.equal(torch.from_numpy(ours), expected), name  # exact: gguf's ops
+        assert file.type_counts() == {kind: 3 for kind in kinds}
+
+
+def test_real_weights_are_the_gguf_packages_dequantisation(ours_real, smollm2_gguf):
+    """Every parameter of the loaded SmolLM2 is ``gguf.quants.dequantize`` of its tensor bit for
+    bit (query/key rows un-permuted): the in-place dequantisers change no number, and the model,
+    built without random initialisation, has no weight the file did not fill."""
+    model = ours_real[0]
+    params = dict(model.named_parameters())
+    with GGUFFile(smollm2_gguf) as file:
+        names = gguf_tensor_names(model.config)
+        assert set(names.values()) == set(params) and set(names) == set(file.tensors)
+        for theirs, ours in names.items():
+            values = torch.from_numpy(gguf_dequantised(file, theirs))
+            if ".attn_q." in theirs or ".attn_k." in theirs:
+                values = rotary_rows_from_pairs(values, model.config.head_dim)
+            assert torch.equal(params[ours].detach(), values), theirs  # exact: gguf's ops
 
 
 def test_not_a_gguf(tmp_path):

@@ -70,7 +70,7 @@ def test_f32_round_trip_is_exact(tmp_path, tokenizer, tied, head_dim):
     path = write_gguf(model, tmp_path / "tiny.gguf", tokenizer, "F32", show_progress=False)
     loaded = load_gguf_model(path)
     for name, param in model.named_parameters():
-        assert torch.equal(dict(loaded.named_parameters())[name], param), name
+        assert torch.equal(dict(loaded.named_parameters())[name], param), name  # exact: F32 copy
     a = model.config
     b = loaded.config
     for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -106,7 +106,7 @@ def test_quantised_round_trip_equals_the_gguf_quantiser(tmp_path, tokenizer, qty
     expected = dequantised_copy(model, qtype)
     got = dict(loaded.named_parameters())
     for name, param in expected.named_parameters():
-        assert torch.equal(got[name], param), name
+        assert torch.equal(got[name], param), name  # exact: gguf's ops on both sides
     for name, param in model.named_parameters():
         if param.ndim != 2:
             continue

@@ -63,14 +63,14 @@ def test_f32_round_trip_is_exact(tmp_path, tokenizer, tied):
         assert file.metadata["general.architecture"] == "gpt2"
         assert file.tensors["blk.0.attn_qkv.weight"].shape == (3 * 64, 64)  # (3H, in)
         q_rows = file.tensor("blk.1.attn_qkv.weight")[64:128]  # the key rows follow the query's
-        assert torch.equal(torch.from_numpy(q_rows.copy()),
+        assert torch.equal(torch.from_numpy(q_rows.copy()),  # exact: F32 rows copied
                            model.transformer.layers[1].attention.k_proj.weight.detach())
         assert file.metadata["gpt2.feed_forward_length"] == 96
         assert file.metadata["gpt2.context_length"] == 80
     loaded = load_gguf_model(path)
     got = dict(loaded.named_parameters())
     for name, param in model.named_parameters():
-        assert torch.equal(got[name], param), name
+        assert torch.equal(got[name], param), name  # exact: F32 copy
     for field in ("family", "vocab_size", "hidden_size", "num_hidden_layers",
                   "num_attention_heads", "intermediate_size", "max_position_embeddings",
                   "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act",
@@ -94,7 +94,7 @@ def test_quantised_gpt2_equals_the_gguf_quantiser(tmp_path, tokenizer, qtype):
                                         qtype, show_progress=False))
     got = dict(loaded.named_parameters())
     for name, param in dequantised_copy(model, qtype).named_parameters():
-        assert torch.equal(got[name], param), name
+        assert torch.equal(got[name], param), name  # exact: gguf's ops on both sides
 
 
 def test_transformers_reads_the_gpt2_file_with_the_same_continuation(tmp_path, tokenizer):
@@ -145,4 +145,4 @@ def test_cli_writes_a_gpt2_file_another_process_reads(tmp_path, tokenizer):
     assert result.returncode == 0, result.stderr[-2000:]
     loaded = load_gguf_model(out)
     for name, param in model.named_parameters():
-        assert torch.equal(dict(loaded.named_parameters())[name], param), name
+        assert torch.equal(dict(loaded.named_parameters())[name], param), name  # exact: F32 copy
