@@ -177,6 +177,22 @@ def test_bf16_and_q4_1_dequantisation(tmp_path):
         assert file.type_counts() == {"BF16": 1, "Q4_1": 1}
 
 
+def test_loading_shows_a_progress_bar_naming_the_file(tmp_path, capsys, monkeypatch):
+    """A bar on stderr says which file is loading and counts its tensors, unless
+    LMLAB_NO_PROGRESS is set (as the test suite sets it)."""
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, tiny_llama(tied=True), "Q8_0")
+    with GGUFFile(path) as file:
+        count = len(file.tensors)
+    monkeypatch.setenv("LMLAB_NO_PROGRESS", "0")
+    load_gguf_model(path)
+    err = capsys.readouterr().err
+    assert "loading tiny.gguf: 100%" in err and f" {count}/{count} [" in err, err
+    monkeypatch.setenv("LMLAB_NO_PROGRESS", "1")
+    load_gguf_model(path)
+    assert capsys.readouterr().err == ""
+
+
 def gguf_dequantised(file: GGUFFile, name: str) -> np.ndarray:
     """``gguf.quants.dequantize`` of the tensor's stored bytes, copied out of the memory map."""
     import gguf

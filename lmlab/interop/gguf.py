@@ -360,14 +360,13 @@ def uninitialised_model(config: TransformerConfig):
 def load_gguf_model(path: str | Path, dtype: Any = None):
     """A :class:`~lmlab.models.model.LanguageModel` with a ``"clm"`` head from a GGUF file.
 
-    Tensors are dequantised one at a time to float32 and copied into the model (built without
-    random initialisation), then the model is cast to ``dtype`` if given. The file's tokenizer
-    loads with ``lmlab.Tokenizer.from_pretrained(path)``; its chat template is kept on the model
-    as ``model.chat_template``.
+    Tensors are dequantised one at a time to float32 straight into the model's parameters
+    (built without random initialisation), then the model is cast to ``dtype`` if given. The
+    copies are numpy's: torch's are parallel, and on a 2-core host busy with other work its
+    threads wait for each other (the query/key rows took 2.4 s instead of 0.02 s). The file's
+    tokenizer loads with ``lmlab.Tokenizer.from_pretrained(path)``; its chat template is kept
+    on the model as ``model.chat_template``.
     """
-    import torch
-
-    from lmlab.models.core.positions import rotary_rows_from_pairs
     from lmlab.utils.progress import progress
 
     with GGUFFile(path) as file:
@@ -385,29 +384,27 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
         for theirs, ours in progress(names.items(), desc=f"loading {file.path.name}",
                                      total=len(names), unit="tensor"):
             if not isinstance(ours, str):  # fused (GPT-2's attn_qkv): split the rows
-                parts = [params[name] for name in ours]
+                parts = [params[name].detach().numpy() for name in ours]
                 expected = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
                 if expected != file.tensors[theirs].shape:
                     raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "
                                      f"metadata implies {expected}",
                                      "the file's metadata and tensors disagree; re-convert it")
-                values = torch.from_numpy(np.ascontiguousarray(file.tensor(theirs)))
-                with torch.no_grad():
-                    for part, piece in zip(parts, values.split([p.shape[0] for p in parts]),
-                                           strict=True):
-                        part.copy_(piece)
+                values = file.tensor(theirs)
+                for part, start in zip(parts, np.cumsum([0] + [len(p) for p in parts])):
+                    part[...] = values[start:start + len(part)]
                 continue
-            target = params[ours]
-            if tuple(target.shape) != file.tensors[theirs].shape:
+            target = params[ours].detach().numpy()
+            if target.shape != file.tensors[theirs].shape:
                 raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "
-                                 f"metadata implies {tuple(target.shape)}",
+                                 f"metadata implies {target.shape}",
                                  "the file's metadata and tensors disagree; re-convert it")
-            with torch.no_grad():
-                if rotary_paired(theirs):
-                    values = torch.from_numpy(np.ascontiguousarray(file.tensor(theirs)))
-                    target.copy_(rotary_rows_from_pairs(values, config.head_dim))
-                else:
-                    file.tensor_into(theirs, target.detach().numpy())
+            if rotary_paired(theirs):  # rotary_rows_from_pairs, in numpy (see the docstring)
+                values, heads = file.tensor(theirs), len(target) // config.head_dim
+                pairs = values.reshape(heads, -1, 2, *values.shape[1:])  # (nh, hd/2, 2, ...)
+                target.reshape(heads, 2, -1, *values.shape[1:])[...] = pairs.swapaxes(1, 2)
+            else:
+                file.tensor_into(theirs, target)
         model.chat_template = file.metadata.get("tokenizer.chat_template")
     if dtype is not None:
         model = model.to(dtype)
