@@ -187,6 +187,7 @@ def test_sentence_transformers_refuses_what_transformers_refuses(saved):
 
 RELOAD = """
 import sys
+from pathlib import Path
 from safetensors.torch import load_file, save_file
 import torch
 import lmlab
