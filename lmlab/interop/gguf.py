@@ -144,6 +144,19 @@ class GGUFFile:
                 values = np.frombuffer(self._map, dtype=dtype, count=count, offset=self._pos)
                 self._pos += values.nbytes
                 return values.tolist()
+            if item_kind == _STRING:  # the vocabulary and merges: 100k strings, read inline
+                strings, pos, data = [], self._pos, self._map
+                try:
+                    for _ in range(count):
+                        length = struct.unpack_from("<Q", data, pos)[0]
+                        strings.append(data[pos + 8:pos + 8 + length].decode("utf-8", "replace"))
+                        pos += 8 + length
+                except struct.error:
+                    self._need(pos + 8)
+                    raise
+                self._need(pos)
+                self._pos = pos
+                return strings
             return [self._value(item_kind) for _ in range(count)]
         raise LmlabError(f"{self.path} has metadata of unknown type {kind}",
                          "the file may come from a newer GGUF version; re-convert it")
