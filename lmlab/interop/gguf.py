@@ -5,8 +5,9 @@ vocabulary and merges, the chat template), a table of tensor descriptions, and t
 often quantised in blocks (Q4_1: 32 weights share an fp16 scale and minimum; Q8_0: 32 int8 with
 one fp16 scale). This module parses the header itself (a few hundred milliseconds for a 49k
 vocabulary; the ``gguf`` package's reader takes seconds because it builds Python objects for
-every field part), memory-maps the data, and dequantises one tensor at a time with
-``gguf.quants.dequantize``, so loading peaks at about one fp32 model plus one tensor.
+every field part), memory-maps the data, and dequantises each tensor straight into the model's
+parameters (Q4_0/Q4_1/Q8_0 in place, other types with ``gguf.quants.dequantize``), so loading
+peaks at about one fp32 model.
 
 llama.cpp's converter permutes the rows of the query and key projections so its rotary kernel
 can rotate adjacent pairs; :func:`lmlab.models.core.positions.rotary_rows_from_pairs` undoes
