@@ -102,6 +102,7 @@ def test_method_trains_only_its_parameters(family, method):
             assert p.grad.abs().sum() > 0, name
 
 
+@pytest.mark.numerics
 def test_lora_merges_into_a_plain_model_with_equal_outputs(tmp_path):
     model = _model("bert", head=None)
     apply_method(model, "lora", **OPTIONS["lora"])

@@ -176,6 +176,7 @@ def test_peft_lora_on_the_wrong_base_is_refused(tmp_path):
         load_peft(tmp_path / "adapter", lmlab.from_pretrained(tmp_path / "llama"))
 
 
+@pytest.mark.numerics
 def test_prefix_tuned_classifier_parity_both_ways(tmp_path):
     """A prompt-learning PeftModel saves its task head (modules_to_save) as
     ``base_model.classifier.*`` (no ``.model``): read into lmlab's head, and written there."""

@@ -81,6 +81,7 @@ def test_prefix_tuning_skips_padding_with_the_padded_outputs(monkeypatch, family
     assert (moved[real] - skipped.last_hidden_state[real]).abs().max() > 0.1
 
 
+@pytest.mark.numerics
 def test_each_row_sees_its_prefix_and_its_own_real_tokens():
     """A row computed alone (no padding at all) equals the same row inside a padded batch."""
     model = _prefix_model("bert")
@@ -106,6 +107,7 @@ TINY_HF = {
 }
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", list(TINY_HF))
 def test_skipped_padding_prefix_matches_peft(tmp_path, monkeypatch, case):
     transformers = pytest.importorskip("transformers")

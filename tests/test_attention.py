@@ -100,6 +100,7 @@ def gpt2_folder(tmp_path_factory, minilm_dir):
 
 
 # ------------------------------------------------------------------------------ the model side
+@pytest.mark.numerics
 def test_attentions_only_when_asked_and_the_fused_path_agrees(minilm, bart_folder, monkeypatch):
     """Without output_attentions the fused kernel runs (once per layer) and no maps come back;
     asking for them selects the math path (no fused call) and leaves the outputs unchanged up
@@ -142,6 +143,7 @@ def _check_maps(ours: torch.Tensor, theirs, real_queries: torch.Tensor, hidden: 
     assert diff <= tolerance, f"{what}: max |diff| {diff:.3g} > {tolerance:.3g}"
 
 
+@pytest.mark.numerics
 def test_minilm_maps_equal_transformers(minilm, minilm_hf):
     model, tokenizer = minilm
     batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
@@ -161,6 +163,7 @@ def test_minilm_maps_equal_transformers(minilm, minilm_hf):
                 torch.ones(1, len(maps.tokens), dtype=torch.bool), 384, "attention_maps")
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_decoder_maps_equal_transformers(tmp_path, family):
     if family == "gpt2":
@@ -223,6 +226,7 @@ def test_encoder_decoder_maps_equal_transformers(bart_folder):
 
 
 # ------------------------------------------------------------------------------ words
+@pytest.mark.numerics
 def test_words_sum_columns_average_rows_and_keep_rows_stochastic(minilm):
     model, tokenizer = minilm
     maps = A.attention_maps(model, tokenizer, "Tokenizers split unbelievable embeddings.",
@@ -246,6 +250,7 @@ def test_words_sum_columns_average_rows_and_keep_rows_stochastic(minilm):
     assert words.words() is words
 
 
+@pytest.mark.numerics
 def test_word_merge_of_cross_attention_keeps_rows_stochastic(bart_folder):
     model, tokenizer = load_model_and_tokenizer(bart_folder)
     maps = A.attention_maps(model, tokenizer, "Unbelievable embeddings.",
@@ -317,6 +322,7 @@ def _reference_statistics(hf_model, hf_tokenizer, texts, batch_size):
     return {name: value / count for name, value in sums.items()}, count
 
 
+@pytest.mark.numerics
 def test_head_statistics_equal_an_independent_computation_from_transformers(
         minilm, minilm_hf, minilm_dir):
     model, tokenizer = minilm

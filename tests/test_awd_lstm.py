@@ -58,6 +58,7 @@ def hand_lstm(x: torch.Tensor, lstm: nn.LSTM) -> torch.Tensor:
     return torch.stack(outputs, dim=1)  # (B, T, H)
 
 
+@pytest.mark.numerics
 def test_eval_mode_is_torch_lstm_stack_on_the_same_weights():
     """Dropout off (eval mode, every dropout of the config non-zero): each layer's output is
     torch.nn.LSTM's on the same weights, and the first layer's is the LSTM equations'."""
@@ -100,6 +101,7 @@ def test_weight_drop_masks_w_hh_in_training_only():
         assert torch.equal(layer(x)[0], layer.lstm(x)[0])  # exact: eval: the layer calls its nn.LSTM
 
 
+@pytest.mark.numerics
 def test_embedding_dropout_drops_whole_words_and_locked_dropout_is_shared_over_time():
     torch.manual_seed(0)
     embedding = nn.Embedding(VOCAB, 16)

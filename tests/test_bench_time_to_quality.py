@@ -105,6 +105,7 @@ def test_reference_model_and_decay_split_match_ours():
     assert reference.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.numerics
 def test_reference_eval_is_the_mean_over_masked_positions():
     from transformers import BertForMaskedLM
 

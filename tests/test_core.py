@@ -64,6 +64,7 @@ def test_build_mask_fast_paths_and_empty_rows():
     assert mask[0, 0].any(-1).all(), "a padding query with no visible key must not produce NaN"
 
 
+@pytest.mark.numerics
 def test_math_path_equals_fused_path():
     model = LanguageModel(tiny(), heads=["mlm"]).eval()
     ids = torch.randint(5, 97, (3, 10))
@@ -81,6 +82,7 @@ def test_math_path_equals_fused_path():
     assert probs[1, :, :, 7:].abs().max() == 0, "padding keys get no attention"
 
 
+@pytest.mark.numerics
 def test_skip_padding_keeps_real_token_outputs():
     model = LanguageModel(tiny(), heads=["mlm"]).eval()
     ids = torch.randint(5, 97, (3, 12))
@@ -99,6 +101,7 @@ def test_skip_padding_keeps_real_token_outputs():
     assert skipped.last_hidden_state[~real].abs().max() == 0
 
 
+@pytest.mark.numerics
 def test_skip_padding_trains_the_same():
     torch.manual_seed(0)
     model = LanguageModel(tiny(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
@@ -115,6 +118,7 @@ def test_skip_padding_trains_the_same():
     assert_close_rounding(grads[0], grads[1], terms=64, depth=2)
 
 
+@pytest.mark.numerics
 def test_kv_cache_matches_full_sequence():
     model = LanguageModel(decoder(), heads=["clm"]).eval()
     ids = torch.randint(0, 97, (2, 9))
@@ -141,6 +145,7 @@ def test_causal_model_does_not_see_the_future():
     assert (a[0, 6:] - b[0, 6:]).abs().max() > 0
 
 
+@pytest.mark.numerics
 def test_rotary_is_relative():
     rotary = RotaryEmbedding(8)
     q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
@@ -155,6 +160,7 @@ def test_rotary_is_relative():
     assert_close_rounding(score(3, 1), score(10, 8), terms=8, scale=10 * float(q.norm() * k.norm()))
 
 
+@pytest.mark.numerics
 def test_sinusoidal_table_values():
     table = sinusoidal_table(4, 6)
     assert table[0, 0] == 0 and table[0, 1] == 1
@@ -178,6 +184,7 @@ def test_tied_embeddings_and_fresh_head():
     assert out.head_logits["nsp"].shape == (2, 2)
 
 
+@pytest.mark.numerics
 def test_sparse_prediction_equals_dense_at_masked_positions():
     model = LanguageModel(tiny(), heads=["mlm"]).eval()
     ids = torch.randint(5, 97, (2, 7))
@@ -204,6 +211,7 @@ def _right_padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
 SKIP_CASES = {"encoder": (tiny, ["mlm", "nsp"]), "rotary decoder": (decoder, ["clm"])}
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", list(SKIP_CASES))
 def test_plain_call_skips_padding_and_keeps_outputs(case):
     """``model(**batch)`` takes the fast path by default (zeros at padding positions show it)
@@ -228,6 +236,7 @@ def test_plain_call_skips_padding_and_keeps_outputs(case):
         assert_close_rounding(fast.pooler_output, padded.pooler_output, terms=64, depth=3)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", list(SKIP_CASES))
 def test_skip_padding_training_step_has_the_same_gradients(case):
     """A training step (dropout off: with dropout both paths are random draws) gives every

@@ -47,6 +47,7 @@ def _inputs():
     return ids, mask
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 @pytest.mark.parametrize("heads", [(), ("clm",)])
 def test_save_matches_transformers(tmp_path, family, heads):
@@ -72,6 +73,7 @@ def test_save_matches_transformers(tmp_path, family, heads):
         assert_same_outputs(x[keep], y[keep])
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_load_from_transformers(tmp_path, family):
     import transformers
@@ -99,6 +101,7 @@ def test_load_from_transformers(tmp_path, family):
     assert_same_outputs(a[keep], b[keep])
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_cache_steps_equal_full_sequence_and_transformers(tmp_path, family):
     import transformers
@@ -180,6 +183,7 @@ def _special(vocab: int = 97):
     return SpecialTokens(vocab_size=vocab, pad_id=0, cls_id=1, sep_id=2, bos_id=1, eos_id=2)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_clm_objective_loss_and_registry(family):
     from lmlab.objectives.registry import available_objectives, build_objective
@@ -201,6 +205,7 @@ def test_clm_objective_loss_and_registry(family):
     assert model.transformer.embeddings.word_embeddings.weight.grad is not None
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_clm_document_mask_isolates_packed_documents(family):
     from lmlab.objectives.causal import CausalLM
@@ -221,6 +226,7 @@ def test_clm_document_mask_isolates_packed_documents(family):
     assert_same_outputs(packed[:, :4], first)
 
 
+@pytest.mark.numerics
 def test_prefix_lm_sees_prefix_both_ways():
     from lmlab.objectives.causal import PrefixLM
 
@@ -270,6 +276,7 @@ def test_pretrain_cli_gpt2_clm(tmp_path, minilm_dir):
     assert model.config.family == "gpt2" and model.config.causal and "clm" in model.heads
 
 
+@pytest.mark.numerics
 def test_clm_loss_equals_transformers_with_padding_labels(tmp_path):
     """The causal-LM loss (labels shifted, -100 ignored) equals GPT2LMHeadModel's."""
     import transformers

@@ -171,6 +171,7 @@ def test_a_student_deeper_than_its_teacher_is_refused():
 
 
 # -- the loss terms -----------------------------------------------------------------------------------
+@pytest.mark.numerics
 def test_soft_target_loss_against_a_hand_computation_and_kldivloss():
     student = torch.tensor([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
     teacher = torch.tensor([[2.0, 0.0, 1.0], [1.0, 1.0, 1.0]])
@@ -206,6 +207,7 @@ def test_soft_target_loss_against_a_hand_computation_and_kldivloss():
                           scale=temperature / 2)  # (q - p) * T / 2, |q - p| <= 1
 
 
+@pytest.mark.numerics
 def test_cosine_loss_equals_torchs_cosine_embedding_loss_on_real_tokens():
     torch.manual_seed(1)
     student, teacher = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
@@ -416,6 +418,7 @@ def task_teacher(task, folder: Path) -> Path:
     return save_with_tokenizer(model, folder)
 
 
+@pytest.mark.numerics
 def test_teacher_logits_travel_in_the_batches_and_the_loss_mixes_them(small_task, tmp_path):
     from lmlab.finetune import data as fdata
     from lmlab.finetune.heads import task_logits
@@ -455,6 +458,7 @@ def test_teacher_logits_travel_in_the_batches_and_the_loss_mixes_them(small_task
                           depth=4, scale=3 * float(torch.cat([logits, alone]).abs().max()))
 
 
+@pytest.mark.numerics
 def test_tagging_teacher_logits_follow_their_tokens_and_the_soft_loss_reads_tagged_ones(
         tmp_path):
     """Tagging: each sequence's (T_i, C) teacher logits sit on its own tokens in the padded

@@ -55,6 +55,7 @@ def test_characters_of_word_pieces():
         assert table[1, 1:4].tolist() == table[2, 1:4].tolist()  # the same characters
 
 
+@pytest.mark.numerics
 def test_token_vectors_are_functions_of_the_token_and_pieces_differ_from_words():
     model = tiny_elmo().eval()
     ids = torch.tensor([[5, 3, 4, 5, 3]])  # run ing ##ing run ing
@@ -80,6 +81,7 @@ def _bidirectional_reference(model, layer: int) -> nn.LSTM:
     return ref
 
 
+@pytest.mark.numerics
 def test_bilstm_is_torch_bidirectional_lstm_with_residual_on_padded_rows():
     """Layer 1 is nn.LSTM(bidirectional=True) over packed sequences (torch handles the padding
     and the reversal); in layer 2 each direction reads its own half of layer 1 and adds it to
@@ -121,6 +123,7 @@ def test_directions_read_only_their_side():
     assert torch.equal(a[6:, half:], b[6:, half:]) and not torch.equal(a[:6, half:], b[:6, half:])  # exact: same rows, same inputs
 
 
+@pytest.mark.numerics
 def test_bilm_loss_shares_the_softmax_and_averages_the_directions():
     from lmlab.objectives.bilm import BidirectionalLM
     from lmlab.objectives.special_tokens import SpecialTokens
@@ -160,6 +163,7 @@ def test_bilm_loss_shares_the_softmax_and_averages_the_directions():
     assert_close_rounding(torch.tensor(alone), row, terms=VOCAB, scale=5.0)
 
 
+@pytest.mark.numerics
 def test_scalar_mix_and_its_refusals():
     model = tiny_elmo().eval()
     ids = torch.randint(3, VOCAB, (2, 5))

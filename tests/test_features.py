@@ -22,6 +22,7 @@ def minilm(minilm_dir):
     return lmlab.from_pretrained(minilm_dir), lmlab.Tokenizer.from_pretrained(minilm_dir)
 
 
+@pytest.mark.numerics
 def test_strategies_shapes(minilm):
     model, tok = minilm
     batch = tok(SENTENCES[:2], padding=True, return_tensors="pt")
@@ -107,6 +108,7 @@ def test_find_occurrences_whole_words():
     assert found == ["He broke it.", "Broke!"]
 
 
+@pytest.mark.numerics
 def test_fill_mask_matches_transformers_pipeline(tmp_path, minilm_dir):
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,

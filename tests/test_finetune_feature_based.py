@@ -65,6 +65,7 @@ def assert_same_run(a: dict, b: dict, a_dir, b_dir) -> None:
         assert torch.equal(weights_a[name], weights_b[name]), name  # exact: the same run twice
 
 
+@pytest.mark.numerics
 def test_scalar_mix_is_softmax_weighted():
     mix = ScalarMix(3)
     with torch.no_grad():
@@ -93,6 +94,7 @@ def test_feature_stream_resumes_at_its_position():
         FeatureStream(features[:0], labels[:0], batch_size=4)
 
 
+@pytest.mark.numerics
 def test_objective_is_the_heads_loss_in_fp32():
     head = FeatureHead(3, 4, 2, layer=None).eval()
     batch = {"features": torch.randn(5, 3, 4), "labels": torch.tensor([0, 1, 1, 0, 1])}

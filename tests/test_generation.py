@@ -90,6 +90,7 @@ def test_no_repeat_ngram_is_validated():
         generate(tiny(), torch.tensor([[1, 2]]), no_repeat_ngram_size=-1)
 
 
+@pytest.mark.numerics
 def test_repetition_penalty_formula():
     from transformers import RepetitionPenaltyLogitsProcessor
 

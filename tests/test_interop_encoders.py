@@ -126,6 +126,7 @@ def hf_checkpoints(tmp_path_factory):
     return folders
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", list(CASES))
 def test_parity_hf_to_lmlab(case, hf_checkpoints):
     """transformers checkpoint -> lmlab: same hidden states, attentions and head logits."""
@@ -144,6 +145,7 @@ def test_parity_hf_to_lmlab(case, hf_checkpoints):
     assert max(diffs.values()) <= TOL, diffs
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", list(CASES))
 def test_parity_lmlab_to_hf(case, hf_checkpoints, tmp_path):
     """lmlab save -> transformers AutoModel and the AutoModelFor... class: same outputs."""
@@ -172,6 +174,7 @@ def test_parity_lmlab_to_hf(case, hf_checkpoints, tmp_path):
     assert max(diffs.values()) <= TOL, diffs
 
 
+@pytest.mark.numerics
 def test_bare_model_round_trip_with_pooler(tmp_path):
     """A bare checkpoint (RobertaModel, with pooler) loads bare and writes back bare."""
     torch.manual_seed(0)
@@ -358,6 +361,7 @@ def test_loading_holds_one_copy_of_the_weights(tmp_path):
     assert 0.9 < ratio < 1.5, figures
 
 
+@pytest.mark.numerics
 def test_roformer_classification_head_uses_the_models_activation(tmp_path):
     """transformers' RoFormerClassificationHead applies hidden_act (ELECTRA's: always GELU)."""
     from lmlab.finetune.heads import task_logits

@@ -34,6 +34,7 @@ def _reference(h, w, t):
     return loss, correct
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("chunk_rows", [1, 8, 37, 1000])
 def test_loss_count_and_gradients_equal_the_unfused_computation(chunk_rows):
     h, w, t = _data()
@@ -51,6 +52,7 @@ def test_loss_count_and_gradients_equal_the_unfused_computation(chunk_rows):
     assert_close_rounding(grads[1], w.grad, terms=37, depth=2)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("chunk_rows", [8, 1000])
 def test_with_a_bias_equals_the_unfused_computation(chunk_rows):
     """The recurrent LMs' softmax has a bias (Merity et al., Peters et al.): it enters the
@@ -72,6 +74,7 @@ def test_with_a_bias_equals_the_unfused_computation(chunk_rows):
     assert_close_rounding(grads[2], b.grad, terms=37, depth=2)
 
 
+@pytest.mark.numerics
 def test_without_gradients_and_with_every_row_ignored():
     h, w, t = _data()
     with torch.no_grad():
@@ -84,6 +87,7 @@ def test_without_gradients_and_with_every_row_ignored():
     assert torch.count_nonzero(h.grad) == 0 and torch.count_nonzero(w.grad) == 0
 
 
+@pytest.mark.numerics
 def test_autocast_falls_back_to_the_plain_computation():
     h, w, t = _data()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -93,6 +97,7 @@ def test_autocast_falls_back_to_the_plain_computation():
     assert_close_rounding(loss, _reference(h, w, t)[0], terms=16, scale=1.0, dtype=torch.bfloat16)
 
 
+@pytest.mark.numerics
 def test_clm_objective_equals_the_heads_unfused_loss_and_gradients():
     """The objective (fused) and model(..., labels=...) (logits + F.cross_entropy) agree on a
     tied GPT-2, padding included."""

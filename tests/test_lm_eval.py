@@ -36,6 +36,7 @@ def _nll(model, ids: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, ids[1:], reduction="none")
 
 
+@pytest.mark.numerics
 def test_perplexity_full_window_equals_model_loss():
     model = tiny()
     ids = torch.randint(0, 61, (40,))
@@ -47,6 +48,7 @@ def test_perplexity_full_window_equals_model_loss():
     assert result.perplexity == math.exp(result.nll)
 
 
+@pytest.mark.numerics
 def test_perplexity_sliding_window_scores_each_token_once():
     model = tiny("llama")
     ids = torch.randint(0, 61, (100,))
@@ -69,6 +71,7 @@ def test_perplexity_sliding_window_scores_each_token_once():
         perplexity(model, ids, max_length=16, stride=32)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_score_continuations_equals_naive(family):
     model = tiny(family)

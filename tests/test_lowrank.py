@@ -30,6 +30,7 @@ def _linear(out_features=48, in_features=32) -> torch.nn.Linear:
     return linear
 
 
+@pytest.mark.numerics
 def test_truncated_svd_error_equals_the_discarded_singular_values():
     linear = _linear()
     weight = linear.weight.detach().double()
@@ -52,6 +53,7 @@ def test_truncated_svd_error_equals_the_discarded_singular_values():
                                   terms=32, depth=2)
 
 
+@pytest.mark.numerics
 def test_full_rank_reproduces_the_layer():
     linear = _linear()
     module, error, _ = factorise(linear, rank=32)

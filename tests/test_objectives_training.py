@@ -84,6 +84,7 @@ def test_loss_finite_and_decreasing(spec, special):
     assert all(isinstance(v, float) for v in result.metrics.values())
 
 
+@pytest.mark.numerics
 def test_sparse_prediction_matches_dense(special):
     torch.manual_seed(0)
     sparse = build_objective("mlm", special)

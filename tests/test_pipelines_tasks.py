@@ -111,6 +111,7 @@ def test_token_classification_matches_transformers(tmp_path):
         [(t["entity"], t["index"]) for t in their_raw(text)]
 
 
+@pytest.mark.numerics
 def test_text_classification_matches_transformers(tmp_path):
     folder = _folder(tmp_path, transformers.BertForSequenceClassification,
                      id2label={0: "neg", 1: "pos", 2: "mixed"},

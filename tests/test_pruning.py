@@ -68,6 +68,7 @@ def _batch(seed: int = 1) -> dict[str, torch.Tensor]:
 PLAN = {0: [1, 3], 2: [0]}  # layer 1 keeps all four heads: per-layer counts differ
 
 
+@pytest.mark.numerics
 def test_pruned_model_equals_gated_model():
     model = _bert()
     batch = _batch()
@@ -92,6 +93,7 @@ def test_pruned_model_equals_gated_model():
     assert model.config.extra["pruned_heads"] == {"0": [1, 3], "2": [0]}
 
 
+@pytest.mark.numerics
 def test_pruned_model_equals_transformers_bert_with_those_heads_zeroed(tmp_path):
     """Reference: transformers' own BERT attention on the same weights, each removed head's
     value projection (rows and bias) set to 0, so its context is 0."""

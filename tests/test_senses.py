@@ -111,6 +111,7 @@ def test_sense_ranks_read_index_sense():
     assert ranks[("bank", "n", "n09213565")] == 1 and ranks[("bank", "n", "n08420278")] == 2
 
 
+@pytest.mark.numerics
 def test_glove_context_vector():
     glove = glove_6b_50d()
     sentence = "The cat sat on the mat"
@@ -121,6 +122,7 @@ def test_glove_context_vector():
     assert not senses.context_vector(glove, "qqqzzzxq cat", (9, 12)).any()  # zeros
 
 
+@pytest.mark.numerics
 def test_target_vectors_equal_transformers_hidden_states(minilm_dir):
     """Every layer's pooled target, including two targets of one sentence encoded once."""
     from transformers import AutoModel, AutoTokenizer

@@ -35,6 +35,7 @@ def f_and_g(tmp_path_factory):
             save_tiny_bert_folder(root / "g", hidden=48))
 
 
+@pytest.mark.numerics
 def test_concatenation_is_torch_cat_of_the_parts_in_a_fresh_process(f_and_g):
     f, g = f_and_g
     expected = torch.cat([SentenceEncoder.load(f).encode(TEXTS),

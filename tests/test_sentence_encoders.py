@@ -67,6 +67,7 @@ def _batch(encoder, *columns, labels=None):
 
 
 # -- parity with sentence-transformers ----------------------------------------------------------
+@pytest.mark.numerics
 def test_encode_matches_sentence_transformers(minilm_encoder, sentence_transformer):
     long_text = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)  # > 256 tokens
     texts = [*ANCHORS, long_text, "x"]
@@ -90,6 +91,7 @@ def test_mnrl_loss_matches_sentence_transformers(minilm_encoder, sentence_transf
             assert_close_rounding(ours.loss, expected, terms=384, depth=6, scale=scale)
 
 
+@pytest.mark.numerics
 def test_softmax_loss_matches_sentence_transformers(minilm_encoder, sentence_transformer):
     torch.manual_seed(0)
     theirs_loss = _st_losses().SoftmaxLoss(sentence_transformer, 384, 3)
@@ -114,6 +116,7 @@ def _cross_entropy(logits, target):
     return -(logits[target] - top - math.log(sum(math.exp(x - top) for x in logits)))
 
 
+@pytest.mark.numerics
 def test_mnrl_loss_by_hand_with_group_mask():
     anchors = [[1.0, 0.0], [0.6, 0.8], [0.0, -1.0]]
     candidates = [[0.9, 0.1], [0.5, 0.5], [0.2, -0.9], [-1.0, 0.3]]  # 3 positives + 1 negative
@@ -135,6 +138,7 @@ def test_mnrl_loss_by_hand_with_group_mask():
     assert_close_rounding(loss, sum(masked) / 3, **bound)
 
 
+@pytest.mark.numerics
 def test_pair_classification_by_hand():
     objective = PairClassification(2, num_labels=2)
     weight = torch.tensor([[0.1, -0.2, 0.3, 0.4, -0.5, 0.6], [0.0, 0.5, -0.1, 0.2, 0.3, -0.4]])
@@ -154,6 +158,7 @@ def test_mean_pool_ignores_padding():
     assert mean_pool(hidden, torch.tensor([[1, 1, 0]])).tolist() == [[2.0, 3.0]]
 
 
+@pytest.mark.numerics
 def test_quick_thought_loss_by_hand():
     f = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, -0.5]]
     g = [[0.5, 0.2], [0.1, 0.9], [-0.3, 0.4], [1.0, 1.0]]
@@ -171,6 +176,7 @@ def test_quick_thought_loss_by_hand():
     assert_close_rounding(loss, sum(terms) / 4, terms=3, depth=3, scale=2.0)
 
 
+@pytest.mark.numerics
 def test_skip_thought_decoder_loss_equals_unpadded_reference():
     torch.manual_seed(0)
     objective = SkipThought(vocab_size=20, context_dim=6, embedding_dim=5, decoder_hidden=7)

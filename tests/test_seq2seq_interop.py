@@ -119,6 +119,7 @@ def _compare(ours, theirs, batch) -> None:
                  batch["attention_mask"].bool(), "encoder states")
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", list(CASES))
 def test_parity_hf_to_lmlab(case, hf_folders):
     class_name, _, pad, _ = CASES[case]
@@ -317,6 +318,7 @@ def test_bart_keeps_its_position_offset_whatever_the_pad_id():
     assert preset("roberta", "base", pad_token_id=0).position_offset == 1  # tied to the pad
 
 
+@pytest.mark.numerics
 def test_evaluation_loss_has_no_label_smoothing():
     import torch.nn.functional as F
 

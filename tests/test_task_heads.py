@@ -97,6 +97,7 @@ def test_head_parity_both_ways(tmp_path, family, head):
                               terms=64, depth=3)
 
 
+@pytest.mark.numerics
 def test_regression_head_and_labels_roundtrip(tmp_path):
     """num_labels=1 is regression (MSE); label names survive save/load."""
     theirs = transformers.BertForSequenceClassification(hf_config("bert", num_labels=1)).eval()
@@ -120,6 +121,7 @@ def test_regression_head_and_labels_roundtrip(tmp_path):
     assert again.config.extra["id2label"] == {0: "a", 1: "b", 2: "c"}
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("pooling", ["mean", "concat"])
 def test_lmlab_poolings(pooling):
     """Mean and ULMFiT concat pooling ignore padding: a padded copy gives the same logits."""

@@ -10,6 +10,8 @@ from conftest import assert_close_rounding, rounding_tolerance
 from lmlab.models.config import TransformerConfig
 from lmlab.models.model import LanguageModel
 
+pytestmark = pytest.mark.numerics  # rerun with the kernels held to AVX2 (docs/setup.md)
+
 
 def test_tolerance_follows_dtype_terms_depth_and_scale():
     base = rounding_tolerance(terms=64, depth=2, scale=1.0)

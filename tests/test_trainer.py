@@ -213,6 +213,7 @@ def test_final_model_loads_back(tmp_path):
     assert torch.equal(ours, theirs)  # exact: the same float32 weights and the same ops
 
 
+@pytest.mark.numerics
 def test_gradient_accumulation_equals_big_batch(tmp_path):
     _, _ = run(tmp_path, "big", model=tiny_model(0.0), stream=TinyStream(batch_size=8),
                max_steps=4)

@@ -75,6 +75,7 @@ def test_discriminative_rates_and_unfreezing_follow_ulmfit_layer_groups(general)
     assert trainable == {"heads.sequence-classification", "layers.2"}
 
 
+@pytest.mark.numerics
 def test_concat_pooling_reads_real_tokens_only(general):
     model = classifier(general).eval()
     ids = torch.randint(1000, 2000, (1, 6))

@@ -63,6 +63,7 @@ def test_formats_round_trip_and_match_gensim(tmp_path, glove20k, fmt):
         np.testing.assert_array_equal(again.matrix, vectors.matrix)
 
 
+@pytest.mark.numerics
 def test_similarity_matches_gensim(glove20k):
     kv = _gensim(glove20k)
     for name in ("wordsim353", "simlex999"):
@@ -157,6 +158,7 @@ def test_case_variants_count_as_the_same_word(tmp_path):
         evaluate.evaluate_analogies(vectors, path, case_insensitive=False)  # "ROME" is unknown
 
 
+@pytest.mark.numerics
 def test_procrustes_matches_scipy_and_recovers_a_rotation(glove20k):
     linalg = pytest.importorskip("scipy.linalg")
     rng = np.random.default_rng(0)

@@ -124,6 +124,7 @@ def test_step_size_shrinks_only_for_a_handful_of_words():
 
 
 # -- the updates against autograd ----------------------------------------------------------------
+@pytest.mark.numerics
 def test_word2vec_step_is_sgd_on_the_negative_sampling_loss():
     tables = word2vec.Word2VecTables(12, 6, seed=0)
     tables.outputs = torch.randn(12, 6, dtype=torch.float32) * 0.3
@@ -312,6 +313,7 @@ def test_word2vec_is_gensims_algorithm_with_gensims_init(monkeypatch, architectu
     np.testing.assert_allclose(made[0].outputs.numpy(), syn1, rtol=0, atol=atol)
 
 
+@pytest.mark.numerics
 def test_glove_step_is_adagrad_on_the_weighted_least_squares():
     model = glove.GloveModel(10, 4, seed=0)
     i, j = torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5])  # all rows distinct
@@ -336,6 +338,7 @@ def test_glove_step_is_adagrad_on_the_weighted_least_squares():
                           depth=2)
 
 
+@pytest.mark.numerics
 def test_glove_weighting_and_cooccurrences_by_hand():
     assert_close_rounding(glove.weighting(np.array([5.0, 10.0, 50.0]), 10.0, 0.75),
                           [0.5**0.75, 1.0, 1.0], dtype=torch.float64)  # one power in float64
