@@ -170,6 +170,7 @@ def test_bf16_and_q4_1_dequantisation(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     with GGUFFile(tmp_path / "t.gguf") as file:
+        # tol: stored in bf16, 8 significant bits: relative rounding under 2^-8
         np.testing.assert_allclose(file.tensor("bf"), values, rtol=1e-2)
         # 4-bit: 16 levels between each block's min and max.
         span = np.ptp(values.reshape(4, 2, 32), axis=-1).max()

@@ -77,7 +77,7 @@ def test_f32_round_trip_is_exact(tmp_path, tokenizer, tied, head_dim):
                   "num_key_value_heads", "head_dim", "intermediate_size", "rope_theta",
                   "max_position_embeddings", "tie_word_embeddings", "family", "ffn_type"):
         assert getattr(a, field) == getattr(b, field), field
-    assert b.norm_eps == pytest.approx(a.norm_eps, rel=1e-7)  # stored as float32
+    assert b.norm_eps == pytest.approx(a.norm_eps, rel=1e-7)  # tol: stored as float32
     ids = torch.tensor([tokenizer.encode(TEXT)])
     assert_close_rounding(logits(loaded, ids), logits(model, ids), terms=96, depth=2)
     from lmlab.generation.generate import generate

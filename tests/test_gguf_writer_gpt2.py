@@ -76,6 +76,7 @@ def test_f32_round_trip_is_exact(tmp_path, tokenizer, tied):
                   "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act",
                   "position_embedding", "norm_type"):
         assert getattr(loaded.config, field) == getattr(model.config, field), field
+    # tol: stored as float32
     assert loaded.config.norm_eps == pytest.approx(model.config.norm_eps, rel=1e-7)
     ids = torch.tensor([tokenizer.encode(TEXT)])
     assert_close_rounding(logits(loaded, ids), logits(model, ids), terms=96, depth=2)
