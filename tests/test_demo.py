@@ -14,7 +14,8 @@ from lmlab.demo.report import VERDICT_RULE, results_table, verdict
 # --precision fp32: the module's fixture runs before the per-test pin of auto (conftest.py)
 ARGS = ["demo", "--budget", "50s", "--max-documents", "150", "--size", "tiny",
         "--max-train-examples", "150", "--max-eval-examples", "60", "--vocab-size", "2000",
-        "--precision", "fp32", "--seeds", "0,1"]  # two seeds still give a median and a spread
+        "--precision", "fp32", "--seeds", "0,1",  # two seeds still give a median and a spread
+        "--finetune-tokens", "15k"]  # whole epochs of 150 examples: 2 to 6
 
 
 @pytest.fixture(scope="module")
@@ -177,13 +178,15 @@ def test_new_settings_change_the_stage_hash():
     from lmlab.demo.job import DemoConfig, pretrain_inputs
     from lmlab.utils.io import stable_hash
 
-    base = stable_hash(pretrain_inputs(DemoConfig(), "shards-x"))
+    base = stable_hash(pretrain_inputs(DemoConfig(), "shards-x", 540.0))
     for change in ({"pretrain_lr": 2e-3}, {"pretrain_warmup": 0.1},
                    {"pretrain_schedule": "cosine"}, {"mask_prob": 0.15},
                    {"precision": "fp32"}, {"model_args": {"hidden_dropout_prob": 0.1}},
                    {"seq_len": 64}, {"batch_size": 16}):
-        assert stable_hash(pretrain_inputs(DemoConfig(**change), "shards-x")) != base, change
-    assert stable_hash(pretrain_inputs(DemoConfig(threads=1), "shards-x")) == base
+        assert stable_hash(pretrain_inputs(DemoConfig(**change), "shards-x", 540.0)) != base, \
+            change
+    assert stable_hash(pretrain_inputs(DemoConfig(), "shards-x", 600.0)) != base  # planned time
+    assert stable_hash(pretrain_inputs(DemoConfig(threads=1), "shards-x", 540.0)) == base
 
 
 def test_demo_refuses_bad_recipe_settings():

@@ -15,7 +15,7 @@ def register(commands) -> None:
         description="Build the default corpus (without the evaluation tasks' texts), train a "
                     "WordPiece tokenizer, pretrain a small BERT with masked LM, fine-tune it, "
                     "the same architecture randomly initialised and a TF-IDF baseline on two "
-                    "tasks with three seeds, and MiniLM as the ceiling, look at words in context, and write a report. "
+                    "tasks with three seeds, and MiniLM's frozen features as the ceiling, look at words in context, and write a report. "
                     "Finished stages are cached: rerunning reuses them.",
     )
     p.add_argument("--budget", default="20m", help="wall-clock budget of the whole demo")
@@ -33,8 +33,13 @@ def register(commands) -> None:
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="pretraining and fine-tuning precision (default auto: bf16 where this "
                         "host's measured bf16 matmul rate is at least 1.2x fp32's)")
+    p.add_argument("--finetune-tokens",
+                   help="training tokens of every pretrained and random-init fine-tuning run, "
+                        "in whole epochs of each task, the same on every host (default 200k; "
+                        "pretraining gets the time the budget leaves)")
     p.add_argument("--ceiling", default="minilm",
-                   help="a pretrained checkpoint fine-tuned as the ceiling row, or 'none'")
+                   help="a pretrained checkpoint whose frozen features (with a trained head) "
+                        "are the ceiling row, or 'none'")
     p.add_argument("--threads", type=int, help="torch threads (speed only)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an --out folder that holds files other than a demo's")
@@ -44,7 +49,7 @@ def _demo(args: argparse.Namespace) -> int:
     from lmlab.demo.job import DemoConfig, load_summary, run_demo
     from lmlab.demo.report import print_summary
     from lmlab.utils.checks import parse_int_list
-    from lmlab.utils.durations import parse_duration
+    from lmlab.utils.durations import parse_count, parse_duration
 
     config = DemoConfig(
         out=args.out, budget=parse_duration(args.budget),
@@ -55,6 +60,8 @@ def _demo(args: argparse.Namespace) -> int:
         max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples, vocab_size=args.vocab_size,
         precision=args.precision,
+        **({} if args.finetune_tokens is None
+           else {"finetune_tokens": parse_count(args.finetune_tokens)}),
         ceiling=None if args.ceiling.lower() == "none" else args.ceiling,
         fresh=args.fresh, threads=args.threads,
     )

@@ -1,11 +1,17 @@
-"""The demo job, stage by stage, sharing one wall-clock budget.
+"""The demo job, stage by stage, sharing one wall-clock budget that adapts to the host.
 
-Budget: ``--budget`` (default 20 minutes) is the whole demo's. The data stages (corpus,
-tokenizer, shards) are not budgeted (they take about two minutes on the default corpus here and
-are cached); pretraining gets :data:`PRETRAIN_SHARE` of the budget, fine-tuning
-:data:`FINETUNE_SHARE`, split evenly over its runs, and the ceiling model (MiniLM, one run per
-task) :data:`CEILING_SHARE`; the baseline, the analysis and the report use what is left. The shares are fixed fractions of the budget (not of measured remaining
-time), so a rerun computes the same stage inputs and reuses every finished stage.
+Budget: ``--budget`` (default 20 minutes) is the whole demo's. A host's speed decides how much of
+it pretraining gets, never how much fine-tuning a model gets: every fine-tuning run trains for
+the same number of epochs on every host, so the comparison a user reads (pretrained against
+random init, TF-IDF and the ceiling) does not depend on which CPU they own. The stages run so
+that everything not needing the pretrained model comes first (data, the TF-IDF baseline, the
+randomly initialised runs, the ceiling); their measured times, and the random runs' time again
+for the pretrained runs still to come (the same architecture, data and epochs), are taken from
+the budget, and pretraining gets what is left, less :data:`REPORT_RESERVE` for the analysis and
+the report, within :data:`PRETRAIN_SHARE_RANGE` of the budget (:func:`plan_pretraining`). The
+times are the ones each stage recorded when it ran, so a rerun computes the same pretraining
+seconds and reuses every finished stage. A fast host pretrains longer; a slow one shorter, and
+one too slow for the fine-tuning runs overruns the budget and says so in the report.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from lmlab.demo.stages import StageLog, StageRunner
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json
 
-PRETRAIN_SHARE = 0.45
-FINETUNE_SHARE = 0.33
-CEILING_SHARE = 0.08  # the ceiling model (MiniLM), one run per task
+# pretraining's share of the budget: at least (a slow host still leaves the unigram plateau),
+# at most (a fast host keeps the rest of its budget)
+PRETRAIN_SHARE_RANGE = (0.25, 0.5)
+REPORT_RESERVE = 0.05  # of the budget, for the analysis, the report and the time between stages
 # the pretraining recipe chosen by the ablation in docs/demo.md (bench/ablation_demo_pretrain.py)
 PRETRAIN_MODEL_ARGS = {"num_hidden_layers": 2, "hidden_dropout_prob": 0.0,
                        "attention_probs_dropout_prob": 0.0}
@@ -76,32 +83,25 @@ class DemoConfig:
     precision: str = "auto"
     tasks: tuple[str, ...] = ("fortunes-topic", "wordnet-supersense")
     seeds: tuple[int, ...] = (0, 1, 2)
-    finetune_lr: float = 1e-4
-    finetune_epochs: int = 8
+    # 3e-4: a 2-layer model pretrained for minutes is no fragile BERT-base; at the demo's few
+    # updates it ended 5 points higher than 1e-4 on wordnet-supersense (docs/demo.md)
+    finetune_lr: float = 3e-4
+    # training tokens of every fine-tuning run, on every host (the comparison must not depend on
+    # the CPU): whole epochs of each task's training split, at least one
+    finetune_tokens: int = 200_000
     finetune_batch_size: int = 32
     # mean over the tokens: neither MLM-only pretraining nor MiniLM (sentence-transformers,
     # mean-pooled) trains the [CLS] pooler, so a head on it starts from noise
     finetune_pooling: str = "mean"
-    ceiling: str | None = "minilm"  # a pretrained checkpoint fine-tuned as the ceiling row
+    # a pretrained checkpoint as the ceiling row: its frozen features (mean-pooled scalar mix of
+    # its layers) and a trained head, the `feature` recipe: one forward pass over the task, so
+    # it is a ceiling on a slow CPU too (fine-tuned in the time a slow CPU has, it was not)
+    ceiling: str | None = "minilm"
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
     neighbour_occurrences: int = 300
     fresh: bool = False
     threads: int | None = field(default=None, metadata={"speed": True})
-
-    @property
-    def pretrain_seconds(self) -> float:
-        return PRETRAIN_SHARE * self.budget
-
-    @property
-    def finetune_seconds_per_run(self) -> float:
-        runs = max(1, len(self.tasks) * len(self.seeds) * 2)
-        return FINETUNE_SHARE * self.budget / runs
-
-    @property
-    def ceiling_seconds_per_run(self) -> float:
-        """The ceiling model gets one run (the first seed) per task."""
-        return CEILING_SHARE * self.budget / max(1, len(self.tasks))
 
     def validate(self) -> None:
         """Check every setting before any stage runs: a typo in ``tasks`` must not cost the
@@ -147,7 +147,8 @@ class DemoConfig:
         for option, value in (("--max-documents", self.max_documents),
                               ("--max-train-examples", self.max_train_examples),
                               ("--max-eval-examples", self.max_eval_examples),
-                              ("--threads", self.threads)):
+                              ("--threads", self.threads),
+                              ("--finetune-tokens", self.finetune_tokens)):
             check_at_least(value, 1, option)
 
     def objective_args(self) -> dict[str, Any]:
@@ -199,13 +200,14 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
 
     Every setting is checked (:meth:`DemoConfig.validate`) and ``config.out`` must be new, a
     demo folder, or ``overwrite`` given, before anything is computed or written. The stages
-    run in order, each cached by :class:`StageRunner`: corpus, tokenizer, shards, pretraining,
-    fine-tuning (with the TF-IDF baseline), analysis; the report is always rewritten.
+    run in order, each cached by :class:`StageRunner`: corpus, tokenizer, shards; the
+    baselines (TF-IDF, random init, the ceiling); pretraining for the seconds they leave
+    (:func:`plan_pretraining`); fine-tuning the pretrained model; analysis. The report is
+    always rewritten.
     """
     config.validate()
     check_demo_folder(config.out, overwrite)
     import torch
-
 
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -230,19 +232,29 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
 
     unigram = unigram_baseline(unigram_counts(shards_folder / "shards"))
     data_seconds = time.perf_counter() - started
-    pretrain_folder, pretrain = _pretrain_stage(config, stages, shards_folder, tok_folder)
+    architecture = _architecture_stage(config, stages, tok_folder, tok_info)
+    tasks = _tasks(config)
+    epochs = {task.name: finetune_epochs(config, task, architecture) for task in tasks}
+    results = _baseline_stages(config, stages, tasks, epochs, architecture)
+    plan = plan_pretraining(config.budget, spent=log.recorded_seconds(),
+                            expected=log.recorded_seconds("finetune-", "-random-"))
+    plan["finetune_epochs"] = epochs
+    pretrain_folder, pretrain = _pretrain_stage(config, stages, shards_folder, tok_folder,
+                                                plan["pretrain_seconds"])
     pretrained_model = Path(pretrain["run"]) / "model"
-    results = _finetune_stages(config, stages, pretrain_folder, pretrained_model)
+    _pretrained_stages(config, stages, tasks, epochs, results, pretrain_folder, pretrained_model)
     analysis = _analysis_stage(config, stages, pretrain_folder, pretrained_model,
                                corpus_folder / "corpus", shards_folder / "shards")
 
     # the report (always rewritten: cheap, and it records this invocation's timings)
-    _say("6/6 report")
+    _say("7/7 report")
     from lmlab.demo.report import write_report
 
+    plan["recorded_seconds"] = round(log.recorded_seconds(), 1)
     summary = {
         "settings": config.result_settings(), "corpus": corpus, "tokenizer": tok_info,
-        "shards": shards, "unigram": unigram, "precision_reason": precision_reason, "excluded_eval_texts": corpus["excluded_texts"],
+        "shards": shards, "unigram": unigram, "precision_reason": precision_reason,
+        "excluded_eval_texts": corpus["excluded_texts"], "plan": plan,
         "pretrain_run": pretrain["run"], "results": results, "analysis": analysis,
         "stages": log.entries, "data_seconds": round(data_seconds, 1),
         "total_seconds": round(time.perf_counter() - started, 1),
@@ -251,6 +263,21 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     report = write_report(out, summary)
     _say(f"done in {summary['total_seconds'] / 60:.1f} min; report: {report}")
     return report
+
+
+def plan_pretraining(budget: float, spent: float, expected: float) -> dict[str, Any]:
+    """How long pretraining runs: the budget less the seconds the finished stages recorded
+    (``spent``), the fine-tuning runs of the pretrained model still to come (``expected``:
+    the randomly initialised runs' recorded seconds, the same work) and :data:`REPORT_RESERVE`,
+    held within :data:`PRETRAIN_SHARE_RANGE` of the budget. Whole seconds: the pretraining
+    stage is named by them, and a rerun (reading the same recorded times) finds it."""
+    low, high = PRETRAIN_SHARE_RANGE
+    left = budget * (1 - REPORT_RESERVE) - spent - expected
+    seconds = float(round(min(max(left, low * budget), high * budget)))
+    return {"budget": budget, "spent_before_pretraining": round(spent, 1),
+            "expected_finetuning": round(expected, 1), "pretrain_seconds": seconds,
+            "limited_by": ("the lower bound" if left < low * budget else
+                           "the upper bound" if left > high * budget else "the budget")}
 
 
 def _corpus_stage(config: DemoConfig, stages: StageRunner) -> tuple[Path, dict[str, Any]]:
@@ -266,7 +293,7 @@ def _corpus_stage(config: DemoConfig, stages: StageRunner) -> tuple[Path, dict[s
                 "excluded_words": manifest["excluded_words"],
                 "excluded_documents": manifest["excluded_documents"]}
 
-    _say("1/6 corpus, without the built-in tasks' dev/test texts")
+    _say("1/7 corpus, without the built-in tasks' dev/test texts")
     return stages.run("corpus", {"sources": config.sources, "max_documents": config.max_documents,
                                  "exclude": "builtin-tasks-dev-test-segments"}, work)
 
@@ -282,7 +309,7 @@ def _tokenizer_stage(config: DemoConfig, stages: StageRunner,
         tokenizer.save_pretrained(folder / "tokenizer")
         return {"vocab_size": len(tokenizer), "fingerprint": tokenizer.fingerprint()}
 
-    _say("2/6 WordPiece tokenizer and token shards")
+    _say("2/7 WordPiece tokenizer and token shards")
     return stages.run("tokenizer", {"corpus": corpus_folder.name,
                                     "vocab_size": config.vocab_size}, work)
 
@@ -304,8 +331,8 @@ def _shards_stage(stages: StageRunner, corpus_folder: Path, tok_folder: Path,
 
 
 def _pretrain_stage(config: DemoConfig, stages: StageRunner, shards_folder: Path,
-                    tok_folder: Path) -> tuple[Path, dict[str, Any]]:
-    """3. Pretraining through ``lmlab.pretrain`` for :data:`PRETRAIN_SHARE` of the budget;
+                    tok_folder: Path, seconds: float) -> tuple[Path, dict[str, Any]]:
+    """4. Pretraining through ``lmlab.pretrain`` for ``seconds`` (:func:`plan_pretraining`);
     resumable (a killed demo continues from the run's last checkpoint)."""
     def work(folder: Path) -> dict[str, Any]:
         import lmlab
@@ -316,7 +343,7 @@ def _pretrain_stage(config: DemoConfig, stages: StageRunner, shards_folder: Path
         training = TrainingConfig(
             lr=config.pretrain_lr, warmup_fraction=config.pretrain_warmup,
             schedule=config.pretrain_schedule, seq_len=config.seq_len,
-            batch_size=config.batch_size, budget_seconds=float(round(config.pretrain_seconds)),
+            batch_size=config.batch_size, budget_seconds=seconds,
             seed=0, eval_every=250, save_every=250, threads=config.threads,
             precision=config.precision)
         result = lmlab.pretrain(lmlab.PretrainConfig(
@@ -328,78 +355,136 @@ def _pretrain_stage(config: DemoConfig, stages: StageRunner, shards_folder: Path
              f"{result.tokens:,} tokens")
         return {"run": str(run)}
 
-    _say(f"3/6 pretraining a {model_name(config.family, config.size)} with {config.objective} "
-         f"({config.pretrain_seconds / 60:.1f} min)")
-    return stages.run("pretrain", pretrain_inputs(config, shards_folder.name), work,
+    _say(f"4/7 pretraining a {model_name(config.family, config.size)} with {config.objective} "
+         f"for {seconds / 60:.1f} min (what the budget leaves after the measured stages)")
+    return stages.run("pretrain", pretrain_inputs(config, shards_folder.name, seconds), work,
                       resumable=True)
 
 
-def pretrain_inputs(config: DemoConfig, shards: str) -> dict[str, Any]:
+def pretrain_inputs(config: DemoConfig, shards: str, seconds: float) -> dict[str, Any]:
     """What names the pretraining stage's folder: every setting that changes its result."""
     return {"shards": shards, "family": config.family, "size": config.size,
             "objective": config.objective, "seq_len": config.seq_len,
             "batch_size": config.batch_size, "lr": config.pretrain_lr,
             "warmup": config.pretrain_warmup, "schedule": config.pretrain_schedule,
             "mask_prob": config.mask_prob, "model_args": config.model_args,
-            "precision": config.precision, "seconds": round(config.pretrain_seconds)}
+            "precision": config.precision, "seconds": round(seconds)}
 
 
-def _finetune_stages(config: DemoConfig, stages: StageRunner, pretrain_folder: Path,
-                     pretrained_model: Path) -> dict[str, dict[str, list[dict]]]:
-    """4. Fine-tuning on each task and seed: the pretrained model, the same architecture
-    randomly initialised, and the TF-IDF baseline; then the ceiling model (``config.ceiling``,
-    e.g. MiniLM) with the same recipe on the first seed. Returns task -> kind -> per-seed
-    results (kinds "pretrained", "random", "tfidf" and, with a ceiling, "ceiling")."""
+def _architecture_stage(config: DemoConfig, stages: StageRunner, tok_folder: Path,
+                        tok_info: dict[str, Any]) -> Path:
+    """The pretraining model's architecture with the demo's tokenizer (``FOLDER/model``): the
+    random-init runs start from it before pretraining has run."""
+    def work(folder: Path) -> dict[str, Any]:
+        from lmlab.models.model import LanguageModel
+        from lmlab.models.presets import preset
+        from lmlab.tokenization.tokenizer import Tokenizer
+
+        tokenizer = Tokenizer.from_pretrained(tok_folder / "tokenizer")
+        model_config = preset(config.family, config.size, vocab_size=len(tokenizer),
+                              **config.model_args)
+        LanguageModel(model_config).save_pretrained(folder / "model")
+        tokenizer.save_pretrained(folder / "model")
+        return {"model": str(folder / "model")}
+
+    folder, _ = stages.run("architecture", {"family": config.family, "size": config.size,
+                                            "model_args": config.model_args,
+                                            "tokenizer": tok_info["fingerprint"]}, work)
+    return folder / "model"
+
+
+def finetune_epochs(config: DemoConfig, task: Any, tokenizer_folder: Path) -> int:
+    """The whole epochs of ``task``'s training split nearest to ``config.finetune_tokens``
+    training tokens under the demo's tokenizer (at least one): every fine-tuning run of the
+    task trains this long, on every host."""
+    from lmlab.finetune.data import encode_examples
+    from lmlab.finetune.runner import _subset, load_tokenizer
+
+    examples = _subset(task, config.max_train_examples).split("train")
+    features = encode_examples(task, examples, load_tokenizer(tokenizer_folder))
+    return max(1, round(config.finetune_tokens / max(1, sum(map(len, features)))))
+
+
+def _baseline_stages(config: DemoConfig, stages: StageRunner, tasks: list[Any],
+                     epochs: dict[str, int],
+                     architecture: Path) -> dict[str, dict[str, list[dict]]]:
+    """3. What needs no pretrained model, on each task: the TF-IDF baseline and the randomly
+    initialised architecture for every seed, and the ceiling model's frozen features (one
+    run). Returns task -> kind -> per-seed results (kinds "random", "tfidf", "ceiling")."""
     from lmlab.models.catalog import resolve_short_name
-    from lmlab.tasks.builtin import load_builtin_task
 
+    ceiling = f" and {config.ceiling}'s frozen features (the ceiling)" if config.ceiling else ""
+    _say(f"3/7 on {', '.join(config.tasks)} x seeds {list(config.seeds)}: TF-IDF, the "
+         f"architecture from random weights ({_epochs_text(epochs)}){ceiling}; their measured "
+         "times decide how long pretraining runs")
     results: dict[str, dict[str, list[dict]]] = {}
-    ceiling = f", and {config.ceiling} as the ceiling" if config.ceiling else ""
-    _say(f"4/6 fine-tuning on {', '.join(config.tasks)} x seeds {list(config.seeds)} "
-         f"({config.finetune_seconds_per_run:.0f} s per run), the TF-IDF baseline{ceiling}")
-    for task_name in config.tasks:
-        task = _subset_eval(load_builtin_task(task_name, "cpu"), config.max_eval_examples)
-        results[task_name] = {"pretrained": [], "random": [], "tfidf": []}
+    for task in tasks:
+        results[task.name] = {"pretrained": [], "random": [], "tfidf": []}
         for seed in config.seeds:
-            for kind in ("pretrained", "random"):
-                results[task_name][kind].append(_finetune_run(
-                    config, stages, task, kind, seed, pretrained_model, pretrain_folder.name,
-                    config.finetune_seconds_per_run))
-            results[task_name]["tfidf"].append(_baseline_run(config, stages, task, seed))
+            results[task.name]["tfidf"].append(_baseline_run(config, stages, task, seed))
+            results[task.name]["random"].append(_finetune_run(
+                config, stages, task, "random", seed, architecture,
+                architecture.parent.name, epochs[task.name]))
         if config.ceiling:
-            results[task_name]["ceiling"] = [_finetune_run(
+            results[task.name]["ceiling"] = [_finetune_run(
                 config, stages, task, "ceiling", config.seeds[0],
-                resolve_short_name(config.ceiling), config.ceiling,
-                config.ceiling_seconds_per_run)]
+                resolve_short_name(config.ceiling), config.ceiling, None)]
     return results
 
 
+def _pretrained_stages(config: DemoConfig, stages: StageRunner, tasks: list[Any],
+                       epochs: dict[str, int], results: dict[str, dict[str, list[dict]]],
+                       pretrain_folder: Path, pretrained_model: Path) -> None:
+    """5. The pretrained model fine-tuned on each task and seed (into ``results``)."""
+    _say(f"5/7 fine-tuning the pretrained model on {', '.join(config.tasks)} x seeds "
+         f"{list(config.seeds)} ({_epochs_text(epochs)})")
+    for task in tasks:
+        results[task.name]["pretrained"] = [
+            _finetune_run(config, stages, task, "pretrained", seed, pretrained_model,
+                          pretrain_folder.name, epochs[task.name]) for seed in config.seeds]
+
+
+def _epochs_text(epochs: dict[str, int]) -> str:
+    return ", ".join(f"{n} epoch{'s' if n > 1 else ''} of {name}" for name, n in epochs.items())
+
+
+def _tasks(config: DemoConfig) -> list[Any]:
+    from lmlab.tasks.builtin import load_builtin_task
+
+    return [_subset_eval(load_builtin_task(name, "cpu"), config.max_eval_examples)
+            for name in config.tasks]
+
+
 def _finetune_run(config: DemoConfig, stages: StageRunner, task: Any, kind: str, seed: int,
-                  model: Path, model_name: str, seconds: float) -> dict[str, Any]:
-    """One fine-tuning run of ``model`` for ``seconds``: ``kind`` "pretrained", "ceiling" or
-    "random" (the same architecture, randomly initialised); ``model_name`` names it in the
-    stage's inputs (the pretraining stage's folder, or the ceiling's name)."""
+                  model: Path, model_name: str, epochs: int | None) -> dict[str, Any]:
+    """One fine-tuning run of ``model`` for ``epochs`` epochs: ``kind`` "pretrained", "random"
+    (the same architecture, randomly initialised) or "ceiling" (the frozen model with a
+    trained head: the ``feature`` recipe's own epochs, ``epochs`` None); ``model_name`` names
+    it in the stage's inputs (the stage folder it came from, or the ceiling's name)."""
     def work(folder: Path) -> dict[str, Any]:
         from lmlab.finetune.runner import finetune
 
-        result = finetune(task, model, folder / "run", recipe="bert", seed=seed,
-                          epochs=config.finetune_epochs, lr=config.finetune_lr,
-                          batch_size=config.finetune_batch_size,
+        if kind == "ceiling":
+            settings: dict[str, Any] = {"recipe": "feature"}
+        else:
+            settings = {"recipe": "bert", "epochs": epochs,
+                        "lr": config.finetune_lr, "batch_size": config.finetune_batch_size,
+                        "pooling": config.finetune_pooling}
+        result = finetune(task, model, folder / "run", seed=seed,
                           max_train_examples=config.max_train_examples,
-                          budget_seconds=seconds, precision=config.precision,
-                          pooling=config.finetune_pooling,
-                          random_init=kind == "random", save_model=False, show_progress=True)
+                          precision=config.precision, random_init=kind == "random",
+                          save_model=False, show_progress=True, **settings)
         return {"dev": result.get("dev"), "test": result.get("test"),
                 "best_epoch": result.get("best_epoch"),
                 "train_seconds": result.get("train_seconds")}
 
-    return stages.run(f"finetune-{task.name}-{kind}-seed{seed}", {
-        "model": model_name, "kind": kind, "seed": seed, "task": task.name,
-        "lr": config.finetune_lr, "epochs": config.finetune_epochs,
-        "batch": config.finetune_batch_size, "max_train": config.max_train_examples,
-        "max_eval": config.max_eval_examples, "precision": config.precision,
-        "pooling": config.finetune_pooling,
-        "seconds": round(seconds)}, work)[1]
+    inputs = {"model": model_name, "kind": kind, "seed": seed, "task": task.name,
+              "max_train": config.max_train_examples, "max_eval": config.max_eval_examples,
+              "precision": config.precision}
+    if kind != "ceiling":
+        inputs.update(lr=config.finetune_lr, epochs=epochs,
+                      batch=config.finetune_batch_size, pooling=config.finetune_pooling)
+    return stages.run(f"finetune-{task.name}-{kind}-seed{seed}", inputs, work)[1]
 
 
 def _baseline_run(config: DemoConfig, stages: StageRunner, task: Any,
@@ -432,7 +517,7 @@ def _analysis_stage(config: DemoConfig, stages: StageRunner, pretrain_folder: Pa
                 "fill_mask": fill_mask_examples(pretrained_model, FILL_MASK_EXAMPLES),
                 "mlm_at_15": score}
 
-    _say("5/6 contextual neighbours and fill-mask")
+    _say("6/7 contextual neighbours and fill-mask")
     return stages.run("analysis", {"model": pretrain_folder.name, "examples": CONTEXT_EXAMPLES,
                                    "fill": FILL_MASK_EXAMPLES,
                                    "occurrences": config.neighbour_occurrences}, work)[1]

@@ -114,6 +114,23 @@ def pretraining_lines(final: dict[str, float] | None, unigram: dict[str, float],
     return lines
 
 
+def plan_sentence(summary: dict[str, Any]) -> str:
+    """How the budget was shared on this host, and whether the run kept to it."""
+    plan, budget = summary["plan"], summary["settings"]["budget"]
+    recorded = plan.get("recorded_seconds", summary["total_seconds"])
+    said = (f"The budget was {budget / 60:.1f} min. The stages that need no pretrained model "
+            f"took {plan['spent_before_pretraining'] / 60:.1f} min on this host; the pretrained "
+            f"model's fine-tuning was expected to take as long as the random-init runs' "
+            f"{plan['expected_finetuning'] / 60:.1f} min; pretraining got what was left "
+            f"({plan['pretrain_seconds'] / 60:.1f} min, set by {plan['limited_by']}). The "
+            f"stages took {recorded / 60:.1f} min when they ran")
+    if recorded > budget * 1.1:
+        return said + (f": **over the budget** (this host is too slow for "
+                       f"{summary['settings']['finetune_tokens']:,} fine-tuning tokens per run "
+                       "in it; give a larger --budget).")
+    return said + "."
+
+
 def _cost_markdown(run: Path) -> str:
     cost = run / "cost.md"
     return cost.read_text() if cost.exists() else "_No cost report was written for this run._"
@@ -122,9 +139,10 @@ def _cost_markdown(run: Path) -> str:
 def build_markdown(summary: dict[str, Any], plot: Path | None,
                    final: dict[str, float] | None = None) -> str:
     """The report's markdown from the summary, the loss plot and the final evaluation."""
-    from lmlab.demo.job import PRETRAIN_SHARE, model_name
+    from lmlab.demo.job import model_name
 
     s = summary["settings"]
+    plan = summary["plan"]
     rows = results_table(summary["results"])
     ceiling = (Path(s["ceiling"]).name if s.get("ceiling") and any("ceiling" in row
                                                                   for row in rows) else None)
@@ -135,11 +153,16 @@ def build_markdown(summary: dict[str, Any], plot: Path | None,
         f"This run pretrained a {model_name(s['family'], s['size'])} "
         f"({s['objective']}) on "
         f"{summary['corpus']['words']:,} words ({summary['shards']['train']['tokens']:,} tokens) "
-        f"for {s['budget'] * PRETRAIN_SHARE / 60:.1f} minutes, then fine-tuned it, the same "
-        f"architecture with random weights, and a TF-IDF baseline on {', '.join(s['tasks'])} "
-        f"with seeds {s['seeds']}"
-        + (f"; {ceiling} (pretrained far longer on far more text) was fine-tuned with the same "
-           f"recipe as the ceiling (seed {s['seeds'][0]})." if ceiling else "."),
+        f"for {plan['pretrain_seconds'] / 60:.1f} minutes, then fine-tuned it and the same "
+        f"architecture with random weights ("
+        + ", ".join(f"{n} epoch{'s' if n > 1 else ''} of {task}"
+                    for task, n in plan["finetune_epochs"].items())
+        + f", about {s['finetune_tokens']:,} training tokens a run), and ran a "
+        f"TF-IDF baseline, on {', '.join(s['tasks'])} with seeds {s['seeds']}"
+        + (f"; the ceiling is {ceiling} (pretrained far longer on far more text): a head "
+           f"trained on its frozen features (seed {s['seeds'][0]})." if ceiling else "."),
+        "",
+        plan_sentence(summary),
         "",
         "## Results (test split)",
         "",

@@ -25,9 +25,17 @@ class StageLog:
 
     entries: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, name: str, folder: Path, cached: bool, seconds: float) -> None:
+    def add(self, name: str, folder: Path, cached: bool, seconds: float,
+            recorded: float) -> None:
+        """``seconds``: this invocation's time on the stage (0 when cached); ``recorded``: the
+        time the stage took when it ran (the same number on every rerun)."""
         self.entries.append({"stage": name, "folder": str(folder), "cached": cached,
-                             "seconds": round(seconds, 1)})
+                             "seconds": round(seconds, 1), "recorded_seconds": round(recorded, 1)})
+
+    def recorded_seconds(self, *fragments: str) -> float:
+        """The recorded time of the stages so far whose names contain every fragment."""
+        return sum(entry["recorded_seconds"] for entry in self.entries
+                   if all(fragment in entry["stage"] for fragment in fragments))
 
 
 class StageRunner:
@@ -51,14 +59,15 @@ class StageRunner:
         done = folder / "DONE.json"
         started = time.perf_counter()
         if done.exists() and not self.fresh:
-            result = json.loads(done.read_text())["result"]
-            self.log.add(name, folder, True, 0.0)
-            return folder, result
+            record = json.loads(done.read_text())
+            self.log.add(name, folder, True, 0.0, record.get("seconds", 0.0))
+            return folder, record["result"]
         if folder.exists() and (self.fresh or not resumable):
             shutil.rmtree(folder)
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(folder / "inputs.json", inputs)
         result = work(folder)
-        atomic_write_json(done, {"result": result, "seconds": time.perf_counter() - started})
-        self.log.add(name, folder, False, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        atomic_write_json(done, {"result": result, "seconds": seconds})
+        self.log.add(name, folder, False, seconds, seconds)
         return folder, result
