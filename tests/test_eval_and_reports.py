@@ -321,3 +321,16 @@ def test_cost_settings_from_a_config_file_and_bad_values_fail_first(shards, tmp_
     typo.write_text("hparams:\n  max_steps: 1\ncost:\n  price: 3\n")
     assert main(_pretrain_args(shards, tmp_path / "never", 1) + ["--config", str(typo)]) == 2
     assert "unknown cost setting 'price'" in capsys.readouterr().err
+
+
+def test_host_line_says_when_the_kernels_are_capped(monkeypatch):
+    """A figure measured with the kernels held to AVX2 (docs/setup.md) is not this CPU's own:
+    the host line says so, and the measured peaks are cached under that line, apart."""
+    for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+                "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(var, raising=False)
+    plain = describe_host()
+    assert "capped" not in plain
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    capped = describe_host()
+    assert "kernels capped: ONEDNN_MAX_CPU_ISA=AVX2" in capped and capped != plain

@@ -11,6 +11,7 @@ CPU family and model numbers are shown next to it, e.g.::
 
 from __future__ import annotations
 
+import os
 import platform
 from functools import lru_cache
 
@@ -20,6 +21,10 @@ _VECTOR_ISAS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4
                 ("asimd", "NEON"))
 _EXTRA_ISAS = (("avx512_bf16", "AVX512-BF16"), ("avx512_fp16", "AVX512-FP16"),
                ("amx_bf16", "AMX-BF16"), ("sve", "SVE"), ("bf16", "BF16"))
+# environment variables that hold the kernels below what the CPU has (how a developer sees
+# what an AVX2 host would: docs/setup.md); a figure measured under them says so
+KERNEL_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+               "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS")
 
 
 def cpu_from_cpuinfo(text: str) -> tuple[str, str]:
@@ -65,6 +70,9 @@ def describe_host(threads: int | None = None) -> str:
     import torch
 
     name, isa = _cpu()
+    caps = [f"{var}={os.environ[var]}" for var in KERNEL_CAPS if os.environ.get(var)]
+    if caps:
+        isa = f"{isa or 'ISA unknown'} (kernels capped: {' '.join(caps)})"
     threads = threads or torch.get_num_threads()
     parts = [name, isa or "ISA unknown", f"{threads} thread{'s' if threads != 1 else ''}",
              f"torch {torch.__version__}"]
