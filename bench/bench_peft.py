@@ -69,8 +69,10 @@ def build(side: str, task):
         objective = TaskObjective(task.type, len(task.labels), dict(enumerate(task.labels)),
                                   pooling="mean")
         objective.prepare(model)
-        if side == "full":
-            model.save_pretrained(folder)
+        if side == "full":  # mean pooling: lmlab's own format (transformers would pool [CLS])
+            from lmlab.interop.native import save_model
+
+            save_model(model, folder)
             size = os.path.getsize(Path(folder) / "model.safetensors")
         else:
             apply_method(model, side, **OPTIONS[side])
