@@ -2,7 +2,7 @@
 
 Budget: ``--budget`` (default 20 minutes) is the whole demo's. A host's speed decides how much of
 it pretraining gets, never how much fine-tuning a model gets: every fine-tuning run trains for
-the same number of epochs on every host, so the comparison a user reads (pretrained against
+the same whole epochs on every host (about ``finetune_tokens`` tokens), so the comparison a user reads (pretrained against
 random init, TF-IDF and the ceiling) does not depend on which CPU they own. The stages run so
 that everything not needing the pretrained model comes first (data, the TF-IDF baseline, the
 randomly initialised runs, the ceiling); their measured times, and the random runs' time again
