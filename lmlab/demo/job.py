@@ -2,16 +2,17 @@
 
 Budget: ``--budget`` (default 20 minutes) is the whole demo's. A host's speed decides how much of
 it pretraining gets, never how much fine-tuning a model gets: every fine-tuning run trains for
-the same whole epochs on every host (about ``finetune_tokens`` tokens), so the comparison a user reads (pretrained against
-random init, TF-IDF and the ceiling) does not depend on which CPU they own. The stages run so
-that everything not needing the pretrained model comes first (data, the TF-IDF baseline, the
-randomly initialised runs, the ceiling); their measured times, and the random runs' time again
-for the pretrained runs still to come (the same architecture, data and epochs), are taken from
-the budget, and pretraining gets what is left, less :data:`REPORT_RESERVE` for the analysis and
-the report, within :data:`PRETRAIN_SHARE_RANGE` of the budget (:func:`plan_pretraining`). The
-times are the ones each stage recorded when it ran, so a rerun computes the same pretraining
-seconds and reuses every finished stage. A fast host pretrains longer; a slow one shorter, and
-one too slow for the fine-tuning runs overruns the budget and says so in the report.
+the same whole epochs on every host (about ``finetune_tokens`` tokens), so the comparison a
+user reads (pretrained against random init, TF-IDF and the ceiling) does not depend on which
+CPU they own. The stages run so that everything not needing the pretrained model comes first
+(data, the TF-IDF baseline, the randomly initialised runs, the ceiling); their measured times,
+and the random runs' time again for the pretrained runs still to come (the same architecture,
+data and epochs), are taken from the budget, and pretraining gets what is left, less
+:data:`REPORT_RESERVE` for the analysis and the report, within :data:`PRETRAIN_SHARE_RANGE` of
+the budget (:func:`plan_pretraining`). The times are the ones each stage recorded when it ran,
+so a rerun computes the same pretraining seconds and reuses every finished stage. A fast host
+pretrains longer; a slow one shorter, and one too slow for the fine-tuning runs overruns the
+budget and says so in the report.
 """
 
 from __future__ import annotations
