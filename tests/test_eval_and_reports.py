@@ -326,8 +326,9 @@ def test_cost_settings_from_a_config_file_and_bad_values_fail_first(shards, tmp_
 def test_host_line_says_when_the_kernels_are_capped(monkeypatch):
     """A figure measured with the kernels held to AVX2 (docs/setup.md) is not this CPU's own:
     the host line says so, and the measured peaks are cached under that line, apart."""
-    for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
-                "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS"):
+    from lmlab.utils.host import KERNEL_CAPS
+
+    for var in KERNEL_CAPS:
         monkeypatch.delenv(var, raising=False)
     plain = describe_host()
     assert "capped" not in plain

@@ -117,7 +117,7 @@ def pretraining_lines(final: dict[str, float] | None, unigram: dict[str, float],
 def plan_sentence(summary: dict[str, Any]) -> str:
     """How the budget was shared on this host, and whether the run kept to it."""
     plan, budget = summary["plan"], summary["settings"]["budget"]
-    recorded = plan.get("recorded_seconds", summary["total_seconds"])
+    recorded = plan["recorded_seconds"]
     said = (f"The budget was {budget / 60:.1f} min. The stages that need no pretrained model "
             f"took {plan['spent_before_pretraining'] / 60:.1f} min on this host; the pretrained "
             f"model's fine-tuning was expected to take as long as the random-init runs' "
