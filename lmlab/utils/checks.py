@@ -68,6 +68,13 @@ def check_names(names: list[str] | tuple[str, ...], known: list[str] | tuple[str
                          f"use one of: {', '.join(known)}")
 
 
+def check_choice(value: str, known: list[str] | tuple[str, ...] | dict, option: str,
+                 what: str) -> str:
+    """``value`` is one of ``known`` (a registry's names, or its keys); returns ``value``."""
+    check_names([value], list(known), option, what)
+    return value
+
+
 def check_file(path: str | Path, option: str, fix: str) -> Path:
     """``path`` is an existing, readable file."""
     path = Path(path)
