@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from lmlab.utils.errors import LmlabError
+
 
 def _current_umask() -> int:
     """The process's umask (reading it means setting it; it is put straight back)."""
@@ -97,3 +99,23 @@ def stable_hash(obj: Any) -> str:
     """Short, stable hash of a JSON-serialisable object (config dicts, cache keys)."""
     return sha256_text(json.dumps(obj, sort_keys=True, default=str))[:16]
 
+
+
+def iter_jsonl(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a JSON-lines file: the one reader.
+
+    A line that is not JSON, or is JSON but not an object, is refused with its line number.
+    """
+    with open(path, encoding=encoding) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise LmlabError(f"{path}:{number} is not JSON ({error.msg})",
+                                 "write one JSON object per line (JSON lines)") from None
+            if not isinstance(record, dict):
+                raise LmlabError(f"{path}:{number} is a JSON {type(record).__name__}, not an "
+                                 "object", "write one JSON object per line (JSON lines)")
+            yield number, record
