@@ -119,7 +119,7 @@ def generation(reps: int, new_tokens: int, batches: list[int], dtypes: list[str]
 
     import lmlab
     from lmlab.generation.generate import generate
-    from lmlab.utils.paths import smollm2_gguf
+    from lmlab.utils.catalog import smollm2_gguf
 
     path = smollm2_gguf()
     ours32 = lmlab.from_pretrained(path)
@@ -160,11 +160,11 @@ def generation(reps: int, new_tokens: int, batches: list[int], dtypes: list[str]
 
 # -- 3. load memory ------------------------------------------------------------------------------
 _LOAD = {
-    "ours": "import lmlab; from lmlab.utils.paths import smollm2_gguf; "
+    "ours": "import lmlab; from lmlab.utils.catalog import smollm2_gguf; "
             "lmlab.from_pretrained(smollm2_gguf())",
     "transformers": "import sys; sys.path.insert(0, 'tests'); "
                     "from test_gguf import transformers_gguf_model; "
-                    "from lmlab.utils.paths import smollm2_gguf; "
+                    "from lmlab.utils.catalog import smollm2_gguf; "
                     "transformers_gguf_model(smollm2_gguf())",
 }
 

@@ -94,7 +94,7 @@ def main() -> None:
     import transformers
 
     import lmlab
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     work = Path(tempfile.mkdtemp(prefix="lmlab-bench-"))
     make_checkpoint(work, args.size)

@@ -166,7 +166,7 @@ def main() -> None:
 
     from lmlab.finetune.runner import _subset, sample_examples
     from lmlab.tasks import load_builtin_task
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--task", default="wordnet-supersense")

@@ -27,7 +27,7 @@ t0 = time.perf_counter()
 import torch, lmlab
 from lmlab.interop.gguf import load_gguf_model
 from lmlab.tokenization.tokenizer import Tokenizer
-from lmlab.utils.paths import smollm2_gguf
+from lmlab.utils.catalog import smollm2_gguf
 t1 = time.perf_counter()
 load_gguf_model(smollm2_gguf())
 t2 = time.perf_counter()

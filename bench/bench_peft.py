@@ -43,7 +43,7 @@ def batches(count: int):
     from lmlab.finetune import data as fdata
     from lmlab.finetune.runner import load_tokenizer
     from lmlab.tasks import load_builtin_task
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     task = load_builtin_task("wordnet-supersense")
     tokenizer = load_tokenizer(minilm_dir())
@@ -57,7 +57,7 @@ def build(side: str, task):
     """(model, step function, trainable parameters, bytes on disk) for one side."""
     import torch
 
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     folder = tempfile.mkdtemp()
     if side in OURS:
@@ -144,7 +144,7 @@ def child(side: str, steps: int) -> None:
 def accuracy(method: str, budget: float, out: Path) -> dict:
     from lmlab.finetune.runner import finetune
     from lmlab.tasks import load_builtin_task
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     task = load_builtin_task("wordnet-supersense")
     kwargs = {} if method == "full" else {"method": method, "method_options": OPTIONS[method]}

@@ -127,7 +127,7 @@ def run_reference(size: str, rows: list[torch.Tensor], steps: int, device: str =
         get_linear_schedule_with_warmup,
     )
 
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     layers, hidden, batch = SIZES[size]
     torch.manual_seed(0)

@@ -37,7 +37,7 @@ def base_model(name: str):
 
     if name == "minilm":
         import lmlab
-        from lmlab.utils.paths import minilm_dir
+        from lmlab.utils.catalog import minilm_dir
 
         return lmlab.from_pretrained(minilm_dir()).eval()
     torch.manual_seed(0)
@@ -50,7 +50,7 @@ def batch(size: int, length: int) -> dict:
     from lmlab.finetune import data as fdata
     from lmlab.finetune.runner import load_tokenizer
     from lmlab.tasks import load_builtin_task
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     task = load_builtin_task("wordnet-supersense")
     tokenizer = load_tokenizer(minilm_dir())

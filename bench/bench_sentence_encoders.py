@@ -37,7 +37,7 @@ def main() -> int:
     from lmlab.sentence.objectives import MultipleNegativesRanking
     from lmlab.tasks.wordnet import read_synsets
     from lmlab.utils.host import describe_host
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=1024, help="sentences encoded per rep")

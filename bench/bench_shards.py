@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 10],
                         help="repetitions of the corpus to measure")
     args = parser.parse_args()
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     tokenizer = args.tokenizer or str(minilm_dir())
     work = Path(tempfile.mkdtemp(prefix="lmlab-bench-corpus-"))

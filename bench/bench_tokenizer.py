@@ -66,7 +66,7 @@ def main() -> None:
     from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
     from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     corpus = "/tmp/lmlab-default-corpus" if (DEFAULT_CORPUS / "train.jsonl").exists() \
         else "WordNet + KJV stand-in"

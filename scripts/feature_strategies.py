@@ -34,7 +34,7 @@ from lmlab.tasks.sampling import sample_examples
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json
-from lmlab.utils.paths import minilm_dir
+from lmlab.utils.catalog import minilm_dir
 
 SCALAR_MIX = "scalar_mix"  # the learned ELMo mix (the recipe's layer=None)
 STRATEGY_NAMES = (*STRATEGIES, SCALAR_MIX)

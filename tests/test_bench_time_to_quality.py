@@ -135,7 +135,7 @@ def test_reference_eval_is_the_mean_over_masked_positions():
 def test_reference_features_mask_only_text_tokens_of_the_given_windows():
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir()))
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=0)

@@ -57,7 +57,7 @@ def tiny_teacher(layers: int = 4, heads: tuple[str, ...] = ("mlm",), seed: int =
 def save_with_tokenizer(model, folder: Path) -> Path:
     import shutil
 
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     model.save_pretrained(folder)
     for name in TOKENIZER_FILES:
@@ -78,7 +78,7 @@ def teacher_folder(tmp_path_factory) -> Path:
 
 def special() -> SpecialTokens:
     from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     return SpecialTokens.from_tokenizer(Tokenizer.from_pretrained(minilm_dir()))
 

@@ -183,7 +183,7 @@ def test_elmo_features_in_extraction_probing_cache_and_bad_layer(tmp_path):
     from lmlab.analysis.layer_cache import WordRequest, cached_word_features
     from lmlab.finetune.feature_based import ScalarMix
     from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     tokenizer = Tokenizer.from_pretrained(minilm_dir())
     config = recurrent_preset("elmo", "tiny", vocab_size=len(tokenizer),
@@ -271,7 +271,7 @@ def test_elmo_in_contextual_neighbours_and_the_feature_recipe(tmp_path):
     from lmlab.finetune.runner import finetune, predict
     from lmlab.tasks import load_builtin_task
     from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     tokenizer = Tokenizer.from_pretrained(minilm_dir())
     config = recurrent_preset("elmo", "tiny", vocab_size=len(tokenizer),

@@ -14,7 +14,7 @@ from test_finetune import toy_task
 from lmlab.finetune.pooling import resolve_pooling
 from lmlab.finetune.recipes import RECIPES, discriminative_groups, epochs_for, get_recipe
 from lmlab.finetune.runner import finetune, load_model, one_class_label
-from lmlab.utils.paths import minilm_dir
+from lmlab.utils.catalog import minilm_dir
 
 
 def _write_pooling(folder, **modes):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lmlab.models.catalog import CATALOG, CatalogEntry, list_models, resolve_short_name
+from lmlab.utils.catalog import CATALOG, CatalogEntry, list_models, resolve_short_name
 from lmlab.utils.errors import LmlabError
 
 

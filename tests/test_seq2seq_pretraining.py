@@ -111,7 +111,7 @@ def _bart_shards(tmp_path):
 
 
 def test_a_tokenizer_without_sentinels_is_refused(tmp_path):
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     special = SpecialTokens.from_tokenizer(Tokenizer.from_pretrained(minilm_dir()))
     with pytest.raises(LmlabError, match="no sentinel tokens"):

@@ -16,7 +16,7 @@ from conftest import tiny_bert
 
 import lmlab
 from lmlab.finetune.data import WORD_LABELS
-from lmlab.utils.paths import minilm_dir
+from lmlab.utils.catalog import minilm_dir
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 TEXT = "Wojciechowski lives in Paris."

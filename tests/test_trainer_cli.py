@@ -80,7 +80,7 @@ def test_pretrain_tokenizer_accepts_a_short_name(shards):
     """--tokenizer minilm finds the catalogued MiniLM the shards were written with."""
     from lmlab import PretrainConfig
     from lmlab.training.pretrain import find_tokenizer
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     PretrainConfig.from_sections(out="r", shards=str(shards), family="bert", size="tiny",
                                  seq_len=32, max_steps=1, tokenizer="minilm").validate()

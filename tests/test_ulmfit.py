@@ -35,7 +35,7 @@ def small_task():
 
 
 def save_with_tokenizer(model, folder: Path) -> Path:
-    from lmlab.utils.paths import minilm_dir
+    from lmlab.utils.catalog import minilm_dir
 
     model.save_pretrained(folder)
     for name in TOKENIZER_FILES:

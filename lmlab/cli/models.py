@@ -16,7 +16,7 @@ def register(commands) -> None:
 def _list(args: argparse.Namespace) -> int:
     import json
 
-    from lmlab.models.catalog import list_models
+    from lmlab.utils.catalog import list_models
 
     rows = list_models()
     if args.json:

@@ -222,7 +222,7 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     ``report.md`` and ``cost.md`` (the student's training FLOPs, and the teacher's forward
     FLOPs on a row of their own).
     """
-    from lmlab.models.catalog import resolve_short_name
+    from lmlab.utils.catalog import resolve_short_name
     from lmlab.objectives.distillation import Distillation, check_teacher
     from lmlab.objectives.special_tokens import SpecialTokens
     from lmlab.training.distributed import barrier, init_distributed, process_device

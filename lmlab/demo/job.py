@@ -109,7 +109,7 @@ class DemoConfig:
         data stages and the pretraining first. Names are checked against the registries
         (tasks, sources, model presets, objectives), numbers against their ranges."""
         from lmlab.data.build import resolve_sources
-        from lmlab.models.catalog import resolve_short_name
+        from lmlab.utils.catalog import resolve_short_name
         from lmlab.models.presets import preset
         from lmlab.objectives.registry import check_objective_spec
         from lmlab.tasks.builtin import BUILTIN_TASKS
@@ -412,7 +412,7 @@ def _baseline_stages(config: DemoConfig, stages: StageRunner, tasks: list[Any],
     """3. What needs no pretrained model, on each task: the TF-IDF baseline and the randomly
     initialised architecture for every seed, and the ceiling model's frozen features (one
     run). Returns task -> kind -> per-seed results (kinds "random", "tfidf", "ceiling")."""
-    from lmlab.models.catalog import resolve_short_name
+    from lmlab.utils.catalog import resolve_short_name
 
     ceiling = f" and {config.ceiling}'s frozen features (the ceiling)" if config.ceiling else ""
     _say(f"3/7 on {', '.join(config.tasks)} x seeds {list(config.seeds)}: TF-IDF, the "

@@ -13,7 +13,7 @@ from lmlab.utils.errors import LmlabError
 def resolve_model_dir(path: str | Path) -> Path:
     """A Hugging Face folder for ``path``: itself, an lmlab run directory's ``model/``, or the
     checkpoint an offline short name (``minilm``, ``smollm2``) stands for."""
-    from lmlab.models.catalog import CATALOG, resolve_short_name
+    from lmlab.utils.catalog import CATALOG, resolve_short_name
 
     path = resolve_short_name(path)
     if not path.exists() and any(ch in str(path) for ch in "*?["):

