@@ -67,7 +67,7 @@ def test_missing_package_names_the_package_to_install(monkeypatch):
 
 def test_missing_package_is_a_clear_cli_error(tmp_path):
     # a fresh process whose catalogue points at a package that is not installed
-    code = ("import sys; from lmlab.models import catalog; "
+    code = ("import sys; from lmlab.utils import catalog; "
             "catalog.CATALOG['minilm'] = catalog.CatalogEntry('minilm', 'lmlab-absent', 'x', "
             "'bert', 'absent'); from lmlab.cli import main; "
             "sys.exit(main(['embed', 'minilm', 'hello']))")
