@@ -37,12 +37,12 @@ def validation_loss(model, objective, batches, precision: str) -> float:
 
 
 def main() -> int:
+    from lmlab.cost.precision import cpu_has_native_bf16
     from lmlab.data.pretraining import validation_batches
     from lmlab.models.auto import from_pretrained
     from lmlab.objectives.registry import build_objective
     from lmlab.objectives.special_tokens import SpecialTokens
     from lmlab.training.pretrain import find_tokenizer
-    from lmlab.utils.precision import cpu_has_native_bf16
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a trained model folder (RUN/model)")

@@ -196,7 +196,7 @@ def main() -> None:
                         help="training: also print self CPU time per step by kind of operator")
     args = parser.parse_args()
     torch.manual_seed(0)
-    from lmlab.utils.precision import cpu_has_native_bf16
+    from lmlab.cost.precision import cpu_has_native_bf16
 
     with_bf16 = cpu_has_native_bf16() is not False or args.force_bf16
     if not with_bf16:

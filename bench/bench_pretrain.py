@@ -282,7 +282,7 @@ def main() -> int:
                                                                    device, bf16=True)
         sides["ours-bf16-compile"] = lambda size, rows: run_ours(size, rows, args.steps, "bf16",
                                                                  device, compile=True)
-    from lmlab.utils.precision import cpu_has_native_bf16
+    from lmlab.cost.precision import cpu_has_native_bf16
 
     if device == "cpu" and cpu_has_native_bf16() is False and not args.force_bf16:
         del sides["ours-bf16"]

@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--only", choices=["train", "generate"])
     args = parser.parse_args()
-    from lmlab.utils.precision import cpu_has_native_bf16
+    from lmlab.cost.precision import cpu_has_native_bf16
 
     print(json.dumps({"environment": environment()}), flush=True)
     rows = []

@@ -84,7 +84,7 @@ def _auto_precision_is_fp32(monkeypatch):
     def pinned(device_type: str = "cpu", **shape) -> tuple[str, str]:
         return "fp32", "pinned to fp32 for the tests (tests/conftest.py)"
 
-    monkeypatch.setattr("lmlab.utils.precision.auto_precision", pinned)
+    monkeypatch.setattr("lmlab.cost.precision.auto_precision", pinned)
     monkeypatch.setattr("lmlab.finetune.runner.auto_precision", pinned)
     yield
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from lmlab.cost import precision as precision_module
 from lmlab.cost.peak import CpuPeaks
-from lmlab.utils import precision as precision_module
-from lmlab.utils.precision import auto_precision
+from lmlab.cost.precision import auto_precision
 
 
 def _peaks(fp32: float, bf16: float) -> CpuPeaks:
@@ -39,7 +39,7 @@ def test_no_bf16_instructions_means_fp32_without_measuring(monkeypatch):
 def test_demo_resolves_auto_before_its_stages(monkeypatch, tmp_path):
     from lmlab.demo import job
 
-    monkeypatch.setattr("lmlab.utils.precision.auto_precision",
+    monkeypatch.setattr("lmlab.cost.precision.auto_precision",
                         lambda device, **shape: ("fp32", "injected for the test"))
     seen = {}
 
@@ -59,7 +59,7 @@ def test_trainer_resolves_auto(monkeypatch, tmp_path):
     from lmlab.training import TrainingConfig
     from lmlab.training.trainer import Trainer
 
-    monkeypatch.setattr("lmlab.utils.precision.auto_precision",
+    monkeypatch.setattr("lmlab.cost.precision.auto_precision",
                         lambda device, **shape: ("fp32", "injected for the test"))
     model = torch.nn.Linear(2, 2)
     cfg = TrainingConfig(precision="auto", max_steps=1, device="cpu", progress=False)

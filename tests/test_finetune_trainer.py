@@ -127,7 +127,7 @@ def test_device_flows_through_and_cuda_without_gpu_is_refused(tiny_bert_folder, 
 def test_bf16_run_has_checkpoint_and_cost_report(tiny_bert_folder, tmp_path, monkeypatch):
     """bf16 autocast trains and evaluates (emulated on this CPU); the run folder holds a
     checkpoint with the best weights, the cost report and the run report."""
-    from lmlab.utils import precision
+    from lmlab.cost import precision
 
     monkeypatch.setattr(precision, "_warned", True)  # the slow-bf16 warning is tested elsewhere
     run = tmp_path / "bf16"

@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
-from lmlab.utils import precision
-from lmlab.utils.precision import SlowPrecisionWarning, native_bf16_from_cpuinfo
+from lmlab.cost import precision
+from lmlab.cost.precision import SlowPrecisionWarning, native_bf16_from_cpuinfo
 
 ZEN3 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma bmi2\n"
 SAPPHIRE_RAPIDS = "flags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"

@@ -129,7 +129,7 @@ def _load(args: argparse.Namespace):
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.bf16 else None
     if args.bf16:  # the model is loaded on the CPU
-        from lmlab.utils.precision import warn_if_slow_bf16
+        from lmlab.cost.precision import warn_if_slow_bf16
 
         warn_if_slow_bf16("cpu")
     return load_model_and_tokenizer(args.model, head=None, dtype=dtype)  # see text_generation

@@ -222,7 +222,6 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     ``report.md`` and ``cost.md`` (the student's training FLOPs, and the teacher's forward
     FLOPs on a row of their own).
     """
-    from lmlab.utils.catalog import resolve_short_name
     from lmlab.objectives.distillation import Distillation, check_teacher
     from lmlab.objectives.special_tokens import SpecialTokens
     from lmlab.training.distributed import barrier, init_distributed, process_device
@@ -236,6 +235,7 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     )
     from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
     from lmlab.training.trainer import seed_everything
+    from lmlab.utils.catalog import resolve_short_name
 
     teacher_cfg, layers = settings.validate()
     config = dataclasses.replace(
@@ -347,9 +347,9 @@ class TaskDistillation:
         (T_i, C) per tagged sequence. ``self.flops`` is then what computing them cost
         (forward FLOPs of the teacher's stack, :func:`lmlab.cost.flops.flops_per_token`; its
         small task head is not counted, as the student's is not)."""
+        from lmlab.cost.precision import precision_autocast
         from lmlab.finetune import data as fdata
         from lmlab.finetune.heads import HEAD_FOR_TASK, task_logits
-        from lmlab.utils.precision import precision_autocast
 
         if self._model is None:
             self.check(task)

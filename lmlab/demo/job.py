@@ -109,11 +109,11 @@ class DemoConfig:
         data stages and the pretraining first. Names are checked against the registries
         (tasks, sources, model presets, objectives), numbers against their ranges."""
         from lmlab.data.build import resolve_sources
-        from lmlab.utils.catalog import resolve_short_name
         from lmlab.models.presets import preset
         from lmlab.objectives.registry import check_objective_spec
         from lmlab.tasks.builtin import BUILTIN_TASKS
         from lmlab.training import TrainingConfig
+        from lmlab.utils.catalog import resolve_short_name
         from lmlab.utils.checks import check_at_least, check_names
 
         if self.budget < 30:
@@ -216,7 +216,7 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     if config.precision == "auto":
         from dataclasses import replace
 
-        from lmlab.utils.precision import auto_precision
+        from lmlab.cost.precision import auto_precision
 
         precision, precision_reason = auto_precision("cuda" if torch.cuda.is_available() else "cpu")
         config = replace(config, precision=precision)

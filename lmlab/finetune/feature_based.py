@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from lmlab.cost.precision import precision_autocast
 from lmlab.finetune import data as fdata
 from lmlab.objectives.base import ObjectiveResult
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.precision import precision_autocast
 
 if TYPE_CHECKING:
     from lmlab.finetune.recipes import Recipe

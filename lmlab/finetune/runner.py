@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from lmlab.cost.precision import auto_precision, precision_autocast
 from lmlab.finetune import data as fdata
 from lmlab.finetune.heads import (
     HEAD_FOR_TASK,
@@ -56,7 +57,6 @@ from lmlab.tasks.types import Task
 from lmlab.training.config import PRECISIONS
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, stable_hash
-from lmlab.utils.precision import auto_precision, precision_autocast
 
 RANDOM_PREFIX = "random:"
 
@@ -278,7 +278,7 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     classification split whose predictions are all one label is
     reported in ``result["one_class"]`` (split -> label) with a warning. ``precision="auto"``
     (the CLI's default) takes bf16 where this host runs it measurably faster
-    (:func:`lmlab.utils.precision.auto_precision`; ``result["precision_reason"]`` says why).
+    (:func:`lmlab.cost.precision.auto_precision`; ``result["precision_reason"]`` says why).
 
     Training runs on :class:`lmlab.training.Trainer` (so on ``device``, under torchrun DDP,
     in bf16, within ``budget_seconds``): the dev split's first metric (``task.metrics[0]``) is

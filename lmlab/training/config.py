@@ -20,7 +20,7 @@ from typing import Any
 from lmlab.utils.errors import LmlabError
 
 SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "triangular")
-PRECISIONS = ("fp32", "bf16", "auto")  # auto: lmlab.utils.precision.auto_precision
+PRECISIONS = ("fp32", "bf16", "auto")  # auto: lmlab.cost.precision.auto_precision
 STRATEGIES = ("auto", "ddp", "fsdp")
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab.cost.precision import precision_autocast
 from lmlab.training import checkpoint as ckpt
 from lmlab.training.config import TrainingConfig
 from lmlab.training.distributed import (
@@ -49,7 +50,6 @@ from lmlab.training.schedules import Schedule, estimate_horizon
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json, atomic_write_text
-from lmlab.utils.precision import precision_autocast
 
 
 @dataclass
@@ -159,7 +159,7 @@ class Trainer:
         if cfg.precision == "auto":  # bf16 where this host measurably runs it faster
             from dataclasses import replace
 
-            from lmlab.utils.precision import auto_precision
+            from lmlab.cost.precision import auto_precision
 
             # Rank 0 measures and decides; every rank trains in the precision it chose.
             choice = (auto_precision(self.device.type, model=model,
