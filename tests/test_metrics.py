@@ -30,7 +30,6 @@ from lmlab.metrics import (
     squad_evaluate,
     squad_scores,
 )
-from lmlab.metrics.classification import rankdata
 from lmlab.utils.errors import LmlabError
 
 # ----------------------------------------------------------------------------- classification
@@ -81,8 +80,23 @@ def test_pearson_spearman_match_scipy():
     tied_x = np.round(x * 2) / 2  # many ties
     tied_y = np.round(y)
     assert spearman(tied_x, tied_y) == pytest.approx(stats.spearmanr(tied_x, tied_y)[0])
-    assert np.array_equal(rankdata(tied_y), stats.rankdata(tied_y))  # mean ranks: halves, exact
+    # ties at their mean rank, worked by hand: ranks [1, 2.5, 2.5, 4] and [1, 3, 2, 4]
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(4.5 / math.sqrt(4.5 * 5))
     assert pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == 0.0  # undefined -> 0
+    assert spearman([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]) == 0.0
+
+
+def test_classification_values_worked_by_hand():
+    # tp 2, tn 1, fp 1, fn 0 for label 1; label 0: precision 1, recall 1/2
+    pred, ref = [1, 0, 1, 1], [1, 0, 0, 1]
+    assert accuracy(pred, ref) == 0.75
+    assert precision_recall_f1(pred, ref) == pytest.approx((2 / 3, 1.0, 0.8))
+    assert f1_score(pred, ref, average="macro") == pytest.approx((2 / 3 + 0.8) / 2)
+    assert f1_score(pred, ref, average="micro") == pytest.approx(0.75)
+    assert matthews_corrcoef(pred, ref) == pytest.approx(2 / math.sqrt(3 * 2 * 2 * 1))
+    # binary F1 of one label when a prediction is no label at all (a generated text)
+    assert f1_score(["same", "x", "same"], ["same", "same", "different"],
+                    pos_label="same") == pytest.approx(0.5)
 
 
 # ----------------------------------------------------------------------------- SQuAD

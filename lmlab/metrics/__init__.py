@@ -1,10 +1,6 @@
 """Evaluation metrics: classification, regression, tagging, question answering, perplexity, GLUE,
-generated text.
-
-All metrics return fractions and are written with numpy (no scikit-learn at run time), except
-BLEU and chrF, which sacrebleu computes (the reference implementation; :mod:`.generation`);
-tests compare them with scikit-learn, scipy and the official scripts' formulas. Tasks name their
-metrics (``Task.metrics``); :func:`compute_metrics` turns those names into numbers.
+generated text. All return fractions; tasks name theirs (``Task.metrics``) and
+:func:`compute_metrics` turns the names into numbers (docs/metrics.md).
 
 Example:
     >>> from lmlab.metrics import compute_metrics
@@ -30,6 +26,7 @@ from lmlab.metrics.glue import GLUE_TASKS, bert_glue_average, glue_score, glue_t
 from lmlab.metrics.perplexity import bits_per_token, perplexity, perplexity_from_sums
 from lmlab.metrics.squad import normalize_answer, squad_evaluate, squad_scores
 from lmlab.metrics.tagging import entity_scores, get_entities
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 # metric name -> what it expects; used in error messages and docs
@@ -56,6 +53,7 @@ METRICS: dict[str, str] = {
 def compute_metric(name: str, predictions: Sequence[Any], references: Sequence[Any],
                    positive_label: Any = 1) -> float:
     """One named metric (see :data:`METRICS`) of ``predictions`` against ``references``."""
+    check_choice(name, METRICS, "metric", "metric")
     if name == "accuracy":
         return accuracy(predictions, references)
     if name == "f1":
@@ -81,10 +79,8 @@ def compute_metric(name: str, predictions: Sequence[Any], references: Sequence[A
                              "pass one predicted answer per question")
         scores = squad_evaluate(dict(zip(ids, predictions)), dict(zip(ids, references)))
         return scores["exact_match" if name == "exact_match" else "f1"]
-    if name in ("bleu", "chrf", "sequence_accuracy"):
-        return {"bleu": bleu, "chrf": chrf, "sequence_accuracy": sequence_accuracy}[name](
-            predictions, references)
-    raise LmlabError(f"unknown metric {name!r}", f"use one of {', '.join(METRICS)}")
+    return {"bleu": bleu, "chrf": chrf, "sequence_accuracy": sequence_accuracy}[name](
+        predictions, references)
 
 
 def compute_metrics(names: Sequence[str], predictions: Sequence[Any], references: Sequence[Any],

@@ -1,13 +1,6 @@
-"""Metrics of generated text: corpus BLEU and chrF through sacrebleu, and sequence accuracy.
-
-BLEU and chrF are computed by sacrebleu (Post 2018), the reference implementation that papers
-report, with its default settings (BLEU: 13a tokenisation, 4-grams, brevity penalty, `exp`
-smoothing; chrF: character 6-grams, beta 2): a hand-written BLEU differs
-from it in tokenisation and smoothing and makes numbers incomparable. sacrebleu reports 0-100;
-these functions return fractions like every lmlab metric.
-
-``references`` are one string per prediction, or a list of strings per prediction (several
-references; every prediction needs the same number).
+"""Metrics of generated text: corpus BLEU and chrF by sacrebleu (its defaults, the numbers papers
+report; docs/metrics.md) as fractions, and sequence accuracy. ``references`` are one string per
+prediction, or a list per prediction (the same number for every one).
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""The GLUE benchmark's metrics per task and the two ways papers summarise them in one number.
-
-* :func:`glue_score` - the official leaderboard score (gluebenchmark.com): the unweighted mean of
-  nine task scores. A task with two metrics (MRPC and QQP: F1 and accuracy; STS-B: Pearson and
-  Spearman) scores the mean of the two; MNLI is one task whose score is the mean of its matched
-  and mismatched accuracies. The diagnostic set AX is not part of the score. Check: BERT-large's
-  leaderboard row (CoLA 60.5, SST-2 94.9, MRPC 89.3/85.4, STS-B 87.6/86.5, QQP 72.1/89.3,
-  MNLI 86.7/85.9, QNLI 92.7, RTE 70.1, WNLI 65.1) gives 80.5, the "GLUE score 80.5" of the
-  BERT abstract.
-* :func:`bert_glue_average` - the "Average" column of the BERT paper's Table 1: WNLI is
-  excluded (the paper: every submitted system did worse than the majority baseline), one
-  metric per task (F1 for QQP and MRPC, Spearman for STS-B, accuracy or MCC elsewhere), and
-  MNLI-m and MNLI-mm are two separate entries: the mean of 9 numbers. Check: BERT-base
-  84.6, 83.4, 71.2, 90.5, 93.5, 52.1, 85.8, 88.9, 66.4 -> 79.6; BERT-large -> 82.1.
-
-Results are passed as ``{task: {metric: value}}`` with the task keys of :data:`GLUE_TASKS`
-(``"mnli-m"`` and ``"mnli-mm"`` separately). Any scale works (fractions or percentages) as
-long as it is the same for every task.
+"""The GLUE benchmark's metrics per task and its two one-number summaries: the leaderboard's
+:func:`glue_score` and the BERT paper's :func:`bert_glue_average` (docs/metrics.md says how they
+differ and which published numbers check them). Results are ``{task: {metric: value}}`` with the
+keys of :data:`GLUE_TASKS`, on one scale for every task.
 """
 
 from __future__ import annotations
@@ -23,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 
@@ -73,9 +60,7 @@ def _metric(results: Mapping[str, Mapping[str, float]], task: str, metric: str) 
 
 def glue_task_score(results: Mapping[str, Mapping[str, float]], task: str) -> float:
     """One leaderboard task's score: the mean of its metrics (and for MNLI of m and mm)."""
-    if task not in LEADERBOARD_TASKS:
-        raise LmlabError(f"{task!r} is not a GLUE leaderboard task",
-                         f"use one of {', '.join(LEADERBOARD_TASKS)}")
+    check_choice(task, LEADERBOARD_TASKS, "task", "GLUE leaderboard task")
     values = [
         _metric(results, part, metric)
         for part in LEADERBOARD_TASKS[task]

@@ -1,9 +1,5 @@
-"""Perplexity from negative log-likelihood.
-
-Perplexity is ``exp(mean NLL per token)`` with the NLL in nats (natural log, what
-``torch.nn.functional.cross_entropy`` returns). Average the NLL over *tokens*, not over
-batches of different sizes, or the figure is biased towards short batches: use
-:func:`perplexity_from_sums` when accumulating over an evaluation set.
+"""Perplexity, ``exp(mean NLL per token)`` with the NLL in nats. Average over tokens, not batches
+(short batches would weigh too much): :func:`perplexity_from_sums` over an evaluation set.
 """
 
 from __future__ import annotations

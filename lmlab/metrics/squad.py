@@ -1,12 +1,5 @@
-"""SQuAD v1.1 / v2.0 exact match and F1, following the official evaluation scripts.
-
-Answer normalisation (both versions): lower-case, remove punctuation, remove the articles
-``a``/``an``/``the``, collapse whitespace. EM and F1 are the maximum over the gold answers.
-SQuAD 2.0 adds unanswerable questions: a question whose gold answers are all empty (after
-normalisation) has the single gold answer ``""``, and a prediction scores 1 only if it is
-empty too; an empty prediction for an answerable question scores 0.
-
-Scores are fractions in [0, 1] (the official scripts print them times 100).
+"""SQuAD v1.1 / v2.0 exact match and F1 as the official evaluation scripts compute them (their
+answer normalisation and unanswerable-question rule: docs/metrics.md), as fractions.
 """
 
 from __future__ import annotations
@@ -71,17 +64,10 @@ def squad_scores(prediction: str, answers: Sequence[str]) -> tuple[float, float]
 
 def squad_evaluate(predictions: Mapping[str, str],
                    references: Mapping[str, Sequence[str]]) -> dict[str, float]:
-    """Corpus EM/F1 over question ids, as the official SQuAD 2.0 script computes them.
-
-    Args:
-        predictions: question id -> predicted answer text ("" = no answer).
-        references: question id -> gold answer texts (empty list = unanswerable).
-
-    Returns ``exact_match``, ``f1`` and ``total``; when answerable and unanswerable questions
-    are both present also ``has_ans_exact_match``/``has_ans_f1``/``has_ans_total`` and the
-    ``no_ans_*`` versions. Questions without a prediction count as wrong (score 0), as in the
-    official script, and are counted in ``missing``.
-    """
+    """Corpus EM/F1 of ``predictions`` (id -> answer, "" = none) against ``references`` (id ->
+    gold answers, [] = unanswerable): ``exact_match``, ``f1``, ``total``, ``missing`` (ids
+    without a prediction, scored 0 as the official script does), and ``has_ans_*``/``no_ans_*``
+    when both kinds of question are present."""
     if not references:
         raise LmlabError("no questions to score (the evaluation set is empty)",
                          "evaluate on a split that has at least one question")

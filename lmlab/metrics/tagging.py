@@ -1,17 +1,6 @@
-"""Entity-level precision, recall and F1 for BIO / IOB2 tagging (CoNLL-2003 NER).
-
-Two ways to read chunks out of a tag sequence:
-
-* ``mode="conlleval"`` (default) reproduces the CoNLL shared-task script ``conlleval``: a chunk
-  starts at ``B-X``, and also at ``I-X`` when the previous tag is ``O`` or has a different type
-  (lenient: a stray ``I-`` still opens an entity); it ends before ``O``, before any ``B-``, and
-  before a tag of another type.
-* ``mode="strict"`` is IOB2 strict (seqeval's ``mode='strict', scheme=IOB2``): an entity must
-  start with ``B-X`` and continue with ``I-X`` of the same type; an ``I-`` that does not follow
-  ``B-``/``I-`` of its type belongs to no entity.
-
-An entity is correct only when type, start and end all match. Precision/recall/F1 are
-micro-averaged over all entities (the CoNLL figure); per-type scores come with them.
+"""Entity-level precision, recall and F1 for BIO / IOB2 tagging (CoNLL-2003 NER), micro-averaged
+over entities as ``conlleval`` reports them. Chunking is ``conlleval`` (lenient: a stray ``I-``
+opens an entity) or IOB2 ``strict`` (seqeval's); docs/metrics.md compares the two.
 """
 
 from __future__ import annotations
@@ -20,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from lmlab.metrics.classification import prf_from_counts
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 Entity = tuple[str, int, int]  # (type, start, end) with end exclusive
@@ -38,8 +28,7 @@ def _split_tag(tag: str) -> tuple[str, str]:
 
 def get_entities(tags: Sequence[str], mode: str = "conlleval") -> list[Entity]:
     """The entities in one tag sequence as ``(type, start, end)`` (end exclusive)."""
-    if mode not in MODES:
-        raise LmlabError(f"unknown chunking mode {mode!r}", f"use one of {', '.join(MODES)}")
+    check_choice(mode, MODES, "mode", "chunking mode")
     entities: list[Entity] = []
     start: int | None = None
     current = ""
