@@ -280,7 +280,7 @@ def write_kjv_corpus(folder, train: int, validation: int):
     import json
     from pathlib import Path
 
-    from lmlab.data.sources.kjv import KJVSource
+    from lmlab.text.sources.kjv import KJVSource
 
     docs = [d.sentences for d in itertools.islice(KJVSource().iter_documents(),
                                                   train + validation)]

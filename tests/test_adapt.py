@@ -25,7 +25,7 @@ from lmlab.adapt import (
     trainable_parameters,
 )
 from lmlab.finetune.heads import add_task_head
-from lmlab.interop.families import get_family
+from lmlab.models.families import get_family
 from lmlab.interop.native import save_model
 from lmlab.models.model import LanguageModel
 from lmlab.utils.errors import LmlabError

@@ -18,7 +18,7 @@ from conftest import assert_close_rounding
 import lmlab
 from lmlab.adapt import apply_method
 from lmlab.adapt.peft_format import load_peft
-from lmlab.interop.families import get_family
+from lmlab.models.families import get_family
 from lmlab.models.core import unpad
 from lmlab.models.model import LanguageModel
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
 
-from lmlab.interop.gguf import load_gguf_model, read_metadata
+from lmlab.formats.gguf import read_metadata
+from lmlab.interop.gguf import load_gguf_model
 from lmlab.interop.gguf_writer import write_gguf
 from lmlab.models.model import LanguageModel
 from lmlab.models.presets import family_config

@@ -27,7 +27,7 @@ from lmlab.utils.errors import LmlabError
 @functools.lru_cache(maxsize=1)
 def _documents() -> tuple[list[list[np.ndarray]], int, np.ndarray]:
     """KJV chapters as lists of sentence id arrays; the [MASK] id; word starts per vocab id."""
-    from lmlab.data.sources.kjv import KJVSource
+    from lmlab.text.sources.kjv import KJVSource
 
     tokenizer = minilm_raw_tokenizer()
     docs = [[np.asarray(tokenizer.encode(s, add_special_tokens=False).ids, dtype=np.int64)

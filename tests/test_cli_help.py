@@ -63,7 +63,7 @@ def test_group_help_lists_the_examples_of_its_commands():
 
 
 def test_pretrain_help_names_every_registered_objective_family_and_size():
-    from lmlab.interop.families import KNOWN_FAMILIES
+    from lmlab.models.families import KNOWN_FAMILIES
     from lmlab.models.presets import list_presets
     from lmlab.objectives.registry import available_objectives
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from lmlab.data.build import assign_split, build_corpus, list_sources
-from lmlab.data.corpus import Document, read_corpus, read_manifest
-from lmlab.data.sources import Source, get_source
+from lmlab.text.corpus import Document, read_corpus, read_manifest
+from lmlab.text.sources import Source, get_source
 from lmlab.utils.errors import LmlabError
 
 

@@ -8,8 +8,8 @@ import warnings
 
 import pytest
 
-from lmlab.data.sources import BUILTIN_SOURCES, get_source
-from lmlab.data.sources.textfile import CorpusWarning, iter_paragraphs
+from lmlab.text.sources import BUILTIN_SOURCES, get_source
+from lmlab.text.textfile import CorpusWarning, iter_paragraphs
 from lmlab.utils.errors import LmlabError
 
 # Markup each reader must strip (the texts legitimately hold other braces and backslashes).
@@ -45,7 +45,7 @@ def test_wordnet_document_is_a_synset_with_its_examples():
     source = get_source("wordnet")
     if not source.is_available():
         pytest.skip("wordnet-base is not installed")
-    from lmlab.data.sources.wordnet import parse_synset_line
+    from lmlab.text.sources.wordnet import parse_synset_line
 
     line = ("01170052 04 n 02 fight 0 fighting 0 003 @ 01169317 n 0000 | the act of fighting; "
             'any contest or struggle; "a fight broke out at the hockey game"; '
@@ -58,7 +58,7 @@ def test_wordnet_document_is_a_synset_with_its_examples():
 
 
 def test_gcide_markup_is_stripped():
-    from lmlab.data.sources.gcide import clean_entry
+    from lmlab.text.sources.gcide import clean_entry
 
     entry = ("House \\House\\ (hous), n.; pl. {Houses}. [OE. hous, hus, AS. h?s;\n"
              "   akin to G. haus.]\n"
@@ -73,7 +73,7 @@ def test_gcide_markup_is_stripped():
 
 
 def test_pydocs_rst_is_stripped():
-    from lmlab.data.sources.pydocs import rst_sections
+    from lmlab.text.sources.pydocs import rst_sections
 
     rst = """:mod:`json` --- JSON
 ====================
@@ -153,7 +153,7 @@ def test_folder_without_text_files_is_an_error(tmp_path):
 
 
 def test_non_utf8_bytes_are_an_error_or_replaced_naming_file_and_offset(tmp_path):
-    from lmlab.data.sources.folder import FolderSource
+    from lmlab.text.sources.folder import FolderSource
 
     path = tmp_path / "latin1.txt"
     path.write_bytes(b"Caf" + b"\xe9 is open. " + "Ünïcode stays.".encode())
@@ -224,7 +224,7 @@ def test_jsonl_source_with_field_and_errors(tmp_path):
 
 
 def test_jsonl_overlong_line_is_an_error_naming_file_and_line(tmp_path):
-    from lmlab.data.sources.jsonl import JsonlSource
+    from lmlab.text.sources.jsonl import JsonlSource
 
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps({"text": "Kept."}) + "\n" + json.dumps({"text": "x " * 5000}))

@@ -17,7 +17,7 @@ from lmlab.compress.heads import prune_heads
 from lmlab.compress.lowrank import factorised_shapes, low_rank
 from lmlab.cost.flop_counter import measure_flops
 from lmlab.cost.flops import flops_breakdown
-from lmlab.interop.families import get_family
+from lmlab.models.families import get_family
 from lmlab.models.model import LanguageModel, count_parameters
 
 B, S = 2, 7

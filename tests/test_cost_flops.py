@@ -226,7 +226,7 @@ def test_encoder_decoder_step_matches_flop_counter(family):
     T5 v1.1's gated feed-forward) costs what seq2seq_step_flops says: encoder, decoder
     self-attention, cross-attention (keys and values once per source token) and the head."""
     from lmlab.cost.flops import seq2seq_step_flops
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.models.seq2seq import EncoderDecoderModel
 
     shape = dict(hidden_size=32, num_hidden_layers=2, num_decoder_layers=3,
@@ -249,7 +249,7 @@ def test_encoder_decoder_step_matches_flop_counter(family):
 def test_trainer_reports_the_cost_of_an_encoder_decoder(tmp_path):
     """The Trainer counts each step's source and target tokens into the cost report."""
     from lmlab.cost.flops import seq2seq_step_flops
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.models.seq2seq import EncoderDecoderModel
     from lmlab.objectives.seq2seq import seq2seq_loss
     from lmlab.training import TrainingConfig

@@ -151,7 +151,7 @@ def test_gpt2_config_round_trip_and_names(tmp_path):
 
 
 def test_llama_rejects_rope_scaling():
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.utils.errors import LmlabError
 
     with pytest.raises(LmlabError, match="RoPE scaling"):

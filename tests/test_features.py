@@ -145,7 +145,7 @@ def test_cli_embed_and_neighbours(minilm_dir, tmp_path, capsys):
     assert "shape (384,)" in capsys.readouterr().out
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    from lmlab.data.corpus import Document
+    from lmlab.text.corpus import Document
 
     docs = [Document(f"d{i}", "test", [s]) for i, s in enumerate(
         ["The glass broke.", "Day broke early.", "He broke the law."])]

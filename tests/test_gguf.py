@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import assert_close_rounding
 
+from lmlab.formats.gguf import GGUFFile
 from lmlab.interop.gguf import (
-    GGUFFile,
     config_from_gguf,
     gguf_tensor_names,
     load_gguf_model,
@@ -106,7 +106,7 @@ def test_every_llama_parameter_has_a_gguf_name(tied):
 
 def test_gguf_metadata_through_the_rename_table():
     """Metadata written from the family's gguf_names reads back as the same config."""
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.utils.errors import LmlabError
 
     config = family_config("llama", vocab_size=64, hidden_size=64, num_hidden_layers=2,

@@ -12,7 +12,8 @@ import pytest
 import torch
 from conftest import assert_clean_refusal, assert_close_rounding, run_lmlab
 
-from lmlab.interop.gguf import GGUFFile, load_gguf_model, read_metadata
+from lmlab.formats.gguf import GGUFFile, read_metadata
+from lmlab.interop.gguf import load_gguf_model
 from lmlab.interop.gguf_writer import GGUF_TYPES, tokenizer_metadata, write_gguf
 from lmlab.models.model import LanguageModel
 from lmlab.models.presets import family_config

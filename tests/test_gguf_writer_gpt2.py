@@ -12,8 +12,9 @@ import torch
 from conftest import assert_close_rounding, run_lmlab
 from test_gguf_writer import TEXT, dequantised_copy, logits
 
+from lmlab.formats.gguf import GGUFFile
 from lmlab.generation.generate import generate
-from lmlab.interop.gguf import GGUFFile, load_gguf_model
+from lmlab.interop.gguf import load_gguf_model
 from lmlab.interop.gguf_writer import write_gguf
 from lmlab.models.model import LanguageModel
 from lmlab.models.presets import family_config

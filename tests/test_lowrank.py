@@ -160,7 +160,7 @@ with torch.no_grad():
 def test_a_factorised_encoder_decoder_reloads_in_a_new_process(tmp_path):
     """An encoder-decoder's factorised maps ("encoder.layers.i...", "decoder.layers.i...",
     cross-attention included) come back when the saved model is loaded."""
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.interop.native import save_model
     from lmlab.models.seq2seq import EncoderDecoderModel
 

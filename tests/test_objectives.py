@@ -30,11 +30,11 @@ _tokenizer = minilm_raw_tokenizer
 @functools.lru_cache(maxsize=2)
 def _source(kind: str) -> InMemoryTokenSource:
     if kind == "kjv":
-        from lmlab.data.sources.kjv import KJVSource
+        from lmlab.text.sources.kjv import KJVSource
 
         docs = [d.sentences for d in itertools.islice(KJVSource().iter_documents(), 40)]
     else:
-        from lmlab.data.sources.wordnet import WordNetSource
+        from lmlab.text.sources.wordnet import WordNetSource
 
         docs = [d.sentences for d in itertools.islice(WordNetSource().iter_documents(), 600)]
     return InMemoryTokenSource.from_texts(docs, _tokenizer())

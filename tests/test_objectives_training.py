@@ -30,7 +30,7 @@ def _tokenizer():
 
 @functools.lru_cache(maxsize=1)
 def _source() -> InMemoryTokenSource:
-    from lmlab.data.sources.kjv import KJVSource
+    from lmlab.text.sources.kjv import KJVSource
 
     docs = [d.sentences for d in itertools.islice(KJVSource().iter_documents(), 12)]
     return InMemoryTokenSource.from_texts(docs, _tokenizer())

@@ -90,7 +90,7 @@ def test_presets_match_transformers(family, size):
     """The preset written as config.json builds a transformers model with as many parameters
     (pooler aside) as ours, and reads back to the same config."""
     transformers = pytest.importorskip("transformers")
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.models.model import LanguageModel
 
     config = preset(family, size)
@@ -108,7 +108,7 @@ def test_presets_match_transformers(family, size):
 @pytest.mark.parametrize("family,size", list_presets())
 def test_config_json_round_trip(family, size):
     """Every preset written through its family's rename table reads back unchanged."""
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
 
     spec = get_family(family)
     config = preset(family, size)
@@ -122,7 +122,7 @@ def test_config_json_round_trip(family, size):
 def test_config_json_refuses_other_shapes(family, field, value):
     """A config.json cannot express a field of the family's shape: such a config is refused
     rather than written as a checkpoint that loads as another model."""
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
 
     spec = get_family(family)
     config = preset(family, next(iter(spec.sizes)), **{field: value})
@@ -131,7 +131,7 @@ def test_config_json_refuses_other_shapes(family, field, value):
 
 
 def test_config_json_without_sizes_is_refused():
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
 
     with pytest.raises(LmlabError, match="lacks n_heads"):
         get_family("distilbert").config_from_hf({"vocab_size": 9, "dim": 8, "n_layers": 1})

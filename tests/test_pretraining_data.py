@@ -31,7 +31,7 @@ _tokenizer = minilm_raw_tokenizer
 
 @functools.lru_cache(maxsize=1)
 def _kjv_docs() -> list[list[str]]:
-    from lmlab.data.sources.kjv import KJVSource
+    from lmlab.text.sources.kjv import KJVSource
 
     return [d.sentences for d in itertools.islice(KJVSource().iter_documents(), 60)]
 

@@ -167,7 +167,7 @@ def test_registries_resolve_without_prior_imports():
     being asked: the registries are "module:attribute" tables, filled by no import."""
     code = """
 import sys
-from lmlab.interop.families import KNOWN_FAMILIES
+from lmlab.models.families import KNOWN_FAMILIES
 from lmlab.models.config import TransformerConfig
 from lmlab.models.heads import HEADS, available_heads, build_head, needs_pooler
 assert "lmlab.finetune.heads" not in sys.modules
@@ -180,7 +180,7 @@ for name in available_heads():
     build_head(name, config)
 assert needs_pooler("sequence-classification")
 assert not needs_pooler("token-classification")
-from lmlab.interop.families import get_family
+from lmlab.models.families import get_family
 for family, prefix in (("bert", "Bert"), ("roberta", "Roberta"), ("albert", "Albert"),
                        ("electra", "Electra"), ("distilbert", "DistilBert")):
     spec = get_family(family)
@@ -196,7 +196,7 @@ print("ok")
 def test_family_lookup_leaves_the_family_module_unchanged():
     """get_family returns the family module's own FAMILY, which declares its task heads itself:
     nothing wraps or edits a family spec after its module is imported."""
-    from lmlab.interop.families import bert, get_family
+    from lmlab.models.families import bert, get_family
 
     spec = get_family("bert")
     assert spec is bert.FAMILY

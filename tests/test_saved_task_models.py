@@ -29,7 +29,7 @@ import torch
 from conftest import assert_close_rounding
 
 from lmlab.finetune.heads import POOLINGS, TASK_HEADS, add_task_head, task_logits
-from lmlab.interop.families import KNOWN_FAMILIES, get_family
+from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.interop.native import save_model
 from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
 from lmlab.utils.errors import LmlabError

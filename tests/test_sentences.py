@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmlab.data.sentences import (
+from lmlab.text.sentences import (
     normalize_text,
     split_paragraphs,
     split_sentences,
@@ -85,7 +85,7 @@ def test_over_long_sentence_is_cut_into_pseudo_sentences():
 
 
 def test_real_kjv_chapter_splits_into_verses_and_sentences():
-    from lmlab.data.sources.kjv import KJVSource
+    from lmlab.text.sources.kjv import KJVSource
 
     source = KJVSource()
     if not source.is_available():

@@ -20,7 +20,7 @@ from conftest import assert_close_rounding, rounding_tolerance
 
 import lmlab
 from lmlab.generation.generate import generate
-from lmlab.interop.families import get_family
+from lmlab.models.families import get_family
 from lmlab.models.seq2seq import EncoderDecoderModel
 from lmlab.utils.errors import LmlabError
 
@@ -278,7 +278,7 @@ def test_config_parameter_count_matches_the_model(family):
 
 
 def test_t5_feed_forward_names_read_as_transformers_reads_them():
-    from lmlab.interop.families.t5 import feed_forward, projection_name
+    from lmlab.models.families.t5 import feed_forward, projection_name
 
     assert feed_forward("relu") == ("mlp", "relu")
     assert feed_forward("gelu") == ("mlp", "gelu")  # exact GELU: only gated-gelu is tanh

@@ -281,7 +281,7 @@ def test_a_folder_of_your_own_pairs(tmp_path):
 def test_a_sequence_beyond_the_positions_is_refused():
     import torch
 
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.models.seq2seq import EncoderDecoderModel
 
     spec = get_family("bart")

@@ -27,7 +27,7 @@ SENTINELS = list(range(1, 100))  # [unused0] ... in BERT's vocabulary: never in 
 @functools.lru_cache(maxsize=1)
 def _windows(length: int = 512) -> tuple[list[np.ndarray], int]:
     """KJV text cut into windows of ``length`` ids; the [MASK] id."""
-    from lmlab.data.sources.kjv import KJVSource
+    from lmlab.text.sources.kjv import KJVSource
 
     tokenizer = minilm_raw_tokenizer()
     ids = np.concatenate([np.asarray(tokenizer.encode(" ".join(d.sentences),

@@ -152,7 +152,7 @@ def test_task_heads_are_the_declared_layout(family, pooling):
     """One declaration (FamilySpec.task_heads) gives both the modules lmlab builds for each task
     head and the checkpoint names they are saved under: the two cover the same parameters."""
     from lmlab.finetune.heads import TASK_HEADS
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.models.model import LanguageModel
 
     spec = get_family(family)

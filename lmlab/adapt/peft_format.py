@@ -3,7 +3,7 @@ written, so an adapter moves between lmlab and Hugging Face's ``peft`` library.
 
 Names: PEFT wraps a transformers model, so its keys are ``base_model.model.<module path in the
 transformers class>.lora_A.weight``. lmlab maps its modules to those paths through the family's
-weight rules (:mod:`lmlab.interop.families`, the same tables that read and write checkpoints):
+weight rules (:mod:`lmlab.models.families`, the same tables that read and write checkpoints):
 a rule's ``theirs`` name without ``.weight`` is the transformers module. A fused checkpoint
 tensor (GPT-2's ``c_attn``: query, key and value in one ``Conv1D``) holds one LoRA update for
 the three projections lmlab keeps apart: reading gives each its rows of ``B`` and the shared
@@ -46,7 +46,7 @@ PEFT_VERSION = "0.21.2"  # the version whose format this follows
 
 
 def _family(model: nn.Module):
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
 
     return get_family(model.config.family)
 
@@ -308,7 +308,7 @@ def _read_heads(model: nn.Module, tensors: dict[str, torch.Tensor], config: dict
     layout = family.task_heads.get(head)
     if layout is None:
         return
-    from lmlab.interop.families import TASK_LAYOUTS
+    from lmlab.models.families import TASK_LAYOUTS
 
     last = list(TASK_LAYOUTS[layout].values())[-1]
     weight = tensors.get(f"{prefix}{last}.weight")

@@ -3,7 +3,7 @@ extractive question answering and multiple choice.
 
 Each head matches the Hugging Face class of its family so checkpoints interchange and logits are
 equal (``BertForSequenceClassification`` etc.). The family spec declares each head's layout
-(``FamilySpec.task_heads``, :data:`lmlab.interop.families.TASK_LAYOUTS`), and the same
+(``FamilySpec.task_heads``, :data:`lmlab.models.families.TASK_LAYOUTS`), and the same
 declaration gives the checkpoint names; the pooled heads' layouts are:
 
 - ``pooler``: pooled [CLS] (tanh) -> dropout -> ``classifier`` (BERT, ALBERT; RoBERTa's multiple
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmlab.interop.families import task_layout
+from lmlab.models.families import task_layout
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
 from lmlab.models.heads import IGNORE_INDEX

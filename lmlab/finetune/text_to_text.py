@@ -176,7 +176,7 @@ def build_seq2seq_model(family: str, tokenizer: Any, size: str | None = None,
     """A fresh encoder-decoder of ``family`` sized to ``tokenizer``: the preset ``size`` (the
     family's smallest by default), with ``layers`` per stack and ``hidden`` width (heads of 64
     dims, FFN 4x) when given."""
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
     from lmlab.models.seq2seq import EncoderDecoderModel, decoder_start_token
 
     spec = get_family(family)
@@ -272,7 +272,7 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
 def _fresh_model_settings(family: str, size: str | None, layers: int | None,
                           hidden: int | None) -> dict[str, Any]:
     """A fresh model's settings, checked (the family an encoder-decoder, the size known)."""
-    from lmlab.interop.families import get_family
+    from lmlab.models.families import get_family
 
     spec = get_family(family)
     if not spec.shape.get("is_encoder_decoder"):

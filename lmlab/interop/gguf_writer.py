@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from lmlab.interop.families import get_family
+from lmlab.models.families import get_family
 from lmlab.interop.gguf import gguf_tensor_names, rotary_paired
 from lmlab.tokenization.gguf import PRE_TOKENIZER_SPLITS
 from lmlab.utils.errors import LmlabError

@@ -1,7 +1,7 @@
 """Named model sizes: ``preset("bert", "base")`` -> :class:`TransformerConfig`.
 
 A preset is a family's shape at a named size. Both live in the family's spec
-(``FamilySpec.sizes`` in ``lmlab/interop/families/<family>.py``, imported on first use), which
+(``FamilySpec.sizes`` in ``lmlab/models/families/<family>.py``, imported on first use), which
 also says where each size comes from: the papers and released checkpoints (BERT, RoBERTa,
 ALBERT, ELECTRA, DistilBERT, GPT-2, SmolLM2), so a preset trained from scratch is comparable
 to the paper's model and matches the config.json of the released weights, plus CPU-sized
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lmlab.interop.families import KNOWN_FAMILIES, get_family
+from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 

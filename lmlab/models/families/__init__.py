@@ -1,6 +1,6 @@
 """Model families, each defined once: shape, preset sizes, checkpoint names, task heads.
 
-A family module ``lmlab/interop/families/<model_type>.py`` defines ``FAMILY = FamilySpec(...)``
+A family module ``lmlab/models/families/<model_type>.py`` defines ``FAMILY = FamilySpec(...)``
 and :data:`KNOWN_FAMILIES` names it as ``"module:attribute"``; :func:`get_family` imports it on
 first use, so what a lookup returns never depends on what was imported before, and importing a
 module changes no other. Presets (:mod:`lmlab.models.presets`), Hugging Face folders

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import BERT_TASK_HEADS, FamilySpec, Rule
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import FamilySpec, Rule
-from lmlab.interop.families.gpt2 import CPU_SIZES, clm_rules  # the same lm_head, tied or not
+from lmlab.models.families import FamilySpec, Rule
+from lmlab.models.families.gpt2 import CPU_SIZES, clm_rules  # the same lm_head, tied or not
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 

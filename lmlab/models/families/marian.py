@@ -1,7 +1,7 @@
 """Marian (Junczys-Dowmunt et al. 2018; the OPUS-MT models): the original Transformer's layout
 (Vaswani et al. 2017) as transformers' ``MarianMTModel`` stores it.
 
-BART's tensors under BART's names (:func:`~lmlab.interop.families.bart.fairseq_layout_rules`),
+BART's tensors under BART's names (:func:`~lmlab.models.families.bart.fairseq_layout_rules`),
 with the paper's choices instead of BART's:
 
 - fixed sinusoidal positions from 0 in the "halves" layout (all sines, then all cosines), not
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import FamilySpec
-from lmlab.interop.families.bart import (
+from lmlab.models.families import FamilySpec
+from lmlab.models.families.bart import (
     FAIRSEQ_HF_NAMES,
     FAIRSEQ_SHAPE,
     FAIRSEQ_SIZE_FIELDS,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import BERT_TASK_HEADS, FamilySpec, Rule
-from lmlab.interop.families.bert import (
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
+from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
     ENCODER_SHAPE,
     SIZE_FIELDS,

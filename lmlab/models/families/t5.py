@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmlab.interop.families import FamilySpec, Rule
+from lmlab.models.families import FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
