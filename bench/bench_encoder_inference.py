@@ -34,7 +34,7 @@ DEFAULT_CORPUS = "/tmp/lmlab-default-corpus"
 
 
 def corpus_sentences(corpus: str, count: int, skip: int = 0) -> list[str]:
-    from lmlab.data.corpus import read_corpus
+    from lmlab.text.corpus import read_corpus
 
     sentences = (s for d in read_corpus(corpus, "train") for s in d.sentences)
     return list(itertools.islice(sentences, skip, skip + count))

@@ -48,7 +48,7 @@ def find_occurrences(sentences: Iterable[str], word: str, limit: int) -> list[st
 
 def corpus_sentences(corpus_dir: str | Path, split: str = "train") -> Iterable[str]:
     """Every sentence of an lmlab corpus, streamed."""
-    from lmlab.data.corpus import read_corpus
+    from lmlab.text.corpus import read_corpus
 
     for document in read_corpus(corpus_dir, split):
         yield from document.sentences

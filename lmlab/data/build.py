@@ -26,11 +26,11 @@ from collections.abc import Iterable, Sequence
 from contextlib import closing
 from pathlib import Path
 
-from lmlab.data.corpus import SPLITS, Document
+from lmlab.text.corpus import SPLITS, Document
 from lmlab.data.exclusion import SegmentExclusion, TextSet
-from lmlab.data.sentences import normalize_text
-from lmlab.data.sources import BUILTIN_SOURCES, Source, SourceCounts, builtin_sources, get_source
-from lmlab.data.sources.textfile import check_encoding_errors
+from lmlab.text.sentences import normalize_text
+from lmlab.text.sources import BUILTIN_SOURCES, Source, SourceCounts, builtin_sources, get_source
+from lmlab.text.textfile import check_encoding_errors
 from lmlab.utils.checks import check_output_folder
 from lmlab.utils.errors import LmlabError
 
@@ -85,7 +85,7 @@ def load_exclusions(files: Sequence[str | Path] = (),
                     encoding_errors: str = "strict") -> SegmentExclusion:
     """The exclusion index: the dev/test texts of the built-in tasks (those whose data is
     installed, for ``"all"``) and every line of ``files``."""
-    from lmlab.data.sources.textfile import iter_lines
+    from lmlab.text.textfile import iter_lines
     from lmlab.tasks.builtin import BUILTIN_TASKS, eval_texts
     from lmlab.utils.io import sha256_file
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmlab.data.corpus import SPLITS, Document, split_path
+from lmlab.text.corpus import SPLITS, Document, split_path
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, read_json, sha256_file
 
@@ -261,7 +261,7 @@ def _chunks(path: Path, start_line: int, size: int, encoding_errors: str = "stri
     ``start_line`` on, each with its first document's index. A byte that is not UTF-8 is an
     error naming the file and its byte offset, or (``encoding_errors="replace"``) U+FFFD with
     one warning."""
-    from lmlab.data.sources.textfile import iter_lines
+    from lmlab.text.textfile import iter_lines
 
     lines = (line for _, line in iter_lines(path, sys.maxsize, errors=encoding_errors))
     documents = itertools.islice((line for line in lines if line.strip()), start_line, None)
@@ -348,7 +348,7 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
     Returns:
         The manifest (also written to ``out_dir/manifest.json``) plus ``"resumed_shards"``.
     """
-    from lmlab.data.sources.textfile import check_encoding_errors
+    from lmlab.text.textfile import check_encoding_errors
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.utils.checks import check_output_folder
 

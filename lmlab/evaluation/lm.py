@@ -114,7 +114,7 @@ def cloze_passages(texts: Iterable[str], min_words: int = 20, max_words: int = 8
 def corpus_passages(corpus_dir: str | Path, split: str = "validation", limit: int = 200,
                     **kwargs: Any) -> list[tuple[str, str]]:
     """Cloze passages from an lmlab corpus folder's documents (the validation split)."""
-    from lmlab.data.corpus import read_corpus
+    from lmlab.text.corpus import read_corpus
 
     return cloze_passages((doc.text for doc in read_corpus(corpus_dir, split)), limit=limit,
                           **kwargs)

@@ -112,7 +112,7 @@ def corpus_documents(corpus: str | Path, split: str = "train",
                      max_sentences: int | None = None) -> list[list[str]]:
     """The sentences of each document of an lmlab corpus split, in the corpus's order (at most
     ``max_sentences`` in all)."""
-    from lmlab.data.corpus import read_corpus
+    from lmlab.text.corpus import read_corpus
 
     documents, total = [], 0
     for document in read_corpus(corpus, split):

@@ -159,7 +159,7 @@ def _by_hash(texts: Iterable[str]) -> list[str]:
 
 
 def _corpus_sentences() -> list[str]:
-    from lmlab.data.sources import get_source
+    from lmlab.text.sources import get_source
 
     sentences = []
     for name in TEXT_SOURCES:
@@ -281,7 +281,7 @@ def build_supersense_task(max_examples: int, nlp) -> ProbingTask:
 
 
 def _cache_key(name: str, max_examples: int) -> str:
-    from lmlab.data.sources import get_source
+    from lmlab.text.sources import get_source
 
     spacy = _import_spacy()
     sources = [get_source(n).fingerprint() for n in ("wordnet", *TEXT_SOURCES)]

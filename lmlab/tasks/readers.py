@@ -164,7 +164,7 @@ def check_pair_texts(examples: Sequence[Example], where: str) -> None:
 def not_utf8(path: Path) -> LmlabError:
     """The error for a task file that is not UTF-8 text, naming its first bad byte's offset in
     the file (a decoder's own offset counts from its chunk), and gzip if the file is that."""
-    from lmlab.data.sources.textfile import iter_file_text
+    from lmlab.text.textfile import iter_file_text
 
     try:
         for _ in iter_file_text(path):

@@ -63,13 +63,13 @@ def iter_training_texts(source: TextSource | list[str | os.PathLike],
                 raise LmlabError(f"{path} is a folder but not an lmlab corpus (no train.jsonl)",
                                  "build a corpus with `lmlab data build --out DIR` or pass text "
                                  "files")
-            from lmlab.data.corpus import read_corpus
+            from lmlab.text.corpus import read_corpus
 
             for document in read_corpus(path, "train"):
                 yield from document.sentences
             return
         check_training_source(path)
-        from lmlab.data.sources.textfile import iter_lines
+        from lmlab.text.textfile import iter_lines
 
         for number, line in iter_lines(path, errors=encoding_errors):
             if line is None:
@@ -151,7 +151,7 @@ def train_engine(kind: str, source: TextSource, vocab_size: int, min_frequency: 
     """Train an engine tokenizer of ``kind`` on the streamed ``source``; checks the result."""
     from tokenizers import pre_tokenizers, trainers
 
-    from lmlab.data.sources.textfile import check_encoding_errors
+    from lmlab.text.textfile import check_encoding_errors
 
     check_encoding_errors(encoding_errors)
     check_training_source(source)

@@ -52,7 +52,7 @@ class Sentences:
 
 def corpus_sentences(corpus_dir: str | Path, split: str = "train") -> Sentences:
     """The sentences of an lmlab corpus folder (``lmlab data build``) as word lists."""
-    from lmlab.data.corpus import read_corpus, split_path
+    from lmlab.text.corpus import read_corpus, split_path
 
     split_path(corpus_dir, split)  # a folder that is not a corpus is refused now
 

@@ -15,9 +15,9 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from lmlab.data.corpus import Document
-from lmlab.data.sentences import split_sentences
-from lmlab.data.sources.base import Source
+from lmlab.text.corpus import Document
+from lmlab.text.sentences import split_sentences
+from lmlab.text.sources.base import Source
 from lmlab.utils.errors import LmlabError
 
 _CHAPTER = re.compile(r"^(\S.*?) (\d+)$")

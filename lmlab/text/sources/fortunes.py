@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from lmlab.data.corpus import Document
-from lmlab.data.sentences import text_to_sentences
-from lmlab.data.sources.base import Source
+from lmlab.text.corpus import Document
+from lmlab.text.sentences import text_to_sentences
+from lmlab.text.sources.base import Source
 from lmlab.utils.paths import find_system_path
 
 SKIPPED_FILES = {"ascii-art"}

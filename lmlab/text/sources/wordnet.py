@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from lmlab.data.corpus import Document
-from lmlab.data.sentences import normalize_text, split_sentences
-from lmlab.data.sources.base import Source
+from lmlab.text.corpus import Document
+from lmlab.text.sentences import normalize_text, split_sentences
+from lmlab.text.sources.base import Source
 from lmlab.utils.paths import find_system_path
 
 PARTS_OF_SPEECH = ("noun", "verb", "adj", "adv")

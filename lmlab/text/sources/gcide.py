@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from lmlab.data.corpus import Document
-from lmlab.data.sentences import split_sentences
-from lmlab.data.sources.base import Source
+from lmlab.text.corpus import Document
+from lmlab.text.sentences import split_sentences
+from lmlab.text.sources.base import Source
 from lmlab.utils.paths import find_system_path
 
 _B64 = {c: i for i, c in

@@ -5,7 +5,7 @@ blank lines and each paragraph into sentences. Markdown loses its fenced code bl
 marks and list markers. A file larger than ``max_document_chars`` becomes several documents
 (``path#2``, ``path#3``, ...) so that one giant file never has to sit in memory whole.
 A non-UTF-8 byte is an error naming the file and byte offset unless ``encoding_errors`` is
-``"replace"``; giant lines are cut with a warning (see :mod:`lmlab.data.sources.textfile`).
+``"replace"``; giant lines are cut with a warning (see :mod:`lmlab.text.textfile`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from lmlab.data.corpus import Document
-from lmlab.data.sentences import split_sentences
-from lmlab.data.sources.base import Source
-from lmlab.data.sources.textfile import check_encoding_errors, iter_paragraphs
+from lmlab.text.corpus import Document
+from lmlab.text.sentences import split_sentences
+from lmlab.text.sources.base import Source
+from lmlab.text.textfile import check_encoding_errors, iter_paragraphs
 from lmlab.utils.errors import LmlabError
 
 TEXT_SUFFIXES = (".txt", ".md")

@@ -2,7 +2,7 @@
 
 A source knows its name, whether its files are installed (and how to install them if not),
 which files it reads (for the count cache), and how to turn them into
-:class:`~lmlab.data.corpus.Document` objects whose sentences are already split and normalised.
+:class:`~lmlab.text.corpus.Document` objects whose sentences are already split and normalised.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lmlab.data.corpus import Document
+from lmlab.text.corpus import Document
 from lmlab.utils.errors import LmlabError
 
 # Bump when a reader's output changes, so cached counts are recomputed.

@@ -15,10 +15,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from lmlab.data.corpus import Document
-from lmlab.data.sentences import record_sentences
-from lmlab.data.sources.base import Source
-from lmlab.data.sources.textfile import check_encoding_errors, iter_lines
+from lmlab.text.corpus import Document
+from lmlab.text.sentences import record_sentences
+from lmlab.text.sources.base import Source
+from lmlab.text.textfile import check_encoding_errors, iter_lines
 from lmlab.utils.errors import LmlabError
 
 DEFAULT_FIELD = "text"

@@ -1,18 +1,18 @@
 """Corpus sources: the offline Debian texts of the default corpus and readers for user data.
 
 ``get_source("kjv")``, ``get_source("folder:notes/")``, ``get_source("jsonl:data.jsonl:body")``
-and ``get_source("hf:NAME")`` return a :class:`~lmlab.data.sources.base.Source`.
+and ``get_source("hf:NAME")`` return a :class:`~lmlab.text.sources.base.Source`.
 """
 
 from __future__ import annotations
 
-from lmlab.data.sources.base import Source, SourceCounts
-from lmlab.data.sources.fortunes import FortunesSource
-from lmlab.data.sources.gcide import GCIDESource
-from lmlab.data.sources.jargon import JargonSource
-from lmlab.data.sources.kjv import KJVSource
-from lmlab.data.sources.pydocs import PyDocsSource
-from lmlab.data.sources.wordnet import WordNetSource
+from lmlab.text.sources.base import Source, SourceCounts
+from lmlab.text.sources.fortunes import FortunesSource
+from lmlab.text.sources.gcide import GCIDESource
+from lmlab.text.sources.jargon import JargonSource
+from lmlab.text.sources.kjv import KJVSource
+from lmlab.text.sources.pydocs import PyDocsSource
+from lmlab.text.sources.wordnet import WordNetSource
 from lmlab.utils.errors import LmlabError
 
 # The built-in sources, in the order they are listed and built.
@@ -55,16 +55,16 @@ def get_source(spec: str) -> Source:
         return BUILTIN_SOURCES[spec]()
     kind, _, rest = spec.partition(":")
     if kind == "folder" and rest:
-        from lmlab.data.sources.folder import FolderSource
+        from lmlab.text.sources.folder import FolderSource
 
         return FolderSource(rest)
     if kind == "jsonl" and rest:
-        from lmlab.data.sources.jsonl import DEFAULT_FIELD, JsonlSource
+        from lmlab.text.sources.jsonl import DEFAULT_FIELD, JsonlSource
 
         path, field = _split_field(rest)
         return JsonlSource(path, field or DEFAULT_FIELD)
     if kind == "hf" and rest:
-        from lmlab.data.sources.huggingface import HuggingFaceSource
+        from lmlab.text.sources.huggingface import HuggingFaceSource
 
         name, field = _split_field(rest)
         return HuggingFaceSource(name, field or "text")

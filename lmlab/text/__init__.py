@@ -1,0 +1,1 @@
+"""lmlab.text: raw text -- the corpus format, sentence splitting, corpus sources."""
