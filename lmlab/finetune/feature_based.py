@@ -91,7 +91,7 @@ def pooled_layer_states(model: nn.Module, batch: dict[str, torch.Tensor],
                         pooling: str) -> torch.Tensor:
     """Sentence vectors of every hidden state (embeddings + each layer): (B, L+1, H) in fp32.
     ``pooling`` ``mean`` (over real tokens) or ``cls`` (first token)."""
-    from lmlab.finetune.heads import masked_mean
+    from lmlab.models.task_heads import masked_mean
 
     out = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                 token_type_ids=batch.get("token_type_ids"), heads=[],
@@ -360,19 +360,21 @@ class FeatureClassifier(nn.Module):
     gives per-layer sentence vectors, its :class:`FeatureHead` classifies them.
 
     It answers where a model with a ``sequence-classification`` head is expected (``heads``,
-    ``config.extra["num_labels"/"id2label"]``, :func:`lmlab.finetune.heads.task_logits`), so
+    ``config.extra["num_labels"/"id2label"]``, :func:`lmlab.models.task_heads.task_logits`), so
     ``lmlab evaluate``, ``lmlab.from_pretrained`` and the text-classification pipeline take a
     feature run like any other. Saved as the bare encoder's folder (Hugging Face where its family
     maps it: transformers reads it as ``AutoModel``, and its ``AutoModelFor...`` classes report
     the classifier as newly initialised; else lmlab's own) plus ``feature_head.safetensors`` and
     ``feature_head.json``.
-    Like :func:`~lmlab.finetune.heads.add_task_head`, it records ``num_labels`` and
+    Like :func:`~lmlab.models.task_heads.add_task_head`, it records ``num_labels`` and
     ``id2label`` in the encoder's ``config.extra``.
     """
 
+    forward_gives_task_logits = True  # task_logits calls the model itself, not a head
+
     def __init__(self, encoder: nn.Module, head: FeatureHead, pooling: str,
                  labels: list[str], max_length: int = 128):
-        from lmlab.finetune.heads import SEQUENCE_CLASSIFICATION
+        from lmlab.models.task_heads import SEQUENCE_CLASSIFICATION
 
         super().__init__()
         if encoder.heads:
@@ -437,8 +439,8 @@ def load_feature_classifier(path: str | Path, head: str | list[str] | None = Non
     wrote) in eval mode; ``dtype`` casts the encoder only (the head is tiny and stays fp32)."""
     from safetensors.torch import load_file
 
-    from lmlab.finetune.heads import SEQUENCE_CLASSIFICATION
     from lmlab.interop.hf import load_pretrained
+    from lmlab.models.task_heads import SEQUENCE_CLASSIFICATION
     from lmlab.utils.io import read_json
 
     path = Path(path)

@@ -1,7 +1,7 @@
 """Heads: what sits on top of the Transformer stack for an objective or a task.
 
 Every head has a name (``"mlm"``, ``"nsp"``, ``"sop"``, ``"rtd"``, ``"clm"`` here; the task heads
-of :mod:`lmlab.finetune.heads` and SpanBERT's ``"sbo"`` elsewhere) so objectives and checkpoints
+of :mod:`lmlab.models.task_heads` and SpanBERT's ``"sbo"`` elsewhere) so objectives and checkpoints
 can ask for them by name. A head maps the stack's output to logits and knows its own loss; a
 head that reads the pooled [CLS] vector says so with the class attribute ``needs_pooler``.
 
@@ -22,6 +22,7 @@ from lmlab.utils.errors import LmlabError
 from lmlab.utils.lazy import resolve_entry
 
 IGNORE_INDEX = -100
+DEFAULT_SBO_POSITIONS = 32  # SpanBERT's relative-position table for the boundary head
 
 #: head name -> "module:Class" (the class itself once imported). A head defined elsewhere is
 #: added with ``HEADS[name] = "module:Class"``.
@@ -31,11 +32,11 @@ HEADS: dict[str, str | type[nn.Module]] = {
     "sop": f"{__name__}:SentenceOrderHead",
     "rtd": f"{__name__}:ReplacedTokenDetectionHead",
     "clm": f"{__name__}:CausalLMHead",
-    "sequence-classification": "lmlab.finetune.heads:SequenceClassificationHead",
-    "token-classification": "lmlab.finetune.heads:TokenClassificationHead",
-    "question-answering": "lmlab.finetune.heads:QuestionAnsweringHead",
-    "multiple-choice": "lmlab.finetune.heads:MultipleChoiceHead",
-    "sbo": "lmlab.objectives.span:SpanBoundaryHead",
+    "sequence-classification": "lmlab.models.task_heads:SequenceClassificationHead",
+    "token-classification": "lmlab.models.task_heads:TokenClassificationHead",
+    "question-answering": "lmlab.models.task_heads:QuestionAnsweringHead",
+    "multiple-choice": "lmlab.models.task_heads:MultipleChoiceHead",
+    "sbo": f"{__name__}:SpanBoundaryHead",
     "seq2seq-lm": "lmlab.models.seq2seq:Seq2SeqLMHead",
 }
 
@@ -174,3 +175,40 @@ class CausalLMHead(nn.Module):
         targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): next token or -100
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                                ignore_index=IGNORE_INDEX)
+
+
+class SpanBoundaryHead(nn.Module):
+    """Predicts a masked token from the span's boundary hidden states and its offset.
+
+    ``config.extra["sbo_max_positions"]`` (default 32) sizes the relative-position table;
+    offsets beyond it share the last row.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        hidden, width = config.hidden_size, config.input_embedding_size
+        self.max_positions = int(config.extra.get("sbo_max_positions", DEFAULT_SBO_POSITIONS))
+        self.position_embeddings = nn.Embedding(self.max_positions, hidden)
+        act = config.extra.get("sbo_act", "gelu")
+        self.dense1 = nn.Linear(3 * hidden, hidden)
+        self.act1 = activation(act)
+        self.norm1 = make_norm(config.norm_type, hidden, config.norm_eps)
+        self.dense2 = nn.Linear(hidden, width)
+        self.act2 = activation(act)
+        self.norm2 = make_norm(config.norm_type, width, config.norm_eps)
+        self.decoder = nn.Linear(width, config.vocab_size)
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, left: torch.Tensor,
+                right: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        """Logits (N, V) for the N ``positions`` (B, T bool); ``left``/``right``/``offset``
+        (B, T) give each masked token's boundary positions and offset inside its span."""
+        rows, _ = positions.nonzero(as_tuple=True)  # (N,)
+        x_left = hidden[rows, left[positions]]  # (N, H)
+        x_right = hidden[rows, right[positions]]  # (N, H)
+        pos = self.position_embeddings(offset[positions].clamp(0, self.max_positions - 1))
+        h0 = torch.cat([x_left, x_right, pos], dim=-1)  # (N, 3H)
+        h1 = self.norm1(self.act1(self.dense1(h0)))
+        y = self.norm2(self.act2(self.dense2(h1)))
+        return self.decoder(y)
+
+    loss = staticmethod(MaskedLMHead.loss)

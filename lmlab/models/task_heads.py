@@ -30,9 +30,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmlab.models.families import task_layout
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
+from lmlab.models.families import task_layout
 from lmlab.models.heads import IGNORE_INDEX
 from lmlab.utils.errors import LmlabError
 
@@ -272,14 +272,13 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
 def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
     """Run the stack and one task head on a batch; multiple-choice inputs (B, C, T) are
     flattened to (B*C, T) and the scores returned as (B, C). A feature-based run
-    (:class:`~lmlab.finetune.feature_based.FeatureClassifier`) runs its encoder and feature head."""
-    from lmlab.finetune.feature_based import FeatureClassifier
-
+    (:class:`~lmlab.finetune.feature_based.FeatureClassifier`, ``forward_gives_task_logits``)
+    runs its encoder and feature head."""
     input_ids = batch["input_ids"]
     num_choices = None
     flat = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
             if batch.get(k) is not None}
-    if isinstance(model, FeatureClassifier):
+    if getattr(model, "forward_gives_task_logits", False):
         if head != SEQUENCE_CLASSIFICATION:
             raise LmlabError(f"a feature-based run has no {head!r} head",
                              f"use it for {SEQUENCE_CLASSIFICATION}")
