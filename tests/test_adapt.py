@@ -24,7 +24,7 @@ from lmlab.adapt import (
     save_adapter,
     trainable_parameters,
 )
-from lmlab.finetune.heads import add_task_head
+from lmlab.models.task_heads import add_task_head
 from lmlab.models.families import get_family
 from lmlab.interop.native import save_model
 from lmlab.models.model import LanguageModel

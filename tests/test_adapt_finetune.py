@@ -84,7 +84,7 @@ def test_cli_adapter_merge_and_peft_round_trip(tiny_bert_folder, tmp_path):
     ``from-peft`` gives back an lmlab adapter with the same outputs."""
     from lmlab.adapt import apply_method, save_adapter
     from lmlab.cli import main
-    from lmlab.finetune.heads import add_task_head
+    from lmlab.models.task_heads import add_task_head
 
     model, tokenizer, _ = load_model(tiny_bert_folder)
     add_task_head(model, "sequence-classification", 2, {0: "no", 1: "yes"}, "cls")

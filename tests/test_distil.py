@@ -411,7 +411,7 @@ def small_task():
 def task_teacher(task, folder: Path) -> Path:
     """A random tiny BERT with the task's classification head and labels (a stand-in for a
     fine-tuned teacher: the mechanics do not need a good one)."""
-    from lmlab.finetune.heads import HEAD_FOR_TASK, add_task_head
+    from lmlab.models.task_heads import HEAD_FOR_TASK, add_task_head
 
     model = tiny_teacher(layers=2, heads=(), seed=5)
     add_task_head(model, HEAD_FOR_TASK[task.type], len(task.labels), dict(enumerate(task.labels)))
@@ -421,7 +421,7 @@ def task_teacher(task, folder: Path) -> Path:
 @pytest.mark.numerics
 def test_teacher_logits_travel_in_the_batches_and_the_loss_mixes_them(small_task, tmp_path):
     from lmlab.finetune import data as fdata
-    from lmlab.finetune.heads import task_logits
+    from lmlab.models.task_heads import task_logits
     from lmlab.finetune.objective import TaskObjective
     from lmlab.finetune.runner import load_model
 
@@ -464,7 +464,7 @@ def test_tagging_teacher_logits_follow_their_tokens_and_the_soft_loss_reads_tagg
     """Tagging: each sequence's (T_i, C) teacher logits sit on its own tokens in the padded
     batch (zeros on padding), and the soft term is the KL over the tagged positions only."""
     from lmlab.finetune import data as fdata
-    from lmlab.finetune.heads import add_task_head, task_logits
+    from lmlab.models.task_heads import add_task_head, task_logits
     from lmlab.finetune.objective import TaskObjective
     from lmlab.finetune.runner import load_model
     from lmlab.tasks.types import Example, Task
@@ -558,7 +558,7 @@ def test_a_teacher_for_another_task_is_refused_before_any_work(small_task, tmp_p
     from lmlab.finetune.runner import finetune
 
     wrong = tiny_teacher(layers=2, heads=(), seed=5)
-    from lmlab.finetune.heads import add_task_head
+    from lmlab.models.task_heads import add_task_head
 
     add_task_head(wrong, "sequence-classification", 3, {0: "a", 1: "b", 2: "c"})
     teacher_dir = save_with_tokenizer(wrong, tmp_path / "teacher")
@@ -590,7 +590,7 @@ def test_the_objective_is_registered_and_loads_its_teacher_by_path(teacher_folde
 
 
 def test_distil_task_refuses_a_teacher_of_another_task_before_any_work(small_task, tmp_path):
-    from lmlab.finetune.heads import add_task_head
+    from lmlab.models.task_heads import add_task_head
 
     wrong = tiny_teacher(layers=2, heads=(), seed=5)
     add_task_head(wrong, "sequence-classification", 3, {0: "a", 1: "b", 2: "c"})

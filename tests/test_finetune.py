@@ -80,7 +80,7 @@ def test_seeds_summary_median_and_spread(tiny_folder, tmp_path):
 
 
 def test_ulmfit_groups_and_unfreezing(tiny_folder):
-    from lmlab.finetune.heads import add_task_head
+    from lmlab.models.task_heads import add_task_head
     from lmlab.models.auto import from_pretrained
 
     model = from_pretrained(tiny_folder)

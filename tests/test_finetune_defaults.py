@@ -49,7 +49,7 @@ def test_pooling_follows_the_checkpoint(tmp_path):
 
 def test_head_lr_multiplier_in_the_optimizer_groups(tiny_bert_folder):
     model, _, _ = load_model(tiny_bert_folder)
-    from lmlab.finetune.heads import add_task_head
+    from lmlab.models.task_heads import add_task_head
 
     add_task_head(model, "sequence-classification", 3, pooling="mean")
     groups = discriminative_groups(model, 1e-4, 1.0, 0.01, head_lr_multiplier=10.0)

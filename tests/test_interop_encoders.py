@@ -364,7 +364,7 @@ def test_loading_holds_one_copy_of_the_weights(tmp_path):
 @pytest.mark.numerics
 def test_roformer_classification_head_uses_the_models_activation(tmp_path):
     """transformers' RoFormerClassificationHead applies hidden_act (ELECTRA's: always GELU)."""
-    from lmlab.finetune.heads import task_logits
+    from lmlab.models.task_heads import task_logits
 
     torch.manual_seed(0)
     config = transformers.RoFormerConfig(**TINY, hidden_act="relu", num_labels=3)

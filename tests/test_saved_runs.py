@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import assert_close_rounding, save_tiny_bert_folder
 
-from lmlab.finetune.heads import add_task_head, task_logits
+from lmlab.models.task_heads import add_task_head, task_logits
 
 transformers = pytest.importorskip("transformers")
 
@@ -99,7 +99,7 @@ for name, (head, auto) in cases.items():
     model = lmlab.from_pretrained(root / name)
     assert list(model.heads) == [head], (name, list(model.heads))
     assert model.fresh_heads == [], (name, model.fresh_heads)
-    from lmlab.finetune.heads import task_logits
+    from lmlab.models.task_heads import task_logits
     with torch.no_grad():
         out[f"{name}.lmlab"] = task_logits(model, head, batch)
 import transformers
@@ -118,7 +118,7 @@ save_file({k: v.contiguous() for k, v in out.items()}, str(root / "reloaded.safe
 def test_every_head_loads_in_a_fresh_process(tmp_path, family):
     """Regression test: a saved sequence-classification model failed to load in a new process
     ('unknown head sequence-classification') because the head registered itself only when
-    lmlab.finetune.heads had been imported."""
+    lmlab.models.task_heads had been imported."""
     from safetensors.torch import load_file, save_file
 
     import lmlab
@@ -170,7 +170,7 @@ import sys
 from lmlab.models.families import KNOWN_FAMILIES
 from lmlab.models.config import TransformerConfig
 from lmlab.models.heads import HEADS, available_heads, build_head, needs_pooler
-assert "lmlab.finetune.heads" not in sys.modules
+assert "lmlab.models.task_heads" not in sys.modules
 assert all(isinstance(entry, str) for entry in (*HEADS.values(), *KNOWN_FAMILIES.values()))
 from lmlab.models.presets import list_presets
 assert {"bert", "gpt2", "llama"} <= {family for family, _ in list_presets()}
@@ -278,7 +278,7 @@ def test_cli_finetune_run_loads_in_a_fresh_process(tiny_bert, tmp_path):
     # after serving it with lmlab (first, in a fresh process), transformers reads the same run
     with_transformers = SERVE_IN_FRESH_PROCESS + """
 import torch, transformers
-from lmlab.finetune.heads import task_logits
+from lmlab.models.task_heads import task_logits
 tokenizer = lmlab.Tokenizer.from_pretrained(run / "model")
 batch = tokenizer(texts, padding=True, return_tensors="pt")
 batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}

@@ -28,7 +28,7 @@ import pytest
 import torch
 from conftest import assert_close_rounding
 
-from lmlab.finetune.heads import POOLINGS, TASK_HEADS, add_task_head, task_logits
+from lmlab.models.task_heads import POOLINGS, TASK_HEADS, add_task_head, task_logits
 from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.interop.native import save_model
 from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
@@ -191,7 +191,7 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 import torch
 import lmlab
-from lmlab.finetune.heads import task_logits
+from lmlab.models.task_heads import task_logits
 
 root, out = Path(sys.argv[1]), {}
 for name in sys.argv[2:]:

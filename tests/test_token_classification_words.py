@@ -31,7 +31,7 @@ def _tagger(tmp_path, word_labels: str | None):
     source = minilm_dir()
     if source is None:
         pytest.skip("MiniLM tokenizer not available")
-    from lmlab.finetune.heads import TOKEN_CLASSIFICATION, add_task_head
+    from lmlab.models.task_heads import TOKEN_CLASSIFICATION, add_task_head
     from lmlab.tokenization.tokenizer import Tokenizer
 
     model = tiny_bert(with_pooler=None).eval()

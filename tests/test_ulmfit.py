@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import TOKENIZER_FILES, assert_clean_refusal, assert_close_rounding, run_lmlab
 
-from lmlab.finetune.heads import add_task_head, concat_pool
+from lmlab.models.task_heads import add_task_head, concat_pool
 from lmlab.finetune.recipes import discriminative_groups, unfreeze_to
 from lmlab.models.rnn.config import recurrent_preset
 from lmlab.models.rnn.io import build_model, load_recurrent

@@ -129,7 +129,7 @@ def apply_method(model: nn.Module, method: str, **options: Any) -> Adaptation:
 def _head_parameters(model: nn.Module) -> list[str]:
     """The task heads' own parameters (a new head learns its task); pretrained heads (a
     decoder's LM head, an MLM head) stay frozen like the rest of the base."""
-    from lmlab.finetune.heads import TASK_HEADS
+    from lmlab.models.task_heads import TASK_HEADS
 
     table = model.get_input_embeddings().weight
     return [name for name, p in model.named_parameters()
@@ -250,7 +250,7 @@ def load_adapter(folder: str | Path, base: str | Path | nn.Module | None = None)
     base's fingerprint differs from the one the adapter was trained on."""
     from safetensors.torch import load_file
 
-    from lmlab.finetune.heads import add_task_head
+    from lmlab.models.task_heads import add_task_head
 
     config = read_adapter_config(folder)
     if base is None:

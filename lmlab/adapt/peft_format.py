@@ -299,7 +299,7 @@ def load_peft(folder: str | Path, base: str | Path | nn.Module | None = None) ->
 def _read_heads(model: nn.Module, tensors: dict[str, torch.Tensor], config: dict[str, Any],
                 prefix: str) -> None:
     """Give ``model`` the task head whose tensors the file holds (PEFT's modules_to_save)."""
-    from lmlab.finetune.heads import add_task_head
+    from lmlab.models.task_heads import add_task_head
 
     head = {v: k for k, v in TASK_TYPES.items()}.get(config.get("task_type"))
     if head is None or head == "clm" or head in model.heads:

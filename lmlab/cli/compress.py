@@ -157,7 +157,7 @@ def _fresh(folder):
 
 
 def _has_head(model, task) -> bool:
-    from lmlab.finetune.heads import HEAD_FOR_TASK
+    from lmlab.models.task_heads import HEAD_FOR_TASK
     from lmlab.finetune.runner import check_head_matches
 
     if HEAD_FOR_TASK[task.type] not in model.heads:

@@ -349,7 +349,7 @@ class TaskDistillation:
         small task head is not counted, as the student's is not)."""
         from lmlab.cost.precision import precision_autocast
         from lmlab.finetune import data as fdata
-        from lmlab.finetune.heads import HEAD_FOR_TASK, task_logits
+        from lmlab.models.task_heads import HEAD_FOR_TASK, task_logits
 
         if self._model is None:
             self.check(task)
@@ -445,7 +445,7 @@ class TaskDistillationObjective(nn.Module):
         return {"teacher forward": self.teacher_flops}
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]):
-        from lmlab.finetune.heads import task_logits
+        from lmlab.models.task_heads import task_logits
         from lmlab.objectives.base import ObjectiveResult
         from lmlab.objectives.distillation import soft_target_loss
 

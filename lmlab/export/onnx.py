@@ -85,7 +85,7 @@ def check_exportable(model: nn.Module, head: str | None) -> str:
     """The head to export (``head``, else the model's first head, else ``"none"``: the hidden
     states), after refusing what the export cannot express (LmlabError)."""
     from lmlab.compress.quantize import quantized_layers
-    from lmlab.finetune.heads import MULTIPLE_CHOICE
+    from lmlab.models.task_heads import MULTIPLE_CHOICE
     from lmlab.models.model import LanguageModel
 
     if not isinstance(model, LanguageModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lmlab.finetune.heads import HEAD_FOR_TASK, MULTIPLE_CHOICE, add_task_head, task_logits
+from lmlab.models.task_heads import HEAD_FOR_TASK, MULTIPLE_CHOICE, add_task_head, task_logits
 from lmlab.objectives.base import ObjectiveResult
 from lmlab.utils.errors import LmlabError
 

@@ -29,7 +29,7 @@ import torch
 
 from lmlab.cost.precision import auto_precision, precision_autocast
 from lmlab.finetune import data as fdata
-from lmlab.finetune.heads import (
+from lmlab.models.task_heads import (
     HEAD_FOR_TASK,
     MULTIPLE_CHOICE,
     QUESTION_ANSWERING,

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from lmlab.finetune.heads import SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, task_logits
+from lmlab.models.task_heads import SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, task_logits
 from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from lmlab.finetune.heads import QUESTION_ANSWERING, task_logits
+from lmlab.models.task_heads import QUESTION_ANSWERING, task_logits
 from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 

@@ -5,7 +5,7 @@ and :data:`KNOWN_FAMILIES` names it as ``"module:attribute"``; :func:`get_family
 first use, so what a lookup returns never depends on what was imported before, and importing a
 module changes no other. Presets (:mod:`lmlab.models.presets`), Hugging Face folders
 (:mod:`lmlab.interop.hf`), GGUF files (:mod:`lmlab.interop.gguf`) and the task heads
-(:mod:`lmlab.finetune.heads`) all read these specs.
+(:mod:`lmlab.models.task_heads`) all read these specs.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def expand_rules(rules: list[Rule], num_layers: int, num_decoder_layers: int = 0
                           gguf=rule.gguf and rule.gguf.format(**at))
 
 
-# Task heads (lmlab.finetune.heads builds them): Hugging Face class suffix of each, and each
+# Task heads (lmlab.models.task_heads builds them): Hugging Face class suffix of each, and each
 # layout's modules as lmlab name -> checkpoint name (every module has a weight and a bias).
 TASK_CLASS_SUFFIX = {"sequence-classification": "ForSequenceClassification",
                      "token-classification": "ForTokenClassification",
@@ -136,7 +136,7 @@ class FamilySpec:
         architectures: HF class name -> lmlab heads, primary first (``()`` = bare encoder).
         task_heads: task head -> its layout (a :data:`TASK_LAYOUTS` key) for the fine-tuning
             heads the family supports; their rules and ``<Family>For<Task>`` classes are added
-            to head_rules and architectures, and :mod:`lmlab.finetune.heads` builds the layout.
+            to head_rules and architectures, and :mod:`lmlab.models.task_heads` builds the layout.
         display_name: how people write the family's name (``"RoBERTa"``, ``"GPT-2"``).
         fixed_tensors: checkpoint tensors that hold no learned values (RoFormer's sinusoid
             table), by name relative to ``base_prefix``: written on save, because transformers

@@ -9,7 +9,7 @@ fine-tuning runner and feature extraction take it unchanged:
   ``hidden_states`` (the token representation, then every layer: L + 1 tensors);
 * ``model.heads`` (a ModuleDict), ``add_head(name)`` and ``run_head(...)``: the family's LM head
   (``"clm"`` for AWD-LSTM, ``"bilm"`` for ELMo) and lmlab's task heads
-  (:mod:`lmlab.finetune.heads`: sequence classification with ULMFiT's concat pooling, tagging);
+  (:mod:`lmlab.models.task_heads`: sequence classification with ULMFiT's concat pooling, tagging);
 * ``model.config`` (a :class:`~lmlab.models.rnn.config.RecurrentConfig`), ``model.pooler``
   (None: no [CLS] pooler), ``layer_groups()`` (ULMFiT's discriminative rates and gradual
   unfreezing), ``save_pretrained(folder)`` (:mod:`lmlab.models.rnn.io`).
@@ -66,7 +66,7 @@ class RecurrentModel(nn.Module):
 
     # -- heads -----------------------------------------------------------------------------------
     def _new_head(self, name: str) -> nn.Module:
-        from lmlab.finetune.heads import TASK_HEADS
+        from lmlab.models.task_heads import TASK_HEADS
         from lmlab.models.heads import build_head
         from lmlab.models.model import init_normal
 
