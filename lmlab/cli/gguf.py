@@ -27,7 +27,7 @@ def register(commands) -> None:
 
 def _family(source) -> str | None:
     """The family of a checkpoint, from its config.json or GGUF header (no weights read)."""
-    from lmlab.interop.gguf import read_metadata
+    from lmlab.formats.gguf import read_metadata
     from lmlab.interop.hf import read_hf_config
 
     if source.suffix.lower() == ".gguf":

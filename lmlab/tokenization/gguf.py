@@ -105,7 +105,7 @@ def build_engine(metadata: dict[str, Any]) -> Any:
 def tokenizer_from_gguf(path: str | os.PathLike) -> Any:
     """The :class:`lmlab.Tokenizer` of a GGUF file (with ``chat_template`` set when the file
     has one)."""
-    from lmlab.interop.gguf import read_metadata
+    from lmlab.formats.gguf import read_metadata
     from lmlab.tokenization.tokenizer import Tokenizer
 
     metadata = read_metadata(path)

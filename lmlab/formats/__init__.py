@@ -1,0 +1,1 @@
+"""File formats read and written without model knowledge (floor 1): the GGUF container."""
