@@ -1,23 +1,7 @@
-"""BART's noising transforms (Lewis et al. 2020, "BART: denoising sequence-to-sequence
-pre-training", Section 2.2 and Figure 2): the corrupted text a seq2seq model learns to restore.
-
-Five transforms of one document's token ids (special tokens such as [CLS]/[SEP] or <s>/</s> are
-the caller's to add around the result), each deterministic for its ``numpy`` generator:
-
-- :func:`mask_tokens`: random tokens replaced by the mask token (BERT's masking, no 80/10/10);
-- :func:`delete_tokens`: random tokens removed, so the model must also find *where* text is
-  missing;
-- :func:`infill_spans`: spans of whole words with Poisson(3) lengths each replaced by *one*
-  mask token, so the model must also predict how many tokens are missing; zero-length spans
-  insert a mask where nothing was removed. BART-large used 30% of the words, Poisson(3.5),
-  and 10% of the masks replaced by a random token (fairseq's ``--mask 0.3 --mask-random 0.1
-  --mask-length span-poisson --replace-length 1``);
-- :func:`permute_sentences`: the document's sentences in a random order;
-- :func:`rotate_document`: the document rotated to start at a random token.
-
-:func:`apply_noise` composes them in fairseq's order (sentence permutation, then masking or
-infilling, then deletion, then rotation); :class:`BartNoise` holds the settings. The paper's
-best combination, and BART-large's pretraining, is text infilling + sentence permutation.
+"""BART's noising transforms (Lewis et al. 2020, Section 2.2): token masking, token deletion,
+text infilling, sentence permutation and document rotation of one document's token ids, each
+deterministic for its numpy generator. :func:`apply_noise` composes them in fairseq's order;
+:class:`BartNoise` holds the settings (docs/objectives.md).
 """
 
 from __future__ import annotations
@@ -41,21 +25,25 @@ def _check_ratio(name: str, value: float) -> float:
     return value
 
 
+def _random_positions(length: int, ratio: float, rng: np.random.Generator,
+                      what: str) -> np.ndarray:
+    """``ceil(ratio * length)`` distinct positions drawn uniformly."""
+    _check_ratio(what, ratio)
+    return rng.choice(length, size=int(math.ceil(ratio * length)), replace=False)
+
+
 def mask_tokens(ids: np.ndarray, mask_id: int, ratio: float,
                 rng: np.random.Generator) -> np.ndarray:
-    """``ids`` with ``round(ratio * len)`` positions, drawn uniformly, set to ``mask_id``."""
-    _check_ratio("mask ratio", ratio)
+    """``ids`` with ``ceil(ratio * len)`` positions, drawn uniformly, set to ``mask_id``."""
     out = np.array(ids, copy=True)
-    chosen = rng.choice(len(out), size=int(math.ceil(ratio * len(out))), replace=False)
-    out[chosen] = mask_id
+    out[_random_positions(len(out), ratio, rng, "mask ratio")] = mask_id
     return out
 
 
 def delete_tokens(ids: np.ndarray, ratio: float, rng: np.random.Generator) -> np.ndarray:
-    """``ids`` without ``round(ratio * len)`` positions drawn uniformly (order kept)."""
-    _check_ratio("deletion ratio", ratio)
+    """``ids`` without ``ceil(ratio * len)`` positions drawn uniformly (order kept)."""
     keep = np.ones(len(ids), dtype=bool)
-    keep[rng.choice(len(ids), size=int(math.ceil(ratio * len(ids))), replace=False)] = False
+    keep[_random_positions(len(ids), ratio, rng, "deletion ratio")] = False
     return np.asarray(ids)[keep]
 
 
@@ -95,17 +83,12 @@ def _words(word_starts: np.ndarray) -> list[tuple[int, int]]:
 def infill_spans(ids: np.ndarray, mask_id: int, ratio: float, rng: np.random.Generator,
                  poisson_lambda: float = 3.0, word_starts: np.ndarray | None = None,
                  random_ratio: float = 0.0, vocab_size: int | None = None) -> Infilling:
-    """BART's text infilling on one document.
-
-    ``round(ratio * words)`` words are covered by spans of whole words whose lengths are
-    :func:`poisson_span_lengths` (the count rounded up, as fairseq does); each span becomes one
-    ``mask_id`` (or, with probability ``random_ratio``, one random token below
-    ``vocab_size``), and each zero-length span inserts one at a random word boundary. Unlike
-    fairseq, whose spans start at random words and may overlap or touch (then covering fewer
-    words than asked), spans here never overlap and keep a word between them, so exactly the
-    asked number of words is covered and every mask stands for one span.
-    ``word_starts`` (bool per token; None: every token is a word) keeps WordPiece pieces of a
-    word together.
+    """BART's text infilling on one document: ``ceil(ratio * words)`` words covered by spans of
+    whole words with :func:`poisson_span_lengths`, each replaced by one ``mask_id`` (or, with
+    probability ``random_ratio``, a random token below ``vocab_size``); a zero-length span
+    inserts a mask at a random word boundary. Unlike fairseq's, spans never overlap or touch, so
+    exactly the asked words are covered and each mask stands for one span. ``word_starts``
+    (bool per token; None: every token a word) keeps a word's pieces together.
     """
     _check_ratio("infilling ratio", ratio)
     _check_ratio("random_ratio", random_ratio)

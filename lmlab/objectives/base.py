@@ -1,17 +1,10 @@
 """The Objective interface: a batch transform (corruption) + the heads it needs + a loss.
 
-An objective is a ``torch.nn.Module`` so it can own parameters (ELECTRA's generator) that the
-trainer optimises and checkpoints with the model. The life cycle:
-
-1. ``objective.prepare(model)`` adds the heads it needs (and builds a generator, ...), before
-   the optimiser is made;
-2. ``objective.corrupt(batch, rng)`` runs at collate time on CPU: token ids -> model inputs and
-   targets (``labels`` with -100 where nothing is predicted, pair labels, ...);
-3. ``objective.compute_loss(model, batch)`` runs the model once and returns an
-   :class:`ObjectiveResult`.
-
-Objectives compose (:class:`~lmlab.objectives.combined.CombinedObjective`): the stack runs once
-and each component computes its loss from the shared hidden states via :meth:`Objective.losses`.
+Life cycle: ``prepare(model)`` adds heads before the optimiser is made; ``corrupt(batch, rng)``
+turns token ids into model inputs and targets at collate time (CPU); ``compute_loss(model,
+batch)`` runs the model once and returns an :class:`ObjectiveResult`. Objectives that read only
+the stack's hidden states implement :meth:`Objective.losses` and can share one forward pass
+(:class:`~lmlab.objectives.combined.CombinedObjective`).
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from lmlab.utils.errors import LmlabError
 __all__ = ["MODEL_INPUTS", "Objective", "ObjectiveResult", "SpecialTokens"]
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_SEED_MOD = 2**63 - 1
+SEED_MOD = 2**63 - 1
 
 
 @dataclass
@@ -43,26 +36,13 @@ class ObjectiveResult:
 
 
 class Objective(nn.Module):
-    """Base class of pretraining objectives (see the module docstring for the life cycle).
+    """Base class of pretraining objectives.
 
-    Class attributes:
-        name: the registry name (``"mlm"``, ``"sop"``, ...).
-        head_names: heads the model needs (added by :meth:`prepare`).
-        example_format: ``"packed"`` (contiguous token windows) or ``"segment_pairs"`` (A/B
-            segment pairs with a pair label, for NSP/SOP).
-        corrupts_tokens: whether :meth:`corrupt` rewrites ``input_ids`` (at most one component
-            of a combination may).
-        salt: mixed into the per-row random seeds so components draw independent numbers.
-        flops_head: the vocabulary head the cost report's FLOP count includes (``"mlm"``,
-            ``"clm"`` or ``"none"``).
-        reports_perplexity: the evaluation loss is a mean per-token LM loss, so its exp is a
-            perplexity (not so for sums of losses or sentence-level losses).
-        cls_sep_packing: the data pipeline wraps each packed example in ``[CLS] ... [SEP]`` and
-            separates documents with ``[SEP]`` (encoders, BERT); False packs bare windows with the
-            end-of-text token between documents (decoders, GPT-2).
-        shares_forward_pass: the loss comes from the stack's hidden states alone
-            (:meth:`losses`), so the objective can be combined with others on one forward pass
-            (not ELECTRA, whose discriminator reads the generator's replaced tokens).
+    The class attributes tell the Trainer, the data stream and the cost report what the
+    objective needs, so nothing branches on its name; docs/objectives.md ("What an objective
+    declares") describes each: ``name``, ``head_names``, ``example_format``,
+    ``corrupts_tokens``, ``salt`` (mixed into per-row seeds), ``flops_head``,
+    ``reports_perplexity``, ``cls_sep_packing`` and ``shares_forward_pass``.
     """
 
     name: str = ""
@@ -96,11 +76,8 @@ class Objective(nn.Module):
             model.add_head(head)
 
     def data_epoch(self, epoch: int) -> int:
-        """The epoch number that decides the data's randomness (segment pairs, static masks).
-
-        Dynamic objectives return ``epoch``; static masking returns ``epoch % dupe_factor`` so
-        the corpus is seen as ``dupe_factor`` fixed corruptions, as BERT's pre-generated data.
-        """
+        """The epoch number that decides the data's randomness (static masking: ``epoch %
+        dupe_factor``, so the corpus is seen as ``dupe_factor`` fixed corruptions)."""
         return epoch
 
     def external_parameters(self, model: nn.Module) -> list[nn.Parameter]:
@@ -123,15 +100,11 @@ class Objective(nn.Module):
     def row_generators(self, batch: dict[str, torch.Tensor], rng: torch.Generator,
                        static: bool = False, seed: int = 0,
                        dupe_factor: int = 1) -> list[np.random.Generator]:
-        """One numpy generator per row.
-
-        Dynamic: seeded from ``rng`` (fresh corruption every time the batch is made). Static:
-        seeded from (seed, the row's ``example_id``, ``epoch % dupe_factor``), so an example gets
-        the same corruption in every epoch with the same remainder, wherever it lands.
-        """
+        """One numpy generator per row: from ``rng`` (dynamic), or from (seed, the row's
+        ``example_id``, ``epoch % dupe_factor``) so an example's corruption repeats (static)."""
         rows = batch["input_ids"].shape[0]
         if not static:
-            seeds = torch.randint(0, _SEED_MOD, (rows,), generator=rng, dtype=torch.int64)
+            seeds = torch.randint(0, SEED_MOD, (rows,), generator=rng, dtype=torch.int64)
             return [row_rng(int(s), self.salt) for s in seeds]
         if "example_id" not in batch or "epoch" not in batch:
             raise LmlabError("static masking needs 'example_id' and 'epoch' in the batch",
@@ -139,7 +112,7 @@ class Objective(nn.Module):
                              "use masking='dynamic'")
         ids = batch["example_id"].tolist()
         epochs = batch["epoch"].tolist()
-        return [row_rng(seed % _SEED_MOD, int(i) % _SEED_MOD, int(e) % dupe_factor, self.salt)
+        return [row_rng(seed % SEED_MOD, int(i) % SEED_MOD, int(e) % dupe_factor, self.salt)
                 for i, e in zip(ids, epochs)]
 
     # -- loss ------------------------------------------------------------------------------------
@@ -152,6 +125,10 @@ class Objective(nn.Module):
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:
         """The loss from the stack's last hidden state (B, T, H) and pooled vector (B, H)."""
+        if not self.shares_forward_pass:
+            raise LmlabError(f"the {self.name!r} objective runs its own forward passes (a "
+                             "generator's or a teacher's), so it cannot share one with others",
+                             f"train {self.name!r} on its own")
         raise NotImplementedError(f"{type(self).__name__} does not define losses()")
 
     def extra_repr(self) -> str:
@@ -160,11 +137,8 @@ class Objective(nn.Module):
 
 def model_inputs(batch: dict[str, torch.Tensor],
                  model: nn.Module | None = None) -> dict[str, torch.Tensor]:
-    """The keys of ``batch`` the model's forward takes.
-
-    Segment ids are dropped for a model with at most one segment type (RoBERTa has
-    ``type_vocab_size=1``; an id of 1 would index past its table).
-    """
+    """The keys of ``batch`` the model's forward takes; segment ids are dropped for a model
+    with at most one segment type (RoBERTa: an id of 1 would index past its table)."""
     if "input_ids" not in batch:
         raise LmlabError("the batch has no 'input_ids'",
                          "build batches with PretrainingStream or pass token ids as 'input_ids'")
@@ -173,3 +147,17 @@ def model_inputs(batch: dict[str, torch.Tensor],
     if config is not None and getattr(config, "type_vocab_size", 2) <= 1:
         inputs.pop("token_type_ids", None)
     return inputs
+
+
+def require_labels(batch: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """The batch's ``labels``; an error naming the fix when ``corrupt`` did not run."""
+    if "labels" not in batch:
+        raise LmlabError(f"the batch has no 'labels' for the {name!r} objective",
+                         "corrupt batches with objective.corrupt (PretrainingStream does)")
+    return batch["labels"]
+
+
+def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """Share of rows whose argmax is the target (no gradient)."""
+    with torch.no_grad():
+        return float((logits.argmax(-1) == targets).float().mean())

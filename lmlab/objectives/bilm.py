@@ -1,11 +1,8 @@
-"""ELMo's bidirectional language modelling (Peters et al. 2018, section 3.1): ``"bilm"``.
+"""ELMo's bidirectional language modelling (Peters et al. 2018): ``"bilm"``.
 
-The forward LM predicts token t+1 from the forward LSTM's top state at t, the backward LM
-token t-1 from the backward LSTM's top state at t; the loss is the mean of the two
-cross-entropies (so its exp is the geometric mean of the two perplexities; each direction's is
-logged too). The softmax is one matrix shared by the directions (the model's ``"bilm"`` head),
-projected in chunks (:func:`~lmlab.objectives.linear_cross_entropy.linear_cross_entropy`).
-Windows are packed bare with the end-of-text token between documents, as for CLM.
+The forward LSTM's top state at t predicts token t+1, the backward one's token t-1, through one
+softmax shared by the directions (the ``"bilm"`` head); the loss is the mean of the two
+cross-entropies, each direction's also logged (docs/recurrent.md).
 """
 
 from __future__ import annotations
@@ -17,9 +14,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from lmlab.models.heads import IGNORE_INDEX
-from lmlab.objectives.base import Objective, ObjectiveResult
-from lmlab.objectives.causal import _padding_mask
-from lmlab.objectives.linear_cross_entropy import linear_cross_entropy
+from lmlab.objectives.base import Objective, ObjectiveResult, require_labels
+from lmlab.objectives.causal import lm_labels
+from lmlab.objectives.linear_cross_entropy import projected_cross_entropy
 from lmlab.utils.errors import LmlabError
 
 
@@ -45,16 +42,11 @@ class BidirectionalLM(Objective):
     def corrupt(self, batch: dict[str, torch.Tensor],
                 rng: torch.Generator) -> dict[str, torch.Tensor]:
         """Labels are the inputs, padding -> -100."""
-        out = dict(batch)
-        out["labels"] = batch["input_ids"].masked_fill(_padding_mask(batch) == 0, IGNORE_INDEX)
-        return out
+        return dict(batch, labels=lm_labels(batch))
 
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:
-        labels = batch.get("labels")
-        if labels is None:
-            raise LmlabError("objective 'bilm' needs 'labels' in the batch",
-                             "pass the batch through objective.corrupt() first")
+        labels = require_labels(batch, self.name)
         width = hidden.shape[-1] // 2
         decoder = model.heads["bilm"].decoder  # (V, P) weight and (V,) bias, both directions
         # a padded position (its own label ignored) predicts nothing: the backward LM at the
@@ -67,11 +59,8 @@ class BidirectionalLM(Objective):
         parts, metrics, total = [], {}, 0
         for direction, states, targets in (("forward", hidden[..., :width], next_tokens),
                                            ("backward", hidden[..., width:], previous_tokens)):
-            keep = targets.reshape(-1) != IGNORE_INDEX  # (B*T,)
-            count = int(keep.sum())
-            loss, correct = linear_cross_entropy(states.reshape(-1, width)[keep],
-                                                 decoder.weight, targets.reshape(-1)[keep],
-                                                 bias=decoder.bias)
+            count = int((targets != IGNORE_INDEX).sum())
+            loss, correct = projected_cross_entropy(states, decoder, targets)
             parts.append(loss)
             total += count
             value = float(loss.detach())

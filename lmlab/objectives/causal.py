@@ -1,16 +1,8 @@
-"""Causal language modelling (GPT-2, Llama) and prefix language modelling (UniLM, T5's prefix LM).
+"""Causal language modelling (GPT-2, Llama) and prefix language modelling (UniLM, T5).
 
-``"clm"``: every position predicts the next token (Radford et al. 2018/2019). Documents are
-packed into fixed windows separated by the end-of-text token, as GPT-2 was trained. With
-``separate_documents=True`` a block-diagonal causal mask
-(:func:`lmlab.models.core.masks.document_mask`) stops attention across the packed documents and
-the first token of each document is not predicted from the previous one's separator; the
-default (False) is GPT-2's plain packing.
-
-``"prefix-lm"``: each row is cut at a random point; the prefix is read bidirectionally
-(:func:`~lmlab.models.core.masks.prefix_lm_mask`) and only the continuation is predicted.
-
-Both use the ``"clm"`` head (tied to the embeddings in GPT-2 and SmolLM2).
+``"clm"`` predicts every next token of packed windows (optionally with a block-diagonal mask
+between the packed documents); ``"prefix-lm"`` reads a random prefix bidirectionally and
+predicts the rest. Both use the ``"clm"`` head; docs/decoders.md describes them.
 """
 
 from __future__ import annotations
@@ -21,8 +13,8 @@ from torch.nn import functional as F
 
 from lmlab.models.core.masks import document_mask, prefix_lm_mask
 from lmlab.models.heads import IGNORE_INDEX
-from lmlab.objectives.base import Objective, ObjectiveResult
-from lmlab.objectives.linear_cross_entropy import linear_cross_entropy
+from lmlab.objectives.base import Objective, ObjectiveResult, require_labels
+from lmlab.objectives.linear_cross_entropy import projected_cross_entropy
 from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
 
@@ -34,6 +26,11 @@ def _padding_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     if mask is None or mask.dim() != 2:
         return torch.ones_like(ids)
     return mask
+
+
+def lm_labels(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B, T) the input ids as labels, -100 at padding."""
+    return batch["input_ids"].masked_fill(_padding_mask(batch) == 0, IGNORE_INDEX)
 
 
 def document_ids(input_ids: torch.Tensor, separator_ids: tuple[int, ...]) -> torch.Tensor:
@@ -74,7 +71,7 @@ class CausalLM(Objective):
         out = dict(batch)
         ids = batch["input_ids"]
         padding = _padding_mask(batch)
-        labels = ids.masked_fill(padding == 0, IGNORE_INDEX)
+        labels = lm_labels(batch)
         if self.separate_documents:
             docs = batch.get("document_ids")
             if docs is None:
@@ -91,10 +88,7 @@ class CausalLM(Objective):
 
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:
-        labels = batch.get("labels")
-        if labels is None:
-            raise LmlabError(f"objective {self.name!r} needs 'labels' in the batch",
-                             "pass the batch through objective.corrupt() first")
+        labels = require_labels(batch, self.name)
         head = model.heads["clm"]
         targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): next token or -100
         count = int((targets != IGNORE_INDEX).sum())
@@ -102,10 +96,7 @@ class CausalLM(Objective):
         if isinstance(projection, nn.Linear):
             # the projection and the loss fused in chunks: the (B, T, V) logits never exist;
             # only predicted positions are projected (not padding, not each row's last token)
-            keep = targets.reshape(-1) != IGNORE_INDEX  # (B*T,)
-            loss, correct = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1])[keep],
-                                                 projection.weight, targets.reshape(-1)[keep],
-                                                 bias=projection.bias)
+            loss, correct = projected_cross_entropy(hidden, projection, targets)
         else:  # a custom head: its own logits and loss
             logits = head(hidden)  # (B, T, V)
             loss = head.loss(logits, labels)

@@ -1,26 +1,9 @@
 """ELECTRA's replaced-token detection (Clark et al. 2020).
 
-A small masked-LM *generator* fills the masked positions with tokens sampled from its output
-distribution; the model being trained (the *discriminator*) labels every token as original (0)
-or replaced (1). Sampling is not differentiated (the discriminator's loss does not reach the
-generator). The loss is ``generator MLM loss + 50 * discriminator loss``.
-
-Details that follow the paper and its code:
-
-* the generator has the discriminator's depth and a fraction of its width (``generator_size``,
-  default 1/4: ELECTRA-Small used 64/256; the paper found 1/4 to 1/2 best), ``max(1, H // 64)``
-  heads and a 4x feed-forward;
-* generator and discriminator share the token, position and segment embeddings (and the
-  embedding LayerNorm); with a factorised ``embedding_size`` E both project E to their own
-  width, so sharing works whenever E is the same;
-* 15% of tokens are masked; at masked positions the generator's input is [MASK] 85% of the time
-  and the original token 15% (ELECTRA does not use random replacement): ``replacement =
-  (0.85, 0.0, 0.15)``;
-* a token the generator happens to sample correctly counts as original (label 0).
-
-The generator lives inside this objective (``objective.generator``, built by
-:meth:`ReplacedTokenDetection.prepare`), so the trainer optimises and checkpoints it with the
-objective's parameters.
+A small masked-LM generator, held by this objective and sharing the model's embeddings, fills
+the masked positions with tokens sampled from its distribution; the model (the discriminator)
+labels every token original (0) or replaced (1). The loss is ``generator MLM + 50 x
+discriminator loss``; sampling is not differentiated. docs/objectives.md gives the details.
 """
 
 from __future__ import annotations
@@ -31,13 +14,11 @@ import torch
 from torch import nn
 
 from lmlab.models.model import LanguageModel
-from lmlab.objectives.base import ObjectiveResult, model_inputs
+from lmlab.objectives.base import SEED_MOD, Objective, ObjectiveResult, model_inputs, require_labels
 from lmlab.objectives.masking import IGNORE_INDEX
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
-
-_SEED_MOD = 2**63 - 1
 
 
 def generator_config(config, size: float = 0.25, layers: float = 1.0):
@@ -124,7 +105,7 @@ class ReplacedTokenDetection(MaskedLM):
         """Masked generator inputs + ``labels``; ``rtd_seed`` (a scalar) seeds the sampling so a
         batch is replaced the same way whenever it is evaluated."""
         out = super().corrupt(batch, rng)
-        out["rtd_seed"] = torch.randint(0, _SEED_MOD, (), generator=rng, dtype=torch.int64)
+        out["rtd_seed"] = torch.randint(0, SEED_MOD, (), generator=rng, dtype=torch.int64)
         return out
 
     def replace(self, generator_logits: torch.Tensor, batch: dict[str, torch.Tensor]
@@ -157,10 +138,8 @@ class ReplacedTokenDetection(MaskedLM):
         if self.generator is None:
             raise LmlabError("the ELECTRA generator is not built",
                              "call objective.prepare(model) before training")
-        if "labels" not in batch:
-            raise LmlabError("the batch has no 'labels'", "corrupt it with objective.corrupt")
+        labels = require_labels(batch, self.name)
         inputs = model_inputs(batch, model)
-        labels = batch["labels"]
         masked = labels != IGNORE_INDEX  # (B, T)
         count = int(masked.sum())
         gen_hidden = self.generator(**inputs, heads=[]).last_hidden_state
@@ -188,7 +167,4 @@ class ReplacedTokenDetection(MaskedLM):
                    "replaced_fraction": replaced_share}
         return ObjectiveResult(loss * self.weight, metrics, count)
 
-    def losses(self, model, batch, hidden, pooled) -> ObjectiveResult:
-        raise LmlabError("ELECTRA's replaced-token detection runs the model on the generator's "
-                         "samples, so it cannot share a forward pass with other objectives",
-                         "train 'rtd' on its own")
+    losses = Objective.losses  # refused: the discriminator reads the generator's samples

@@ -1,22 +1,15 @@
 """Output projection and cross-entropy fused, in chunks of rows: the logits never exist whole.
 
-A causal LM predicts every position, so its loss needs ``hidden @ W.T`` over the whole
-vocabulary at every token: for GPT-2 at batch 8 x 256 that is a 411 MB fp32 tensor, then its
-log-softmax, then a gradient of the same size. On CPU those memory-bound passes cost about as
-much as a third of the step. This module computes, for ``chunk_size`` rows at a time, the
-logits, the loss terms and *already the gradients* of the mean loss with respect to the hidden
-states and the weight (``softmax - one_hot``, scaled), and keeps only those gradients for the
-backward pass (the idea of Liger-Kernel's fused linear cross-entropy and of Wijmans et al.
-2024, "Cut Your Losses"). Matmul FLOPs are unchanged; peak memory falls from O(N·V) to
-O(chunk·V).
-
-Only for the plain fp32 path: under autocast, or when the weight is a distributed tensor,
-:func:`linear_cross_entropy` computes the ordinary way (same results, more memory).
+Each chunk's logits give its loss terms and, at once, the gradients of the mean loss with
+respect to the hidden states and the weight (Liger-Kernel's fused linear cross-entropy; Wijmans
+et al. 2024): the same matmul FLOPs, peak memory O(chunk x V) instead of O(N x V). Under
+autocast or with a non-plain weight tensor it computes the ordinary way (docs/decoders.md).
 """
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from lmlab.models.heads import IGNORE_INDEX
@@ -116,3 +109,12 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX), correct
     return _ChunkedLinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows,
                                             torch.is_grad_enabled())
+
+
+def projected_cross_entropy(states: torch.Tensor, projection: nn.Linear, targets: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`linear_cross_entropy` of ``projection`` over the rows of ``states`` (B, T, H)
+    whose target (B, T) is not -100: ignored positions are never projected."""
+    keep = targets.reshape(-1) != IGNORE_INDEX  # (B*T,)
+    return linear_cross_entropy(states.reshape(-1, states.shape[-1])[keep], projection.weight,
+                                targets.reshape(-1)[keep], bias=projection.bias)

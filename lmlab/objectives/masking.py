@@ -1,21 +1,8 @@
-"""Choosing which tokens to corrupt, and how: the masking schemes of BERT, whole-word BERT and
-SpanBERT, on one row of token ids at a time (numpy; the objectives call these at collate time).
+"""Which tokens to corrupt, and how: BERT's token masking, whole-word masking, SpanBERT's span
+masking and the 80/10/10 replacement, on one row of token ids at a time (numpy, at collate time).
 
-* token masking (BERT): exactly ``max(1, round(rate * candidates))`` tokens, drawn uniformly
-  (BERT's ``create_masked_lm_predictions``: a fixed count per sequence, not a Bernoulli per
-  token, so every sequence gets the same share).
-* whole-word masking: the same budget filled with whole words, taken in random order; a word
-  that would overshoot the budget is skipped (as BERT's ``do_whole_word_mask``). Words come from
-  the word-start mask stored in the shards (the pre-tokenizer's words), so it works for any
-  tokenizer, not only WordPiece's ``##`` continuation pieces.
-* span masking (SpanBERT): span lengths in words from a geometric distribution (p = 0.2)
-  truncated to [1, 10] and renormalised (mean 3.797, the paper's "3.8"), span starts uniform
-  over words, until the budget is met; spans are whole words and never cross a special token.
-* replacement: each chosen token becomes [MASK] / a random token / itself with probabilities
-  ``split`` (80/10/10 in BERT); SpanBERT decides once per span (``groups``).
-
-"Candidates" are the positions that may be masked: real (non-padding) tokens that are not
-special tokens.
+"Candidates" are the positions that may be masked: real tokens that are not special tokens.
+docs/objectives.md gives each scheme's rules and measured statistics.
 """
 
 from __future__ import annotations
@@ -37,6 +24,7 @@ def check_split(split: tuple[float, float, float]) -> tuple[float, float, float]
 
 
 def check_rate(rate: float) -> float:
+    """Validate a masking rate in (0, 1)."""
     if not 0.0 < rate < 1.0:
         raise LmlabError(f"masking rate {rate} is not in (0, 1)",
                          "use a rate like 0.15 (BERT), 0.4 (Wettig et al. 2023)")
@@ -85,11 +73,8 @@ def word_bounds(candidates: np.ndarray, word_starts: np.ndarray) -> tuple[np.nda
 def choose_whole_words(candidates: np.ndarray, word_starts: np.ndarray, rate: float,
                        rng: np.random.Generator,
                        max_predictions: int | None = None) -> np.ndarray:
-    """Boolean mask (T,) covering whole words, about ``rate`` of the candidates.
-
-    Words are visited in random order and added while they fit the budget; a word that would
-    overshoot is skipped (BERT's whole-word masking), so every piece of a chosen word is chosen.
-    """
+    """Boolean mask (T,) of whole words, visited in random order and kept while they fit the
+    budget (a word that would overshoot is skipped, as BERT's ``do_whole_word_mask``)."""
     starts, ends = word_bounds(candidates, word_starts)
     budget = num_to_mask(int(np.count_nonzero(candidates)), rate, max_predictions)
     chosen = np.zeros(len(candidates), dtype=bool)
@@ -127,16 +112,12 @@ def choose_spans(candidates: np.ndarray, word_starts: np.ndarray, rate: float,
                  rng: np.random.Generator, p: float = 0.2, max_length: int = 10,
                  min_length: int = 1,
                  max_predictions: int | None = None) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-    """SpanBERT span masking of one row.
+    """SpanBERT span masking of one row: draw a length ``l`` in words and a uniformly random
+    start word, mask up to ``l`` consecutive whole words (stopping at a masked word, a special
+    token or the budget), until the budget is met; a start that would overshoot is redrawn.
 
-    Repeatedly draws a length ``l`` (in words) and a uniformly random word as the span's
-    start, then masks up to ``l`` consecutive whole words (stopping at an already-masked word,
-    a special token, or the budget) until ``round(rate * candidates)`` tokens are masked. A
-    start word that would overshoot the budget is redrawn.
-
-    Returns:
-        chosen: boolean mask (T,).
-        spans: ``(first_token, end_token_exclusive, num_words)`` of each span, in draw order.
+    Returns the boolean mask (T,) and each span's ``(first_token, end_exclusive, num_words)``
+    in draw order.
     """
     starts, ends = word_bounds(candidates, word_starts)
     lengths, probs = span_length_distribution(p, max_length, min_length)
@@ -181,19 +162,11 @@ def choose_spans(candidates: np.ndarray, word_starts: np.ndarray, rate: float,
 def replace_tokens(ids: np.ndarray, chosen: np.ndarray, split: tuple[float, float, float],
                    rng: np.random.Generator, mask_id: int, random_pool: np.ndarray,
                    groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Corrupt the chosen positions of one row.
+    """Corrupt the ``chosen`` positions (T,) of one row: each becomes [MASK], a token drawn
+    from ``random_pool`` or itself, with the (mask, random, keep) probabilities ``split``;
+    positions sharing a ``groups`` value share one decision (SpanBERT's per-span choice).
 
-    Args:
-        ids: token ids (T,).
-        chosen: boolean mask (T,) of positions to predict.
-        split: probabilities of (replace by [MASK], by a random token, keep).
-        random_pool: ids a random replacement is drawn from (the non-special vocabulary).
-        groups: optional (T,) int array; positions sharing a group share one decision (SpanBERT
-            replaces a whole span by [MASK], or by random tokens, or keeps it).
-
-    Returns:
-        (corrupted ids (T,), labels (T,) with the original id at chosen positions and -100
-        elsewhere).
+    Returns the corrupted ids (T,) and the labels (T,): the original id where chosen, else -100.
     """
     mask_p, random_p, _ = split
     positions = np.flatnonzero(chosen)

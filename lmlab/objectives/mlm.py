@@ -1,18 +1,9 @@
 """Masked language modelling (BERT, RoBERTa) and whole-word masking.
 
-What the papers did:
-
-* BERT (Devlin et al. 2019): 15% of the WordPiece tokens are predicted; of those 80% become
-  [MASK], 10% a random token, 10% stay unchanged. The masks were *static*: computed once when
-  the data was generated, with the corpus duplicated ``dupe_factor = 10`` times so each
-  sequence was seen with 10 different masks over the 40 epochs.
-* RoBERTa (Liu et al. 2019): *dynamic* masking, a fresh mask every time a sequence is fed.
-* Whole-word masking (BERT's 2019 update): all pieces of a word are masked together.
-
-Here ``masking="static"`` derives each example's mask from (seed, example id,
-``epoch % dupe_factor``), which is BERT's pre-generated data without storing it; ``"dynamic"``
-draws from the batch's generator. ``sparse=True`` (default) runs the vocabulary projection only
-at the predicted positions (cramming's sparse prediction): same loss, far fewer FLOPs.
+``masking="static"`` derives each example's mask from (seed, example id, ``epoch %
+dupe_factor``), BERT's pre-generated data without storing it; ``"dynamic"`` (RoBERTa) draws a
+fresh mask each time. ``sparse=True`` projects onto the vocabulary only at the predicted
+positions (cramming): the same loss, far fewer FLOPs. See docs/objectives.md.
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lmlab.objectives.base import Objective, ObjectiveResult
+from lmlab.objectives.base import Objective, ObjectiveResult, require_labels
 from lmlab.objectives.masking import (
     IGNORE_INDEX,
     candidate_mask,
@@ -34,6 +25,7 @@ from lmlab.objectives.masking import (
     replace_tokens,
 )
 from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 MASKING_MODES = ("dynamic", "static")
@@ -68,9 +60,7 @@ class MaskedLM(Objective):
                  max_predictions: int | None = None, sparse: bool = True, weight: float = 1.0):
         super().__init__(special, weight)
         special.require_mask()
-        if masking not in MASKING_MODES:
-            raise LmlabError(f"unknown masking mode {masking!r}",
-                             f"use one of {', '.join(MASKING_MODES)}")
+        check_choice(masking, MASKING_MODES, "masking", "masking mode")
         if int(dupe_factor) < 1:
             raise LmlabError(f"dupe_factor {dupe_factor} must be at least 1",
                              "use 10 as BERT did, or masking='dynamic'")
@@ -136,10 +126,7 @@ class MaskedLM(Objective):
     # -- loss ------------------------------------------------------------------------------------
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:
-        if "labels" not in batch:
-            raise LmlabError("the batch has no 'labels' for the masked-LM loss",
-                             "corrupt batches with objective.corrupt (PretrainingStream does)")
-        labels = batch["labels"]
+        labels = require_labels(batch, self.name)
         positions = labels != IGNORE_INDEX  # (B, T)
         count = int(positions.sum())
         head = model.heads["mlm"]
@@ -167,11 +154,8 @@ class MaskedLM(Objective):
 
 
 class WholeWordMaskedLM(MaskedLM):
-    """Masked LM where every piece of a chosen word is masked (BERT's whole-word masking).
-
-    Words come from the batch's ``word_starts`` (B, T) mask, which the shards store for every
-    tokenizer (WordPiece, byte-level BPE, Unigram): a word is what the pre-tokenizer split off.
-    """
+    """Masked LM where every piece of a chosen word is masked (BERT's whole-word masking);
+    words come from the batch's ``word_starts`` (B, T), stored in the shards for any tokenizer."""
 
     name = "wwm"
     salt = 2

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.checks import check_choice, check_names
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.lazy import resolve_entry
 
@@ -59,10 +60,7 @@ def check_objective_spec(spec: str) -> list[str]:
     if not names:
         raise LmlabError(f"empty objective spec {spec!r}", "name one, e.g. 'mlm' or 'mlm,sop'")
     canonical = [_ALIASES.get(name, name) for name in names]
-    unknown = [name for name in canonical if name not in _REGISTRY]
-    if unknown:
-        raise LmlabError(f"unknown objective {', '.join(repr(n) for n in unknown)} in {spec!r}",
-                         f"available objectives: {', '.join(available_objectives())}")
+    check_names(canonical, available_objectives(), f"objective spec {spec!r}", "objective")
     if len(set(canonical)) != len(canonical):
         raise LmlabError(f"objective spec {spec!r} names an objective twice", "list each once")
     return canonical
@@ -70,10 +68,8 @@ def check_objective_spec(spec: str) -> list[str]:
 
 def get_factory(name: str) -> Callable[..., Any]:
     """The factory registered under ``name`` (resolving lazy ``module:attribute`` strings)."""
-    name = _ALIASES.get(name, name)
-    if name not in _REGISTRY:
-        raise LmlabError(f"unknown objective {name!r}",
-                         f"available objectives: {', '.join(available_objectives())}")
+    name = check_choice(_ALIASES.get(name, name), available_objectives(), "objective",
+                        "objective")
     return resolve_entry(_REGISTRY, name)
 
 
@@ -94,12 +90,10 @@ def _accepted(factory: Callable[..., Any]) -> tuple[set[str], bool]:
 
 def build_objective(spec: str, tokenizer_info: SpecialTokens, **hparams: Any) -> Any:
     """Build the objective named by ``spec``: one name (``"mlm"``) or several joined by commas
-    (``"mlm,sop"``, composed into a :class:`~lmlab.objectives.combined.CombinedObjective`).
+    (``"mlm,sop"``, a :class:`~lmlab.objectives.combined.CombinedObjective`).
 
-    Each hyperparameter goes to every component that accepts it (``mask_prob`` reaches the
-    masking objective, not SOP); a key written ``"name.key"`` (``"span.max_span_length"``)
-    goes only to that component. A hyperparameter no component accepts is an error, so a typo
-    never silently trains something else.
+    Each hyperparameter goes to every component that accepts it; ``"name.key"`` goes to that
+    component only; one no component accepts is an error, so a typo never trains silently.
     """
     if not isinstance(tokenizer_info, SpecialTokens):
         raise LmlabError(f"tokenizer_info must be SpecialTokens, not {type(tokenizer_info).__name__}",

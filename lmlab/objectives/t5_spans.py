@@ -1,37 +1,10 @@
 """T5's span corruption (Raffel et al. 2020, Section 3.1.4) and the other rows of its objective
-study (Section 3.3, Tables 3-5), as (inputs, targets) pairs of token ids for an encoder-decoder.
+study (Section 3.3, Tables 3-5), as (inputs, targets) token-id pairs for an encoder-decoder.
 
-Span corruption, the objective T5 kept: 15% of the tokens (``noise_density``) are noise, split
-into spans of mean length 3 (``mean_span``); each noise span is replaced in the inputs by a
-unique sentinel, and the targets are each sentinel followed by the span it hides:
-
-    inputs   Thank you <X> me to your party <Y> week .
-    targets  <X> for inviting <Y> last <Z>
-
-:func:`random_spans_noise_mask` is T5's own algorithm: the number of noise tokens and of spans
-are fixed by the length (``round(length * density)``, ``round(noise / mean_span)``), both are
-split into that many non-empty segments uniformly at random, and the segments alternate,
-starting with a non-noise one. Sentinels are given by the caller in order (T5's tokenizer:
-``<extra_id_0>``, ``<extra_id_1>``, ... = ids 32099, 32098, ...).
-
-The study's other rows (:data:`OBJECTIVES`), each a function of the same signature:
-
-- ``prefix_lm``: a random split point; the inputs are the prefix, the targets the rest;
-- ``bert_style``: 15% of the tokens corrupted BERT's way (90% of them the mask token, 10% a
-  random token: T5's variant of 80/10/10 keeps no token unchanged), the targets the original text;
-- ``mass_style``: 15% of the tokens replaced by the mask token, the targets the original text;
-- ``deshuffling``: the tokens shuffled, the targets the original text;
-- ``replace_spans``: i.i.d. noise tokens, each run of consecutive ones one sentinel (Table 4,
-  "replace corrupted spans"), targets built as T5's code builds them: the non-noise runs
-  replaced by sentinels. When the text starts with a noise token (probability 0.15), the
-  targets' sentinels are then one run out of step with the inputs', exactly as in T5;
-- ``drop_tokens``: i.i.d. noise tokens removed from the inputs, the targets the removed tokens
-  in order (Table 4, "drop corrupted tokens");
-- ``drop_spans``: not a row of the paper, the span-level counterpart of ``drop_tokens``: span
-  corruption's spans removed without sentinels, the targets the removed tokens;
-- ``span_corruption``: the default above.
-
-The encoder-decoder that learns from them is the next step of the encoder-decoder issue.
+Span corruption replaces each noise span (15% of the tokens, mean length 3, placed by T5's own
+:func:`random_spans_noise_mask`) by a unique sentinel in the inputs; the targets are each
+sentinel followed by the span it hides. Every row of the study (:data:`OBJECTIVES`) is a
+function of the same signature; docs/objectives.md describes each and the paper's example.
 """
 
 from __future__ import annotations
@@ -41,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 
@@ -212,6 +186,4 @@ OBJECTIVES: dict[str, Objective] = {
 
 def get_objective(name: str) -> Objective:
     """One of :data:`OBJECTIVES` by name, or a clear error naming them."""
-    if name not in OBJECTIVES:
-        raise LmlabError(f"unknown T5 objective {name!r}", f"use one of: {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[name]
+    return OBJECTIVES[check_choice(name, OBJECTIVES, "variant", "T5 objective")]
