@@ -1,31 +1,10 @@
 """Energy a run used: measured by RAPL or NVML where the machine lets us, else estimated.
 
-Use::
-
-    meter = EnergyMeter("cpu")          # or "cuda", "cuda:1", count=8 for 8 GPUs
-    meter.start()
-    ...                                 # work; call meter.poll() now and then on long runs
-    joules, method = meter.stop()       # method says how it was obtained
-
-Methods, in order of preference (``method="auto"``):
-
-* ``rapl`` (CPU): the package (and DRAM) energy counters of Linux's powercap interface,
-  ``/sys/class/powercap/intel-rapl:*/energy_uj`` (AMD CPUs use the same interface). The
-  counters wrap at ``max_energy_range_uj``; a wrap between two reads is added back. A
-  package counter can wrap every ~20 min at 200 W, so long runs must :meth:`~EnergyMeter.poll`
-  more often than that (the :class:`~lmlab.cost.report.CostTracker` does on every step).
-  RAPL measures the whole package: other processes' work is included. Since 2020 the files
-  are readable only by root on most distributions; then this method is unavailable.
-* ``nvml`` (CUDA): ``nvmlDeviceGetTotalEnergyConsumption`` through ``pynvml`` (optional; Volta
-  and later), summed over the ``count`` devices.
-* ``estimate``: power x time, labelled as an estimate. CPU: ``threads x watts_per_core``;
-  the default :data:`DEFAULT_CPU_WATTS_PER_CORE` = 5 W is the TDP-per-core share of current
-  server CPUs (AMD EPYC 9654: 360 W / 96 cores = 3.75 W; Intel Xeon Platinum 8480+: 350 W / 56
-  cores = 6.25 W), i.e. it assumes the cores run flat out and ignores DRAM, idle power and
-  cooling. GPU: the board power (TDP) of the data sheet, per device.
-
-No method includes the data centre's overhead (PUE); :func:`lmlab.cost.report.co2_kg`
-applies one if given.
+``EnergyMeter(device).start()`` ... ``.stop()`` gives joules and the method: ``rapl`` (CPU
+package and DRAM counters under /sys/class/powercap, wraps added back, so long runs must
+:meth:`~EnergyMeter.poll`), ``nvml`` (CUDA, through the optional ``pynvml``) or ``estimate``
+(power x time, labelled as such). No method includes the data centre's PUE. Details and the
+estimate's figures: docs/cost.md ("Energy").
 """
 
 from __future__ import annotations
@@ -38,9 +17,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lmlab.cost.peak import gpu_spec
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
-DEFAULT_CPU_WATTS_PER_CORE = 5.0
+DEFAULT_CPU_WATTS_PER_CORE = 5.0  # the TDP share of a core of current server CPUs (docs/cost.md)
+METHODS = ("auto", "rapl", "nvml", "estimate")
 RAPL_ROOT = "/sys/class/powercap"
 _TOP_ZONE = re.compile(r"^intel-rapl:\d+$")
 _SUB_ZONE = re.compile(r"^intel-rapl:\d+:\d+$")
@@ -135,25 +116,17 @@ def _nvml_handles(indices: list[int]):
 class EnergyMeter:
     """Measures (or estimates) the energy of the work between :meth:`start` and :meth:`stop`.
 
-    Args:
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a GPU table key such as ``"a100"``
-            (table keys can only be estimated).
-        method: ``"auto"``, ``"rapl"``, ``"nvml"`` or ``"estimate"``. A named method that is
-            unavailable raises :class:`LmlabError`.
-        count: number of GPUs (``cuda`` devices from the first index on).
-        threads: CPU cores in use for the CPU estimate (default: torch's thread count).
-        watts_per_core: CPU estimate's power per core.
-        gpu_watts: GPU estimate's power per device (default: the data sheet's TDP).
-        rapl_root: where the powercap tree lives (tests point it at a fake one).
+    ``device``: ``"cpu"``, ``"cuda[:N]"`` (``count`` GPUs from N on) or a GPU table key (only
+    estimated); ``method``: one of :data:`METHODS` (a named one that is unavailable refuses).
+    The estimate uses ``threads`` x ``watts_per_core`` on a CPU (default: torch's threads) and
+    ``gpu_watts`` per GPU (default: its data-sheet TDP); ``rapl_root``: the powercap tree.
     """
 
     def __init__(self, device: str = "cpu", method: str = "auto", count: int = 1,
                  threads: int | None = None,
                  watts_per_core: float = DEFAULT_CPU_WATTS_PER_CORE,
                  gpu_watts: float | None = None, rapl_root: str | os.PathLike = RAPL_ROOT):
-        if method not in ("auto", "rapl", "nvml", "estimate"):
-            raise LmlabError(f"unknown energy method {method!r}",
-                             "use auto, rapl, nvml or estimate")
+        check_choice(method, METHODS, "method", "energy method")
         if count < 1:
             raise LmlabError(f"device count must be at least 1, got {count}", "pass count >= 1")
         self.device = device.lower()

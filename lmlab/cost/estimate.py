@@ -1,11 +1,7 @@
 """Estimate a run's cost before it starts: time, energy, CO2 and money from FLOPs and an MFU.
 
-    time   = tokens x FLOPs per token / (devices x peak x MFU)
-    energy = devices x rated power x time           (an estimate, not a measurement)
-    CO2    = energy x PUE x grid intensity
-    money  = time x devices x price per device-hour
-
-Every assumption (precision, peak, MFU, FLOPs per token, power, grid, PUE) is listed in the
+Time is tokens x FLOPs per token / (devices x peak x MFU), energy rated power x time (an
+estimate), CO2 and money as in :mod:`lmlab.cost.report`. Every assumption is listed in the
 result, because the answer is only as good as they are.
 """
 
@@ -100,23 +96,12 @@ def estimate_run(model: str, tokens: float, device: str = "v100", devices: int =
                  grid_g_per_kwh: float | None = None, pue: float = 1.0,
                  peak_flops_per_s: float | None = None, power_watts: float | None = None,
                  cpu_threads: int | None = None) -> RunEstimate:
-    """Estimate the cost of training ``model`` (a preset name) on ``tokens`` tokens.
-
-    Args:
-        model: a name from :func:`lmlab.cost.presets.preset_names`.
-        tokens: training tokens (e.g. 42e9 for BERT-base's schedule).
-        device: ``"cpu"`` (measured peak) or a GPU table key (``v100``, ``a100``, ``h100`` ...).
-        devices: number of devices.
-        precision: default: see :func:`default_precision`.
-        mfu: the fraction of peak the run is assumed to reach.
-        seq_len: a length or a schedule like ``"128:0.9,512:0.1"`` (fractions of steps).
-        head: ``mlm``/``clm``/``none``; default by the model's family.
-        sparse_prediction_fraction, causal_attention: see :func:`lmlab.cost.flops.flops_breakdown`.
-        price_per_hour: price per device-hour for the money figure (none if omitted).
-        grid_g_per_kwh, pue: carbon intensity (default: world average) and data-centre PUE.
-        peak_flops_per_s: override the peak per device.
-        power_watts: override the power per device (default: GPU TDP; CPU threads x W/core).
-        cpu_threads: threads the CPU run uses (default: ``OMP_NUM_THREADS`` or all cores).
+    """Estimate the cost of training ``model`` (a :func:`~lmlab.cost.presets.preset_names`
+    name) on ``tokens`` tokens on ``devices`` x ``device`` (``"cpu"``: the measured peak, or a
+    GPU table key) at an assumed ``mfu``. ``seq_len`` is a length or a schedule of step
+    fractions (``"128:0.9,512:0.1"``); ``head`` defaults by the family; ``peak_flops_per_s``
+    and ``power_watts`` override the device's (per device). The options are those of
+    ``lmlab cost estimate`` (docs/cost.md).
     """
     check_positive(tokens, "--tokens")
     if not 0 < mfu <= 1:

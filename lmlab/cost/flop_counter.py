@@ -1,19 +1,9 @@
 """Count a real model's FLOPs with ``torch.utils.flop_counter`` to check the analytic formulas.
 
-:func:`measure_flops` runs one forward (and backward) pass of any ``torch.nn.Module`` under
-``FlopCounterMode`` and returns the FLOPs it counted. It is model-agnostic: the tests point it
-at reference models today and can point it at lmlab's own models the same way.
-
-What ``FlopCounterMode`` counts: matmuls (``mm``, ``addmm``, ``bmm``, ``baddbmm``),
-convolutions and the *CUDA* fused attention kernels. It does not count elementwise work
-(norms, activations, softmax) nor, in torch 2.13, the CPU fused attention
-(``_scaled_dot_product_flash_attention_for_cpu``). SDPA with dropout in training falls back
-to plain ``bmm`` on CPU and is counted; without dropout (eval) it is not. Run models with their
-eager ("math") attention on CPU when comparing, or the attention scores may be missed.
-
-LSTMs: oneDNN's (CPU) and cuDNN's (GPU) fused LSTM kernels are single operators the counter has
-no formula for, so :func:`measure_flops` turns both libraries off while it counts; torch then
-runs ``nn.LSTM`` as its per-step matmuls (the same products), which are counted.
+:func:`measure_flops` runs one pass of any module under ``FlopCounterMode``, which counts
+matmuls and convolutions but not the CPU fused attention kernel (run models with eager
+attention when comparing) nor oneDNN's/cuDNN's fused LSTM (turned off while counting); see
+docs/cost.md ("FLOP conventions").
 """
 
 from __future__ import annotations
@@ -37,24 +27,15 @@ def _default_loss(outputs: Any):
 
 def measure_flops(model, inputs: Mapping[str, Any], training: bool = True,
                   loss_fn: Callable[[Any], Any] | None = None) -> tuple[int, dict[str, int]]:
-    """FLOPs of one pass of ``model(**inputs)``, as counted by ``FlopCounterMode``.
-
-    Args:
-        model: any module; called as ``model(**inputs)``.
-        inputs: keyword arguments of the forward call (e.g. ``input_ids``, ``labels``).
-        training: also run ``loss.backward()`` inside the counter.
-        loss_fn: turns the outputs into a scalar; default: ``outputs.loss``, else the sum of
-            the first output.
-
-    Returns:
-        (total FLOPs, FLOPs per aten operator name).
-    """
+    """(total FLOPs, FLOPs per aten operator) of one pass of ``model(**inputs)`` as
+    ``FlopCounterMode`` counts them; ``training`` also runs ``loss_fn(outputs).backward()``
+    (default loss: ``outputs.loss``, else the sum of the first output)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    # the fused LSTM kernels are opaque to the counter (module docstring); restoring oneDNN's
-    # flags re-sets its TF32 switch, which warns on a build without Intel GPU support
+    # the fused LSTM kernels are opaque to the counter; restoring oneDNN's flags re-sets its
+    # TF32 switch, which warns on a build without Intel GPU support
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
         with torch.backends.mkldnn.flags(enabled=False), \
@@ -73,11 +54,8 @@ def compare_with_analytic(model, inputs: Mapping[str, Any], config, seq_len: int
                           tokens: int, training: bool = True, head: str = "mlm",
                           sparse_prediction_fraction: float | None = None,
                           loss_fn: Callable[[Any], Any] | None = None) -> dict[str, float]:
-    """Measured vs analytic FLOPs per token for one pass over ``tokens`` tokens.
-
-    Returns a dict with ``measured``, ``analytic`` (FLOPs per token) and ``ratio``
-    (measured / analytic).
-    """
+    """Measured and analytic FLOPs per token of one pass over ``tokens`` tokens, and their
+    ``ratio`` (measured / analytic)."""
     total, _ = measure_flops(model, inputs, training=training, loss_fn=loss_fn)
     measured = total / tokens
     analytic = flops_per_token(config, seq_len, training=training, head=head,

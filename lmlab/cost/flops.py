@@ -1,42 +1,9 @@
 """Analytic FLOP counts of a Transformer from its :class:`TransformerConfig`.
 
-Conventions (the same ones ``torch.utils.flop_counter`` uses, so the two can be compared):
-
-* A multiply-add is 2 FLOPs: ``x @ W`` with ``W`` of shape (a, b) costs ``2·a·b`` per row.
-* Only matrix products are counted. Norms, activations, softmax, dropout, residual adds,
-  embedding look-ups and the loss are not (they are a few percent of the total and are
-  memory-bound, not compute-bound).
-* Training = forward + backward = 3 x forward: every matmul's backward computes one product
-  for the gradient of its input and one for the gradient of its weight, each as large as the
-  forward product. Activation recomputation (checkpointing) is not counted: these are *model*
-  FLOPs, which is what MFU is defined against.
-* Attention scores are counted **in full** by default, also for causal models: ``QKᵀ`` and
-  ``softmax(QKᵀ)V`` each cost ``2·S·d`` per token and layer (d = heads x head_dim), as the
-  dense kernels actually compute (and as PaLM's and nanoGPT's MFU formulas count).
-  ``causal_attention="half"`` halves it for causal models, as Kaplan et al. (2020) do; their
-  ``6·L·S·H`` term equals our ``12·L·S·H`` halved.
-
-Per token and layer, forward, with H = hidden, q = heads·head_dim, kv = kv_heads·head_dim,
-F = intermediate, S = sequence length, E = embedding width, V = vocabulary:
-
-====================== ===========================================================
-attention projections  2·H·q (Q) + 2·2·H·kv (K, V) + 2·q·H (output)
-attention scores       2·S·q (QKᵀ) + 2·S·q (AV)          (x 1/2 with ``"half"`` + causal)
-feed-forward           2·2·H·F (mlp) or 3·2·H·F (glu: gate, up, down)
-====================== ===========================================================
-
-Once per token: ``2·E·H`` for a factorised embedding projection (ALBERT, ELECTRA-small), and
-the prediction head on the predicted fraction ``p`` of positions: MLM ``2·H·E·p`` (the
-transform dense) + ``2·E·V·p`` (the decoder); CLM ``2·H·V·p``. ``p`` is 1 unless
-``sparse_prediction_fraction`` says only masked positions go through the head (cramming).
-
-Compressed layouts are counted as they are: per-layer head counts after head pruning
-(``extra["attention_heads_per_layer"]``) in the projections and scores, and a low-rank
-factorised map (``extra["low_rank"]``) at ``2·r·(in + out)`` instead of ``2·in·out``.
-
-Summed and multiplied by 3 this is ``6·N_matmul + 12·L·S·q + 6·H·V·p (+ 6·H·E·p)``, where
-``N_matmul`` are the weights of the layers' matrices (no biases or norms; ALBERT's shared
-layer counted once per use).
+Matrix products only, 2 FLOPs per multiply-add, training = 3 x forward, attention scores in
+full (``causal_attention="half"`` halves them for causal models): the conventions of
+``torch.utils.flop_counter``, so the two agree exactly. The per-component formulas, and how
+pruned heads and low-rank maps are counted, are in docs/cost.md ("FLOP conventions").
 """
 
 from __future__ import annotations
@@ -44,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 Head = Literal["mlm", "clm", "none"]
@@ -119,15 +87,13 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
         sparse_prediction_fraction: passes through the head per position (e.g. 0.15 when only
             masked tokens are predicted; 1.15 for DistilBERT's student, whose head also runs on
             every token for the soft targets); None = every position once.
-        causal_attention: ``"full"`` (default) or ``"half"``; see the module docstring.
+        causal_attention: ``"full"`` (default) or ``"half"`` (Kaplan et al.'s count).
     """
     if seq_len < 1:
         raise LmlabError(f"seq_len must be at least 1, got {seq_len}", "pass a positive length")
-    if head not in _HEADS:
-        raise LmlabError(f"unknown head {head!r}", f"use one of: {', '.join(_HEADS)}")
-    if causal_attention not in ("full", "half"):
-        raise LmlabError(f"causal_attention must be 'full' or 'half', got {causal_attention!r}",
-                         "use 'full' (what dense kernels compute) or 'half' (Kaplan et al.)")
+    check_choice(head, _HEADS, "head", "prediction head")
+    # full: what dense kernels compute; half: Kaplan et al. (2020)
+    check_choice(causal_attention, ("full", "half"), "causal_attention", "attention counting")
     fraction = 1.0 if sparse_prediction_fraction is None else float(sparse_prediction_fraction)
     if not fraction > 0.0:  # above 1 where the head runs twice on some tokens (distillation)
         raise LmlabError(f"sparse_prediction_fraction must be positive, got {fraction}",
@@ -202,18 +168,10 @@ def flops_per_token(config, seq_len: int, training: bool = True, head: Head = "m
 def seq2seq_step_flops(config, source_tokens: int, source_len: int, target_tokens: int,
                        target_len: int, training: bool = True,
                        causal_attention: CausalCounting = "full") -> float:
-    """FLOPs of one step of an encoder-decoder (T5, BART, Marian) on a batch.
-
-    The encoder costs :func:`flops_per_token` of its stack (no head) per source token at
-    ``source_len``; the decoder its self-attention stack plus the vocabulary head ("clm") per
-    target token at ``target_len``, and per layer its cross-attention: the query and output
-    projections and the scores against ``source_len`` keys per target token, the key and value
-    projections of the encoder's output once per source token.
-
-    Args:
-        config: an encoder-decoder :class:`~lmlab.models.config.TransformerConfig`.
-        source_tokens, target_tokens: tokens the step computes on each side.
-        source_len, target_len: the (padded) sequence lengths the attention spans.
+    """FLOPs of one step of an encoder-decoder (T5, BART, Marian) on a batch of
+    ``source_tokens`` and ``target_tokens`` tokens whose attention spans the (padded)
+    ``source_len`` and ``target_len``: the encoder stack per source token, the decoder stack
+    with its head per target token, and the cross-attention (docs/cost.md, "Encoder-decoders").
     """
     import dataclasses
 

@@ -1,23 +1,10 @@
 """Peak matmul throughput of a device: measured on this CPU (cached), looked up for GPUs.
 
-MFU (model FLOPs utilisation) is achieved FLOP/s divided by a peak, and the peak must be named:
-on CPUs the same precision reaches very different rates depending on the library path (on an
-AMD Zen 5 host, MKL's fp32 GEMM ran at half the rate of oneDNN's AVX-512 kernels). So the CPU
-peak is *measured* per path:
-
-* ``fp32``        -- ``torch.matmul`` in fp32 (the path ``nn.Linear`` takes; MKL on x86),
-* ``fp32-onednn`` -- ``torch._C._nn.mkldnn_linear`` on oneDNN tensors, when torch has it,
-* ``bf16``        -- ``torch.matmul`` in bfloat16 (oneDNN; AVX512-BF16/AMX if present).
-
-Each path is timed on square matrices (2048 and 3072 by default), a few repetitions after a
-warm-up; the figure is the best median over the sizes. A path is first probed at 512: one
-whose big products would take over a second each (bf16 on a CPU without AVX512-BF16/AMX runs
-an emulated path at 1-10 GFLOP/s) keeps its probe figure, so the measurement stays short.
-Results are cached per machine in ``cache_dir()/cost/peaks.json`` keyed by CPU model name,
-ISA flags, thread count and torch version, so the ~5-10 s measurement runs once.
-
-GPU peaks come from the vendors' data sheets (dense, i.e. without 2:4 sparsity); see
-:data:`GPU_SPECS` for the figures and their sources.
+MFU's denominator must be named: on CPUs one precision runs at very different rates on
+different library paths, so each path (``fp32``: torch.matmul/MKL, ``fp32-onednn``, ``bf16``)
+is timed on square products and cached per host (``cache_dir()/cost/peaks.json``). GPU peaks
+are the data sheets' dense figures (:data:`GPU_SPECS`). Method and measurements: docs/cost.md
+("Peaks: the MFU denominator").
 """
 
 from __future__ import annotations
@@ -29,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import cpu_name, describe_host
 from lmlab.utils.io import atomic_write_json, read_json
@@ -138,12 +126,11 @@ class CpuPeaks:
 
     def peak(self, precision: str, path: str = "default") -> tuple[float, str]:
         """(FLOP/s, label) for a precision; ``path="best"`` takes the fastest path for it."""
+        check_choice(precision, PRECISIONS, "precision", "precision")
         if precision in ("fp32", "tf32"):  # no tf32 on CPUs: it runs as fp32
             candidates = ["fp32", "fp32-onednn"] if path == "best" else ["fp32"]
-        elif precision in ("bf16", "fp16"):
+        else:  # bf16, fp16
             candidates = ["bf16"]
-        else:
-            raise LmlabError(f"unknown precision {precision!r}", f"use one of {PRECISIONS}")
         found = [(self.peaks[c], c) for c in candidates if c in self.peaks]
         if not found:
             raise LmlabError(f"no measured CPU peak for {precision} on this machine",
@@ -178,12 +165,9 @@ MAX_SECONDS_PER_PRODUCT = 1.0  # a path slower than this at a size is not timed 
 
 
 def measure_cpu_peaks(sizes: Sequence[int] = (2048, 3072), reps: int = 3) -> dict[str, float]:
-    """Time each matmul path on square n x n products; FLOP/s per path (best median).
-
-    FLOPs of one product: ``2·n³``. With the defaults this takes about 3-10 s on 2 threads.
-    Each path is probed at :data:`PROBE_SIZE` first, and skips the sizes at which one product
-    would take longer than :data:`MAX_SECONDS_PER_PRODUCT` at the probed rate.
-    """
+    """Time each matmul path on square n x n products (``2·n³`` FLOPs); FLOP/s per path (best
+    median). Each path is probed at :data:`PROBE_SIZE` first and skips the sizes at which one
+    product would take over :data:`MAX_SECONDS_PER_PRODUCT` (emulated bf16)."""
     import torch
 
     onednn = getattr(torch._C._nn, "mkldnn_linear", None)
@@ -219,12 +203,13 @@ def _cache_path() -> Path:
     return cache_dir() / "cost" / "peaks.json"
 
 
-def _read_cache(path: Path) -> dict[str, Any]:
+def read_cache(path: Path, version: int = _CACHE_VERSION) -> dict[str, Any]:
+    """A per-host measurement cache, or {} when missing, unreadable or of another version."""
     try:
         data = read_json(path)
     except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION:
+    if not isinstance(data, dict) or data.get("version") != version:
         return {}
     return data
 
@@ -242,7 +227,7 @@ def cpu_peaks(refresh: bool = False, measure: bool = True,
 
     path = _cache_path()
     key = describe_host()  # the host line every report prints: CPU, ISA, threads, torch
-    data = _read_cache(path)
+    data = read_cache(path)
     entry = data.get("machines", {}).get(key)
     threads = torch.get_num_threads()
     # A peak measured while other work loaded the machine is too low (and MFU against it too
@@ -262,7 +247,7 @@ def cpu_peaks(refresh: bool = False, measure: bool = True,
             "torch_version": torch.__version__, "peaks": peaks, "sizes": list(sizes),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        data = _read_cache(path)  # re-read: another process may have added its machine
+        data = read_cache(path)  # re-read: another process may have added its machine
         data.setdefault("machines", {})[key] = entry
         data["version"] = _CACHE_VERSION
         atomic_write_json(path, data)
@@ -294,9 +279,7 @@ def device_peak(device: str, precision: str, path: str = "default",
     from torch) or a CUDA device name. For the CPU, ``path="best"`` uses the fastest measured
     path of the precision; returns None only if ``measure`` is False and nothing is cached.
     """
-    precision = precision.lower()
-    if precision not in PRECISIONS:
-        raise LmlabError(f"unknown precision {precision!r}", f"use one of: {', '.join(PRECISIONS)}")
+    precision = check_choice(precision.lower(), PRECISIONS, "precision", "precision")
     if device.lower() == "cpu":
         peaks = cpu_peaks(measure=measure)
         return None if peaks is None else peaks.peak(precision, path)

@@ -1,11 +1,8 @@
-"""Whether bf16 is a speed-up on this CPU, and a warning when it is not.
+"""bf16 or fp32: whether bf16 is a speed-up on this device, and a warning where it is not.
 
-bf16 matmuls are fast on CPUs with native bf16 instructions (x86 AVX512-BF16 or AMX, Arm's
-BF16 extension). Without them PyTorch falls back to kernels that convert element by element:
-on an AVX2-only AMD EPYC (Zen 3) bf16 matmuls ran 5-60x slower than fp32 depending on the shape
-(1.3 against 77 GFLOP/s for 512 x 512 products; 7.8 against 45 for a 4096 x 256 x 1024 linear
-layer), so ``--precision bf16`` makes a run several times slower, never faster. lmlab warns
-before that happens.
+Without native bf16 instructions (AVX512-BF16, AMX, Arm BF16) PyTorch emulates bf16 matmuls,
+5-60x slower than fp32; with them, bf16 was 4x fp32 on one host and 0.5x on another. So
+``precision="auto"`` measures; the figures are in docs/training.md (the bf16 bullets).
 """
 
 from __future__ import annotations
@@ -77,15 +74,10 @@ def auto_precision(device_type: str = "cpu", model: torch.nn.Module | None = Non
                    tokens: int = 2048) -> tuple[str, str]:
     """("bf16" or "fp32", why) for ``precision="auto"``: bf16 where it is measurably faster.
 
-    Never assumed from the CPU's name or flags alone: an Intel Xeon with AVX512-BF16 (no AMX)
-    ran bf16 matmuls at half its fp32 rate, an AMD Zen 5 at four times it. On a CPU with bf16
-    instructions, a measurement decides: with ``model``, its own linear layers at ``tokens``
-    rows (batch x sequence length), forward and backward, on each path
-    (:func:`lmlab.cost.shapes.model_linear_times`, 1-5 s once per host and model shape, then
-    cached); without one, the square-matrix peaks of :func:`lmlab.cost.peak.cpu_peaks`. bf16
-    is taken when it is at least :data:`BF16_MIN_SPEEDUP` times faster than fp32 (the default
-    ``torch.matmul`` path). A CPU without bf16 instructions is fp32 without measuring. On a
-    GPU, bf16 where the device supports it.
+    Never assumed from the CPU's flags alone: on a CPU with bf16 instructions, ``model``'s own
+    linear layers at ``tokens`` rows (:func:`lmlab.cost.shapes.model_linear_times`, cached) or,
+    without a model, the square-matrix peaks decide; bf16 must be :data:`BF16_MIN_SPEEDUP`
+    times faster than fp32. A CPU without them is fp32 unmeasured; a GPU bf16 where supported.
     """
     if device_type == "cuda":
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():

@@ -1,13 +1,11 @@
-"""The model sizes ``lmlab cost estimate --model`` knows: every preset of
-:mod:`lmlab.models.presets`, named ``<family>-<size>`` (``bert-base``, ``gpt2-small``,
-``llama-smollm2-135m``), the recurrent ones (``awd-lstm-paper``, ``elmo-small``:
-:data:`lmlab.models.rnn.config.SIZES`), plus the short names people use for the released models
-(``distilbert``, ``smollm2-135m``; ``ulmfit`` and ``elmo`` for the papers' sizes). The shapes
-are the family specs' (one source of truth)."""
+"""The model sizes ``lmlab cost estimate --model`` knows: every preset as ``<family>-<size>``
+(``bert-base``), the recurrent ones (``awd-lstm-paper``, ``elmo-small``) and the short names of
+released models (``distilbert``, ``smollm2-135m``, ``ulmfit``, ``elmo``). The shapes are the
+family specs' (one source of truth)."""
 
 from __future__ import annotations
 
-from lmlab.utils.errors import LmlabError
+from lmlab.utils.checks import check_choice
 
 # short names of released models -> (family, size)
 _SHORT_NAMES = {"distilbert": ("distilbert", "base"), "smollm2-135m": ("llama", "smollm2-135m"),
@@ -41,9 +39,7 @@ def preset_config(name: str):
     from lmlab.models.presets import preset
 
     table = _table()
-    key = name.strip().lower()
-    if key not in table:
-        raise LmlabError(f"unknown model size {name!r}", f"use one of: {', '.join(table)}")
+    key = check_choice(name.strip().lower(), table, "--model", "model size")
     return preset(*table[key])
 
 

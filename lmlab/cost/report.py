@@ -1,24 +1,11 @@
 """What a training run cost: FLOPs, MFU, time, energy, CO2 and money, in one report.
 
-The trainer's side of the API::
-
-    tracker = CostTracker(config, seq_len=128, precision="fp32", device="cpu",
-                          head="mlm", price_per_hour=0.10)
-    tracker.start()
-    for batch in batches:
-        ...                                  # one optimiser step
-        tracker.add_tokens(batch.numel())    # tokens that went through the model
-    report = tracker.report()                # a CostReport; also fine mid-run
-    print(report.summary_line())
-    write(report.to_markdown())              # for the run directory's report
-
-Carbon: ``kg CO2e = kWh x PUE x grid intensity``. The default intensity
-:data:`DEFAULT_GRID_G_PER_KWH` = 480 g CO2e/kWh is the world average of electricity generation
-in 2023 (Ember, *Global Electricity Review 2024*); pass your grid's figure. For comparison,
-Strubell et al. (2019) used the US average of 0.954 lb/kWh (432.7 g/kWh, EPA 2018) and a PUE
-of 1.58. Money: ``hours x devices x price per device-hour``; there is no default price.
-A run sets both with ``lmlab pretrain --price-per-hour P --grid-intensity G`` or a ``cost:``
-section of its config file (keys :data:`COST_SETTINGS`, checked by :func:`cost_settings`).
+The trainer starts a :class:`CostTracker`, calls ``add_tokens`` once per optimiser step and
+asks for ``report()``, a :class:`CostReport`. CO2 is ``kWh x PUE x grid intensity`` (default
+:data:`DEFAULT_GRID_G_PER_KWH`, the 2023 world average; docs/cost.md, "CO2 and money"); money is
+``hours x devices x price per device-hour``, with no default price. A run sets both with
+``lmlab pretrain --price-per-hour P --grid-intensity G`` or a ``cost:`` section of its config
+(:data:`COST_SETTINGS`, checked by :func:`cost_settings`).
 """
 
 from __future__ import annotations
@@ -30,10 +17,11 @@ from typing import Any
 from lmlab.cost.energy import EnergyMeter
 from lmlab.cost.flops import counting_note, flops_per_token, seq2seq_step_flops
 from lmlab.cost.peak import device_peak
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
 
-DEFAULT_GRID_G_PER_KWH = 480.0
+DEFAULT_GRID_G_PER_KWH = 480.0  # world average of electricity generation, 2023 (Ember)
 LB_PER_KG = 2.20462262
 J_PER_KWH = 3.6e6
 
@@ -54,9 +42,7 @@ def cost_settings(values: dict[str, Any] | None) -> dict[str, float]:
     for key, value in (values or {}).items():
         if value is None:
             continue
-        if key not in COST_SETTINGS:
-            raise LmlabError(f"unknown cost setting {key!r}",
-                             f"use {' or '.join(COST_SETTINGS)} in the cost: section")
+        check_choice(key, COST_SETTINGS, "the cost: section", "cost setting")
         try:
             number = float(value)
         except (TypeError, ValueError):
@@ -196,18 +182,11 @@ class CostReport:
 class CostTracker:
     """Accumulates a training run's tokens, time and energy into a :class:`CostReport`.
 
-    Args:
-        config: the model's :class:`~lmlab.models.config.TransformerConfig`.
-        seq_len: sequence length of the batches (``add_tokens`` can override it per step).
-        precision: ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"tf32"`` (picks the MFU denominator).
-        device: ``"cpu"``, ``"cuda"`` or a GPU table key; ``devices`` how many.
-        head, sparse_prediction_fraction, training: passed to :func:`flops_per_token`.
-        peak_flops_per_s: override the peak (per device); else measured (CPU, cached; the first
-            use on a machine measures for ~5-10 s) or looked up (GPU).
-        measure_peak: if False, an uncached CPU peak is not measured and MFU is omitted.
-        energy_method: see :class:`~lmlab.cost.energy.EnergyMeter`.
-        grid_g_per_kwh, pue, price_per_hour: for CO2 and money (price per device-hour).
-        model_name: the label shown in the report (default: the config's family).
+    ``config`` is the model's config; ``seq_len``, ``head``, ``sparse_prediction_fraction``
+    and ``training`` go to :func:`flops_per_token`; ``precision`` and ``device`` pick the MFU
+    denominator (``peak_flops_per_s`` overrides it; ``measure_peak=False`` leaves an uncached
+    CPU peak unmeasured and MFU out); ``grid_g_per_kwh``, ``pue`` and ``price_per_hour`` (per
+    device-hour) price the run; ``model_name`` labels it (default: the config's family).
     """
 
     def __init__(self, config, seq_len: int, precision: str = "fp32", device: str = "cpu",

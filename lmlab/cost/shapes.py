@@ -1,13 +1,9 @@
 """How fast a model's own linear layers run on each CPU matmul path, measured on this host.
 
-Square-matrix peaks (:mod:`lmlab.cost.peak`) say what a path can do at its best; a model's
-linear layers are thin (384 x 1,536 for MiniLM, 256 x 8,192 for a small vocabulary head) and
-rank the paths differently at those shapes. ``precision="auto"`` therefore times the shapes the
-model will really run: for every distinct ``nn.Linear`` (in, out) of the model, the three
-products of one training step (forward ``x W^T``, the input gradient ``g W`` and the weight
-gradient ``g^T x``) at ``tokens`` rows, once in fp32 and once in bf16, weighted by how many
-layers share the shape. The result is cached per host and shape set
-(``~/.cache/lmlab/cost/linear-shapes.json``), so a run pays the 1-5 s measurement once.
+Square-matrix peaks rank the paths differently from a model's thin linear layers, so
+``precision="auto"`` times the products of one training step (forward, input and weight
+gradients) of every distinct ``nn.Linear`` shape, in fp32 and bf16, cached per host and shape
+set (``cache_dir()/cost/linear-shapes.json``); see docs/training.md.
 """
 
 from __future__ import annotations
@@ -19,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from lmlab.cost.peak import median_seconds
+from lmlab.cost.peak import median_seconds, read_cache
 from lmlab.utils.host import describe_host
-from lmlab.utils.io import atomic_write_json, read_json
+from lmlab.utils.io import atomic_write_json
 from lmlab.utils.paths import cache_dir
 
 _CACHE_VERSION = 1
@@ -82,12 +78,7 @@ def model_linear_times(model: nn.Module, tokens: int, refresh: bool = False,
     signature = f"{tokens}:" + ",".join(f"{i}x{o}*{n}" for (i, o), n in sorted(shapes.items()))
     host = describe_host()
     path = _cache_path()
-    try:
-        data = read_json(path)
-    except (OSError, ValueError):
-        data = {}
-    if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION:
-        data = {}
+    data = read_cache(path, _CACHE_VERSION)
     entry = data.get("hosts", {}).get(host, {}).get(signature)
     if entry is not None and not refresh:
         return LinearTimes(dict(entry), len(shapes), tokens, cached=True)
