@@ -1,19 +1,8 @@
 """Python's documentation in reStructuredText (Debian ``python3-doc``/``python3.11-doc``,
 unpacked by ``scripts/setup.sh``): one document per section (heading) of each page.
 
-The sources under ``usr/share/doc/python3*/html/_sources/**/*.rst.txt`` are prose mixed with
-markup. :func:`rst_to_paragraphs` keeps the prose and drops the rest:
-
-- code: literal blocks after ``::``, ``>>>`` sessions, and directives that hold code, tables,
-  indexes or metadata (``code-block``, ``toctree``, ``index``, ``productionlist``, ...);
-- the bodies of prose directives (``note``, ``warning``, ``versionchanged``, ``function``, ...)
-  are kept without the directive line and its ``:option:`` lines;
-- tables, comments and link targets are dropped; list markers are removed;
-- inline markup: ``:func:`~os.path.join``` becomes ``join``, ```text <url>`_`` becomes
-  ``text``, double back-quotes and ``*emphasis*`` lose their marks, footnote references go.
-
-Sections become documents because a page can run to 20,000 words about many topics; a section
-is one topic, which is what next-sentence / sentence-order objectives want from a document.
+docutils parses each ``_sources/**/*.rst.txt`` page; the prose of each section is kept and
+code, tables, indexes and metadata are dropped (what is kept: docs/data.md, "Sources").
 """
 
 from __future__ import annotations
@@ -22,50 +11,43 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from docutils import frontend, nodes, utils
+from docutils.parsers.rst import Directive, Parser, directives, roles
+
 from lmlab.text.corpus import Document
 from lmlab.text.sentences import split_sentences
 from lmlab.text.sources.base import Source
 from lmlab.utils.paths import find_system_path
 
-# Directives whose whole block is dropped (code, tables, indexes, metadata).
+# Sphinx directives whose whole block is dropped (code, tables, indexes, metadata).
 DROPPED_DIRECTIVES = frozenset("""
 code-block code sourcecode literalinclude highlight toctree index testcode testsetup
 testcleanup testoutput doctest productionlist image figure raw csv-table list-table table math
 module currentmodule moduleauthor sectionauthor include audit-event audit-event-table
-opcode1 tabularcolumns only include literal-block c:namespace c:namespace-push
+opcode1 tabularcolumns only literal-block parsed-literal c:namespace c:namespace-push
 c:namespace-pop cpp:namespace
 """.split())
+# Directives whose argument is prose ('.. note:: text'), or a version then prose. Every other
+# directive (function, class, describe, glossary, ...) keeps its body and drops its argument
+# (an API signature, a title).
+PROSE_DIRECTIVES = frozenset("note warning seealso tip important hint caution attention danger "
+                             "error impl-detail".split())
+VERSION_DIRECTIVES = {"versionadded": 1, "versionchanged": 1, "deprecated": 1,
+                      "deprecated-removed": 2}  # how many version numbers come first
 
-# Directives that describe an API: the signature (up to the first blank line) is dropped.
-SIGNATURE_DIRECTIVES = frozenset("""
-function method class attribute data exception decorator decoratormethod classmethod
-staticmethod abstractmethod coroutinefunction coroutinemethod awaitablefunction
-awaitablemethod describe envvar option cmdoption opcode pdbcommand property
-2to3fixer monitoring-event
-""".split())
-# Directives whose argument is prose ('.. note:: text') or a version then prose.
-PROSE_ARGUMENT = frozenset("note warning seealso tip important hint caution attention danger "
-                           "error impl-detail".split())
-VERSION_ARGUMENT = frozenset("versionadded versionchanged deprecated deprecated-removed".split())
+# Node types whose text is not prose: code, tables, markup targets, footnotes, parse messages.
+SKIPPED_NODES = (nodes.literal_block, nodes.doctest_block, nodes.comment, nodes.target,
+                 nodes.substitution_definition, nodes.footnote, nodes.citation, nodes.table,
+                 nodes.image, nodes.figure, nodes.raw, nodes.math_block, nodes.rubric,
+                 nodes.field_name, nodes.option_group, nodes.footnote_reference,
+                 nodes.citation_reference, nodes.problematic, nodes.system_message,
+                 nodes.pending)
 
-_DIRECTIVE = re.compile(r"^(\s*)\.\.\s+([\w:.-]+)::(.*)$")
-_COMMENT = re.compile(r"^(\s*)\.\.(\s|$)")
-_ADORNMENT = re.compile(r"^([=\-~^\"'*+#`:.<>_])\1{2,}\s*$")
-_OPTION = re.compile(r"^\s+:[\w-]+:(\s|$)")
-_LIST_MARKER = re.compile(r"^(\s*)(?:[-*+•]|#\.|\d{1,3}\.|\(?[a-zA-Z0-9]\))\s+")
-_FIELD = re.compile(r"^(\s*):[^:`]+:\s+")
-_TABLE_BORDER = re.compile(r"^\s*=+(\s+=+)+\s*$")
-_GRID_LINE = re.compile(r"^\s*[+|]")
-
-_ROLE = re.compile(r":([\w:+.-]+):`([^`]*)`")
-_LINK = re.compile(r"`([^`<]*?)\s*<[^`>]*>`__?")
-_NAMED_REF = re.compile(r"`([^`]+)`__?")
-_LITERAL = re.compile(r"``(.+?)``")
-_STRONG = re.compile(r"\*\*(.+?)\*\*")
-_EMPHASIS = re.compile(r"(?<![\w*\\])\*(\S(?:.*?\S)?)\*(?![\w*])")
-_FOOTNOTE_REF = re.compile(r"\s*\[(?:#[\w-]*|\d+|\*)\]_")
-_SUBSTITUTION = re.compile(r"\|(\w[\w -]*)\|")
-_INTERPRETED = re.compile(r"`([^`]+)`")
+_DIRECTIVE_NAME = re.compile(r"^\s*\.\.\s+([\w:.+-]+)::", re.MULTILINE)
+_ROLE_NAME = re.compile(r":([\w:+.-]+):`")
+_SETTINGS = frontend.get_default_settings(Parser)
+vars(_SETTINGS).update(report_level=5, halt_level=5,  # Sphinx markup is no error here
+                      file_insertion_enabled=False, raw_enabled=False, syntax_highlight="none")
 
 
 class PyDocsSource(Source):
@@ -97,8 +79,67 @@ class PyDocsSource(Source):
                     yield Document(f"pydocs/{page}#{number}-{slug}", "pydocs", sentences)
 
 
-def _role_text(match: re.Match) -> str:
-    role, inner = match.group(1), match.group(2)
+class _AnyOptions(dict):
+    """A directive option spec that accepts every option (Sphinx's ``:synopsis:``, ...)."""
+
+    def __missing__(self, key: str):
+        return directives.unchanged
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class _Body(Directive):
+    """An API description or other Sphinx block: its argument is dropped, its body kept."""
+
+    optional_arguments = 1
+    final_argument_whitespace = True
+    has_content = True
+    option_spec = _AnyOptions()
+
+    def prose(self) -> list[nodes.Node]:
+        """The directive's argument as a paragraph (none here: an argument is a signature)."""
+        return []
+
+    def run(self) -> list[nodes.Node]:
+        body = nodes.container()
+        self.state.nested_parse(self.content, self.content_offset, body)
+        return [*self.prose(), body]
+
+
+class _Prose(_Body):
+    """``.. note:: text``: the argument is the first paragraph of the body."""
+
+    optional_arguments = 0  # docutils then reads the argument lines as content
+
+
+class _Version(_Body):
+    """``.. versionchanged:: 3.2 text``: the version number(s) dropped, the text kept."""
+
+    def prose(self) -> list[nodes.Node]:
+        versions = VERSION_DIRECTIVES[self.name]
+        parts = self.arguments[0].split(None, versions) if self.arguments else []
+        if len(parts) <= versions:
+            return []
+        inline, _messages = self.state.inline_text(parts[versions], self.lineno)
+        return [nodes.paragraph(parts[versions], "", *inline)]
+
+
+class _Dropped(_Body):
+    def run(self) -> list[nodes.Node]:
+        return []
+
+
+def _directive_class(name: str) -> type[Directive]:
+    if name in DROPPED_DIRECTIVES:
+        return _Dropped
+    if name in PROSE_DIRECTIVES:
+        return _Prose
+    return _Version if name in VERSION_DIRECTIVES else _Body
+
+
+def _role_text(role: str, inner: str) -> str:
+    """The words a Sphinx role shows: ``:func:`~os.path.join``` -> ``join``."""
     if role in ("rfc", "pep"):
         return f"{role.upper()} {inner.split('#')[0]}"
     if inner.endswith(">") and "<" in inner:
@@ -108,120 +149,58 @@ def _role_text(match: re.Match) -> str:
     return inner.lstrip("!")
 
 
-def strip_inline(text: str) -> str:
-    """Remove reST inline markup from one paragraph, keeping the words."""
-    text = _ROLE.sub(_role_text, text)
-    text = _LINK.sub(r"\1", text)
-    text = _LITERAL.sub(r"\1", text)
-    text = _NAMED_REF.sub(r"\1", text)
-    text = _INTERPRETED.sub(r"\1", text)
-    text = _STRONG.sub(r"\1", text)
-    text = _EMPHASIS.sub(r"\1", text)
-    text = _FOOTNOTE_REF.sub("", text)
-    text = _SUBSTITUTION.sub(r"\1", text)
-    return text.replace("\\", "")
+def _role(name: str, rawtext: str, text: str, lineno: int, inliner, options=None,
+          content=None) -> tuple[list[nodes.Node], list]:
+    return [nodes.Text(_role_text(name, text))], []
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
+def parse_rst(text: str) -> nodes.document:
+    """The docutils tree of one page, with every Sphinx directive and role it uses registered
+    (docutils' registries are global: registering a name again is harmless)."""
+    for name in {name.lower() for name in _DIRECTIVE_NAME.findall(text)}:
+        directives.register_directive(name, _directive_class(name))
+    for name in {name.lower() for name in _ROLE_NAME.findall(text)}:
+        roles.register_local_role(name, _role)
+    document = utils.new_document("<rst>", _SETTINGS)
+    Parser().parse(text, document)
+    return document
+
+
+def _text(node: nodes.Node) -> str:
+    """The prose text under ``node``; a dropped footnote reference takes its space along."""
+    parts: list[str] = []
+    for child in node.children:
+        if isinstance(child, nodes.Text):
+            parts.append(child.astext())
+        elif isinstance(child, (nodes.footnote_reference, nodes.citation_reference)):
+            parts[-1:] = [parts[-1].rstrip()] if parts else []
+        elif not isinstance(child, SKIPPED_NODES):
+            parts.append(_text(child))
+    return "".join(parts)
+
+
+def _paragraphs(node: nodes.Node) -> Iterator[str]:
+    """Paragraph texts (paragraphs, terms, lines) under a body element, in order."""
+    if isinstance(node, SKIPPED_NODES):
+        return
+    if isinstance(node, nodes.TextElement):
+        text = _text(node)
+        if text.strip():
+            yield text
+        return
+    for child in node.children:
+        if not isinstance(child, (nodes.section, nodes.title)):
+            yield from _paragraphs(child)
 
 
 def rst_sections(lines: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
-    """``(section title, prose paragraphs)`` for a reST page, markup stripped."""
-    lines = list(lines)
-    title = ""
-    paragraphs: list[str] = []
-    current: list[str] = []
-    skip_indent: int | None = None  # dropping a block indented deeper than this
-    literal_after: int | None = None  # a '::' paragraph at this indent: next block is code
-    in_table = False
-    in_doctest = False  # a '>>>' session runs to the next blank line
-
-    def flush() -> None:
-        if current:
-            text = strip_inline(" ".join(current))
-            if text.strip():
-                paragraphs.append(text)
-            current.clear()
-
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if skip_indent is not None:
-            if not stripped or _indent(line) > skip_indent:
-                continue
-            skip_indent = None
-        if not stripped:
-            in_doctest = False
-            flush()
-            continue
-        if in_doctest:
-            continue
-        indent = _indent(line)
-        if literal_after is not None:
-            if indent > literal_after:
-                skip_indent = literal_after
-                literal_after = None
-                continue
-            literal_after = None
-        if _TABLE_BORDER.match(line):
-            next_line = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            in_table = bool(next_line) if in_table else True
-            flush()
-            continue
-        if in_table or _GRID_LINE.match(line):
-            continue
-        if _ADORNMENT.match(line):
-            if len(current) == 1:  # the paragraph so far is a heading
-                if paragraphs:
-                    yield title, paragraphs
-                title, paragraphs = strip_inline(current[0]), []
-                current.clear()
-            else:
-                flush()
-            continue
-        directive = _DIRECTIVE.match(line)
-        if directive:
-            flush()
-            name, argument = directive.group(2), directive.group(3).strip()
-            if name in DROPPED_DIRECTIVES:
-                skip_indent = indent
-                continue
-            j = i + 1
-            if name in SIGNATURE_DIRECTIVES or name.startswith(("c:", "cpp:", "py:")):
-                while j < len(lines) and lines[j].strip():  # the rest of the signature
-                    lines[j] = ""
-                    j += 1
-            while j < len(lines) and _OPTION.match(lines[j]):  # the directive's options
-                lines[j] = ""
-                j += 1
-            if name in VERSION_ARGUMENT:
-                argument = argument.split(" ", 1)[1] if " " in argument else ""
-            elif name not in PROSE_ARGUMENT:
-                argument = ""
-            if argument:
-                current.append(argument)
-            continue
-        if _COMMENT.match(line):
-            flush()
-            skip_indent = indent
-            continue
-        if stripped.startswith(">>>"):
-            flush()
-            in_doctest = True
-            continue
-        marker = _LIST_MARKER.match(line) or _FIELD.match(line)
-        if marker:
-            flush()
-            stripped = line[marker.end():].strip()
-        if stripped.endswith("::"):
-            literal_after = indent
-            stripped = stripped[:-2].rstrip()
-            stripped = stripped + ":" if stripped and not line.rstrip().endswith(" ::") else stripped
-            if stripped:
-                current.append(stripped)
-            flush()
-            continue
-        current.append(stripped)
-    flush()
-    if paragraphs:
-        yield title, paragraphs
+    """``(section title, prose paragraphs)`` for each section of a reST page with prose, in
+    page order; text before the first heading has the title ``""``."""
+    stack: list[tuple[str, nodes.Element]] = [("", parse_rst("\n".join(lines)))]
+    while stack:
+        title, section = stack.pop()
+        paragraphs = list(_paragraphs(section))
+        if paragraphs:
+            yield title, paragraphs
+        subsections = [child for child in section.children if isinstance(child, nodes.section)]
+        stack.extend((_text(sub[0]), sub) for sub in reversed(subsections))
