@@ -207,7 +207,7 @@ def test_glue_bad_label_and_missing_folder(tmp_path):
         load_glue_task("rte", tmp_path)
     with pytest.raises(LmlabError, match="no CoLA files"):
         load_glue_task("cola", tmp_path / "nowhere")
-    with pytest.raises(LmlabError, match="not a GLUE task"):
+    with pytest.raises(LmlabError, match="unknown GLUE task 'squad'"):
         load_glue_task("squad", tmp_path)
 
 

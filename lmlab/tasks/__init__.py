@@ -1,12 +1,6 @@
 """Downstream tasks: one in-memory shape (:class:`Task` of :class:`Example`), readers for the
-real formats (CSV/TSV/JSONL tables, multiple-choice tables, GLUE TSV, CoNLL-2003 columns, SQuAD
-JSON), built-in tasks made from offline Debian data, the TF-IDF baseline, and :func:`load_task`,
-the one loader every command uses.
-
-Example:
-    >>> from lmlab.tasks import load_builtin_task, run_tfidf_baseline
-    >>> task = load_builtin_task("wordnet-wic", size="cpu")
-    >>> run_tfidf_baseline(task)["dev"]
+real formats, built-in tasks made from offline Debian data, the TF-IDF baseline, and
+:func:`load_task`, the one loader every command uses (docs/tasks.md).
 """
 
 from __future__ import annotations

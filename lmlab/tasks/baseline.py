@@ -1,14 +1,6 @@
-"""The classical baseline beside every task: TF-IDF features + a linear model (scikit-learn).
-
-* Features: word 1-2-grams seen in at least two training texts, sublinear tf (``1 + log tf``),
-  L2-normalised TF-IDF, fitted on the training texts only.
-* Pair tasks: one vectoriser fitted on both sides; the features of an example are
-  ``[v(text), v(text_pair), v(text) * v(text_pair)]`` (each side, plus the element-wise product
-  that marks the n-grams the two texts share).
-* Classification: logistic regression (saga solver), ``C`` picked from a small grid by the task's first metric
-  on dev. Regression: ridge regression, ``alpha`` picked the same way.
-
-A fine-tuned Transformer should beat these numbers; if it does not, suspect the fine-tuning.
+"""The classical baseline beside every task: TF-IDF word 1-2-grams + logistic or ridge regression
+(scikit-learn), its setting picked on dev (docs/tasks.md). A fine-tuned Transformer should beat
+it; if it does not, suspect the fine-tuning.
 """
 
 from __future__ import annotations
@@ -28,8 +20,7 @@ def _features(task: Task, train: list[Example], others: list[list[Example]]):
     from scipy import sparse
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    # n-grams seen in a single training text cannot generalise; dropping them (min_df=2) makes
-    # the features 5x smaller and the solver 5-10x faster at equal dev accuracy
+    # n-grams of one training text cannot generalise; min_df=2 makes the solver 5-10x faster
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, lowercase=True,
                                  min_df=2 if len(train) >= 500 else 1, max_features=300_000)
     pair = task.is_pair

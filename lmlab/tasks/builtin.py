@@ -1,23 +1,6 @@
-"""Built-in downstream tasks made from real labelled data in offline Debian packages.
-
-=====================  ====================  =======  ============================================
-name                   type                  classes  source
-=====================  ====================  =======  ============================================
-wordnet-supersense     classification        45       WordNet 3.0 synset definition -> its
-                                                      lexicographer file (noun.animal, verb.motion)
-wordnet-wic            pair-classification   2        two WordNet example sentences using the same
-                                                      lemma: same synset (sense) or not
-fortunes-topic         classification        40       fortune-cookie entry -> its category file
-=====================  ====================  =======  ============================================
-
-Each task has a ``full`` size and a ``cpu`` size (4,000 train / 1,000 dev / 1,000 test drawn
-from the full splits, so cpu dev/test are subsets of full dev/test). Splits are deterministic:
-they come from SHA-256 hashes of stable keys (never Python's salted ``hash()``): the synset id
-for supersenses, the lemma for WiC (so no dev/test lemma is ever seen in training), the entry
-text for fortunes; 80% / 10% / 10% of the keys go to train / dev / test.
-
-Built tasks are cached (gzip JSON) under ``cache_dir()/tasks`` keyed by a build version and the
-size and time stamps of the source files, so only the first load parses WordNet (a few seconds).
+"""Built-in downstream tasks made from real labelled data in offline Debian packages
+(``wordnet-supersense``, ``wordnet-wic``, ``fortunes-topic``), at a ``full`` and a ``cpu`` size,
+split by SHA-256 hashes of stable keys and cached as gzip JSON (docs/tasks.md describes each).
 """
 
 from __future__ import annotations
@@ -27,20 +10,27 @@ import hashlib
 import json
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from lmlab.tasks import fortunes, wordnet
 from lmlab.tasks.types import SPLITS, Example, Task
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_path, atomic_write_json, atomic_write_text, read_json, stable_hash
+from lmlab.utils.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+    stable_hash,
+)
 from lmlab.utils.paths import cache_dir
 
 BUILD_VERSION = 1
 SIZES = ("cpu", "full")
 CPU_SIZES = {"train": 4000, "dev": 1000, "test": 1000}
-FULL_FRACTIONS = (0.8, 0.9)  # hash bucket < 0.8: train, < 0.9: dev, else test
+FRACTIONS = (0.8, 0.1, 0.1)  # train / dev / test
 FORTUNE_MIN_ENTRIES = 20  # categories with fewer entries are too small to evaluate
 WIC_MAX_POSITIVES_PER_LEMMA = 6
 
@@ -51,12 +41,30 @@ def hash_unit(key: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def split_of(key: str) -> str:
-    """``train`` / ``dev`` / ``test`` for a split key (80/10/10 by hash)."""
-    unit = hash_unit("split:" + key)
-    if unit < FULL_FRACTIONS[0]:
+def hash_split(key: str, fractions: Sequence[float] = FRACTIONS) -> str:
+    """``train`` / ``dev`` / ``test`` for ``key``, in ``fractions`` by its hash: the same split
+    on every machine and run, and one split for everything that shares the key."""
+    unit = hash_unit(key)
+    if unit < fractions[0]:
         return "train"
-    return "dev" if unit < FULL_FRACTIONS[1] else "test"
+    return "dev" if unit < fractions[0] + fractions[1] else "test"
+
+
+def hash_splits(items: Iterable[Any], key: Callable[[Any], str],
+                fractions: Sequence[float] = FRACTIONS) -> dict[str, list]:
+    """``items`` by :func:`hash_split` of ``key(item)``."""
+    if abs(sum(fractions) - 1.0) > 1e-9 or min(fractions) < 0:
+        raise LmlabError(f"split fractions {tuple(fractions)} must be non-negative and sum to 1",
+                         "use e.g. (0.8, 0.1, 0.1)")
+    splits: dict[str, list] = {"train": [], "dev": [], "test": []}
+    for item in items:
+        splits[hash_split(key(item), fractions)].append(item)
+    return splits
+
+
+def split_of(key: str) -> str:
+    """The built-in tasks' split of a key (80/10/10 by hash)."""
+    return hash_split("split:" + key)
 
 
 # ----------------------------------------------------------------------------- builders
@@ -105,13 +113,9 @@ def _wic_occurrences(synsets, exceptions) -> dict[tuple[str, str], dict[str, lis
 
 
 def build_wordnet_wic() -> Task:
-    """Word-in-context pairs from WordNet's example sentences, balanced, split by lemma.
-
-    For every lemma/POS whose examples fall in two or more synsets: positive pairs join two
-    examples of the same synset (at most :data:`WIC_MAX_POSITIVES_PER_LEMMA` per lemma, picked by
-    hash), negative pairs join examples of different synsets, taken round-robin over lemmas
-    until there are as many negatives as positives.
-    """
+    """Word-in-context pairs from WordNet's example sentences, balanced, split by lemma: same
+    synset (at most :data:`WIC_MAX_POSITIVES_PER_LEMMA` per lemma) or different synsets (taken
+    round-robin over lemmas until as many as the positives)."""
     folder = wordnet.wordnet_dir()
     groups = _wic_occurrences(wordnet.read_synsets(folder), wordnet.read_exceptions(folder))
     positives: list[tuple] = []
@@ -207,12 +211,6 @@ BUILTIN_TASKS: dict[str, tuple[Callable[[], Task], Callable[[], list[Path]]]] = 
 # ----------------------------------------------------------------------------- cache + sizes
 
 
-def _check_name(name: str) -> None:
-    if name not in BUILTIN_TASKS:
-        raise LmlabError(f"unknown built-in task {name!r}",
-                         f"use one of {', '.join(BUILTIN_TASKS)} (see `lmlab tasks list`)")
-
-
 def _cache_file(name: str, cache: str | os.PathLike | None) -> Path:
     sources = [(str(p), p.stat().st_size, int(p.stat().st_mtime)) for p in BUILTIN_TASKS[name][1]()]
     key = stable_hash({"version": BUILD_VERSION, "sources": sources})
@@ -225,11 +223,9 @@ _LOADED: dict[Path, Task] = {}  # cache file -> task, so one process parses each
 
 def load_full_task(name: str, cache: str | os.PathLike | None = None,
                    rebuild: bool = False) -> Task:
-    """The full-size built-in task, from the cache when it is there (built and cached if not).
-
-    The returned task is shared within the process (loaded once): treat it as read-only.
-    """
-    _check_name(name)
+    """The full-size built-in task, from the cache (built and cached if not there); shared
+    within the process: treat it as read-only."""
+    check_choice(name, BUILTIN_TASKS, "task", "built-in task")
     path = _cache_file(name, cache)
     if not rebuild and path in _LOADED:
         return _LOADED[path]
@@ -243,8 +239,7 @@ def load_full_task(name: str, cache: str | os.PathLike | None = None,
         task = BUILTIN_TASKS[name][0]()
         # json.dumps runs the C encoder; json.dump into a stream would use the slow Python one
         data = json.dumps(task.to_dict(), ensure_ascii=False).encode("utf-8")
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(gzip.compress(data, compresslevel=1))
+        atomic_write_bytes(path, gzip.compress(data, compresslevel=1))
         atomic_write_json(_sizes_file(path), _row(task))
     _LOADED[path] = task
     return task
@@ -279,25 +274,15 @@ def cpu_subset(task: Task, sizes: dict[str, int] | None = None) -> Task:
 
 def load_builtin_task(name: str, size: str = "cpu", cache: str | os.PathLike | None = None,
                       rebuild: bool = False) -> Task:
-    """A built-in task at ``size`` ``"cpu"`` (4k/1k/1k) or ``"full"``.
-
-    Example:
-        >>> task = load_builtin_task("fortunes-topic")
-        >>> len(task.split("dev"))
-        1000
-    """
-    if size not in SIZES:
-        raise LmlabError(f"unknown task size {size!r}", f"use one of {', '.join(SIZES)}")
+    """A built-in task at ``size`` ``"cpu"`` (4k/1k/1k) or ``"full"``."""
+    check_choice(size, SIZES, "size", "task size")
     full = load_full_task(name, cache, rebuild)
     return full if size == "full" else cpu_subset(full)
 
 
 def list_tasks(cache: str | os.PathLike | None = None) -> list[dict[str, Any]]:
-    """One row per built-in task: name, type, classes, cpu and full split sizes, metrics.
-
-    Reads the sizes kept beside the cached tasks; builds (and caches) tasks not built yet,
-    a few seconds each the first time.
-    """
+    """One row per built-in task: name, type, classes, cpu and full split sizes, metrics (read
+    beside the cache; a task not built yet is built first, a few seconds)."""
     rows = []
     for name in BUILTIN_TASKS:
         sizes = _sizes_file(_cache_file(name, cache))
@@ -309,12 +294,8 @@ def list_tasks(cache: str | os.PathLike | None = None) -> list[dict[str, Any]]:
 
 def eval_texts(task_names: Iterable[str], splits: Iterable[str] = ("dev", "test"),
                size: str = "full", cache: str | os.PathLike | None = None) -> list[str]:
-    """The distinct texts of ``splits`` of each task, whitespace collapsed to single spaces.
-
-    These are what must not leak into a pretraining corpus: ``lmlab data build`` excludes the
-    built-in tasks' dev/test texts by default (see :mod:`lmlab.data.exclusion`). The full size
-    is the default because its dev/test splits contain the cpu ones.
-    """
+    """The distinct texts of ``splits`` of each task, whitespace collapsed: what must not leak
+    into a pretraining corpus (full size: its dev/test splits contain the cpu ones)."""
     seen: set[str] = set()
     lines: list[str] = []
     splits = list(splits)
@@ -333,8 +314,8 @@ def eval_texts(task_names: Iterable[str], splits: Iterable[str] = ("dev", "test"
 def export_eval_texts(task_names: Iterable[str], path: str | os.PathLike,
                       splits: Iterable[str] = ("dev", "test"), size: str = "full",
                       cache: str | os.PathLike | None = None) -> int:
-    """Write :func:`eval_texts` to ``path``, one text per line (multi-line fortunes become one
-    line), for ``lmlab data build --exclude FILE``. Returns the number of lines written."""
+    """Write :func:`eval_texts` to ``path``, one per line (``lmlab data build --exclude``);
+    returns the number of lines."""
     lines = eval_texts(task_names, splits, size, cache)
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)

@@ -1,9 +1,5 @@
-"""CoNLL-2003 style column files for named-entity recognition (BIO / IOB2 tags).
-
-Format: one token per line, space- (or tab-) separated columns ``token POS chunk NER`` (the NER
-tag is the last column, so two-column ``token TAG`` files read too); a blank line ends a
-sentence; ``-DOCSTART-`` lines separate documents and are skipped. The original CoNLL-2003 files
-use IOB1 (``I-`` may start an entity); :func:`iob1_to_iob2` converts them to IOB2 when wanted.
+"""CoNLL-2003 style column files (one token per line, the tag in the last column by default, a
+blank line between sentences, ``-DOCSTART-`` skipped) as tagging examples; IOB1 -> IOB2.
 """
 
 from __future__ import annotations

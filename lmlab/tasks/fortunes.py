@@ -1,10 +1,5 @@
-"""Read the fortune-cookie database (Debian ``fortunes`` + ``fortunes-min``) by category.
-
-``/usr/share/games/fortunes/<category>`` holds entries separated by lines containing only ``%``.
-The ``.dat`` files are binary indexes and the ``.u8`` files UTF-8 copies of the same entries, so
-both are skipped; so are the offensive collections (an ``off/`` folder, ``*-o`` files) should
-they be installed. Old entries use typewriter overstriking (``_\\bx`` for an underlined x),
-which is removed.
+"""Read the fortune-cookie database (Debian ``fortunes`` + ``fortunes-min``) by category: entries
+separated by ``%`` lines; index, UTF-8 copy and offensive files skipped; overstriking removed.
 """
 
 from __future__ import annotations

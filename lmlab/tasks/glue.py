@@ -1,35 +1,6 @@
-"""GLUE's nine tasks read from the benchmark's own TSV files (the ``glue_data/<TASK>/`` folders).
-
-The formats, as distributed by the GLUE download script and read by the BERT/transformers
-processors (tab-separated, read literally without quote handling):
-
-=========  ==================================  =========================================  ==========
-task       columns (header row)                text / second text / label                 labels
-=========  ==================================  =========================================  ==========
-CoLA       *no header*: source, label, mark,   sentence / - / label                       0, 1
-           sentence
-SST-2      sentence, label                     sentence / - / label                       0, 1
-MRPC       Quality, #1 ID, #2 ID, #1 String,   #1 String / #2 String / Quality            0, 1
-           #2 String
-QQP        id, qid1, qid2, question1,          question1 / question2 / is_duplicate       0, 1
-           question2, is_duplicate
-STS-B      index, genre, filename, year,       sentence1 / sentence2 / score (float 0-5)  regression
-           old_index, source1, source2,
-           sentence1, sentence2, score
-MNLI       index, promptID, pairID, genre,     sentence1 / sentence2 / gold_label         contradiction,
-           *_binary_parse, *_parse,                                                       entailment,
-           sentence1, sentence2, label1, ...,                                             neutral
-           gold_label
-QNLI       index, question, sentence, label    question / sentence / label                entailment,
-                                                                                          not_entailment
-RTE        index, sentence1, sentence2, label  sentence1 / sentence2 / label              entailment,
-                                                                                          not_entailment
-WNLI       index, sentence1, sentence2, label  sentence1 / sentence2 / label              0, 1
-=========  ==================================  =========================================  ==========
-
-MNLI's dev sets are ``dev_matched.tsv`` (task ``mnli-m``) and ``dev_mismatched.tsv``
-(``mnli-mm``). Test files (``test.tsv``, MNLI ``test_matched.tsv``/``test_mismatched.tsv``) have
-a header with an ``index``/``id`` column and no label; they are read unlabelled when present.
+"""GLUE's nine tasks read from the benchmark's own TSV files (``glue_data/<TASK>/``), literally,
+as the BERT/transformers processors read them; :data:`GLUE_FORMATS` says where each task's
+fields and labels live (docs/tasks.md lists the layouts). Test files are read unlabelled.
 """
 
 from __future__ import annotations
@@ -41,6 +12,7 @@ from pathlib import Path
 from lmlab.metrics.glue import GLUE_TASKS
 from lmlab.tasks.readers import check_labels, check_pair_texts, read_table
 from lmlab.tasks.types import Task
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 BINARY = ("0", "1")
@@ -99,11 +71,7 @@ _ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli": "mnli-m", "mnli-matched": 
 def glue_key(name: str) -> str:
     """Canonical GLUE task key (``"SST-2"`` -> ``"sst2"``, ``"glue-rte"`` -> ``"rte"``)."""
     key = name.lower().removeprefix("glue-").removeprefix("glue/")
-    key = _ALIASES.get(key, key)
-    if key not in GLUE_FORMATS:
-        raise LmlabError(f"{name!r} is not a GLUE task",
-                         f"use one of {', '.join(GLUE_FORMATS)}")
-    return key
+    return check_choice(_ALIASES.get(key, key), GLUE_FORMATS, "task", "GLUE task")
 
 
 def _task_folder(data_dir: Path, spec: GlueFormat) -> Path:

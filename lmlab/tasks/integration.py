@@ -1,28 +1,10 @@
-"""Symbolic integration as an inverse problem (Lample & Charton 2020, "Deep learning for symbolic
-mathematics"): data generated in the easy direction, a model trained on the hard one, its answers
-verified.
-
-Differentiating is easy, integrating is hard. So: draw a random function ``F`` from a small
-grammar (integers, ``x``, +, -, *, small powers, exp, log, sin, cos and their compositions; depth
-and size bounded), differentiate it with sympy to get ``f = F'``, and train a sequence-to-sequence
-model on ``f -> F`` (the paper's "backward" data), both in prefix notation. A predicted ``G`` is
-correct when ``G' = f``, whatever form it takes (antiderivatives differ by a constant and can be
-written many ways), not when it matches the reference string.
-
-Verification (:func:`verify`): ``G' - f`` evaluated with mpmath (complex arithmetic, so a value
-that leaves the reals stays defined) at several random real points in (0.1, 3), where forms of
-one function that differ by a branch of ``log`` elsewhere agree; tolerance ``rtol * max(1,
-|f|)``. Only an inconclusive check (fewer than 3 points where both sides are finite, or as many
-failures as agreements) falls back to ``sympy.simplify(G' - f) == 0`` under a time limit.
-``simplify`` alone rejects some correct answers and can take seconds.
-
-Every generator is deterministic for its seed; :func:`make_splits` puts each distinct input in
-exactly one split (by a hash of its prefix string), so train, dev and test share no item.
+"""Symbolic integration as an inverse problem (Lample & Charton 2020): random functions ``F``
+from a small grammar, their derivatives by sympy, pairs ``F' -> F`` in prefix notation, and
+:func:`verify`, which judges a predicted antiderivative by differentiating it (docs/tasks.md).
 """
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -44,9 +26,8 @@ SMALL_POWERS = (2, 3)
 # -- time limits --------------------------------------------------------------------------------
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
-    """Raise ``TimeoutError`` in the block after ``seconds`` (a POSIX interval timer, so only in
-    the main thread; elsewhere the block runs without a limit). sympy cannot be interrupted
-    otherwise, and some derivatives and simplifications take minutes."""
+    """Raise ``TimeoutError`` in the block after ``seconds``: sympy cannot be interrupted
+    otherwise (a POSIX interval timer, so main thread only; elsewhere no limit)."""
     usable = (seconds > 0 and hasattr(signal, "setitimer")
               and threading.current_thread() is threading.main_thread())
     if not usable:
@@ -246,11 +227,9 @@ def _usable(expr) -> bool:
 def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
                    max_input_tokens: int = 128, timeout: float = 2.0,
                    show_progress: bool = False) -> list[Pair]:
-    """``count`` distinct backward pairs ``(F', F)`` drawn with ``seed``: deterministic for the
-    seed. Functions whose derivative is constant, undefined or over ``max_input_tokens`` tokens
-    are skipped and another is drawn; a derivative that takes sympy longer than ``timeout``
-    seconds is an error (skipping it would make the data depend on the machine's speed).
-    ``show_progress``: a progress bar (100,000 pairs take minutes)."""
+    """``count`` distinct backward pairs ``(F', F)``, deterministic for ``seed``. Unusable
+    functions (constant, undefined or too long derivative) are redrawn; a derivative slower than
+    ``timeout`` seconds is an error, so the data never depends on the machine's speed."""
     import sympy
 
     if count < 1:
@@ -296,37 +275,22 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
     return list(pairs.values())
 
 
-def split_of(pair: Pair, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
-    """"train", "dev" or "test" for ``pair``, from a hash of its input: the same input lands
-    in the same split in every run, so splits never share an item."""
-    digest = hashlib.sha256(pair.input_text.encode()).digest()
-    position = int.from_bytes(digest[:8], "big") / 2 ** 64
-    if position < fractions[0]:
-        return "train"
-    return "dev" if position < fractions[0] + fractions[1] else "test"
-
-
 def make_splits(pairs: Sequence[Pair],
                 fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict[str, list[Pair]]:
-    """The pairs by split (:func:`split_of`), each input once."""
-    if abs(sum(fractions) - 1.0) > 1e-9 or min(fractions) < 0:
-        raise LmlabError(f"split fractions {fractions} must be non-negative and sum to 1",
-                         "use e.g. (0.8, 0.1, 0.1)")
-    splits: dict[str, list[Pair]] = {"train": [], "dev": [], "test": []}
-    seen: set[str] = set()
+    """The pairs by split, each input once, by a hash of the input: splits never share one."""
+    from lmlab.tasks.builtin import hash_splits
+
+    first: dict[str, Pair] = {}
     for pair in pairs:
-        if pair.input_text not in seen:
-            seen.add(pair.input_text)
-            splits[split_of(pair, fractions)].append(pair)
-    return splits
+        first.setdefault(pair.input_text, pair)
+    return hash_splits(first.values(), lambda pair: pair.input_text, fractions)
 
 
 # -- verification ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a predicted antiderivative is correct, and how that was decided: ``numeric``
-    (agreement at the sample points), ``simplify`` (the tie-breaker), ``unparsable``,
-    ``numeric-mismatch`` or ``timeout``."""
+    """Whether a predicted antiderivative is correct, and what decided: ``numeric``,
+    ``simplify``, ``unparsable``, ``numeric-mismatch`` or ``timeout``."""
 
     correct: bool
     method: str
@@ -341,12 +305,9 @@ def _sample_points(count: int, seed: int) -> list[float]:
 
 def verify(prediction: Sequence[str] | str, derivative: Sequence[str] | str, points: int = 6,
            rtol: float = 1e-6, timeout: float = 2.0, seed: int = 0) -> Verdict:
-    """Is ``prediction`` (prefix tokens, or their space-joined text) an antiderivative of
-    ``derivative``? Numeric first: ``G' - f`` with mpmath (complex arithmetic, 30 digits) at
-    ``points`` random real points in (0.1, 3); correct when ``|G' - f| <= rtol * max(1, |f|)`` at
-    every point where both are finite (at least 3 of them), wrong when it fails at more points
-    than it holds; otherwise ``simplify(G' - f) == 0`` decides, under ``timeout`` seconds.
-    Parsing and differentiating a prediction run under the time limit too."""
+    """Is ``prediction`` (prefix tokens, or their text) an antiderivative of ``derivative``?
+    ``G' - f`` at ``points`` real points decides (within ``rtol * max(1, |f|)``), or when that
+    is inconclusive ``simplify(G' - f) == 0``; all under ``timeout`` seconds (docs/tasks.md)."""
     import mpmath
     import sympy
 

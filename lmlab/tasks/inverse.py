@@ -1,23 +1,8 @@
-"""The built-in text-to-text tasks of the inverse-problems family, written to disk and scored.
-
-- ``integration``: derivative -> antiderivative in prefix notation (:mod:`lmlab.tasks.
-  integration`), generated for a seed; scored by *verified accuracy* (a hypothesis is correct
-  when its derivative equals the input, :func:`~lmlab.tasks.integration.verify`), overall and
-  by the depth of the reference function. With several hypotheses per input (beam search) an
-  input counts as solved when any of them verifies, as Lample & Charton report.
-- ``definitions``: word + example sentence -> gloss (WordNet); BLEU and chrF (sacrebleu) and
-  exact match of the best hypothesis.
-- ``reverse-dictionary``: gloss -> word; exact match against any of the synset's lemmas.
-- ``text``: a folder of your own pairs (``train/dev/test.jsonl`` with ``input`` and
-  ``references`` per line, ``task.json`` ``{"task": "text"}``), scored as ``definitions``;
-- the built-in classification tasks (``wordnet-supersense``, ``wordnet-wic``,
-  ``fortunes-topic``) in T5's formulation: ``"<task>: <text>"`` -> the label's name, the
-  generated text read back as a label and scored with the task's own metrics.
-
-:func:`write_task_data` writes ``train/dev/test.jsonl`` (``input``, ``references``, ``tag``),
-``task.json``, and for the text tasks a pretraining corpus (``corpus/``, lmlab's corpus format)
-made of the *train* split's texts only, so a pretrained initialisation never reads a dev or
-test gloss.
+"""The text-to-text tasks of the inverse-problems family, written to disk and scored: symbolic
+``integration`` (verified accuracy), WordNet ``definitions`` and ``reverse-dictionary`` (BLEU,
+chrF, exact match), a folder of your own pairs (``text``), and the built-in classification tasks
+in T5's formulation (docs/encoder-decoders.md). A text task's folder also holds a pretraining
+corpus of its *train* split only, so a pretrained initialisation never reads a dev or test text.
 """
 
 from __future__ import annotations
@@ -29,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.tasks.types import TextPair
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_write_json, atomic_write_text
+from lmlab.utils.io import atomic_write_json, atomic_write_text, iter_jsonl, read_json
 
 TASKS = ("integration", "definitions", "reverse-dictionary")
 #: a folder of your own pairs (``task.json``: ``{"task": "text"}``), scored as ``definitions``
@@ -43,11 +29,9 @@ ARITY = {"add": 2, "sub": 2, "mul": 2, "pow": 2, "div": 2,
 
 
 def check_task(name: str) -> str:
-    if name not in (*TASKS, *CLASSIFICATION_TASKS, USER_TASK):
-        raise LmlabError(f"unknown text-to-text task {name!r}",
-                         f"use one of: {', '.join((*TASKS, *CLASSIFICATION_TASKS))}, or "
-                         f"{USER_TASK!r} for a folder of your own pairs")
-    return name
+    """``name`` is a text-to-text task (``text``: a folder of your own pairs)."""
+    return check_choice(name, (*TASKS, *CLASSIFICATION_TASKS, USER_TASK), "--task",
+                        "text-to-text task")
 
 
 def classification_pairs(name: str) -> tuple[dict[str, list[TextPair]], dict[str, Any]]:
@@ -164,7 +148,7 @@ def task_info(folder: str | Path) -> dict[str, Any]:
     if not (folder / "task.json").is_file():
         raise LmlabError(f"{folder} holds no text-to-text task data (no task.json)",
                          "write it with lmlab seq2seq data --task NAME --out FOLDER")
-    info = json.loads((folder / "task.json").read_text())
+    info = read_json(folder / "task.json")
     check_task(info["task"])
     return info
 
@@ -175,10 +159,9 @@ def read_task_data(folder: str | Path) -> tuple[str, dict[str, list[TextPair]]]:
     task = task_info(folder)["task"]
     splits = {}
     for split in SPLITS:
-        with open(folder / f"{split}.jsonl", encoding="utf-8") as handle:
-            splits[split] = [TextPair(r["input"], tuple(r["references"]), r.get("key", ""),
-                                      r.get("tag", ""))
-                             for r in map(json.loads, filter(str.strip, handle))]
+        splits[split] = [TextPair(r["input"], tuple(r["references"]), r.get("key", ""),
+                                  r.get("tag", ""))
+                         for _, r in iter_jsonl(folder / f"{split}.jsonl")]
     return task, splits
 
 

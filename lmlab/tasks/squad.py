@@ -1,11 +1,5 @@
-"""SQuAD v1.1 / v2.0 JSON files as question-answering examples.
-
-Format: ``{"version": ..., "data": [{"title", "paragraphs": [{"context", "qas": [{"id",
-"question", "answers": [{"text", "answer_start"}], "is_impossible" (v2.0),
-"plausible_answers" (v2.0)}]}]}]}``. Every answer must occur in its context at
-``answer_start``; when the offset is off but the text occurs elsewhere the reader fixes the
-offset to the nearest occurrence (a few real files have such off-by-a-few offsets), and when the
-text does not occur at all it raises, naming the question id.
+"""SQuAD v1.1 / v2.0 JSON files as question-answering examples. An ``answer_start`` that is off is
+moved to the nearest occurrence of the answer; an answer missing from its context is an error.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""The in-memory shape every task reader produces: a :class:`Task` holding :class:`Example` lists.
-
-One representation for all downstream tasks, so fine-tuning loops, baselines and metrics need
-no per-dataset code:
-
-* classification / pair-classification: ``text`` (+ ``text_pair``), ``label`` is a string from
-  ``Task.labels``;
-* regression: ``text`` + ``text_pair``, ``label`` is a float (STS-B's 0-5 similarity);
-* tagging: ``tokens`` and ``tags`` (one BIO tag per token), ``Task.labels`` is the tag set;
-* qa: ``question``, ``context``, ``answers`` (``[{"text", "answer_start"}]``, empty for an
-  unanswerable SQuAD 2.0 question);
-* multiple-choice: ``text`` (the context/stem), ``choices`` and ``label`` = the index of the
-  correct choice as a string.
+"""The in-memory shape every task reader produces: a :class:`Task` holding :class:`Example` lists,
+one representation for all task types (which fields each type uses: docs/tasks.md), so training
+loops, baselines and metrics need no per-dataset code.
 """
 
 from __future__ import annotations
@@ -18,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 TASK_TYPES = ("classification", "pair-classification", "regression", "tagging", "qa",
@@ -93,9 +84,7 @@ class Task:
     description: str = ""
 
     def __post_init__(self) -> None:
-        if self.type not in TASK_TYPES:
-            raise LmlabError(f"task {self.name!r} has unknown type {self.type!r}",
-                             f"use one of {', '.join(TASK_TYPES)}")
+        check_choice(self.type, TASK_TYPES, f"task {self.name!r}", "type")
 
     def split(self, name: str) -> list[Example]:
         """The examples of one split; an unknown or empty split is an error (never silently 0)."""

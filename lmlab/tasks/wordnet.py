@@ -1,18 +1,6 @@
-"""Parse the WordNet 3.0 database files (Debian ``wordnet-base``) into synsets and examples.
-
-Each line of ``data.{noun,verb,adj,adv}`` is one synset::
-
-    offset lex_filenum ss_type w_cnt word lex_id [word lex_id ...] p_cnt [ptr ...] [frames] | gloss
-
-The two-digit ``lex_filenum`` names the synset's lexicographer file (``noun.animal``,
-``verb.motion``, ...: its *supersense*). The gloss is the definition followed by quoted example
-sentences: ``definition; "example one"; "example two"``.
-
-For word-in-context pairs we need to know where a synset's lemma occurs in its own examples.
-:class:`LemmaMatcher` finds a lemma and its inflections: regular ones (-s, -es, -ies, -ed,
--ing, -er, -est, doubled final consonants, dropped final e) and the irregular forms listed in the
-``*.exc`` files (``went -> go``, ``mice -> mouse``). Multi-word verbs inflect their first word
-(``warmed up``), multi-word nouns their last (``attorneys general`` comes from noun.exc).
+"""Parse the WordNet 3.0 database files (Debian ``wordnet-base``) into synsets, their
+supersenses (lexicographer files) and example sentences, and find a lemma's inflected forms in a
+sentence (:class:`LemmaMatcher`: regular inflections and the ``*.exc`` irregular forms).
 """
 
 from __future__ import annotations
@@ -103,6 +91,8 @@ def read_synsets(folder: Path | None = None) -> list[Synset]:
 
 @functools.lru_cache(maxsize=2)
 def _read_synsets(folder: Path) -> list[Synset]:
+    """Each line: ``offset lex_filenum ss_type w_cnt word lex_id [word lex_id ...] ... | gloss``
+    (w_cnt in hex), the gloss a definition and quoted examples separated by ``;``."""
     synsets = []
     for pos, name in POS_FILES.items():
         path = folder / f"data.{name}"
