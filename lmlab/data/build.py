@@ -26,8 +26,8 @@ from collections.abc import Iterable, Sequence
 from contextlib import closing
 from pathlib import Path
 
-from lmlab.text.corpus import SPLITS, Document
 from lmlab.data.exclusion import SegmentExclusion, TextSet
+from lmlab.text.corpus import SPLITS, Document
 from lmlab.text.sentences import normalize_text
 from lmlab.text.sources import BUILTIN_SOURCES, Source, SourceCounts, builtin_sources, get_source
 from lmlab.text.textfile import check_encoding_errors
@@ -85,8 +85,8 @@ def load_exclusions(files: Sequence[str | Path] = (),
                     encoding_errors: str = "strict") -> SegmentExclusion:
     """The exclusion index: the dev/test texts of the built-in tasks (those whose data is
     installed, for ``"all"``) and every line of ``files``."""
-    from lmlab.text.textfile import iter_lines
     from lmlab.tasks.builtin import BUILTIN_TASKS, eval_texts
+    from lmlab.text.textfile import iter_lines
     from lmlab.utils.io import sha256_file
 
     exclusion = SegmentExclusion()

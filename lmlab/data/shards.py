@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmlab.text.corpus import SPLITS, Document, split_path
+from lmlab.text.corpus import REBUILD, SPLITS, Document, split_path
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, read_json, sha256_file
 
@@ -71,11 +71,11 @@ def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk
     lines_of: list[int] = []
     index_of: list[int] = []
     for offset, line in enumerate(lines):
+        where = f"corpus line {first_line + offset + 1}"
         try:
-            document = Document.from_json(line)
-        except (json.JSONDecodeError, KeyError) as error:
-            raise LmlabError(f"corpus line {first_line + offset + 1} is not a corpus record "
-                             f"({error})", "rebuild the corpus with `lmlab data build`") from None
+            document = Document.from_record(json.loads(line), where)
+        except json.JSONDecodeError as error:
+            raise LmlabError(f"{where} is not JSON ({error.msg})", REBUILD) from None
         for index, sentence in enumerate(document.sentences):
             sentences.append(sentence)
             lines_of.append(first_line + offset)

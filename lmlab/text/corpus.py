@@ -1,15 +1,6 @@
-"""The on-disk corpus format every lmlab stage reads.
-
-A corpus is a folder::
-
-    DIR/manifest.json       sources, document/sentence/word counts, content hash
-    DIR/train.jsonl         one document per line
-    DIR/validation.jsonl
-
-Each line is ``{"id": "kjv/Genesis/1", "source": "kjv", "sentences": ["In the beginning ...", ...]}``.
-Documents keep their sentence boundaries because next-sentence / sentence-order prediction and
-segment packing need both boundaries. Files are read line by line: a corpus larger than memory
-streams.
+"""The on-disk corpus format every lmlab stage reads: ``manifest.json``, ``train.jsonl`` and
+``validation.jsonl``, a document per line with its sentences (docs/data.md has the layout).
+Files are read line by line: a corpus larger than memory streams.
 """
 
 from __future__ import annotations
@@ -19,14 +10,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import iter_jsonl, read_json
 
 SPLITS = ("train", "validation")
+REBUILD = "rebuild the corpus with `lmlab data build`"
 
 
 @dataclass
 class Document:
-    """A document: an id unique within the corpus, its source name, and its sentences."""
+    """A document: an id unique within the corpus, its source name, and its sentences
+    (kept apart because segment pairs and sentence packing need the boundaries)."""
 
     id: str
     source: str
@@ -42,15 +37,19 @@ class Document:
                           ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, line: str) -> Document:
-        record = json.loads(line)
-        return cls(id=record["id"], source=record["source"], sentences=list(record["sentences"]))
+    def from_record(cls, record: dict, where: str) -> Document:
+        """The document a corpus line's object holds; ``where`` (``file:line``) names a line
+        that is not a corpus record."""
+        try:
+            return cls(id=record["id"], source=record["source"],
+                       sentences=list(record["sentences"]))
+        except (KeyError, TypeError) as error:
+            raise LmlabError(f"{where} is not a corpus record ({error!r})", REBUILD) from None
 
 
 def split_path(corpus_dir: str | Path, split: str) -> Path:
     """Path of one split's JSON-lines file, with a clear error when it is missing."""
-    if split not in SPLITS:
-        raise LmlabError(f"unknown corpus split {split!r}", f"use one of {', '.join(SPLITS)}")
+    check_choice(split, SPLITS, "split", "corpus split")
     corpus_dir = Path(corpus_dir)
     path = corpus_dir / f"{split}.jsonl"
     if not path.exists():
@@ -62,15 +61,8 @@ def split_path(corpus_dir: str | Path, split: str) -> Path:
 def read_corpus(corpus_dir: str | Path, split: str = "train") -> Iterator[Document]:
     """Stream the documents of one split, in file order."""
     path = split_path(corpus_dir, split)
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield Document.from_json(line)
-            except (json.JSONDecodeError, KeyError) as error:
-                raise LmlabError(f"{path}:{line_number} is not a corpus record ({error})",
-                                 "rebuild the corpus with `lmlab data build`") from None
+    for number, record in iter_jsonl(path):
+        yield Document.from_record(record, f"{path}:{number}")
 
 
 def read_manifest(corpus_dir: str | Path) -> dict:
@@ -79,5 +71,4 @@ def read_manifest(corpus_dir: str | Path) -> dict:
     if not path.exists():
         raise LmlabError(f"{corpus_dir} has no manifest.json",
                          "build the corpus with `lmlab data build --out DIR`")
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    return read_json(path)

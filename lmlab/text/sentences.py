@@ -1,27 +1,8 @@
 """Sentence splitting and text normalisation for the corpus.
 
-Why our own splitter: the maintained library (pysbd 0.3.4, installable offline) splits about
-37k words/s on this machine, so the ~9M-word default corpus would take four minutes on one core,
-and it breaks "2020... It" into three pieces. This rule-based splitter is one regex pass plus a
-few checks per candidate boundary (several million words per second).
-
-A boundary is a run of ``. ! ? …`` (closing quotes and brackets stay with the sentence) followed
-by whitespace and a plausible sentence start (an upper-case letter, a digit, or an opening quote
-or bracket before one). A candidate is rejected when the word before it is
-
-- a known abbreviation (``Mr.``, ``Dr.``, ``e.g.``, ``i.e.``, ``cf.``, ``No. 5``, ...),
-- a single initial (``J. Random Hacker``),
-- a dotted acronym (``U.S. Army``) unless the next word is a common sentence opener
-  (``... in the U.S. The ...`` does break),
-- or when everything since the last boundary is only an enumerator or a label (``1.``, ``iv.``,
-  ``(a)``, ``(Com.)``), so numbered definitions keep their number.
-
-Decimals (``2.5``) and verse references (``1:1 In the beginning``) never contain a candidate:
-there is no whitespace after the dot, and a colon is not a sentence end. Ellipses end a sentence
-only before an upper-case start (``Wait... what`` stays whole).
-
-Normalisation: Unicode NFC, all whitespace runs collapsed to one space, empty sentences dropped,
-case kept (tokenizers lower-case if they want to).
+A rule-based splitter (one regex pass plus a few checks per candidate boundary, about 1M
+words/s) rather than pysbd (37k words/s); the rules and the measurements are in docs/data.md,
+"Sentences". Normalisation: Unicode NFC, whitespace runs collapsed to one space, case kept.
 """
 
 from __future__ import annotations
@@ -56,6 +37,7 @@ _ENUMERATOR = re.compile(r"^(?:\(?[0-9]{1,3}[.)]|\(?[ivxlcdm]{1,5}[.)]|\(?[a-zA-
                          r"|\([^\s()]{1,15}\))$")
 _DOTTED_ACRONYM = re.compile(r"^(?:[A-Za-z]\.){2,}$")
 
+PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")  # a blank line (spaces allowed)
 DEFAULT_MAX_SENTENCE_CHARS = 2000
 
 
@@ -143,7 +125,7 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_SENTENCE_CHARS) -> l
 
 def split_paragraphs(text: str) -> list[str]:
     """Split text into paragraphs at blank lines (lines holding only whitespace)."""
-    return [p for p in re.split(r"\n[ \t\r\f\v]*\n", text) if p.strip()]
+    return [p for p in PARAGRAPH_BREAK.split(text) if p.strip()]
 
 
 def text_to_sentences(text: str, max_chars: int = DEFAULT_MAX_SENTENCE_CHARS) -> list[str]:

@@ -1,30 +1,24 @@
-"""Reading users' text files safely: bounded memory, bad bytes and giant lines survived.
+"""Reading users' text files in bounded memory: 1 MiB chunks, paragraphs at blank lines.
 
-Files are read in 1 MiB chunks and cut into paragraphs at blank lines. Two kinds of bad input:
-
-- bytes that are not UTF-8: with ``errors="strict"`` (the default) an :class:`LmlabError`
-  names the file and the byte offset of the first bad byte *in the file* (not in a chunk);
-  with ``errors="replace"`` the file is decoded with U+FFFD replacement characters from there
-  on and one :class:`CorpusWarning` names the file and the offset;
-- a paragraph (or a single line) longer than ``max_paragraph_chars``: it is cut at spaces
-  into pieces of at most that size, so memory stays bounded however long the line is; the
-  sentence splitter then cuts pieces without punctuation into pseudo-sentences.
+Bytes that are not UTF-8 are an error naming the file and the byte offset *in the file*
+(``errors="strict"``), or U+FFFD from there on with one :class:`CorpusWarning`
+(``"replace"``); over-long paragraphs and lines are cut or skipped (docs/data.md, "Bad input").
 """
 
 from __future__ import annotations
 
 import codecs
-import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from lmlab.text.sentences import PARAGRAPH_BREAK
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 ENCODING_ERRORS = ("strict", "replace")
 CHUNK_BYTES = 1 << 20
 DEFAULT_MAX_PARAGRAPH_CHARS = 1_000_000
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
 
 class CorpusWarning(UserWarning):
@@ -33,16 +27,7 @@ class CorpusWarning(UserWarning):
 
 def check_encoding_errors(errors: str) -> None:
     """Accept only the two documented policies for bytes that are not UTF-8."""
-    if errors not in ENCODING_ERRORS:
-        raise LmlabError(f"unknown --encoding-errors {errors!r}",
-                         f"use one of {', '.join(ENCODING_ERRORS)}")
-
-
-def not_utf8_error(path: Path, offset: int, byte: int) -> LmlabError:
-    """The error for a byte that is not UTF-8, naming the file and its offset in the file."""
-    return LmlabError(f"{path}: byte {offset} (0x{byte:02x}) is not UTF-8",
-                      "convert the file (e.g. `iconv -f LATIN1 -t UTF-8`), or pass "
-                      "--encoding-errors replace to read bad bytes as U+FFFD")
+    check_choice(errors, ENCODING_ERRORS, "--encoding-errors", "policy")
 
 
 class _Decoder:
@@ -67,15 +52,15 @@ class _Decoder:
             return self.decoder.decode(data, final)
         except UnicodeDecodeError as error:
             # error.start counts from the start of pending + data
-            bad_offset = offset - len(pending) + error.start
+            problem = (f"{self.path}: byte {offset - len(pending) + error.start} "
+                       f"(0x{(pending + data)[error.start]:02x}) is not UTF-8")
             if self.errors == "strict":
-                raise not_utf8_error(self.path, bad_offset,
-                                     (pending + data)[error.start]) from None
-            warnings.warn(
-                f"{self.path}: byte {bad_offset} (0x{(pending + data)[error.start]:02x}) is not "
-                "UTF-8; decoding the rest of the file with U+FFFD replacement characters "
-                "(convert it with `iconv -f LATIN1 -t UTF-8` if that is its encoding)",
-                CorpusWarning, stacklevel=2)
+                raise LmlabError(problem, "convert the file (e.g. `iconv -f LATIN1 -t UTF-8`), "
+                                 "or pass --encoding-errors replace to read bad bytes as "
+                                 "U+FFFD") from None
+            warnings.warn(f"{problem}; decoding the rest of the file with U+FFFD replacement "
+                          "characters (convert it with `iconv -f LATIN1 -t UTF-8` if that is "
+                          "its encoding)", CorpusWarning, stacklevel=2)
             self.replacing = True
             self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
             return self.decoder.decode(pending + data, final)
@@ -112,7 +97,7 @@ def iter_paragraphs(path: str | Path, max_paragraph_chars: int = DEFAULT_MAX_PAR
     for text in iter_file_text(path, chunk_bytes, errors):
         buffer += text
         start = 0
-        for match in _PARAGRAPH_BREAK.finditer(buffer):
+        for match in PARAGRAPH_BREAK.finditer(buffer):
             yield buffer[start:match.start()]
             start = match.end()
         buffer = buffer[start:]

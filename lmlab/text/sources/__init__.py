@@ -1,10 +1,10 @@
-"""Corpus sources: the offline Debian texts of the default corpus and readers for user data.
-
+"""Corpus sources: the offline Debian texts of the default corpus and readers for user data;
 ``get_source("kjv")``, ``get_source("folder:notes/")``, ``get_source("jsonl:data.jsonl:body")``
-and ``get_source("hf:NAME")`` return a :class:`~lmlab.text.sources.base.Source`.
-"""
+or ``get_source("hf:NAME")`` returns a :class:`~lmlab.text.sources.base.Source`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from lmlab.text.sources.base import Source, SourceCounts
 from lmlab.text.sources.fortunes import FortunesSource
@@ -13,7 +13,7 @@ from lmlab.text.sources.jargon import JargonSource
 from lmlab.text.sources.kjv import KJVSource
 from lmlab.text.sources.pydocs import PyDocsSource
 from lmlab.text.sources.wordnet import WordNetSource
-from lmlab.utils.errors import LmlabError
+from lmlab.utils.checks import check_choice
 
 # The built-in sources, in the order they are listed and built.
 BUILTIN_SOURCES: dict[str, type[Source]] = {
@@ -37,8 +37,6 @@ def builtin_sources() -> list[Source]:
 def _split_field(spec: str) -> tuple[str, str | None]:
     """``PATH:FIELD`` -> (PATH, FIELD) when the last ':' part is an identifier and PATH exists
     or the whole spec does not."""
-    from pathlib import Path
-
     if ":" in spec:
         head, tail = spec.rsplit(":", 1)
         if tail.isidentifier() and (Path(head).expanduser().exists()
@@ -54,20 +52,17 @@ def get_source(spec: str) -> Source:
     if spec in BUILTIN_SOURCES:
         return BUILTIN_SOURCES[spec]()
     kind, _, rest = spec.partition(":")
-    if kind == "folder" and rest:
+    if not rest or kind not in ("folder", "jsonl", "hf"):
+        check_choice(spec, [*BUILTIN_SOURCES, *USER_SOURCE_FORMS], "--sources", "corpus source")
+    if kind == "folder":
         from lmlab.text.sources.folder import FolderSource
 
         return FolderSource(rest)
-    if kind == "jsonl" and rest:
+    path_or_name, field = _split_field(rest)
+    if kind == "jsonl":
         from lmlab.text.sources.jsonl import DEFAULT_FIELD, JsonlSource
 
-        path, field = _split_field(rest)
-        return JsonlSource(path, field or DEFAULT_FIELD)
-    if kind == "hf" and rest:
-        from lmlab.text.sources.huggingface import HuggingFaceSource
+        return JsonlSource(path_or_name, field or DEFAULT_FIELD)
+    from lmlab.text.sources.huggingface import HuggingFaceSource
 
-        name, field = _split_field(rest)
-        return HuggingFaceSource(name, field or "text")
-    raise LmlabError(f"unknown corpus source {spec!r}",
-                     f"use one of {', '.join(BUILTIN_SOURCES)} or "
-                     f"{', '.join(USER_SOURCE_FORMS)} (see `lmlab data list`)")
+    return HuggingFaceSource(path_or_name, field or "text")

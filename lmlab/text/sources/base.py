@@ -1,9 +1,6 @@
 """What every corpus source provides, and the cached counts `lmlab data list` shows.
-
 A source knows its name, whether its files are installed (and how to install them if not),
-which files it reads (for the count cache), and how to turn them into
-:class:`~lmlab.text.corpus.Document` objects whose sentences are already split and normalised.
-"""
+which files it reads (they key the count cache) and how to turn them into documents."""
 
 from __future__ import annotations
 
@@ -14,6 +11,8 @@ from pathlib import Path
 
 from lmlab.text.corpus import Document
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_write_json, read_json, stable_hash
+from lmlab.utils.paths import cache_dir
 
 # Bump when a reader's output changes, so cached counts are recomputed.
 READER_VERSION = 1
@@ -78,8 +77,6 @@ class Source:
 
     def cached_counts(self) -> SourceCounts | None:
         """Counts from the cache if the files have not changed since they were computed."""
-        from lmlab.utils.io import stable_hash
-
         entry = _load_count_cache().get(self.name)
         if entry and entry.get("key") == stable_hash(self.fingerprint()):
             return SourceCounts(**entry["counts"])
@@ -87,8 +84,6 @@ class Source:
 
     def store_counts(self, counts: SourceCounts) -> None:
         """Remember counts for these files (called by :meth:`counts` and by full builds)."""
-        from lmlab.utils.io import stable_hash
-
         cache = _load_count_cache()
         cache[self.name] = {"key": stable_hash(self.fingerprint()), "counts": asdict(counts)}
         _save_count_cache(cache)
@@ -106,24 +101,16 @@ class Source:
 
 
 def _count_cache_path() -> Path:
-    from lmlab.utils.paths import cache_dir
-
     return cache_dir() / "corpus-source-counts.json"
 
 
 def _load_count_cache() -> dict:
-    path = _count_cache_path()
-    if not path.exists():
-        return {}
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = read_json(_count_cache_path())
     except (OSError, json.JSONDecodeError):
-        return {}  # a damaged cache is recomputed, never fatal
+        return {}  # a missing or damaged cache is recomputed, never fatal
     return data if isinstance(data, dict) else {}
 
 
 def _save_count_cache(cache: dict) -> None:
-    from lmlab.utils.io import atomic_write_json
-
     atomic_write_json(_count_cache_path(), cache)

@@ -1,12 +1,7 @@
-"""A user's folder of ``.txt`` / ``.md`` files (``--sources folder:PATH``): a document per file.
-
-Files are found recursively and read in sorted order. Each file is split into paragraphs at
-blank lines and each paragraph into sentences. Markdown loses its fenced code blocks, heading
-marks and list markers. A file larger than ``max_document_chars`` becomes several documents
-(``path#2``, ``path#3``, ...) so that one giant file never has to sit in memory whole.
-A non-UTF-8 byte is an error naming the file and byte offset unless ``encoding_errors`` is
-``"replace"``; giant lines are cut with a warning (see :mod:`lmlab.text.textfile`).
-"""
+"""A user's folder of ``.txt`` / ``.md`` files (``--sources folder:PATH``): a document per file,
+found recursively, read in sorted order and in bounded memory (:mod:`lmlab.text.textfile`).
+Markdown loses fenced code, heading marks and list markers; a file over
+``max_document_chars`` becomes several documents (``path#2``, ...)."""
 
 from __future__ import annotations
 

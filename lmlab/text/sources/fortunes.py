@@ -1,10 +1,5 @@
-"""Fortune cookies (Debian ``fortunes``, ``fortunes-min``): one document per fortune.
-
-Files under ``/usr/share/games/fortunes/`` hold entries separated by lines containing only
-``%``. The ``.dat`` index files, the ``.u8`` links, the ``off/`` (offensive) folders and
-``ascii-art`` (pictures, not prose) are skipped. A fortune is split into paragraphs at blank
-lines and each paragraph into sentences (line breaks inside a paragraph become spaces).
-"""
+"""Fortune cookies (Debian ``fortunes``, ``fortunes-min``): one document per fortune
+(entries separated by ``%`` lines; index files, ``off/`` and ``ascii-art`` skipped)."""
 
 from __future__ import annotations
 

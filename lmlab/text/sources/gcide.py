@@ -1,13 +1,7 @@
-"""GCIDE, the Collaborative International Dictionary of English 0.48 (Debian ``dict-gcide``,
-unpacked by ``scripts/setup.sh``): one document per dictionary entry (about 126,000).
-
-``gcide.dict.dz`` is gzip-readable dictd text; ``gcide.index`` gives each headword's byte
-offset and length (base-64 numbers), which marks where entries start. The markup is stripped:
-pronunciations between backslashes, etymologies and source tags in square brackets
-(``[1913 Webster]``), cross-reference braces, syllable marks inside braces (``Gre*ga"ri*ous``),
-quotation attributions (``--Shak.``) and sense numbers. What is left is the headword's line,
-the definitions, and the illustrative quotations, split into sentences per paragraph.
-"""
+"""GCIDE 0.48, the Collaborative International Dictionary of English (Debian ``dict-gcide``,
+unpacked by ``scripts/setup.sh``): one document per entry, Webster markup stripped
+(docs/data.md lists what goes). ``gcide.index`` gives each headword's byte offset in
+``gcide.dict.dz`` (base-64 numbers), which marks where entries start."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """A Hugging Face ``datasets`` dataset (``--sources hf:NAME[:FIELD]``): a document per row.
-
-``NAME`` is either a folder written by ``Dataset.save_to_disk`` or anything
-``datasets.load_dataset(NAME, split="train")`` accepts (a local data folder or file, or a hub
-name when the hub is reachable). Needs the optional ``datasets`` package
-(``pip install lmlab[datasets]``); without it the source says so instead of failing on import.
-"""
+``NAME`` is a ``save_to_disk`` folder or anything ``datasets.load_dataset(NAME, split=...)``
+accepts; needs the optional ``datasets`` package (``pip install lmlab[datasets]``)."""
 
 from __future__ import annotations
 

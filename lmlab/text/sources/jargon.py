@@ -1,12 +1,6 @@
-"""The Jargon File 4.4.7 (Debian ``jargon-text``): one document per glossary entry (2,300)
-plus one per chapter and appendix of the prose around it.
-
-``jargon.txt.gz`` is the plain-text rendering: unindented lines are chapter headings, entries
-start with an indented ``:headword: pos.`` line, and each letter opens with an index (a letter
-alone on a line, then every headword on its own line), which is skipped. Cross-reference braces
-(``{Unix}``) are removed, tables of contents and drawn with box characters are dropped, and the headword line
-becomes the first sentence (``1TBS: //, n.``).
-"""
+"""The Jargon File 4.4.7 (Debian ``jargon-text``): one document per glossary entry plus one per
+chapter and appendix (docs/data.md). In ``jargon.txt.gz`` unindented lines are chapter headings
+and entries start with an indented ``:headword: pos.`` line."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """A user's JSON-lines file (``--sources jsonl:PATH[:FIELD]``): a document per line.
 
-Each line is a JSON object; its ``FIELD`` (default ``text``) holds the document's text, which
-is split into paragraphs at blank lines and then into sentences. A field holding a list of
-strings is taken as the document's sentences (each still normalised and split). Blank lines are
-skipped. A line that is not JSON or lacks the field is an error naming the file and line.
-A non-UTF-8 byte is an error naming the file and byte offset unless ``encoding_errors`` is
-``"replace"``. A line longer than ``max_line_chars`` (16M characters) is an error naming the
-file and line (never silently dropped): such a record is split into several lines.
+``FIELD`` (default ``text``) holds a string (split into paragraphs, then sentences) or a list
+of strings. Lines are read in bounded memory with the file's ``encoding_errors`` policy
+(:mod:`lmlab.text.textfile`), which is why this reader does not use ``iter_jsonl``: a line
+over ``max_line_chars`` is an error naming the file and line, never dropped silently.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The King James Bible (Debian ``bible-kjv``): one document per chapter (1,189 chapters).
-
-The text is dumped with the package's own program, ``bible -l 100000 "gen1:1-rev22:21"``
-(0.06 s), whose output is a ``Book N`` heading per chapter and one indented, numbered line per
-verse. Verse numbers are dropped; each verse is split into sentences (a verse may hold several,
-and a sentence may run over several verses, in which case it ends with the verse's ':' or ','
-and the next verse starts a new "sentence" -- verses are the natural unit of this text).
-"""
+"""The King James Bible (Debian ``bible-kjv``): one document per chapter, dumped with the
+package's own ``bible -l 100000 "gen1:1-rev22:21"``; verse numbers dropped, each verse split
+into sentences (a verse is the natural unit of this text, so one may end in ':' or ',')."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""WordNet 3.0 glosses (Debian ``wordnet-base``): one document per synset (117,659).
-
-Each line of ``/usr/share/wordnet/data.{noun,verb,adj,adv}`` is a synset; after ``|`` comes its
-gloss: definitions separated by ``;`` and quoted example sentences. A synset becomes a document
-whose first sentence is ``lemma, lemma: definition`` (so the definition says what it defines)
-and whose other sentences are the examples, quotes removed. Per synset rather than per
-lexicographer file: a file is thousands of unrelated glosses, while a synset is one topic, and
-100k small documents split into train/validation evenly.
-"""
+"""WordNet 3.0 glosses (Debian ``wordnet-base``): one document per synset, ``lemma, lemma:
+definition.`` then its quoted examples (each line of ``data.{noun,verb,adj,adv}`` is a synset,
+its gloss after ``|``)."""
 
 from __future__ import annotations
 
