@@ -572,21 +572,23 @@ def test_a_teacher_for_another_task_is_refused_before_any_work(small_task, tmp_p
     assert disk_snapshot(tmp_path) == before
 
 
-def test_the_objective_is_registered_and_loads_its_teacher_by_path(teacher_folder):
+def test_the_objective_is_registered_and_takes_a_loaded_teacher(teacher_folder):
     from lmlab.objectives.registry import build_objective
 
-    objective = build_objective("distil", special(), teacher=str(teacher_folder), alpha_ce=0.0)
-    assert isinstance(objective, Distillation) and objective.teacher is None
-    student = make_student(tiny_teacher(init=0.2), (0, 3))
-    objective.prepare(student)  # loads the teacher: the same weights as the saved folder
-    key = "transformer.layers.3.attention.q_proj.weight"
-    assert torch.equal(objective.teacher.state_dict()[key],
-                       tiny_teacher(init=0.2).state_dict()[key])  # exact: the same saved weights
+    teacher = tiny_teacher(init=0.2)
+    objective = build_objective("distil", special(), teacher=teacher, alpha_ce=0.0)
+    assert isinstance(objective, Distillation) and objective.teacher is teacher
+    objective.prepare(make_student(tiny_teacher(init=0.2), (0, 3)))
     assert not objective.teacher.training
+    assert not any(p.requires_grad for p in objective.teacher.parameters())  # frozen
+    assert not list(objective.parameters())  # outside the objective's parameters and state
     objective.train()
     assert not objective.teacher.training  # no dropout in the teacher, ever
     with pytest.raises(LmlabError, match="needs a teacher"):
         build_objective("distil", special())
+    with pytest.raises(LmlabError, match="loaded teacher model") as error:
+        build_objective("distil", special(), teacher=str(teacher_folder))
+    assert "lmlab.from_pretrained" in error.value.fix  # the objective never loads a path
 
 
 def test_distil_task_refuses_a_teacher_of_another_task_before_any_work(small_task, tmp_path):

@@ -1,42 +1,19 @@
 """Knowledge distillation of a masked LM: DistilBERT's triple loss (Sanh et al. 2019).
 
-A *student* (fewer layers, initialised from the teacher's: :mod:`lmlab.compress.distil`) learns
-from a frozen *teacher* on the same masked inputs. The loss, as in the paper and Hugging Face's
-``examples/research_projects/distillation/distiller.py``, is
-
-    L = alpha_ce * T^2 * KL(softmax(z_t / T) || softmax(z_s / T))
-      + alpha_mlm * masked-LM cross-entropy
-      + alpha_cos * mean(1 - cos(h_s, h_t))
-
-* the soft-target term (Hinton et al. 2015) compares the vocabulary distributions of teacher
-  and student at temperature ``T`` (default 2). It is the KL divergence, averaged over
-  positions: the soft cross-entropy minus the teacher's entropy, which does not depend on the
-  student, so both have the same gradient; the KL is 0 when the student matches. The ``T^2``
-  keeps its gradient's size independent of ``T``. Positions: every real token (the reference's
-  default) or, with ``restrict_ce_to_mask``, only the masked ones;
-* the masked-LM term is BERT's loss on the masked positions (15%, split 80/10/10);
-* the cosine term aligns the directions of the last hidden states (B, T, H) at every real
-  token (``torch.nn.CosineEmbeddingLoss`` with target 1), so student and teacher need the
-  same width (true of a student made from the teacher's layers).
-
-DistilBERT's weights are ``alpha_ce=5``, ``alpha_mlm=2``, ``alpha_cos=1`` (its README's
-command). One difference: DistilBERT masks rarer tokens more often (``mlm_smoothing=0.7``);
-here the masking is BERT's uniform 15%.
-
-The teacher is *not* part of the objective's parameters or state: it is frozen, is loaded from
-its path again when a run resumes, and never enters the optimiser or the checkpoints. A
-teacher given as a path (``teacher="minilm"``) is loaded by :meth:`Distillation.prepare`.
+``L = alpha_ce * T^2 * KL(teacher || student at temperature T) + alpha_mlm * MLM +
+alpha_cos * mean(1 - cos(h_s, h_t))``, the student and a frozen teacher reading the same
+masked inputs. The caller loads the teacher and passes it in; it stays outside the
+objective's parameters and state (never optimised or checkpointed). docs/distillation.md
+explains each term and where this follows or departs from DistilBERT.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmlab.objectives.base import ObjectiveResult, model_inputs
+from lmlab.objectives.base import Objective, ObjectiveResult, accuracy, model_inputs, require_labels
 from lmlab.objectives.masking import IGNORE_INDEX
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.special_tokens import SpecialTokens
@@ -47,12 +24,9 @@ __all__ = ["Distillation", "hidden_cosine_loss", "soft_target_loss"]
 
 def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
                      temperature: float) -> torch.Tensor:
-    """``T^2 * KL(softmax(t / T) || softmax(s / T))`` averaged over rows (N, C) -> scalar.
-
-    Hinton et al.'s soft targets; DistilBERT's ``KLDivLoss(reduction="batchmean")`` times
-    ``T^2``. Computed in float32 (a bf16 softmax over 30k classes loses the small
-    probabilities the soft targets carry).
-    """
+    """``T^2 * KL(softmax(t / T) || softmax(s / T))`` averaged over rows (N, C) -> scalar
+    (DistilBERT's ``KLDivLoss(reduction="batchmean")``), in float32: a bf16 softmax over 30k
+    classes loses the small probabilities the soft targets carry."""
     if student_logits.shape != teacher_logits.shape:
         raise LmlabError(f"student logits {tuple(student_logits.shape)} and teacher logits "
                          f"{tuple(teacher_logits.shape)} differ in shape",
@@ -90,8 +64,8 @@ class Distillation(MaskedLM):
     """DistilBERT's distillation objective: soft targets + masked LM + hidden-state cosine.
 
     Args (beyond :class:`~lmlab.objectives.mlm.MaskedLM`'s masking arguments):
-        teacher: the frozen teacher, a :class:`~lmlab.models.model.LanguageModel` or a path /
-            short name loaded by :meth:`prepare` (an encoder of the student's vocabulary).
+        teacher: the frozen teacher, a loaded :class:`~lmlab.models.model.LanguageModel` (an
+            encoder of the student's vocabulary).
         temperature: softmax temperature of the soft targets (DistilBERT: 2).
         alpha_ce: weight of the soft-target term (5); needs a teacher with an MLM head.
         alpha_mlm: weight of the masked-LM term (2).
@@ -106,7 +80,7 @@ class Distillation(MaskedLM):
     reports_perplexity = False  # a weighted sum of three losses, not a per-token LM loss
     shares_forward_pass = False  # it also runs the teacher
 
-    def __init__(self, special: SpecialTokens, teacher: nn.Module | str | Path | None = None,
+    def __init__(self, special: SpecialTokens, teacher: nn.Module | None = None,
                  temperature: float = 2.0, alpha_ce: float = 5.0, alpha_mlm: float = 2.0,
                  alpha_cos: float = 1.0, restrict_ce_to_mask: bool = False,
                  mask_prob: float = 0.15,
@@ -117,8 +91,12 @@ class Distillation(MaskedLM):
                          max_predictions, sparse=True, weight=weight)
         if teacher is None or (isinstance(teacher, str) and not teacher):
             raise LmlabError("distillation needs a teacher",
-                             "use `lmlab distil --teacher MODEL --student-layers N ...` "
-                             "(or objective_args: {teacher: MODEL})")
+                             "use `lmlab distil --teacher MODEL --student-layers N ...`, or "
+                             "pass teacher=<a loaded model>")
+        if not isinstance(teacher, nn.Module):
+            raise LmlabError(f"the distil objective takes a loaded teacher model, not "
+                             f"{teacher!r}", "load it first (lmlab.from_pretrained(path)) and "
+                             "pass the model; `lmlab distil --teacher PATH` loads it for you")
         if not float(temperature) > 0:
             raise LmlabError(f"temperature {temperature} must be positive",
                              "use 2.0 (DistilBERT) or 1.0 (plain probabilities)")
@@ -134,8 +112,7 @@ class Distillation(MaskedLM):
                                                          float(alpha_cos))
         self.restrict_ce_to_mask = bool(restrict_ce_to_mask)
         # kept outside the module tree: no parameters, state_dict entries or optimiser slots
-        object.__setattr__(self, "teacher_source", teacher)
-        object.__setattr__(self, "teacher", teacher if isinstance(teacher, nn.Module) else None)
+        object.__setattr__(self, "teacher", teacher)
 
     @property
     def flops_head(self) -> str:
@@ -144,11 +121,9 @@ class Distillation(MaskedLM):
 
     @property
     def predicted_fraction(self) -> float | None:
-        """Passes of the student's MLM head per token, for the cost report: every real token
-        for the soft targets (the masked ones under ``restrict_ce_to_mask``), plus the masked
-        ones again for the MLM loss unless it reuses the soft targets' logits. With DistilBERT's
-        settings that is ``1 + mask_prob``: the head runs on every token, not on the masked
-        fraction alone as plain masked LM's does."""
+        """Passes of the student's MLM head per token, for the cost report: the soft targets'
+        positions plus the masked ones again unless the MLM loss reuses those logits
+        (DistilBERT's settings: ``1 + mask_prob``)."""
         ce = self.alpha_ce > 0
         passes = (self.mask_prob if self.restrict_ce_to_mask else 1.0) if ce else 0.0
         if self.alpha_mlm > 0 and not (ce and self.restrict_ce_to_mask):
@@ -157,12 +132,8 @@ class Distillation(MaskedLM):
 
     # -- set-up -------------------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> None:
-        """Load the teacher (when given as a path), freeze it, check it fits the student, and
-        add the student's "mlm" head (idempotent)."""
-        if self.teacher is None:
-            import lmlab
-
-            object.__setattr__(self, "teacher", lmlab.from_pretrained(self.teacher_source))
+        """Check the teacher fits the student, freeze it, and add the student's "mlm" head
+        (idempotent)."""
         teacher = self.teacher
         check_teacher(teacher, model, self.alpha_ce, self.alpha_cos)
         teacher.eval()
@@ -172,25 +143,18 @@ class Distillation(MaskedLM):
 
     def _apply(self, fn, recurse: bool = True):
         """``objective.to(device)`` (the Trainer's) moves the teacher too."""
-        if self.teacher is not None:
-            self.teacher._apply(fn, recurse)
+        self.teacher._apply(fn, recurse)
         return super()._apply(fn, recurse)
 
     def train(self, mode: bool = True):
         """The teacher stays in eval mode (no dropout) whatever the objective's mode."""
         super().train(mode)
-        if self.teacher is not None:
-            self.teacher.eval()
+        self.teacher.eval()
         return self
 
     # -- loss ---------------------------------------------------------------------------------
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
-        if self.teacher is None:
-            raise LmlabError("the teacher is not loaded",
-                             "call objective.prepare(model) before training")
-        if "labels" not in batch:
-            raise LmlabError("the batch has no 'labels'", "corrupt it with objective.corrupt")
-        labels = batch["labels"]
+        labels = require_labels(batch, self.name)
         masked = labels != IGNORE_INDEX  # (B, T)
         attention = batch.get("attention_mask")
         real = attention.bool() if attention is not None else torch.ones_like(masked)  # (B, T)
@@ -219,7 +183,7 @@ class Distillation(MaskedLM):
             loss = loss + self.alpha_mlm * mlm
             metrics["mlm_loss"] = float(mlm.detach())
             if count:
-                metrics["mlm_accuracy"] = float((logits.argmax(-1) == targets).float().mean())
+                metrics["mlm_accuracy"] = accuracy(logits, targets)
         if self.alpha_cos > 0:
             cos = hidden_cosine_loss(hidden, teacher_hidden, real)
             loss = loss + self.alpha_cos * cos
@@ -228,10 +192,8 @@ class Distillation(MaskedLM):
 
     def side_flops(self, tokens: int, seq_len: int) -> dict[str, float]:
         """The frozen teacher's forward FLOPs for a step of ``tokens`` tokens at ``seq_len``
-        (:func:`lmlab.cost.flops.flops_per_token`, forward only): its stack on every token, its
-        MLM head where the soft targets are read (every real token, or the masked fraction
-        under ``restrict_ce_to_mask``; none when ``alpha_ce`` is 0). The Trainer's cost report
-        lists them apart from the student's training FLOPs."""
+        (its stack, and its MLM head where the soft targets are read), which the Trainer's cost
+        report lists apart from the student's training FLOPs."""
         from lmlab.cost.flops import flops_per_token
 
         head = "mlm" if self.alpha_ce > 0 else "none"
@@ -240,9 +202,7 @@ class Distillation(MaskedLM):
                                     sparse_prediction_fraction=fraction)
         return {"teacher forward": tokens * per_token}
 
-    def losses(self, model, batch, hidden, pooled) -> ObjectiveResult:
-        raise LmlabError("distillation runs the teacher beside the student, so it cannot share "
-                         "a forward pass with other objectives", "train 'distil' on its own")
+    losses = Objective.losses  # refused: it also runs the teacher
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, temperature={self.temperature}, "
