@@ -16,9 +16,9 @@ from conftest import assert_clean_refusal, assert_close_rounding, kjv_shards, ru
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from lmlab.models.pooling import scalar_mix
 from lmlab.models.rnn.char_cnn import BOC, BOW, EOW, PAD, SPECIAL, char_table, token_chars
 from lmlab.models.rnn.config import check_family_objective, recurrent_preset
-from lmlab.models.rnn.elmo import scalar_mix
 from lmlab.models.rnn.io import build_model
 from lmlab.utils.errors import LmlabError
 
@@ -181,7 +181,7 @@ def test_scalar_mix_and_its_refusals():
 def test_elmo_features_in_extraction_probing_cache_and_bad_layer(tmp_path):
     from lmlab.analysis.features import FeatureExtractor
     from lmlab.analysis.layer_cache import WordRequest, cached_word_features
-    from lmlab.finetune.feature_based import ScalarMix
+    from lmlab.models.pooling import ScalarMix
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.utils.catalog import minilm_dir
 

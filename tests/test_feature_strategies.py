@@ -15,7 +15,7 @@ from conftest import assert_close_rounding
 from test_finetune_feature_based import assert_same_run, toy_task, train
 
 import lmlab
-from lmlab.analysis.features import STRATEGIES, FeatureExtractor
+from lmlab.analysis.features import FeatureExtractor
 from lmlab.finetune.feature_based import (
     FeatureHead,
     pooled_layer_states,
@@ -24,6 +24,7 @@ from lmlab.finetune.feature_based import (
 )
 from lmlab.finetune.recipes import get_recipe
 from lmlab.finetune.runner import load_model
+from lmlab.models.pooling import STRATEGIES
 from lmlab.utils.errors import LmlabError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "feature_strategies.py"

@@ -9,8 +9,9 @@ import torch
 from conftest import assert_close_rounding
 
 import lmlab
-from lmlab.analysis.features import STRATEGIES, FeatureExtractor, combine_layers
+from lmlab.analysis.features import FeatureExtractor
 from lmlab.analysis.neighbours import ContextualIndex, StaticWordVectors, find_occurrences
+from lmlab.models.pooling import STRATEGIES, combine_layers
 from lmlab.utils.errors import LmlabError
 
 SENTENCES = ["The vase broke.", "Dawn broke over the hills.", "A crane caught a fish.",

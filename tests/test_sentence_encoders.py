@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+from lmlab.models.pooling import masked_mean
 from lmlab.objectives.quick_thought import QuickThought, neighbour_targets, quick_thought_loss
 from lmlab.objectives.skip_thought import SkipThought
 from lmlab.sentence.data import (
@@ -21,7 +22,7 @@ from lmlab.sentence.data import (
     collate_columns,
     encode_texts,
 )
-from lmlab.sentence.encoder import SentenceEncoder, mean_pool
+from lmlab.sentence.encoder import SentenceEncoder
 from lmlab.sentence.evaluate import best_threshold
 from lmlab.sentence.objectives import MultipleNegativesRanking, PairClassification, mnrl_loss
 from lmlab.sentence.pairs import SentencePair, read_pairs
@@ -153,9 +154,9 @@ def test_pair_classification_by_hand():
     assert_close_rounding(got, logits, terms=6, scale=3.0)  # a product of 6 inputs (<= 3)
 
 
-def test_mean_pool_ignores_padding():
+def test_masked_mean_ignores_padding():
     hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
-    assert mean_pool(hidden, torch.tensor([[1, 1, 0]])).tolist() == [[2.0, 3.0]]
+    assert masked_mean(hidden, torch.tensor([[1, 1, 0]])).tolist() == [[2.0, 3.0]]
 
 
 @pytest.mark.numerics

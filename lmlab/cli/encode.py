@@ -69,10 +69,10 @@ def _fill_mask(args: argparse.Namespace) -> int:
 
 def _layer(value: str) -> int | str:
     """A layer index (``-1``, ``0``, ...) or a strategy name of
-    :data:`lmlab.analysis.features.STRATEGIES`; an unknown name is refused before loading."""
+    :data:`lmlab.models.pooling.STRATEGIES`; an unknown name is refused before loading."""
     if value.lstrip("-").isdigit():
         return int(value)
-    from lmlab.analysis.features import STRATEGIES
+    from lmlab.models.pooling import STRATEGIES
     from lmlab.utils.checks import check_names
 
     check_names([value], list(STRATEGIES), "--layer", "layer strategy")

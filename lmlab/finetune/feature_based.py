@@ -24,6 +24,7 @@ from torch import nn
 
 from lmlab.cost.precision import precision_autocast
 from lmlab.finetune import data as fdata
+from lmlab.models.pooling import ScalarMix
 from lmlab.objectives.base import ObjectiveResult
 from lmlab.utils.errors import LmlabError
 
@@ -37,30 +38,16 @@ FEATURE_HEAD_CONFIG = "feature_head.json"
 
 
 # -- the head: a scalar mix (or one layer) over frozen layers, then a linear classifier ----------
-class ScalarMix(nn.Module):
-    """ELMo's scalar mix: ``gamma * sum_j softmax(w)_j x_j`` over L+1 layer representations."""
-
-    def __init__(self, num_layers: int):
-        super().__init__()
-        self.weights = nn.Parameter(torch.zeros(num_layers))
-        self.gamma = nn.Parameter(torch.ones(()))
-
-    def forward(self, layers: torch.Tensor) -> torch.Tensor:
-        """``layers`` (..., L+1, H) -> (..., H)."""
-        w = torch.softmax(self.weights, dim=0)  # (L+1,)
-        return self.gamma * torch.einsum("l,...lh->...h", w, layers)
-
-
 class FeatureHead(nn.Module):
     """Classifier over frozen features: a chosen layer, a fixed combination of layers (a strategy
-    of :data:`lmlab.analysis.features.STRATEGIES`, the BERT paper's table 7: ``concat_last_four``
+    of :data:`lmlab.models.pooling.STRATEGIES`, the BERT paper's table 7: ``concat_last_four``
     makes the classifier 4H wide) or a learned scalar mix, then dropout and a linear layer. Reads
     pre-pooled per-layer sentence vectors (N, L+1, H): pooling is linear, so pooling then
     combining equals combining then pooling, and the frozen encoder runs once."""
 
     def __init__(self, num_layers: int, hidden: int, outputs: int, layer: int | str | None,
                  dropout: float = 0.1):
-        from lmlab.analysis.features import combine_layers
+        from lmlab.models.pooling import combine_layers
 
         super().__init__()
         self.layer = layer
@@ -74,7 +61,7 @@ class FeatureHead(nn.Module):
 
     def combine(self, features: torch.Tensor) -> torch.Tensor:
         """(N, L+1, H) per-layer vectors -> (N, D), the classifier's input."""
-        from lmlab.analysis.features import combine_layers
+        from lmlab.models.pooling import combine_layers
 
         if self.mix is not None:
             return self.mix(features)
@@ -91,7 +78,7 @@ def pooled_layer_states(model: nn.Module, batch: dict[str, torch.Tensor],
                         pooling: str) -> torch.Tensor:
     """Sentence vectors of every hidden state (embeddings + each layer): (B, L+1, H) in fp32.
     ``pooling`` ``mean`` (over real tokens) or ``cls`` (first token)."""
-    from lmlab.models.task_heads import masked_mean
+    from lmlab.models.pooling import masked_mean
 
     out = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                 token_type_ids=batch.get("token_type_ids"), heads=[],
@@ -254,7 +241,7 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     layer = rec.layer if rec.layer is None or isinstance(rec.layer, str) or rec.layer >= 0 \
         else layers + rec.layer
     if isinstance(layer, str):
-        from lmlab.analysis.features import STRATEGIES
+        from lmlab.models.pooling import STRATEGIES
         from lmlab.utils.checks import check_names
 
         check_names([layer], list(STRATEGIES), "layer", "feature strategy")

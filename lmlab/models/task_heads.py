@@ -34,6 +34,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
 from lmlab.models.families import task_layout
 from lmlab.models.heads import IGNORE_INDEX
+from lmlab.models.pooling import concat_pool, masked_mean
 from lmlab.utils.errors import LmlabError
 
 SEQUENCE_CLASSIFICATION = "sequence-classification"
@@ -75,26 +76,6 @@ def _check_pooling(pooling: str) -> str:
     if pooling not in POOLINGS:
         raise LmlabError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
     return pooling
-
-
-def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean of ``hidden`` (B, T, H) over real tokens -> (B, H)."""
-    if attention_mask is None:
-        return hidden.mean(1)
-    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-
-
-def concat_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """ULMFiT's concat pooling ``[h_last, max_t h_t, mean_t h_t]`` over real tokens -> (B, 3H).
-
-    For a bidirectional encoder "last" is the last real token (the final [SEP]/</s>)."""
-    if attention_mask is None:
-        attention_mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
-    lengths = attention_mask.long().sum(1).clamp(min=1)  # (B,)
-    last = hidden[torch.arange(hidden.shape[0], device=hidden.device), lengths - 1]  # (B, H)
-    masked = hidden.masked_fill(~attention_mask.bool().unsqueeze(-1), float("-inf"))
-    return torch.cat([last, masked.max(1).values, masked_mean(hidden, attention_mask)], dim=-1)
 
 
 class _PooledHead(nn.Module):

@@ -44,11 +44,3 @@ def load_model_and_tokenizer(model: Any, tokenizer: Any = None, head: str | None
             "load the tokenizer saved with this model",
         )
     return model.eval(), tokenizer
-
-
-def model_inputs(model, batch) -> dict[str, torch.Tensor]:
-    """The tensors of a tokenizer batch that the model takes, on the model's device (offsets,
-    special-token masks and overflow mappings stay behind)."""
-    device = next(model.parameters()).device
-    return {k: v.to(device) for k, v in batch.items()
-            if k in ("input_ids", "attention_mask", "token_type_ids")}

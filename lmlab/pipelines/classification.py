@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+from lmlab.models.inputs import model_inputs
 from lmlab.models.task_heads import SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, task_logits
-from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 
 AGGREGATIONS = ("none", "simple", "first")

@@ -10,7 +10,7 @@ from lmlab.analysis.features import FeatureExtractor
 class FeatureExtractionPipeline:
     """``embed(texts, pooling="mean")`` -> (N, D) sentence vectors; ``pooling=None`` -> one
     (T, D) tensor of token vectors per text. ``layer`` is a layer index or a strategy name of
-    :data:`lmlab.analysis.features.STRATEGIES`."""
+    :data:`lmlab.models.pooling.STRATEGIES`."""
 
     head = None  # any model: the vectors come from its body, not a head
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lmlab.pipelines.base import model_inputs
+from lmlab.models.inputs import model_inputs
 from lmlab.utils.errors import LmlabError
 
 

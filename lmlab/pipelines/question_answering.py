@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from lmlab.models.inputs import model_inputs
 from lmlab.models.task_heads import QUESTION_ANSWERING, task_logits
-from lmlab.pipelines.base import model_inputs
 from lmlab.utils.errors import LmlabError
 
 

@@ -2,6 +2,6 @@
 WordNet pairs), skip-thought and quick-thought on a corpus's sentence order, and their
 evaluation (Lee document similarity, WiC, gloss retrieval). See docs/sentence-encoders.md."""
 
-from lmlab.sentence.encoder import ConcatenatedEncoder, SentenceEncoder, embed_batch, mean_pool
+from lmlab.sentence.encoder import ConcatenatedEncoder, SentenceEncoder, embed_batch
 
-__all__ = ["ConcatenatedEncoder", "SentenceEncoder", "embed_batch", "mean_pool"]
+__all__ = ["ConcatenatedEncoder", "SentenceEncoder", "embed_batch"]

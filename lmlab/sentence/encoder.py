@@ -2,7 +2,7 @@
 
 Sentence-BERT (Reimers & Gurevych 2019) found mean pooling the best of [CLS], mean and max for
 a bi-encoder: one shared encoder embeds each sentence on its own, and sentences are compared by
-the cosine of their vectors. :func:`mean_pool` and :func:`embed_batch` are the differentiable
+the cosine of their vectors. :func:`embed_batch` (masked mean pooling, :func:`lmlab.models.pooling.masked_mean`) are the differentiable
 parts the training objectives use; :class:`SentenceEncoder` adds tokenisation, batching and
 the settings a sentence-transformers folder records (``sentence_bert_config.json``'s
 ``max_seq_length``; a ``Normalize`` module in ``modules.json`` makes every vector unit length),
@@ -22,17 +22,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab.models.pooling import masked_mean
 from lmlab.objectives.base import model_inputs
 from lmlab.utils.errors import LmlabError
 
 DEFAULT_MAX_LENGTH = 256  # sentence-transformers' max_seq_length for MiniLM-sized encoders
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T, H) hidden states -> (B, H): the mean over positions where the mask is 1."""
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-    total = (hidden * mask).sum(1)  # (B, H)
-    return total / mask.sum(1).clamp(min=1e-9)
 
 
 def embed_batch(model: nn.Module, batch: dict[str, torch.Tensor],
@@ -40,7 +34,7 @@ def embed_batch(model: nn.Module, batch: dict[str, torch.Tensor],
     """Mean-pooled (and optionally unit-length) sentence vectors (B, H) of a padded batch, with
     gradients: one forward pass of ``model``'s stack, no head."""
     out = model(**model_inputs(batch, model), heads=[])
-    vectors = mean_pool(out.last_hidden_state, batch["attention_mask"])
+    vectors = masked_mean(out.last_hidden_state, batch["attention_mask"])
     return nn.functional.normalize(vectors, dim=-1) if normalize else vectors
 
 
@@ -72,7 +66,7 @@ class SentenceEncoder:
 
     def __init__(self, model: nn.Module, tokenizer: Any, max_length: int = DEFAULT_MAX_LENGTH,
                  normalize: bool = False):
-        from lmlab.analysis.features import input_limit
+        from lmlab.models.inputs import input_limit
 
         self.model = model
         self.tokenizer = tokenizer
@@ -93,7 +87,7 @@ class SentenceEncoder:
             raise LmlabError(f"{path} is an encoder-decoder", "give an encoder (BERT-like) folder")
         recorded_length, recorded_normalize = _sentence_transformers_settings(folder)
         if max_length is None and recorded_length is None:  # a plain model folder: the
-            from lmlab.analysis.features import max_input_length  # default, if it fits
+            from lmlab.models.inputs import max_input_length  # default, if it fits
 
             max_length = min(DEFAULT_MAX_LENGTH,
                              max_input_length(model, tokenizer) or DEFAULT_MAX_LENGTH)

@@ -12,13 +12,12 @@ predict the next token and the backward one the previous token.
 ``hidden_states`` are ELMo's layers: layer 0 the token vector twice ``[x; x]``, layer j
 ``[forward_j; backward_j]``, all ``2 * projection_size`` wide; a task combines them with the
 scalar mix ``gamma * sum_j softmax(s)_j h_j`` (:func:`scalar_mix`; the feature recipe learns
-``s`` and ``gamma``: :class:`lmlab.finetune.feature_based.ScalarMix`).
+``s`` and ``gamma``: :class:`lmlab.models.pooling.ScalarMix`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -122,15 +121,3 @@ class ElmoModel(RecurrentModel):
         pairs = list(zip(self.forward_layers, self.backward_layers))
         return [list(self.heads.values())] + [list(pair) for pair in reversed(pairs)] + [
             [self.token_encoder]]
-
-
-def scalar_mix(hidden_states: Sequence[torch.Tensor], weights: torch.Tensor,
-               gamma: torch.Tensor | float = 1.0) -> torch.Tensor:
-    """ELMo's task representation ``gamma * sum_j softmax(weights)_j h_j`` over the L + 1 hidden
-    states (each (B, T, H)) -> (B, T, H); ``weights`` (L + 1,) unnormalised."""
-    if weights.dim() != 1 or weights.shape[0] != len(hidden_states):
-        raise LmlabError(f"the scalar mix has {weights.numel()} weights but the model gives "
-                         f"{len(hidden_states)} layers (its {len(hidden_states) - 1} layers plus "
-                         "the token layer)", f"use {len(hidden_states)} weights, one per layer")
-    mix = torch.softmax(weights, dim=0)  # (L+1,)
-    return gamma * torch.einsum("l,lbth->bth", mix, torch.stack(list(hidden_states)))
