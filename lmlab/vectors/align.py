@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_at_least, check_choice, check_file, check_output_file
 from lmlab.utils.errors import LmlabError
-from lmlab.vectors.keyed import WordVectors
+from lmlab.vectors.keyed import WordVectors, unit_rows
 
 RETRIEVALS = ("nn", "csls")
 
@@ -36,10 +36,6 @@ def procrustes(source: np.ndarray, target: np.ndarray) -> np.ndarray:
                          "both spaces need the same dimension and one row per dictionary pair")
     u, _, vt = np.linalg.svd(source.T @ target)  # (D, D) each
     return (u @ vt).astype(np.float32)
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def mean_top_k_cosine(queries: np.ndarray, keys: np.ndarray, k: int, batch: int = 1024
@@ -59,10 +55,10 @@ def retrieve(mapped: np.ndarray, target: np.ndarray, retrieval: str = "csls", k:
     CSLS's r_S(y) is computed against ``source_for_hubness`` (the whole mapped source
     vocabulary; ``mapped`` itself when None)."""
     check_choice(retrieval, RETRIEVALS, "retrieval", "retrieval")
-    mapped, target = _unit(mapped), _unit(target)
+    mapped, target = unit_rows(mapped), unit_rows(target)
     scores = mapped @ target.T  # (Q, T) cosines
     if retrieval == "csls":
-        hub_source = mapped if source_for_hubness is None else _unit(source_for_hubness)
+        hub_source = mapped if source_for_hubness is None else unit_rows(source_for_hubness)
         r_target = mean_top_k_cosine(mapped, target, k)       # (Q,) r_T(Wx)
         r_source = mean_top_k_cosine(target, hub_source, k)   # (T,) r_S(y)
         scores = 2 * scores - r_target[:, None] - r_source[None, :]
@@ -136,7 +132,7 @@ def align_spaces(source: WordVectors, target: WordVectors, pairs: Sequence[tuple
     train = [(s, t) for s, t in usable if s in set(train_words)]
     x = np.stack([source.vector(s) for s, _ in train])
     y = np.stack([target.vector(t) for _, t in train])
-    mapping = procrustes(_unit(x), _unit(y))
+    mapping = procrustes(unit_rows(x), unit_rows(y))
 
     candidates = target.words[:target_vocab]
     candidate_rows = np.asarray(target.matrix[:target_vocab])
@@ -150,4 +146,39 @@ def align_spaces(source: WordVectors, target: WordVectors, pairs: Sequence[tuple
     for name, rows in found.items():
         hits = sum(candidates[r] in gold[w] for w, r in zip(test_words, rows))
         report.precision[name] = hits / len(test_words)
+    return report
+
+
+def align_files(source: str, target: str, dictionary: str | None = None, top: int = 5000,
+                test_fraction: float = 0.2, target_vocab: int = 50_000,
+                limit: int | None = None, seed: int = 0, save_mapping: str | None = None,
+                overwrite: bool = False) -> AlignmentReport:
+    """``lmlab vectors align``: map the vectors of ``source`` onto ``target`` (files or
+    ``glove-6b-50d``) from ``dictionary`` (default: the ``top`` shared words), print the
+    held-out precision@1 of each retrieval and save the map (.npy) to ``save_mapping``."""
+    from lmlab.utils.io import atomic_path
+    from lmlab.vectors.keyed import load_vectors
+
+    check_at_least(top, 1, "--top")
+    check_at_least(target_vocab, 1, "--target-vocab")
+    check_at_least(limit, 1, "--limit")
+    if dictionary:
+        check_file(dictionary, "--dictionary", "give a file of 'source target' lines")
+    if save_mapping:
+        check_output_file(save_mapping, overwrite, "--save-mapping")
+    source_vectors = load_vectors(source, limit=limit)
+    target_vectors = load_vectors(target, limit=limit)
+    pairs = (read_dictionary(dictionary) if dictionary
+             else identical_word_pairs(source_vectors, target_vectors, top))
+    report = align_spaces(source_vectors, target_vectors, pairs, test_fraction, seed,
+                          target_vocab=target_vocab)
+    print(f"fitted on {report.train_pairs} pairs, tested on {report.test_words} held-out words "
+          f"({report.skipped_pairs} dictionary pairs without vectors)")
+    for name, label in (("unaligned", "unaligned (W = I)"), ("nn", "Procrustes + nearest"),
+                        ("csls", "Procrustes + CSLS")):
+        print(f"    {label:<24} precision@1 {100 * report.precision[name]:.1f}%")
+    if save_mapping:
+        with atomic_path(save_mapping) as tmp, open(tmp, "wb") as handle:
+            np.save(handle, report.mapping)
+        print(f"wrote {save_mapping}")
     return report

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.metrics.classification import pearson, spearman
-from lmlab.utils.checks import check_at_least, check_choice
+from lmlab.utils.checks import check_at_least, check_choice, check_names, check_output_file
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors
 
@@ -210,3 +210,47 @@ def _answer(unit: np.ndarray, questions: np.ndarray, method: str,
     question_index, row_index = np.array(hidden).T
     scores[question_index, row_index] = -np.inf
     return scores.argmax(axis=1)
+
+
+def evaluate_vectors_file(source: str, similarity: list[str], analogies: str | None,
+                          methods: list[str], restrict_vocab: int = 300_000,
+                          case_insensitive: bool = True, limit: int | None = None,
+                          json_path: str | None = None, overwrite: bool = False) -> dict:
+    """``lmlab vectors evaluate``: score the vectors of ``source`` (a file or ``glove-6b-50d``)
+    on the ``similarity`` sets and the ``analogies`` set with each of ``methods``, print the
+    scores and write them to ``json_path``; returns them. Every input is checked (the sets
+    found) before the vectors load."""
+    from lmlab.utils.io import atomic_write_json
+    from lmlab.vectors.keyed import load_vectors
+
+    check_names(methods, list(ANALOGY_METHODS), "--method", "analogy method")
+    check_at_least(restrict_vocab, 1, "--restrict-vocab")
+    check_at_least(limit, 1, "--limit")
+    for dataset in [*similarity, *([analogies] if analogies else [])]:
+        evaluation_file(dataset)
+    if json_path:
+        check_output_file(json_path, overwrite, "--json")
+    vectors = load_vectors(source, limit=limit)
+    print(f"{source}: {vectors}")
+    scores: dict = {"vectors": str(source), "words": len(vectors), "dim": vectors.dim,
+                    "restrict_vocab": restrict_vocab, "similarity": {}, "analogies": {}}
+    for dataset in similarity:
+        r = evaluate_similarity(vectors, dataset, restrict_vocab, case_insensitive)
+        print(f"{r.dataset:<12} Spearman {r.spearman:.3f}  Pearson {r.pearson:.3f}  "
+              f"({r.pairs} pairs, {r.oov} with unknown words)")
+        scores["similarity"][r.dataset] = {"spearman": r.spearman, "pearson": r.pearson,
+                                           "pairs": r.pairs, "oov": r.oov}
+    for method in methods if analogies else []:
+        r = evaluate_analogies(vectors, analogies, method, restrict_vocab, case_insensitive)
+        print(f"{analogies} analogies, {method}: {100 * r.accuracy:.1f}% of {r.scored} "
+              f"({r.oov} with unknown words)")
+        for section, (correct, scored) in r.sections.items():
+            share = f"{100 * correct / scored:5.1f}%" if scored else "    -"
+            print(f"    {section:<30} {share} of {scored}")
+        scores["analogies"][method] = {"accuracy": r.accuracy, "scored": r.scored, "oov": r.oov,
+                                       "sections": {s: {"correct": c, "scored": n}
+                                                    for s, (c, n) in r.sections.items()}}
+    if json_path:
+        atomic_write_json(json_path, scores)
+        print(f"wrote {json_path}")
+    return scores

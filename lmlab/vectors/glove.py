@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from lmlab.training.loop_run import LoopModel
+from lmlab.utils.checks import check_at_least, check_positive
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.cooccurrence import Cooccurrences, count_cooccurrences
 from lmlab.vectors.keyed import WordVectors
@@ -56,12 +57,9 @@ class GloveConfig:
         """Refuse bad settings before any work."""
         check_training_counts(self, ("dim", "window", "min_count", "epochs", "batch_entries",
                                      "buffer_pairs"))
-        for name in ("x_max", "learning_rate"):
-            if not getattr(self, name) > 0:
-                raise LmlabError(f"{name} must be positive, not {getattr(self, name)}",
-                                 f"give a positive {name}")
-        if self.alpha < 0:
-            raise LmlabError(f"alpha must be >= 0, not {self.alpha}", "use 0.75 (the paper's)")
+        check_positive(self.x_max, "x_max")
+        check_positive(self.learning_rate, "learning_rate")
+        check_at_least(self.alpha, 0, "alpha")
 
 
 def weighting(x: np.ndarray | torch.Tensor, x_max: float, alpha: float):
@@ -87,20 +85,11 @@ class GloveModel:
                      torch.ones(size, dim, dtype=torch.float64),
                      torch.ones(size, dtype=torch.float64), torch.ones(size, dtype=torch.float64)]
 
-    def loss(self, i: torch.Tensor, j: torch.Tensor, log_x: torch.Tensor, weight: torch.Tensor
-             ) -> torch.Tensor:
-        """``sum f(X_ij) (w_i . w~_j + b_i + b~_j - log X_ij)^2 / 2`` over the given entries."""
-        diff = self._diff(i, j, log_x)
-        return 0.5 * (weight * diff * diff).sum()
-
-    def _diff(self, i: torch.Tensor, j: torch.Tensor, log_x: torch.Tensor) -> torch.Tensor:
-        dots = (self.words[i] * self.contexts[j]).sum(dim=1)  # (B,)
-        return dots + self.word_bias[i] + self.context_bias[j] - log_x
-
     def step(self, i: torch.Tensor, j: torch.Tensor, log_x: torch.Tensor, weight: torch.Tensor,
              learning_rate: float) -> float:
         """One AdaGrad step on the entries (i, j); returns their loss before the step."""
-        diff = self._diff(i, j, log_x)  # (B,)
+        dots = (self.words[i] * self.contexts[j]).sum(dim=1)  # (B,)
+        diff = dots + self.word_bias[i] + self.context_bias[j] - log_x  # (B,)
         loss = 0.5 * float((weight * diff * diff).sum())
         scaled = weight * diff * learning_rate  # glove.c's fdiff * eta
         grads = (scaled[:, None] * self.contexts[j], scaled[:, None] * self.words[i],
@@ -141,16 +130,10 @@ def train_glove(sentences: Iterable[list[str]], config: GloveConfig | None = Non
                 show_progress: bool = True, vocabulary: Vocabulary | None = None,
                 cooccurrences: Cooccurrences | None = None, run: Any = None
                 ) -> tuple[WordVectors, GloveSummary]:
-    """Count co-occurrences in ``sentences`` (a re-iterable of word lists: read once to count
-    words unless ``vocabulary`` is given, once for the co-occurrences unless they are given),
-    then fit GloVe. Returns ``W + W~`` as :class:`WordVectors` and a :class:`GloveSummary`.
-
-    ``run`` (a :class:`lmlab.training.loop_run.LoopRun`) gives the loop a run folder: it
-    checkpoints between minibatches and resumes from the newest checkpoint exactly (the
-    parameters, their AdaGrad sums, the epoch's shuffle and the position in it; the counts are
-    recomputed, the same), stops at its time budget (the learning rate is constant, so the
-    budget only ends the run: ``schedule`` ``"constant"`` in the run's settings), and reports
-    the cost."""
+    """Count co-occurrences in ``sentences`` (re-iterable word lists; ``vocabulary`` and
+    ``cooccurrences`` skip their passes when given), then fit GloVe. Returns ``W + W~`` and a
+    summary. ``run`` (a :class:`~lmlab.training.loop_run.LoopRun`) checkpoints between
+    minibatches, resumes exactly and ends at its budget (the rate is constant)."""
     config = config or GloveConfig()
     config.validate()
     with threads_for_training(config.threads):

@@ -26,6 +26,11 @@ FORMATS = ("word2vec", "word2vec-binary", "glove")
 GLOVE_6B_50D = "glove-6b-50d"
 
 
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """The rows of ``matrix`` scaled to length 1 (zero rows stay 0)."""
+    return matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+
+
 class WordVectors:
     """``words`` (V) and their vectors ``matrix`` (V, D) as float32, with a word -> row index.
 
@@ -67,10 +72,8 @@ class WordVectors:
         return None if row is None else np.asarray(self.matrix[row], dtype=np.float32)
 
     def unit_rows(self, limit: int | None = None) -> np.ndarray:
-        """The first ``limit`` rows (all by default) scaled to length 1 (zero rows stay 0)."""
-        rows = np.asarray(self.matrix[:limit], dtype=np.float32)
-        norms = np.linalg.norm(rows, axis=1, keepdims=True)
-        return rows / np.maximum(norms, 1e-12)
+        """The first ``limit`` rows (all by default) scaled to length 1."""
+        return unit_rows(np.asarray(self.matrix[:limit], dtype=np.float32))
 
     def similarity(self, first: str, second: str) -> float:
         """Cosine similarity of two words' vectors."""
@@ -229,3 +232,15 @@ def save_vectors(vectors: WordVectors, path: str | Path, format: str = "word2vec
                     # repr-exact float32: 9 significant digits round-trip every value
                     handle.write(word + " " + " ".join(f"{v:.9g}" for v in row) + "\n")
     return path
+
+
+def convert_vectors(source: str | Path, out: str | Path, format: str = "word2vec",
+                    limit: int | None = None, overwrite: bool = False) -> WordVectors:
+    """``lmlab vectors convert``: rewrite the first ``limit`` vectors of ``source`` (a file or
+    ``glove-6b-50d``) to ``out`` in ``format``; prints what it wrote."""
+    check_at_least(limit, 1, "--limit")
+    check_output_file(out, overwrite, "OUT")
+    vectors = load_vectors(source, limit=limit)
+    save_vectors(vectors, out, format, overwrite=overwrite)
+    print(f"wrote {vectors} to {out} ({format})")
+    return vectors

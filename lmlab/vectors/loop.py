@@ -69,11 +69,9 @@ def training_vocabulary(sentences: Iterable[list[str]], config: Any,
 
 
 class LoopSession:
-    """One training session of a loop: its run folder (``run``, or None) and progress bar.
-
-    Call :meth:`resume` first, then :meth:`start`, :meth:`step` after each update and
-    :meth:`finish` at the end; ``stop`` is why the loop must stop (``"budget"``), else None.
-    """
+    """A loop's session: its run folder (``run``, or None) and progress bar. Call
+    :meth:`resume`, :meth:`start`, :meth:`step` after each update, :meth:`finish`; ``stop`` is
+    why the loop must stop (``"budget"``), else None."""
 
     def __init__(self, run: Any, show_progress: bool):
         self.run = run
@@ -83,7 +81,7 @@ class LoopSession:
         self.started = 0.0
 
     def resume(self) -> LoopState | None:
-        """The newest checkpoint's (position, tensors), or None to start afresh."""
+        """The newest checkpoint's (position, tensors), or None."""
         return self.run.resume() if self.run is not None else None
 
     def start(self, model: LoopModel, total: int, done: int, desc: str, unit: str) -> None:
@@ -108,8 +106,8 @@ class LoopSession:
         return self.stop
 
     def finish(self, snapshot: Callable[[], LoopState]) -> tuple[float, dict | None]:
-        """Close the bar and the run (a last checkpoint unless stopped); returns the seconds
-        trained this session and the run's cost report (None without a run)."""
+        """Close the bar and the run (a last checkpoint unless stopped): (seconds trained this
+        session, the run's cost report or None)."""
         if self.bar is not None:
             self.bar.close()
         seconds = time.perf_counter() - self.started

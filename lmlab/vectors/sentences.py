@@ -1,10 +1,6 @@
-"""Sentences for static word vectors, streamed, and their vocabulary.
-
-word2vec and GloVe read a corpus as sentences of words: an lmlab corpus folder (``lmlab data
-build``: documents already split into sentences) or plain text files (one sentence per line).
-Words are the lower-cased runs of letters and digits (GloVe 6B is lower-cased too, and the
-evaluations match case-insensitively). A :class:`Sentences` stream reads its source again from
-the start on each pass, holding one sentence at a time, so a corpus larger than memory trains.
+"""Sentences of words for static word vectors, streamed from an lmlab corpus folder or text
+files (one sentence per line), and their vocabulary. Words are lower-cased (as GloVe 6B's);
+each pass reads the source again, so a corpus larger than memory trains.
 """
 
 from __future__ import annotations
@@ -31,12 +27,8 @@ def words_of(text: str) -> list[str]:
 
 
 class Sentences:
-    """A re-iterable stream of sentences (word lists): every ``iter()`` reads the source again
-    from the start, so training holds no more than one sentence of it at a time.
-
-    ``corpus_sentences`` and ``text_sentences`` build one; any callable returning an iterable
-    of word lists (a generator function) can be wrapped: ``Sentences(lambda: my_generator())``.
-    """
+    """A re-iterable stream of sentences (word lists): every ``iter()`` calls ``open_stream``
+    (e.g. a generator function) to read the source again from the start."""
 
     def __init__(self, open_stream: Callable[[], Iterable[list[str]]], description: str = ""):
         self.open_stream = open_stream

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from lmlab.training.loop_run import LoopModel
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors
 from lmlab.vectors.loop import (
@@ -91,9 +91,7 @@ class Word2VecConfig:
     def validate(self) -> None:
         """Refuse bad settings before any work."""
         check_choice(self.architecture, ARCHITECTURES, "architecture", "word2vec architecture")
-        if not self.max_row_updates >= 1:
-            raise LmlabError(f"max_row_updates must be at least 1, not {self.max_row_updates}",
-                             "give 40 (the default) or another bound of at least 1")
+        check_at_least(self.max_row_updates, 1, "max_row_updates")
         check_training_counts(self, ("dim", "window", "negative", "min_count", "epochs",
                                      "batch_pairs", "chunk_words"))
         if not 0 < self.min_alpha <= self.alpha:
@@ -102,19 +100,15 @@ class Word2VecConfig:
         if not 0 <= self.sample < 1:
             raise LmlabError(f"sample must be in [0, 1), not {self.sample}",
                              "use 0 to keep every word, 1e-3 (default) to drop frequent ones")
-        if self.ns_exponent < 0:
-            raise LmlabError(f"ns_exponent must be >= 0, not {self.ns_exponent}",
-                             "use 0.75 (the paper's) or 0 for uniform noise")
+        check_at_least(self.ns_exponent, 0, "ns_exponent")
 
 
 def examples_per_step(counts: np.ndarray, keep: np.ndarray, cdf: np.ndarray,
                       config: Word2VecConfig) -> int:
-    """The minibatch size: ``batch_pairs``, lowered until the busiest row expects at most
-    ``max_row_updates`` summed updates in one step. The busiest row is the most frequent noise
-    word (``negative`` draws per example) or the most frequent word after subsampling as an
-    input (once per skip-gram example, about ``window + 1`` times per CBOW example, its
-    context). A large vocabulary leaves ``batch_pairs`` as it is; a handful of words (a toy
-    corpus) gets small steps, where summed updates would otherwise overshoot."""
+    """The minibatch size: ``batch_pairs``, lowered until the busiest row (the most frequent
+    noise word, or input word: once per skip-gram example, about ``window + 1`` times per CBOW
+    one) expects at most ``max_row_updates`` summed updates per step, which would otherwise
+    overshoot on a handful of words (a toy corpus)."""
     kept = counts * keep
     input_share = float(kept.max() / kept.sum())
     noise_share = float(np.diff(cdf, prepend=0.0).max())
@@ -148,9 +142,8 @@ class Word2VecTables:
     """The input (word) vectors and the output (context) vectors, and one SGD step."""
 
     def __init__(self, size: int, dim: int, seed: int):
-        # gensim 4's init (KeyedVectors' prep_vectors), the same numbers for the same seed:
-        # uniform in [-1, 1) / dim. The C tool's (rand - 0.5) / dim is half as wide, and that
-        # cost CBOW half a point of analogy accuracy against gensim (docs/vectors.md).
+        # gensim 4's init, the same numbers for the same seed: uniform in [-1, 1) / dim (the
+        # C tool's, half as wide, cost CBOW half a point of analogies: docs/vectors.md)
         inputs = np.random.default_rng(seed).random((size, dim), dtype=np.float32)
         inputs *= 2.0
         inputs -= 1.0
@@ -200,16 +193,11 @@ class Word2VecSummary:
 def train_word2vec(sentences: Iterable[list[str]], config: Word2VecConfig | None = None,
                    show_progress: bool = True, vocabulary: Vocabulary | None = None,
                    run: Any = None) -> tuple[WordVectors, Word2VecSummary]:
-    """Train word2vec on ``sentences``, an iterable of word lists read once to count (unless a
-    ``vocabulary`` is given) and once per epoch: a :class:`Sentences` stream, a list, or any
-    re-iterable object (a generator, read once, is refused). Returns the input vectors as
-    :class:`WordVectors` (most frequent word first) and a :class:`Word2VecSummary`.
-
-    ``run`` (a :class:`lmlab.training.loop_run.LoopRun`) gives the loop a run folder: it
-    checkpoints between chunks and resumes from the newest checkpoint exactly (the tables, the
-    random stream and the position in the corpus, skipped to on resumption), stops at its time
-    budget, with the learning rate's decay fitted to the words the budget allows (as the
-    Trainer fits its schedule), and reports the cost."""
+    """Train word2vec on ``sentences`` (word lists, re-iterable: read once to count unless a
+    ``vocabulary`` is given, then once per epoch). Returns the input vectors, most frequent
+    word first, and a summary. ``run`` (a :class:`~lmlab.training.loop_run.LoopRun`)
+    checkpoints between chunks, resumes exactly and ends at its budget, the learning rate's
+    decay fitted to the words the budget allows (docs/vectors.md, "Budget, resume and cost")."""
     config = config or Word2VecConfig()
     config.validate()
     refuse_one_shot(sentences)
