@@ -3,7 +3,7 @@
 The encoder never trains: its per-layer sentence vectors (embeddings + each layer, mean-pooled)
 are computed once per split, and a linear head (the ``feature`` recipe: AdamW, dev scored every
 epoch, best epoch kept, early stopping) is trained on each way of combining the layers, the
-strategies of :data:`lmlab.analysis.features.STRATEGIES` plus ELMo's learned scalar mix, for
+strategies of :data:`lmlab.models.pooling.STRATEGIES` plus ELMo's learned scalar mix, for
 every seed. The paper's ordering on CoNLL-2003 NER: concat of the last four ~= fine-tuning, then
 weighted sum / sum of the last four / second-to-last / last close together, embeddings far below.
 
@@ -25,16 +25,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lmlab.analysis.features import STRATEGIES
 from lmlab.finetune.feature_based import task_features, train_feature_based
 from lmlab.finetune.recipes import get_recipe
 from lmlab.finetune.results import summarize_seeds
+from lmlab.models.pooling import STRATEGIES
 from lmlab.tasks import load_builtin_task
 from lmlab.tasks.sampling import sample_examples
+from lmlab.utils.catalog import minilm_dir
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json
-from lmlab.utils.catalog import minilm_dir
 
 SCALAR_MIX = "scalar_mix"  # the learned ELMo mix (the recipe's layer=None)
 STRATEGY_NAMES = (*STRATEGIES, SCALAR_MIX)

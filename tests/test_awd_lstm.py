@@ -270,7 +270,8 @@ def test_default_awd_lstm_leaves_the_unigram_plateau():
 def test_a_classifier_head_without_a_pooling_choice_pools_as_the_family_does():
     """"family" pooling on a recurrent model: ULMFiT's concat for an AWD-LSTM, the mean for
     ELMo; "cls" has no token to read and is refused with the fix named."""
-    from lmlab.models.task_heads import add_task_head, concat_pool
+    from lmlab.models.pooling import concat_pool
+    from lmlab.models.task_heads import add_task_head
 
     model = build_model(tiny(), ["clm"]).eval()
     head = add_task_head(model, "sequence-classification", 3)

@@ -20,11 +20,11 @@ from lmlab.finetune.feature_based import (
     FeatureHead,
     FeatureObjective,
     FeatureStream,
-    ScalarMix,
     train_feature_based,
 )
 from lmlab.finetune.recipes import get_recipe
 from lmlab.finetune.runner import load_model
+from lmlab.models.pooling import ScalarMix
 from lmlab.tasks.types import Task
 from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.training.trainer import Trainer

@@ -15,10 +15,11 @@ import pytest
 import torch
 from conftest import TOKENIZER_FILES, assert_clean_refusal, assert_close_rounding, run_lmlab
 
-from lmlab.models.task_heads import add_task_head, concat_pool
 from lmlab.finetune.recipes import discriminative_groups, unfreeze_to
+from lmlab.models.pooling import concat_pool
 from lmlab.models.rnn.config import recurrent_preset
 from lmlab.models.rnn.io import build_model, load_recurrent
+from lmlab.models.task_heads import add_task_head
 from lmlab.utils.errors import LmlabError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,78 +7,14 @@ last piece); sentence vectors pool tokens ([CLS], mean or max over real tokens).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from lmlab.pipelines.base import model_inputs
+from lmlab.models.inputs import input_limit, model_inputs
+from lmlab.models.pooling import combine_layers
 from lmlab.utils.errors import LmlabError
-
-
-def _weighted_sum(hidden: Sequence[torch.Tensor]) -> torch.Tensor:
-    """All layers summed with equal weights 1 / (L+1)."""
-    stacked = torch.stack(list(hidden))  # (L+1, B, T, H)
-    return (stacked * (1.0 / stacked.shape[0])).sum(0)
-
-
-STRATEGIES: dict[str, Callable[[Sequence[torch.Tensor]], torch.Tensor]] = {
-    "embeddings": lambda hs: hs[0],
-    "last": lambda hs: hs[-1],
-    "second_to_last": lambda hs: hs[-2],
-    "sum_last_four": lambda hs: torch.stack(list(hs[-4:])).sum(0),
-    "concat_last_four": lambda hs: torch.cat(list(hs[-4:]), dim=-1),
-    "weighted_sum_all": _weighted_sum,
-}
-
-
-def combine_layers(hidden_states: Sequence[torch.Tensor], layer: int | str = "last") -> torch.Tensor:
-    """One (B, T, D) tensor from the per-layer hidden states: a layer index (0 = embeddings,
-    -1 = last) or a strategy name of :data:`STRATEGIES`."""
-    if isinstance(layer, int) or (isinstance(layer, str) and layer.lstrip("-").isdigit()):
-        index = int(layer)
-        if not -len(hidden_states) <= index < len(hidden_states):
-            raise LmlabError(f"layer {index} does not exist (the model has "
-                             f"{len(hidden_states) - 1} layers plus the embeddings, index 0)",
-                             f"use a layer between 0 and {len(hidden_states) - 1}, or -1")
-        return hidden_states[index]
-    if layer not in STRATEGIES:
-        raise LmlabError(f"unknown feature strategy {layer!r}",
-                         f"use a layer index or one of {', '.join(STRATEGIES)}")
-    summed = {"sum_last_four": hidden_states[-4:], "weighted_sum_all": hidden_states}
-    widths = sorted({h.shape[-1] for h in summed.get(layer, ())})
-    if len(widths) > 1:  # an AWD-LSTM's layers are E, H, H, E wide
-        raise LmlabError(f"{layer!r} adds hidden states of different widths "
-                         f"({', '.join(map(str, widths))}) in this model",
-                         "use one layer index, or concat_last_four")
-    return STRATEGIES[layer](hidden_states)
-
-
-def max_input_length(model, tokenizer) -> int | None:
-    """The longest input the model takes: the tokenizer's limit and the position table's
-    (None: no limit, T5's relative positions with an unlimited tokenizer)."""
-    limits = [tokenizer.model_max_length] if tokenizer.model_max_length else []
-    if getattr(model.config, "is_encoder_decoder", False):
-        if getattr(model, "max_length", None) is not None:
-            limits.append(model.max_length)
-    else:
-        limits.append(model.config.max_position_embeddings - model.config.position_offset)
-    return min(limits) if limits else None
-
-
-def input_limit(model, tokenizer, max_length: int | None = None) -> int | None:
-    """``max_length`` if the model can take it (refused with a message if not), else the
-    model's own limit (:func:`max_input_length`)."""
-    limit = max_input_length(model, tokenizer)
-    if max_length is None:
-        return limit
-    if max_length < 2:
-        raise LmlabError(f"max_length {max_length} leaves no room for a token",
-                         "use at least 2 (the special tokens take some)")
-    if limit is not None and max_length > limit:
-        raise LmlabError(f"max_length {max_length} is more than this model takes ({limit} "
-                         "tokens)", f"use {limit} or less (--max-length {limit})")
-    return max_length
 
 
 @dataclass
