@@ -198,11 +198,16 @@ def test_gguf_path_dispatches(tmp_path, monkeypatch):
     import types
 
     calls = []
+    real = Tokenizer.train(["a b c d"] * 20, kind="wordpiece", vocab_size=40, min_frequency=1)
     fake = types.ModuleType("lmlab.tokenization.gguf")
-    fake.tokenizer_from_gguf = lambda path: calls.append(path) or "from-gguf"
+    fake.load_gguf = lambda path: calls.append(path) or {
+        "engine": real.backend_tokenizer, "family": "bert", "special": real.special_tokens_map,
+        "extra": [], "lowercase": True, "model_max_length": 77, "padding_side": "right",
+        "truncation_side": "right", "attributes": {"chat_template": "{{ x }}"}}
     monkeypatch.setitem(sys.modules, "lmlab.tokenization.gguf", fake)
-    assert Tokenizer.from_pretrained(tmp_path / "model.gguf") == "from-gguf"
+    loaded = Tokenizer.from_pretrained(tmp_path / "model.gguf")
     assert calls == [tmp_path / "model.gguf"]
+    assert (loaded.model_max_length, loaded.chat_template) == (77, "{{ x }}")
 
 
 def test_cli_train_and_encode(texts, tmp_path, capsys):

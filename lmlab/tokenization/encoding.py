@@ -8,13 +8,10 @@ from lmlab.utils.errors import LmlabError
 
 
 class BatchEncoding(dict):
-    """``{"input_ids": ..., "attention_mask": ..., ...}`` as lists or tensors.
-
-    Keys follow Hugging Face names (``input_ids``, ``token_type_ids``, ``attention_mask``,
-    ``special_tokens_mask``, ``offset_mapping``, ``overflow_to_sample_mapping``, ``length``) so
-    the result can be passed on with ``model(**batch)``. The per-sequence engine encodings are
-    kept for :meth:`word_ids` and :meth:`sequence_ids` (whole-word masking, token
-    classification and question answering need them).
+    """``{"input_ids": ..., "attention_mask": ..., ...}`` as lists or tensors, with Hugging
+    Face's key names (so ``model(**batch)`` works), keeping the per-sequence engine encodings
+    for :meth:`word_ids` and :meth:`sequence_ids` (whole-word masking, token classification and
+    question answering need them).
     """
 
     def __init__(self, data: dict[str, Any], encodings: list[Any] | None = None):
@@ -47,10 +44,6 @@ class BatchEncoding(dict):
     def tokens(self, batch_index: int = 0) -> list[str]:
         """The token strings of one sequence."""
         return self._encoding(batch_index).tokens
-
-    def char_to_token(self, batch_index: int, char_index: int, sequence_index: int = 0) -> int | None:
-        """Token holding character ``char_index`` of text ``sequence_index`` (QA span mapping)."""
-        return self._encoding(batch_index).char_to_token(char_index, sequence_index)
 
     def to(self, device: Any) -> BatchEncoding:
         """Move every tensor to ``device`` (in place); returns self."""

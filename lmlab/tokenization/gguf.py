@@ -1,13 +1,7 @@
-"""The tokenizer embedded in a GGUF file, as an :class:`lmlab.Tokenizer`.
-
-A GGUF file carries no ``tokenizer.json``; llama.cpp stores the vocabulary (``tokenizer.ggml.
-tokens``), the BPE merges, each token's type (1 normal, 3 control, 4 user-defined, ...), the
-special-token ids and the chat template as metadata. For ``tokenizer.ggml.model == "gpt2"``
-(byte-level BPE: GPT-2, SmolLM2, Llama 3, Qwen2) this module rebuilds the same tokenizer
-transformers' GGUF loader builds: a ``tokenizers`` BPE over the byte alphabet, a byte-level
-pre-tokenizer (GPT-2's split regex, or the one ``tokenizer.ggml.pre`` names), a byte-level
-decoder, control tokens as special added tokens and user-defined tokens as plain added tokens.
-"""
+"""The tokenizer embedded in a GGUF file: llama.cpp stores the vocabulary, merges, token types,
+special-token ids and chat template as metadata; for byte-level BPE (``tokenizer.ggml.model ==
+"gpt2"``) this rebuilds the ``tokenizers`` engine transformers' GGUF loader builds
+(docs/decoders.md)."""
 
 from __future__ import annotations
 
@@ -102,11 +96,11 @@ def build_engine(metadata: dict[str, Any]) -> Any:
     return engine
 
 
-def tokenizer_from_gguf(path: str | os.PathLike) -> Any:
-    """The :class:`lmlab.Tokenizer` of a GGUF file (with ``chat_template`` set when the file
-    has one)."""
+def load_gguf(path: str | os.PathLike) -> dict[str, Any]:
+    """The parts of the :class:`lmlab.Tokenizer` of a GGUF file, as
+    :func:`lmlab.tokenization.hf_files.load_folder` gives a folder's, plus ``attributes``: the
+    chat template, whether every text starts with BOS, and llama.cpp's split rule."""
     from lmlab.formats.gguf import read_metadata
-    from lmlab.tokenization.tokenizer import Tokenizer
 
     metadata = read_metadata(path)
     engine = build_engine(metadata)
@@ -121,11 +115,10 @@ def tokenizer_from_gguf(path: str | os.PathLike) -> Any:
     roles = set(special.values())
     extra = [t for t, kind in zip(tokens, types) if kind == CONTROL and t not in roles]
     arch = metadata.get("general.architecture", "")
-    max_length = metadata.get(f"{arch}.context_length")
-    tokenizer = Tokenizer(engine, family="gpt2", special_tokens=special,
-                          additional_special_tokens=extra, model_max_length=max_length,
-                          do_lower_case=False, name_or_path=str(path))
-    tokenizer.chat_template = metadata.get("tokenizer.chat_template")
-    tokenizer.add_bos_token = bool(metadata.get("tokenizer.ggml.add_bos_token", False))
-    tokenizer.gguf_pre = metadata.get("tokenizer.ggml.pre")  # llama.cpp's split rule, kept
-    return tokenizer
+    return {"engine": engine, "family": "gpt2", "special": special, "extra": extra,
+            "lowercase": False, "model_max_length": metadata.get(f"{arch}.context_length"),
+            "padding_side": "right", "truncation_side": "right",
+            "attributes": {"chat_template": metadata.get("tokenizer.chat_template"),
+                           "add_bos_token": bool(metadata.get("tokenizer.ggml.add_bos_token",
+                                                              False)),
+                           "gguf_pre": metadata.get("tokenizer.ggml.pre")}}

@@ -1,17 +1,8 @@
-"""Reading and writing Hugging Face tokenizer folders.
-
-What is read, in order of preference:
-
-1. ``tokenizer.json`` (the Rust engine's own file) plus ``tokenizer_config.json`` /
-   ``special_tokens_map.json`` for the special tokens, ``do_lower_case`` and
-   ``model_max_length``;
-2. ``vocab.txt`` alone: a BERT WordPiece vocabulary (the pipeline of ``BertTokenizerFast``);
-3. ``vocab.json`` + ``merges.txt``: a GPT-2 / RoBERTa byte-level BPE.
-
-What is written: ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` and
-the model's own vocabulary files (``vocab.txt`` for WordPiece, ``vocab.json`` + ``merges.txt``
-for BPE), each file atomically.
-"""
+"""Reading and writing Hugging Face tokenizer folders: ``tokenizer.json`` (with the special
+tokens, ``do_lower_case`` and ``model_max_length`` of ``tokenizer_config.json`` /
+``special_tokens_map.json``), else a bare ``vocab.txt`` (BERT WordPiece), else ``vocab.json`` +
+``merges.txt`` (byte-level BPE). Writing adds the model's own vocabulary files; every file is
+written atomically."""
 
 from __future__ import annotations
 
@@ -117,7 +108,7 @@ def load_folder(folder: Path) -> dict[str, Any]:
                                       config.get("strip_accents"),
                                       bool(config.get("tokenize_chinese_chars", True)))
     elif (folder / "vocab.json").exists() and (folder / "merges.txt").exists():
-        family = CLASS_TO_FAMILY.get(config.get("tokenizer_class"), None) or "gpt2"
+        family = CLASS_TO_FAMILY.get(config.get("tokenizer_class"))
         if family not in ("gpt2", "roberta"):
             family = "gpt2"
         special = special or dict(FAMILIES[family].special_tokens)

@@ -1,11 +1,7 @@
-"""A tokenizer over a closed set of symbols: one token per space-separated symbol.
-
-Generated data (prefix-notation expressions of :mod:`lmlab.tasks.integration`) has a small,
-known alphabet: learning subwords for it would only split ``INT+`` or ``cos`` arbitrarily. This
-builds a word-level tokenizer whose vocabulary is T5's special tokens (``<pad>`` 0, ``</s>`` 1,
-``<unk>`` 2) followed by the symbols, with T5's template (``A </s>``); it saves and loads as
-every lmlab tokenizer (tokenizer.json).
-"""
+"""A tokenizer over a closed set of symbols: one token per space-separated symbol, for generated
+data with a small known alphabet (the expressions of :mod:`lmlab.tasks.integration`), where
+learned subwords would only split ``INT+`` or ``cos`` arbitrarily. It has T5's special tokens and
+template and saves and loads as every lmlab tokenizer."""
 
 from __future__ import annotations
 

@@ -1,24 +1,13 @@
 """Special-token templates of the model families: which special tokens a family has and where
-they go around one text or a pair of texts.
-
-==========  ==================================  ===============================  =========
-family      single                              pair                             type ids
-==========  ==================================  ===============================  =========
-bert        ``[CLS] A [SEP]``                   ``[CLS] A [SEP] B [SEP]``        0 / 1
-roberta     ``<s> A </s>``                      ``<s> A </s></s> B </s>``        all 0
-gpt2        ``A``                               ``A B``                          all 0
-t5          ``A </s>``                          ``A </s> B </s>``                all 0
-==========  ==================================  ===============================  =========
-
-The template is stored in the Rust engine's post-processor, so a saved ``tokenizer.json`` carries
-it and Hugging Face loaders apply the same one.
-"""
+they go around one text or a pair of texts (the table is in docs/tokenizers.md). The template
+lives in the engine's post-processor, so a saved ``tokenizer.json`` carries it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
@@ -27,31 +16,31 @@ SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token"
 
 @dataclass(frozen=True)
 class Family:
-    """A family's special tokens (role -> token, in vocabulary order) and its HF class name."""
+    """A family's special tokens (role -> token, in vocabulary order), its HF class name and
+    the further ``tokenizer_config.json`` entries transformers' class of it reads."""
 
     name: str
     special_tokens: dict[str, str]
     tokenizer_class: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
     def ordered_tokens(self) -> list[str]:
         """Distinct special tokens in the order they get ids when a tokenizer is trained."""
-        seen: list[str] = []
-        for token in self.special_tokens.values():
-            if token not in seen:
-                seen.append(token)
-        return seen
+        return list(dict.fromkeys(self.special_tokens.values()))
 
 
 FAMILIES: dict[str, Family] = {
     "bert": Family("bert", {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
-                            "sep_token": "[SEP]", "mask_token": "[MASK]"}, "BertTokenizer"),
+                            "sep_token": "[SEP]", "mask_token": "[MASK]"}, "BertTokenizer",
+                   {"tokenize_chinese_chars": True, "strip_accents": None}),
     # RoBERTa's order: <s>=0, <pad>=1, </s>=2, <unk>=3, then the vocabulary, <mask> last-ish.
     "roberta": Family("roberta", {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>",
                                   "unk_token": "<unk>", "mask_token": "<mask>",
-                                  "cls_token": "<s>", "sep_token": "</s>"}, "RobertaTokenizer"),
+                                  "cls_token": "<s>", "sep_token": "</s>"}, "RobertaTokenizer",
+                      {"add_prefix_space": False, "errors": "replace", "trim_offsets": True}),
     "gpt2": Family("gpt2", {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
-                            "unk_token": "<|endoftext|>"}, "GPT2Tokenizer"),
+                            "unk_token": "<|endoftext|>"}, "GPT2Tokenizer",
+                   {"add_prefix_space": False, "errors": "replace"}),
     # transformers' T5Tokenizer rebuilds its own normaliser (no lower-casing) instead of reading
     # tokenizer.json, so saved Unigram folders name the generic class that loads the file as is.
     "t5": Family("t5", {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
@@ -74,11 +63,7 @@ DEFAULT_FAMILY = {"wordpiece": "bert", "bpe": "roberta", "unigram": "t5"}
 
 def get_family(name: str) -> Family:
     """The family called ``name``, or an LmlabError listing the known ones."""
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise LmlabError(f"unknown special-token template {name!r}",
-                         f"use one of {', '.join(FAMILIES)}") from None
+    return FAMILIES[check_choice(name, FAMILIES, "template", "special-token template")]
 
 
 def build_post_processor(family: str, special: dict[str, str], token_to_id: Any,
@@ -86,12 +71,14 @@ def build_post_processor(family: str, special: dict[str, str], token_to_id: Any,
     """The engine post-processor adding ``family``'s special tokens.
 
     Args:
-        family: one of :data:`FAMILIES`.
+        family: a name of :data:`FAMILIES`.
         special: role -> token actually used by the tokenizer.
         token_to_id: callable mapping a token to its id (None when missing).
         byte_level: the tokenizer is byte-level BPE (offsets then drop the leading space).
     """
     from tokenizers import processors
+
+    get_family(family)
 
     def ident(role: str) -> tuple[str, int]:
         token = special.get(role)
@@ -115,7 +102,4 @@ def build_post_processor(family: str, special: dict[str, str], token_to_id: Any,
         return processors.TemplateProcessing(single=f"$A:0 {eos[0]}:0",
                                              pair=f"$A:0 {eos[0]}:0 $B:0 {eos[0]}:0",
                                              special_tokens=[eos])
-    if family == "gpt2":
-        return processors.ByteLevel(trim_offsets=False) if byte_level else None
-    raise LmlabError(f"unknown special-token template {family!r}",
-                     f"use one of {', '.join(FAMILIES)}")
+    return processors.ByteLevel(trim_offsets=False) if byte_level else None  # gpt2

@@ -1,11 +1,7 @@
 """``lmlab.Tokenizer``: train, load, save and apply WordPiece, byte-level BPE and Unigram
-tokenizers.
-
-The Rust ``tokenizers`` engine does the work (normalising, pre-tokenising, the subword model,
-special-token templates, truncation, padding, overflow windows, batch parallelism); this class
-keeps what the engine does not know (which token plays which role, the family's template, the
-model's maximum length) and speaks the Hugging Face calling convention, so code written against
-``transformers`` tokenizers reads the same.
+tokenizers. The Rust ``tokenizers`` engine does the work; this class keeps what the engine does
+not know (token roles, the family's template, the model's maximum length) and speaks the Hugging
+Face calling convention (docs/tokenizers.md).
 
 Example:
     >>> tok = Tokenizer.train("corpus/", kind="wordpiece", vocab_size=8000)
@@ -30,6 +26,7 @@ from lmlab.tokenization.templates import (
     build_post_processor,
     get_family,
 )
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 _TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
@@ -37,18 +34,11 @@ _DEFAULT_MAX_LENGTH = {"bert": 512, "roberta": 512, "gpt2": 1024, "t5": 512}
 
 
 class Tokenizer:
-    """A subword tokenizer (WordPiece, byte-level BPE or Unigram) with a family's special tokens.
-
-    Build one with :meth:`train` or :meth:`from_pretrained`; call it on texts to encode.
-
-    Args:
-        engine: a ``tokenizers.Tokenizer`` (the Rust engine).
-        family: special-token template: ``"bert"``, ``"roberta"``, ``"gpt2"`` or ``"t5"``.
-        special_tokens: role (``"cls_token"``, ``"pad_token"``, ...) -> token string.
-        additional_special_tokens: further special tokens (e.g. T5 sentinels).
-        model_max_length: longest input of the model; the default ``max_length``.
-        do_lower_case: recorded in ``tokenizer_config.json`` (the engine's normaliser decides).
-        padding_side / truncation_side: ``"right"`` or ``"left"``.
+    """A subword tokenizer (WordPiece, byte-level BPE or Unigram) over a ``tokenizers.Tokenizer``
+    ``engine``, with a ``family``'s special-token template (``"bert"``, ``"roberta"``,
+    ``"gpt2"``, ``"t5"``) and its ``special_tokens`` (role -> token). Build one with
+    :meth:`train` or :meth:`from_pretrained`; call it on texts to encode. ``do_lower_case`` is
+    only recorded (the engine's normaliser decides).
     """
 
     def __init__(self, engine: Any, family: str = "bert", special_tokens: dict[str, str] | None = None,
@@ -79,31 +69,22 @@ class Tokenizer:
               strip_accents: bool | None = None, extra_ids: int = 0,
               model_max_length: int | None = None, show_progress: bool = False,
               encoding_errors: str = "strict") -> Tokenizer:
-        """Train a tokenizer on streamed text.
+        """Train a tokenizer on text streamed from ``source``: an lmlab corpus folder (its train
+        split's sentences), a text file (one text per line), a list of them, or an iterable of
+        strings.
 
-        Args:
-            source: an lmlab corpus folder (its train split's sentences), a text file (one text
-                per line), a list of text files, or an iterable of strings. Streamed, never
-                loaded whole.
-            kind: ``"wordpiece"`` (BERT), ``"bpe"`` (byte-level, GPT-2/RoBERTa) or
-                ``"unigram"`` (SentencePiece-style with the ``▁`` metaspace).
-            vocab_size: size of the vocabulary, special tokens included.
-            min_frequency: pairs seen fewer times are not merged (WordPiece, BPE).
-            special_tokens: tokens that get the first ids; default: the template's.
-            limit_alphabet: keep at most this many initial characters (WordPiece, BPE).
-            template: special-token family; default bert / roberta / t5 for the three kinds.
-            lowercase, strip_accents: normaliser options (WordPiece, Unigram). ``None`` for
-                strip_accents follows BERT: strip when lower-casing.
-            extra_ids: add ``<extra_id_0..N-1>`` sentinels (T5 span corruption) at the top of
-                the vocabulary, ``<extra_id_0>`` last, as T5 does.
-            model_max_length: the model's longest input (default 512, GPT-2 1024).
-            encoding_errors: a non-UTF-8 byte in a text file: ``"strict"`` raises an error
-                naming the file and byte offset, ``"replace"`` reads it as U+FFFD.
+        ``kind`` is ``"wordpiece"``, ``"bpe"`` (byte-level) or ``"unigram"``; ``template`` the
+        special-token family (default bert / roberta / t5 for the three kinds), whose tokens
+        get the first ids unless ``special_tokens`` says otherwise. ``vocab_size`` counts the
+        special tokens; ``min_frequency`` and ``limit_alphabet`` apply to WordPiece and BPE,
+        ``lowercase``/``strip_accents`` (None: strip when lower-casing, as BERT) to WordPiece
+        and Unigram. ``extra_ids`` adds T5's ``<extra_id_N>`` sentinels at the top of the
+        vocabulary. ``encoding_errors="replace"`` reads a non-UTF-8 byte as U+FFFD instead
+        of refusing the file.
         """
         from lmlab.tokenization.training import KINDS, train_engine
 
-        if kind not in KINDS:
-            raise LmlabError(f"unknown tokenizer kind {kind!r}", f"use one of {', '.join(KINDS)}")
+        check_choice(kind, KINDS, "kind", "tokenizer kind")
         family = get_family(template or DEFAULT_FAMILY[kind])
         roles = dict(family.special_tokens)
         ordered = list(special_tokens) if special_tokens is not None else family.ordered_tokens()
@@ -134,22 +115,26 @@ class Tokenizer:
         """Load a tokenizer folder (ours or Hugging Face's) or, for a ``.gguf`` path, the
         tokenizer embedded in a GGUF checkpoint. ``path`` may also be a short name from
         ``lmlab models list`` (``"minilm"``, ``"smollm2"``)."""
-        from lmlab.utils.catalog import resolve_short_name
         from lmlab.tokenization.hf_files import load_folder
+        from lmlab.utils.catalog import resolve_short_name
 
         path = resolve_short_name(path)
         if path.suffix.lower() == ".gguf":
-            from lmlab.tokenization.gguf import tokenizer_from_gguf
+            from lmlab.tokenization.gguf import load_gguf
 
-            return tokenizer_from_gguf(path)
-        if path.is_file() and path.name == "tokenizer.json":
-            path = path.parent
-        parts = load_folder(path)
-        return cls(parts["engine"], family=parts["family"], special_tokens=parts["special"],
-                   additional_special_tokens=parts["extra"],
-                   model_max_length=parts["model_max_length"], do_lower_case=parts["lowercase"],
-                   padding_side=parts["padding_side"], truncation_side=parts["truncation_side"],
-                   name_or_path=str(path))
+            parts = load_gguf(path)
+        else:
+            if path.is_file() and path.name == "tokenizer.json":
+                path = path.parent
+            parts = load_folder(path)
+        tokenizer = cls(parts["engine"], family=parts["family"], special_tokens=parts["special"],
+                        additional_special_tokens=parts["extra"],
+                        model_max_length=parts["model_max_length"],
+                        do_lower_case=parts["lowercase"], padding_side=parts["padding_side"],
+                        truncation_side=parts["truncation_side"], name_or_path=str(path))
+        for name, value in parts.get("attributes", {}).items():
+            setattr(tokenizer, name, value)  # a GGUF file's chat template and BOS rule
+        return tokenizer
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
         """Write ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` and
@@ -169,12 +154,7 @@ class Tokenizer:
         }
         if self.additional_special_tokens:
             config["additional_special_tokens"] = list(self.additional_special_tokens)
-        if self.family == "bert":
-            config.update(tokenize_chinese_chars=True, strip_accents=None)
-        if self.family in ("roberta", "gpt2"):
-            config.update(add_prefix_space=False, errors="replace")
-        if self.family == "roberta":
-            config["trim_offsets"] = True
+        config.update(FAMILIES[self.family].config)
         if self.family == "t5":
             config["extra_ids"] = sum(t.startswith("<extra_id_")
                                       for t in self.additional_special_tokens)
@@ -315,23 +295,11 @@ class Tokenizer:
                  return_special_tokens_mask: bool = False, return_offsets_mapping: bool = False,
                  return_overflowing_tokens: bool = False, return_length: bool = False,
                  text_pairs: Sequence[str] | None = None) -> BatchEncoding:
-        """Encode one text, a batch of texts, or (batches of) pairs.
-
-        Args:
-            text: a string or a list of strings (with ``is_split_into_words``: a list of words
-                or a list of such lists).
-            text_pair / text_pairs: the second segment(s) of each pair.
-            padding: ``True``/``"longest"``, ``"max_length"``, or ``False``.
-            truncation: ``True``/``"longest_first"``, ``"only_first"``, ``"only_second"``, or
-                ``False``. ``max_length`` defaults to ``model_max_length``.
-            stride: with ``return_overflowing_tokens``, tokens shared by consecutive windows.
-            return_tensors: ``"pt"`` (torch), ``"np"`` or None (lists).
-            return_*: which extra keys to return (Hugging Face names and defaults;
-                ``token_type_ids`` by default only for BERT-family tokenizers).
-
-        Returns:
-            A :class:`BatchEncoding`; unbatched lists when ``text`` is a single string and no
-            tensors are asked for.
+        """Encode one text, a batch of texts (with ``is_split_into_words``: lists of words), or
+        (batches of) pairs, with Hugging Face's keyword names and defaults (``token_type_ids``
+        by default for BERT-family tokenizers only; ``max_length`` defaults to
+        ``model_max_length``). Returns a :class:`BatchEncoding`: unbatched lists when ``text``
+        is one string and no tensors are asked for.
         """
         if text_pairs is not None:
             if text_pair is not None:
@@ -432,9 +400,7 @@ def _rounded(value: Any) -> Any:
 
 
 def _side(value: str, name: str) -> str:
-    if value not in ("left", "right"):
-        raise LmlabError(f"{name}={value!r} is not a side", f"use {name}='right' or 'left'")
-    return value
+    return check_choice(value, ("right", "left"), name, "side")
 
 
 def _is_batched(text: Any, split_into_words: bool) -> bool:
@@ -457,20 +423,16 @@ def _truncation_args(truncation: Any, max_length: int | None,
     if truncation is False or truncation == "do_not_truncate":
         return None, max_length
     strategy = "longest_first" if truncation is True else truncation
-    if strategy not in _TRUNCATION_STRATEGIES:
-        raise LmlabError(f"unknown truncation strategy {truncation!r}",
-                         f"use True, False or one of {', '.join(_TRUNCATION_STRATEGIES)}")
+    check_choice(strategy, _TRUNCATION_STRATEGIES, "truncation", "truncation strategy")
     return strategy, max_length or model_max
 
 
 def _padding_arg(padding: Any) -> str | None:
     if padding is False or padding is None or padding == "do_not_pad":
         return None
-    if padding is True or padding == "longest":
+    if padding is True:
         return "longest"
-    if padding == "max_length":
-        return "max_length"
-    raise LmlabError(f"unknown padding {padding!r}", "use True/'longest', 'max_length' or False")
+    return check_choice(padding, ("longest", "max_length"), "padding", "padding strategy")
 
 
 def _to_list(values: Any) -> list:
@@ -487,15 +449,13 @@ def _as_tensors(data: dict[str, Any], kind: str) -> dict[str, Any]:
     if len(lengths) > 1:
         raise LmlabError("sequences of different lengths cannot form one tensor",
                          "pass padding=True (or padding='max_length' with max_length)")
-    if kind == "pt":
+    if check_choice(kind, ("pt", "np"), "return_tensors", "tensor kind") == "pt":
         import torch
 
         return {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
-    if kind == "np":
-        import numpy as np
+    import numpy as np
 
-        return {key: np.asarray(value, dtype=np.int64) for key, value in data.items()}
-    raise LmlabError(f"return_tensors={kind!r} is not supported", "use 'pt', 'np' or None")
+    return {key: np.asarray(value, dtype=np.int64) for key, value in data.items()}
 
 
 __all__ = ["Tokenizer", "BatchEncoding", "SPECIAL_ROLES"]

@@ -1,16 +1,6 @@
-"""Training WordPiece, byte-level BPE and Unigram vocabularies with the Rust ``tokenizers`` engine.
-
-The text is streamed to the engine in batches from an iterator, so a corpus larger than memory
-can be used. Three pipelines are built here, one per family of the literature:
-
-* ``wordpiece`` (BERT): BERT normaliser (clean control characters, split CJK characters into
-  words, optional lower-casing and accent stripping), BERT pre-tokeniser (whitespace and
-  punctuation), ``##`` continuation pieces, WordPiece decoder.
-* ``bpe`` (GPT-2 / RoBERTa): byte-level pre-tokeniser (every byte has a symbol, so no text is
-  ever unknown), BPE merges, byte-level decoder.
-* ``unigram`` (SentencePiece / T5 / ALBERT): NFKC normalisation, metaspace pre-tokeniser
-  (``▁`` marks a preceding space), Unigram language-model pruning.
-"""
+"""Training WordPiece (BERT), byte-level BPE (GPT-2 / RoBERTa) and Unigram (SentencePiece /
+T5) vocabularies with the Rust ``tokenizers`` engine, the text streamed to it in batches so a
+corpus larger than memory can be used (the three pipelines: docs/tokenizers.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 KINDS = ("wordpiece", "bpe", "unigram")
@@ -117,6 +108,7 @@ def build_engine(kind: str, lowercase: bool = True, strip_accents: bool | None =
     model and decoder."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
+    check_choice(kind, KINDS, "kind", "tokenizer kind")
     if kind == "wordpiece":
         engine = Tokenizer(models.WordPiece(unk_token=unk_token, continuing_subword_prefix="##",
                                             max_input_chars_per_word=100))
@@ -129,7 +121,7 @@ def build_engine(kind: str, lowercase: bool = True, strip_accents: bool | None =
         engine = Tokenizer(models.BPE())
         engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         engine.decoder = decoders.ByteLevel()
-    elif kind == "unigram":
+    else:  # unigram
         engine = Tokenizer(models.Unigram())
         steps = [normalizers.NFKC()]
         if lowercase:
@@ -139,8 +131,6 @@ def build_engine(kind: str, lowercase: bool = True, strip_accents: bool | None =
         engine.normalizer = normalizers.Sequence(steps)
         engine.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
         engine.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    else:
-        raise LmlabError(f"unknown tokenizer kind {kind!r}", f"use one of {', '.join(KINDS)}")
     return engine
 
 
