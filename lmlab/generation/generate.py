@@ -1,29 +1,7 @@
-"""Text generation with a decoder: greedy, sampling (temperature, top-k, top-p), repetition
-penalty, beam search, stop tokens and stop strings, batched left-padded prompts, the key/value
-cache and a streaming callback.
-
-Conventions follow Hugging Face's ``generate`` so results can be compared token for token:
-
-- logits are processed in the order repetition penalty -> temperature -> top-k -> top-p;
-- the repetition penalty (Keskar et al. 2019, CTRL) divides positive and multiplies negative
-  logits of every token already in the sequence (prompt included, padding excluded);
-- beam search keeps ``2 * num_beams`` candidates per step, scores finished hypotheses by
-  ``sum log p / generated_length ** length_penalty`` and stops by ``early_stopping``
-  (True: as soon as ``num_beams`` hypotheses are finished; False: when no running beam can beat
-  the worst finished one at its current length; "never": also considering the longest possible
-  length when ``length_penalty > 0``);
-- finished rows are filled with the pad id (the eos id when there is no pad);
-- left padding: position ids count real tokens only (``cumsum(mask) - 1``).
-
-Stop strings end a row (or, in beam search, finish a hypothesis, exactly as an end-of-sequence
-token would) at the step whose generated text first contains one. The returned tokens include
-the token that completed it; :func:`generate_text` cuts the text before the stop string, and
-:class:`TextStreamer` never prints it: it holds back any text that could still be the start of
-a stop string, so streamed and returned text are the same.
-
-Example:
-    >>> out = generate(model, ids, attention_mask=mask, max_new_tokens=20, do_sample=True,
-    ...                top_p=0.9, generator=torch.Generator().manual_seed(0))
+"""Text generation with a decoder or an encoder-decoder: greedy, sampling (temperature, top-k,
+top-p), repetition penalty, n-gram blocking, beam search, stop tokens and strings, left-padded
+batches, the key/value cache and streaming. Conventions follow Hugging Face's ``generate``, so
+results compare token for token (docs/decoders.md lists them).
 """
 
 from __future__ import annotations
@@ -37,6 +15,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from lmlab.utils.checks import check_at_least, check_names, check_positive
 from lmlab.utils.errors import LmlabError
 
 TokenCallback = Callable[[torch.Tensor], None]
@@ -69,16 +48,14 @@ class GenerationConfig:
     suppress_token_ids: list[int] = field(default_factory=list)  # never generated (Marian: pad)
 
     def validate(self) -> None:
-        if self.max_new_tokens < 1:
-            raise LmlabError(f"max_new_tokens={self.max_new_tokens}", "ask for at least 1 token")
+        check_at_least(self.max_new_tokens, 1, "max_new_tokens")
         if not 0.0 < self.temperature < float("inf"):
             raise LmlabError(f"temperature={self.temperature} is not a positive finite number",
                              "use e.g. temperature=0.7 (--temperature 0.7); 1.0 leaves the "
                              "model's probabilities as they are")
         if not 0.0 < self.top_p <= 1.0:
             raise LmlabError(f"top_p={self.top_p} is outside (0, 1]", "use e.g. top_p=0.9")
-        if self.top_k < 0:
-            raise LmlabError(f"top_k={self.top_k} is negative", "use 0 (off) or a positive k")
+        check_at_least(self.top_k, 0, "top_k")
         ignored = [f"{name}={value}" for name, value, off in (
             ("temperature", self.temperature, 1.0), ("top_k", self.top_k, 0),
             ("top_p", self.top_p, 1.0)) if value != off]
@@ -87,18 +64,12 @@ class GenerationConfig:
                              "sampling: greedy decoding (do_sample off) ignores them",
                              "add --sample (do_sample=True) to sample with them, or leave them "
                              "out for greedy decoding")
-        if not 0.0 < self.repetition_penalty < float("inf"):
-            raise LmlabError(f"repetition_penalty={self.repetition_penalty} is not a positive "
-                             "finite number",
-                             "use 1.0 (off) or e.g. 1.2")
+        check_positive(self.repetition_penalty, "repetition_penalty")
         if not math.isfinite(self.length_penalty):
             raise LmlabError(f"length_penalty={self.length_penalty} is not a finite number",
                              "use 1.0 (the default) or e.g. 0.6 for shorter hypotheses")
-        if self.no_repeat_ngram_size < 0:
-            raise LmlabError(f"no_repeat_ngram_size={self.no_repeat_ngram_size} is negative",
-                             "use 0 (off) or an n-gram size such as 3")
-        if self.num_beams < 1:
-            raise LmlabError(f"num_beams={self.num_beams}", "use 1 (no beam search) or more")
+        check_at_least(self.no_repeat_ngram_size, 0, "no_repeat_ngram_size")
+        check_at_least(self.num_beams, 1, "num_beams")
         if not 1 <= self.num_return_sequences <= self.num_beams:
             raise LmlabError(f"num_return_sequences={self.num_return_sequences} with "
                              f"num_beams={self.num_beams}",
@@ -226,11 +197,8 @@ class _Decoder:
         self.fed = 0  # tokens of the sequences in the cache (it may hold more: virtual tokens)
 
     def logits(self, sequences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Next-token logits (B, V) in float32 for the sequences so far.
-
-        The stack runs without heads and the vocabulary projection only at the last position:
-        projecting the whole prompt would cost prompt length x the FLOPs of a decoding step's
-        projection, for logits nobody reads."""
+        """Next-token logits (B, V) in float32 for the sequences so far (the vocabulary
+        projection runs at the last position only: nobody reads the prompt's logits)."""
         positions = _positions(mask)
         if self.use_cache and self.cache is not None:
             past = self.fed
@@ -352,11 +320,9 @@ def check_context(model: Any, prompt_tokens: int, max_new_tokens: int) -> None:
 def make_config(config: GenerationConfig | None, model: Any, **overrides: Any) -> GenerationConfig:
     """``config`` (or the defaults) with ``overrides``; eos/pad default to the model's."""
     config = GenerationConfig() if config is None else replace(config)  # a copy: ours to change
-    known = {f.name for f in fields(GenerationConfig)}
+    check_names(list(overrides), sorted(f.name for f in fields(GenerationConfig)), "generate",
+                "generation option")
     for key, value in overrides.items():
-        if key not in known:
-            raise LmlabError(f"unknown generation option {key!r}",
-                             f"valid options: {', '.join(sorted(known))}")
         if value is not None:
             setattr(config, key, value)
     if config.eos_token_id is None:
@@ -383,24 +349,19 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
              config: GenerationConfig | None = None, *, generator: torch.Generator | None = None,
              streamer: TokenCallback | None = None, tokenizer: Any = None,
              **options: Any) -> torch.Tensor:
-    """Continue ``input_ids`` (B, T), left-padded when ``attention_mask`` has zeros; for an
-    encoder-decoder, translate it: ``input_ids`` is the (right-padded) source and the output
-    starts with the decoder start token, as transformers' ``generate`` returns it.
+    """Continue ``input_ids`` (B, T), left-padded where ``attention_mask`` has zeros, with a
+    decoder's ``"clm"`` head; or translate it (a right-padded source) with an encoder-decoder's
+    ``"seq2seq-lm"`` head, the output starting with the decoder start token as transformers'.
 
     Args:
-        model: a :class:`~lmlab.models.model.LanguageModel` with a causal ``"clm"`` head, or an
-            :class:`~lmlab.models.seq2seq.EncoderDecoderModel` with its ``"seq2seq-lm"`` head.
         config / options: a :class:`GenerationConfig` and/or its fields as keywords.
         generator: the random generator for sampling (seeded: reproducible output).
-        streamer: called after every step with the new tokens (B,); greedy and sampling only
-            (beam search has no single stream until it ends: :func:`generate_text` hands its
-            ``on_text`` the best hypothesis at the end instead).
+        streamer: called after every step with the new tokens (B,); not with beam search.
         tokenizer: needed for ``stop_strings`` (decodes the generated text).
 
     Returns:
-        (B, T + n) prompt plus generated tokens; rows that stopped early are padded with the
-        pad id. Beam search returns the best hypothesis per prompt, or the best
-        ``num_return_sequences`` of each, best first ((B * n, T + n) rows, as transformers).
+        (B, T + n) prompt plus generated tokens, rows that stopped early padded with the pad id;
+        beam search: the best ``num_return_sequences`` per prompt, best first ((B * n, T + n)).
     """
     check_can_generate(model)
     config = make_config(config, model, **options)
@@ -495,10 +456,8 @@ def cut_at_stop_strings(text: str, stops: Sequence[str]) -> str:
 # -- beam search ---------------------------------------------------------------------------------
 def _beam_search(decoder: _Decoder, input_ids: torch.Tensor, mask: torch.Tensor,
                  config: GenerationConfig, tokenizer: Any) -> torch.Tensor:
-    """Beam search with Hugging Face's candidate selection, scoring and stopping rules.
-
-    A candidate whose generated text contains a stop string is finished, as if it had ended
-    with an end-of-sequence token (scored at its length so far)."""
+    """Beam search with Hugging Face's candidate selection, scoring and stopping rules; a
+    candidate whose text contains a stop string finishes as if it had produced eos."""
     batch, prompt_len = input_ids.shape
     beams, device = config.num_beams, input_ids.device
     max_len = prompt_len + config.max_new_tokens
@@ -595,17 +554,10 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
                   on_text: Callable[[str], None] | None = None,
                   skip_special_tokens: bool = True, truncate: str | None = None,
                   **options: Any) -> list[str]:
-    """Generate continuations of text prompts; returns the new text of each (stop strings cut).
-    For an encoder-decoder each prompt is a source (translated, summarised, integrated...) and
-    the text returned is the decoder's output.
-
-    Prompts are left-padded into one batch (sources right-padded). ``seed`` seeds a fresh generator for sampling.
-    ``on_text`` receives the text of a single prompt's continuation in pieces as it is
-    generated, exactly the text returned (never a stop string); under beam search it gets the
-    best hypothesis's text in one piece when the search ends. A prompt that does not leave room
-    for ``max_new_tokens`` in the model's context (:func:`check_context`) is refused, or with
-    ``truncate="left"`` cut to its last tokens that fit, with a warning.
-    """
+    """The new text of each prompt (stop strings cut; for an encoder-decoder, the output for
+    each source), generated as one padded batch; ``seed`` seeds a fresh generator. ``on_text``
+    gets a single prompt's text in pieces as it is generated (beam search: the best hypothesis,
+    once). A prompt too long for the context is refused, or cut with ``truncate="left"``."""
     if truncate not in (None, "left"):
         raise LmlabError(f"truncate={truncate!r}", "use truncate='left' (keep the end of a "
                          "prompt that is too long) or None (refuse it)")
@@ -671,14 +623,9 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
 
 
 class TextStreamer:
-    """Turns the per-step token callback into text pieces for one sequence.
-
-    Decodes everything generated so far and emits the new suffix, holding back text that ends
-    in an incomplete UTF-8 character (byte-level BPE splits characters across tokens) and text
-    that could be the start of a stop string (the longest suffix that is a prefix of one) until
-    the next tokens settle it. Once a stop string appears, the text before it is emitted and
-    nothing after. The pieces joined equal :func:`generate_text`'s result.
-    """
+    """Turns the per-step token callback into text pieces for one sequence, holding back an
+    incomplete UTF-8 character and any ending that could start a stop string until the next
+    tokens settle it; the pieces joined equal :func:`generate_text`'s result."""
 
     def __init__(self, tokenizer: Any, on_text: Callable[[str], None],
                  skip_special_tokens: bool = True, stop_strings: Sequence[str] = ()):
