@@ -1,19 +1,8 @@
 """Build a corpus folder (train.jsonl, validation.jsonl, manifest.json) from sources.
 
-Steps, streaming one document at a time (memory holds only 16-byte digests and the exclusion
-index, never the corpus):
-
-1. read each source's documents (sentences already split and normalised);
-2. remove the segments where a dev/test text of a built-in task (by default) or a line of an
-   ``--exclude FILE`` occurs as a whole segment (:mod:`lmlab.data.exclusion`), and documents
-   left without words;
-3. drop exact duplicates (same normalised text) -- which also guarantees that no validation
-   document's text occurs in train;
-4. assign each document to train or validation by a hash of its normalised text and the seed
-   (SHA-256, not Python's salted ``hash()``), so the split is the same on every machine and
-   does not depend on source order;
-5. write to ``DIR/.tmp-build/`` and rename into place, manifest last: a killed build leaves no
-   manifest, so readers know the folder is incomplete.
+Streaming one document at a time, a build excludes evaluation texts, drops exact duplicates,
+assigns each document to a split by a SHA-256 of its text and the seed, and writes the files
+atomically, manifest last (docs/data.md, "Building", has each step and why).
 """
 
 from __future__ import annotations
@@ -31,8 +20,10 @@ from lmlab.text.corpus import SPLITS, Document
 from lmlab.text.sentences import normalize_text
 from lmlab.text.sources import BUILTIN_SOURCES, Source, SourceCounts, builtin_sources, get_source
 from lmlab.text.textfile import check_encoding_errors
-from lmlab.utils.checks import check_output_folder
+from lmlab.utils.checks import check_names, check_output_folder
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_write_json, sha256_file
+from lmlab.utils.progress import progress
 
 MANIFEST_VERSION = 1
 TMP_DIRNAME = ".tmp-build"
@@ -40,11 +31,7 @@ TMP_DIRNAME = ".tmp-build"
 
 def list_sources(count: bool = True) -> list[dict]:
     """One row per built-in source: name, description, installed, counts, install hint.
-
-    Counting reads every installed source once (about 15 s for the default corpus); the counts
-    are cached under ``cache_dir()`` keyed by the files' sizes and mtimes, so later calls take
-    milliseconds. ``count=False`` skips counting.
-    """
+    Counts are cached until the files change (docs/data.md); ``count=False`` skips them."""
     rows = []
     for source in builtin_sources():
         installed = source.is_available()
@@ -73,10 +60,7 @@ def task_exclusion_names(exclude_tasks: str | Sequence[str]) -> list[str]:
         return list(BUILTIN_TASKS)
     if names == ["none"]:
         return []
-    unknown = [n for n in names if n not in BUILTIN_TASKS]
-    if unknown:
-        raise LmlabError(f"unknown built-in task(s) to exclude: {', '.join(unknown)}",
-                         f"use {ALL_TASKS}, none, or some of {', '.join(BUILTIN_TASKS)}")
+    check_names(names, list(BUILTIN_TASKS), "--exclude-tasks", "built-in task")
     return names
 
 
@@ -87,7 +71,6 @@ def load_exclusions(files: Sequence[str | Path] = (),
     installed, for ``"all"``) and every line of ``files``."""
     from lmlab.tasks.builtin import BUILTIN_TASKS, eval_texts
     from lmlab.text.textfile import iter_lines
-    from lmlab.utils.io import sha256_file
 
     exclusion = SegmentExclusion()
     paths = [Path(f) for f in files]
@@ -155,28 +138,17 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
                  seed: int = 0, max_documents: int | None = None,
                  exclude_tasks: str | Sequence[str] = ALL_TASKS, overwrite: bool = False,
                  encoding_errors: str = "strict") -> dict:
-    """Build a corpus folder and return its manifest.
+    """Build a corpus folder ``out`` and return its manifest (docs/data.md, "Building").
 
-    Args:
-        sources: built-in names (``"kjv,wordnet"`` or a list), user specs (``folder:PATH``,
-            ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]``), Source objects, or None for every
-            installed built-in source (the default corpus).
-        out: the corpus folder (created; a folder holding anything needs ``overwrite``).
-        exclude: text files, one text per line, kept out like the tasks' texts.
-        validation_fraction: share of documents (by hash) in validation.jsonl.
-        seed: changes which documents go to validation.
-        max_documents: read at most this many documents from *each* source (quick slices).
-        exclude_tasks: built-in tasks whose dev/test texts are kept out: ``"all"`` (the
-            default: every task whose data is installed), a list of names, or ``()``.
-        overwrite: replace the corpus files in a folder that already holds something.
-        encoding_errors: ``"strict"`` (a non-UTF-8 byte in a user file or an exclude file is
-            an error naming the file and byte offset) or ``"replace"`` (U+FFFD, one warning).
-
-    Example:
-        >>> build_corpus(["kjv", "wordnet"], "corpus/")   # doctest: +SKIP
+    ``sources``: built-in names (a list or ``"kjv,wordnet"``), ``folder:PATH``,
+    ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]`` or Source objects; None = every installed
+    built-in source. ``exclude`` files (a text per line) and the dev/test texts of
+    ``exclude_tasks`` (``"all"`` installed tasks, names, or ``()``) are kept out.
+    ``validation_fraction`` of the documents (by hash, changed by ``seed``) go to validation;
+    ``max_documents`` caps what each source gives; ``overwrite`` replaces the corpus files in a
+    folder that holds something; ``encoding_errors`` is ``"strict"`` or ``"replace"`` for
+    non-UTF-8 bytes in user files.
     """
-    from lmlab.utils.io import atomic_write_json
-
     _check_settings(validation_fraction, max_documents, encoding_errors)
     out = Path(out)
     check_output_folder(out, overwrite, "corpus", ignore=(TMP_DIRNAME,))
@@ -271,8 +243,6 @@ def _write_source(source: Source, writer: _CorpusWriter, exclusions: SegmentExcl
     """Stream one source's documents through normalisation, exclusion, deduplication and the
     split into ``writer``; return the source's manifest entry (counts read, dropped, and
     written per split)."""
-    from lmlab.utils.progress import progress
-
     stats = {split: SourceCounts() for split in SPLITS}
     dropped = {"read": 0, "duplicates": 0, "excluded": 0, "excluded_sentences": 0,
                "excluded_words": 0}

@@ -1,28 +1,10 @@
 """Keeping evaluation texts out of a pretraining corpus by matching whole segments.
 
-A *leak* is an evaluation text (a WordNet gloss, a usage example, a fortune) that a model
-could read during pretraining: the text occurs in a corpus document as a whole **segment**,
-not merely as a string inside another word or sentence. A one-word text like ``even`` must
-not hit ``seven``, ``evening`` or ``Even so, he left.``; a gloss must hit the WordNet document
-``dog, domestic dog: a member of the genus Canis ...`` where it follows the lemmas.
-
-Segments of a document: its sentences, and inside a sentence the pieces between ``;`` or ``:``
-followed by a space (WordNet puts the definition after ``lemma, lemma:`` and separates
-definitions with ``;``; GCIDE's ``Defn:`` works the same way). A text *occurs* in a document
-when its words, from one segment boundary to another, equal the document's words there; it may
-span several segments or sentences (a multi-sentence fortune). Words are the runs of letters
-and digits of the lower-cased text, so case, whitespace and punctuation (``"even."``,
-``Even!``) never decide a match.
-
-Matching is hashing, not substring search: the texts are indexed by the tuple of their first
-:data:`KEY_WORDS` words; at each segment boundary of a document the (at most three) tuples
-starting there are looked up, and only the few candidates found are compared word for word.
-The default corpus (8M words) against the 30k dev/test texts of the built-in tasks takes a few
-seconds.
-
-What is dropped is the *segments* covering a match, not the document: a WordNet synset whose
-gloss is a dev text keeps its lemmas (``dog, domestic dog.``) and usage examples, a KJV chapter
-keeps every other verse. A document left with no words is dropped.
+A text *leaks* when its words (lower-cased runs of letters and digits) equal a document's words
+from one segment boundary to another; segments are sentences, cut after ``;`` or ``:`` and a
+space. Texts are indexed by their first :data:`KEY_WORDS` words, so matching is hashing, not
+substring search; what is dropped is the matching segments, not the document (docs/data.md,
+"Keeping evaluation texts out", says why and what it costs).
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """From token shards to corrupted pretraining batches: packing, segment pairs, shuffling,
 workers, exact resume.
 
-Two example formats:
-
-* ``"packed"``: contiguous token windows.
-
-  - ``packing="full_sentences"`` (default; RoBERTa's FULL-SENTENCES): the split is one stream
-    of documents, each followed by [SEP]; window ``k`` is tokens ``[k L, (k+1) L)`` of that
-    stream (``L = seq_len - 2``), wrapped as ``[CLS] window [SEP]``. Windows cross documents.
-  - ``packing="doc_sentences"`` (RoBERTa's DOC-SENTENCES): whole sentences of one document
-    packed up to ``L`` tokens (a longer sentence is cut into ``L``-token pieces), padded.
-  - ``packing="doc_windows"``: each document cut into ``L``-token windows, the last padded.
-
-  Decoder objectives (``cls_sep_packing = False``) get GPT-2 packing instead: ``seq_len``-token
-  windows of the document stream with an end-of-text token after each document, no [CLS].
-
-* ``"segment_pairs"``: ``[CLS] A [SEP] B [SEP]`` built from document sentences exactly as
-  BERT's ``create_pretraining_data.py`` did (see :func:`create_segment_pairs`), with the NSP or
-  SOP label; token type ids 0 for ``[CLS] A [SEP]``, 1 for ``B [SEP]``.
-
-Order: each epoch visits the units (windows, or documents for segment pairs) in a permutation
-seeded by (seed, epoch); segment pairs of a block of documents are shuffled together. Only index
-arrays are held in memory; tokens are read from the memory-mapped shards when needed.
-
-Determinism: every random choice derives from (seed, epoch, unit) or (seed, batch number), never
-from the worker that did the work, so the batch sequence is the same for any ``workers`` and a
-stream restored with :meth:`PretrainingStream.load_state_dict` continues exactly where the saved
-one was.
+The formats (packed windows in three packings, GPT-2 packing for decoders, BERT's segment
+pairs), the order and the determinism guarantees are in docs/objectives.md, "The data stream":
+every random choice derives from (seed, epoch, unit) or (seed, batch number), never from the
+worker, so any ``workers`` gives the same batches and a restored stream continues exactly.
 """
 
 from __future__ import annotations
@@ -43,6 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from lmlab.data.shard_reader import ShardReader
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 FORMATS = ("packed", "segment_pairs")
@@ -73,22 +53,9 @@ class TokenSource(Protocol):
     def word_starts(self, start: int, length: int) -> np.ndarray: ...
 
 
-class ShardTokenSource:
+class ShardTokenSource(ShardReader):
     """A :class:`TokenSource` over one split of a shard folder (``lmlab.data.shards``),
     memory-mapped: nothing is loaded whole."""
-
-    def __init__(self, directory: str | os.PathLike, split: str = "train"):
-        from lmlab.data.shard_reader import ShardReader
-
-        self.reader = ShardReader(directory, split)
-        self.num_documents = self.reader.num_documents
-        self.num_tokens = self.reader.num_tokens
-        self.manifest = self.reader.manifest
-        info = self.reader.info
-        self._documents = np.load(self.reader.directory / info["documents"]["file"],
-                                  mmap_mode="r")
-        self._sentences = np.load(self.reader.directory / info["sentences"]["file"],
-                                  mmap_mode="r")
 
     def document_offsets(self) -> np.ndarray:
         return self._documents
@@ -96,11 +63,8 @@ class ShardTokenSource:
     def sentence_offsets(self) -> np.ndarray:
         return self._sentences
 
-    def window(self, start: int, length: int) -> np.ndarray:
-        return self.reader.window(start, length)
-
     def word_starts(self, start: int, length: int) -> np.ndarray:
-        return self.reader.word_starts(start, length).astype(bool)
+        return super().word_starts(start, length).astype(bool)
 
     @property
     def vocab_size(self) -> int | None:
@@ -248,25 +212,11 @@ def create_segment_pairs(document: Sequence[Sentence], document_index: int, num_
                          fetch_document: Callable[[int], Sequence[Sentence]],
                          max_num_tokens: int, mode: str, rng: random.Random,
                          short_seq_prob: float = 0.1) -> list[SegmentPair]:
-    """Segment pairs of one document, as BERT's ``create_instances_from_document``.
-
-    ``target = max_num_tokens`` (``max_seq_len - 3``), or with probability ``short_seq_prob`` a
-    random length in ``[2, max_num_tokens]``. Sentences accumulate into a chunk until it
-    reaches the target or the document ends; the chunk is split at a random sentence boundary
-    into A and B.
-
-    * ``mode="nsp"``: with probability 0.5 (and always when the chunk is one sentence, as BERT
-      did) B is instead taken from a random *other* document, starting at a random sentence, up
-      to the remaining target length; the unused sentences of the chunk go back to be reused.
-      Label 1 = random.
-    * ``mode="sop"`` (ALBERT): A and B are swapped with probability 0.5, label 1 = swapped.
-      A one-sentence chunk is split at a random token (ALBERT drew B from another document
-      there, which mislabels a random pair as "swapped"); a one-token chunk is skipped.
-
-    The pair is then cut to ``max_num_tokens`` with :func:`truncate_seq_pair`.
-    """
-    if mode not in PAIR_LABEL_KEYS:
-        raise LmlabError(f"unknown segment-pair mode {mode!r}", "use 'nsp' or 'sop'")
+    """Segment pairs of one document, as BERT's ``create_instances_from_document`` (NSP) or
+    ALBERT's sentence-order variant (SOP), each cut to ``max_num_tokens`` by
+    :func:`truncate_seq_pair`; the rules, and where SOP departs from ALBERT, are in
+    docs/objectives.md ("Next-sentence / sentence-order prediction")."""
+    check_choice(mode, PAIR_LABEL_KEYS, "mode", "segment-pair mode")
     target = max_num_tokens
     if rng.random() < short_seq_prob:
         target = rng.randint(2, max_num_tokens)
@@ -427,20 +377,16 @@ class PretrainingStream:
 
     # -- set-up ---------------------------------------------------------------------------------
     def _check(self) -> None:
-        if self.format not in FORMATS:
-            raise LmlabError(f"unknown example format {self.format!r}",
-                             f"use one of {', '.join(FORMATS)}")
-        if self.packing not in PACKINGS:
-            raise LmlabError(f"unknown packing {self.packing!r}",
-                             f"use one of {', '.join(PACKINGS)}")
+        check_choice(self.format, FORMATS, "format", "example format")
+        check_choice(self.packing, PACKINGS, "packing", "packing")
         if self.batch_size < 1:
             raise LmlabError(f"batch_size {self.batch_size} must be positive", "use e.g. 32")
         least = 8 if self.format == "segment_pairs" else (3 if self.cls_sep else 2)
         if self.seq_len < least:
             raise LmlabError(f"seq_len {self.seq_len} is too short for {self.format} examples",
                              f"use seq_len >= {least} (128 or 512 as BERT did)")
-        if self.format == "segment_pairs" and self.pair_mode not in PAIR_LABEL_KEYS:
-            raise LmlabError(f"unknown pair mode {self.pair_mode!r}", "use 'nsp' or 'sop'")
+        if self.format == "segment_pairs":
+            check_choice(self.pair_mode, PAIR_LABEL_KEYS, "pair_mode", "segment-pair mode")
         vocab = getattr(self.source, "vocab_size", None)
         if vocab is not None and vocab != self.special.vocab_size:
             raise LmlabError(f"the shards were written with a {vocab}-token vocabulary but the "
@@ -475,25 +421,18 @@ class PretrainingStream:
             return
         sentences = np.asarray(self.source.sentence_offsets(), dtype=np.int64).tolist()
         doc_ends = set(docs[1:].tolist())
-        current = None
+        current = None  # where the window being filled starts
         previous_end = 0
-        for index in range(len(sentences) - 1):
-            begin, end = sentences[index], sentences[index + 1]
-            if end - begin > length:
-                if current is not None:
-                    starts.append(current)
-                    stops.append(previous_end)
-                    current = None
-                for piece in range(begin, end, length):
-                    starts.append(piece)
-                    stops.append(min(piece + length, end))
-            else:
-                if current is not None and end - current > length:
-                    starts.append(current)
-                    stops.append(previous_end)
-                    current = None
-                if current is None:
-                    current = begin
+        for begin, end in zip(sentences[:-1], sentences[1:]):
+            if current is not None and end - current > length:  # this sentence does not fit
+                starts.append(current)
+                stops.append(previous_end)
+                current = None
+            if end - begin > length:  # a sentence longer than a window: cut into pieces
+                starts.extend(range(begin, end, length))
+                stops.extend(min(piece + length, end) for piece in range(begin, end, length))
+            elif current is None:
+                current = begin
             previous_end = end
             if end in doc_ends and current is not None:
                 starts.append(current)
@@ -655,12 +594,17 @@ class PretrainingStream:
 
     # -- iteration and state ----------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        raw = self._raw_batches(self._position)
+        for batch, position in self._made(self._raw_batches(self._position)):
+            self._position = position  # the position after the last *yielded* batch
+            yield batch
+
+    def _made(self, raw: Iterator[tuple[list[dict[str, Any]], _Position]]
+              ) -> Iterator[tuple[dict[str, torch.Tensor], _Position]]:
+        """Made batches with their positions, in order; ``workers`` threads make up to
+        ``2 * workers`` ahead."""
         if self.workers == 0:
             for examples, position in raw:
-                batch = self._make(examples, position.batches - 1)
-                self._position = position
-                yield batch
+                yield self._make(examples, position.batches - 1), position
             return
         with ThreadPoolExecutor(self.workers, thread_name_prefix="lmlab-data") as pool:
             pending: deque = deque()
@@ -670,14 +614,10 @@ class PretrainingStream:
                                     position))
                     if len(pending) > 2 * self.workers:
                         future, done = pending.popleft()
-                        batch = future.result()
-                        self._position = done
-                        yield batch
+                        yield future.result(), done
                 while pending:
                     future, done = pending.popleft()
-                    batch = future.result()
-                    self._position = done
-                    yield batch
+                    yield future.result(), done
             finally:
                 for future, _ in pending:
                     future.cancel()

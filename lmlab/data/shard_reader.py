@@ -1,13 +1,6 @@
-"""Random access to token shards written by :func:`lmlab.data.shards.build_shards`.
-
-Shards are opened with ``np.memmap``: nothing is loaded whole, a read touches only the pages it
-needs, and several processes (data-loader workers) share the page cache.
-
-Example:
-    >>> reader = ShardReader("shards/", "train", tokenizer=tok)
-    >>> reader.document(0)                  # ids of the first document
-    >>> reader.window(1_000_000, 512)       # 512 consecutive tokens, across shard files
-"""
+"""Random access to token shards written by :func:`lmlab.data.shards.build_shards`, through
+``np.memmap``: nothing is loaded whole, a read touches only the pages it needs, and processes
+(data-loader workers) share the page cache."""
 
 from __future__ import annotations
 

@@ -1,25 +1,9 @@
 """Token shards: a tokenized corpus on disk, in fixed-size memory-mappable files.
 
-Layout of a shard folder (``SPLIT`` is ``train`` or ``validation``)::
-
-    manifest.json                 tokenizer fingerprint, dtype, counts, shards with sha256
-    SPLIT-00000.bin               token ids, raw uint16 (uint32 when the vocabulary needs it)
-    SPLIT-00000.words.bin         uint8 per token: 1 when the token starts a word
-    SPLIT-00000.docs.npy          int64 offsets (into the split's token stream) of documents
-    SPLIT-00000.sents.npy           and sentences that start inside this shard
-    SPLIT.documents.npy           all document starts + the end (consolidated when done)
-    SPLIT.sentences.npy           all sentence starts + the end
-
-Tokens are stored without special tokens: objectives add ``[CLS]``/``[SEP]`` when they pack
-sequences. Sentence boundaries let NSP/SOP build segment pairs, document boundaries let packing
-respect or cross documents, and the word-start mask lets whole-word masking work with any
-tokenizer (it comes from the engine's word ids).
-
-Memory stays bounded: documents stream from the corpus in chunks, chunks are encoded (in
-worker processes with ``workers > 1``) and appended to the open shard, which is renamed into
-place when full. A shard is listed in the manifest only once it is complete and renamed, with
-its sha256 and the corpus position where it ends, so a killed run resumes after the last
-finished shard (hashes and tokenizer fingerprint verified) and produces the same bytes.
+The layout, the bounded-memory pipeline and the resume rules are in docs/shards.md: shards
+stream from the corpus in chunks, each shard is renamed into place when full and listed in the
+manifest with its sha256 and the corpus position where it ends, so a killed run resumes after
+the last finished shard and produces the same bytes.
 """
 
 from __future__ import annotations
@@ -167,7 +151,6 @@ class _SplitWriter:
                               pos - int(chunk.sent_starts[last])])
 
     def _finish(self, resume: list[int]) -> None:
-        np = self.np
         shard = self._open
         self._open = None
         files = {}
@@ -181,16 +164,10 @@ class _SplitWriter:
         for kind, name in shard["boundaries"].items():
             shard["files"][kind].close()
             raw = self.out / f".{name}.partial"
-            count = raw.stat().st_size // 8
-            with atomic_path(self.out / name) as tmp, open(tmp, "wb") as handle, \
-                    open(raw, "rb") as source:
-                np.lib.format.write_array_header_1_0(
-                    handle, {"descr": np.dtype(np.int64).str, "fortran_order": False,
-                             "shape": (count,)})
-                while block := source.read(1 << 20):
-                    handle.write(block)
+            with open(raw, "rb") as source:
+                files[kind] = _write_int64_npy(self.out / name, raw.stat().st_size // 8,
+                                               iter(lambda: source.read(1 << 20), b""))
             raw.unlink()
-            files[kind] = {"file": name, "sha256": sha256_file(self.out / name)}
         self.shards.append({"num_tokens": shard["count"], "files": files, "resume": resume})
         self.on_shard(self.shards)
 
@@ -222,25 +199,32 @@ class _SplitWriter:
             self._open = None
 
 
+def _write_int64_npy(target: Path, count: int, blocks: Iterable[bytes]) -> dict[str, str]:
+    """Write ``count`` int64 values, given as raw byte blocks, atomically as a ``.npy`` file
+    (plain writes, no memmap: resident memory does not grow with the corpus); its entry."""
+    import numpy as np
+
+    with atomic_path(target) as tmp, open(tmp, "wb") as handle:
+        np.lib.format.write_array_header_1_0(
+            handle, {"descr": np.dtype(np.int64).str, "fortran_order": False, "shape": (count,)})
+        for block in blocks:
+            handle.write(block)
+    return {"file": target.name, "sha256": sha256_file(target)}
+
+
 def _consolidate(out: Path, split: str, shards: list[dict], total: int) -> dict[str, Any]:
     """Concatenate the per-shard boundary pieces into ``SPLIT.documents.npy`` /
-    ``SPLIT.sentences.npy`` (with the end offset appended), one piece at a time (plain
-    writes, no memmap, so resident memory does not grow with the corpus)."""
+    ``SPLIT.sentences.npy``, with the end offset appended, one piece at a time."""
     import numpy as np
 
     result = {}
     for kind, name in (("docs", "documents"), ("sents", "sentences")):
         pieces = [out / s["files"][kind]["file"] for s in shards]
         count = sum(np.load(p, mmap_mode="r").shape[0] for p in pieces)
-        target = out / f"{split}.{name}.npy"
-        with atomic_path(target) as tmp, open(tmp, "wb") as handle:
-            np.lib.format.write_array_header_1_0(
-                handle, {"descr": np.dtype(np.int64).str, "fortran_order": False,
-                         "shape": (count + 1,)})
-            for piece in pieces:
-                handle.write(np.load(piece).astype(np.int64).tobytes())
-            handle.write(np.asarray([total], dtype=np.int64).tobytes())
-        result[name] = {"file": target.name, "count": count, "sha256": sha256_file(target)}
+        blocks = itertools.chain((np.load(p).astype(np.int64).tobytes() for p in pieces),
+                                 [np.asarray([total], dtype=np.int64).tobytes()])
+        result[name] = {**_write_int64_npy(out / f"{split}.{name}.npy", count + 1, blocks),
+                        "count": count}
     return result
 
 
@@ -325,28 +309,14 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
                  splits: tuple[str, ...] | None = None, chunk_docs: int = _CHUNK_DOCS,
                  show_progress: bool = True, overwrite: bool = False,
                  encoding_errors: str = "strict") -> dict[str, Any]:
-    """Tokenize every split of an lmlab corpus into token shards in ``out_dir``.
+    """Tokenize the splits of an lmlab corpus (default: those present, ``train`` required)
+    into ``shard_tokens``-token shards in ``out_dir``, with ``workers`` encoding processes;
+    return the manifest (also written there) plus ``"resumed_shards"``.
 
-    Re-running on a folder left by a killed run resumes after the last finished shard when the
-    manifest's tokenizer fingerprint, dtype, shard size and corpus match and the shard files
-    still hash to the manifest. A folder holding shards made with other settings (another
-    tokenizer, corpus or shard size), or anything else, is refused before any work unless
-    ``overwrite``: then its shard files are deleted and rebuilt from scratch.
-
-    Args:
-        tokenizer: an :class:`lmlab.Tokenizer` (or a path that loads as one).
-        corpus_dir: folder with ``train.jsonl`` (and ``validation.jsonl``).
-        out_dir: shard folder (created).
-        shard_tokens: tokens per shard file (the last one is shorter).
-        workers: encoding processes; 1 encodes in this process (the engine still uses
-            threads when ``TOKENIZERS_PARALLELISM`` allows).
-        splits: which splits (default: those present, ``train`` required).
-        overwrite: replace what ``out_dir`` holds (see above).
-        encoding_errors: ``"strict"`` (a non-UTF-8 byte in the corpus is an error naming the
-            file and byte offset) or ``"replace"`` (read as U+FFFD).
-
-    Returns:
-        The manifest (also written to ``out_dir/manifest.json``) plus ``"resumed_shards"``.
+    A folder left by a killed run with the same tokenizer, corpus and shard size is resumed
+    after its last intact shard; one holding other shards, or anything else, is refused
+    before any work unless ``overwrite`` (then lmlab's shard files are rebuilt). A non-UTF-8
+    byte in the corpus is an error, or U+FFFD with ``encoding_errors="replace"``.
     """
     from lmlab.text.textfile import check_encoding_errors
     from lmlab.tokenization.tokenizer import Tokenizer
@@ -467,16 +437,13 @@ def _previous_manifest(out: Path, header: dict[str, Any], overwrite: bool) -> di
 
 
 def _corpus_hash(corpus_dir: Path) -> str | None:
-    path = corpus_dir / "manifest.json"
-    if path.exists():
-        try:
-            manifest = read_json(path)
-        except (json.JSONDecodeError, OSError):
-            return None
-        for key in ("content_hash", "hash", "sha256"):
-            if isinstance(manifest.get(key), str):
-                return manifest[key]
-    return None
+    """The corpus manifest's content hash (None without a readable manifest)."""
+    try:
+        manifest = read_json(corpus_dir / "manifest.json")
+    except (json.JSONDecodeError, OSError):
+        return None
+    return next((manifest[key] for key in ("content_hash", "hash", "sha256")
+                 if isinstance(manifest.get(key), str)), None)
 
 
 def _progress(show: bool, split: str) -> Any:
