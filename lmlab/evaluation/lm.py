@@ -1,14 +1,5 @@
-"""Evaluating a language model without fine-tuning it.
-
-- :func:`perplexity`: sliding-window perplexity of a long text (the Hugging Face perplexity
-  guide's method): windows of ``max_length`` tokens advance by ``stride``; each token is scored
-  once, in the window where it is among the last ``stride`` tokens, so it sees up to
-  ``max_length - stride`` tokens of context. ``stride == max_length`` is plain chunking.
-- :func:`lambada_cloze`: LAMBADA-style last-word prediction (Paperno et al. 2016): greedy
-  decoding after a passage must produce its final word; the score is accuracy.
-- :func:`few_shot_evaluate`: GPT-3-style in-context classification (Brown et al. 2020): a
-  prompt of ``k`` labelled training examples, then the test text; the predicted class is the
-  label whose continuation has the highest total log-likelihood.
+"""Evaluating a language model without fine-tuning it: sliding-window :func:`perplexity`,
+LAMBADA-style :func:`lambada_cloze` and GPT-3-style :func:`few_shot_evaluate` (docs/decoders.md).
 """
 
 from __future__ import annotations
@@ -220,19 +211,14 @@ def few_shot_evaluate(model: Any, tokenizer: Any, task: Any, shots: int | Sequen
         task: an ``lmlab.tasks`` Task (classification), or a built-in task's name.
         shots: one k or several (e.g. ``[0, 1, 8]``).
         max_examples: evaluate N examples of ``split`` (None = all), drawn by
-            :func:`lmlab.tasks.sampling.sample_examples`: stable and label-stratified, the
-            sample fine-tuning uses, never a prefix (task files are sorted by label).
+            :func:`lmlab.tasks.sampling.sample_examples` (stable, label-stratified).
         seed: the random choice of shots (a fresh draw per test example, as in GPT-3).
-        calibrate: contextual calibration (Zhao et al. 2021, "Calibrate before use"): the same
-            prompt with the content-free text "N/A" in place of the test text gives each
-            label's prior under these shots; the prediction is the label with the largest
-            log-likelihood minus that prior (argmax of ``diag(p_cf)^-1 p``). It removes the
-            bias towards labels shown in the prompt, at twice the cost. The uncalibrated
-            accuracy of the same prompts comes for free and is returned too.
+        calibrate: contextual calibration (Zhao et al. 2021; docs/decoders.md): subtract each
+            label's log-likelihood after the content-free text "N/A" under the same shots.
 
     Returns:
-        {k: {"accuracy": ..., "n": ..., "predictions": [label per example]}}, plus
-        ``"uncalibrated_accuracy"`` when ``calibrate``.
+        {k: {"accuracy", "n", "predictions"}}, plus ``"uncalibrated_accuracy"`` when
+        ``calibrate``.
     """
     check_causal_lm(model)
     if isinstance(task, str):
