@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from lmlab.compress.heads import prune_heads
-from lmlab.compress.lowrank import factorised_shapes, low_rank
+from lmlab.compress.lowrank import low_rank
 from lmlab.cost.flop_counter import measure_flops
 from lmlab.cost.flops import flops_breakdown
 from lmlab.models.families import get_family
 from lmlab.models.model import LanguageModel, count_parameters
+from lmlab.models.variants import factorised_shapes
 
 B, S = 2, 7
 SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,

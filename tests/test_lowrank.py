@@ -15,9 +15,10 @@ import pytest
 import torch
 from conftest import assert_close_rounding
 
-from lmlab.compress.lowrank import LowRankLinear, factorise, low_rank, rank_for_energy, summary
+from lmlab.compress.lowrank import factorise, low_rank, rank_for_energy, summary
 from lmlab.models.config import TransformerConfig
 from lmlab.models.model import LanguageModel
+from lmlab.models.variants import LowRankLinear
 from lmlab.utils.errors import LmlabError
 
 
@@ -160,8 +161,8 @@ with torch.no_grad():
 def test_a_factorised_encoder_decoder_reloads_in_a_new_process(tmp_path):
     """An encoder-decoder's factorised maps ("encoder.layers.i...", "decoder.layers.i...",
     cross-attention included) come back when the saved model is loaded."""
-    from lmlab.models.families import get_family
     from lmlab.interop.native import save_model
+    from lmlab.models.families import get_family
     from lmlab.models.seq2seq import EncoderDecoderModel
 
     torch.manual_seed(0)

@@ -142,8 +142,7 @@ def _student_extra(extra: dict[str, Any], layers: tuple[int, ...]) -> dict[str, 
     """The teacher's ``config.extra`` with its per-layer records (pruned heads' counts and
     indices, low-rank factorised modules: :mod:`lmlab.compress.heads`, :mod:`~.lowrank`)
     renumbered for the student, whose layer ``j`` is the teacher's ``layers[j]``."""
-    from lmlab.compress.heads import HEAD_COUNTS_KEY, PRUNED_KEY
-    from lmlab.compress.lowrank import LOW_RANK_KEY
+    from lmlab.models.variants import HEAD_COUNTS_KEY, LOW_RANK_KEY, PRUNED_KEY
 
     extra = dict(extra)
     if extra.get(HEAD_COUNTS_KEY):

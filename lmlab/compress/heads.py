@@ -32,10 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab.models.variants import HEAD_COUNTS_KEY, PRUNED_KEY, _resize
 from lmlab.utils.errors import LmlabError
-
-HEAD_COUNTS_KEY = "attention_heads_per_layer"
-PRUNED_KEY = "pruned_heads"
 
 
 # -- the model's attention layers -------------------------------------------------------------
@@ -88,47 +86,6 @@ def original_heads(model: nn.Module) -> list[list[int]]:
 def _pruned_record(config) -> dict[int, list[int]]:
     """``extra["pruned_heads"]`` with int keys (JSON turns them into strings)."""
     return {int(k): [int(h) for h in v] for k, v in config.extra.get(PRUNED_KEY, {}).items()}
-
-
-def _resize(attention: nn.Module, keep: list[int]) -> None:
-    """Keep heads ``keep`` (current indices) of ``attention``: slice q/k/v rows, o columns."""
-    hd = attention.head_dim
-    rows = torch.cat([torch.arange(h * hd, (h + 1) * hd) for h in keep]) if keep else \
-        torch.zeros(0, dtype=torch.long)
-    for name in ("q_proj", "k_proj", "v_proj"):
-        setattr(attention, name, _sliced(getattr(attention, name), rows, dim=0))
-    attention.o_proj = _sliced(attention.o_proj, rows, dim=1)
-    attention.num_heads = attention.num_kv_heads = len(keep)
-
-
-def _sliced(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
-    """A Linear holding ``linear``'s output rows (dim 0) or input columns (dim 1) ``index``."""
-    weight = linear.weight.detach().index_select(dim, index.to(linear.weight.device))
-    out_features, in_features = weight.shape
-    new = nn.Linear(in_features, out_features, bias=linear.bias is not None,
-                    device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        new.weight.copy_(weight)
-        if linear.bias is not None:
-            bias = linear.bias.detach()
-            new.bias.copy_(bias.index_select(0, index.to(bias.device)) if dim == 0 else bias)
-            new.bias.requires_grad_(linear.bias.requires_grad)
-    new.weight.requires_grad_(linear.weight.requires_grad)
-    return new
-
-
-def build_pruned_layout(transformer: nn.Module, counts: list[int]) -> None:
-    """Give a freshly built stack the per-layer head counts ``counts`` (loading a pruned model:
-    the weights are then read into these shapes)."""
-    if len(counts) != len(transformer.layers):
-        raise LmlabError(f"{HEAD_COUNTS_KEY} lists {len(counts)} layers, the model has "
-                         f"{len(transformer.layers)}",
-                         "check that config.json belongs to this model")
-    for layer, count in zip(transformer.layers, counts):
-        if not 0 < int(count) <= layer.attention.num_heads:
-            raise LmlabError(f"{HEAD_COUNTS_KEY} has {count} heads for a layer of "
-                             f"{layer.attention.num_heads}", "check config.json")
-        _resize(layer.attention, list(range(int(count))))
 
 
 def prune_heads(model: nn.Module, heads: Mapping[int, Iterable[int]]) -> nn.Module:

@@ -17,33 +17,13 @@ the saved model is loaded (in lmlab's own format: transformers has no such layer
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
 
+from lmlab.models.variants import LOW_RANK_KEY, LowRankLinear
 from lmlab.utils.errors import LmlabError
-
-LOW_RANK_KEY = "low_rank"
-
-
-class LowRankLinear(nn.Module):
-    """``up(down(x))``: a rank-``rank`` stand-in for a ``Linear(in_features, out_features)``."""
-
-    def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True,
-                 device=None, dtype=None):
-        super().__init__()
-        self.in_features, self.out_features, self.rank = in_features, out_features, rank
-        self.down = nn.Linear(in_features, rank, bias=False, device=device, dtype=dtype)
-        self.up = nn.Linear(rank, out_features, bias=bias, device=device, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.up(self.down(x))
-
-    def weight_product(self) -> torch.Tensor:
-        """The (out, in) matrix this module applies (``up.weight @ down.weight``)."""
-        return self.up.weight @ self.down.weight
 
 
 @dataclass
@@ -159,49 +139,6 @@ def low_rank(model: nn.Module, rank: int | None = None, energy: float | None = N
                                before, after, error, kept))
     model.config.extra[LOW_RANK_KEY] = record
     return rows
-
-
-def build_low_rank_layout(model: nn.Module, record: dict[str, int]) -> None:
-    """Give a freshly built model the factorised shapes ``record`` names (loading a saved one)."""
-    for name, rank in record.items():
-        try:
-            linear = model.get_submodule(name)
-        except AttributeError as error:
-            raise LmlabError(f"{LOW_RANK_KEY} names {name!r}, which the model lacks",
-                             "check that config.json belongs to this model") from error
-        parent, child = name.rsplit(".", 1)
-        setattr(model.get_submodule(parent), child,
-                LowRankLinear(linear.in_features, linear.out_features, int(rank),
-                              bias=linear.bias is not None))
-
-
-_LAYER_MAP = re.compile(r"layers\.(\d+)\.(attention|cross_attention|feed_forward)\."
-                        r"(q_proj|k_proj|v_proj|o_proj|up_proj|gate_proj|down_proj)$")
-
-
-def factorised_shapes(config) -> list[tuple[str, int, int, int]]:
-    """(block, in_features, out_features, rank) of every map ``config.extra["low_rank"]``
-    names, from the config alone (``block``: ``"attention"`` or ``"feed_forward"``), so that
-    parameter and FLOP counts follow the factorised layout: ``r (in + out)`` weights and
-    multiply-adds per token instead of ``in * out``. A layer's head count is the pruned one
-    where heads were removed first (``extra["attention_heads_per_layer"]``)."""
-    counts = config.extra.get("attention_heads_per_layer") or ()
-    shapes = []
-    for name, rank in config.extra.get(LOW_RANK_KEY, {}).items():
-        found = _LAYER_MAP.search(name)
-        if found is None:
-            raise LmlabError(f"{LOW_RANK_KEY} names {name!r}, not a Transformer layer's "
-                             "linear map", "check that config.json belongs to this model")
-        layer, block, proj = int(found[1]), found[2], found[3]
-        h, f, hd = config.hidden_size, config.intermediate_size, config.head_dim
-        heads = int(counts[layer]) if layer < len(counts) else config.num_attention_heads
-        kv_heads = heads if counts else config.num_key_value_heads
-        fan_in, fan_out = {"q_proj": (h, heads * hd), "k_proj": (h, kv_heads * hd),
-                           "v_proj": (h, kv_heads * hd), "o_proj": (heads * hd, h),
-                           "up_proj": (h, f), "gate_proj": (h, f), "down_proj": (f, h)}[proj]
-        shapes.append(("feed_forward" if block == "feed_forward" else "attention",
-                       fan_in, fan_out, int(rank)))
-    return shapes
 
 
 def summary(rows: list[Factorised], model: nn.Module) -> dict:

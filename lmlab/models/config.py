@@ -147,7 +147,7 @@ class TransformerConfig:
         for count in self.extra.get("attention_heads_per_layer", ()):  # pruned heads' weights
             layers -= (self.num_attention_heads - count) * self.head_dim * (4 * h + 3 * ab)
         if self.extra.get("low_rank"):  # factorised maps (lmlab.compress.lowrank): r (in + out)
-            from lmlab.compress.lowrank import factorised_shapes
+            from lmlab.models.variants import factorised_shapes
 
             layers -= sum(i * o - r * (i + o) for _, i, o, r in factorised_shapes(self))
         stacks = 2 if self.is_encoder_decoder else 1  # each stack has its own norms, positions

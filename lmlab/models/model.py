@@ -35,11 +35,11 @@ class LanguageModel(nn.Module):
         self.config = config
         self.transformer = Transformer(config)
         if config.extra.get("attention_heads_per_layer"):  # heads pruned (lmlab.compress.heads)
-            from lmlab.compress.heads import build_pruned_layout
+            from lmlab.models.variants import build_pruned_layout
 
             build_pruned_layout(self.transformer, config.extra["attention_heads_per_layer"])
         if config.extra.get("low_rank"):  # factorised linear maps (lmlab.compress.lowrank)
-            from lmlab.compress.lowrank import build_low_rank_layout
+            from lmlab.models.variants import build_low_rank_layout
 
             build_low_rank_layout(self, config.extra["low_rank"])
         pooled = any(needs_pooler(name) for name in heads)

@@ -92,7 +92,7 @@ class EncoderDecoderModel(nn.Module):
         self.encoder = Transformer(encoder_config)
         self.decoder = Transformer(decoder_config)
         if config.extra.get("low_rank"):  # factorised linear maps (lmlab.compress.lowrank)
-            from lmlab.compress.lowrank import build_low_rank_layout
+            from lmlab.models.variants import build_low_rank_layout
 
             build_low_rank_layout(self, config.extra["low_rank"])
         self.pooler = None  # the interop layer asks every model for one
