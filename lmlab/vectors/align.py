@@ -106,9 +106,7 @@ def align_spaces(source: WordVectors, target: WordVectors, pairs: Sequence[tuple
                  target_vocab: int | None = 50_000) -> AlignmentReport:
     """Fit Procrustes on a random ``1 - test_fraction`` of the source words of ``pairs`` and
     report precision@1 of translating the rest into the first ``target_vocab`` target words
-    (a source word with several gold translations is right when it retrieves any of them).
-    CSLS's hubness terms compare every candidate with as many mapped source words: quadratic in
-    ``target_vocab`` (50,000 x 50,000 cosines by default, a few seconds on a CPU)."""
+    (any gold translation counts). CSLS's cost is quadratic in ``target_vocab``."""
     if source.dim != target.dim:
         raise LmlabError(f"the spaces have {source.dim} and {target.dim} dimensions",
                          "an orthogonal map needs equal dimensions: use vectors of one size")
