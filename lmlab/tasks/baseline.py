@@ -53,19 +53,9 @@ def _check(task: Task, train: list[Example]) -> None:
 
 def run_tfidf_baseline(task: Task, seed: int = 0, grid: tuple[float, ...] | None = None,
                        return_predictions: bool = False) -> dict[str, Any]:
-    """Train TF-IDF + logistic/ridge regression on ``train``, select on ``dev``, score ``test``.
-
-    Args:
-        task: a classification, pair-classification or regression :class:`Task` with
-            non-empty train and dev splits (test is optional; unlabelled test examples get
-            predictions but no metrics).
-        seed: random state of the solver.
-        grid: the C values (classification) or alpha values (regression) to try.
-        return_predictions: also return ``predictions`` {split: [label or float]}.
-
-    Returns ``{"task", "model", "param", "selected_by", "chosen", "grid": {value: dev score},
-    "dev": {metric: value}, "test": {...}, "sizes": {...}}``.
-    """
+    """Train TF-IDF + logistic/ridge regression on ``train``, pick the C (alpha) of ``grid``
+    best on ``dev``, score ``test`` (if labelled): ``{"task", "model", "param", "selected_by",
+    "chosen", "grid": {value: dev score}, "dev", "test", "sizes"}`` (+ ``predictions``)."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression, Ridge
 

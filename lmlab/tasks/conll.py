@@ -69,10 +69,8 @@ def iob1_to_iob2(tags: list[str]) -> list[str]:
 
 def load_conll_task(name: str, files: dict[str, str | os.PathLike],
                     to_iob2: bool = False, tag_column: int = -1) -> Task:
-    """A tagging task from CoNLL files per split; the tag set comes from all splits' tags.
-
-    ``tag_column`` picks the tag among each line's columns (default -1, the last: NER in
-    CoNLL-2003; 1 is its POS tag, 2 its chunk tag)."""
+    """A tagging task from CoNLL files per split, its tag set from all splits; ``tag_column``
+    picks the tag (-1, the last: NER in CoNLL-2003; 1 its POS tag, 2 its chunk tag)."""
     splits = read_splits(files, lambda path: read_conll(path, tag_column), "sentence")
     if to_iob2:
         for examples in splits.values():

@@ -52,23 +52,11 @@ def load_task(name: str, *, size: str = "cpu", glue_dir: str | os.PathLike | Non
               label_column: str = "label", choices_column: str | None = None,
               tag_column: int | None = None, iob1: bool = False,
               required: Sequence[str] = ()) -> Task:
-    """The task named by a command's options.
-
-    Args:
-        name: a built-in task, a GLUE task (with ``glue_dir``), or a name for the files' task.
-        size: ``cpu`` or ``full`` (built-in tasks only).
-        glue_dir: the GLUE data folder (``glue_data/`` holding ``RTE/``, ``SST-2/``, ...).
-        train, dev, test: the split files of your own task.
-        task_type: one of :data:`TASK_TYPES` (default: inferred from the columns given); it
-            picks the reader.
-        text_column, text_pair_column, label_column: table columns. For multiple choice the
-            text column is the context and the label the 0-based index of the correct choice.
-        choices_column: multiple choice: one column with a list of choices, or several
-            comma-separated columns, one per choice.
-        tag_column: CoNLL column of the tag (default -1, the last).
-        iob1: convert the tags from IOB1 (the original CoNLL-2003 files) to IOB2.
-        required: splits the caller needs files for (``("train", "dev")`` to fine-tune).
-    """
+    """The task named by a command's options: a built-in task (at ``size``), a GLUE task in
+    ``glue_dir``, or your own ``train``/``dev``/``test`` files read by the reader of
+    ``task_type`` (default: inferred from the columns) through the column options, which mean
+    what the CLI's flags of the same names mean (docs/tasks.md). ``required``: the splits the
+    caller needs files for (``("train", "dev")`` to fine-tune)."""
     if task_type is not None:
         check_choice(task_type, TASK_TYPES, "--type", "task type")
     files = {split: path for split, path in zip(SPLITS, (train, dev, test)) if path}

@@ -34,14 +34,9 @@ def detect_format(path: str | os.PathLike) -> str:
 def iter_rows(path: str | os.PathLike, format: str | None = None,
               fieldnames: Sequence[str] | None = None,
               quoting: int | None = None) -> Iterator[tuple[int, dict[str, Any], list[str]]]:
-    """Yield ``(line number, row dict, column names)`` for each record of a table file.
-
-    Args:
-        format: ``csv``, ``tsv`` or ``jsonl`` (default: from the extension).
-        fieldnames: column names for a file without a header row (GLUE's CoLA).
-        quoting: csv quoting for csv/tsv; TSV defaults to ``csv.QUOTE_NONE`` (GLUE's files
-            contain unbalanced quote characters that must be read literally).
-    """
+    """``(line number, row dict, column names)`` for each record of a ``format`` table file
+    (default: from the extension); ``fieldnames`` for a file without a header (GLUE's CoLA).
+    TSV is read with ``csv.QUOTE_NONE``: GLUE's files hold unbalanced quotes, meant literally."""
     path = Path(path)
     if not path.is_file():
         raise LmlabError(f"task file {path} does not exist", "check the path")
@@ -81,17 +76,9 @@ def read_table(path: str | os.PathLike, text_column: str, label_column: str | No
                fieldnames: Sequence[str] | None = None, id_column: str | None = None,
                regression: bool = False, quoting: int | None = None,
                skip_short_rows: bool = False) -> list[Example]:
-    """Examples from one CSV/TSV/JSON-lines file.
-
-    Args:
-        text_column: the column with the text (the first sentence of a pair).
-        label_column: the label column (None for unlabelled test files).
-        text_pair_column: the column with the second text of a pair task.
-        id_column: a column to use as example id (default: ``<file stem>-<line>``).
-        regression: parse labels as floats (STS-B) instead of keeping strings.
-        skip_short_rows: skip rows that lack a needed field instead of raising (GLUE's QQP
-            training file has a few broken rows that every reader skips).
-    """
+    """Examples from one CSV/TSV/JSON-lines file through its columns (``label_column`` None
+    for unlabelled files; ids from ``id_column`` or ``<file stem>-<line>``); ``regression``
+    labels are floats. ``skip_short_rows`` skips rows lacking a field (QQP's few broken rows)."""
     path = Path(path)
     examples = []
     needed = [c for c in (text_column, text_pair_column, label_column) if c]
@@ -190,12 +177,8 @@ def load_table_task(name: str, files: dict[str, str | os.PathLike], text_column:
                     task_type: str | None = None, labels: Sequence[str] | None = None,
                     metrics: Sequence[str] | None = None, format: str | None = None,
                     positive_label: str | None = None) -> Task:
-    """A :class:`Task` from table files, one per split (``{"train": path, "dev": path, ...}``).
-
-    The label set is ``labels`` when given, else the sorted labels of the training file; dev and
-    test labels must belong to it. ``task_type`` defaults to pair-classification when a second
-    text column is named, else classification.
-    """
+    """A :class:`Task` from table files, one per split; the label set is ``labels`` or the
+    training file's, and the other splits' labels must belong to it."""
     if task_type is None:
         task_type = "pair-classification" if text_pair_column else "classification"
     regression = task_type == "regression"
@@ -248,13 +231,8 @@ def _choices_of(row: dict[str, Any], choice_columns: Sequence[str], columns: lis
 def read_choices_table(path: str | os.PathLike, text_column: str, choices_columns: Sequence[str],
                        label_column: str | None = None,
                        format: str | None = None) -> list[Example]:
-    """Multiple-choice examples from a CSV/TSV/JSON-lines file.
-
-    Args:
-        text_column: the context (or question stem) shared by every choice.
-        choices_columns: one column holding the list of choices, or one column per choice.
-        label_column: the index of the correct choice, 0-based (None for unlabelled files).
-    """
+    """Multiple-choice examples: the context in ``text_column``, the choices in one column
+    holding a list or one column each, the 0-based index of the right one in ``label_column``."""
     path = Path(path)
     examples = []
     for line, row, columns in iter_rows(path, format):
@@ -281,11 +259,8 @@ def read_choices_table(path: str | os.PathLike, text_column: str, choices_column
 def load_choice_task(name: str, files: dict[str, str | os.PathLike], text_column: str,
                      choices_columns: Sequence[str], label_column: str = "label",
                      format: str | None = None) -> Task:
-    """A multiple-choice :class:`Task` from table files, one per split.
-
-    Every example must have the same number of choices (a batch is one (B, C, T) tensor); the
-    labels are the choice indices ``"0" .. "C-1"`` and the metric is accuracy.
-    """
+    """A multiple-choice :class:`Task` from table files, one per split, scored by accuracy;
+    every example has the same number of choices (a batch is one (B, C, T) tensor)."""
     if not choices_columns:
         raise LmlabError("no column of choices was named",
                          "name the column with the list of choices, or one column per choice")

@@ -36,10 +36,8 @@ def _locate(answer: dict[str, Any], context: str, qid: str, path: Path) -> dict[
 
 
 def read_squad(path: str | os.PathLike) -> list[Example]:
-    """Questions of a SQuAD JSON file as qa examples (``question``, ``context``, ``answers``).
-
-    Unanswerable SQuAD 2.0 questions get ``answers=[]`` and ``extra["is_impossible"]=True``.
-    """
+    """Questions of a SQuAD JSON file as qa examples; unanswerable SQuAD 2.0 questions get
+    ``answers=[]`` and ``extra["is_impossible"]=True``."""
     path = Path(path)
     if not path.is_file():
         raise LmlabError(f"SQuAD file {path} does not exist", "check the path")

@@ -61,19 +61,10 @@ _EXAMPLE_FIELDS = tuple(f.name for f in fields(Example))
 
 @dataclass
 class Task:
-    """A labelled downstream task: examples per split, label set, type and metric names.
-
-    Attributes:
-        name: e.g. ``"wordnet-supersense"`` or ``"glue-rte"``.
-        type: one of :data:`TASK_TYPES`.
-        labels: class names (classification), tag set (tagging); empty for regression and qa.
-        metrics: metric names understood by :func:`lmlab.metrics.compute_metrics`; the first is
-            the one model selection uses.
-        splits: split name -> examples (``train``, ``dev``, ``test``; GLUE's MNLI has
-            ``dev_matched``/``dev_mismatched``).
-        positive_label: the class binary F1 scores (GLUE MRPC/QQP: ``"1"``).
-        description: one line for ``lmlab tasks list``.
-    """
+    """A labelled downstream task: examples per split (``train``, ``dev``, ``test``), its type
+    (:data:`TASK_TYPES`), labels (class names or tag set; empty for regression and qa), metric
+    names for :func:`lmlab.metrics.compute_metrics` (the first selects models), the class binary
+    F1 scores (``positive_label``) and a one-line description for ``lmlab tasks list``."""
 
     name: str
     type: str
@@ -136,17 +127,13 @@ class Task:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Task:
         splits = {k: [Example.from_dict(e) for e in v] for k, v in data["splits"].items()}
-        return cls(name=data["name"], type=data["type"], labels=list(data["labels"]),
-                   metrics=list(data["metrics"]), splits=splits,
-                   positive_label=data.get("positive_label"),
-                   description=data.get("description", ""))
+        return cls(**{**data, "splits": splits})
 
 
 @dataclass(frozen=True)
 class TextPair:
-    """One text-to-text example: the input text, its reference outputs (one or more; training
-    uses the first), the key that decides its split (a word, a synset id, an expression), and
-    a tag results are broken down by (an expression's depth)."""
+    """One text-to-text example: input, reference outputs (training uses the first), the key
+    that decides its split, and a tag results are broken down by (an expression's depth)."""
 
     input_text: str
     references: tuple[str, ...]

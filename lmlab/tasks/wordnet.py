@@ -82,10 +82,8 @@ def _clean_lemma(word: str) -> str:
 
 
 def read_synsets(folder: Path | None = None) -> list[Synset]:
-    """Every synset of the four data files, in file order (noun, verb, adj, adv).
-
-    Parsed once per process and folder (about 1.5 s); treat the result as read-only.
-    """
+    """Every synset of the four data files in file order, parsed once per process (about
+    1.5 s): treat the result as read-only."""
     return _read_synsets(folder or wordnet_dir())
 
 
@@ -187,11 +185,8 @@ def _form_key(form: str) -> tuple[str, ...]:
 
 
 class LemmaMatcher:
-    """Finds any inflected form of a set of lemmas in a sentence, by whole tokens.
-
-    Faster than one regular expression per lemma (the whole of WordNet is matched in about a
-    second): each form is a tuple of lower-case tokens looked up in a dict.
-    """
+    """Finds any inflected form of a set of lemmas in a sentence, by whole tokens looked up
+    as tuples in a dict (all of WordNet in about a second; a regex per lemma is slower)."""
 
     def __init__(self, lemmas: list[str], pos: str, exceptions: dict[str, dict[str, list[str]]]):
         self.forms: dict[tuple[str, ...], int] = {}
