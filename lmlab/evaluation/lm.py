@@ -159,11 +159,8 @@ def label_text(label: str) -> str:
 @torch.no_grad()
 def score_continuations(model: Any, prompt_ids: list[int], continuations: list[list[int]]
                         ) -> torch.Tensor:
-    """Total log-likelihood of each continuation after the prompt: (C,).
-
-    The prompt runs once; its key/value cache is copied to every continuation, and all
-    continuations (right-padded) run in one batch.
-    """
+    """Total log-likelihood of each continuation after the prompt: (C,). The prompt runs once,
+    its key/value cache copied to every continuation; the continuations run as one batch."""
     device = next(model.parameters()).device
     prompt = torch.tensor([prompt_ids], device=device)
     out = model(input_ids=prompt, use_cache=True, heads=["clm"])

@@ -63,12 +63,8 @@ def apply_chat_template(tokenizer: Any, messages: Sequence[Message],
 
 
 class ChatSession:
-    """A conversation with a model: keeps the messages and generates each reply.
-
-    Example:
-        >>> chat = ChatSession(model, tokenizer)
-        >>> chat.say("What is a haiku?", max_new_tokens=60)
-    """
+    """A conversation with a model: keeps the messages and generates each reply
+    (``ChatSession(model, tokenizer).say("What is a haiku?", max_new_tokens=60)``)."""
 
     def __init__(self, model: Any, tokenizer: Any, system: str | None = None):
         self.model = model

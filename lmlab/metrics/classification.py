@@ -40,10 +40,7 @@ def accuracy(predictions: Sequence[Any], references: Sequence[Any]) -> float:
 
 
 def prf_from_counts(correct: int, n_pred: int, n_gold: int) -> tuple[float, float, float]:
-    """Precision, recall and F1 from counts; an undefined ratio (0 / 0) counts as 0.0.
-
-    Used by the entity metrics of :mod:`lmlab.metrics.tagging`.
-    """
+    """Precision, recall and F1 from counts (the entity metrics'); 0 / 0 counts as 0.0."""
     precision = correct / n_pred if n_pred else 0.0
     recall = correct / n_gold if n_gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0

@@ -70,13 +70,8 @@ def glue_task_score(results: Mapping[str, Mapping[str, float]], task: str) -> fl
 
 
 def glue_score(results: Mapping[str, Mapping[str, float]], partial: bool = False) -> float:
-    """The official GLUE benchmark score: the mean of the nine task scores.
-
-    Args:
-        results: ``{task: {metric: value}}`` for every task in :data:`GLUE_TASKS`.
-        partial: average only the tasks present (a convenient dev-set summary that is *not*
-            comparable with the leaderboard) instead of raising for missing tasks.
-    """
+    """The official GLUE benchmark score: the mean of the nine task scores (``partial``: of
+    the tasks present, a dev-set summary not comparable with the leaderboard)."""
     tasks = [t for t in LEADERBOARD_TASKS
              if not partial or all(p in results for p in LEADERBOARD_TASKS[t])]
     if not tasks:

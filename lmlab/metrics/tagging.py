@@ -49,17 +49,9 @@ def get_entities(tags: Sequence[str], mode: str = "conlleval") -> list[Entity]:
 
 def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]],
                   mode: str = "conlleval") -> dict[str, float | dict[str, dict[str, float]]]:
-    """Micro precision/recall/F1 over entities of all sentences, plus per-type scores.
-
-    Args:
-        predictions: predicted tag sequences, one per sentence.
-        references: gold tag sequences (same lengths as the predictions).
-        mode: ``"conlleval"`` (lenient, default) or ``"strict"`` (IOB2 strict).
-
-    Returns ``precision``, ``recall``, ``f1``, ``accuracy`` (token level), the counts
-    ``n_pred``/``n_gold``/``n_correct`` and ``per_type`` {type: {precision, recall, f1,
-    support}}.
-    """
+    """Micro precision/recall/F1 over the entities of all sentences (tag sequences, one per
+    sentence, chunked by ``mode``), token ``accuracy``, the counts ``n_pred``/``n_gold``/
+    ``n_correct`` and ``per_type`` {type: {precision, recall, f1, support}}."""
     if len(predictions) != len(references):
         raise LmlabError(f"{len(predictions)} predicted sentences for {len(references)} gold ones",
                          "pass one tag sequence per sentence")
