@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from lmlab.models.pooling import masked_mean
 from lmlab.objectives.masking import row_rng
 from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
@@ -147,6 +148,13 @@ def model_inputs(batch: dict[str, torch.Tensor],
     if config is not None and getattr(config, "type_vocab_size", 2) <= 1:
         inputs.pop("token_type_ids", None)
     return inputs
+
+
+def sentence_vectors(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean-pooled sentence vectors (B, H) of a padded batch, with gradients: one forward pass
+    of ``model``'s stack, no head (the sentence-order objectives' encoder output)."""
+    out = model(**model_inputs(batch, model), heads=[])
+    return masked_mean(out.last_hidden_state, batch["attention_mask"])
 
 
 def require_labels(batch: dict[str, torch.Tensor], name: str) -> torch.Tensor:

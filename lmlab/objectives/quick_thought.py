@@ -1,16 +1,10 @@
 """Quick-thought (Logeswaran & Lee 2018): pick a sentence's true neighbours among the batch.
 
-Skip-thought's decoders spend most of their time on the words; quick-thought replaces
-generation by classification. Two encoders, ``f`` (the model being trained) and ``g`` (a
-context encoder of the same shape, held by this objective), embed every sentence of a batch of
-consecutive sentences; the score of candidate ``j`` as a neighbour of sentence ``i`` is the
-inner product ``f(s_i) . g(s_j)``, ``j != i``. The loss is the mean over each sentence's true
-neighbours (``i - 1`` and ``i + 1``, in the same document) of ``-log softmax_j(score_ij)``, the
-paper's objective with a context window of one.
-
-The paper's sentence representation is the concatenation ``[f(s); g(s)]``; the training run
-saves ``f`` as its model and ``g`` beside it (``context_model/``). Batches come from
-:class:`lmlab.sentence.data.ContiguousStream`.
+Two encoders, ``f`` (the model being trained) and ``g`` (a context encoder of the same shape,
+held here), embed every sentence of a batch of consecutive sentences; candidate ``j`` scores
+``f(s_i) . g(s_j)`` (``j != i``) and the loss is the mean ``-log softmax`` of each sentence's
+true neighbours ``i - 1`` and ``i + 1`` in the same document (context window one). The paper's
+representation is ``[f(s); g(s)]`` (docs/sentence-encoders.md).
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ import copy
 import torch
 from torch import nn
 
-from lmlab.objectives.base import ObjectiveResult
+from lmlab.objectives.base import ObjectiveResult, sentence_vectors
 from lmlab.utils.errors import LmlabError
 
 
@@ -64,8 +58,6 @@ class QuickThought(nn.Module):
             self.context_encoder = copy.deepcopy(model)
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
-        from lmlab.sentence.encoder import embed_batch
-
         if "document" not in batch:
             raise LmlabError("the batch has no 'document' for quick-thought",
                              "build batches with lmlab.sentence.data.ContiguousStream")
@@ -73,8 +65,8 @@ class QuickThought(nn.Module):
             raise LmlabError("quick-thought has no context encoder g",
                              "call objective.prepare(model) before training")
         targets = neighbour_targets(batch["document"])
-        f_vectors = embed_batch(model, batch)
-        g_vectors = embed_batch(self.context_encoder, batch)
+        f_vectors = sentence_vectors(model, batch)
+        g_vectors = sentence_vectors(self.context_encoder, batch)
         loss, count = quick_thought_loss(f_vectors, g_vectors, targets)
         metrics = {"loss": float(loss.detach())}
         has = targets.any(-1)

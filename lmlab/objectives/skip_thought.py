@@ -1,17 +1,9 @@
 """Skip-thought (Kiros et al. 2015): encode a sentence, decode the previous and the next one.
 
-The encoder is the model being trained (any lmlab encoder; its mean-pooled last hidden state is
-the sentence vector ``s``). Two decoders, one for the previous and one for the next sentence,
-are GRUs as in the paper, conditioned on ``s`` at every step (Kiros et al. add a bias from
-``s`` to every gate; here ``s`` is concatenated to each input word vector, and also sets the
-initial state through a tanh layer). The decoders share one word-embedding table, which is also
-their output layer (tied, after a projection), as the paper shares its vocabulary matrix. The
-loss is the teacher-forced cross-entropy of both sentences' tokens, averaged over tokens.
-
-The decoders live in this objective (checkpointed with it, dropped after training): the product
-is the encoder. Batches come from :class:`lmlab.sentence.data.TripleStream` (``input_ids`` is
-the middle sentence; ``prev_ids``/``next_ids`` start with the tokenizer's [CLS], used as the
-start symbol, and end with [SEP], the end symbol).
+The encoder is the model being trained; its mean-pooled last hidden state is the sentence
+vector ``s``. Two GRU decoders, held here and dropped after training, are conditioned on
+``s`` at every step and through their initial state, and share one tied word-embedding table;
+the loss is both sentences' teacher-forced cross-entropy per token (docs/sentence-encoders.md).
 """
 
 from __future__ import annotations
@@ -19,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lmlab.objectives.base import ObjectiveResult
+from lmlab.objectives.base import ObjectiveResult, sentence_vectors
 from lmlab.utils.errors import LmlabError
 
 
@@ -78,13 +70,11 @@ class SkipThought(nn.Module):
         return loss, int(keep.sum())
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
-        from lmlab.sentence.encoder import embed_batch
-
         missing = [k for k in ("prev_ids", "prev_mask", "next_ids", "next_mask") if k not in batch]
         if missing:
             raise LmlabError(f"the batch has no {', '.join(missing)} for skip-thought",
                              "build batches with lmlab.sentence.data.TripleStream")
-        context = embed_batch(model, batch)  # (B, H)
+        context = sentence_vectors(model, batch)  # (B, H)
         prev_loss, prev_count = self.decoder_loss(self.previous, batch["prev_ids"],
                                                   batch["prev_mask"], context)
         next_loss, next_count = self.decoder_loss(self.following, batch["next_ids"],
