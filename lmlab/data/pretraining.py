@@ -325,10 +325,7 @@ class PretrainingStream:
         token_type_ids: emit segment ids (0 for A, 1 for B); off for models without segment
             embeddings.
 
-    Batch keys: ``input_ids``, ``attention_mask``, ``token_type_ids`` (B, T) long;
-    ``word_starts`` (B, T) bool; ``example_id``, ``epoch`` (B,) long (static masking keys);
-    ``next_sentence_label`` or ``sentence_order_label`` (B,) for segment pairs; plus what the
-    objective's ``corrupt`` adds (``labels``, ...).
+    The batch keys are listed in docs/objectives.md ("The data stream").
     """
 
     def __init__(self, shards_dir: str | os.PathLike | TokenSource, split: str = "train",
