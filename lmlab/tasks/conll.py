@@ -5,18 +5,16 @@ blank line between sentences, ``-DOCSTART-`` skipped) as tagging examples; IOB1 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from lmlab.tasks.readers import read_splits
 from lmlab.tasks.types import Example, Task
+from lmlab.utils.checks import check_file
 from lmlab.utils.errors import LmlabError
 
 
 def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[Example]:
     """Sentences of a CoNLL column file as tagging examples (``tokens`` + ``tags``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise LmlabError(f"CoNLL file {path} does not exist", "check the path")
+    path = check_file(path, "CoNLL file", "check the path")
     examples: list[Example] = []
     tokens: list[str] = []
     tags: list[str] = []

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from lmlab.tasks.types import SPLITS, TASK_TYPES, Task
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_choice, check_file, check_folder
 from lmlab.utils.errors import LmlabError
 
 READERS = {"classification": "table", "pair-classification": "table", "regression": "table",
@@ -85,8 +84,7 @@ def _load_files(name: str, files: dict[str, str | os.PathLike], task_type: str |
                          " ".join(f"--{s} FILE" for s in missing) + " (and optionally --test "
                          "FILE)")
     for split, path in files.items():
-        if not Path(path).is_file():
-            raise LmlabError(f"the --{split} file {path} does not exist", "check the path")
+        check_file(path, f"the --{split} file", "check the path")
     task_type = task_type or infer_task_type(text_pair_column, choices_column)
     _check_options(task_type, text_pair_column, choices_column, tag_column, iob1)
     reader = READERS[task_type]
@@ -109,9 +107,8 @@ def _load_glue(name: str, glue_dir: str | os.PathLike, task_type: str | None,
     if task_type is not None and task_type != spec.task_type:
         raise LmlabError(f"GLUE task {spec.key} is a {spec.task_type} task, not {task_type}",
                          "drop --type (GLUE tasks know their type)")
-    if not Path(glue_dir).is_dir():
-        raise LmlabError(f"the GLUE folder {glue_dir} does not exist",
-                         "point --glue-dir at the folder the GLUE download script wrote")
+    check_folder(glue_dir, "the GLUE folder",
+                 "point --glue-dir at the folder the GLUE download script wrote")
     task = load_glue_task(name, glue_dir)
     for split in required:
         task.split(split)

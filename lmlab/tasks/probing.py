@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmlab.tasks.builtin import hash_unit, split_of
-from lmlab.utils.checks import check_names
+from lmlab.utils.checks import check_file, check_names
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_bytes, stable_hash
 from lmlab.utils.paths import cache_dir
@@ -298,9 +298,7 @@ def read_labelled_words(path: str | os.PathLike) -> list[tuple[list[str], list[s
     stricter check: every line has the first line's columns and a label."""
     from lmlab.tasks.conll import read_conll
 
-    path = Path(path)
-    if not path.is_file():
-        raise LmlabError(f"--conll file {path} does not exist", "check the path")
+    path = check_file(path, "--conll file", "check the path")
     columns = None
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.tasks.types import Example, Task
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_choice, check_file
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import iter_jsonl
 
@@ -37,9 +37,7 @@ def iter_rows(path: str | os.PathLike, format: str | None = None,
     """``(line number, row dict, column names)`` for each record of a ``format`` table file
     (default: from the extension); ``fieldnames`` for a file without a header (GLUE's CoLA).
     TSV is read with ``csv.QUOTE_NONE``: GLUE's files hold unbalanced quotes, meant literally."""
-    path = Path(path)
-    if not path.is_file():
-        raise LmlabError(f"task file {path} does not exist", "check the path")
+    path = check_file(path, "task file", "check the path")
     format = check_choice(format or detect_format(path), FORMATS, "format", "table format")
     if format == "jsonl":
         for number, row in iter_jsonl(path, encoding="utf-8-sig"):

@@ -11,6 +11,7 @@ from typing import Any
 
 from lmlab.tasks.readers import read_splits
 from lmlab.tasks.types import Example, Task
+from lmlab.utils.checks import check_file
 from lmlab.utils.errors import LmlabError
 
 
@@ -38,9 +39,7 @@ def _locate(answer: dict[str, Any], context: str, qid: str, path: Path) -> dict[
 def read_squad(path: str | os.PathLike) -> list[Example]:
     """Questions of a SQuAD JSON file as qa examples; unanswerable SQuAD 2.0 questions get
     ``answers=[]`` and ``extra["is_impossible"]=True``."""
-    path = Path(path)
-    if not path.is_file():
-        raise LmlabError(f"SQuAD file {path} does not exist", "check the path")
+    path = check_file(path, "SQuAD file", "check the path")
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
