@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from lmlab.metrics.classification import (
@@ -50,37 +51,33 @@ METRICS: dict[str, str] = {
 }
 
 
+# metrics of (predictions, references) alone
+_PLAIN_METRICS = {
+    "accuracy": accuracy, "macro_f1": partial(f1_score, average="macro"),
+    "micro_f1": partial(f1_score, average="micro"), "mcc": matthews_corrcoef,
+    "pearson": pearson, "spearman": spearman, "bleu": bleu, "chrf": chrf,
+    "sequence_accuracy": sequence_accuracy,
+}
+
+
 def compute_metric(name: str, predictions: Sequence[Any], references: Sequence[Any],
                    positive_label: Any = 1) -> float:
     """One named metric (see :data:`METRICS`) of ``predictions`` against ``references``."""
     check_choice(name, METRICS, "metric", "metric")
-    if name == "accuracy":
-        return accuracy(predictions, references)
+    if name in _PLAIN_METRICS:
+        return _PLAIN_METRICS[name](predictions, references)
     if name == "f1":
         return f1_score(predictions, references, average="binary", pos_label=positive_label)
-    if name == "macro_f1":
-        return f1_score(predictions, references, average="macro")
-    if name == "micro_f1":
-        return f1_score(predictions, references, average="micro")
-    if name == "mcc":
-        return matthews_corrcoef(predictions, references)
-    if name == "pearson":
-        return pearson(predictions, references)
-    if name == "spearman":
-        return spearman(predictions, references)
     if name in ("entity_f1", "entity_precision", "entity_recall", "strict_entity_f1"):
         mode = "strict" if name.startswith("strict") else "conlleval"
         key = name.rsplit("_", 1)[1]
         return float(entity_scores(predictions, references, mode=mode)[key])
-    if name in ("exact_match", "squad_f1"):
-        ids = [str(i) for i in range(len(references))]
-        if len(predictions) != len(references):
-            raise LmlabError(f"{len(predictions)} answers for {len(references)} questions",
-                             "pass one predicted answer per question")
-        scores = squad_evaluate(dict(zip(ids, predictions)), dict(zip(ids, references)))
-        return scores["exact_match" if name == "exact_match" else "f1"]
-    return {"bleu": bleu, "chrf": chrf, "sequence_accuracy": sequence_accuracy}[name](
-        predictions, references)
+    ids = [str(i) for i in range(len(references))]  # exact_match, squad_f1
+    if len(predictions) != len(references):
+        raise LmlabError(f"{len(predictions)} answers for {len(references)} questions",
+                         "pass one predicted answer per question")
+    scores = squad_evaluate(dict(zip(ids, predictions)), dict(zip(ids, references)))
+    return scores["exact_match" if name == "exact_match" else "f1"]
 
 
 def compute_metrics(names: Sequence[str], predictions: Sequence[Any], references: Sequence[Any],
