@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lmlab.tasks.types import TextPair
+from lmlab.tasks.types import SPLITS, TextPair
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, atomic_write_text, iter_jsonl, read_json
@@ -23,7 +23,6 @@ TASKS = ("integration", "definitions", "reverse-dictionary")
 USER_TASK = "text"
 #: built-in classification tasks in T5's formulation: ``"<task>: <text>"`` -> the label's name
 CLASSIFICATION_TASKS = ("wordnet-supersense", "wordnet-wic", "fortunes-topic")
-SPLITS = ("train", "dev", "test")
 ARITY = {"add": 2, "sub": 2, "mul": 2, "pow": 2, "div": 2,
          "exp": 1, "log": 1, "sin": 1, "cos": 1}
 
@@ -38,7 +37,7 @@ def classification_pairs(name: str) -> tuple[dict[str, list[TextPair]], dict[str
     """A built-in classification task (its CPU size) as text pairs, T5's way: the input is
     ``"<task>: <text>"`` (``" | <second text>"`` for pairs), the target the label's name; and
     what scoring needs (metrics, labels, positive label)."""
-    from lmlab.tasks import load_builtin_task
+    from lmlab.tasks.builtin import load_builtin_task
 
     task = load_builtin_task(name)
 
