@@ -380,10 +380,10 @@ def load_quantized(path: str | Path, engine: str | None = None, head: Any = None
     """Load a folder written by :func:`save_quantized`, packing its int8 weights for ``engine``
     (None: the saved engine where this torch has it, else :func:`default_engine`). The folder
     holds no activation width: this process's CPU decides it (:func:`full_range_exact`)."""
+    from lmlab.formats.safetensors_io import load_state
     from lmlab.interop.native import read_native_config
     from lmlab.models.model import LanguageModel
     from lmlab.models.seq2seq import EncoderDecoderModel
-    from lmlab.training.checkpoint import load_state
     from lmlab.utils.io import read_json
 
     path = Path(path)
