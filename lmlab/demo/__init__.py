@@ -1,7 +1,3 @@
-"""The main job: ``lmlab demo`` (what ``make demo`` runs).
-
-It reproduces the course's central claim on one CPU: pretraining a Transformer on unlabelled
-text makes it better at downstream tasks. Corpus -> tokenizer -> shards -> MLM pretraining ->
-fine-tuning (pretrained vs random vs TF-IDF) -> contextual neighbours and fill-mask -> report.
-See :func:`lmlab.demo.job.run_demo`.
+"""The main job, ``lmlab demo`` (``make demo``): does pretraining a Transformer on unlabelled
+text make it better at downstream tasks? :func:`lmlab.demo.job.run_demo`; docs/demo.md.
 """

@@ -121,13 +121,13 @@ def masked_lm_score(model_dir: Path, shards: Path, mask_prob: float = 0.15,
     fixed validation batches (seed 1234, as pretraining evaluates): a figure that compares
     across runs pretrained with different masking rates. Means over every masked position (each
     batch weighted by its predictions), as the Trainer evaluates."""
-    import lmlab
     from lmlab.data.pretraining import validation_batches
+    from lmlab.models.auto import from_pretrained
     from lmlab.objectives.registry import build_objective
     from lmlab.objectives.special_tokens import SpecialTokens
     from lmlab.tokenization.tokenizer import Tokenizer
 
-    model = lmlab.from_pretrained(model_dir, head="mlm").eval()
+    model = from_pretrained(model_dir, head="mlm").eval()
     objective = build_objective("mlm", SpecialTokens.from_tokenizer(
         Tokenizer.from_pretrained(model_dir)), mask_prob=mask_prob)
     objective.eval()

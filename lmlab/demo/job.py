@@ -1,18 +1,10 @@
 """The demo job, stage by stage, sharing one wall-clock budget that adapts to the host.
 
-Budget: ``--budget`` (default 20 minutes) is the whole demo's. A host's speed decides how much of
-it pretraining gets, never how much fine-tuning a model gets: every fine-tuning run trains for
-the same whole epochs on every host (about ``finetune_tokens`` tokens), so the comparison a
-user reads (pretrained against random init, TF-IDF and the ceiling) does not depend on which
-CPU they own. The stages run so that everything not needing the pretrained model comes first
-(data, the TF-IDF baseline, the randomly initialised runs, the ceiling); their measured times,
-and the random runs' time again for the pretrained runs still to come (the same architecture,
-data and epochs), are taken from the budget, and pretraining gets what is left, less
-:data:`REPORT_RESERVE` for the analysis and the report, within :data:`PRETRAIN_SHARE_RANGE` of
-the budget (:func:`plan_pretraining`). The times are the ones each stage recorded when it ran,
-so a rerun computes the same pretraining seconds and reuses every finished stage. A fast host
-pretrains longer; a slow one shorter, and one too slow for the fine-tuning runs overruns the
-budget and says so in the report.
+A host's speed decides how long pretraining runs, never how long a model is fine-tuned (every
+run trains the same whole epochs on every host), so the comparison a user reads does not depend
+on their CPU: the stages that need no pretrained model run first, and pretraining gets what
+their recorded times leave of the budget (:func:`plan_pretraining`; docs/demo.md, "How the
+budget is shared").
 """
 
 from __future__ import annotations
@@ -23,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmlab.demo.report import epochs_text, model_name, write_report
 from lmlab.demo.stages import StageLog, StageRunner
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json
@@ -34,17 +27,6 @@ REPORT_RESERVE = 0.05  # of the budget, for the analysis, the report and the tim
 # the pretraining recipe chosen by the ablation in docs/demo.md (bench/ablation_demo_pretrain.py)
 PRETRAIN_MODEL_ARGS = {"num_hidden_layers": 2, "hidden_dropout_prob": 0.0,
                        "attention_probs_dropout_prob": 0.0}
-# the goal of the demo's pretraining (issue #13): this far below the unigram entropy, this accurate
-GOAL_NATS_BELOW_UNIGRAM = 1.5
-GOAL_ACCURACY = 0.25
-
-def model_name(family: str, size: str) -> str:
-    """How the demo names its model: ``RoFormer-mini``."""
-    from lmlab.interop.families import KNOWN_FAMILIES, get_family
-
-    name = get_family(family).display_name if family in KNOWN_FAMILIES else family
-    return f"{name}-{size}"
-
 
 CONTEXT_EXAMPLES = {
     "broke": ["The vase broke.", "Dawn broke."],
@@ -174,7 +156,7 @@ def _say(message: str) -> None:
 
 
 def _subset_eval(task, count: int | None):
-    from lmlab.finetune.runner import sample_examples
+    from lmlab.tasks.sampling import sample_examples
     from lmlab.tasks.types import Task
 
     if not count:
@@ -199,12 +181,10 @@ def check_demo_folder(out: str | Path, overwrite: bool = False) -> None:
 def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     """Run (or resume) the whole demo; returns the path of the markdown report.
 
-    Every setting is checked (:meth:`DemoConfig.validate`) and ``config.out`` must be new, a
-    demo folder, or ``overwrite`` given, before anything is computed or written. The stages
-    run in order, each cached by :class:`StageRunner`: corpus, tokenizer, shards; the
-    baselines (TF-IDF, random init, the ceiling); pretraining for the seconds they leave
-    (:func:`plan_pretraining`); fine-tuning the pretrained model; analysis. The report is
-    always rewritten.
+    Settings and ``config.out`` are checked before anything is computed. The stages run in
+    order, each cached by :class:`StageRunner`: corpus, tokenizer, shards; the baselines
+    (TF-IDF, random init, the ceiling); pretraining; the pretrained model's fine-tuning;
+    analysis. The report is always rewritten.
     """
     config.validate()
     check_demo_folder(config.out, overwrite)
@@ -249,8 +229,6 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
 
     # the report (always rewritten: cheap, and it records this invocation's timings)
     _say("7/7 report")
-    from lmlab.demo.report import write_report
-
     plan["recorded_seconds"] = round(log.recorded_seconds(), 1)
     summary = {
         "settings": config.result_settings(), "corpus": corpus, "tokenizer": tok_info,
@@ -267,11 +245,10 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
 
 
 def plan_pretraining(budget: float, spent: float, expected: float) -> dict[str, Any]:
-    """How long pretraining runs: the budget less the seconds the finished stages recorded
-    (``spent``), the fine-tuning runs of the pretrained model still to come (``expected``:
-    the randomly initialised runs' recorded seconds, the same work) and :data:`REPORT_RESERVE`,
-    held within :data:`PRETRAIN_SHARE_RANGE` of the budget. Whole seconds: the pretraining
-    stage is named by them, and a rerun (reading the same recorded times) finds it."""
+    """How long pretraining runs: the budget less the finished stages' recorded seconds
+    (``spent``), the pretrained model's fine-tuning still to come (``expected``) and
+    :data:`REPORT_RESERVE`, within :data:`PRETRAIN_SHARE_RANGE` of the budget. Whole seconds:
+    they name the pretraining stage, which a rerun finds again."""
     low, high = PRETRAIN_SHARE_RANGE
     left = budget * (1 - REPORT_RESERVE) - spent - expected
     seconds = float(round(min(max(left, low * budget), high * budget)))
@@ -336,9 +313,14 @@ def _pretrain_stage(config: DemoConfig, stages: StageRunner, shards_folder: Path
     """4. Pretraining through ``lmlab.pretrain`` for ``seconds`` (:func:`plan_pretraining`);
     resumable (a killed demo continues from the run's last checkpoint)."""
     def work(folder: Path) -> dict[str, Any]:
-        import lmlab
         from lmlab.training import TrainingConfig
-        from lmlab.training.pretrain import DataSettings, ModelSettings, ObjectiveSettings
+        from lmlab.training.pretrain import (
+            DataSettings,
+            ModelSettings,
+            ObjectiveSettings,
+            PretrainConfig,
+            pretrain,
+        )
 
         run = folder / "run"
         training = TrainingConfig(
@@ -347,7 +329,7 @@ def _pretrain_stage(config: DemoConfig, stages: StageRunner, shards_folder: Path
             batch_size=config.batch_size, budget_seconds=seconds,
             seed=0, eval_every=250, save_every=250, threads=config.threads,
             precision=config.precision)
-        result = lmlab.pretrain(lmlab.PretrainConfig(
+        result = pretrain(PretrainConfig(
             out=run, training=training,
             model=ModelSettings(config.family, config.size, model_args=dict(config.model_args)),
             objective=ObjectiveSettings(config.objective, config.objective_args()),
@@ -416,7 +398,7 @@ def _baseline_stages(config: DemoConfig, stages: StageRunner, tasks: list[Any],
 
     ceiling = f" and {config.ceiling}'s frozen features (the ceiling)" if config.ceiling else ""
     _say(f"3/7 on {', '.join(config.tasks)} x seeds {list(config.seeds)}: TF-IDF, the "
-         f"architecture from random weights ({_epochs_text(epochs)}){ceiling}; their measured "
+         f"architecture from random weights ({epochs_text(epochs)}){ceiling}; their measured "
          "times decide how long pretraining runs")
     results: dict[str, dict[str, list[dict]]] = {}
     for task in tasks:
@@ -438,15 +420,11 @@ def _pretrained_stages(config: DemoConfig, stages: StageRunner, tasks: list[Any]
                        pretrain_folder: Path, pretrained_model: Path) -> None:
     """5. The pretrained model fine-tuned on each task and seed (into ``results``)."""
     _say(f"5/7 fine-tuning the pretrained model on {', '.join(config.tasks)} x seeds "
-         f"{list(config.seeds)} ({_epochs_text(epochs)})")
+         f"{list(config.seeds)} ({epochs_text(epochs)})")
     for task in tasks:
         results[task.name]["pretrained"] = [
             _finetune_run(config, stages, task, "pretrained", seed, pretrained_model,
                           pretrain_folder.name, epochs[task.name]) for seed in config.seeds]
-
-
-def _epochs_text(epochs: dict[str, int]) -> str:
-    return ", ".join(f"{n} epoch{'s' if n > 1 else ''} of {name}" for name, n in epochs.items())
 
 
 def _tasks(config: DemoConfig) -> list[Any]:

@@ -1,9 +1,8 @@
 """Cached stages: each stage's output lives in a folder named by a hash of its inputs.
 
-A finished stage writes ``DONE.json`` (its result) last and atomically; a rerun with the same
-inputs finds it and skips the work. A stage killed mid-way has no ``DONE.json``: a restartable
-stage starts over in a clean folder, a resumable one (pretraining, which checkpoints) continues
-where it stopped. ``fresh=True`` redoes everything.
+A finished stage writes ``DONE.json`` last; a rerun with the same inputs reuses it. A stage
+killed mid-way starts over, except a resumable one (pretraining), which continues from its
+checkpoint; docs/demo.md, "Caching and interruption".
 """
 
 from __future__ import annotations
