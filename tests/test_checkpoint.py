@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from test_trainer import tiny_model
 
+from lmlab.formats.safetensors_io import split_tied
 from lmlab.training import checkpoint as ckpt
 
 
@@ -15,7 +16,7 @@ def test_tied_weights_saved_once_and_retied(tmp_path):
     model = tiny_model()
     tied = model.heads["mlm"].decoder.weight
     assert tied is model.transformer.embeddings.word_embeddings.weight
-    unique, aliases = ckpt.split_tied(model.state_dict())
+    unique, aliases = split_tied(model.state_dict())
     assert aliases == {"heads.mlm.decoder.weight": "transformer.embeddings.word_embeddings.weight"}
     ckpt.save_module(model, tmp_path / "m.safetensors")
     other = tiny_model(seed=1)

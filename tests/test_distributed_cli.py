@@ -26,7 +26,8 @@ import pytest
 import torch
 from conftest import assert_close_rounding, kjv_shards
 
-from lmlab.training.checkpoint import load_optimizer_state, load_state, read_state
+from lmlab.formats.safetensors_io import load_state
+from lmlab.training.checkpoint import load_optimizer_state, read_state
 from lmlab.training.metrics_log import read_metrics
 
 STEPS, SAVE_EVERY, BATCH, SEQ_LEN, LAYERS, LR = 4, 2, 8, 32, 2, 1e-3

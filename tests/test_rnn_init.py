@@ -12,7 +12,7 @@ from conftest import kjv_shards
 
 import lmlab
 from lmlab.cli import main
-from lmlab.training.checkpoint import load_state
+from lmlab.formats.safetensors_io import load_state
 from lmlab.training.pretrain import load_init
 
 OBJECTIVE = {"awd-lstm": "clm", "elmo": "bilm", "bert": "mlm"}  # bert: the Transformer path

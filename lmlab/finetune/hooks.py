@@ -136,14 +136,14 @@ class DevSelection(TrainerHook):
                 "device": str(trainer.device), "cost": run.cost, "_main": trainer.dist.is_main}
 
     def save(self, folder: Path) -> dict[str, Any]:
-        from lmlab.training.checkpoint import save_state
+        from lmlab.formats.safetensors_io import save_state
 
         if self.best_state is not None:
             save_state(self.best_state, folder / BEST_FILE)
         return {name: getattr(self, name) for name in self.STATE}
 
     def load(self, folder: Path, state: dict[str, Any]) -> None:
-        from lmlab.training.checkpoint import load_state
+        from lmlab.formats.safetensors_io import load_state
 
         for name in self.STATE if state else ():
             setattr(self, name, state[name])

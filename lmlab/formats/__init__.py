@@ -1,1 +1,2 @@
-"""File formats read and written without model knowledge (floor 1): the GGUF container."""
+"""File formats read and written without model knowledge (floor 1): the GGUF container and
+safetensors files."""

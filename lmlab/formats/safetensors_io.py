@@ -1,4 +1,5 @@
-"""A streaming reader of the safetensors format that keeps memory at one tensor.
+"""safetensors files: a streaming reader that keeps memory at one tensor, and state-dict files
+that store tied tensors once (:func:`save_state` / :func:`load_state`).
 
 safetensors' own loader memory-maps the file; every page it touches then counts towards the
 process's resident memory on top of the model it is copied into, so loading shows about two
@@ -76,3 +77,42 @@ class SafetensorsFile:
 
     def close(self) -> None:
         self._handle.close()
+
+
+# -- tensors with shared storage ----------------------------------------------------------------
+def split_tied(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Drop every tensor that shares storage with an earlier one (safetensors refuses shared
+    tensors); returns (unique tensors, {alias: kept name})."""
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    owners: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if tensor.numel() and key in owners:
+            aliases[name] = owners[key]
+            continue
+        owners[key] = name
+        unique[name] = tensor.detach().contiguous().cpu()
+    return unique, aliases
+
+
+def save_state(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Write a state dict to a safetensors file (tied tensors stored once, aliases in metadata)."""
+    from safetensors.torch import save_file
+
+    unique, aliases = split_tied(state)
+    save_file(unique, str(path), metadata={"lmlab_aliases": json.dumps(aliases)})
+
+
+def load_state(path: Path) -> dict[str, torch.Tensor]:
+    """Read a file written by :func:`save_state`, re-creating the aliased entries."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata() or {}
+    aliases = json.loads(metadata.get("lmlab_aliases", "{}"))
+    state = load_file(str(path))
+    for alias, owner in aliases.items():
+        state[alias] = state[owner]
+    return state

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from lmlab.models.families import TASK_CLASS_SUFFIX, FamilySpec, Rule, expand_rules, get_family
-from lmlab.interop.safetensors_reader import SafetensorsFile
+from lmlab.formats.safetensors_io import SafetensorsFile
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.positions import rotary_rows_from_pairs, rotary_rows_to_pairs
 from lmlab.utils.errors import LmlabError

@@ -49,7 +49,7 @@ def read_native_config(path: str | Path) -> tuple[TransformerConfig, list[str]]:
 def save_native(model, path: str | Path) -> Path:
     """Write ``model`` (a :class:`~lmlab.models.model.LanguageModel`) in lmlab's own format."""
     from lmlab.adapt import refuse_adapted_checkpoint
-    from lmlab.training.checkpoint import save_state
+    from lmlab.formats.safetensors_io import save_state
 
     refuse_adapted_checkpoint(model)
     path = Path(path)
@@ -89,9 +89,9 @@ def load_native(path: str | Path, head: str | Sequence[str] | None = None,
             where the folder has none (listed in ``model.fresh_heads``).
         dtype: cast after loading.
     """
+    from lmlab.formats.safetensors_io import load_state
     from lmlab.models.model import LanguageModel
     from lmlab.models.seq2seq import EncoderDecoderModel
-    from lmlab.training.checkpoint import load_state
 
     path = Path(path)
     config, saved_heads = read_native_config(path)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.models.config import TransformerConfig
+from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.utils.errors import LmlabError
 
 PresetFactory = Callable[[], TransformerConfig]

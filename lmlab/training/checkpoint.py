@@ -31,47 +31,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab.formats.safetensors_io import load_state, save_state
 from lmlab.training.run_dir import list_checkpoints  # torch-free: resume checks read it
 from lmlab.utils.errors import LmlabError
-
-
-# -- tensors with shared storage ----------------------------------------------------------------
-def split_tied(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Drop every tensor that shares storage with an earlier one (safetensors refuses shared
-    tensors); returns (unique tensors, {alias: kept name})."""
-    unique: dict[str, torch.Tensor] = {}
-    aliases: dict[str, str] = {}
-    owners: dict[tuple[int, int, tuple[int, ...]], str] = {}
-    for name, tensor in state.items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if tensor.numel() and key in owners:
-            aliases[name] = owners[key]
-            continue
-        owners[key] = name
-        unique[name] = tensor.detach().contiguous().cpu()
-    return unique, aliases
-
-
-def save_state(state: dict[str, torch.Tensor], path: Path) -> None:
-    """Write a state dict to a safetensors file (tied tensors stored once, aliases in metadata)."""
-    from safetensors.torch import save_file
-
-    unique, aliases = split_tied(state)
-    save_file(unique, str(path), metadata={"lmlab_aliases": json.dumps(aliases)})
-
-
-def load_state(path: Path) -> dict[str, torch.Tensor]:
-    """Read a file written by :func:`save_state`, re-creating the aliased entries."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata() or {}
-    aliases = json.loads(metadata.get("lmlab_aliases", "{}"))
-    state = load_file(str(path))
-    for alias, owner in aliases.items():
-        state[alias] = state[owner]
-    return state
 
 
 def load_into(module: nn.Module, state: dict[str, torch.Tensor], source: Path | str) -> None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmlab.models.families import FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
+from lmlab.models.families import FamilySpec, Rule
 from lmlab.utils.errors import LmlabError
 
 #: config.json keys of the fairseq-layout families (BART, Marian) -> TransformerConfig fields

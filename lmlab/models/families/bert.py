@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.utils.errors import LmlabError
 
 #: What makes a config a BERT-like encoder (post-norm, learned absolute positions, biases).

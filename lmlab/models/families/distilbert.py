@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmlab.models.config import TransformerConfig
 from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.models.families.bert import ENCODER_SHAPE, SIZE_FIELDS, encoder_size, mlm_rules
-from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
 

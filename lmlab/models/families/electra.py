@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmlab.models.config import TransformerConfig
 from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
@@ -31,7 +32,6 @@ from lmlab.models.families.bert import (
     check_absolute_positions,
     mlm_rules,
 )
-from lmlab.models.config import TransformerConfig
 
 
 def _size(hidden: int, heads: int, intermediate: int, embedding: int) -> dict[str, Any]:

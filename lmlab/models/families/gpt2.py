@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmlab.models.families import FamilySpec, Rule
 from lmlab.models.config import TransformerConfig
+from lmlab.models.families import FamilySpec, Rule
 from lmlab.utils.errors import LmlabError
 
 CPU_SIZES = ((2, 128), (4, 256), (6, 384), (8, 512))  # (layers, hidden) of the CPU presets

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmlab.models.config import TransformerConfig
 from lmlab.models.families import FamilySpec, Rule
 from lmlab.models.families.gpt2 import CPU_SIZES, clm_rules  # the same lm_head, tied or not
-from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmlab.models.config import TransformerConfig
 from lmlab.models.families import FamilySpec
 from lmlab.models.families.bart import (
     FAIRSEQ_HF_NAMES,
@@ -31,7 +32,6 @@ from lmlab.models.families.bart import (
     seq2seq_lm_rules,
     write_both_stacks,
 )
-from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmlab.models.config import TransformerConfig
 from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
 from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
@@ -29,7 +30,6 @@ from lmlab.models.families.bert import (
     encoder_size,
     mlm_rules,
 )
-from lmlab.models.config import TransformerConfig
 from lmlab.utils.errors import LmlabError
 
 

@@ -66,9 +66,9 @@ class RecurrentModel(nn.Module):
 
     # -- heads -----------------------------------------------------------------------------------
     def _new_head(self, name: str) -> nn.Module:
-        from lmlab.models.task_heads import TASK_HEADS
         from lmlab.models.heads import build_head
         from lmlab.models.model import init_normal
+        from lmlab.models.task_heads import TASK_HEADS
 
         if name == self.lm_head:
             return LMHead(self.lm_width(), self.config.vocab_size)

@@ -68,7 +68,7 @@ def read_recurrent_config(path: str | Path) -> tuple[RecurrentConfig, list[str]]
 
 def save_recurrent(model, path: str | Path) -> Path:
     """Write ``model`` (AWD-LSTM or ELMo) as ``config.json`` + ``model.safetensors``."""
-    from lmlab.training.checkpoint import save_state
+    from lmlab.formats.safetensors_io import save_state
 
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -105,7 +105,7 @@ def load_recurrent(path: str | Path, head: str | Sequence[str] | None = None,
                    dtype: torch.dtype | None = None):
     """Load a recurrent folder. ``head``: None = the saved heads; a name or list = those heads,
     freshly initialised where the folder has none (listed in ``model.fresh_heads``)."""
-    from lmlab.training.checkpoint import load_state
+    from lmlab.formats.safetensors_io import load_state
 
     path = Path(path)
     config, saved = read_recurrent_config(path)
