@@ -54,12 +54,9 @@ class RaplZone:
 
 
 def rapl_zones(root: str | os.PathLike = RAPL_ROOT) -> list[RaplZone]:
-    """The readable package and DRAM counters under ``root``.
-
-    Top-level zones (``intel-rapl:N``) named ``package-*`` are the sockets; sub-zones named
-    ``dram`` are counted too (their energy is not part of the package counter). ``psys``
-    (platform) zones are skipped because they already contain the packages.
-    """
+    """The readable package (``intel-rapl:N`` named ``package-*``) and DRAM (sub-zones named
+    ``dram``, not in the package's count) counters under ``root``; ``psys`` zones already
+    contain the packages and are skipped."""
     root = Path(root)
     zones: list[RaplZone] = []
     if not root.is_dir():

@@ -77,18 +77,11 @@ def parts_markdown(parts: dict[str, float], training: bool, where: str) -> str:
 def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "mlm",
                     sparse_prediction_fraction: float | None = None,
                     causal_attention: CausalCounting = "full") -> FlopBreakdown:
-    """FLOPs per token of ``config`` at sequence length ``seq_len``, by component.
-
-    Args:
-        config: a :class:`lmlab.models.config.TransformerConfig`.
-        seq_len: tokens per sequence (the attention cost grows with it).
-        training: forward + backward (x3) if True, else forward only.
-        head: ``"mlm"`` (transform dense + decoder), ``"clm"`` (decoder only) or ``"none"``.
-        sparse_prediction_fraction: passes through the head per position (e.g. 0.15 when only
-            masked tokens are predicted; 1.15 for DistilBERT's student, whose head also runs on
-            every token for the soft targets); None = every position once.
-        causal_attention: ``"full"`` (default) or ``"half"`` (Kaplan et al.'s count).
-    """
+    """FLOPs per token of a :class:`~lmlab.models.config.TransformerConfig` at ``seq_len``, by
+    component: training (x3) or forward only, through the ``head`` ("mlm": transform and
+    decoder, "clm": decoder, "none") on ``sparse_prediction_fraction`` passes per position
+    (None: each position once), attention scores counted ``causal_attention`` ("full" or
+    Kaplan et al.'s "half"); docs/cost.md, "FLOP conventions"."""
     if seq_len < 1:
         raise LmlabError(f"seq_len must be at least 1, got {seq_len}", "pass a positive length")
     check_choice(head, _HEADS, "head", "prediction head")
@@ -122,7 +115,7 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
         scores /= 2
     ffn = layers * 2.0 * h * f * (3 if config.ffn_type == "glu" else 2)
     if config.extra.get("low_rank"):  # factorised maps (lmlab.compress.lowrank): 2 r (in + out)
-        from lmlab.compress.lowrank import factorised_shapes
+        from lmlab.models.variants import factorised_shapes
 
         uses = layers if config.share_layers else 1  # ALBERT's one layer runs L times
         for block, fan_in, fan_out, rank in factorised_shapes(config):

@@ -216,13 +216,8 @@ def read_cache(path: Path, version: int = _CACHE_VERSION) -> dict[str, Any]:
 
 def cpu_peaks(refresh: bool = False, measure: bool = True,
               sizes: Sequence[int] = (2048, 3072), reps: int = 3) -> CpuPeaks | None:
-    """This machine's measured CPU peaks, from the cache or measured now (and cached).
-
-    Args:
-        refresh: measure again even if cached.
-        measure: if False and nothing is cached, return None instead of measuring.
-        sizes, reps: passed to :func:`measure_cpu_peaks`.
-    """
+    """This machine's measured CPU peaks, from the cache or measured now (and cached):
+    ``refresh`` measures again; ``measure=False`` returns None where nothing is cached."""
     import torch
 
     path = _cache_path()

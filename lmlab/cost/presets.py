@@ -29,13 +29,8 @@ def preset_names() -> list[str]:
 
 
 def preset_config(name: str):
-    """The :class:`~lmlab.models.config.TransformerConfig` of a named model size (a
-    :class:`~lmlab.models.rnn.config.RecurrentConfig` for AWD-LSTM and ELMo, whose vocabulary
-    is the preset's 30,522 tokens: what ``lmlab pretrain`` builds with a BERT-size tokenizer).
-
-    Raises:
-        LmlabError: for an unknown name (the message lists the known ones).
-    """
+    """The config of a named model size (a ``RecurrentConfig`` for AWD-LSTM and ELMo, with the
+    presets' 30,522-token vocabulary); an unknown name refuses, listing the known ones."""
     from lmlab.models.presets import preset
 
     table = _table()

@@ -33,11 +33,8 @@ COST_SETTINGS = {  # key of a run's cost: section -> what it is
 
 
 def cost_settings(values: dict[str, Any] | None) -> dict[str, float]:
-    """A run's ``cost:`` settings checked before any work: known keys, numbers >= 0.
-
-    Returns the keyword arguments for :class:`CostTracker` (``price_per_hour``,
-    ``grid_g_per_kwh``); given values only.
-    """
+    """A run's ``cost:`` settings checked before any work (known keys, numbers >= 0): the
+    given ones as keyword arguments for :class:`CostTracker`."""
     checked: dict[str, float] = {}
     for key, value in (values or {}).items():
         if value is None:
