@@ -1,21 +1,8 @@
-"""Attention probabilities per layer and head, merged into words, and what heads attend to.
-
-Clark et al. (2019, "What does BERT look at?") read BERT's attention maps one head at a time
-and found heads with broad habits: many put most of their attention on [CLS] or [SEP] (a
-"no-op" when the head has nothing to do), others on the previous or next token, on
-punctuation, or spread it evenly (high entropy). :func:`head_statistics` measures those habits
-for every layer x head over a sample of text; :func:`attention_maps` returns one text's maps
-for looking at (``lmlab attention`` draws them, :mod:`lmlab.analysis.attention_view`).
-
-The maps come from the model's math attention path, which ``output_attentions=True`` selects;
-every other forward keeps the fused kernel. Encoders and decoders give one self-attention map
-per layer; encoder-decoders give the encoder's self-attention and, for a target text, the
-decoder's self-attention and its cross-attention to the source.
-
-Word-level maps follow Clark et al.: attention *to* a word is the sum over its pieces (columns
-add up, so rows still sum to 1), attention *from* a word is the mean over its pieces (rows are
-averaged). Words are the tokenizer's pre-tokenisation (what ``word_ids`` numbers); special
-tokens stay units of their own.
+"""Attention probabilities per layer and head, merged into words, and what heads attend to:
+:func:`attention_maps` gives one text's maps for looking at (:mod:`lmlab.analysis.attention_view`
+draws them), :func:`head_statistics` measures Clark et al.'s (2019) habits of every head over a
+sample of text. Encoders and decoders give one self-attention map per layer; encoder-decoders the
+encoder's, and for a target text the decoder's and its cross-attention (docs/attention.md).
 """
 
 from __future__ import annotations
@@ -31,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmlab.analysis.features import input_limit
+from lmlab.analysis.report import pyplot, save_png, write_files
 from lmlab.generation.generate import is_encoder_decoder
-from lmlab.pipelines.base import model_inputs
+from lmlab.models.inputs import input_limit, model_inputs
 from lmlab.utils.errors import LmlabError
 
 # name -> what it measures (per layer x head, averaged over the real query tokens of a sample)
@@ -68,12 +55,10 @@ def model_attentions(model: Any, input_ids: torch.Tensor,
                      decoder_input_ids: torch.Tensor | None = None,
                      decoder_attention_mask: torch.Tensor | None = None
                      ) -> dict[str, torch.Tensor]:
-    """Attention probabilities of one batch, float32 on the CPU, each (L, B, nh, Tq, Tk).
-
-    Keys: ``"encoder"`` (an encoder's, or an encoder-decoder's encoder's, self-attention),
-    ``"decoder"`` (a decoder's self-attention; an encoder-decoder's when
-    ``decoder_input_ids`` are given), ``"cross"`` (the decoder's attention to the source).
-    Rows of padding queries hold whatever the padded computation gives; read real rows only.
+    """Attention probabilities of one batch, float32 on the CPU, each (L, B, nh, Tq, Tk), under
+    ``"encoder"`` (self-attention of an encoder or an encoder-decoder's encoder), ``"decoder"``
+    (a decoder's, or with ``decoder_input_ids`` an encoder-decoder's) and ``"cross"``. Rows of
+    padding queries hold whatever the padded computation gives; read real rows only.
     """
     model.eval()
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -168,12 +153,9 @@ def merge_to_words(maps: torch.Tensor, query_groups: Sequence[Sequence[int]],
 # ---------------------------------------------------------------------------------- one text
 @dataclass
 class AttentionMaps:
-    """One text's attention maps, every layer and head.
-
-    ``attentions`` is the source's self-attention (L, H, T, T): an encoder's, a decoder-only
-    model's, or an encoder-decoder's encoder's. With a target (encoder-decoders),
-    ``decoder_attentions`` (Ld, H, U, U) and ``cross_attentions`` (Ld, H, U, T) cover the
-    decoder's inputs: its start token, then the target's tokens.
+    """One text's attention maps, every layer and head: ``attentions`` (L, H, T, T) the source's
+    self-attention; with a target (encoder-decoders) ``decoder_attentions`` (Ld, H, U, U) and
+    ``cross_attentions`` (Ld, H, U, T) over the decoder's start token and the target's tokens.
     """
 
     kind: str
@@ -273,10 +255,9 @@ def check_inputs(model: Any, pair: str | None = None, target: str | None = None)
 def attention_maps(model: Any, tokenizer: Any, text: str, pair: str | None = None,
                    target: str | None = None, max_length: int | None = None) -> AttentionMaps:
     """Every layer's and head's attention over ``text`` (and ``pair``; with ``target``, an
-    encoder-decoder's decoder and cross-attention too).
-
-    A text longer than ``max_length`` (default: the model's limit) is cut to fit, with a
-    :class:`UserWarning` saying so; the result's ``truncated_from`` records it.
+    encoder-decoder's decoder and cross-attention too). A text longer than ``max_length``
+    (default: the model's limit) is cut to fit with a :class:`UserWarning`, recorded in
+    ``truncated_from``.
 
     Example:
         >>> maps = attention_maps(model, tokenizer, "The vase broke.")
@@ -396,12 +377,8 @@ class HeadStatistics:
         return "\n".join(lines) + "\n"
 
     def plot(self, path: str | Path, title: str = "") -> Path:
-        """Heat maps (layers x heads), one panel per statistic, as a PNG (matplotlib Agg)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        """Heat maps (layers x heads), one panel per statistic, as a PNG."""
+        plt = pyplot()
         names = list(self.values)
         columns = 4
         rows = -(-len(names) // columns)
@@ -421,10 +398,7 @@ class HeadStatistics:
             fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
         fig.suptitle(title or f"attention head statistics ({self.texts} texts)", fontsize=11)
         fig.tight_layout()
-        path = Path(path)
-        fig.savefig(path, dpi=110, format="png")
-        plt.close(fig)
-        return path
+        return save_png(fig, path, dpi=110)
 
 
 def _token_flags(tokenizer: Any, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -472,10 +446,8 @@ def head_statistics(model: Any, tokenizer: Any, texts: Sequence[str],
                     max_length: int | None = None, sample: str = "",
                     show_progress: bool = False) -> HeadStatistics:
     """Clark et al.'s head statistics (:data:`STATISTICS`) of the self-attention of an encoder
-    or decoder (an encoder-decoder's encoder) over ``texts`` (with ``pairs``, text pairs).
-
-    Texts longer than ``max_length`` (default: the model's limit) are cut; ``truncated``
-    counts them.
+    or decoder (an encoder-decoder's encoder) over ``texts`` (and ``pairs``). Texts longer than
+    ``max_length`` (default: the model's limit) are cut; ``truncated`` counts them.
 
     Example:
         >>> stats = head_statistics(model, tokenizer, default_sample(200))
@@ -524,18 +496,11 @@ def head_statistics(model: Any, tokenizer: Any, texts: Sequence[str],
 
 def write_head_statistics(stats: HeadStatistics, out_dir: str | Path, title: str = ""
                           ) -> list[Path]:
-    """``head_stats.json``, ``head_stats.csv``, ``head_stats.md`` and ``head_stats.png`` in
-    ``out_dir`` (each written atomically)."""
-    from lmlab.utils.io import atomic_path, atomic_write_json, atomic_write_text
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "head_stats.json", stats.to_json())
-    atomic_write_text(out / "head_stats.csv", stats.to_csv())
-    atomic_write_text(out / "head_stats.md", stats.to_markdown())
-    with atomic_path(out / "head_stats.png") as tmp:
-        stats.plot(tmp, title)
-    return [out / f"head_stats.{ext}" for ext in ("json", "csv", "md", "png")]
+    """``head_stats.json``, ``.csv``, ``.md`` and ``.png`` in ``out_dir``, each atomically."""
+    return write_files(out_dir, {"head_stats.json": stats.to_json(),
+                                 "head_stats.csv": stats.to_csv(),
+                                 "head_stats.md": stats.to_markdown(),
+                                 "head_stats.png": lambda path: stats.plot(path, title)})
 
 
 # ------------------------------------------------------------------------------- text samples

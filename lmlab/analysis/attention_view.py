@@ -1,16 +1,9 @@
-"""One self-contained HTML page for looking at attention: no network when it is opened.
-
-The page has three parts, drawn by ``attention_view.js`` (inlined, as are the styles and the
-data):
-
-- a head view: pick a layer and head; a line joins each token on the left (the query) to each
-  token on the right (the key) it attends to, its opacity and width the weight (lines under
-  :data:`MIN_DRAWN` are left out); hovering a token shows only its lines;
-- a model view: every layer x head as a small heat map; clicking one selects it above;
-- the head statistics of :mod:`lmlab.analysis.attention`, one shaded layers x heads table per
-  statistic (clicking a cell selects that head too).
-
-Weights are stored rounded to 4 decimals (as integers, weight x 10,000) to keep the file small.
+"""One self-contained HTML page for looking at attention (no network when it is opened): a head
+view (lines from each query token to the keys it attends to; lines under :data:`MIN_DRAWN` left
+out), a model view (every layer x head as a small heat map) and the head statistics of
+:mod:`lmlab.analysis.attention`. The markup and styles are ``attention_view.html`` (a jinja2
+template), the drawing ``attention_view.js``, both inlined with the data; weights are stored as
+integers (weight x 10,000) to keep the file small.
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from lmlab.analysis.attention import STATISTICS, AttentionMaps, HeadStatistics
+from lmlab.analysis.report import template
 from lmlab.utils.errors import LmlabError
 
 MIN_DRAWN = 0.01  # the head view draws lines of at least this weight
@@ -30,24 +24,6 @@ _TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attenti
            "cross": "cross-attention (decoder to source)"}
 _SIDES = {"encoder": ("query", "key"), "decoder": ("query", "key"),
           "cross": ("target (query)", "source (key)")}
-
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
-.note { color: #8a4b00; } .controls label { margin-right: 1em; }
-#lines text.token { font-size: 13px; cursor: pointer; }
-#lines text.side { font-size: 11px; fill: #777; }
-#lines line.edge { stroke: #1f5fbf; }
-#lines line.edge.faded { stroke-opacity: 0.03; }
-#lines line.edge.active { stroke: #c0392b; }
-canvas.thumb { border: 1px solid #ddd; cursor: pointer; image-rendering: pixelated; }
-canvas.thumb.selected { border: 2px solid #c0392b; }
-#grid td, .panel td { padding: 1px; font-size: 11px; }
-.panel { display: inline-block; margin: 0 1.5em 1em 0; vertical-align: top; }
-.panel-title { font-size: 12px; margin-bottom: 0.3em; max-width: 30em; }
-td.stat { width: 14px; height: 14px; cursor: pointer; border: 1px solid #eee; }
-"""
-
 
 def display_token(token: str) -> str:
     """A token as a reader wants to see it: byte-level and SentencePiece space markers shown
@@ -96,44 +72,11 @@ def build_html(maps: AttentionMaps, stats: HeadStatistics | None = None, title: 
     script = resources.files("lmlab.analysis").joinpath("attention_view.js").read_text("utf-8")
     notes = "".join(f'<p class="note">Note: {html.escape(n)}.</p>'
                     for n in maps.truncation_notes())
-    heading = html.escape(title or "Attention")
     level = "words (pieces merged: attention to a word summed, from a word averaged)" \
         if maps.level == "word" else "tokens"
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{heading}</title>
-<style>{_STYLE}</style>
-</head>
-<body>
-<h1>{heading}</h1>
-<p>Attention between {level}. Rows sum to 1; lines lighter than {MIN_DRAWN} are not drawn.</p>
-{notes}
-<div class="controls">
-<label id="view-box">Attention <select id="view"></select></label>
-<label>Layer <select id="layer"></select></label>
-<label>Head <select id="head"></select></label>
-</div>
-<section id="head-view">
-<h2>Head view</h2>
-<p id="caption"></p>
-<svg id="lines" xmlns="http://www.w3.org/2000/svg"></svg>
-</section>
-<section id="model-view">
-<h2>Model view: every layer and head (click one to see it above)</h2>
-<div id="grid"></div>
-</section>
-<section id="stats">
-<h2>Head statistics (Clark et al. 2019)</h2>
-<p id="stats-caption"></p>
-<div id="stats-grid"></div>
-</section>
-<script id="data" type="application/json">{payload}</script>
-<script>{script}</script>
-</body>
-</html>
-"""
+    return template("attention_view.html").render(heading=html.escape(title or "Attention"), level=level,
+                                                  min_drawn=MIN_DRAWN, notes=notes,
+                                                  payload=payload, script=script)
 
 
 def write_html(path: str | Path, maps: AttentionMaps, stats: HeadStatistics | None = None,

@@ -1,14 +1,8 @@
-"""Contextual nearest neighbours: the same word in different company.
-
-Index every occurrence of a word in a corpus by its contextual vector; for a query sentence,
-list the occurrences whose vectors are nearest (cosine). "The vase broke" lands near other
-things breaking apart, "Dawn broke" near days beginning. The static vector of the word (its
-rows of the input embedding table, no context at all) is the same in every sentence, so it
-cannot tell the senses apart: :class:`StaticWordVectors` shows that side by side.
-
-An index built with ``layer="all"`` holds every hidden state of each occurrence (one forward
-pass); :meth:`ContextualIndex.query_by_layer` shows how the neighbours change from the
-embeddings to the top layer.
+"""Contextual nearest neighbours: the same word in different company. Every occurrence of a word
+in a corpus is indexed by its contextual vector; a query sentence lists the nearest occurrences
+(cosine): "The vase broke" lands near things breaking apart, "Dawn broke" near days beginning.
+:class:`StaticWordVectors` (rows of the input embedding table) shows the context-free side; an
+index built with ``layer="all"`` shows the neighbours at every layer (docs/representations.md).
 """
 
 from __future__ import annotations

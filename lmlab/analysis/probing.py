@@ -1,27 +1,10 @@
 """Layer-wise probing with a learned scalar mix (Tenney et al. 2019; Liu et al. 2019; Hewitt &
-Liang 2019).
-
-The model is frozen; its word vectors of every layer (embeddings = layer 0 ... top) are cached
-once (:mod:`lmlab.analysis.layer_cache`). For each task a small classifier (*probe*: linear, or
-an MLP with one hidden layer) is trained on
-
-* each layer alone: accuracy per layer;
-* a scalar mix of all layers (``gamma * sum_l softmax(w)_l h_l``, trained jointly with the
-  probe): its weights ``s_l`` and their **centre of gravity** ``sum_l l * s_l``;
-* cumulative mixes of layers ``0..l`` for each ``l``: with ``delta_l = score(0..l) -
-  score(0..l-1)`` the **expected layer** is ``sum_l l * delta_l / sum_l delta_l`` (where the
-  task's information is *added*, not merely present).
-
-Controls: layer 0 (the embeddings) is a row of the table; the same probes on a randomly
-initialised model of the same shape; and a **control task** (Hewitt & Liang) in which every word
-type gets a fixed random label drawn from the task's label distribution, so a probe can only
-score by memorising types. **Selectivity** = task accuracy - control accuracy, per layer.
-
-Features are standardised per layer and dimension with the training split's mean and standard
-deviation (outlier dimensions of BERT-like models otherwise dominate), for every probe alike.
-Probes train with large-batch Adam on the cached features and stop early on dev accuracy; the
-reported score is test accuracy of the best dev step. Spans are the mean of their words' vectors;
-a two-span target (``dep``: child, head) concatenates them.
+Liang 2019): small classifiers on a frozen model's cached word vectors (:mod:`lmlab.analysis.
+layer_cache`) per layer, per scalar mix of all layers (its centre of gravity) and per cumulative
+mix of layers 0..l (the expected layer), with a control task (selectivity) and a randomly
+initialised model as controls. Features are standardised per layer and dimension with the
+training split's statistics; spans are the mean of their words' vectors, a two-span target
+concatenates them. The method and its caveats: docs/probing.md.
 """
 
 from __future__ import annotations
@@ -37,8 +20,10 @@ import torch
 from torch import nn
 
 from lmlab.analysis.layer_cache import WordFeatures, WordRequest, cached_word_features
+from lmlab.analysis.report import pyplot, save_png, template, write_files
 from lmlab.tasks.builtin import hash_unit
 from lmlab.tasks.probing import ProbingTask
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 PROBE_KINDS = ("linear", "mlp")
@@ -89,14 +74,11 @@ def control_labels(types: Sequence[str], labels: Sequence[str], seed: int = 0,
 # -- probes ---------------------------------------------------------------------------------------
 class LayerProbes(nn.Module):
     """K independent probes trained as one module (the loss is their sum and Adam updates each
-    parameter on its own, so each probe trains as if alone, only faster).
-
-    ``mixes=False``: probe k reads layer k. ``mixes=True``: probe k reads a scalar mix
-    (``gamma_k * sum_{l<=k} softmax(w_k)_l h_l``, ELMo's mix as in
-    :class:`~lmlab.finetune.feature_based.ScalarMix`, restricted to layers 0..k): the cumulative
-    mixes of the expected layer, the last of which mixes all layers (``cumulative=False``: only
-    that one). Each probe is linear, or an
-    MLP with one ReLU hidden layer of :data:`MLP_HIDDEN` units.
+    parameter on its own, so each probe trains as if alone, only faster): probe k reads layer k,
+    or with ``mixes`` a scalar mix of layers 0..k (``gamma_k * sum_{l<=k} softmax(w_k)_l h_l``,
+    :class:`~lmlab.models.pooling.ScalarMix` per probe and masked), the last of which mixes all
+    layers (``cumulative=False``: only that one). Each probe is linear, or an MLP with one ReLU
+    hidden layer of :data:`MLP_HIDDEN` units.
     """
 
     def __init__(self, layers: int, dim: int, classes: int, kind: str, mixes: bool = False,
@@ -152,15 +134,13 @@ def train_probes(x: dict[str, torch.Tensor], y: dict[str, torch.Tensor], classes
                  seed: int = 0,
                  max_epochs: int = 300, patience: int = 20,
                  batch_size: int = 8192) -> list[ProbeResult]:
-    """Train one probe per layer of ``x[split]`` (N, L+1, D) (or, with ``mixes``, one per
-    cumulative mix of layers 0..k; ``cumulative=False``: only the mix of all layers) on the
-    train split; each keeps its own best step by dev
-    accuracy (at equal accuracy, a 1% lower dev loss) and the run stops when no probe improved
-    for ``patience`` epochs. Probes run single-threaded: their matrices are small, and waking a
-    second thread costs more than it saves (10x slower steps measured on a busy 2-core host). Large-batch Adam (one batch when N <= ``batch_size``); the mix weights learn at
-    :data:`MIX_LR` without weight decay (decay would pull them to uniform)."""
-    if kind not in PROBE_KINDS:
-        raise LmlabError(f"unknown probe {kind!r}", f"use one of {', '.join(PROBE_KINDS)}")
+    """Train one probe per layer of ``x[split]`` (N, L+1, D) (or per mix: see
+    :class:`LayerProbes`) on the train split with large-batch Adam; each keeps its best step by
+    dev accuracy (ties: a 1% lower dev loss) and the run stops when no probe improved for
+    ``patience`` epochs. Mix weights learn at :data:`MIX_LR` without weight decay (decay would
+    pull them to uniform). Single-threaded: for matrices this small a second thread costs more
+    than it saves (docs/probing.md)."""
+    check_choice(kind, PROBE_KINDS, "kind", "probe")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -417,57 +397,16 @@ def _number(value: float | None) -> str:
 
 
 def markdown_report(results: dict) -> str:
-    """The results as markdown: a summary table, then one table per task and probe."""
-    lines = [f"# Probing {results.get('model', '')}", "",
-             f"Host: {results.get('host', '')}  ", f"Command: `{results.get('command', '')}`", "",
-             f"Note: {results['silver_note']}.", "",
-             "Accuracy (%) on the test split; the scalar mix's centre of gravity (CoG) and the "
-             "expected layer (E[layer]) from cumulative mixes (Tenney et al. 2019).", "",
-             "| task | probe | majority | best layer | mix | CoG | E[layer] | random-init mix "
-             "| random-init CoG |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, task in results["tasks"].items():
-        for kind, entry in task["probes"].items():
-            best = entry["layers"][entry["best_layer"]]
-            random_mix = entry.get("random_init_mix")
-            random_cog = entry.get("random_init_center_of_gravity")
-            lines.append(
-                f"| {name}{' (silver)' if task['silver'] else ''} | {kind} | "
-                f"{_pct(task['majority'])} | {entry['best_layer']} ({_pct(best['test'])}) | "
-                f"{_pct(entry['mix']['test'])} | {entry['center_of_gravity']:.2f} | "
-                f"{_number(entry['expected_layer'])} | "
-                f"{_pct(random_mix['test']) if random_mix else ''} | "
-                f"{'' if random_cog is None else f'{random_cog:.2f}'} |")
-    for name, task in results["tasks"].items():
-        for kind, entry in task["probes"].items():
-            counts = task["counts"]
-            lines += ["", f"## {name}, {kind} probe", "",
-                      f"{counts['train']} train / {counts['dev']} dev / {counts['test']} test "
-                      f"targets, {len(task['labels'])} labels"
-                      + (f", {task['dropped']} dropped (truncated)" if task["dropped"] else "")
-                      + (" (silver)" if task["silver"] else "") + ".", "",
-                      "| layer | accuracy | cumulative 0..l | control task | selectivity | "
-                      "random init | mix weight |", "|---|---|---|---|---|---|---|"]
-            for row, weight in zip(entry["layers"], entry["mix"]["weights"]):
-                lines.append(f"| {row['layer']} | {_pct(row['test'])} | "
-                             f"{_pct(row['cumulative'])} | {_pct(row.get('control'))} | "
-                             f"{_pct(row.get('selectivity'))} | {_pct(row.get('random_init'))} "
-                             f"| {weight:.3f} |")
-            lines.append(f"| mix | {_pct(entry['mix']['test'])} | | | | "
-                         f"{_pct((entry.get('random_init_mix') or {}).get('test'))} | "
-                         f"gamma {entry['mix']['gamma']:.2f} |")
-    return "\n".join(lines) + "\n"
+    """The results as markdown (``probing_report.md.j2``): a summary table, then one table per
+    task and probe."""
+    return template("probing_report.md.j2").render(results=results, pct=_pct, number=_number,
+                                                   zip=zip)
 
 
 def plot_report(results: dict, path: str | Path) -> None:
     """Accuracy per layer for every task (lines; dashed: MLP) beside each task's scalar-mix
     weights (bars), like Tenney et al.'s figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from lmlab.utils.io import atomic_path
-
+    plt = pyplot()
     tasks = results["tasks"]
     layers = np.arange(results["layers"])
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -490,24 +429,13 @@ def plot_report(results: dict, path: str | Path) -> None:
     right.legend(fontsize=7)
     fig.suptitle(f"{results.get('model', '')}: pos/dep/ner labels are silver (spaCy)", fontsize=9)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-
-
-RESULT_FILES = ("results.json", "results.md", "probing.png")
+    save_png(fig, path, dpi=110)
 
 
 def write_report(results: dict, out: str | Path) -> list[Path]:
     """``results.json``, ``results.md`` and ``probing.png`` in ``out``."""
-    from lmlab.utils.io import atomic_write_json, atomic_write_text
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", results)
-    atomic_write_text(out / "results.md", markdown_report(results))
-    plot_report(results, out / "probing.png")
-    return [out / name for name in RESULT_FILES]
+    return write_files(out, {"results.json": results, "results.md": markdown_report(results),
+                             "probing.png": lambda path: plot_report(results, path)})
 
 
 def load_results(out: str | Path) -> dict:

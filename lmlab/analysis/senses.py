@@ -1,23 +1,10 @@
-"""Word senses by layer: which layer of an encoder separates a word's senses best?
-
-The ELMo paper (Peters et al. 2018, table 5) classified word senses by the nearest sense of a
-layer's contextual vector and found the top biLM layer better than the first. This is the same
-measurement on WordNet 3.0: every lemma whose example sentences fall in two or more of its
-synsets gives labelled occurrences (``sentence``, the lemma's character span, the synset). One
-example of each sense that has two or more is held out for test; the rest are train.
-
-Each occurrence is represented per layer (0 = embeddings ... L = top) by the mean of the target
-word's pieces; a test occurrence gets the sense of the nearest train centroid of its lemma
-(cosine) or of its nearest train occurrence (1-NN). Baselines: WordNet's most frequent sense
-(the sense order of ``index.sense``, which is by SemCor frequency) and a static-vector one (the
-mean GloVe vector of the words around the target, nearest centroid: the target's own static
-vector is the same in every sense, so it cannot separate them).
-
-Scoring (when some examples cannot be answered): a prediction is made for a test example when
-its lemma has train examples; an example whose gold sense has no train example is predicted
-(among the senses that have) and counts as wrong. Precision = correct / predicted, recall =
-correct / all test examples, F1 their harmonic mean (micro-averaged over examples). With the
-default split every test sense has train examples, so precision = recall = F1 = accuracy.
+"""Word senses by layer: which layer of an encoder separates a word's senses best? The ELMo
+paper's measurement (Peters et al. 2018, table 5) on WordNet 3.0: every lemma whose example
+sentences fall in two or more of its synsets gives labelled occurrences; one example of each
+sense that has two or more is held out for test. Each occurrence is the mean of its word's pieces
+at every layer; a test occurrence gets the sense of its lemma's nearest train centroid (cosine)
+or nearest train occurrence (1-NN), against the most frequent sense and a GloVe context-window
+baseline. Split, baselines and scoring: docs/senses.md.
 """
 
 from __future__ import annotations
@@ -31,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmlab.analysis.report import pyplot, save_png
+from lmlab.utils.checks import check_names
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors, glove_6b_50d
 
@@ -278,13 +267,7 @@ class WsdReport:
 
     def plot(self, path: str | Path) -> None:
         """F1 per layer (both classifiers), baselines as horizontal lines, written as a PNG."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from lmlab.utils.io import atomic_path
-
+        plt = pyplot()
         layers = [row["layer"] for row in self.layers]
         fig, ax = plt.subplots(figsize=(6, 4))
         for method, label in (("centroid", "nearest centroid"), ("nearest", "1-NN")):
@@ -298,24 +281,19 @@ class WsdReport:
         ax.set_title(f"WordNet senses by layer: {self.model}", fontsize=9)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=120)
-        plt.close(fig)
+        save_png(fig, path, dpi=120)
 
 
 def wsd_by_layer(model, tokenizer, pos: Sequence[str] = ("n", "v", "a", "r"),
                  max_lemmas: int | None = None, window: int = 5, batch_size: int = 32,
                  static_baseline: bool = True, name: str = "model") -> WsdReport:
-    """Classify held-out WordNet occurrences by each layer's vectors (see the module docstring).
+    """Classify held-out WordNet occurrences by each layer's vectors (docs/senses.md).
 
     Example:
         >>> report = wsd_by_layer(model, tok, pos=("n", "v"), max_lemmas=200)
         >>> print(report.table()); report.best_layer("centroid")
     """
-    unknown = [p for p in pos if p not in POS_NAMES]
-    if unknown:
-        raise LmlabError(f"unknown part of speech {', '.join(map(repr, unknown))}",
-                         "use n, v, a or r (noun, verb, adjective, adverb)")
+    check_names(list(pos), list(POS_NAMES), "--pos", "part of speech")
     if static_baseline:
         glove_6b_50d()  # a missing package is refused before the model runs
     ranks = sense_ranks()  # a missing index.sense is refused before the model runs

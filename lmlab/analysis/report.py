@@ -1,0 +1,57 @@
+"""What the analyses write: PNG figures (matplotlib's Agg backend: no display needed), pages
+and reports from jinja2 templates, and folders of result files, each file written atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from lmlab.utils.io import atomic_path, atomic_write_json, atomic_write_text
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@cache
+def template(name: str) -> Any:
+    """The jinja2 template ``name`` of this package, rendered verbatim (no HTML escaping: the
+    callers escape what needs it; block tags leave no blank lines)."""
+    import jinja2
+
+    text = resources.files("lmlab.analysis").joinpath(name).read_text("utf-8")
+    return jinja2.Environment(autoescape=False, keep_trailing_newline=True, trim_blocks=True,
+                              lstrip_blocks=True).from_string(text)
+
+
+def save_png(fig: Any, path: str | Path, dpi: int) -> Path:
+    """Write ``fig`` to ``path`` as a PNG (atomically) and close it."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    pyplot().close(fig)
+    return Path(path)
+
+
+def write_files(out: str | Path, files: dict[str, str | dict | Callable[[Path], Any]]
+                ) -> list[Path]:
+    """Write ``files`` into folder ``out`` (made if missing): name -> text, a JSON-ready dict,
+    or a function writing the file at the path it is given (a plot). Returns the paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        if callable(content):
+            content(out / name)
+        elif isinstance(content, str):
+            atomic_write_text(out / name, content)
+        else:
+            atomic_write_json(out / name, content)
+    return [out / name for name in files]
