@@ -134,11 +134,11 @@ def test_factorised_model_saves_and_reloads_in_a_new_process(tmp_path):
 
 def test_cli_refuses_unknown_modules_before_evaluating(tiny_bert_folder, tmp_path, capsys,
                                                        monkeypatch):
-    import lmlab.cli.compress as command
+    import lmlab.compress.jobs as command
     import lmlab.compress.magnitude as magnitude
     from lmlab.cli import main
 
-    monkeypatch.setattr(command, "_has_head", lambda model, task: True)
+    monkeypatch.setattr(command, "has_head", lambda model, task: True)
     monkeypatch.setattr(magnitude, "task_metric",
                         lambda *args, **kwargs: pytest.fail("evaluated before the check"))
     out = tmp_path / "low"

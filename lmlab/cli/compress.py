@@ -1,11 +1,13 @@
-"""``lmlab compress prune-heads | magnitude | lottery | low-rank``: pruning and low-rank
-factorisation of a model, each with its curve or report (docs/pruning.md)."""
+"""``lmlab compress prune-heads | magnitude | lottery | low-rank``: the jobs of
+:mod:`lmlab.compress.jobs`, each with its curve or report (docs/pruning.md)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from lmlab.cli._common import add_batch_size, add_lr, add_max_length, add_model, add_out, add_seed
 from lmlab.cli._task_options import add_task_arguments
 
 GROUP = "compress"
@@ -87,14 +89,14 @@ def register(commands) -> None:
 
 
 def _common(p: argparse.ArgumentParser, task_required: bool) -> None:
-    p.add_argument("model", help="model folder, run directory or short name (minilm)")
-    p.add_argument("--out", required=True, help="output folder (results, curve, model/)")
-    p.add_argument("--overwrite", action="store_true", help="write into an --out that has files")
+    add_model(p, "model folder, run directory or short name (minilm)")
+    add_out(p, "output folder (results, curve, model/)",
+            overwrite="write into an --out that has files")
     p.add_argument("--eval-split", default="dev", help="split the metric is measured on")
     p.add_argument("--eval-examples", type=int, default=None,
                    help="measure the metric on this many examples of the split (a stratified "
                         "sample, the same at every step; default all)")
-    p.add_argument("--max-length", type=int, default=128)
+    add_max_length(p, 128)
     if task_required:
         add_task_arguments(p)
     else:
@@ -103,29 +105,29 @@ def _common(p: argparse.ArgumentParser, task_required: bool) -> None:
 
 
 def _training(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--batch-size", type=int, default=32)
+    add_lr(p, 5e-5)
+    add_batch_size(p, 32)
     p.add_argument("--max-train-examples", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    add_seed(p)
 
 
-def _fraction(value: float, option: str, allow_zero: bool = False) -> None:
-    from lmlab.utils.errors import LmlabError
+def _job(args: argparse.Namespace):
+    """The settings every job shares, checked; the output folder checked before any work."""
+    from lmlab.compress.jobs import JobSettings
+    from lmlab.utils.checks import check_output_folder
 
-    if not ((0 <= value if allow_zero else 0 < value) and value < 1):
-        raise LmlabError(f"{option} {value} is outside {'[0' if allow_zero else '(0'}, 1)",
-                         f"give {option} as a fraction, e.g. 0.2")
+    command = "lmlab " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compress"] else ""
+    job = JobSettings(Path(args.out), str(args.model), command, args.eval_split,
+                      args.eval_examples, args.max_length,
+                      **{k: getattr(args, k) for k in ("lr", "batch_size", "max_train_examples",
+                                                       "seed") if hasattr(args, k)})
+    job.check()
+    check_output_folder(job.out, args.overwrite, _WHAT[args.handler], ignore=(".*.tmp",))
+    return job
 
 
-def _start(args: argparse.Namespace, what: str):
-    """Check the output folder, then load the task (if any), the model and its tokenizer."""
-    from pathlib import Path
-
-    from lmlab.utils.checks import check_at_least, check_output_folder
-
-    check_at_least(args.eval_examples, 1, "--eval-examples")
-    out = Path(args.out)
-    check_output_folder(out, args.overwrite, what, ignore=(".*.tmp",))
+def _load(args: argparse.Namespace, training: bool):
+    """The task (if any; its splits checked before any training), the model and tokenizer."""
     task = None
     if getattr(args, "task", None):
         if hasattr(args, "glue_dir"):
@@ -139,253 +141,71 @@ def _start(args: argparse.Namespace, what: str):
         task.split(args.eval_split)  # an unknown split is refused before any training
         if getattr(args, "importance_split", None):
             task.split(args.importance_split)
-        if getattr(args, "steps", 0) or getattr(args, "finetune_steps", 0):
+        if training:
             task.split("train")
     from lmlab.finetune.runner import load_model
 
     model, tokenizer, _ = load_model(args.model)
-    return out, task, model, tokenizer
+    return task, model, tokenizer
 
 
-def _fresh(folder):
-    """A training folder of this command, emptied first: under --overwrite an earlier run's
-    checkpoint there would be resumed (train_on_task refuses one)."""
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
-    return folder
-
-
-def _has_head(model, task) -> bool:
-    from lmlab.models.task_heads import HEAD_FOR_TASK
-    from lmlab.finetune.runner import check_head_matches
-
-    if HEAD_FOR_TASK[task.type] not in model.heads:
-        return False
-    check_head_matches(model, task)
-    return True
-
-
-def _results(args: argparse.Namespace, title: str, **values):
-    from lmlab.utils.host import describe_host
-
-    command = "lmlab " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compress"] else ""
-    return {"title": title, "model": str(args.model), "host": describe_host(),
-            "command": command, **values}
+def _wrote(paths) -> int:
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+    return 0
 
 
 def _prune_heads(args: argparse.Namespace) -> int:
-    from lmlab.utils.checks import check_at_least
-    from lmlab.utils.errors import LmlabError
+    from lmlab.compress.jobs import HeadPruning
 
-    _fraction(args.step, "--step")
-    _fraction(args.max_fraction, "--max")
-    check_at_least(args.importance_examples, 1, "--importance-examples")
-    check_at_least(args.finetune_steps, 0, "--finetune-steps")
-    out, task, model, tokenizer = _start(args, "head-pruning results")
-    from lmlab.compress.heads import (
-        attention_modules,
-        head_importance,
-        iterative_head_pruning,
-        task_batches,
-        task_loss,
-    )
-    from lmlab.compress.magnitude import task_metric, train_on_task
+    settings = HeadPruning(args.step, args.max_fraction, args.importance_split,
+                           args.importance_examples, not args.no_recompute, args.finetune_steps)
+    settings.check()
+    job = _job(args)
+    task, model, tokenizer = _load(args, training=bool(args.finetune_steps))
+    from lmlab.compress.jobs import prune_heads_job
 
-    attention_modules(model)  # refuse a model whose heads cannot be pruned, before training
-    if not _has_head(model, task):
-        if not args.finetune_steps:
-            raise LmlabError(f"{args.model} has no head for the task {task.name}: the heads "
-                             "would be scored against a random classifier",
-                             "fine-tune it first (lmlab finetune) or add --finetune-steps N")
-        train_on_task(model, tokenizer, task, _fresh(out / "finetune"), args.finetune_steps,
-                      max_length=args.max_length, progress=True)
-    batches = task_batches(task, tokenizer, args.importance_split, args.importance_examples,
-                           max_length=args.max_length)
-    loss = task_loss(task)
-    evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length,
-                           args.eval_examples)
-
-    def show(row):
-        print(f"removed {row['heads_removed']:3d} heads ({100 * row['fraction_removed']:.0f}%): "
-              f"{task.metrics[0]} {row['metric']:.4f}", flush=True)
-
-    rows = iterative_head_pruning(model, lambda m: head_importance(m, batches, loss),
-                                  evaluate, args.step, args.max_fraction,
-                                  recompute=not args.no_recompute, on_step=show)
-    from lmlab.compress.pruning_report import write_run
-
-    results = _results(args, f"Head pruning on {task.name}", task=task.name,
-                       metric=task.metrics[0], split=args.eval_split,
-                       eval_examples=args.eval_examples, steps=rows,
-                       finetune_steps=args.finetune_steps)
-    written = write_run(out, results, rows, [
-        ("heads_removed", "heads removed"), ("fraction_removed", "fraction"),
-        ("metric", f"{args.eval_split} {task.metrics[0]}"), ("parameters", "parameters"),
-        ("heads_per_layer", "heads per layer")], model, tokenizer,
-        {"x": "fraction_removed", "xlabel": "attention heads removed (%)",
-         "ylabel": f"{args.eval_split} {task.metrics[0]}",
-         "title": f"{args.model} on {task.name}: iterative head pruning"})
-    print(f"wrote {', '.join(str(p) for p in written)}")
-    return 0
-
-
-def _parse_fractions(text: str, option: str) -> list[float]:
-    from lmlab.utils.errors import LmlabError
-
-    try:
-        values = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise LmlabError(f"{option} {text!r} is not a list of numbers",
-                         f"e.g. {option} 0.3,0.6,0.9") from error
-    if not values:
-        raise LmlabError(f"{option} is empty", f"e.g. {option} 0.5")
-    for value in values:
-        _fraction(value, option, allow_zero=True)
-    return values
+    return _wrote(prune_heads_job(model, tokenizer, task, job, settings))
 
 
 def _magnitude(args: argparse.Namespace) -> int:
-    import copy
+    from lmlab.compress.jobs import MagnitudePruning, parse_fractions
 
-    from lmlab.utils.checks import check_at_least
-    from lmlab.utils.errors import LmlabError
+    settings = MagnitudePruning(parse_fractions(args.sparsity, "--sparsity"), args.steps,
+                                args.every, args.scope, args.schedule)
+    settings.check()
+    job = _job(args)
+    task, model, tokenizer = _load(args, training=bool(args.steps))
+    from lmlab.compress.jobs import magnitude_job
 
-    sparsities = _parse_fractions(args.sparsity, "--sparsity")
-    check_at_least(args.steps, 0, "--steps")
-    check_at_least(args.every, 1, "--every")
-    out, task, model, tokenizer = _start(args, "magnitude-pruning results")
-    from lmlab.compress.magnitude import (
-        MagnitudePruningHook,
-        apply_masks,
-        magnitude_masks,
-        prunable_linears,
-        sparsity_of,
-        task_metric,
-        train_on_task,
-    )
-
-    if not args.steps and not _has_head(model, task):
-        raise LmlabError(f"{args.model} has no head for the task {task.name}; one-shot pruning "
-                         "(--steps 0) needs a fine-tuned model",
-                         "fine-tune it first (lmlab finetune), or prune while fine-tuning "
-                         "(--steps N)")
-    evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length,
-                           args.eval_examples)
-    rows, pruned = [], model
-    for index, target in enumerate(sparsities):
-        pruned = copy.deepcopy(model)
-        if args.steps:
-            hook = MagnitudePruningHook(pruned, target, start=args.steps // 10,
-                                        end=max(args.steps // 10, (7 * args.steps) // 10),
-                                        every=args.every, scope=args.scope, kind=args.schedule)
-            train_on_task(pruned, tokenizer, task, _fresh(out / f"train-{index}"), args.steps,
-                          [hook], lr=args.lr, batch_size=args.batch_size,
-                          max_length=args.max_length, seed=args.seed,
-                          max_train_examples=args.max_train_examples)
-        else:
-            modules = prunable_linears(pruned)
-            apply_masks(modules, magnitude_masks(modules, target, args.scope))
-        row = {"target": target, "sparsity": sparsity_of(prunable_linears(pruned)),
-               "metric": evaluate(pruned)}
-        print(f"sparsity {row['sparsity']:.3f}: {task.metrics[0]} {row['metric']:.4f}", flush=True)
-        rows.append(row)
-    from lmlab.compress.pruning_report import write_run
-
-    how = f"{args.steps} steps, {args.schedule} schedule" if args.steps else "one shot"
-    results = _results(args, f"Magnitude pruning on {task.name} ({args.scope}, {how})",
-                       task=task.name, metric=task.metrics[0], split=args.eval_split,
-                       scope=args.scope, schedule=args.schedule, steps=args.steps, rows=rows)
-    written = write_run(out, results, rows, [
-        ("target", "target sparsity"), ("sparsity", "sparsity"),
-        ("metric", f"{args.eval_split} {task.metrics[0]}")], pruned, tokenizer,
-        {"x": "sparsity", "xlabel": "weights removed (%)",
-         "ylabel": f"{args.eval_split} {task.metrics[0]}", "title": results["title"]})
-    print(f"wrote {', '.join(str(p) for p in written)}")
-    return 0
+    return _wrote(magnitude_job(model, tokenizer, task, job, settings))
 
 
 def _lottery(args: argparse.Namespace) -> int:
-    from lmlab.utils.checks import check_at_least
+    from lmlab.compress.jobs import Lottery
 
-    check_at_least(args.rounds, 1, "--rounds")
-    check_at_least(args.steps, 1, "--steps")
-    check_at_least(args.rewind_step, 0, "--rewind-step")
-    _fraction(args.prune_fraction, "--prune-fraction")
-    if args.rewind_step >= args.steps:
-        from lmlab.utils.errors import LmlabError
+    settings = Lottery(args.rounds, args.prune_fraction, args.rewind_step, args.scope,
+                       args.steps)
+    settings.check()
+    job = _job(args)
+    task, model, tokenizer = _load(args, training=True)
+    from lmlab.compress.jobs import lottery_job
 
-        raise LmlabError(f"--rewind-step {args.rewind_step} is not before the end of training "
-                         f"(--steps {args.steps})", "rewind to an early step, e.g. 5% of --steps")
-    out, task, model, tokenizer = _start(args, "lottery-ticket results")
-    from lmlab.compress.magnitude import lottery_ticket, task_metric, train_on_task
-
-    def train(m, hooks, round_):
-        train_on_task(m, tokenizer, task, _fresh(out / f"round-{round_}"), args.steps, hooks,
-                      lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
-                      seed=args.seed, max_train_examples=args.max_train_examples)
-
-    def show(row):
-        print(f"round {row['round']}: sparsity {row['sparsity']:.3f}, {task.metrics[0]} "
-              f"{row['metric']:.4f}", flush=True)
-
-    rows = lottery_ticket(model, train, task_metric(task, tokenizer, args.eval_split,
-                                                    args.max_length, args.eval_examples),
-                          args.rounds, args.prune_fraction, args.rewind_step, args.scope, show)
-    from lmlab.compress.pruning_report import write_run
-
-    results = _results(args, f"Lottery ticket on {task.name} (rewind to step "
-                             f"{args.rewind_step}, {args.prune_fraction:.0%} per round)",
-                       task=task.name, metric=task.metrics[0], split=args.eval_split,
-                       rounds=rows, steps_per_round=args.steps)
-    written = write_run(out, results, rows, [
-        ("round", "round"), ("sparsity", "sparsity"),
-        ("metric", f"{args.eval_split} {task.metrics[0]}")], model, tokenizer,
-        {"x": "sparsity", "xlabel": "weights removed (%)",
-         "ylabel": f"{args.eval_split} {task.metrics[0]}", "title": results["title"]})
-    print(f"wrote {', '.join(str(p) for p in written)}")
-    return 0
+    return _wrote(lottery_job(model, tokenizer, task, job, settings))
 
 
 def _low_rank(args: argparse.Namespace) -> int:
-    from lmlab.utils.errors import LmlabError
+    from lmlab.compress.jobs import LowRank
 
-    if (args.rank is None) == (args.energy is None):
-        raise LmlabError("give exactly one of --rank and --energy", "e.g. --energy 0.9")
-    if args.rank is not None and args.rank < 1:
-        raise LmlabError(f"--rank {args.rank}", "give a rank of at least 1")
-    if args.energy is not None and not 0 < args.energy <= 1:
-        raise LmlabError(f"--energy {args.energy} is outside (0, 1]", "e.g. --energy 0.9")
-    out, task, model, tokenizer = _start(args, "low-rank results")
-    from lmlab.compress.lowrank import low_rank, select_linears, summary
+    modules = tuple(m.strip() for m in args.modules.split(",") if m.strip()) or None
+    settings = LowRank(args.rank, args.energy, modules)
+    settings.check()
+    job = _job(args)
+    task, model, tokenizer = _load(args, training=False)
+    from lmlab.compress.jobs import low_rank_job
 
-    modules = [m.strip() for m in args.modules.split(",") if m.strip()] or None
-    select_linears(model, modules)  # refuse unknown names before the first evaluation
-    evaluate = None
-    before = None
-    if task is not None:
-        from lmlab.compress.magnitude import task_metric
+    return _wrote(low_rank_job(model, tokenizer, job, settings, task))
 
-        if not _has_head(model, task):
-            raise LmlabError(f"{args.model} has no head for the task {task.name}",
-                             "fine-tune it first (lmlab finetune), or leave out --task")
-        evaluate = task_metric(task, tokenizer, args.eval_split, args.max_length,
-                           args.eval_examples)
-        before = evaluate(model)
-    rows = low_rank(model, rank=args.rank, energy=args.energy, modules=modules)
-    report = summary(rows, model)
-    if evaluate is not None:
-        report.update(metric_before=before, metric_after=evaluate(model),
-                      metric=task.metrics[0])
-    for key, value in report.items():
-        print(f"{key}: {value}")
-    from lmlab.compress.pruning_report import write_run
 
-    results = _results(args, "Low-rank factorisation (truncated SVD)", rank=args.rank,
-                       energy=args.energy, summary=report, modules=[r.to_dict() for r in rows])
-    written = write_run(out, results, [r.to_dict() for r in rows], [
-        ("name", "module"), ("in_features", "in"), ("out_features", "out"), ("rank", "rank"),
-        ("parameters_before", "weights before"), ("parameters_after", "weights after"),
-        ("relative_error", "relative error"), ("energy", "energy kept")], model, tokenizer)
-    print(f"wrote {', '.join(str(p) for p in written)}")
-    return 0
+# what each command writes (named when --out already holds something)
+_WHAT = {_prune_heads: "head-pruning results", _magnitude: "magnitude-pruning results",
+         _lottery: "lottery-ticket results", _low_rank: "low-rank results"}
