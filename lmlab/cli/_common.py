@@ -7,6 +7,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from lmlab.training.config import PRECISIONS
+
 Handler = Callable[[argparse.Namespace], Any]
 
 # What each command group is for (shown in ``lmlab --help`` and the group's own --help).
@@ -84,6 +86,74 @@ class CommandRegistry:
         if example not in examples:
             examples.append(example)
         self._group_parsers[group].epilog = "example:\n" + "\n".join(f"  {e}" for e in examples)
+
+
+# -- flags declared once per concept (each command passes its own help and default) -------------
+MODEL_HELP = "model folder, lmlab run directory or short name (minilm)"
+DEVICE_HELP = "auto (a GPU when there is one), cpu, cuda or cuda:N"
+AUTO_PRECISION_HELP = ("default auto: bf16 where this host's measured bf16 matmul rate is at "
+                       "least 1.2x fp32's (lmlab cost peak), else fp32")
+
+
+def add_model(p: argparse.ArgumentParser, help: str | None = MODEL_HELP) -> None:
+    """The positional MODEL a command reads."""
+    p.add_argument("model", help=help)
+
+
+def add_out(p: argparse.ArgumentParser, help: str | None = None, required: bool = True,
+            overwrite: str | None = None, **kwargs: Any) -> None:
+    """``--out`` (``help``: what is written there); with ``overwrite`` (its help),
+    ``--overwrite`` right after it."""
+    p.add_argument("--out", required=required, help=help, **kwargs)
+    if overwrite is not None:
+        add_overwrite(p, overwrite)
+
+
+def add_overwrite(p: argparse.ArgumentParser, help: str) -> None:
+    """``--overwrite``: write over what the command's output already holds (``help``: what)."""
+    p.add_argument("--overwrite", action="store_true", help=help)
+
+
+def add_seed(p: argparse.ArgumentParser, default: int | None = 0, help: str | None = None) -> None:
+    p.add_argument("--seed", type=int, default=default, help=help)
+
+
+def add_device(p: argparse.ArgumentParser, default: str | None = "auto",
+               help: str | None = DEVICE_HELP) -> None:
+    p.add_argument("--device", default=default, help=help)
+
+
+def add_precision(p: argparse.ArgumentParser, default: str | None = "auto",
+                  help: str | None = None, choices: Any = PRECISIONS) -> None:
+    p.add_argument("--precision", default=default, choices=choices, help=help)
+
+
+def add_threads(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    p.add_argument("--threads", type=int, help=help)
+
+
+def add_batch_size(p: argparse.ArgumentParser, default: int | None = None,
+                   help: str | None = None) -> None:
+    p.add_argument("--batch-size", type=int, default=default, help=help)
+
+
+def add_max_length(p: argparse.ArgumentParser, default: int | None = None,
+                   help: str | None = None) -> None:
+    p.add_argument("--max-length", type=int, default=default, help=help)
+
+
+def add_lr(p: argparse.ArgumentParser, default: float | None = None,
+           help: str | None = None) -> None:
+    p.add_argument("--lr", type=float, default=default, help=help)
+
+
+def add_max_train_examples(p: argparse.ArgumentParser,
+                           help: str | None = "use the first N training examples") -> None:
+    p.add_argument("--max-train-examples", type=int, help=help)
+
+
+def add_json(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    p.add_argument("--json", action="store_true", help=help)
 
 
 def add_training_flags(p: argparse.ArgumentParser) -> None:
