@@ -68,14 +68,9 @@ def get_family(name: str) -> Family:
 
 def build_post_processor(family: str, special: dict[str, str], token_to_id: Any,
                          byte_level: bool = False):
-    """The engine post-processor adding ``family``'s special tokens.
-
-    Args:
-        family: a name of :data:`FAMILIES`.
-        special: role -> token actually used by the tokenizer.
-        token_to_id: callable mapping a token to its id (None when missing).
-        byte_level: the tokenizer is byte-level BPE (offsets then drop the leading space).
-    """
+    """The engine post-processor adding ``family``'s special tokens (``special``: role -> the
+    tokenizer's token; ``token_to_id`` gives None for a missing one). ``byte_level``: a
+    byte-level BPE, whose offsets then drop the leading space."""
     from tokenizers import processors
 
     get_family(family)

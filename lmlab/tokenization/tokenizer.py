@@ -142,6 +142,8 @@ class Tokenizer:
         :meth:`from_pretrained` and with ``transformers.AutoTokenizer``."""
         from lmlab.tokenization.hf_files import save_folder
 
+        extra = ({"additional_special_tokens": list(self.additional_special_tokens)}
+                 if self.additional_special_tokens else {})
         config: dict[str, Any] = {
             "tokenizer_class": FAMILIES[self.family].tokenizer_class,
             "model_max_length": self.model_max_length,
@@ -151,17 +153,13 @@ class Tokenizer:
             # the engine decoder already cleans up spaces; a second pass would differ
             "clean_up_tokenization_spaces": False,
             **self._special,
+            **extra,
+            **FAMILIES[self.family].config,
         }
-        if self.additional_special_tokens:
-            config["additional_special_tokens"] = list(self.additional_special_tokens)
-        config.update(FAMILIES[self.family].config)
         if self.family == "t5":
             config["extra_ids"] = sum(t.startswith("<extra_id_")
                                       for t in self.additional_special_tokens)
-        special_map = dict(self._special)
-        if self.additional_special_tokens:
-            special_map["additional_special_tokens"] = list(self.additional_special_tokens)
-        return save_folder(Path(path), self._engine, config, special_map)
+        return save_folder(Path(path), self._engine, config, {**self._special, **extra})
 
     # ------------------------------------------------------------------ vocabulary
     @property
