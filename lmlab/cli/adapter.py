@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 ACTIONS = ("merge", "to-peft", "from-peft")
 
 
@@ -18,9 +20,9 @@ def register(commands) -> None:
                         "from-peft: PEFT folder -> lmlab adapter")
     p.add_argument("source", help="a run fine-tuned with --method (or its model/ folder), or a "
                                   "PEFT adapter folder (merge, from-peft)")
-    p.add_argument("--out", required=True, help="folder to write")
+    _common.add_out(p, "folder to write")
     p.add_argument("--base", help="the base model (default: the one the adapter names)")
-    p.add_argument("--overwrite", action="store_true", help="write into an --out that holds files")
+    _common.add_overwrite(p, "write into an --out that holds files")
 
 
 def _adapter(args: argparse.Namespace) -> int:
@@ -30,8 +32,9 @@ def _adapter(args: argparse.Namespace) -> int:
     from lmlab.utils.errors import LmlabError
 
     check_output_folder(Path(args.out), args.overwrite, f"adapter {args.action} output")
-    from lmlab.adapt import adapter_folder, load_adapter, merge, read_adapter_config, save_adapter
+    from lmlab.adapt import load_adapter, merge, read_adapter_config, save_adapter
     from lmlab.adapt.peft_format import PEFT_CONFIG, load_peft, read_peft_config, save_peft
+    from lmlab.interop.folders import adapter_folder
 
     source = Path(args.source)
     lmlab_folder = adapter_folder(source)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -20,16 +22,14 @@ def register(commands) -> None:
     p.add_argument("--words", action="store_true",
                    help="merge word pieces into words (attention to a word summed, from a word "
                         "averaged)")
-    p.add_argument("--out", required=True, help="the .html file to write")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    _common.add_out(p, "the .html file to write", overwrite="replace an existing --out file")
     p.add_argument("--layer", type=int, default=0, help="the layer shown first (from 0)")
     p.add_argument("--head", type=int, default=0, help="the head shown first (from 0)")
     p.add_argument("--stats-sample", type=int,
                    help="compute the head statistics over N sentences (of --corpus, else of "
                         "WordNet's example sentences) instead of the text itself")
     p.add_argument("--corpus", help="lmlab corpus folder for --stats-sample")
-    p.add_argument("--max-length", type=int,
-                   help="cut the text to this many tokens (default: the model's limit)")
+    _common.add_max_length(p, help="cut the text to this many tokens (default: the model's limit)")
 
     p = commands.command(
         "head-stats", help="what each attention head attends to ([CLS], [SEP], punctuation, "
@@ -43,11 +43,9 @@ def register(commands) -> None:
     p.add_argument("--sample", type=int, default=500,
                    help="texts to average over (default 500; WordNet's example sentences "
                         "unless --corpus or --text-file)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-length", type=int,
-                   help="cut texts to this many tokens (default: the model's limit)")
-    p.add_argument("--out", required=True, help="folder for head_stats.{json,csv,md,png}")
-    p.add_argument("--overwrite", action="store_true", help="replace what --out holds")
+    _common.add_batch_size(p, 16)
+    _common.add_max_length(p, help="cut texts to this many tokens (default: the model's limit)")
+    _common.add_out(p, "folder for head_stats.{json,csv,md,png}", overwrite="replace what --out holds")
 
 
 def _check_corpus(corpus: str | None) -> None:
@@ -60,10 +58,10 @@ def _check_corpus(corpus: str | None) -> None:
 
 def _load(model_path: str):
     """The model and tokenizer (the path checked first, so a typo fails before torch loads)."""
-    from lmlab.models.auto import resolve_model_dir
+    from lmlab.utils.catalog import resolve_model_dir
 
     resolve_model_dir(model_path)
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
 
     return load_model_and_tokenizer(model_path)
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lmlab.cli._common import add_batch_size, add_lr, add_max_length, add_model, add_out, add_seed
+from lmlab.cli import _common
 from lmlab.cli._task_options import add_task_arguments
 
 GROUP = "compress"
@@ -21,7 +21,7 @@ def register(commands) -> None:
         example="lmlab compress prune-heads minilm --task wordnet-supersense --finetune-steps "
                 "200 --step 0.1 --max 0.5 --out pruned-heads",
         handler=_prune_heads)
-    _common(p, task_required=True)
+    _add_job_flags(p, task_required=True)
     p.add_argument("--step", type=float, default=0.1,
                    help="fraction of the heads removed per step (default 0.1)")
     p.add_argument("--max", type=float, default=0.5, dest="max_fraction",
@@ -43,7 +43,7 @@ def register(commands) -> None:
         example="lmlab compress magnitude RUN/model --task wordnet-supersense --sparsity "
                 "0.3,0.6,0.9 --steps 0 --out magnitude",
         handler=_magnitude)
-    _common(p, task_required=True)
+    _add_job_flags(p, task_required=True)
     p.add_argument("--sparsity", default="0.5",
                    help="comma-separated target sparsities (fractions of the layers' linear "
                         "weights set to 0); the model of the last one is saved")
@@ -62,7 +62,7 @@ def register(commands) -> None:
         example="lmlab compress lottery minilm --task wordnet-supersense --rounds 3 --steps 200 "
                 "--rewind-step 20 --out lottery",
         handler=_lottery)
-    _common(p, task_required=True)
+    _add_job_flags(p, task_required=True)
     p.add_argument("--rounds", type=int, default=3, help="pruning rounds (default 3)")
     p.add_argument("--prune-fraction", type=float, default=0.2,
                    help="fraction of the surviving weights removed each round (default 0.2)")
@@ -79,7 +79,7 @@ def register(commands) -> None:
              "reports the weights and FLOPs removed and the reconstruction error",
         example="lmlab compress low-rank minilm --energy 0.9 --out minilm-low-rank",
         handler=_low_rank)
-    _common(p, task_required=False)
+    _add_job_flags(p, task_required=False)
     p.add_argument("--rank", type=int, help="one rank for every matrix")
     p.add_argument("--energy", type=float,
                    help="per matrix, the smallest rank keeping this fraction of sum s_i^2")
@@ -88,15 +88,15 @@ def register(commands) -> None:
                         "o_proj, up_proj, down_proj; default all)")
 
 
-def _common(p: argparse.ArgumentParser, task_required: bool) -> None:
-    add_model(p, "model folder, run directory or short name (minilm)")
-    add_out(p, "output folder (results, curve, model/)",
+def _add_job_flags(p: argparse.ArgumentParser, task_required: bool) -> None:
+    _common.add_model(p, "model folder, run directory or short name (minilm)")
+    _common.add_out(p, "output folder (results, curve, model/)",
             overwrite="write into an --out that has files")
     p.add_argument("--eval-split", default="dev", help="split the metric is measured on")
     p.add_argument("--eval-examples", type=int, default=None,
                    help="measure the metric on this many examples of the split (a stratified "
                         "sample, the same at every step; default all)")
-    add_max_length(p, 128)
+    _common.add_max_length(p, 128)
     if task_required:
         add_task_arguments(p)
     else:
@@ -105,10 +105,10 @@ def _common(p: argparse.ArgumentParser, task_required: bool) -> None:
 
 
 def _training(p: argparse.ArgumentParser) -> None:
-    add_lr(p, 5e-5)
-    add_batch_size(p, 32)
+    _common.add_lr(p, 5e-5)
+    _common.add_batch_size(p, 32)
     p.add_argument("--max-train-examples", type=int, default=None)
-    add_seed(p)
+    _common.add_seed(p)
 
 
 def _job(args: argparse.Namespace):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -30,21 +32,20 @@ def register(commands) -> None:
                    help="comma-separated: kjv, wordnet, gcide, fortunes, jargon, pydocs, "
                         "folder:PATH, jsonl:PATH[:FIELD], hf:NAME[:FIELD] "
                         "(default: every installed built-in source)")
-    p.add_argument("--out", required=True, help="output folder")
+    _common.add_out(p, "output folder")
     p.add_argument("--exclude", action="append", default=[], metavar="FILE",
                    help="also keep out the texts of FILE, one per line, matched as whole "
                         "segments (repeatable)")
     p.add_argument("--exclude-tasks", default="all", metavar="TASKS",
                    help="built-in tasks whose dev/test texts are kept out: all (default: "
                         "those installed), none, or a comma-separated list")
-    p.add_argument("--overwrite", action="store_true",
-                   help="write into an --out folder that already holds something")
+    _common.add_overwrite(p, "write into an --out folder that already holds something")
     p.add_argument("--encoding-errors", choices=("strict", "replace"), default="strict",
                    help="a non-UTF-8 byte in your files: strict = error naming file and byte "
                         "offset (default), replace = read it as U+FFFD")
     p.add_argument("--validation-fraction", type=float, default=0.01,
                    help="share of documents in validation (default 0.01)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
+    _common.add_seed(p, help="seed of the train/validation split")
     p.add_argument("--max-documents", type=int, default=None, metavar="N",
                    help="read at most N documents from each source (quick slices)")
 

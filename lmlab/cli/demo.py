@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lmlab.training.config import PRECISIONS
+from lmlab.cli import _common
 
 
 def register(commands) -> None:
@@ -15,11 +15,12 @@ def register(commands) -> None:
         description="Build the default corpus (without the evaluation tasks' texts), train a "
                     "WordPiece tokenizer, pretrain a small BERT with masked LM, fine-tune it, "
                     "the same architecture randomly initialised and a TF-IDF baseline on two "
-                    "tasks with three seeds, and MiniLM's frozen features as the ceiling, look at words in context, and write a report. "
+                    "tasks with three seeds, and MiniLM's frozen features as the ceiling, look "
+                    "at words in context, and write a report. "
                     "Finished stages are cached: rerunning reuses them.",
     )
     p.add_argument("--budget", default="20m", help="wall-clock budget of the whole demo")
-    p.add_argument("--out", default="runs/demo")
+    _common.add_out(p, required=False, default="runs/demo")
     p.add_argument("--fresh", action="store_true", help="redo every stage")
     p.add_argument("--sources", help="corpus sources (default: every installed one)")
     p.add_argument("--max-documents", type=int, help="documents per source (quick runs)")
@@ -30,9 +31,8 @@ def register(commands) -> None:
     p.add_argument("--max-train-examples", type=int)
     p.add_argument("--max-eval-examples", type=int)
     p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="pretraining and fine-tuning precision (default auto: bf16 where this "
-                        "host's measured bf16 matmul rate is at least 1.2x fp32's)")
+    _common.add_precision(p, help="pretraining and fine-tuning precision (default auto: bf16 where "
+                          "this host's measured bf16 matmul rate is at least 1.2x fp32's)")
     p.add_argument("--finetune-tokens",
                    help="training tokens of every pretrained and random-init fine-tuning run, "
                         "in whole epochs of each task, the same on every host (default 200k; "
@@ -40,9 +40,8 @@ def register(commands) -> None:
     p.add_argument("--ceiling", default="minilm",
                    help="a pretrained checkpoint whose frozen features (with a trained head) "
                         "are the ceiling row, or 'none'")
-    p.add_argument("--threads", type=int, help="torch threads (speed only)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="write into an --out folder that holds files other than a demo's")
+    _common.add_threads(p, "torch threads (speed only)")
+    _common.add_overwrite(p, "write into an --out folder that holds files other than a demo's")
 
 
 def _demo(args: argparse.Namespace) -> int:

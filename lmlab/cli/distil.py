@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.cli._common import add_training_flags, print_run_summary
-from lmlab.training.config import PRECISIONS
+from lmlab.cli import _common
 
 # flags whose setting has another name (the others are named as their setting)
 _SETTING_OF_FLAG = {"steps": "max_steps", "tokens": "max_tokens", "budget": "budget_seconds"}
@@ -51,17 +50,14 @@ def register(commands) -> None:
                    help="soft targets at the masked positions only (default: every real token)")
     p.add_argument("--shards", required=True, help="token-shard folder (from `lmlab data "
                                                    "tokenize --tokenizer TEACHER`)")
-    p.add_argument("--out", required=True, help="run directory (resumed when it has checkpoints)")
-    add_training_flags(p)
-    p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="default auto: bf16 where this host's measured bf16 matmul rate is at "
-                        "least 1.2x fp32's, else fp32")
-    p.add_argument("--threads", type=int)
-    p.add_argument("--device", help="auto | cpu | cuda")
+    _common.add_out(p, "run directory (resumed when it has checkpoints)")
+    _common.add_training_flags(p)
+    _common.add_precision(p, help=_common.AUTO_PRECISION_HELP)
+    _common.add_threads(p)
+    _common.add_device(p, None, "auto | cpu | cuda")
     p.add_argument("--tokenizer", help="tokenizer folder (default: the one the shards record)")
     p.add_argument("--no-cost", action="store_true", help="do not track FLOPs/energy/cost")
-    p.add_argument("--overwrite", action="store_true",
-                   help="start a run that is in --out over instead of resuming it")
+    _common.add_overwrite(p, "start a run that is in --out over instead of resuming it")
 
     t = commands.command(
         "distil-task", help="fine-tune a student on a task with a fine-tuned teacher's soft "
@@ -80,23 +76,22 @@ def register(commands) -> None:
                                                     "directory or model folder)")
     t.add_argument("--student", required=True,
                    help="the model to fine-tune (e.g. the run directory of `lmlab distil`)")
-    t.add_argument("--out", required=True, help="run directory")
+    _common.add_out(t, "run directory")
     t.add_argument("--distil-alpha", type=float, default=0.5,
                    help="weight of the soft targets; 1 - alpha goes to the labels (default 0.5)")
     t.add_argument("--temperature", type=float, default=2.0, help="softmax temperature (2)")
-    t.add_argument("--seed", type=int, default=0)
+    _common.add_seed(t)
     t.add_argument("--epochs", type=int)
-    t.add_argument("--lr", type=float)
-    t.add_argument("--batch-size", type=int)
-    t.add_argument("--max-length", type=int, help="tokens per sequence (default 128)")
-    t.add_argument("--max-train-examples", type=int, help="use the first N training examples")
+    _common.add_lr(t)
+    _common.add_batch_size(t)
+    _common.add_max_length(t, help="tokens per sequence (default 128)")
+    _common.add_max_train_examples(t)
     t.add_argument("--min-updates", type=int,
                    help="train at least N optimizer updates (default: the recipe's)")
     t.add_argument("--budget", help="training time limit, e.g. 5m")
-    t.add_argument("--precision", default="auto", choices=PRECISIONS)
-    t.add_argument("--device", default="auto")
-    t.add_argument("--overwrite", action="store_true",
-                   help="start over in an --out folder that holds a run")
+    _common.add_precision(t)
+    _common.add_device(t, help=None)
+    _common.add_overwrite(t, "start over in an --out folder that holds a run")
 
 
 def _layers(text: str | None) -> tuple[int, ...] | None:
@@ -121,7 +116,7 @@ def _distil(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", 0)) != 0:
         return 0
     out = Path(args.out)
-    print_run_summary(result, "lmlab distil")
+    _common.print_run_summary(result, "lmlab distil")
     print(f"lmlab distil: report {out / 'report.md'}; student {out / 'model'}")
     return 0
 
