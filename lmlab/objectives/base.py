@@ -85,12 +85,7 @@ class Objective(nn.Module):
         """This objective's parameters that are not already the model's (to add to the
         optimiser without duplicates; ELECTRA shares its embeddings with the model)."""
         seen = {id(p) for p in model.parameters()}
-        result, own = [], set()
-        for parameter in self.parameters():
-            if id(parameter) not in seen and id(parameter) not in own:
-                own.add(id(parameter))
-                result.append(parameter)
-        return result
+        return [p for p in self.parameters() if id(p) not in seen]  # parameters() is deduplicated
 
     # -- corruption (collate time, CPU) -------------------------------------------------------
     def corrupt(self, batch: dict[str, torch.Tensor],

@@ -25,7 +25,6 @@ class BidirectionalLM(Objective):
 
     name = "bilm"
     head_names = ("bilm",)
-    example_format = "packed"
     flops_head = "clm"
     reports_perplexity = True
     cls_sep_packing = False

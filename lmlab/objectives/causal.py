@@ -35,25 +35,17 @@ def lm_labels(batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def document_ids(input_ids: torch.Tensor, separator_ids: tuple[int, ...]) -> torch.Tensor:
     """(B, T) index of the document each token belongs to; a separator ends its document."""
-    is_sep = torch.zeros_like(input_ids, dtype=torch.bool)
-    for sep in separator_ids:
-        is_sep |= input_ids == sep
-    ends = is_sep.long()
+    separators = torch.tensor(separator_ids, dtype=input_ids.dtype, device=input_ids.device)
+    ends = torch.isin(input_ids, separators).long()
     return torch.cumsum(ends, dim=1) - ends  # the separator stays in the document it closes
 
 
 class CausalLM(Objective):
-    """Next-token prediction over packed token windows.
-
-    Args:
-        special: the tokenizer's special tokens (``eos_id``/``sep_id`` separate documents).
-        separate_documents: block-diagonal mask so packed documents do not see each other.
-        weight: multiplies the loss when combined with other objectives.
-    """
+    """Next-token prediction over packed token windows; ``separate_documents`` masks attention
+    between the packed documents (cut after ``eos_id``/``sep_id``)."""
 
     name = "clm"
     head_names = ("clm",)
-    example_format = "packed"
     flops_head = "clm"
     reports_perplexity = True
     cls_sep_packing = False
@@ -110,11 +102,8 @@ class CausalLM(Objective):
 
 
 class PrefixLM(CausalLM):
-    """Prefix LM: a bidirectional prefix of random length, then causal prediction of the rest.
-
-    Args:
-        min_prefix, max_prefix: bounds on the prefix's share of each row's real tokens.
-    """
+    """Prefix LM: a bidirectional prefix of random length (a share of each row's real tokens
+    between ``min_prefix`` and ``max_prefix``), then causal prediction of the rest."""
 
     name = "prefix-lm"
 

@@ -1,10 +1,5 @@
-"""Several objectives trained together on one forward pass: BERT's MLM + NSP, ALBERT's
-MLM + SOP, SpanBERT ablations (span + NSP).
-
-The components' corruptions run in order on the batch (at most one rewrites the tokens), the
-stack runs once, and the losses (each times its component's ``weight``) are summed, as BERT
-summed its two losses.
-"""
+"""Several objectives on one forward pass (BERT's MLM + NSP, ALBERT's MLM + SOP): the
+corruptions run in order, the stack once, and the weighted losses are summed, as BERT did."""
 
 from __future__ import annotations
 

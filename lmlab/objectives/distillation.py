@@ -63,15 +63,10 @@ def hidden_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tenso
 class Distillation(MaskedLM):
     """DistilBERT's distillation objective: soft targets + masked LM + hidden-state cosine.
 
-    Args (beyond :class:`~lmlab.objectives.mlm.MaskedLM`'s masking arguments):
-        teacher: the frozen teacher, a loaded :class:`~lmlab.models.model.LanguageModel` (an
-            encoder of the student's vocabulary).
-        temperature: softmax temperature of the soft targets (DistilBERT: 2).
-        alpha_ce: weight of the soft-target term (5); needs a teacher with an MLM head.
-        alpha_mlm: weight of the masked-LM term (2).
-        alpha_cos: weight of the hidden-state cosine term (1).
-        restrict_ce_to_mask: soft targets at the masked positions only (default: every real
-            token, as the reference).
+    ``teacher`` is a loaded encoder of the student's vocabulary; beyond MaskedLM's masking
+    arguments come the soft targets' ``temperature`` (2), the three terms' weights
+    ``alpha_ce``, ``alpha_mlm``, ``alpha_cos`` (5, 2, 1) and ``restrict_ce_to_mask`` (soft
+    targets at the masked positions only; default every real token, as the reference).
     """
 
     name = "distil"

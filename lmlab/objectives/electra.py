@@ -39,16 +39,10 @@ def generator_config(config, size: float = 0.25, layers: float = 1.0):
 
 
 class ReplacedTokenDetection(MaskedLM):
-    """ELECTRA: generator MLM + discriminator replaced-token detection.
-
-    Args (beyond :class:`~lmlab.objectives.mlm.MaskedLM`'s, whose defaults change to
-    ELECTRA's replacement split (0.85, 0, 0.15)):
-        generator_size: generator hidden width as a fraction of the discriminator's.
-        generator_layers: generator depth as a fraction of the discriminator's (1.0).
-        discriminator_weight: lambda in ``L_gen + lambda * L_disc`` (50).
-        generator_weight: weight of the generator's MLM loss (1).
-        temperature: sampling temperature of the generator (1).
-    """
+    """ELECTRA: generator MLM + discriminator replaced-token detection. Beyond MaskedLM's
+    arguments (replacement split (0.85, 0, 0.15) by default): the generator's width and depth
+    as fractions of the model's, the loss weights ``generator_weight * L_gen +
+    discriminator_weight * L_disc`` (1, 50) and the sampling ``temperature``."""
 
     name = "rtd"
     head_names = ("rtd",)
@@ -89,12 +83,10 @@ class ReplacedTokenDetection(MaskedLM):
         generator = LanguageModel(generator_config(config, self.generator_size,
                                                    self.generator_layers), heads=("mlm",))
         shared, own = model.transformer.embeddings, generator.transformer.embeddings
-        own.word_embeddings = shared.word_embeddings
-        own.position_embeddings = shared.position_embeddings
-        own.token_type_embeddings = shared.token_type_embeddings
-        own.norm = shared.norm
-        if getattr(shared, "sinusoids", None) is not None:
-            own.sinusoids = shared.sinusoids
+        for part in ("word_embeddings", "position_embeddings", "token_type_embeddings", "norm",
+                     "sinusoids"):  # the same config kind: the same parts are None on both
+            if getattr(shared, part, None) is not None:
+                setattr(own, part, getattr(shared, part))
         generator.tie_weights()
         generator.to(next(model.parameters()).device)
         self.generator = generator
@@ -110,21 +102,17 @@ class ReplacedTokenDetection(MaskedLM):
 
     def replace(self, generator_logits: torch.Tensor, batch: dict[str, torch.Tensor]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample tokens at the masked positions from the generator's logits (N, V).
-
-        Returns (discriminator input ids (B, T), replaced labels (B, T) as 0/1 floats,
-        sampled ids (N,)). Labels are ``discriminator ids != original ids``.
-        """
+        """Sample tokens at the masked positions from the generator's logits (N, V): returns
+        the discriminator's input ids (B, T), the replaced labels (B, T; 0/1 floats, ``ids !=
+        original ids``) and the sampled ids (N,)."""
         labels = batch["labels"]
         masked = labels != IGNORE_INDEX  # (B, T)
         original = torch.where(masked, labels, batch["input_ids"])  # (B, T)
         with torch.no_grad():
             logits = generator_logits.detach().float() / self.temperature
-            seed = int(batch["rtd_seed"]) if "rtd_seed" in batch else None
             noise_gen = None
-            if seed is not None:
-                noise_gen = torch.Generator(device=logits.device)
-                noise_gen.manual_seed(seed)
+            if "rtd_seed" in batch:
+                noise_gen = torch.Generator(device=logits.device).manual_seed(int(batch["rtd_seed"]))
             uniform = torch.rand(logits.shape, generator=noise_gen, device=logits.device)
             gumbel = -torch.log(-torch.log(uniform.clamp(1e-9, 1.0 - 1e-9)))
             sampled = (logits + gumbel).argmax(-1)  # (N,): a sample from softmax(logits)

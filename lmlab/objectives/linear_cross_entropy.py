@@ -82,20 +82,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                          chunk_rows: int = DEFAULT_CHUNK_ROWS, bias: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy of the logits ``hidden @ weight.T + bias`` and the number of rows
-    whose argmax equals the target, without materialising all the logits.
-
-    Args:
-        hidden: (N, H) final hidden states, one row per predicted position.
-        weight: (V, H) output projection (possibly tied to the embeddings).
-        targets: (N,) token ids; ``-100`` rows are ignored.
-        chunk_rows: rows per chunk (memory ~ chunk_rows x V floats).
-        bias: (V,) the projection's bias, or None (GPT-2's and BERT-style tied heads have none;
-            the recurrent LMs' softmax has one, as in Merity et al. and Peters et al.).
-
-    Returns:
-        (loss, correct): the mean over non-ignored rows (0 if none) and a 0-d int64 count.
-    """
+    """(mean cross-entropy over the non-ignored rows, 0 if none; 0-d int64 count of rows whose
+    argmax is the target) of the logits ``hidden @ weight.T + bias``, never all materialised.
+    ``hidden`` (N, H), ``weight`` (V, H), ``targets`` (N,) with -100 ignored, ``bias`` (V,) or
+    None; memory ~ ``chunk_rows`` x V floats."""
     fused = (hidden.dtype == torch.float32 and weight.dtype == torch.float32
              and not torch.is_autocast_enabled(hidden.device.type)
              and type(weight) in (torch.Tensor, torch.nn.Parameter)

@@ -32,20 +32,10 @@ MASKING_MODES = ("dynamic", "static")
 
 
 class MaskedLM(Objective):
-    """BERT's masked-LM objective (token-level masking).
-
-    Args:
-        special: the tokenizer's special tokens.
-        mask_prob: share of the (non-special, non-padding) tokens to predict.
-        replacement: probabilities (mask, random, keep) for a predicted token.
-        masking: ``"dynamic"`` (RoBERTa) or ``"static"`` (BERT, with ``dupe_factor``).
-        dupe_factor: number of distinct static corruptions of each example.
-        seed: seed of the static corruption.
-        max_predictions: cap on predictions per sequence (BERT's ``max_predictions_per_seq``,
-            20 at length 128); None = no cap.
-        sparse: vocabulary projection only at predicted positions.
-        weight: multiplies the loss when combined with other objectives.
-    """
+    """BERT's masked-LM objective (token-level masking). Arguments: the share of tokens
+    predicted, the (mask, random, keep) split, ``"dynamic"``/``"static"`` masking with its
+    ``dupe_factor`` and ``seed``, BERT's ``max_predictions`` cap per sequence, sparse
+    prediction and the weight in a combination (docs/objectives.md's table)."""
 
     name = "mlm"
     head_names = ("mlm",)
@@ -53,6 +43,7 @@ class MaskedLM(Objective):
     salt = 1
     flops_head = "mlm"
     reports_perplexity = True
+    needs_words = False  # choose() reads the batch's word starts
 
     def __init__(self, special: SpecialTokens, mask_prob: float = 0.15,
                  replacement: tuple[float, float, float] = (0.8, 0.1, 0.1),
@@ -86,7 +77,6 @@ class MaskedLM(Objective):
     def data_epoch(self, epoch: int) -> int:
         return epoch % self.dupe_factor if self.static else epoch
 
-    # -- corruption ------------------------------------------------------------------------------
     def choose(self, candidates: np.ndarray, word_starts: np.ndarray | None,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, Any]:
         """Positions to predict in one row: (chosen mask, replacement groups or None, extra)."""
@@ -99,6 +89,10 @@ class MaskedLM(Objective):
         attention = (batch["attention_mask"].numpy() if "attention_mask" in batch
                      else (ids != self.special.pad_id))
         word_starts = batch["word_starts"].numpy() if "word_starts" in batch else None
+        if self.needs_words and word_starts is None:
+            raise LmlabError(f"{self.name!r} masking needs 'word_starts' in the batch",
+                             "build batches with PretrainingStream from token shards (they "
+                             "store word starts)")
         generators = self.row_generators(batch, rng, self.static, self.seed, self.dupe_factor)
         corrupted = np.empty(ids.shape, dtype=np.int64)
         labels = np.empty(ids.shape, dtype=np.int64)
@@ -123,7 +117,6 @@ class MaskedLM(Objective):
         out["labels"] = torch.from_numpy(labels)
         return out
 
-    # -- loss ------------------------------------------------------------------------------------
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:
         labels = require_labels(batch, self.name)
@@ -159,13 +152,10 @@ class WholeWordMaskedLM(MaskedLM):
 
     name = "wwm"
     salt = 2
+    needs_words = True
 
     def choose(self, candidates: np.ndarray, word_starts: np.ndarray | None,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, Any]:
-        if word_starts is None:
-            raise LmlabError("whole-word masking needs 'word_starts' in the batch",
-                             "build batches with PretrainingStream from token shards (they "
-                             "store word starts)")
         chosen = choose_whole_words(candidates, word_starts, self.mask_prob, rng,
                                     self.max_predictions)
         return chosen, None, None

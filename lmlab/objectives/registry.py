@@ -1,9 +1,5 @@
-"""Objectives by name, and ``build_objective("mlm,sop", special, **hparams)``.
-
-The registry maps a name to a factory ``factory(special: SpecialTokens, **hparams) -> Objective``
-or to a lazy ``"module:attribute"`` string, so listing names never imports torch. Users add
-their own objectives with :func:`register_objective`.
-"""
+"""Objectives by name, and ``build_objective("mlm,sop", special, **hparams)``. Names map to
+factories or lazy ``"module:attribute"`` strings, so listing them never imports torch."""
 
 from __future__ import annotations
 
@@ -35,13 +31,9 @@ _ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "
 
 
 def register_objective(name: str, factory: Callable[..., Any] | str) -> None:
-    """Make ``name`` buildable by :func:`build_objective`.
-
-    Args:
-        name: the objective's name in specs like ``"mlm,sop"`` (no commas or spaces).
-        factory: ``factory(special: SpecialTokens, **hparams) -> Objective`` (an Objective
-            subclass works), or ``"module:attribute"`` naming one, imported on first use.
-    """
+    """Make ``name`` (no commas or spaces) buildable by :func:`build_objective`; ``factory``
+    is ``factory(special, **hparams) -> Objective`` (an Objective subclass works) or a
+    ``"module:attribute"`` string naming one, imported on first use."""
     if not name or "," in name or name != name.strip():
         raise LmlabError(f"objective name {name!r} is not valid",
                          "use a short name without commas or spaces, e.g. 'clm'")
@@ -75,17 +67,9 @@ def get_factory(name: str) -> Callable[..., Any]:
 
 def _accepted(factory: Callable[..., Any]) -> tuple[set[str], bool]:
     """Keyword names a factory takes, and whether it takes ``**kwargs``."""
-    signature = inspect.signature(factory)
-    names, var = set(), False
-    for parameter in signature.parameters.values():
-        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            var = True
-        elif parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                inspect.Parameter.KEYWORD_ONLY):
-            names.add(parameter.name)
-    names.discard("self")
-    names.discard("special")
-    return names, var
+    parameters = inspect.signature(factory).parameters.values()
+    names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names - {"self", "special"}, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def build_objective(spec: str, tokenizer_info: SpecialTokens, **hparams: Any) -> Any:

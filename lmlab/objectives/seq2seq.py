@@ -13,8 +13,10 @@ import numpy as np
 import torch
 
 from lmlab.models.heads import IGNORE_INDEX
+from lmlab.objectives.bart_noise import BartNoise, apply_noise
 from lmlab.objectives.base import Objective, ObjectiveResult
 from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.objectives.t5_spans import Tokens, get_objective
 from lmlab.utils.errors import LmlabError
 
 
@@ -51,7 +53,7 @@ def seq2seq_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor],
 
 
 class _Seq2SeqObjective(Objective):
-    """Shared parts: the encoder-decoder check, the head, and the loss."""
+    """Shared parts: the encoder-decoder check, the head, the padded pairs and the loss."""
 
     head_names = ("seq2seq-lm",)
     corrupts_tokens = True
@@ -65,14 +67,23 @@ class _Seq2SeqObjective(Objective):
         require_encoder_decoder(model, f"the {self.name!r} objective")
         super().prepare(model)
 
-    def _end(self) -> list[int]:
-        return [self.special.eos_id] if self.special.eos_id is not None else []
+    def pair(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs, targets) token ids of one window's real tokens."""
+        raise NotImplementedError
 
-    def _rows(self, batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
-        """Each window's real tokens as numpy ids."""
-        ids, mask = batch["input_ids"], batch.get("attention_mask")
-        return [row[mask[i].bool()].numpy() if mask is not None else row.numpy()
-                for i, row in enumerate(ids)]
+    def corrupt(self, batch: dict[str, torch.Tensor],
+                rng: torch.Generator) -> dict[str, torch.Tensor]:
+        """Each window's :meth:`pair`, both ending with the end-of-sequence token, padded."""
+        end = [self.special.eos_id] if self.special.eos_id is not None else []
+        mask = batch.get("attention_mask")
+        inputs, targets = [], []
+        for i, generator in enumerate(self.row_generators(batch, rng)):
+            row = batch["input_ids"][i]
+            x, y = self.pair(row[mask[i].bool()].numpy() if mask is not None else row.numpy(),
+                             generator)
+            inputs.append(np.concatenate([x, end]).astype(np.int64))
+            targets.append(np.concatenate([y, end]).astype(np.int64))
+        return pad_pairs(inputs, targets, self.special.pad_id)
 
     def compute_loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]
                      ) -> ObjectiveResult:
@@ -80,13 +91,9 @@ class _Seq2SeqObjective(Objective):
 
 
 class T5SpanCorruption(_Seq2SeqObjective):
-    """T5's pretraining (Raffel et al. 2020): span corruption by default, or a row of the
-    objective study (``variant``: ``span_corruption``, ``prefix_lm``, ``bert_style``,
-    ``mass_style``, ``deshuffling``, ``replace_spans``, ``drop_tokens``, ``drop_spans``).
-
-    Args:
-        noise_density, mean_span: span corruption's rate (0.15) and mean span length (3); the
-            i.i.d. variants read ``noise_density`` as their rate.
+    """T5's pretraining (Raffel et al. 2020): span corruption, or the row of the objective
+    study named by ``variant`` (:data:`lmlab.objectives.t5_spans.OBJECTIVES`);
+    ``noise_density`` (0.15) is every variant's rate, ``mean_span`` (3) the spans' mean length.
     """
 
     name = "t5"
@@ -95,8 +102,6 @@ class T5SpanCorruption(_Seq2SeqObjective):
     def __init__(self, special: SpecialTokens, variant: str = "span_corruption",
                  noise_density: float = 0.15, mean_span: float = 3.0, weight: float = 1.0):
         super().__init__(special, weight)
-        from lmlab.objectives.t5_spans import Tokens, get_objective
-
         self.variant = variant
         self.function = get_objective(variant)
         uses_sentinels = variant in ("span_corruption", "replace_spans")
@@ -113,28 +118,16 @@ class T5SpanCorruption(_Seq2SeqObjective):
         if variant == "prefix_lm":
             self.options = {}
 
-    def corrupt(self, batch: dict[str, torch.Tensor],
-                rng: torch.Generator) -> dict[str, torch.Tensor]:
-        inputs, targets = [], []
-        for ids, generator in zip(self._rows(batch), self.row_generators(batch, rng)):
-            example = self.function(ids, self.tokens, generator, **self.options)
-            inputs.append(np.concatenate([example.inputs, self._end()]).astype(np.int64))
-            targets.append(np.concatenate([example.targets, self._end()]).astype(np.int64))
-        return pad_pairs(inputs, targets, self.special.pad_id)
+    def pair(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        example = self.function(ids, self.tokens, rng, **self.options)
+        return example.inputs, example.targets
 
 
 class BartDenoising(_Seq2SeqObjective):
-    """BART's pretraining (Lewis et al. 2020): reconstruct the window from a noised copy.
-
-    Args:
-        mask_ratio: share of the words text infilling hides (0.3 in BART).
-        poisson_lambda: mean span length of the infilling (3).
-        permute_sentences: shuffle the window's pieces (cut after each end-of-text / separator
-            token: the documents packed into it).
-        rotate: rotate the document to start at a random token (hurt in the paper; off).
-        token_mask_ratio, delete_ratio: BART's other two transforms, token masking and token
-            deletion (off; the paper's ablation rows).
-    """
+    """BART's pretraining (Lewis et al. 2020): reconstruct the window from a noised copy. The
+    arguments set :class:`~lmlab.objectives.bart_noise.BartNoise` (docs/objectives.md): text
+    infilling's ``mask_ratio`` (0.3) and ``poisson_lambda`` (3), sentence permutation (the
+    window cut after each end-of-text/separator token), rotation, token masking, deletion."""
 
     name = "bart"
     salt = 61
@@ -144,25 +137,15 @@ class BartDenoising(_Seq2SeqObjective):
                  rotate: bool = False, token_mask_ratio: float = 0.0,
                  delete_ratio: float = 0.0, weight: float = 1.0):
         super().__init__(special, weight)
-        from lmlab.objectives.bart_noise import BartNoise
-
         self.mask_id = special.require_mask()
         self.noise = BartNoise(infill_ratio=float(mask_ratio), poisson_lambda=float(poisson_lambda),
                                permute_sentences=bool(permute_sentences), rotate=bool(rotate),
                                mask_ratio=float(token_mask_ratio),
                                delete_ratio=float(delete_ratio))
+        self.ends = {i for i in (special.eos_id, special.sep_id) if i is not None}
 
-    def corrupt(self, batch: dict[str, torch.Tensor],
-                rng: torch.Generator) -> dict[str, torch.Tensor]:
-        from lmlab.objectives.bart_noise import apply_noise
-
-        ends = {i for i in (self.special.eos_id, self.special.sep_id) if i is not None}
-        inputs, targets = [], []
-        for ids, generator in zip(self._rows(batch), self.row_generators(batch, rng)):
-            cuts = [i + 1 for i, token in enumerate(ids.tolist()) if token in ends]
-            sentences = [part for part in np.split(ids, cuts) if len(part)] or [ids]
-            noised = apply_noise(sentences, self.noise, self.mask_id, generator,
-                                 vocab_size=self.special.vocab_size)
-            inputs.append(np.concatenate([noised, self._end()]).astype(np.int64))
-            targets.append(np.concatenate([ids, self._end()]).astype(np.int64))
-        return pad_pairs(inputs, targets, self.special.pad_id)
+    def pair(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        cuts = [i + 1 for i, token in enumerate(ids.tolist()) if token in self.ends]
+        sentences = [part for part in np.split(ids, cuts) if len(part)] or [ids]
+        return apply_noise(sentences, self.noise, self.mask_id, rng,
+                           vocab_size=self.special.vocab_size), ids

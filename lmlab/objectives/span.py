@@ -20,18 +20,13 @@ from lmlab.utils.errors import LmlabError
 
 
 class SpanMaskedLM(MaskedLM):
-    """SpanBERT: span masking, MLM loss + span boundary objective.
-
-    Args (beyond :class:`~lmlab.objectives.mlm.MaskedLM`'s):
-        geometric_p: parameter of the span-length distribution (0.2).
-        max_span_length: longest span in words (10).
-        min_span_length: shortest span in words (1).
-        sbo: add the span boundary objective (True); False gives span masking with MLM only.
-        sbo_weight: weight of the SBO loss (1.0, the paper's plain sum).
-    """
+    """SpanBERT: span masking, MLM loss + span boundary objective. Beyond MaskedLM's
+    arguments: the span lengths' distribution (``geometric_p``, ``min_span_length``,
+    ``max_span_length`` in words) and the SBO term (``sbo``: on or off, ``sbo_weight``)."""
 
     name = "span"
     salt = 3
+    needs_words = True
 
     def __init__(self, special: SpecialTokens, mask_prob: float = 0.15,
                  replacement: tuple[float, float, float] = (0.8, 0.1, 0.1),
@@ -51,9 +46,6 @@ class SpanMaskedLM(MaskedLM):
 
     def choose(self, candidates: np.ndarray, word_starts: np.ndarray | None,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, Any]:
-        if word_starts is None:
-            raise LmlabError("span masking needs 'word_starts' in the batch",
-                             "build batches with PretrainingStream from token shards")
         chosen, spans = choose_spans(candidates, word_starts, self.mask_prob, rng,
                                      self.geometric_p, self.max_span_length,
                                      self.min_span_length, self.max_predictions)

@@ -6,7 +6,7 @@ Kept free of torch so the CLI can build one cheaply.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lmlab.utils.errors import LmlabError
@@ -59,9 +59,8 @@ class SpecialTokens:
         return self.mask_id
 
     def to_dict(self) -> dict[str, Any]:
-        return {"vocab_size": self.vocab_size, "pad_id": self.pad_id, "cls_id": self.cls_id,
-                "sep_id": self.sep_id, "mask_id": self.mask_id, "bos_id": self.bos_id,
-                "eos_id": self.eos_id, "special_ids": list(self.special_ids),
+        """The fields as JSON values (lists for the id tuples)."""
+        return {**asdict(self), "special_ids": list(self.special_ids),
                 "sentinel_ids": list(self.sentinel_ids)}
 
     @classmethod
@@ -76,16 +75,11 @@ class SpecialTokens:
         """From an ``lmlab.Tokenizer`` (by role) or a raw ``tokenizers.Tokenizer`` (by the usual
         BERT / RoBERTa token strings)."""
         if hasattr(tokenizer, "cls_token_id"):  # lmlab.Tokenizer (or a transformers tokenizer)
-            pad, cls_, sep = (tokenizer.pad_token_id, tokenizer.cls_token_id,
-                              tokenizer.sep_token_id)
-            if cls_ is None:
-                cls_ = tokenizer.bos_token_id
-            if sep is None:
-                sep = tokenizer.eos_token_id
-            if cls_ is None:  # T5: no start token (objectives that pack bare windows skip it)
-                cls_ = tokenizer.eos_token_id
-            if pad is None:  # GPT-2 style vocabularies have no pad token: pad with end-of-text
-                pad = tokenizer.eos_token_id
+            # T5 has no start token and GPT-2-style vocabularies no pad: end-of-text stands in
+            eos = tokenizer.eos_token_id
+            cls_ = _first(tokenizer.cls_token_id, tokenizer.bos_token_id, eos)
+            sep = _first(tokenizer.sep_token_id, eos)
+            pad = _first(tokenizer.pad_token_id, eos)
             if pad is None or cls_ is None or sep is None:
                 raise LmlabError("the tokenizer lacks a pad, cls/bos or sep/eos token",
                                  "pretraining encoders needs [PAD], [CLS] and [SEP] (or <pad>, "
@@ -96,10 +90,8 @@ class SpecialTokens:
                        special_ids=tuple(i for i in tokenizer.all_special_ids if i is not None),
                        sentinel_ids=sentinel_ids(tokenizer.get_vocab().get))
         if hasattr(tokenizer, "token_to_id"):  # tokenizers.Tokenizer
-            found: dict[str, int | None] = {}
-            for role, tokens in _ROLE_TOKENS.items():
-                found[role] = next((tokenizer.token_to_id(t) for t in tokens
-                                    if tokenizer.token_to_id(t) is not None), None)
+            found = {role: _first(*(tokenizer.token_to_id(t) for t in tokens))
+                     for role, tokens in _ROLE_TOKENS.items()}
             if found["pad_id"] is None or found["cls_id"] is None or found["sep_id"] is None:
                 raise LmlabError("could not find [PAD]/[CLS]/[SEP] (or <pad>/<s>/</s>) in the "
                                  "tokenizer's vocabulary",
@@ -113,6 +105,11 @@ class SpecialTokens:
                        sentinel_ids=sentinel_ids(tokenizer.token_to_id), **found)
         raise LmlabError(f"cannot read special tokens from a {type(tokenizer).__name__}",
                          "pass an lmlab.Tokenizer or a tokenizers.Tokenizer")
+
+
+def _first(*ids: int | None) -> int | None:
+    """The first id that is not None (None if all are)."""
+    return next((i for i in ids if i is not None), None)
 
 
 def sentinel_ids(token_to_id: Any) -> tuple[int, ...]:
