@@ -161,8 +161,8 @@ def add_training_flags(p: argparse.ArgumentParser) -> None:
     optimiser and schedule, how long, and the evaluation / checkpoint / log cadence): one list,
     so both build their ``PretrainConfig`` from the same names."""
     p.add_argument("--seq-len", type=int)
-    p.add_argument("--batch-size", type=int, help="global batch size (sequences per step)")
-    p.add_argument("--lr", type=float)
+    add_batch_size(p, help="global batch size (sequences per step)")
+    add_lr(p)
     p.add_argument("--warmup", help="warmup: steps (e.g. 500) or a fraction (e.g. 0.06)")
     p.add_argument("--schedule", help="linear | cosine | constant | inverse_sqrt | triangular")
     p.add_argument("--weight-decay", type=float)
@@ -170,7 +170,7 @@ def add_training_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", help="stop after this many optimizer steps")
     p.add_argument("--tokens", help="stop after this many tokens (e.g. 5M)")
     p.add_argument("--budget", help="stop after this wall-clock time (e.g. 10m, 1.5h)")
-    p.add_argument("--seed", type=int)
+    add_seed(p, None)
     p.add_argument("--grad-accum", type=int)
     p.add_argument("--eval-every", type=int, help="evaluate every N steps (and at the end)")
     p.add_argument("--eval-batches", type=int, help="validation batches (default 8)")
@@ -221,7 +221,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, CommandRegistry]:
-    from lmlab import __version__
+    from importlib.metadata import version  # the installed lmlab's (lmlab.__version__)
 
     parser = ArgumentParser(
         prog="lmlab",
@@ -229,6 +229,6 @@ def build_parser() -> tuple[argparse.ArgumentParser, CommandRegistry]:
         epilog="example:\n  lmlab data list\n\nEvery command's --help shows an example.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"lmlab {__version__}")
+    parser.add_argument("--version", action="version", version=f"lmlab {version('lmlab')}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     return parser, CommandRegistry(subparsers)

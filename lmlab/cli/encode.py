@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -14,7 +16,7 @@ def register(commands) -> None:
     p.add_argument("model", help="model folder, run directory")
     p.add_argument("text", nargs="+", help="text(s) with one or more [MASK] tokens")
     p.add_argument("--top-k", type=int, default=5)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _common.add_json(p, "print JSON instead of a table")
 
     p = commands.command(
         "embed", help="sentence vectors (or token vectors) of texts from any layer",
@@ -27,8 +29,8 @@ def register(commands) -> None:
                    help="layer index (0 = embeddings) or a strategy: embeddings, last, "
                         "second_to_last, sum_last_four, concat_last_four, weighted_sum_all")
     p.add_argument("--normalize", action="store_true")
-    p.add_argument("--out", help="write vectors to this .npy file instead of printing")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    _common.add_out(p, "write vectors to this .npy file instead of printing", required=False,
+                    overwrite="replace an existing --out file")
 
     p = commands.command(
         "neighbours", help="contextual nearest neighbours of a word, next to its static vector",
@@ -122,7 +124,7 @@ def _neighbours(args: argparse.Namespace) -> int:
                              "use a query sentence that contains the indexed word")
     layer = "all" if args.layer == "all" else _layer(args.layer)
     from lmlab.analysis import neighbours
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(args.model)
     sentences = (neighbours.corpus_sentences(args.corpus) if args.corpus

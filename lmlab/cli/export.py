@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -14,12 +16,12 @@ def register(commands) -> None:
              "lmlab's outputs with onnxruntime",
         example="lmlab export onnx runs/my-finetune minilm-onnx",
         handler=_onnx)
-    p.add_argument("model", help="model folder, lmlab run directory or short name (minilm)")
+    _common.add_model(p)
     p.add_argument("out", help="folder for model.onnx, onnx-export.json and the tokenizer")
     p.add_argument("--task-head", default=None,
                    help="the head to export (default: the model's first head); 'none' exports "
                         "the last hidden state")
-    p.add_argument("--overwrite", action="store_true", help="write into an OUT that holds files")
+    _common.add_overwrite(p, "write into an OUT that holds files")
     p.add_argument("--no-check", action="store_true",
                    help="skip running the file with onnxruntime against lmlab's outputs")
 
@@ -32,7 +34,8 @@ def _onnx(args: argparse.Namespace) -> int:
     check_output_folder(Path(args.out), args.overwrite, "ONNX export", ignore=(".*.tmp",))
     from lmlab.export.onnx import check_exportable, export_onnx, require
     from lmlab.finetune.runner import load_tokenizer
-    from lmlab.models.auto import from_pretrained, resolve_model_dir
+    from lmlab.load import from_pretrained
+    from lmlab.utils.catalog import resolve_model_dir
 
     for module in ("onnx", "onnxscript", "onnxruntime"):
         require(module)  # before the model loads

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
 from lmlab.cli._task_options import add_task_arguments, task_from_args
 from lmlab.training.config import PRECISIONS
 
@@ -21,28 +22,25 @@ def register(commands) -> None:
                         "random:PATH (same architecture, random weights)")
     p.add_argument("--random-init", action="store_true",
                    help="randomly initialise the model's architecture (pretrained vs random)")
-    p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--overwrite", action="store_true",
-                   help="start over in an --out folder that holds a run or other files "
-                        "(default: rerunning on a run's folder resumes it from its last "
-                        "checkpoint; other settings there are refused)")
+    _common.add_out(p, "run directory", overwrite="start over in an --out folder that holds a "
+                    "run or other files (default: rerunning on a run's folder resumes it from "
+                    "its last checkpoint; other settings there are refused)")
     p.add_argument("--recipe", choices=("bert", "bert-paper", "scratch", "ulmfit", "feature"),
                    help="default: bert for a pretrained model, scratch for --random-init "
                         "(docs/finetuning.md: the recipes)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-    p.add_argument("--max-train-examples", type=int, help="use the first N training examples")
+    _common.add_max_train_examples(p)
     p.add_argument("--budget", help="training time limit per seed, e.g. 5m, 90s, 1h")
-    p.add_argument("--device", default="auto",
-                   help="auto (a GPU when there is one), cpu, cuda or cuda:N")
+    _common.add_device(p)
     p.add_argument("--save-every", type=int,
                    help="checkpoint every N optimizer steps (default: every epoch)")
     p.add_argument("--epochs", type=int)
     p.add_argument("--patience", type=int,
                    help="early stopping: epochs without a better dev score (default: the "
                         "recipe's: 3; ulmfit and bert-paper 2)")
-    p.add_argument("--lr", type=float)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--max-length", type=int, help="tokens per sequence (default 128)")
+    _common.add_lr(p)
+    _common.add_batch_size(p)
+    _common.add_max_length(p, help="tokens per sequence (default 128)")
     p.add_argument("--layer", type=int,
                    help="feature recipe: hidden state to use (-1 = last); default: scalar mix")
     p.add_argument("--pooling", choices=("auto", "family", "cls", "mean", "concat"),
@@ -54,9 +52,7 @@ def register(commands) -> None:
     p.add_argument("--min-updates", type=int,
                    help="train at least N optimizer updates, adding epochs on small data "
                         "(default: the recipe's; bert 500, 0 = no minimum)")
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="default auto: bf16 where this host's measured bf16 matmul rate is at "
-                        "least 1.2x fp32's (lmlab cost peak), else fp32")
+    _common.add_precision(p, help=_common.AUTO_PRECISION_HELP)
     add_method_arguments(p)
 
     p = commands.command(
@@ -69,18 +65,17 @@ def register(commands) -> None:
                    help="a fine-tuning run dir (all its seed-N/: median and spread) or a folder "
                         "with a head")
     p.add_argument("--splits", default="dev", help="comma-separated splits (default dev)")
-    p.add_argument("--out", help="where to write results (default: the run dir)")
-    p.add_argument("--precision", default="fp32",
-                   choices=[p for p in PRECISIONS if p != "auto"])
+    _common.add_out(p, "where to write results (default: the run dir)", required=False)
+    _common.add_precision(p, "fp32", choices=[p for p in PRECISIONS if p != "auto"])
     p.add_argument("--few-shot", help="causal LMs: comma-separated shot counts, e.g. 0,1,8")
     p.add_argument("--max-examples", type=int, default=100,
                    help="--few-shot: score N examples of each split, a stable label-stratified "
                         "sample (default 100; 0 = all)")
-    p.add_argument("--seed", type=int, default=0, help="--few-shot: the draw of the shots")
+    _common.add_seed(p, help="--few-shot: the draw of the shots")
     p.add_argument("--calibrate", action="store_true",
                    help="few-shot: contextual calibration (subtract each label's log-likelihood "
                         "after the content-free text 'N/A'; Zhao et al. 2021)")
-    p.add_argument("--json", action="store_true", help="--few-shot: one JSON line per split")
+    _common.add_json(p, "--few-shot: one JSON line per split")
 
 
 #: --option -> (method, option name) of lmlab.adapt's methods
@@ -154,7 +149,7 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
     if len(seeds) > 1:  # seed-N/ folders are runs: resumed or refused one by one
         check_output_folder(Path(args.out), args.overwrite, "fine-tuning run",
                             ignore=("seed-*", "summary.json"))
-    from lmlab.models.auto import resolve_model_dir  # imports torch: after the cheap checks
+    from lmlab.utils.catalog import resolve_model_dir  # imports torch: after the cheap checks
 
     source = resolve_model_dir(str(args.model).removeprefix("random:"))
     config_file = source / "config.json"
@@ -214,7 +209,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         task.split(split)  # an unknown split is refused before the model loads
     if args.few_shot:
         from lmlab.evaluation.lm import few_shot_evaluate, few_shot_report, parse_shot_counts
-        from lmlab.models.auto import from_pretrained
+        from lmlab.load import from_pretrained
         from lmlab.tokenization.tokenizer import Tokenizer
 
         shots = parse_shot_counts(args.few_shot)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -22,7 +24,7 @@ def register(commands) -> None:
                         "llama.cpp's converter's default")
     p.add_argument("--tokenizer", help="tokenizer folder or .gguf (default: the model's own)")
     p.add_argument("--name", help="general.name in the file (default: OUT's stem)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    _common.add_overwrite(p, "replace an existing OUT")
 
 
 def _family(source) -> str | None:
@@ -37,14 +39,14 @@ def _family(source) -> str | None:
 
 def _write(args: argparse.Namespace) -> int:
     from lmlab.interop.gguf_writer import check_writable_family, write_gguf
-    from lmlab.models.auto import resolve_model_dir
+    from lmlab.utils.catalog import resolve_model_dir
     from lmlab.utils.checks import check_output_file
 
     out = check_output_file(args.out, args.overwrite, "OUT")
     source = resolve_model_dir(args.model)
     check_writable_family(_family(source))
 
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(source, args.tokenizer, head="clm")
     path = write_gguf(model, out, tokenizer, args.type, overwrite=args.overwrite,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
         "list", help="the offline checkpoints (short name, kind, size, where they are); a short "
                      "name works wherever a model path does",
         example="lmlab models list", handler=_list, group="models")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    _common.add_json(p, "print the rows as JSON")
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.cli._common import add_training_flags, pretrain_choices, print_run_summary
-from lmlab.training.config import PRECISIONS
+from lmlab.cli import _common
 
 # flags whose setting has another name (the others are named as their setting)
 _SETTING_OF_FLAG = {"steps": "max_steps", "tokens": "max_tokens", "budget": "budget_seconds",
@@ -29,32 +28,30 @@ def register(commands) -> None:
     )
     p.add_argument("--config", help="YAML/JSON file with hparams: and speed: sections "
                                      "(flags override it)")
-    choices = pretrain_choices()  # from the registries: what --help lists is what works
+    choices = _common.pretrain_choices()  # from the registries: what --help lists is what works
     p.add_argument("--family", help=f"model family: {choices['families']}")
     p.add_argument("--size", help=f"preset size of the family: {choices['sizes']}")
     p.add_argument("--objective", help="objective(s), comma-separated, e.g. mlm or mlm,sop: "
                                        f"{choices['objectives']}")
     p.add_argument("--shards", help="token-shard folder (from `lmlab data tokenize`)")
-    p.add_argument("--out", required=True, help="run directory (resumed when it has checkpoints)")
+    _common.add_out(p, "run directory (resumed when it has checkpoints)")
     p.add_argument("--init", help="start from a checkpoint: a run directory, a checkpoint "
                                   "folder, a Hugging Face model folder or a short name "
                                   "from `lmlab models list` (minilm)")
-    add_training_flags(p)
-    p.add_argument("--precision", choices=PRECISIONS,
-                   help="default auto (unless the --config file sets one): bf16 where this "
-                        "host's measured bf16 matmul rate is at least 1.2x fp32's (lmlab cost "
-                        "peak), else fp32")
+    _common.add_training_flags(p)
+    _common.add_precision(p, None, "default auto (unless the --config file sets one): bf16 "
+                          "where this host's measured bf16 matmul rate is at least 1.2x fp32's "
+                          "(lmlab cost peak), else fp32")
     p.add_argument("--compile", action="store_true", default=None)
-    p.add_argument("--threads", type=int)
+    _common.add_threads(p)
     p.add_argument("--workers", type=int)
     p.add_argument("--strategy", choices=["auto", "ddp", "fsdp"])
-    p.add_argument("--device", help="auto | cpu | cuda")
+    _common.add_device(p, None, "auto | cpu | cuda")
     p.add_argument("--tokenizer", help="tokenizer folder (default: the one the shards record)")
     p.add_argument("--no-cost", action="store_true", help="do not track FLOPs/energy/cost")
-    p.add_argument("--overwrite", action="store_true",
-                   help="write into an --out folder that holds other files, or start a run "
-                        "that is there over (its checkpoints, metrics and model are removed) "
-                        "instead of resuming it")
+    _common.add_overwrite(p, "write into an --out folder that holds other files, or start a "
+                             "run that is there over (its checkpoints, metrics and model are "
+                             "removed) instead of resuming it")
     p.add_argument("--price-per-hour", type=float,
                    help="cost report: price per device-hour, for the money figure (no default)")
     p.add_argument("--grid-intensity", type=float,
@@ -67,20 +64,20 @@ def _pretrain(args: argparse.Namespace) -> int:
     then the run's summary and cost report (printed once under torchrun)."""
     import os
 
-    import lmlab
     from lmlab.training.config import load_config_file
+    from lmlab.training.pretrain import PretrainConfig, pretrain
 
     flags = {_SETTING_OF_FLAG.get(k, k): v for k, v in vars(args).items()
              if k not in ("config", "handler", "no_cost")}
     sections = load_config_file(args.config) if args.config else None
     if flags.get("precision") is None and "precision" not in ((sections or {}).get("speed") or {}):
         flags["precision"] = "auto"  # the command's default: the host's measured fastest path
-    result = lmlab.pretrain(lmlab.PretrainConfig.from_sections(
+    result = pretrain(PretrainConfig.from_sections(
         sections, track_cost=not args.no_cost, **flags))
     if int(os.environ.get("RANK", 0)) != 0:
         return 0
     out = Path(args.out)
-    print_run_summary(result, "lmlab")
+    _common.print_run_summary(result, "lmlab")
     if result.cost is not None:
         print("lmlab: cost of this session (" + str(out / "cost.md") + ")\n"
               + (out / "cost.md").read_text(encoding="utf-8").rstrip())

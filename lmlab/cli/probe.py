@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -12,16 +14,16 @@ def register(commands) -> None:
         "layers) for POS, dependencies, entities, supersenses or your CoNLL file",
         example="lmlab probe minilm --task pos,supersense --max-examples 500 --out probe-minilm",
         handler=_probe)
-    p.add_argument("model", help="model folder, lmlab run directory or short name (minilm)")
+    _common.add_model(p)
     p.add_argument("--task", default="",
                    help="comma-separated probing tasks: pos, dep, ner (silver spaCy labels), "
                         "supersense (WordNet)")
     p.add_argument("--conll", action="append", default=[], metavar="TRAIN[,DEV[,TEST]]",
                    help="your own word-labelled file(s) (word and label columns; the last "
                         "column is the label); repeat for several tasks")
-    p.add_argument("--out", help="folder for results.json, results.md and probing.png "
-                                 "(default: probe-<model name>)")
-    p.add_argument("--overwrite", action="store_true", help="write into an --out that holds files")
+    _common.add_out(p, "folder for results.json, results.md and probing.png (default: "
+                       "probe-<model name>)", required=False,
+                    overwrite="write into an --out that holds files")
     p.add_argument("--probe", default="both", choices=("linear", "mlp", "both"))
     p.add_argument("--max-examples", type=int, default=None,
                    help="labelled items per built-in task (default 2000)")
@@ -29,8 +31,8 @@ def register(commands) -> None:
                    help="skip the randomly initialised model of the same shape")
     p.add_argument("--no-control-task", action="store_true",
                    help="skip the control task (random label per word type) and selectivity")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
+    _common.add_seed(p)
+    _common.add_batch_size(p, 32, "texts per forward pass")
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -78,8 +80,8 @@ def _probe(args: argparse.Namespace) -> int:
 def _load_models(source: str, random_init: bool, seed: int):
     """The frozen model and tokenizer, and (when asked) the same architecture randomly
     initialised; encoder-decoders are refused (probing reads one stack's hidden states)."""
-    from lmlab.models.auto import resolve_model_dir
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
+    from lmlab.utils.catalog import resolve_model_dir
     from lmlab.utils.errors import LmlabError
 
     folder = resolve_model_dir(source)

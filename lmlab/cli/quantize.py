@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -13,7 +15,7 @@ def register(commands) -> None:
              "and save it (int8 weights + scales in safetensors; lmlab.from_pretrained loads it)",
         example="lmlab quantize runs/my-finetune my-finetune-int8 --int8",
         handler=_quantize)
-    p.add_argument("model", help="model folder, lmlab run directory or short name (minilm)")
+    _common.add_model(p)
     p.add_argument("out", help="folder for the quantised model")
     p.add_argument("--int8", action="store_true", required=True,
                    help="int8 weights, activations quantised per call (the one scheme so far)")
@@ -22,7 +24,7 @@ def register(commands) -> None:
                         "(the default elsewhere) or fbgemm")
     p.add_argument("--granularity", default="per-channel", choices=("per-channel", "per-tensor"),
                    help="one weight scale per output channel (default) or per layer")
-    p.add_argument("--overwrite", action="store_true", help="write into an OUT that holds files")
+    _common.add_overwrite(p, "write into an OUT that holds files")
 
 
 def _quantize(args: argparse.Namespace) -> int:
@@ -36,8 +38,9 @@ def _quantize(args: argparse.Namespace) -> int:
         save_quantized,
     )
     from lmlab.finetune.runner import load_tokenizer
-    from lmlab.models.auto import from_pretrained, resolve_model_dir
+    from lmlab.load import from_pretrained
     from lmlab.models.model import count_parameters
+    from lmlab.utils.catalog import resolve_model_dir
     from lmlab.utils.checks import check_output_folder
 
     engine = args.engine or default_engine()

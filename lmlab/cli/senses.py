@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
@@ -18,9 +20,9 @@ def register(commands) -> None:
     p.add_argument("--window", type=int, default=5,
                    help="context words on each side for the GloVe baseline")
     p.add_argument("--no-glove", action="store_true", help="skip the GloVe baseline")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", help="folder for senses.json and senses.png")
-    p.add_argument("--overwrite", action="store_true", help="replace the files in --out")
+    _common.add_batch_size(p, 32)
+    _common.add_out(p, "folder for senses.json and senses.png", required=False,
+                    overwrite="replace the files in --out")
 
 
 def _senses(args: argparse.Namespace) -> int:
@@ -39,7 +41,7 @@ def _senses(args: argparse.Namespace) -> int:
         check_output_folder(args.out, args.overwrite, "word-sense results",
                             ignore=(".*.tmp",))
     from lmlab.analysis.senses import wsd_by_layer
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
     from lmlab.utils.io import atomic_write_json
 
     model, tokenizer = load_model_and_tokenizer(args.model)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command(
         "pairs", help="write WordNet (example sentence, gloss) pairs, split by synset",
         example="lmlab sentence pairs --out pairs", handler=_pairs, group="sentence")
-    p.add_argument("--out", required=True, help="folder for train/dev/test.jsonl and info.json")
-    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    _common.add_out(p, "folder for train/dev/test.jsonl and info.json",
+                    overwrite="write into a non-empty --out")
 
     p = commands.command(
         "train", help="train a sentence encoder: mnrl or softmax on pairs, skip-thought or "
@@ -24,26 +26,25 @@ def register(commands) -> None:
     p.add_argument("--data", required=True,
                    help="a pair folder (`lmlab sentence pairs`) or JSON-lines pair file for "
                         "mnrl/softmax; an lmlab corpus folder for skip-thought/quick-thought")
-    p.add_argument("--out", required=True, help="run folder (model/, metrics, checkpoints)")
+    _common.add_out(p, "run folder (model/, metrics, checkpoints)")
     p.add_argument("--init", help="start from this encoder (folder or short name: minilm)")
     p.add_argument("--size", default="tiny", help="bert preset of a fresh encoder (no --init)")
     p.add_argument("--tokenizer", help="tokenizer of a fresh encoder (default: minilm's)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=2e-5)
+    _common.add_batch_size(p, 32)
+    _common.add_lr(p, 2e-5)
     p.add_argument("--warmup", type=float, default=0.1, help="warmup fraction of the run")
     p.add_argument("--steps", type=int, help="optimizer steps")
     p.add_argument("--budget", help="wall-clock budget: 90s, 30m, 1.5h")
-    p.add_argument("--max-length", type=int, default=128, help="tokens per sentence")
+    _common.add_max_length(p, 128, "tokens per sentence")
     p.add_argument("--max-sentences", type=int, help="corpus sentences read at most")
     p.add_argument("--scale", type=float, default=20.0, help="mnrl: cosine scale")
     p.add_argument("--num-labels", type=int, help="softmax: classes (default: from the pairs)")
     p.add_argument("--decoder-hidden", type=int, default=256, help="skip-thought: GRU size")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "auto"))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int)
-    p.add_argument("--device", default="auto",
-                   help="auto (a GPU when there is one), cpu, cuda or cuda:N")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
+    _common.add_precision(p, "fp32", choices=("fp32", "bf16", "auto"))
+    _common.add_seed(p)
+    _common.add_threads(p)
+    _common.add_device(p)
+    _common.add_overwrite(p, "replace an existing run in --out")
 
     p = commands.command(
         "evaluate", help="Lee document similarity, WiC (cosine threshold) and gloss retrieval",
@@ -61,9 +62,9 @@ def register(commands) -> None:
                                    "(default: built from WordNet)")
     p.add_argument("--max-synsets", type=int, default=1000,
                    help="held-out synsets whose glosses are retrieved from")
-    p.add_argument("--out", help="write the results (JSON) here")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    p.add_argument("--threads", type=int)
+    _common.add_out(p, "write the results (JSON) here", required=False,
+                    overwrite="replace an existing --out file")
+    _common.add_threads(p)
 
 
 def _pairs(args: argparse.Namespace) -> int:

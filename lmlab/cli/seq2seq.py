@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from lmlab.training.config import PRECISIONS
+from lmlab.cli import _common
 
 
 def register(commands) -> None:
@@ -21,9 +21,8 @@ def register(commands) -> None:
                         "classification task in T5's formulation (label as a word)")
     p.add_argument("--count", type=int,
                    help="expressions to generate (integration), or the most train pairs kept")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    _common.add_seed(p)
+    _common.add_out(p, "output folder", overwrite="write into a non-empty --out")
 
     p = commands.command(
         "train", help="train an encoder-decoder on a task folder (from scratch or --init)",
@@ -31,7 +30,7 @@ def register(commands) -> None:
                 "--hidden 256 --budget 30m --out runs/integration",
         handler=_train, group="seq2seq")
     p.add_argument("--data", required=True, help="folder written by `lmlab seq2seq data`")
-    p.add_argument("--out", required=True, help="run folder (model/, metrics, checkpoints)")
+    _common.add_out(p, "run folder (model/, metrics, checkpoints)")
     model = p.add_mutually_exclusive_group()
     model.add_argument("--family", choices=("marian", "bart", "t5"), default="marian",
                        help="architecture trained from scratch (marian: the original "
@@ -42,8 +41,8 @@ def register(commands) -> None:
     p.add_argument("--hidden", type=int, help="width (heads of 64 dims, FFN 4x)")
     p.add_argument("--tokenizer", help="tokenizer folder for a text task trained from scratch "
                                        "(integration builds its own from the symbols)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=5e-4)
+    _common.add_batch_size(p, 32)
+    _common.add_lr(p, 5e-4)
     p.add_argument("--warmup", type=float, default=0.05, help="warmup fraction of the run")
     p.add_argument("--steps", type=int, help="optimizer steps")
     p.add_argument("--budget", help="wall-clock budget: 90s, 30m, 1.5h")
@@ -51,12 +50,11 @@ def register(commands) -> None:
     p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--max-source-length", type=int, default=256)
     p.add_argument("--max-target-length", type=int, default=256)
-    p.add_argument("--precision", default="auto", choices=PRECISIONS)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int)
-    p.add_argument("--device", default="auto",
-                   help="auto (a GPU when there is one), cpu, cuda or cuda:N")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
+    _common.add_precision(p)
+    _common.add_seed(p)
+    _common.add_threads(p)
+    _common.add_device(p)
+    _common.add_overwrite(p, "replace an existing run in --out")
 
     p = commands.command(
         "evaluate", help="decode a split and score it (verified accuracy, BLEU/chrF, exact match)",
@@ -69,9 +67,9 @@ def register(commands) -> None:
     p.add_argument("--beams", default="1", help="comma-separated beam sizes, e.g. 1,5,10")
     p.add_argument("--max-examples", type=int, help="score the first N examples of the split")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--out", help="write the metrics (JSON) here")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    p.add_argument("--threads", type=int)
+    _common.add_out(p, "write the metrics (JSON) here", required=False,
+                    overwrite="replace an existing --out file")
+    _common.add_threads(p)
 
 
 def _data(args: argparse.Namespace) -> int:

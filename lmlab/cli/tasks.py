@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 
 def register(commands) -> None:
     p = commands.command("list", help="list the built-in downstream tasks and their split sizes",
                          example="lmlab tasks list", handler=_list, group="tasks")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    _common.add_json(p, "print the rows as JSON")
 
     p = commands.command(
         "export-texts", help="write the dev/test texts of tasks, one per line (for "
@@ -20,8 +22,7 @@ def register(commands) -> None:
     p.add_argument("--splits", default="dev,test", help="comma-separated splits (default dev,test)")
     p.add_argument("--size", default="full", choices=("cpu", "full"),
                    help="task size (default full: its dev/test contain the cpu ones)")
-    p.add_argument("--out", required=True, help="output text file")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    _common.add_out(p, "output text file", overwrite="replace an existing --out file")
 
     p = commands.command(
         "baseline", help="run the TF-IDF + logistic/ridge regression baseline on a task",
@@ -30,10 +31,9 @@ def register(commands) -> None:
     from lmlab.cli._task_options import add_task_arguments
 
     add_task_arguments(p)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output folder (metrics.json, predictions)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="write into an --out folder that already holds files")
+    _common.add_seed(p)
+    _common.add_out(p, "output folder (metrics.json, predictions)",
+                    overwrite="write into an --out folder that already holds files")
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -6,10 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from lmlab.cli._common import CommandRegistry
+from lmlab.cli import _common
 
 
-def register(commands: CommandRegistry) -> None:
+def register(commands: _common.CommandRegistry) -> None:
     p = commands.command(
         "train", help="train a WordPiece, byte-level BPE or Unigram tokenizer",
         example="lmlab tokenizer train --corpus corpus/ --kind wordpiece --vocab-size 8000 "
@@ -29,9 +29,8 @@ def register(commands: CommandRegistry) -> None:
     p.add_argument("--cased", action="store_true", help="keep case (no lower-casing)")
     p.add_argument("--extra-ids", type=int, default=0,
                    help="add <extra_id_0..N-1> sentinels for T5's span corruption (T5: 100)")
-    p.add_argument("--out", required=True, help="folder to save the tokenizer in")
-    p.add_argument("--overwrite", action="store_true",
-                   help="save into an --out folder that already holds something")
+    _common.add_out(p, "folder to save the tokenizer in",
+                    overwrite="save into an --out folder that already holds something")
     _encoding_errors_option(p)
 
     p = commands.command(
@@ -41,8 +40,8 @@ def register(commands: CommandRegistry) -> None:
     p.add_argument("--tokenizer", required=True, help="tokenizer folder, .gguf file or short name (minilm, smollm2)")
     p.add_argument("text")
     p.add_argument("--pair", default=None, help="second segment")
-    p.add_argument("--max-length", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="print the full encoding as JSON")
+    _common.add_max_length(p)
+    _common.add_json(p, "print the full encoding as JSON")
 
     p = commands.command(
         "tokenize", help="tokenize a corpus into memory-mapped token shards",
@@ -50,12 +49,11 @@ def register(commands: CommandRegistry) -> None:
         handler=_tokenize, group="data")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder, .gguf file or short name (minilm, smollm2)")
     p.add_argument("--corpus", required=True, help="lmlab corpus folder")
-    p.add_argument("--out", required=True, help="shard folder (a killed run resumes here)")
+    _common.add_out(p, "shard folder (a killed run resumes here)")
     p.add_argument("--workers", type=int, default=1, help="encoding processes")
     p.add_argument("--shard-tokens", type=int, default=1 << 24, help="tokens per shard file")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace shards of another tokenizer, corpus or shard size in --out "
-                        "(the same settings resume without it)")
+    _common.add_overwrite(p, "replace shards of another tokenizer, corpus or shard size in "
+                             "--out (the same settings resume without it)")
     _encoding_errors_option(p)
 
 

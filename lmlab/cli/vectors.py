@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
+
 SOURCE_HELP = "a word2vec (.txt, .bin) or GloVe (.txt) file, or glove-6b-50d"
 
 
@@ -19,8 +21,7 @@ def register(commands) -> None:
                    help="an lmlab corpus folder (lmlab data build), or text files with one "
                         "sentence per line")
     p.add_argument("--split", default="train", help="the corpus split to read (train)")
-    p.add_argument("--out", required=True,
-                   help="the vectors file: .bin = word2vec binary, else word2vec text")
+    _common.add_out(p, "the vectors file: .bin = word2vec binary, else word2vec text")
     p.add_argument("--format", choices=("word2vec", "word2vec-binary", "glove"),
                    help="the file format (default: from --out's suffix)")
     p.add_argument("--dim", type=int, default=100, help="vector size (100)")
@@ -43,7 +44,7 @@ def register(commands) -> None:
     p.add_argument("--x-max", type=float, default=10.0, help="GloVe: weighting cut-off")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads while training (1: the steps are too small to share)")
-    p.add_argument("--seed", type=int, default=1)
+    _common.add_seed(p, 1)
     p.add_argument("--run", help="a run folder (config, checkpoints, cost report): the same "
                                  "command again resumes a killed run exactly, or extends one "
                                  "its --budget stopped (with a larger --budget)")
@@ -52,7 +53,7 @@ def register(commands) -> None:
                                     "decays over the words the budget allows")
     p.add_argument("--checkpoint-every", default="1m",
                    help="with --run: training time between checkpoints (1m; 0: every step)")
-    _add_overwrite(p, "--out", ", and start the --run over")
+    _common.add_overwrite(p, "replace --out if it exists, and start the --run over")
 
     p = commands.command(
         "evaluate", help="word similarity (Spearman) and analogies (accuracy per section)",
@@ -71,7 +72,7 @@ def register(commands) -> None:
     p.add_argument("--case-sensitive", action="store_true",
                    help="match words with their case (default: case-insensitive, as gensim)")
     p.add_argument("--json", help="also write the scores to this JSON file")
-    _add_overwrite(p, "--json")
+    _common.add_overwrite(p, "replace --json if it exists")
 
     p = commands.command(
         "convert", help="rewrite word vectors in another format",
@@ -81,7 +82,7 @@ def register(commands) -> None:
     p.add_argument("out", help="the file to write")
     p.add_argument("--to", default="word2vec", choices=("word2vec", "word2vec-binary", "glove"))
     p.add_argument("--limit", type=int, help="write only the first LIMIT words")
-    _add_overwrite(p, "OUT")
+    _common.add_overwrite(p, "replace OUT if it exists")
 
     p = commands.command(
         "align", help="map one space onto another (orthogonal Procrustes) and measure held-out "
@@ -99,14 +100,9 @@ def register(commands) -> None:
     p.add_argument("--target-vocab", type=int, default=50_000,
                    help="retrieve among the first N target words (CSLS's cost grows as N^2)")
     p.add_argument("--limit", type=int, help="read only the first LIMIT words of each space")
-    p.add_argument("--seed", type=int, default=0)
+    _common.add_seed(p)
     p.add_argument("--save-mapping", help="write the (dim, dim) map as a .npy file")
-    _add_overwrite(p, "--save-mapping")
-
-
-def _add_overwrite(p: argparse.ArgumentParser, output: str, also: str = "") -> None:
-    """--overwrite: replace the command's existing ``output`` (one declaration, four commands)."""
-    p.add_argument("--overwrite", action="store_true", help=f"replace {output} if it exists{also}")
+    _common.add_overwrite(p, "replace --save-mapping if it exists")
 
 
 def _train(args: argparse.Namespace) -> int:
