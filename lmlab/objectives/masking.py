@@ -53,12 +53,9 @@ def choose_tokens(candidates: np.ndarray, rate: float, rng: np.random.Generator,
 
 
 def word_bounds(candidates: np.ndarray, word_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the words made of candidate tokens (end exclusive).
-
-    A word starts at a token flagged in ``word_starts`` or at a candidate that follows a
-    non-candidate (a window may begin in the middle of a word; a special token ends a word),
-    and runs over the following non-start candidates.
-    """
+    """(starts, ends) of the words made of candidate tokens (end exclusive): a word starts at a
+    flagged ``word_starts`` token or at a candidate after a non-candidate (a window may begin
+    mid-word; a special token ends a word) and runs over the following non-start candidates."""
     candidates = np.asarray(candidates, dtype=bool)
     previous = np.concatenate([[False], candidates[:-1]])
     is_start = candidates & (np.asarray(word_starts, dtype=bool) | ~previous)

@@ -112,10 +112,7 @@ class MaskedLM(Objective):
                 rng: torch.Generator) -> dict[str, torch.Tensor]:
         """``input_ids`` corrupted and ``labels`` (original ids where predicted, else -100)."""
         corrupted, labels, _ = self.mask_rows(batch, rng)
-        out = dict(batch)
-        out["input_ids"] = torch.from_numpy(corrupted)
-        out["labels"] = torch.from_numpy(labels)
-        return out
+        return dict(batch, input_ids=torch.from_numpy(corrupted), labels=torch.from_numpy(labels))
 
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:

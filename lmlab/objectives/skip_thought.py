@@ -35,14 +35,9 @@ class ConditionedGRUDecoder(nn.Module):
 
 
 class SkipThought(nn.Module):
-    """The skip-thought loss on (previous, sentence, next) batches (see the module docstring).
-
-    Args:
-        vocab_size: the tokenizer's vocabulary (the decoders' output classes).
-        context_dim: the encoder's hidden size (the sentence vector's width).
-        embedding_dim: the decoders' word vectors.
-        decoder_hidden: each decoder GRU's state size.
-    """
+    """The skip-thought loss on (previous, sentence, next) batches: decoders over the
+    tokenizer's ``vocab_size`` words, conditioned on the encoder's ``context_dim``-wide vector,
+    with ``embedding_dim``-wide word vectors and ``decoder_hidden``-wide GRU states."""
 
     name = "skip-thought"
     flops_head = "none"

@@ -72,12 +72,10 @@ class SpanMaskedLM(MaskedLM):
                 right[row, start:end] = min(end, length - 1)
                 offset[row, start:end] = np.arange(end - start)
                 span_lengths[row, index] = words
-        out = dict(batch)
-        out.update(input_ids=torch.from_numpy(corrupted), labels=torch.from_numpy(labels),
-                   sbo_left=torch.from_numpy(left), sbo_right=torch.from_numpy(right),
-                   sbo_offset=torch.from_numpy(offset),
-                   span_lengths=torch.from_numpy(span_lengths))
-        return out
+        return dict(batch, input_ids=torch.from_numpy(corrupted), labels=torch.from_numpy(labels),
+                    sbo_left=torch.from_numpy(left), sbo_right=torch.from_numpy(right),
+                    sbo_offset=torch.from_numpy(offset),
+                    span_lengths=torch.from_numpy(span_lengths))
 
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:

@@ -36,7 +36,9 @@ def _random_segmentation(items: int, segments: int, rng: np.random.Generator) ->
 
 def random_spans_noise_mask(length: int, rng: np.random.Generator, noise_density: float = 0.15,
                             mean_span: float = 3.0) -> np.ndarray:
-    """T5's noise mask: (length,) bool, True on noise tokens (see the module docstring)."""
+    """T5's noise mask (length,), True on noise: ``round(length * density)`` noise tokens in
+    ``round(noise / mean_span)`` spans, both split uniformly at random into non-empty segments
+    that alternate, starting with a non-noise one."""
     if not 0.0 < noise_density < 1.0:
         raise LmlabError(f"noise_density {noise_density} must be between 0 and 1 (exclusive)",
                          "T5 used 0.15")
@@ -77,12 +79,9 @@ def _sentinel_runs(ids: np.ndarray, mask: np.ndarray, sentinels: Sequence[int]) 
 
 def corrupt_with_sentinels(ids: np.ndarray, mask: np.ndarray,
                            sentinels: Sequence[int]) -> Example:
-    """T5's ``noise_span_to_unique_sentinel`` / ``nonnoise_span_to_unique_sentinel``: the
-    inputs are ``ids`` with every noise run replaced by the next sentinel, the targets ``ids``
-    with every non-noise run replaced by the next sentinel. When the text starts with a
-    non-noise run (always, for :func:`random_spans_noise_mask`) target sentinel i is followed by
-    the noise run that input sentinel i hides, and a text that ends with non-noise ends its
-    targets with one more sentinel."""
+    """T5's ``noise_span_to_unique_sentinel`` / ``nonnoise_span_to_unique_sentinel``: inputs
+    with every noise run, targets with every non-noise run, replaced by the next sentinel (so
+    when the text starts with non-noise, target sentinel i precedes what input sentinel i hides)."""
     ids, mask = np.asarray(ids), np.asarray(mask, dtype=bool)
     if not len(sentinels):
         raise LmlabError("no sentinel tokens were given",
