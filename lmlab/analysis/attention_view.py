@@ -86,3 +86,42 @@ def write_html(path: str | Path, maps: AttentionMaps, stats: HeadStatistics | No
 
     atomic_write_text(path, build_html(maps, stats, title=title, layer=layer, head=head))
     return Path(path)
+
+
+def write_attention_view(model, tokenizer, path: str | Path, text: str, pair: str | None = None,
+                         target: str | None = None, words: bool = False, layer: int = 0,
+                         head: int = 0, stats_sample: int | None = None,
+                         corpus: str | Path | None = None, max_length: int | None = None,
+                         title: str = "") -> tuple[Path, AttentionMaps, AttentionMaps]:
+    """What ``lmlab attention`` writes: ``text``'s attention maps (with its ``pair`` or the
+    decoder's ``target``; pieces merged into ``words``) and the head statistics (over the text,
+    or over ``stats_sample`` sentences of ``corpus`` or of WordNet), as one HTML page opened at
+    ``layer`` and ``head``. Returns (the page, the maps, the maps shown); the maps'
+    ``truncation_notes()`` say what was cut."""
+    import warnings
+
+    from lmlab.analysis import attention as A
+
+    A.check_inputs(model, pair, target)
+    _check_index(layer, A.layer_count(model), "--layer", "layers")
+    _check_index(head, model.config.num_attention_heads, "--head", "heads per layer")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # said by the caller, from the maps' record
+        maps = A.attention_maps(model, tokenizer, text, pair=pair, target=target,
+                                max_length=max_length)
+    if stats_sample:
+        texts, description = A.text_sample(stats_sample, corpus=corpus)
+        stats = A.head_statistics(model, tokenizer, texts, max_length=max_length,
+                                  sample=description, show_progress=True)
+    else:
+        stats = A.head_statistics(model, tokenizer, [text],
+                                  pairs=[pair] if pair is not None else None,
+                                  max_length=max_length, sample="the text above")
+    shown = maps.words() if words else maps
+    return write_html(path, shown, stats, title=title, layer=layer, head=head), maps, shown
+
+
+def _check_index(value: int, count: int, option: str, what: str) -> None:
+    if not 0 <= value < count:
+        raise LmlabError(f"{option} {value} does not exist: the model has {count} {what}",
+                         f"give {option} from 0 to {count - 1}")

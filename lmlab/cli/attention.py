@@ -66,17 +66,7 @@ def _load(model_path: str):
     return load_model_and_tokenizer(model_path)
 
 
-def _check_index(value: int, count: int, option: str, what: str) -> None:
-    from lmlab.utils.errors import LmlabError
-
-    if not 0 <= value < count:
-        raise LmlabError(f"{option} {value} does not exist: the model has {count} {what}",
-                         f"give {option} from 0 to {count - 1}")
-
-
 def _attention(args: argparse.Namespace) -> int:
-    import warnings
-
     from lmlab.utils.checks import check_at_least, check_output_file
     from lmlab.utils.errors import LmlabError
 
@@ -95,30 +85,15 @@ def _attention(args: argparse.Namespace) -> int:
     check_at_least(args.layer, 0, "--layer")
     check_at_least(args.head, 0, "--head")
 
-    from lmlab.analysis import attention as A
-    from lmlab.analysis.attention_view import write_html
+    from lmlab.analysis.attention_view import write_attention_view
 
     model, tokenizer = _load(args.model)
-    A.check_inputs(model, args.pair, args.target)
-    _check_index(args.layer, A.layer_count(model), "--layer", "layers")
-    _check_index(args.head, model.config.num_attention_heads, "--head", "heads per layer")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # said below, from the maps' own record
-        maps = A.attention_maps(model, tokenizer, args.text, pair=args.pair, target=args.target,
-                                max_length=args.max_length)
+    path, maps, shown = write_attention_view(
+        model, tokenizer, args.out, args.text, args.pair, args.target, args.words, args.layer,
+        args.head, args.stats_sample, args.corpus, args.max_length,
+        title=f"Attention of {args.model}")
     for note in maps.truncation_notes():
         print(f"note: {note}")
-    if args.stats_sample:
-        texts, description = A.text_sample(args.stats_sample, corpus=args.corpus)
-        stats = A.head_statistics(model, tokenizer, texts, max_length=args.max_length,
-                                  sample=description, show_progress=True)
-    else:
-        stats = A.head_statistics(model, tokenizer, [args.text],
-                                  pairs=[args.pair] if args.pair is not None else None,
-                                  max_length=args.max_length, sample="the text above")
-    shown = maps.words() if args.words else maps
-    path = write_html(args.out, shown, stats, title=f"Attention of {args.model}",
-                      layer=args.layer, head=args.head)
     size = path.stat().st_size / 1e6
     print(f"wrote {path} ({size:.1f} MB): {maps.num_layers} layers x {maps.num_heads} heads, "
           f"{len(shown.tokens)} {'words' if args.words else 'tokens'}; open it in a browser")
