@@ -39,7 +39,7 @@ def validation_loss(model, objective, batches, precision: str) -> float:
 def main() -> int:
     from lmlab.cost.precision import cpu_has_native_bf16
     from lmlab.data.pretraining import validation_batches
-    from lmlab.models.auto import from_pretrained
+    from lmlab.load import from_pretrained
     from lmlab.objectives.registry import build_objective
     from lmlab.objectives.special_tokens import SpecialTokens
     from lmlab.training.pretrain import find_tokenizer

@@ -30,7 +30,7 @@ from test_decoders import randomise
 
 import lmlab
 from lmlab.analysis import attention as A
-from lmlab.pipelines.base import load_model_and_tokenizer
+from lmlab.load import load_model_and_tokenizer
 from lmlab.utils.errors import LmlabError
 
 transformers = pytest.importorskip("transformers")

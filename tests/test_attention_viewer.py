@@ -17,7 +17,7 @@ import torch
 
 from lmlab.analysis import attention as A
 from lmlab.analysis.attention_view import MIN_DRAWN, SCALE, write_html
-from lmlab.pipelines.base import load_model_and_tokenizer
+from lmlab.load import load_model_and_tokenizer
 
 BROWSER_PATHS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

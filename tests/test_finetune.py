@@ -81,7 +81,7 @@ def test_seeds_summary_median_and_spread(tiny_folder, tmp_path):
 
 def test_ulmfit_groups_and_unfreezing(tiny_folder):
     from lmlab.models.task_heads import add_task_head
-    from lmlab.models.auto import from_pretrained
+    from lmlab.load import from_pretrained
 
     model = from_pretrained(tiny_folder)
     add_task_head(model, "sequence-classification", 2, pooling="concat")
@@ -123,7 +123,7 @@ def test_random_init_differs_from_pretrained(tiny_folder):
 def test_trainer_runs_task_objective(tiny_folder, tmp_path):
     """The task objective + TaskStream follow the Trainer's interfaces."""
     from lmlab.finetune.objective import TaskObjective
-    from lmlab.models.auto import from_pretrained
+    from lmlab.load import from_pretrained
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.training.config import TrainingConfig
     from lmlab.training.trainer import Trainer

@@ -292,7 +292,7 @@ def test_the_feature_cache_key_changes_with_settings_that_are_not_weights(tiny_b
     import dataclasses
 
     from lmlab.analysis.layer_cache import model_fingerprint
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(tiny_bert_folder)
     before = model_fingerprint(model, tok)

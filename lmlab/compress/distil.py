@@ -92,7 +92,7 @@ def teacher_config(source: str | Path) -> TransformerConfig:
     distillation before any work; decoders and encoder-decoders are refused."""
     from lmlab.interop.hf import load_config
     from lmlab.interop.native import is_native_folder, read_native_config
-    from lmlab.models.auto import resolve_model_dir
+    from lmlab.utils.catalog import resolve_model_dir
 
     folder = resolve_model_dir(source)
     if folder.suffix == ".gguf":

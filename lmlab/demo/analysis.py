@@ -34,7 +34,7 @@ def contextual_examples(model_dir: Path, corpus_dir: Path, examples: dict[str, l
     (contextual) and under layer 0 (the embedding layer: no context), and how similar the
     word's vectors in the two query sentences are at each layer."""
     from lmlab.analysis.neighbours import ContextualIndex, StaticWordVectors
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(model_dir)
     occurrences = collect_occurrences(corpus_dir, list(examples), limit)
@@ -122,7 +122,7 @@ def masked_lm_score(model_dir: Path, shards: Path, mask_prob: float = 0.15,
     across runs pretrained with different masking rates. Means over every masked position (each
     batch weighted by its predictions), as the Trainer evaluates."""
     from lmlab.data.pretraining import validation_batches
-    from lmlab.models.auto import from_pretrained
+    from lmlab.load import from_pretrained
     from lmlab.objectives.registry import build_objective
     from lmlab.objectives.special_tokens import SpecialTokens
     from lmlab.tokenization.tokenizer import Tokenizer

@@ -46,7 +46,7 @@ def pipeline(task: str, model: Any, tokenizer: Any = None, dtype: torch.dtype | 
         >>> embed(["The vase broke.", "Dawn broke."], pooling="mean").shape
         torch.Size([2, 384])
     """
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
 
     if task not in PIPELINES:
         raise LmlabError(f"unknown pipeline task {task!r}", f"use one of {', '.join(PIPELINES)}")

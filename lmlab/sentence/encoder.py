@@ -78,8 +78,8 @@ class SentenceEncoder:
              normalize: bool | None = None) -> SentenceEncoder:
         """An encoder from a model folder (or a catalog name such as ``minilm``), with the
         folder's sentence-transformers settings unless given."""
-        from lmlab.models.auto import resolve_model_dir
-        from lmlab.pipelines.base import load_model_and_tokenizer
+        from lmlab.load import load_model_and_tokenizer
+        from lmlab.utils.catalog import resolve_model_dir
 
         folder = Path(resolve_model_dir(path))
         model, tokenizer = load_model_and_tokenizer(str(folder))
@@ -177,8 +177,8 @@ class ConcatenatedEncoder:
              normalize: bool | None = None) -> ConcatenatedEncoder:
         """The parts from model folders (or run directories, short names); every folder and
         tokenizer is checked before any weights are read."""
-        from lmlab.models.auto import resolve_model_dir
         from lmlab.tokenization.tokenizer import Tokenizer
+        from lmlab.utils.catalog import resolve_model_dir
 
         folders = [Path(resolve_model_dir(p)) for p in paths]
         check_concatenable([Tokenizer.from_pretrained(f) for f in folders],
