@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 # public name -> "module:attribute"
 _LAZY = {
     "Tokenizer": "lmlab.tokenization.tokenizer:Tokenizer",
-    "from_pretrained": "lmlab.models.auto:from_pretrained",
+    "from_pretrained": "lmlab.load:from_pretrained",
+    "save_pretrained": "lmlab.interop.native:save_pretrained",
     "pipeline": "lmlab.pipelines:pipeline",
     "LmlabError": "lmlab.utils.errors:LmlabError",
     "pretrain": "lmlab.training.pretrain:pretrain",

@@ -19,13 +19,14 @@ WRITER = textwrap.dedent("""
     import numpy as np
     from lmlab.adapt import apply_method, save_adapter
     from lmlab.compress.quantize import quantize_int8, save_quantized
-    from lmlab.models.auto import from_pretrained as load_model
+    from lmlab.interop.native import save_pretrained
+    from lmlab.load import from_pretrained as load_model
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.vectors.keyed import WordVectors, save_vectors
 
     source, out = Path(sys.argv[1]), Path(sys.argv[2])
     model = load_model(source)
-    model.save_pretrained(out / "model")
+    save_pretrained(model, out / "model")
     Tokenizer.from_pretrained(source).save_pretrained(out / "model")
     save_quantized(quantize_int8(load_model(source)), out / "int8")
     adapted = load_model(source)

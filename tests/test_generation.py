@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import assert_close_rounding
 
+import lmlab
 from lmlab.generation.generate import (
     apply_repetition_penalty,
     generate,
@@ -36,7 +37,7 @@ def hf_gpt2(tmp_path_factory):
 
     model = tiny("gpt2")
     path = tmp_path_factory.mktemp("gpt2")
-    model.save_pretrained(path)
+    lmlab.save_pretrained(model, path)
     return model, transformers.AutoModelForCausalLM.from_pretrained(path).eval()
 
 
@@ -245,7 +246,7 @@ def test_pipeline_and_cli_on_saved_gpt2(tmp_path, capsys):
     tokenizer = Tokenizer.train(texts, kind="bpe", vocab_size=300, template="gpt2",
                                 min_frequency=1)
     model = tiny("gpt2", vocab=len(tokenizer))
-    model.save_pretrained(tmp_path)
+    lmlab.save_pretrained(model, tmp_path)
     tokenizer.save_pretrained(tmp_path)
     pipe = lmlab.pipeline("text-generation", model=str(tmp_path))
     out = pipe("the cat", max_new_tokens=5)
@@ -339,7 +340,7 @@ def test_cli_stream_and_no_stream_print_the_same_with_stop(tmp_path, capsys):
     tokenizer = Tokenizer.train(texts, kind="bpe", vocab_size=300, template="gpt2",
                                 min_frequency=1)
     model = tiny("gpt2", vocab=len(tokenizer), seed=1)
-    model.save_pretrained(tmp_path)
+    lmlab.save_pretrained(model, tmp_path)
     tokenizer.save_pretrained(tmp_path)
     args = ["generate", str(tmp_path), "the cat", "--max-new-tokens", "12"]
     assert main(args + ["--no-stream"]) == 0
@@ -422,7 +423,7 @@ def test_smollm2_streams_what_it_returns_with_stop_strings(smollm2_gguf):
     RGB color model: red, blue, and green." (greedy, measured); with stop strings after a
     token, across tokens (" red, blue") and one that starts like the text and diverges
     ("colors of light"), streaming prints what --no-stream returns."""
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.load import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(str(smollm2_gguf), head=None)
     prompt = "The three primary colors are"

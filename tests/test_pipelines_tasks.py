@@ -141,7 +141,7 @@ def test_pipeline_without_head_is_an_error(tmp_path):
 
 def test_a_misspelled_option_is_refused_before_the_model_loads(monkeypatch):
     """The pipeline's options are checked against its class before any loading."""
-    import lmlab.pipelines.base as base
+    import lmlab.load as base
 
     def no_loading(*args, **kwargs):
         raise AssertionError("the model was loaded before the options were checked")

@@ -70,7 +70,7 @@ def _other_vocabulary(source, folder):
 
 
 def test_bad_parts_are_refused_before_any_weights_are_read(f_and_g, tmp_path, monkeypatch):
-    import lmlab.models.auto
+    import lmlab.load
 
     f, g = f_and_g
     other = _other_vocabulary(g, tmp_path / "other")
@@ -78,7 +78,7 @@ def test_bad_parts_are_refused_before_any_weights_are_read(f_and_g, tmp_path, mo
     def no_weights(*args, **kwargs):
         raise AssertionError("weights were read before the parts were checked")
 
-    monkeypatch.setattr(lmlab.models.auto, "from_pretrained", no_weights)
+    monkeypatch.setattr(lmlab.load, "from_pretrained", no_weights)
     with pytest.raises(LmlabError, match="another tokenizer") as error:
         ConcatenatedEncoder.load([f, other])
     assert "30,522 pieces each" in error.value.problem and "context_model" in error.value.fix

@@ -29,13 +29,13 @@ from lmlab.adapt.bitfit import check_has_biases
 from lmlab.adapt.fingerprint import base_fingerprint
 from lmlab.adapt.lora import LoraSettings, apply_lora, merge_lora
 from lmlab.adapt.prompts import VirtualTokenSettings, apply_prefix_tuning, apply_prompt_tuning
+from lmlab.interop.folders import ADAPTER_CONFIG, load_model
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, read_json
 
 METHODS = ("lora", "adapter", "bitfit", "prompt", "prefix")
 SETTINGS = {"lora": LoraSettings, "adapter": AdapterSettings, "bitfit": None,
             "prompt": VirtualTokenSettings, "prefix": VirtualTokenSettings}
-ADAPTER_CONFIG = "adapter.json"
 ADAPTER_WEIGHTS = "adapter.safetensors"
 FORMAT = "lmlab-adapter"
 #: config.extra entries a task head needs to be rebuilt (width, labels, sentence vector)
@@ -167,17 +167,6 @@ def merge(model: nn.Module) -> nn.Module:
     return model
 
 
-def refuse_adapted_checkpoint(model: nn.Module) -> None:
-    """Refuse (before anything is written) to save an adapted model as a plain checkpoint:
-    its LoRA, adapters or virtual tokens are no base tensor and would be dropped or unreadable.
-    BitFit changes base tensors only and saves as any model."""
-    record = getattr(model, "adaptation", None)
-    if record is not None and record.method != "bitfit":
-        raise LmlabError(f"the model carries a {record.method} adaptation, which a plain "
-                         "checkpoint does not hold", "save it with lmlab.adapt.save_adapter, "
-                         "or merge it first (lmlab.adapt.merge: LoRA)")
-
-
 def _record(model: nn.Module) -> Adaptation:
     record = getattr(model, "adaptation", None)
     if record is None:
@@ -258,9 +247,8 @@ def load_adapter(folder: str | Path, base: str | Path | nn.Module | None = None)
         if base is None:
             raise LmlabError(f"{folder} does not name its base model", "pass base=...")
     if not isinstance(base, nn.Module):
-        from lmlab.models.auto import from_pretrained
 
-        base = from_pretrained(base)
+        base = load_model(base)
     model = base
     found = base_fingerprint(model)
     if found != config["base_fingerprint"]:
@@ -301,7 +289,7 @@ def _base_has_pooler(base_model: str | Path | None) -> bool:
         return False
     try:
         from lmlab.interop.hf import CheckpointTensors
-        from lmlab.models.auto import resolve_model_dir
+        from lmlab.utils.catalog import resolve_model_dir
 
         reader = CheckpointTensors(resolve_model_dir(base_model))
     except (LmlabError, OSError, ValueError):
@@ -344,12 +332,3 @@ METHOD_DEFAULTS: dict[str, dict[str, float]] = {
     "prompt": {"lr": 3e-2, "head_lr_multiplier": 1 / 30},
     "prefix": {"lr": 1e-2, "head_lr_multiplier": 0.1},
 }
-
-
-def adapter_folder(path: str | Path) -> Path | None:
-    """The folder holding ``adapter.json`` for ``path`` (itself, or a run's ``model/``)."""
-    path = Path(path)
-    for folder in (path, path / "model"):
-        if is_adapter_folder(folder):
-            return folder
-    return None

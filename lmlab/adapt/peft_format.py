@@ -271,9 +271,9 @@ def load_peft(folder: str | Path, base: str | Path | nn.Module | None = None) ->
             raise LmlabError(f"{folder}'s adapter_config.json names no base model",
                              "pass base=... (the model folder the adapter was trained on)")
     if not isinstance(base, nn.Module):
-        from lmlab.models.auto import from_pretrained
+        from lmlab.interop.folders import load_model
 
-        base = from_pretrained(base)
+        base = load_model(base)
     model = base
     tensors = load_file(str(Path(folder) / PEFT_WEIGHTS))
     family = _family(model)

@@ -37,10 +37,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from lmlab.interop.folders import QUANTIZATION_FILE
 from lmlab.utils.errors import LmlabError
 
 GRANULARITIES = ("per-tensor", "per-channel")
-QUANTIZATION_FILE = "quantization.json"  # beside config.json: marks a quantised model folder
 FORMAT_VERSION = 1
 METHOD = "int8-dynamic"
 
@@ -299,23 +299,6 @@ def quantize_int8(model: nn.Module, engine: str | None = None,
 def quantized_layers(model: nn.Module) -> list[str]:
     """Names of the :class:`Int8Linear` layers of ``model``."""
     return [name for name, m in model.named_modules() if isinstance(m, Int8Linear)]
-
-
-def is_quantized_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a folder written by :func:`save_quantized`."""
-    return (Path(path) / QUANTIZATION_FILE).is_file()
-
-
-def is_quantized_source(source: str | Path) -> bool:
-    """Whether a model source (folder, run directory, short name) resolves to a folder written by
-    :func:`save_quantized`: inference only, nothing to train. A source that does not resolve
-    (a checkpoint folder, a missing path) is not; its loading says what is wrong."""
-    from lmlab.models.auto import resolve_model_dir
-
-    try:
-        return is_quantized_folder(resolve_model_dir(source))
-    except LmlabError:
-        return False
 
 
 def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,

@@ -24,6 +24,7 @@ from torch import nn
 
 from lmlab.cost.precision import precision_autocast
 from lmlab.finetune import data as fdata
+from lmlab.interop.folders import FEATURE_HEAD_CONFIG
 from lmlab.models.pooling import ScalarMix
 from lmlab.objectives.base import ObjectiveResult
 from lmlab.utils.errors import LmlabError
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 SENTENCE_TASKS = ("classification", "pair-classification", "regression")
 FEATURE_HEAD_WEIGHTS = "feature_head.safetensors"
-FEATURE_HEAD_CONFIG = "feature_head.json"
 
 
 # -- the head: a scalar mix (or one layer) over frozen layers, then a linear classifier ----------
@@ -415,18 +415,13 @@ class FeatureClassifier(nn.Module):
         return path
 
 
-def is_feature_run(path: str | Path) -> bool:
-    """Whether ``path`` (a model folder) holds a feature-based run's head."""
-    return (Path(path) / FEATURE_HEAD_CONFIG).exists()
-
-
 def load_feature_classifier(path: str | Path, head: str | list[str] | None = None,
                             dtype: torch.dtype | None = None) -> FeatureClassifier:
     """Load a feature-based run's model folder (what :meth:`FeatureClassifier.save_pretrained`
     wrote) in eval mode; ``dtype`` casts the encoder only (the head is tiny and stays fp32)."""
     from safetensors.torch import load_file
 
-    from lmlab.interop.hf import load_pretrained
+    from lmlab.interop.folders import load_plain
     from lmlab.models.task_heads import SEQUENCE_CLASSIFICATION
     from lmlab.utils.io import read_json
 
@@ -442,10 +437,7 @@ def load_feature_classifier(path: str | Path, head: str | list[str] | None = Non
                          "older lmlab)", "fine-tune it again with `lmlab finetune --recipe "
                          "feature`: runs now keep the encoder beside the head")
     settings = read_json(path / FEATURE_HEAD_CONFIG)
-    from lmlab.models.rnn.io import is_recurrent_folder, load_recurrent
-
-    encoder = (load_recurrent(path, head=[], dtype=dtype) if is_recurrent_folder(path)  # ELMo
-               else load_pretrained(path, head=[], dtype=dtype))
+    encoder = load_plain(path, head=[], dtype=dtype)  # a Transformer, or ELMo
     feature_head = FeatureHead(settings["layers"], settings["hidden"], settings["outputs"],
                                settings["layer"])
     feature_head.load_state_dict(load_file(str(path / FEATURE_HEAD_WEIGHTS)))

@@ -29,13 +29,6 @@ import torch
 
 from lmlab.cost.precision import auto_precision, precision_autocast
 from lmlab.finetune import data as fdata
-from lmlab.models.task_heads import (
-    HEAD_FOR_TASK,
-    MULTIPLE_CHOICE,
-    QUESTION_ANSWERING,
-    TOKEN_CLASSIFICATION,
-    task_logits,
-)
 from lmlab.finetune.objective import TaskObjective
 from lmlab.finetune.pooling import resolve_pooling
 from lmlab.finetune.recipes import (
@@ -51,7 +44,16 @@ from lmlab.finetune.results import (
     summarize_seeds,
     write_predictions,
 )
+from lmlab.interop.folders import adapter_folder, source_kind
+from lmlab.interop.folders import load_model as load_checkpoint
 from lmlab.interop.native import save_model
+from lmlab.models.task_heads import (
+    HEAD_FOR_TASK,
+    MULTIPLE_CHOICE,
+    QUESTION_ANSWERING,
+    TOKEN_CLASSIFICATION,
+    task_logits,
+)
 from lmlab.tasks.sampling import sample_examples  # also imported from here by callers
 from lmlab.tasks.types import Task
 from lmlab.training.config import PRECISIONS
@@ -71,8 +73,8 @@ def parse_model_source(source: str | Path, random_init: bool = False) -> tuple[P
 
 
 def load_tokenizer(path: Path):
-    from lmlab.models.auto import resolve_model_dir
     from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.catalog import resolve_model_dir
 
     return Tokenizer.from_pretrained(resolve_model_dir(path))
 
@@ -90,18 +92,18 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     """(model, tokenizer, folder): a checkpoint, or its architecture with random weights."""
     from lmlab.interop.hf import load_config
     from lmlab.interop.native import is_native_folder, read_native_config
-    from lmlab.models.auto import from_pretrained, resolve_model_dir
     from lmlab.models.model import LanguageModel
+    from lmlab.utils.catalog import resolve_model_dir
 
     path, random_init = parse_model_source(source, random_init)
     folder = resolve_model_dir(path)
-    from lmlab.adapt import adapter_folder, load_adapter
+    from lmlab.adapt import load_adapter
 
     adapted = None if random_init else adapter_folder(folder)
     if adapted is not None:  # a run fine-tuned with --method: its adapter on its base model
         return load_adapter(adapted), load_tokenizer(adapted), adapted
     if random_init:
-        from lmlab.models.rnn.io import build_model, is_recurrent_folder, read_recurrent_config
+        from lmlab.interop.recurrent import build_model, is_recurrent_folder, read_recurrent_config
 
         if is_recurrent_folder(folder):  # AWD-LSTM / ELMo: the architecture, fresh weights
             config, saved_heads = read_recurrent_config(folder)
@@ -119,15 +121,14 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
         torch.manual_seed(seed)
         model = LanguageModel(config, heads=heads)
     else:
-        model = from_pretrained(folder)
+        model = load_checkpoint(folder)
         _refuse_encoder_decoder(model.config, folder)
     return model, load_tokenizer(folder), folder
 
 
 def _adapter_of(source: str | Path) -> Path | None:
     """The adapter folder ``source`` resolves to (a run fine-tuned with ``--method``), if any."""
-    from lmlab.adapt import adapter_folder
-    from lmlab.models.auto import resolve_model_dir
+    from lmlab.utils.catalog import resolve_model_dir
 
     try:
         return adapter_folder(resolve_model_dir(parse_model_source(source)[0]))
@@ -301,9 +302,7 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: 
     if epochs is not None and min_updates is None:
         min_updates = 0  # epochs given: exactly that many, unless a minimum is given too
     is_random = parse_model_source(model_source, random_init)[1]
-    from lmlab.compress.quantize import is_quantized_source
-
-    if not is_random and is_quantized_source(parse_model_source(model_source)[0]):
+    if not is_random and source_kind(parse_model_source(model_source)[0]) == "quantized":
         raise LmlabError(f"{model_source} is an int8-quantised model (lmlab quantize): its linear "
                          "layers hold no trainable weights", "fine-tune the fp32 model, then "
                          "quantise the result")
@@ -638,7 +637,7 @@ def _evaluate_run(task: Task, model_source: str | Path, out: Path | None,
                   splits: tuple[str, ...], precision: str, batch_size: int,
                   max_length: int) -> dict[str, Any]:
     """:func:`evaluate` of one run (one seed) or model folder."""
-    from lmlab.models.auto import resolve_model_dir
+    from lmlab.utils.catalog import resolve_model_dir
 
     folder = resolve_model_dir(model_source)
     model, tokenizer, _ = load_model(folder)

@@ -219,7 +219,7 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
     Every setting is checked, and ``out`` prepared, before the model is built: a run already
     there continues only when its data, tokenizer, model settings and lengths are these
     (otherwise it is refused, naming the difference, unless ``overwrite``)."""
-    import lmlab
+    from lmlab.interop.folders import load_model
     from lmlab.tasks.inverse import read_task_data
     from lmlab.tokenization.symbols import symbol_tokenizer
     from lmlab.tokenization.tokenizer import Tokenizer
@@ -254,7 +254,7 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
     prepare_run_folder(Path(out), overwrite, run_config(cfg, record))
     seed_everything(cfg.seed)  # a fresh model's weights follow the run's seed
     if init is not None:
-        model = lmlab.from_pretrained(init, head="seq2seq-lm")
+        model = load_model(init, head="seq2seq-lm")
         if not getattr(model.config, "is_encoder_decoder", False):
             raise LmlabError(f"{init} is not an encoder-decoder", "--init a T5, BART or "
                              "Marian folder")
@@ -299,14 +299,17 @@ def evaluate_on_task(model_dir: str | Path, data: str | Path, split: str = "test
                      batch_size: int = 32) -> dict[str, Any]:
     """Decode ``split`` with each beam size (every beam's hypotheses count for integration,
     the best one for the text tasks) and score it; written to ``out`` as JSON when given."""
-    from lmlab.pipelines.base import load_model_and_tokenizer
+    from lmlab.interop.folders import load_model
     from lmlab.tasks.inverse import read_task_data, score, task_info
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.catalog import resolve_model_dir
     from lmlab.utils.io import atomic_write_json
 
     task, splits = read_task_data(data)
     info = task_info(data)
     pairs = splits[split][:max_examples] if max_examples else splits[split]
-    model, tok = load_model_and_tokenizer(str(model_dir), head="seq2seq-lm")
+    model = load_model(model_dir, head="seq2seq-lm").eval()
+    tok = Tokenizer.from_pretrained(resolve_model_dir(model_dir))
     results: dict[str, Any] = {"task": task, "split": split, "examples": len(pairs)}
     for beam in beams:
         returned = beam if task == "integration" else 1

@@ -32,8 +32,8 @@ LM_DIR, DATA_DIR, CLASSIFIER_DIR = "lm", "lm-data", "classifier"
 def general_lm_folder(general: str | Path) -> Path:
     """The model folder of a stage-1 run (a run directory or a model folder), refused unless it
     holds an AWD-LSTM language model."""
-    from lmlab.models.auto import resolve_model_dir
-    from lmlab.models.rnn.io import is_recurrent_folder, read_recurrent_config
+    from lmlab.interop.recurrent import is_recurrent_folder, read_recurrent_config
+    from lmlab.utils.catalog import resolve_model_dir
 
     folder = resolve_model_dir(general)
     if not is_recurrent_folder(folder):
@@ -84,12 +84,12 @@ def finetune_lm(task: Task, general: str | Path, out: str | Path, steps: int, lr
                 precision: str = "fp32", show_progress: bool = False) -> Path:
     """Stage 2: continue the general LM's CLM training on the task's text for ``steps`` steps
     (slanted triangular rates), into the run directory ``out``; returns it."""
-    import lmlab
+    from lmlab.training.pretrain import PretrainConfig, pretrain
 
     folder = general_lm_folder(general)
     out = Path(out)
     shards = task_text_shards(task, folder, out.parent / DATA_DIR)
-    lmlab.pretrain(lmlab.PretrainConfig.from_sections(
+    pretrain(PretrainConfig.from_sections(
         None, init=str(folder), objective="clm", shards=str(shards), out=str(out),
         max_steps=steps, lr=lr, schedule="triangular", batch_size=batch_size, seq_len=seq_len,
         seed=seed, precision=precision, progress=show_progress, eval_every=max(steps // 4, 1),

@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 
-from lmlab.models.families import TASK_CLASS_SUFFIX, FamilySpec, Rule, expand_rules, get_family
 from lmlab.formats.safetensors_io import SafetensorsFile
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.positions import rotary_rows_from_pairs, rotary_rows_to_pairs
+from lmlab.models.families import TASK_CLASS_SUFFIX, FamilySpec, Rule, expand_rules, get_family
+from lmlab.utils.checks import refuse_adapted_checkpoint
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json
 
@@ -301,8 +302,8 @@ def _ignorable(name: str) -> bool:
 
 def load_pretrained(path: str | Path, head: str | list[str] | None = None,
                     allow_pickle: bool = False, dtype: torch.dtype | None = None):
-    """Build an lmlab :class:`LanguageModel` from a Hugging Face folder (or a folder in lmlab's
-    own format, :mod:`lmlab.interop.native`).
+    """Build an lmlab :class:`LanguageModel` from a Hugging Face folder (every kind of folder:
+    :func:`lmlab.interop.folders.load_model`).
 
     Args:
         head: ``None`` = the heads the checkpoint's ``architectures`` names (bare encoder if
@@ -311,13 +312,10 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
         allow_pickle: allow pickled ``.bin``/``.pt`` weights (they can run code when loaded).
         dtype: cast the loaded model (e.g. ``torch.bfloat16``).
     """
-    from lmlab.interop.native import is_native_folder, load_native
     from lmlab.models.model import LanguageModel
     from lmlab.models.seq2seq import EncoderDecoderModel
 
     path = Path(path)
-    if is_native_folder(path):  # lmlab's own format: a config no HF family expresses
-        return load_native(path, head=head, dtype=dtype)
     read_hf_config(path)  # a folder without config.json is refused before its weights are read
     tensors = CheckpointTensors(path, allow_pickle=allow_pickle)
     try:
@@ -361,8 +359,6 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     weights are split into ``model-0000k-of-0000n.safetensors`` files plus an index.
     """
     from safetensors.torch import save_file
-
-    from lmlab.adapt import refuse_adapted_checkpoint
 
     refuse_adapted_checkpoint(model)
     path = Path(path)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from lmlab.models.config import TransformerConfig
+from lmlab.utils.checks import refuse_adapted_checkpoint
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, config_has_key
 
@@ -48,7 +50,6 @@ def read_native_config(path: str | Path) -> tuple[TransformerConfig, list[str]]:
 
 def save_native(model, path: str | Path) -> Path:
     """Write ``model`` (a :class:`~lmlab.models.model.LanguageModel`) in lmlab's own format."""
-    from lmlab.adapt import refuse_adapted_checkpoint
     from lmlab.formats.safetensors_io import save_state
 
     refuse_adapted_checkpoint(model)
@@ -63,21 +64,28 @@ def save_native(model, path: str | Path) -> Path:
     return path
 
 
-def save_model(model, path: str | Path) -> tuple[Path, str]:
-    """Write ``model`` as a Hugging Face folder when its family maps the config, else in lmlab's
-    own format. Returns (folder, ``"huggingface"`` or ``"lmlab"``)."""
+def save_model(model, path: str | Path, **hf_options: Any) -> tuple[Path, str]:
+    """The one saver: ``model`` as a Hugging Face folder when its family maps the config (with
+    ``hf_options``: ``architecture``, ``max_shard_bytes``), else in lmlab's own format (recurrent
+    models: lmlab's recurrent format). Returns (folder, ``"huggingface"`` or ``"lmlab"``)."""
     from lmlab.interop.hf import save_pretrained
-    from lmlab.models.rnn.io import is_recurrent_model, save_recurrent
+    from lmlab.interop.recurrent import is_recurrent_model, save_recurrent
 
+    refuse_adapted_checkpoint(model)
     if is_recurrent_model(model):  # AWD-LSTM, ELMo: no Hugging Face family
         return save_recurrent(model, path), "lmlab"
     try:
-        return save_pretrained(model, path), "huggingface"
+        return save_pretrained(model, path, **hf_options), "huggingface"
     except LmlabError as error:  # the refusal of an unmappable config, made before writing
-        reason = error.problem
-        print(f"lmlab: no Hugging Face mapping for this model ({reason}); writing lmlab's own "
-              "format (lmlab.from_pretrained reads it; transformers does not)", flush=True)
+        print(f"lmlab: no Hugging Face mapping for this model ({error.problem}); writing "
+              "lmlab's own format (lmlab.from_pretrained reads it; transformers does not)",
+              flush=True)
         return save_native(model, path), "lmlab"
+
+
+def save_pretrained(model, path: str | Path, **hf_options: Any) -> Path:
+    """``lmlab.save_pretrained(model, folder)``: :func:`save_model`, returning the folder."""
+    return save_model(model, path, **hf_options)[0]
 
 
 def load_native(path: str | Path, head: str | Sequence[str] | None = None,

@@ -30,8 +30,8 @@ EVAL_EXAMPLES = 256
 
 
 def _tokenizer(init: str | Path | None, tokenizer: str | Path | None) -> Any:
-    from lmlab.models.auto import resolve_model_dir
     from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.catalog import resolve_model_dir
 
     return Tokenizer.from_pretrained(resolve_model_dir(init if init is not None
                                                        else tokenizer or "minilm"))
@@ -101,7 +101,6 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
     (a pair folder or file for ``mnrl``/``softmax``, an lmlab corpus folder for
     ``skip-thought``/``quick-thought``) under the :class:`TrainingConfig` ``cfg``; returns the
     Trainer's result (the encoder is in ``out/model``)."""
-    from lmlab.models.auto import resolve_model_dir
     from lmlab.sentence.encoder import (
         DEFAULT_MAX_LENGTH,
         _sentence_transformers_settings,
@@ -110,6 +109,7 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
     from lmlab.training.distributed import process_device
     from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
     from lmlab.training.trainer import Trainer, seed_everything
+    from lmlab.utils.catalog import resolve_model_dir
 
     if objective not in OBJECTIVES:
         raise LmlabError(f"unknown sentence objective {objective!r}",
@@ -164,12 +164,12 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
 
 def _build_model(init: str | Path | None, size: str, tok: Any) -> Any:
     """The encoder: ``init``'s weights, or a fresh lmlab BERT of preset ``size``."""
-    import lmlab
+    from lmlab.load import from_pretrained
     from lmlab.models.model import LanguageModel
     from lmlab.models.presets import preset
 
     if init is not None:
-        model = lmlab.from_pretrained(init)
+        model = from_pretrained(init)
         if model.config.is_encoder_decoder or model.config.causal:
             raise LmlabError(f"{init} is not an encoder", "--init a BERT-like folder (minilm)")
         model.train()

@@ -162,9 +162,9 @@ class PretrainConfig:
         shards folder, the objective names and arguments, the tokenizer, the family and size
         (or the ``init`` weights), ``seq_len`` against the model's positions, ``out``."""
         from lmlab.cost.report import cost_settings
-        from lmlab.utils.catalog import resolve_short_name
         from lmlab.models.presets import preset
         from lmlab.objectives.registry import check_objective_spec
+        from lmlab.utils.catalog import resolve_short_name
         from lmlab.utils.checks import check_at_least, check_folder
 
         self.training.validate()
@@ -188,9 +188,9 @@ class PretrainConfig:
                 raise LmlabError(f"--init {self.model.init} does not exist", "give a run "
                                  "directory, a checkpoint folder, a Hugging Face model folder or "
                                  "a short name from `lmlab models list`")
-            from lmlab.compress.quantize import is_quantized_source
+            from lmlab.interop.folders import source_kind
 
-            if is_quantized_source(self.model.init):
+            if source_kind(self.model.init) == "quantized":
                 raise LmlabError(f"--init {self.model.init} is an int8-quantised model (lmlab "
                                  "quantize): its linear layers hold no trainable weights",
                                  "start from (or distil) the fp32 model")
@@ -267,8 +267,8 @@ def _check_mapping(key: str, value: Any) -> None:
 def find_tokenizer(shards: Path, override: str | None) -> tuple[Tokenizer, Path]:
     """The tokenizer the shards were written with, and its folder: ``override`` (a folder or a
     short name) or the one the shards' manifest records, checked by fingerprint."""
-    from lmlab.utils.catalog import resolve_short_name
     from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.utils.catalog import resolve_short_name
     from lmlab.utils.io import read_json
 
     shards = Path(shards)
@@ -310,7 +310,7 @@ def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> 
         overrides.setdefault("pad_token_id", tokenizer.pad_token_id)
     config = preset(settings.family, settings.size, **overrides)
     if settings.family in ("awd-lstm", "elmo"):  # recurrent: lmlab.models.rnn
-        from lmlab.models.rnn.io import build_model as build_recurrent
+        from lmlab.interop.recurrent import build_model as build_recurrent
 
         return build_recurrent(config, tokenizer=tokenizer)  # ELMo reads the vocabulary's chars
     if config.is_encoder_decoder:
@@ -328,7 +328,7 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
     last checkpoint, or its ``model/``) or a Hugging Face folder (``lmlab.from_pretrained``)."""
     import json
 
-    import lmlab
+    from lmlab.interop.folders import load_model
     from lmlab.models.config import TransformerConfig
     from lmlab.models.model import LanguageModel
     from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
@@ -345,8 +345,8 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
         state = ckpt.load_state(path / "model.safetensors")
         heads = sorted({k.split(".")[1] for k in state if k.startswith("heads.")})
         if run_config["model"].get("family") in RECURRENT_FAMILIES:  # AWD-LSTM, ELMo
-            from lmlab.models.rnn.io import add_zero_softmax_bias
-            from lmlab.models.rnn.io import build_model as build_recurrent
+            from lmlab.interop.recurrent import add_zero_softmax_bias
+            from lmlab.interop.recurrent import build_model as build_recurrent
 
             model = build_recurrent(RecurrentConfig.from_dict(run_config["model"]), heads)
             add_zero_softmax_bias(model, state)  # a run saved before the softmax had its bias
@@ -360,7 +360,7 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
         ckpt.load_into(model, state, path)
     else:
         target = path / "model" if (path / "model" / "config.json").is_file() else path
-        model = lmlab.from_pretrained(target)
+        model = load_model(target)
         model.train()
     if model.config.vocab_size != vocab_size:
         raise LmlabError(f"--init model has {model.config.vocab_size} tokens but the shards' "

