@@ -189,6 +189,48 @@ def print_run_summary(result, prefix: str) -> None:
         print(f"{prefix}: eval " + ", ".join(f"{k}={v:.4g}" for k, v in result.last_eval.items()))
 
 
+def check_corpus(path: str | None, holds: str = "train.jsonl", also: str = "") -> None:
+    """``--corpus`` (when given) is a folder of `lmlab data build` holding ``holds``."""
+    from lmlab.utils.checks import check_folder
+
+    if path is not None:
+        check_folder(path, "--corpus", f"give a folder written by `lmlab data build --out "
+                     f"DIR`{also}", holds=holds, what="corpus folder")
+
+
+def print_few_shot(model: Any, tokenizer: Any, task: Any, shots: list[int],
+                   splits: list[str] | tuple[str, ...], args: argparse.Namespace) -> None:
+    """The few-shot scores of `lmlab evaluate --few-shot` and `lmlab lm-eval`: for each split,
+    the accuracy against shots as a table, or (``--json``) one JSON line."""
+    import json
+
+    from lmlab.evaluation.lm import few_shot_evaluate, few_shot_report
+
+    for split in splits:
+        results = few_shot_evaluate(model, tokenizer, task, shots, split=split,
+                                    max_examples=args.max_examples, seed=args.seed,
+                                    show_progress=True, calibrate=args.calibrate)
+        if args.json:
+            print(json.dumps({"task": task.name, "split": split,
+                              "results": {str(k): v for k, v in results.items()}}))
+        else:
+            print(few_shot_report(task, split, results))
+
+
+def print_table(rows: list[list[str]] | list[tuple[str, ...]]) -> None:
+    """Rows of cells (the first is the header) in left-aligned columns, two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def table_rows(rows: list[dict], columns: list[str] | None = None) -> list[list[str]]:
+    """``rows`` (dicts) as :func:`print_table`'s cells under ``columns`` (default: the first
+    row's keys)."""
+    columns = columns or list(rows[0])
+    return [columns] + [[str(row.get(c, "")) for c in columns] for row in rows]
+
+
 def pretrain_choices() -> dict[str, str]:
     """The objectives, families and sizes ``lmlab pretrain`` accepts, as help text, read from
     their registries (so --help lists exactly what works, without importing torch)."""

@@ -48,14 +48,6 @@ def register(commands) -> None:
     _common.add_out(p, "folder for head_stats.{json,csv,md,png}", overwrite="replace what --out holds")
 
 
-def _check_corpus(corpus: str | None) -> None:
-    if corpus is not None:
-        from lmlab.utils.checks import check_folder
-
-        check_folder(corpus, "--corpus", "give a folder written by `lmlab data build --out DIR`",
-                     holds="train.jsonl", what="corpus folder")
-
-
 def _load(model_path: str):
     """The model and tokenizer (the path checked first, so a typo fails before torch loads)."""
     from lmlab.utils.catalog import resolve_model_dir
@@ -81,7 +73,7 @@ def _attention(args: argparse.Namespace) -> int:
     if args.corpus is not None and args.stats_sample is None:
         raise LmlabError("--corpus is only read for --stats-sample",
                          "add --stats-sample N (sentences of the corpus to average over)")
-    _check_corpus(args.corpus)
+    _common.check_corpus(args.corpus)
     check_at_least(args.layer, 0, "--layer")
     check_at_least(args.head, 0, "--head")
 
@@ -106,7 +98,7 @@ def _head_stats(args: argparse.Namespace) -> int:
     check_at_least(args.sample, 1, "--sample")
     check_at_least(args.batch_size, 1, "--batch-size")
     check_at_least(args.max_length, 2, "--max-length")
-    _check_corpus(args.corpus)
+    _common.check_corpus(args.corpus)
     if args.text_file is not None:
         check_file(args.text_file, "--text-file", "give a UTF-8 text file, one text a line")
     check_output_folder(args.out, args.overwrite, "head statistics")

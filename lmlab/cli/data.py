@@ -54,14 +54,6 @@ def _format_count(value) -> str:
     return "-" if value is None else f"{value:,}"
 
 
-def _print_table(rows: list[dict], columns: list[str]) -> None:
-    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-
-
 def _list(args: argparse.Namespace) -> int:
     from lmlab.data.build import list_sources
     from lmlab.tasks.builtin import list_tasks
@@ -75,7 +67,7 @@ def _list(args: argparse.Namespace) -> int:
         "words": _format_count(r["words"]),
         "description / install with": r["description"] if r["installed"] else r["install_hint"],
     } for r in rows]
-    _print_table(table, list(table[0]))
+    _common.print_table(_common.table_rows(table))
     installed = [r for r in rows if r["installed"] and r["words"] is not None]
     if installed:
         words = sum(r["words"] for r in installed)
@@ -85,7 +77,7 @@ def _list(args: argparse.Namespace) -> int:
     tasks = list_tasks()
     if tasks:
         print("\ntasks:")
-        _print_table(tasks, list(tasks[0]))
+        _common.print_table(_common.table_rows(tasks))
     return 0
 
 
@@ -107,7 +99,7 @@ def _build(args: argparse.Namespace) -> int:
              "excluded sentences": f"{e['excluded_sentences']:,}",
              "excluded docs": f"{e['excluded']:,}"}
             for name, e in manifest["sources"].items()]
-    _print_table(rows, list(rows[0]))
+    _common.print_table(_common.table_rows(rows))
     kept_out = ", ".join(f"{e['name']} ({e['texts']:,} texts)" for e in manifest["exclude"])
     print(f"\nkept out (whole segments): {kept_out or 'nothing (--exclude-tasks none)'}; "
           f"{manifest['excluded_sentences']:,} sentences, {manifest['excluded_words']:,} words "

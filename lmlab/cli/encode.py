@@ -108,12 +108,11 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _neighbours(args: argparse.Namespace) -> int:
-    from lmlab.utils.checks import check_at_least, check_folder
+    from lmlab.utils.checks import check_at_least
     from lmlab.utils.errors import LmlabError
 
     if args.corpus:
-        check_folder(args.corpus, "--corpus", "give a folder written by `lmlab data build --out "
-                     "DIR`, or use --wordnet-examples", holds="train.jsonl", what="corpus folder")
+        _common.check_corpus(args.corpus, also=", or use --wordnet-examples")
     check_at_least(args.k, 1, "--k")
     check_at_least(args.limit, 1, "--limit")
     if not args.word.strip():

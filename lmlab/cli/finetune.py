@@ -208,22 +208,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     for split in splits:
         task.split(split)  # an unknown split is refused before the model loads
     if args.few_shot:
-        from lmlab.evaluation.lm import few_shot_evaluate, few_shot_report, parse_shot_counts
+        from lmlab.evaluation.lm import parse_shot_counts
         from lmlab.load import from_pretrained
         from lmlab.tokenization.tokenizer import Tokenizer
 
         shots = parse_shot_counts(args.few_shot)
         model = from_pretrained(args.model)
         tokenizer = Tokenizer.from_pretrained(args.model)
-        for split in splits:
-            results = few_shot_evaluate(model, tokenizer, task, shots, split=split,
-                                        max_examples=args.max_examples, seed=args.seed,
-                                        show_progress=True, calibrate=args.calibrate)
-            if args.json:
-                print(json.dumps({"task": task.name, "split": split,
-                                  "results": {str(k): v for k, v in results.items()}}))
-            else:
-                print(few_shot_report(task, split, results))
+        _common.print_few_shot(model, tokenizer, task, shots, splits, args)
         return 0
     from lmlab.finetune.runner import evaluate
 

@@ -228,14 +228,8 @@ def _perplexity(args: argparse.Namespace) -> int:
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
-    from lmlab.evaluation.lm import (
-        corpus_passages,
-        few_shot_evaluate,
-        few_shot_report,
-        lambada_cloze,
-        parse_shot_counts,
-    )
-    from lmlab.utils.checks import check_at_least, check_folder
+    from lmlab.evaluation.lm import corpus_passages, lambada_cloze, parse_shot_counts
+    from lmlab.utils.checks import check_at_least
     from lmlab.utils.errors import LmlabError
 
     shots = parse_shot_counts(args.few_shot)
@@ -244,8 +238,7 @@ def _lm_eval(args: argparse.Namespace) -> int:
         if not args.corpus:
             raise LmlabError("--task cloze needs --corpus DIR",
                              "build one with `lmlab data build --out DIR`")
-        check_folder(args.corpus, "--corpus", "give a folder written by `lmlab data build "
-                     "--out DIR`", holds="validation.jsonl", what="corpus folder")
+        _common.check_corpus(args.corpus, holds="validation.jsonl")
         model, tokenizer = _load(args)
         passages = corpus_passages(args.corpus, limit=args.max_examples)
         result = {"task": "cloze", **lambada_cloze(model, tokenizer, passages,
@@ -257,12 +250,5 @@ def _lm_eval(args: argparse.Namespace) -> int:
     task = load_builtin_task(args.task)
     task.split(args.split)  # an unknown split is refused before the model loads
     model, tokenizer = _load(args)
-    results = few_shot_evaluate(model, tokenizer, task, shots, split=args.split,
-                                max_examples=args.max_examples, seed=args.seed,
-                                show_progress=True, calibrate=args.calibrate)
-    if args.json:
-        print(json.dumps({"task": task.name, "split": args.split,
-                          "results": {str(k): v for k, v in results.items()}}))
-    else:
-        print(few_shot_report(task, args.split, results))
+    _common.print_few_shot(model, tokenizer, task, shots, [args.split], args)
     return 0

@@ -29,9 +29,7 @@ def _list(args: argparse.Namespace) -> int:
         size = f"{row['bytes'] / 1e6:.1f} MB" if row["installed"] else "-"
         where = row["path"] if row["installed"] else f"not installed: {row['install']}"
         table.append((row["name"], row["kind"], size, where))
-    widths = [max(len(line[i]) for line in table) for i in range(3)]
-    for line in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[3])
+    _common.print_table(table)
     print("\nUse the short name as a model path, e.g. `lmlab generate smollm2 \"Hello\"` or "
           "`lmlab.from_pretrained(\"minilm\")`.")
     return 0

@@ -52,9 +52,7 @@ def _list(args: argparse.Namespace) -> int:
          f"{r['full_train']}/{r['full_dev']}/{r['full_test']}", r["metrics"])
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    _common.print_table(table)
     print("\nReaders for your own copies: GLUE TSV (--glue-dir), CoNLL-2003 columns, SQuAD JSON,"
           " CSV/TSV/JSONL tables; see docs/tasks.md.")
     return 0
@@ -84,24 +82,16 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    import json
     from pathlib import Path
 
     from lmlab.cli._task_options import task_from_args
-    from lmlab.tasks.baseline import run_tfidf_baseline
+    from lmlab.tasks.baseline import write_tfidf_baseline
     from lmlab.utils.checks import check_output_folder
-    from lmlab.utils.io import atomic_write_json, atomic_write_text
 
     check_output_folder(args.out, args.overwrite, "baseline")
     task = task_from_args(args, required=("train", "dev"))
-    result = run_tfidf_baseline(task, seed=args.seed, return_predictions=True)
-    predictions = result.pop("predictions")
     out = Path(args.out)
-    atomic_write_json(out / "metrics.json", result)
-    for split, values in predictions.items():
-        lines = [json.dumps({"id": e.id, "prediction": p, "label": e.label}, ensure_ascii=False)
-                 for e, p in zip(task.splits[split], values)]
-        atomic_write_text(out / f"predictions-{split}.jsonl", "\n".join(lines) + "\n")
+    result = write_tfidf_baseline(task, out, seed=args.seed)
     summary = ", ".join(f"{k} {v:.4f}" for k, v in result["dev"].items())
     print(f"{task.name}: {result['param']}={result['chosen']} (by {result['selected_by']}); "
           f"dev {summary}")

@@ -5,6 +5,8 @@ it; if it does not, suspect the fine-tuning.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from lmlab.tasks.readers import check_pair_texts
@@ -103,4 +105,21 @@ def run_tfidf_baseline(task: Task, seed: int = 0, grid: tuple[float, ...] | None
             result["test"] = task.evaluate("test", predictions["test"])
     if return_predictions:
         result["predictions"] = predictions
+    return result
+
+
+def write_tfidf_baseline(task: Task, out: str | Path, seed: int = 0) -> dict[str, Any]:
+    """What ``lmlab baseline`` does: :func:`run_tfidf_baseline`, its metrics written to
+    ``out/metrics.json`` and each split's predictions (id, prediction, label) to
+    ``out/predictions-<split>.jsonl``. Returns the metrics."""
+    from lmlab.utils.io import atomic_write_json, atomic_write_text
+
+    result = run_tfidf_baseline(task, seed=seed, return_predictions=True)
+    predictions = result.pop("predictions")
+    out = Path(out)
+    atomic_write_json(out / "metrics.json", result)
+    for split, values in predictions.items():
+        lines = [json.dumps({"id": e.id, "prediction": p, "label": e.label}, ensure_ascii=False)
+                 for e, p in zip(task.splits[split], values)]
+        atomic_write_text(out / f"predictions-{split}.jsonl", "\n".join(lines) + "\n")
     return result
