@@ -286,9 +286,6 @@ def attention_maps(model: Any, tokenizer: Any, text: str, pair: str | None = Non
         ids = target_batch["input_ids"][0].tolist()
         target_segment = Segment.from_encoding(target_batch, [target], prefix=[start_token])
         decoder_ids = torch.tensor([[start, *ids]])
-    for side, (length, kept) in truncated.items():
-        warnings.warn(f"the {side} has {length} tokens, more than the model takes: it was cut "
-                      f"to {kept}", UserWarning, stacklevel=2)
     inputs = model_inputs(model, batch)
     maps = model_attentions(model, inputs["input_ids"], inputs.get("attention_mask"),
                             inputs.get("token_type_ids"), decoder_input_ids=decoder_ids)
@@ -299,6 +296,8 @@ def attention_maps(model: Any, tokenizer: Any, text: str, pair: str | None = Non
         result.target = target_segment
         result.decoder_attentions = maps["decoder"][:, 0]
         result.cross_attentions = maps["cross"][:, 0]
+    for note in result.truncation_notes():
+        warnings.warn(note, UserWarning, stacklevel=2)
     return result
 
 
