@@ -156,6 +156,12 @@ def add_json(p: argparse.ArgumentParser, help: str | None = None) -> None:
     p.add_argument("--json", action="store_true", help=help)
 
 
+# the flags (dest names) whose PretrainConfig setting has another name (the others are named as
+# their setting): `lmlab pretrain` and `lmlab distil` read their flags through it
+SETTING_OF_FLAG = {"steps": "max_steps", "tokens": "max_tokens", "budget": "budget_seconds",
+                   "grid_intensity": "grid_g_per_kwh"}
+
+
 def add_training_flags(p: argparse.ArgumentParser) -> None:
     """The run flags `lmlab pretrain` and `lmlab distil` share (sequence and batch shape, the
     optimiser and schedule, how long, and the evaluation / checkpoint / log cadence): one list,

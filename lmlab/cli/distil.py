@@ -9,8 +9,6 @@ from pathlib import Path
 
 from lmlab.cli import _common
 
-# flags whose setting has another name (the others are named as their setting)
-_SETTING_OF_FLAG = {"steps": "max_steps", "tokens": "max_tokens", "budget": "budget_seconds"}
 # the pretraining flags `lmlab distil` passes on to PretrainConfig
 _TRAINING_FLAGS = ("shards", "out", "seq_len", "batch_size", "lr", "warmup", "schedule",
                    "weight_decay", "clip_norm", "steps", "tokens", "budget", "seed", "grad_accum",
@@ -110,7 +108,7 @@ def _distil(args: argparse.Namespace) -> int:
     settings = DistilSettings(args.teacher, args.student_layers, _layers(args.layers),
                               args.temperature, args.alpha_ce, args.alpha_mlm, args.alpha_cos,
                               args.restrict_ce_to_mask)
-    flags = {_SETTING_OF_FLAG.get(k, k): getattr(args, k) for k in _TRAINING_FLAGS}
+    flags = {_common.SETTING_OF_FLAG.get(k, k): getattr(args, k) for k in _TRAINING_FLAGS}
     config = PretrainConfig.from_sections(None, track_cost=not args.no_cost, **flags)
     result = distil(settings, config)
     if int(os.environ.get("RANK", 0)) != 0:

@@ -211,18 +211,11 @@ def _perplexity(args: argparse.Namespace) -> int:
     if args.stride and args.max_length and args.stride > args.max_length:
         raise LmlabError(f"--stride {args.stride} is longer than --max-length {args.max_length}",
                          "use a stride of at most the window length, e.g. half of it")
-    from lmlab.evaluation.lm import perplexity
+    from lmlab.evaluation.lm import text_perplexity
 
     model, tokenizer = _load(args)
-    positions = model.config.max_position_embeddings
-    if args.max_length and args.max_length > positions:
-        raise LmlabError(f"--max-length {args.max_length} exceeds the model's {positions} "
-                         "positions", f"use --max-length {positions} or less")
-    ids = tokenizer.encode(path.read_text(encoding="utf-8"), add_special_tokens=False)
-    if args.max_tokens:
-        ids = ids[: args.max_tokens]
-    result = perplexity(model, ids, max_length=args.max_length, stride=args.stride,
-                        show_progress=True)
+    result = text_perplexity(model, tokenizer, path.read_text(encoding="utf-8"),
+                             args.max_length, args.stride, args.max_tokens, show_progress=True)
     print(json.dumps(result.to_dict()))
     return 0
 

@@ -11,10 +11,6 @@ from pathlib import Path
 
 from lmlab.cli import _common
 
-# flags whose setting has another name (the others are named as their setting)
-_SETTING_OF_FLAG = {"steps": "max_steps", "tokens": "max_tokens", "budget": "budget_seconds",
-                    "grid_intensity": "grid_g_per_kwh"}
-
 
 def register(commands) -> None:
     p = commands.command(
@@ -67,7 +63,7 @@ def _pretrain(args: argparse.Namespace) -> int:
     from lmlab.training.config import load_config_file
     from lmlab.training.pretrain import PretrainConfig, pretrain
 
-    flags = {_SETTING_OF_FLAG.get(k, k): v for k, v in vars(args).items()
+    flags = {_common.SETTING_OF_FLAG.get(k, k): v for k, v in vars(args).items()
              if k not in ("config", "handler", "no_cost")}
     sections = load_config_file(args.config) if args.config else None
     if flags.get("precision") is None and "precision" not in ((sections or {}).get("speed") or {}):

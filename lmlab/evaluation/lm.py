@@ -77,6 +77,22 @@ def perplexity(model: Any, input_ids: Sequence[int] | torch.Tensor, max_length: 
     return PerplexityResult(math.exp(mean), mean, count, windows)
 
 
+def text_perplexity(model: Any, tokenizer: Any, text: str, max_length: int | None = None,
+                    stride: int | None = None, max_tokens: int | None = None,
+                    show_progress: bool = False) -> PerplexityResult:
+    """:func:`perplexity` of a text (its first ``max_tokens`` tokens, when given), as
+    ``lmlab perplexity`` measures it; a window longer than the model's positions is refused."""
+    positions = model.config.max_position_embeddings
+    if max_length and max_length > positions:
+        raise LmlabError(f"--max-length {max_length} exceeds the model's {positions} "
+                         "positions", f"use --max-length {positions} or less")
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if max_tokens:
+        ids = ids[:max_tokens]
+    return perplexity(model, ids, max_length=max_length, stride=stride,
+                      show_progress=show_progress)
+
+
 # -- LAMBADA-style cloze ---------------------------------------------------------------------------
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 
