@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from lmlab.cli import _common
 from lmlab.cli._task_options import add_task_arguments, task_from_args
 
 
@@ -22,26 +23,25 @@ def register(commands) -> None:
     p.add_argument("--general", required=True,
                    help="the general-domain AWD-LSTM: a run directory or its model/ folder")
     add_task_arguments(p)
-    p.add_argument("--out", required=True, help="folder for lm/, lm-data/ and classifier/")
+    _common.add_out(p, "folder for lm/, lm-data/ and classifier/")
     p.add_argument("--lm-steps", type=int, default=200,
                    help="stage 2 steps (0: skip it, the paper's 'without LM fine-tuning')")
     p.add_argument("--lm-lr", type=float, default=1e-3, help="stage 2 peak learning rate")
     p.add_argument("--recipe", default="ulmfit", choices=("ulmfit", "ulmfit-no-unfreeze"),
                    help="stage 3 recipe (ulmfit-no-unfreeze: every layer trains from epoch 0)")
-    p.add_argument("--lr", type=float, help="stage 3 peak learning rate of the top group")
+    _common.add_lr(p, help="stage 3 peak learning rate of the top group")
     p.add_argument("--epochs", type=int)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--max-train-examples", type=int)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "auto"))
-    p.add_argument("--overwrite", action="store_true",
-                   help="start stage 3's run over instead of resuming it")
+    _common.add_batch_size(p)
+    _common.add_max_train_examples(p, help=None)
+    _common.add_seed(p)
+    _common.add_precision(p, "fp32", choices=("fp32", "bf16", "auto"))
+    _common.add_overwrite(p, "start stage 3's run over instead of resuming it")
 
 
 def _ulmfit(args: argparse.Namespace) -> int:
     import json
 
-    from lmlab.models.rnn.ulmfit import general_lm_folder, run_ulmfit
+    from lmlab.finetune.ulmfit import general_lm_folder, run_ulmfit
 
     general_lm_folder(args.general)  # refused before the task loads
     task = task_from_args(args)
