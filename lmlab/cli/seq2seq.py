@@ -107,11 +107,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     from lmlab.finetune.text_to_text import evaluate_on_task
     from lmlab.tasks.inverse import read_task_data
     from lmlab.utils.checks import check_at_least, check_output_file, parse_int_list
-    from lmlab.utils.errors import LmlabError
 
     beams = sorted(set(parse_int_list(args.beams, "--beams", "1,5,10")))
-    if beams[0] < 1:
-        raise LmlabError(f"--beams {args.beams!r}", "give beam sizes of at least 1, e.g. 1,5")
+    check_at_least(beams[0], 1, "--beams")
     check_at_least(args.max_examples, 1, "--max-examples")
     check_at_least(args.max_new_tokens, 1, "--max-new-tokens")
     check_at_least(args.threads, 1, "--threads")

@@ -66,14 +66,10 @@ def _encoding_errors_option(parser: argparse.ArgumentParser) -> None:
 def _train(args: argparse.Namespace) -> None:
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.tokenization.training import check_training_source
-    from lmlab.utils.checks import check_output_folder
+    from lmlab.utils.checks import check_at_least, check_output_folder
 
     source = args.corpus or args.files
-    if args.extra_ids < 0:
-        from lmlab.utils.errors import LmlabError
-
-        raise LmlabError(f"--extra-ids {args.extra_ids} is negative",
-                         "give 0 (no sentinels) or a count, e.g. 100 as T5")
+    check_at_least(args.extra_ids, 0, "--extra-ids")
     check_training_source(source)  # before the (long) training, like the output check
     check_output_folder(args.out, args.overwrite, "tokenizer")
     tok = Tokenizer.train(source, kind=args.kind, vocab_size=args.vocab_size,
