@@ -9,17 +9,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from lmlab.utils.io import atomic_path, atomic_write_json, atomic_write_text
-
-
-def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from lmlab.training.report import pyplot, save_png  # noqa: F401 - the one plot helper
+from lmlab.utils.io import atomic_write_json, atomic_write_text
 
 
 @cache
@@ -31,14 +22,6 @@ def template(name: str) -> Any:
     text = resources.files("lmlab.analysis").joinpath(name).read_text("utf-8")
     return jinja2.Environment(autoescape=False, keep_trailing_newline=True, trim_blocks=True,
                               lstrip_blocks=True).from_string(text)
-
-
-def save_png(fig: Any, path: str | Path, dpi: int) -> Path:
-    """Write ``fig`` to ``path`` as a PNG (atomically) and close it."""
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=dpi)
-    pyplot().close(fig)
-    return Path(path)
 
 
 def write_files(out: str | Path, files: dict[str, str | dict | Callable[[Path], Any]]

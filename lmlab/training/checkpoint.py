@@ -1,22 +1,6 @@
-"""Checkpoints that resume a run exactly, written so a kill at any moment leaves a usable one.
-
-Layout of ``out_dir/checkpoints/step-N/``::
-
-    model.safetensors       model weights, one copy of tied tensors (aliases in the metadata)
-    objective.safetensors   the objective's own parameters (ELECTRA's generator), if any
-    optimizer.pt            optimizer state (torch.save; loaded with weights_only=True)
-    rng-rank{R}.pt          torch CPU (+ CUDA) generator states of rank R (dropout masks)
-    state.json              step, tokens, elapsed, data-stream position, python/numpy RNG,
-                            metrics so far, why the run stopped (the final checkpoint's
-                            ``stop_reason``): everything else, as JSON
-
-Atomicity: everything is written into ``step-N.tmp/``, each file and the folder are fsynced,
-then the folder is renamed to ``step-N`` (rename is atomic) and the parent fsynced. A folder
-without ``.tmp`` is therefore complete; leftover ``.tmp`` folders are deleted on the next save.
-
-Why torch.save for the optimizer: its state is nested dicts of tensors and numbers that only we
-write; it is read back with ``torch.load(weights_only=True)``, which refuses arbitrary pickled
-objects, so a tampered file cannot run code.
+"""Checkpoints that resume a run exactly, written so a kill at any moment leaves a usable one:
+``checkpoints/step-N/`` is assembled in ``step-N.tmp/``, fsynced and renamed. The layout and why
+the optimizer is a ``torch.save`` file are in docs/training.md ("Checkpoints and exact resume").
 """
 
 from __future__ import annotations

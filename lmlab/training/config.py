@@ -1,12 +1,6 @@
-"""TrainingConfig: every setting of a training run, split into what changes the result and what
-only changes its speed.
-
-Cramming's lesson: a run's result must be reproducible from its *hyperparameters* alone, while
-*speed settings* (threads, compile, workers, skipping padding, distribution strategy, how often
-to log or checkpoint) may be changed freely. ``config.json`` in a run directory and a ``--config``
-file both have two sections, ``hparams:`` and ``speed:``. Precision is filed under speed because
-it is chosen for speed, but bf16 *does* change the numbers; its effect is measured and reported
-(docs/benchmarks-pretraining.md), not assumed away.
+"""TrainingConfig: every setting of a training run, in two sections: ``hparams`` (change the
+result) and ``speed`` (may change freely; precision is filed here though bf16 changes the
+numbers, docs/benchmarks-pretraining.md). docs/training.md tells the story.
 """
 
 from __future__ import annotations
@@ -17,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmlab.utils.checks import check_at_least, check_choice, check_positive
 from lmlab.utils.errors import LmlabError
 
 SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "triangular")
@@ -31,13 +26,9 @@ def _speed(default: Any) -> Any:
 
 @dataclass
 class TrainingConfig:
-    """Optimiser, schedule, stopping rule and run settings of one training run.
-
-    A run stops at the first of ``max_steps``, ``max_tokens`` and ``budget_seconds`` that is
-    reached (at least one must be set). ``batch_size`` and ``seq_len`` describe the stream the
-    trainer is given (the global batch under DDP); they are recorded for the report and the cost
-    accounting, the stream itself decides what a batch is.
-    """
+    """Optimiser, schedule, stopping rule (the first of ``max_steps``, ``max_tokens``,
+    ``budget_seconds``) and run settings; ``batch_size`` and ``seq_len`` describe the stream
+    (the global batch under DDP) for the report and the cost accounting."""
 
     # -- hyperparameters (change the result) ---------------------------------------------------
     lr: float = 1e-4
@@ -77,9 +68,8 @@ class TrainingConfig:
         self.validate()
 
     def _check_types(self) -> None:
-        """Numbers must be numbers: a config file's ``lr: 1e-3`` is text to YAML 1.1 (it wants
-        ``1.0e-3``), and comparing text with a number would fail with a traceback. They must
-        be finite too: ``nan`` passes every ``<`` check, and ``--lr inf`` trains to NaN."""
+        """Numbers must be finite numbers (YAML 1.1 reads ``1e-3`` as text; ``nan`` passes
+        every ``<`` check)."""
         for f in dataclasses.fields(self):
             value, kind = getattr(self, f.name), str(f.type)
             if value is None and "None" in kind:
@@ -98,51 +88,29 @@ class TrainingConfig:
     def validate(self) -> None:
         """Raise :class:`LmlabError` on values that cannot work."""
         self._check_types()
-        if self.schedule not in SCHEDULES:
-            raise LmlabError(f"unknown learning-rate schedule {self.schedule!r}",
-                             f"use one of: {', '.join(SCHEDULES)}")
-        if self.precision not in PRECISIONS:
-            raise LmlabError(f"unknown precision {self.precision!r}",
-                             f"use one of: {', '.join(PRECISIONS)}")
-        if self.strategy not in STRATEGIES:
-            raise LmlabError(f"unknown distribution strategy {self.strategy!r}",
-                             f"use one of: {', '.join(STRATEGIES)}")
+        check_choice(self.schedule, SCHEDULES, "schedule", "learning-rate schedule")
+        check_choice(self.precision, PRECISIONS, "precision", "precision")
+        check_choice(self.strategy, STRATEGIES, "strategy", "distribution strategy")
         if self.max_steps is None and self.max_tokens is None and self.budget_seconds is None:
             raise LmlabError("the run has no end: none of max_steps, max_tokens, budget_seconds "
                              "is set", "give a step count, a token count or a time budget "
                              "(e.g. --budget 10m)")
-        for name in ("max_steps", "max_tokens", "budget_seconds"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise LmlabError(f"{name} must be positive, got {value}", f"set {name} > 0")
-        if self.grad_accum < 1:
-            raise LmlabError(f"grad_accum must be >= 1, got {self.grad_accum}", "set it to 1 or more")
-        if self.lr <= 0:
-            raise LmlabError(f"lr must be positive, got {self.lr}", "set a learning rate > 0")
+        for name in ("max_steps", "max_tokens", "budget_seconds", "lr"):
+            check_positive(getattr(self, name), name)
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise LmlabError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}",
                              "give a fraction such as 0.06, or warmup_steps")
         if self.schedule == "triangular" and not 0.0 < self.cut_frac < 1.0:
             raise LmlabError(f"cut_frac must be in (0, 1), got {self.cut_frac}",
                              "ULMFiT uses cut_frac=0.1")
-        if self.keep_last < 1:
-            raise LmlabError(f"keep_last must be >= 1, got {self.keep_last}",
-                             "keep at least the last checkpoint")
-        for name, minimum in (("batch_size", 1), ("seq_len", 1), ("log_every", 1),
-                              ("eval_every", 1), ("save_every", 1), ("threads", 1),
-                              ("workers", 0), ("warmup_steps", 0)):
-            value = getattr(self, name)
-            if value is not None and value < minimum:
-                raise LmlabError(f"{name} must be >= {minimum}, got {value!r}",
-                                 f"set {name} to {minimum} or more")
+        for name, minimum in (("grad_accum", 1), ("keep_last", 1), ("batch_size", 1),
+                              ("seq_len", 1), ("log_every", 1), ("eval_every", 1),
+                              ("save_every", 1), ("threads", 1), ("workers", 0),
+                              ("warmup_steps", 0), ("eps", 0), ("weight_decay", 0)):
+            check_at_least(getattr(self, name), minimum, name)
         if not all(0.0 <= beta < 1.0 for beta in self.betas) or len(self.betas) != 2:
             raise LmlabError(f"betas must be two numbers in [0, 1), got {list(self.betas)}",
                              "use e.g. [0.9, 0.999]")
-        if self.eps < 0:
-            raise LmlabError(f"eps must be >= 0, got {self.eps}", "use e.g. 1.0e-6")
-        if self.weight_decay < 0:
-            raise LmlabError(f"weight_decay must be >= 0, got {self.weight_decay}",
-                             "use 0 (off) or e.g. 0.01")
         if self.clip_norm is not None and self.clip_norm <= 0:
             raise LmlabError(f"clip_norm must be positive, got {self.clip_norm}",
                              "use e.g. 1.0, or leave it unset (null) for no clipping")
@@ -172,8 +140,8 @@ class TrainingConfig:
 
     @classmethod
     def from_sections(cls, sections: dict[str, Any]) -> TrainingConfig:
-        """Build from ``{"hparams": {...}, "speed": {...}}``; unknown keys are errors, and a key in
-        the wrong section is an error too (so a config file says what it means)."""
+        """Build from ``{"hparams": {...}, "speed": {...}}``; a key in the wrong section is
+        refused (unknown keys belong to other sections' readers)."""
         known = {f.name: f.metadata.get("section", "hparams") for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for section in ("hparams", "speed"):
@@ -195,8 +163,7 @@ class TrainingConfig:
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or JSON run config with ``hparams:`` and ``speed:`` sections (and an
-    optional ``cost:`` section: price per hour and grid intensity for the cost report)."""
+    """Read a YAML or JSON run config (``hparams:``, ``speed:``, optional ``cost:``)."""
     path = Path(path)
     if not path.is_file():
         raise LmlabError(f"config file {path} does not exist", "pass an existing .yaml or .json")
@@ -220,9 +187,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def parse_device(name: str) -> Any:
-    """The ``torch.device`` that ``name`` names (``cpu``, ``cuda``, ``cuda:1``, ``mps``), whatever
-    this machine has, so that a config stays valid on another host; anything else is refused.
-    :func:`lmlab.training.distributed.resolve_device` then checks that the device is there."""
+    """The ``torch.device`` ``name`` names (cpu, cuda, cuda:N, mps), whatever this machine has
+    (:func:`~lmlab.training.distributed.resolve_device` checks it is there)."""
     import torch
 
     try:

@@ -1,17 +1,6 @@
-"""Scale-out with PyTorch's own tools: the same trainer under ``torchrun --nproc-per-node N``.
-
-- :func:`init_distributed` reads torchrun's environment (``RANK``, ``WORLD_SIZE``,
-  ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``) and starts the process group: gloo on CPU,
-  nccl on GPU. Without those variables everything runs in one process.
-- Data: every rank reads the *same* global batch sequence and keeps its contiguous slice
-  ``[r B/N, (r+1) B/N)`` (:class:`RankSlice`). So N ranks at per-rank batch B/N see exactly the
-  batches of one process at batch B, and "same global batch" runs can be compared step by step.
-  (Each rank corrupts the whole global batch and discards the rest: collate work is N-fold, model
-  work is not; for the sizes lmlab runs that is the cheap side.)
-- Gradients: DDP averages over ranks. The trainer weights each rank's loss by its number of
-  predictions so the result is the global per-token mean (see ``Trainer._backward``).
-- Rank 0 alone writes logs, reports, the final model and checkpoint files; every rank writes its
-  own RNG state into the checkpoint.
+"""Scale-out with PyTorch's own tools: the same trainer under ``torchrun --nproc-per-node N``
+(gloo on CPU, nccl on GPU; every rank keeps its slice of the same global batch; rank 0 writes
+the files). docs/training.md ("Scale-out") tells the story.
 """
 
 from __future__ import annotations
@@ -59,18 +48,14 @@ def init_distributed(device: torch.device) -> DistInfo:
         if device.type == "cuda":
             torch.cuda.set_device(local)
         dist.init_process_group(backend=backend)
-        # A script that trains through the library never calls shutdown(); a process group left
-        # to the interpreter's teardown can abort a rank at exit (gloo threads destroyed while
-        # joinable: "terminate called without an active exception"). Destroy it first.
+        # a group left to the interpreter's teardown can abort a rank at exit: destroy it first
         atexit.register(shutdown, DistInfo(active=True))
     return DistInfo(rank=rank, world_size=world, local_rank=local, active=True)
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """The device ``name`` stands for on this machine, refused with the fix when it is not
-    there. ``auto``: the local GPU when there is one, else CPU; under torchrun ``auto`` and a
-    bare ``cuda`` take the process's own GPU (``local_rank``), as one process per GPU needs.
-    Callers resolve the device before they touch a run folder, so a refusal loses nothing."""
+    """The device ``name`` stands for on this machine (``auto``: the GPU if any, else CPU; under
+    torchrun a bare ``cuda`` is the process's own GPU), refused when it is not there."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank if launched_by_torchrun() else 0)
@@ -138,12 +123,8 @@ def shutdown(info: DistInfo) -> None:
 
 
 class RankSlice:
-    """Wrap a stream of global batches; yield rank ``rank``'s contiguous share of each.
-
-    Tensors whose first dimension is the global batch size are sliced; others (scalars,
-    per-batch values) are passed through. ``state_dict``/``load_state_dict`` delegate to the
-    wrapped stream, whose position is the same on every rank.
-    """
+    """Wrap a stream of global batches; yield rank ``rank``'s contiguous share of each (tensors
+    of the batch's first dimension are sliced; the position is the wrapped stream's)."""
 
     def __init__(self, stream: Any, rank: int, world_size: int):
         self.stream = stream
@@ -179,12 +160,9 @@ class RankSlice:
 
 
 class LossModule(torch.nn.Module):
-    """Model + objective as one module whose forward returns the loss.
-
-    DDP/FSDP hook into a module's forward; objectives call several pieces of the model (the
-    stack, then a head at masked positions), so the whole loss computation is the forward that
-    gets wrapped. Returns ``(loss, metrics, num_predictions)``.
-    """
+    """Model + objective as one module whose forward returns ``(loss, metrics,
+    num_predictions)``: DDP/FSDP wrap the whole loss computation (objectives call several pieces
+    of the model)."""
 
     def __init__(self, model: torch.nn.Module, objective: torch.nn.Module):
         super().__init__()

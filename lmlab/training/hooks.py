@@ -1,23 +1,7 @@
-"""Trainer hooks: what a training stage adds to the one loop without a loop of its own.
-
-Pretraining needs none. Fine-tuning adds per-epoch dev evaluation with best-state selection and
-early stopping, and ULMFiT's gradual unfreezing (:mod:`lmlab.finetune.hooks`); distillation,
-adapters and seq2seq fine-tuning add theirs the same way. A hook sees the
-:class:`~lmlab.training.trainer.Trainer` (``trainer.step``, ``trainer.model``,
-``trainer.last_loss``, ``trainer.dist``, ``trainer.elapsed()``; ``trainer.log_eval(scores)``
-records its own evaluation in ``metrics.jsonl`` and the report) at fixed points of the loop:
-
-- ``on_train_start``: after set-up and resumption, before the first step of this session; a
-  returned string ends the run before any step (a resumed run that a hook had stopped);
-- ``on_step_start``: before each optimizer step (``trainer.step`` steps are done);
-- ``on_step_end``: after each optimizer step; a returned string stops the run with that reason
-  (e.g. ``"early_stopping"``);
-- ``on_train_end``: after the loop, before the final evaluation, checkpoint and model save
-  (e.g. restore the best weights).
-
-A hook with state saves it in every checkpoint (:meth:`TrainerHook.save`: files in the
-checkpoint folder and a JSON-able dict stored in ``state.json``) and gets it back on resumption
-(:meth:`TrainerHook.load`), so a resumed run makes the decisions an uninterrupted run makes.
+"""Trainer hooks: what a training stage (fine-tuning's per-epoch evaluation and early stopping,
+ULMFiT's unfreezing, :mod:`lmlab.finetune.hooks`) adds to the one loop at fixed points. A hook's
+state is saved in every checkpoint and restored on resumption, so a resumed run decides as an
+uninterrupted one.
 """
 
 from __future__ import annotations

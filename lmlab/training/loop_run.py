@@ -1,29 +1,7 @@
-"""A run directory for a training loop of its own: the Trainer's guarantees (a time budget,
-exact resume after a kill, a cost report) for loops that do not fit the Trainer.
-
-word2vec (SGD on two embedding tables, its own linear LR decay) and GloVe (AdaGrad on
-co-occurrence entries) update rows in place with ``index_add_``, with no autograd, optimizer or
-batch of token ids: running them as a Trainer objective would mean a different algorithm (and
-losing their parity with gensim and ``glove.c``). They keep their loops and hand each step to a
-:class:`LoopRun`, which does for them what the Trainer does for its own:
-
-- **settings**: ``config.json`` holds the loop's ``hparams`` (and ``speed``), compared on
-  resume by :func:`~lmlab.training.run_dir.check_resumable` before any work, then the data's
-  fingerprint once the loop has read it (:meth:`LoopRun.check_data`); ``overwrite`` starts a
-  run over (:func:`~lmlab.training.run_dir.prepare_run_folder`).
-- **checkpoints**: every ``checkpoint_seconds`` of training (a time, not a step count: the
-  loops' steps last from a millisecond to a second), and at the end with its stop reason,
-  ``checkpoints/step-N/`` holds the loop's tensors (``state.safetensors``) and its position and
-  RNG states (``state.json``), written atomically (:mod:`lmlab.training.checkpoint`). The loop
-  restores them from :meth:`LoopRun.resume`, so a run killed at any moment continues exactly.
-- **budget**: the time trained over all sessions (``elapsed``, kept in the checkpoints) stops
-  the run at ``budget_seconds``; :meth:`LoopRun.horizon` extrapolates the loop's horizon from
-  the rate so far, as the Trainer's schedule does
-  (:func:`~lmlab.training.schedules.estimate_horizon`).
-- **cost**: a :class:`~lmlab.cost.report.CostTracker` counts the FLOPs the loop reports per step
-  (:class:`LoopModel` describes them); ``cost.json`` and ``cost.md`` are this session's.
-
-Without ``out_dir`` there is no folder: the budget and the cost report still work.
+"""A run directory for a training loop of its own (word2vec, GloVe): the Trainer's guarantees
+(settings checked on resume, atomic checkpoints every ``checkpoint_seconds``, a time budget over
+all sessions, a cost report) for loops that update tables in place without an optimizer.
+docs/training.md ("Loops of their own") tells why and how.
 """
 
 from __future__ import annotations
@@ -49,9 +27,8 @@ LoopState = tuple[dict[str, Any], dict[str, torch.Tensor]]
 
 @dataclass
 class LoopModel:
-    """What the cost report says about a loop's model: its name, parameter count, how its
-    FLOPs are counted and what its "tokens" are (the loop passes each step's FLOPs; this stands
-    in for a model config in :class:`~lmlab.cost.report.CostTracker`)."""
+    """What the cost report says about a loop's model (it stands in for a model config in the
+    CostTracker; the loop passes each step's FLOPs)."""
 
     family: str
     parameters: int
@@ -67,24 +44,15 @@ class LoopModel:
 
 
 class LoopRun:
-    """The run directory ``out_dir`` (or none) of a loop with result-changing ``hparams``.
-
-    Refuses, in the constructor (before any work), a folder that holds something else or a
-    run there with other ``hparams``, unless ``overwrite`` (which starts that run over).
+    """The run directory ``out_dir`` (None: budget and cost report only) of a loop with
+    result-changing ``hparams``; a folder that holds something else, or a run with other
+    ``hparams``, is refused here unless ``overwrite``.
 
     Args:
-        out_dir: the run folder, or None (no checkpoints, no resume).
-        hparams: the loop's result-changing settings (JSON-able); a ``schedule`` entry says
-            whether the budget shapes them (``"linear"``: a decay over the horizon; a
-            ``"constant"`` one may change its budget mid-run).
-        speed: settings that change only the speed (threads).
-        budget_seconds: stop once the loop has trained this long, over all its sessions.
-        checkpoint_seconds: training time between checkpoints, at most one per step (0: after
-            every step); one is always written at the end. A kill loses at most this much.
-        what: the run's name in refusals ("word2vec run"); ``option`` its folder's flag.
-        cost_settings: ``price_per_hour`` and ``grid_g_per_kwh`` for the cost report.
-        outputs: files the run writes outside its folder (``{"vectors": path}``), recorded in
-            ``config.json`` (:func:`writes` tells whether a resumed run may replace one).
+        hparams: JSON-able; a ``schedule`` entry says whether the budget shapes the run.
+        checkpoint_seconds: training time between checkpoints (0: every step).
+        what: the run's name in refusals; ``option`` its folder's flag.
+        outputs: files written outside the folder (``{"vectors": path}``), see :func:`writes`.
     """
 
     def __init__(self, out_dir: str | Path | None, hparams: dict[str, Any], *,
@@ -126,8 +94,7 @@ class LoopRun:
         return self.out_dir / "checkpoints" if self.out_dir is not None else None
 
     def check_data(self, fingerprint: str | None) -> None:
-        """Record the fingerprint of the data the loop read (its corpus) and refuse, before
-        anything is written, a run in ``out_dir`` that read other data."""
+        """Record the data's fingerprint; refuse a run in ``out_dir`` that read other data."""
         if fingerprint is None:
             return
         self.config["data"] = {"corpus_fingerprint": fingerprint}
@@ -135,8 +102,7 @@ class LoopRun:
             check_resumable(self.out_dir, self.config, self.option)
 
     def resume(self) -> LoopState | None:
-        """The newest checkpoint's (state, tensors) to restore the loop from, or None (a new
-        run); sets the step and the time already trained."""
+        """The newest checkpoint's (state, tensors), or None (a new run)."""
         path = ckpt.latest_checkpoint(self.checkpoints_dir) if self.out_dir is not None else None
         if path is None:
             return None
@@ -169,18 +135,15 @@ class LoopRun:
         return self.budget_seconds is not None and self.elapsed() >= self.budget_seconds
 
     def horizon(self, done: float, planned: float) -> float:
-        """The loop's horizon in its own units (words, entries): ``planned``, or less where the
-        budget runs out first, extrapolated from the rate so far (``done`` units)."""
+        """The horizon in the loop's units: ``planned``, or less where the budget ends first."""
         if self.budget_seconds is None:
             return planned
         return estimate_horizon(int(done), 0, self.elapsed(), int(planned), None,
                                 self.budget_seconds)
 
     def after_step(self, units: int, flops: float, state: Callable[[], LoopState]) -> str | None:
-        """Count one step (``units`` words or entries, ``flops``); checkpoint once
-        ``checkpoint_seconds`` have passed since the last one; returns ``"budget"`` (after a
-        final checkpoint) once the budget is spent, else None. ``state`` builds what a
-        checkpoint holds, when one is due."""
+        """Count one step, checkpoint when one is due (``state`` builds it); returns
+        ``"budget"`` (after a final checkpoint) once the budget is spent."""
         self.step += 1
         self._tracker.add_tokens(units, flops=flops)
         if self.out_of_time():
@@ -206,9 +169,8 @@ class LoopRun:
         self._saved_at = record["elapsed"]
 
     def finish(self, loop_state: LoopState | None, stop_reason: str) -> Any:
-        """The run's end: a final checkpoint recording ``stop_reason`` (``loop_state`` None: it
-        was written already), then the cost report of this session, written as ``cost.json``
-        and ``cost.md``. Returns the :class:`~lmlab.cost.report.CostReport`."""
+        """A final checkpoint with ``stop_reason`` (None state: written already), then this
+        session's cost report (``cost.json``, ``cost.md``), returned."""
         if loop_state is not None:
             self.save(loop_state, stop_reason)
         self._tracker.stop()
@@ -226,8 +188,7 @@ class LoopRun:
 
 def writes(out_dir: str | Path | None, name: str, path: str | Path) -> bool:
     """Whether the run in ``out_dir`` has a checkpoint and records ``path`` as its output
-    ``name``: resuming it may then replace that file (it wrote it, e.g. when its budget ran
-    out) without ``--overwrite``."""
+    ``name`` (resuming may then replace that file without ``--overwrite``)."""
     if out_dir is None or ckpt.latest_checkpoint(Path(out_dir) / "checkpoints") is None:
         return False
     try:

@@ -1,11 +1,6 @@
-"""``metrics.jsonl``: one JSON object per logged step or evaluation, plus optional TensorBoard.
-
-Train records: ``{"kind": "train", "step", "tokens", "loss", "lr", "tokens_per_s", "elapsed",
-...objective metrics}``, every ``log_every`` steps, at step 1 and at the last step. Eval records:
-``{"kind": "eval", "step", "tokens", "eval_loss", "eval_<metric>"...}``. A finished training
-session ends with ``{"kind": "end", "step", "tokens", "elapsed", "stop_reason"}``, which reports
-read as the run's true end. On resume the file is cut back to the checkpoint's step, so a resumed
-run's file reads like an uninterrupted one.
+"""``metrics.jsonl``: one JSON object per logged step (``train``), evaluation (``eval``) and
+session end (``end``), plus optional TensorBoard; the records are listed in docs/training.md
+("Run directory"). On resume the file is cut back to the checkpoint's step.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""AdamW with BERT's weight-decay exclusions.
-
-BERT (``optimization.py``: ``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]``)
-decays every weight matrix *including the embeddings* and exempts biases and LayerNorm
-weights. We do the same, recognising norms by module type (LayerNorm and RMSNorm), not by name.
-Tied parameters (input embeddings = MLM decoder) are listed once.
-"""
+"""AdamW with BERT's weight-decay exclusions: biases and norm parameters (recognised by module
+type) are not decayed, embeddings are; tied parameters are listed once."""
 
 from __future__ import annotations
 
@@ -21,8 +16,7 @@ NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, RMSNorm, nn.GroupNorm,
 
 
 def no_decay_names(module: nn.Module) -> set[str]:
-    """Qualified names of the parameters of ``module`` that must not be weight-decayed: every
-    bias and every parameter of a normalisation layer."""
+    """Names of ``module``'s parameters not to decay: biases and normalisation parameters."""
     names: set[str] = set()
     for module_name, sub in module.named_modules():
         for param_name, _ in sub.named_parameters(recurse=False):
@@ -33,11 +27,8 @@ def no_decay_names(module: nn.Module) -> set[str]:
 
 
 def param_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW groups over the trainable parameters of ``modules`` (model, objective):
-    ``decay`` (weight matrices, embeddings) and ``no_decay`` (biases, norm weights).
-
-    Each group carries ``names`` (for logs and tests); torch ignores extra keys.
-    """
+    """Two AdamW groups over the trainable parameters of ``modules``: ``decay`` and
+    ``no_decay``, each with ``names`` (for logs and tests; torch ignores extra keys)."""
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     decay_names: list[str] = []

@@ -1,13 +1,6 @@
 """``lmlab.pretrain(config)``: pretrain (or continue pretraining) a model with an objective on
-token shards; ``lmlab pretrain``, the demo and the benchmarks call it.
-
-:class:`PretrainConfig` keeps what changes the result (``model``, ``objective``, ``data``, the
-``training`` hyperparameters) apart from what changes only speed (``training``'s speed section)
-and from the cost report's prices (``cost``); a config file's ``hparams:``, ``speed:`` and
-``cost:`` sections map onto it. :func:`pretrain` checks every setting, then runs in named steps
-(tokenizer, run folder, model and objective, data, Trainer); the Trainer writes the run
-directory from the typed :class:`~lmlab.training.run_dir.RunRecord`.
-"""
+token shards. :class:`PretrainConfig` maps a config file's ``hparams:``, ``speed:`` and
+``cost:`` sections; docs/training.md tells the story."""
 
 from __future__ import annotations
 
@@ -36,9 +29,8 @@ RUN_OWN = ("out", "tokenizer", "overwrite", "track_cost")
 
 @dataclass
 class ModelSettings:
-    """The model: a preset ``family`` and ``size`` (``model_args`` override its config), or
-    the weights of ``init``: a run directory, a checkpoint folder, a Hugging Face folder or a
-    short name from ``lmlab models list`` (``minilm``)."""
+    """A preset ``family`` and ``size`` (``model_args`` override its config), or the weights of
+    ``init`` (a run, checkpoint or model folder, or a short name such as ``minilm``)."""
 
     family: str | None = None
     size: str | None = None
@@ -56,8 +48,8 @@ class ObjectiveSettings:
 
 @dataclass
 class DataSettings:
-    """The token-shard folder (from ``lmlab data tokenize``), the tokenizer (default: the one
-    the shards record, checked by fingerprint) and how many validation batches to evaluate."""
+    """The token-shard folder, its tokenizer (default: the one the shards record) and how many
+    validation batches to evaluate."""
 
     shards: str | Path | None = None
     tokenizer: str | None = None
@@ -66,8 +58,7 @@ class DataSettings:
 
 @dataclass
 class CostSettings:
-    """Prices of the cost report: per device-hour (no default: money is not priced) and the
-    grid's carbon intensity in g CO2e/kWh (default: the world average)."""
+    """The cost report's price per device-hour and grid intensity (g CO2e/kWh)."""
 
     price_per_hour: float | None = None
     grid_g_per_kwh: float | None = None
@@ -75,9 +66,8 @@ class CostSettings:
 
 @dataclass
 class PretrainConfig:
-    """Everything :func:`pretrain` needs. ``out`` is the run directory: rerunning on it resumes
-    from its last checkpoint (only the stopping rule may change) unless ``overwrite``, which
-    starts the run there over. ``track_cost=False`` skips the FLOPs/energy/cost report."""
+    """Everything :func:`pretrain` needs. Rerunning on ``out`` resumes its run unless
+    ``overwrite``; ``track_cost=False`` skips the cost report."""
 
     out: str | Path
     training: TrainingConfig
@@ -92,14 +82,9 @@ class PretrainConfig:
     @classmethod
     def from_sections(cls, sections: dict[str, Any] | None = None,
                       **overrides: Any) -> PretrainConfig:
-        """A config from a config file's sections (``{"hparams": ..., "speed": ..., "cost":
-        ...}``) with ``overrides`` on top (``None`` ones are ignored, as unset flags are).
-
-        An override is a setting's name, which goes to its section (``max_steps=10``,
-        ``precision="bf16"``, ``grid_g_per_kwh=50``), or one of the run's own: ``out``,
-        ``tokenizer``, ``overwrite``, ``track_cost``. As in a config file, ``max_steps`` and
-        ``max_tokens`` may be counts such as ``"5M"``, ``budget_seconds`` a duration such as
-        ``"10m"``, and ``warmup`` a step count (``500``) or a fraction of the run (``0.06``).
+        """A config from a config file's sections with ``overrides`` on top (a setting's name,
+        or ``out``/``tokenizer``/``overwrite``/``track_cost``; ``None`` ones are ignored). Counts
+        (``"5M"``), durations (``"10m"``) and ``warmup`` (steps, or a fraction) read as in a file.
         """
         given = {k: v for k, v in overrides.items() if v is not None}
         own = {k: given.pop(k) for k in RUN_OWN if k in given}
@@ -134,14 +119,11 @@ class PretrainConfig:
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> PretrainConfig:
-        """A config from a YAML or JSON file with ``hparams:``, ``speed:`` (and optionally
-        ``cost:``) sections, ``overrides`` on top (see :meth:`from_sections`)."""
+        """A config from a YAML or JSON file, ``overrides`` on top (see :meth:`from_sections`)."""
         return cls.from_sections(load_config_file(path), **overrides)
 
     def to_sections(self) -> dict[str, dict[str, Any]]:
-        """The config file's sections (JSON-able): ``from_sections(c.to_sections(), out=...,
-        tokenizer=...)`` gives ``c`` back. ``hparams`` holds the training hyperparameters and
-        :data:`RUN_HPARAMS` (empty argument mappings as ``None``, as ``config.json`` has them)."""
+        """The config file's sections (JSON-able); :meth:`from_sections` reads them back."""
         sections = self.training.to_sections()
         sections["hparams"].update(self.run_hparams())
         sections["cost"] = {k: v for k, v in dataclasses.asdict(self.cost).items()
@@ -158,9 +140,7 @@ class PretrainConfig:
 
     # -- checks ----------------------------------------------------------------------------------
     def validate(self) -> None:
-        """Check every setting before any work: the training config, the cost prices, the
-        shards folder, the objective names and arguments, the tokenizer, the family and size
-        (or the ``init`` weights), ``seq_len`` against the model's positions, ``out``."""
+        """Check every setting before any work."""
         from lmlab.cost.report import cost_settings
         from lmlab.models.presets import preset
         from lmlab.objectives.registry import check_objective_spec
@@ -229,8 +209,7 @@ def _section_of(key: str) -> str:
 
 
 def _parse_counts(hparams: dict[str, Any]) -> dict[str, Any]:
-    """``hparams`` with counts (``"5M"``), durations (``"10m"``) and the ``warmup`` shorthand
-    (steps, or a fraction of the run below 1) read into TrainingConfig's fields."""
+    """``hparams`` with counts, durations and the ``warmup`` shorthand read into fields."""
     from lmlab.utils.durations import parse_count, parse_duration
 
     hparams = dict(hparams)
@@ -265,8 +244,8 @@ def _check_mapping(key: str, value: Any) -> None:
 
 # -- the pieces of a run ---------------------------------------------------------------------------
 def find_tokenizer(shards: Path, override: str | None) -> tuple[Tokenizer, Path]:
-    """The tokenizer the shards were written with, and its folder: ``override`` (a folder or a
-    short name) or the one the shards' manifest records, checked by fingerprint."""
+    """The tokenizer the shards were written with and its folder (``override``, or the one the
+    manifest records), checked by fingerprint."""
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.utils.catalog import resolve_short_name
     from lmlab.utils.io import read_json
@@ -291,9 +270,8 @@ def find_tokenizer(shards: Path, override: str | None) -> tuple[Tokenizer, Path]
 
 
 def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> LanguageModel:
-    """A fresh preset model sized to the tokenizer (its ``seq_len`` was checked by
-    :meth:`PretrainConfig.validate`), or the ``init`` weights (:func:`load_init`), refused
-    when ``seq_len`` exceeds their positions."""
+    """A fresh preset model sized to the tokenizer, or the ``init`` weights (refused when
+    ``seq_len`` exceeds their positions)."""
     from lmlab.models.model import LanguageModel
     from lmlab.models.presets import preset
 
@@ -324,8 +302,7 @@ def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> 
 
 
 def load_init(path: Path, vocab_size: int) -> LanguageModel:
-    """Weights to start from: an lmlab checkpoint folder (``step-N``), a run directory (its
-    last checkpoint, or its ``model/``) or a Hugging Face folder (``lmlab.from_pretrained``)."""
+    """Weights to start from: a checkpoint folder, a run directory or a model folder."""
     import json
 
     from lmlab.interop.folders import load_model
@@ -372,8 +349,7 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
 
 def _data_record(config: PretrainConfig, tokenizer: Tokenizer,
                  tokenizer_dir: Path) -> dict[str, Any]:
-    """``config.json``'s ``data`` section: where the data came from and its fingerprints (the
-    tokenizer's vocabulary, the shards' contents), which resuming compares instead of paths."""
+    """``config.json``'s ``data`` section: sources and the fingerprints resuming compares."""
     from lmlab.training.run_dir import shards_fingerprint
     from lmlab.utils.io import read_json
 
@@ -384,8 +360,7 @@ def _data_record(config: PretrainConfig, tokenizer: Tokenizer,
 
 
 def _model_and_objective(config: PretrainConfig, tokenizer: Tokenizer) -> tuple[Any, Any]:
-    """The model and the objective, with the heads the objective trains added to the model
-    (an ``init`` checkpoint without one gets a freshly initialised head, said in the log)."""
+    """The model and the objective, with the heads the objective trains added to the model."""
     from lmlab.objectives.registry import build_objective
     from lmlab.objectives.special_tokens import SpecialTokens
 
@@ -403,8 +378,7 @@ def _model_and_objective(config: PretrainConfig, tokenizer: Tokenizer) -> tuple[
 
 
 def _streams(config: PretrainConfig, objective: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """The training stream and the fixed validation batches (seed 1234; none when the shards
-    have no validation split, and evaluation is then skipped)."""
+    """The training stream and the fixed validation batches (none without a validation split)."""
     from lmlab.data.pretraining import PretrainingStream, validation_batches
 
     cfg, shards = config.training, Path(config.data.shards)  # type: ignore[arg-type]
@@ -422,15 +396,8 @@ def _streams(config: PretrainConfig, objective: Any) -> tuple[Any, list[dict[str
 
 
 def pretrain(config: PretrainConfig) -> TrainResult:
-    """Pretrain as ``config`` says; returns how the run ended (steps, tokens, stop reason,
-    last loss and evaluation, cost).
-
-    Every setting is checked, and the run folder prepared (a run there with other
-    result-changing settings is refused, naming them), before any work. The run directory
-    gets ``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``tokenizer/``, ``model/``
-    (with the tokenizer: self-contained) and ``report.md``; under torchrun every rank calls
-    this and the files are written once.
-    """
+    """Pretrain as ``config`` says (every setting and the run folder checked first); returns
+    how the run ended. Under torchrun every rank calls this."""
     from lmlab.training.distributed import barrier, init_distributed, process_device
     from lmlab.training.run_dir import prepare_run_folder, run_config
 
@@ -461,8 +428,7 @@ def pretrain(config: PretrainConfig) -> TrainResult:
 def train_on_shards(config: PretrainConfig, model: Any, objective: Any, record: RunRecord,
                     tokenizer_dir: Path) -> TrainResult:
     """Train ``model`` with ``objective`` on ``config``'s shards into the prepared run folder
-    ``config.out``: the streams, the run's copy of the tokenizer, the Trainer (the end of
-    :func:`pretrain` and of :func:`lmlab.compress.distil.distil`)."""
+    (the end of :func:`pretrain` and of distillation)."""
     from lmlab.training.distributed import shutdown
     from lmlab.training.report import copy_tokenizer
     from lmlab.training.trainer import Trainer

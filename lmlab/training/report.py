@@ -1,10 +1,5 @@
-"""What a finished run leaves for people: the final model folder and ``report.md``.
-
-``report.md`` holds a summary (steps, tokens, time, stop reason, host), the hyperparameters and
-speed settings, the last evaluation, the loss curve (``loss.png``, matplotlib's Agg backend) and
-the cost report (``cost.md`` from :mod:`lmlab.cost`, when the run tracked cost). ``lmlab runs
-show`` prints it; :func:`run_summary` rebuilds the summary from the files of a run still in
-progress.
+"""What a finished run leaves for people: the final model folder and ``report.md`` (summary,
+settings, last evaluation, loss curve, cost); :func:`run_summary` reads a run still in progress.
 """
 
 from __future__ import annotations
@@ -35,8 +30,7 @@ def copy_tokenizer(tokenizer_dir: Path, target: Path) -> list[Path]:
 
 
 def save_final_model(model: Any, path: Path, tokenizer_dir: Path | None = None) -> Path:
-    """Write the trained model as a loadable folder (+ tokenizer files): the Hugging Face format
-    when the family maps the config, else lmlab's own (:mod:`lmlab.interop.native`)."""
+    """Write the trained model as a loadable folder (+ tokenizer files)."""
     from lmlab.interop.native import save_model
 
     path, _ = save_model(model, Path(path))
@@ -45,18 +39,32 @@ def save_final_model(model: Any, path: Path, tokenizer_dir: Path | None = None) 
     return path
 
 
-def plot_losses(records: list[dict[str, Any]], path: Path, minutes: bool = False,
-                level: tuple[float, str] | None = None) -> Path | None:
-    """Training loss (and validation loss) against tokens, or against wall time in minutes
-    (the demo's report), as a PNG, with an optional dashed reference ``level`` (value, label),
-    e.g. the corpus's unigram entropy; None when there is nothing."""
-    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("loss"), float)]
-    if not train:
-        return None
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (no display needed): the one plot helper."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig: Any, path: str | Path, dpi: int = 100) -> Path:
+    """Write ``fig`` to ``path`` as a PNG (atomically) and close it."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    pyplot().close(fig)
+    return Path(path)
+
+
+def plot_losses(records: list[dict[str, Any]], path: Path, minutes: bool = False,
+                level: tuple[float, str] | None = None) -> Path | None:
+    """Training (and validation) loss against tokens or wall-time minutes as a PNG, with an
+    optional dashed reference ``level`` (value, label); None when there is nothing."""
+    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("loss"), float)]
+    if not train:
+        return None
+    plt = pyplot()
 
     def x(record: dict[str, Any]) -> float:
         return record.get("elapsed", 0) / 60 if minutes else record["tokens"]
@@ -74,19 +82,12 @@ def plot_losses(records: list[dict[str, Any]], path: Path, minutes: bool = False
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def run_summary(run_dir: Path) -> dict[str, Any]:
-    """Steps, tokens, time, stop reason, last loss and last evaluation of a run, from its files.
-
-    Steps, tokens and time come from the newest record of any kind (train, eval, or the "end"
-    record a finished run writes), not from the last *train* record: train records are written
-    every ``log_every`` steps, so the last one can lag the run's real end.
-    """
+    """Steps, tokens, time, stop reason, last loss and last evaluation of a run, from its files
+    (the counts from the newest record of any kind: the last train record may lag)."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in records if r.get("kind") == "train"]

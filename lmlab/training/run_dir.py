@@ -1,19 +1,6 @@
 """The run directory: what its config.json records (:class:`RunRecord`), and resuming it with
-the same settings or a refusal that names what differs.
-
-The Trainer is the one writer of ``config.json``: the :class:`TrainingConfig` (its ``hparams``
-and ``speed`` sections) plus a :class:`RunRecord` that the caller (``lmlab.pretrain``,
-``lmlab.finetune``) fills with typed fields.
-
-Rerunning ``lmlab pretrain`` on an ``--out`` folder continues the run there. That is only
-right when every setting that changes the result is the run's own: the model (family, size,
-``model_args``, ``init``), the objective and its arguments, the optimiser and schedule, the
-batch, the seed, the precision (bf16 rounds differently: the precision the run resolved
-``auto`` to is what must match), and the data, which is compared by fingerprint (a hash of the
-tokenizer's vocabulary and of the shards' manifest), not by path. The stopping rule (steps,
-tokens, time budget) may change once the run has ended (extending a finished run); before, it
-may change only where the learning-rate schedule does not depend on it, since the schedule's
-horizon is built from those limits. Torch-free, so a mismatch is refused before any work.
+the same result-changing settings or a refusal that names what differs (docs/training.md,
+"Checkpoints and exact resume"). Torch-free, so a mismatch is refused before any work.
 """
 
 from __future__ import annotations
@@ -46,17 +33,10 @@ FINGERPRINTS = ("tokenizer_fingerprint", "shards_fingerprint", "task_fingerprint
 
 @dataclass
 class RunRecord:
-    """What a run's ``config.json`` holds beyond its :class:`TrainingConfig`.
-
-    Attributes:
-        hparams: result-changing settings the TrainingConfig does not hold (the model's
-            ``family``, ``size``, ``init``, ``model_args``; the ``objective`` and its
-            ``objective_args``; a fine-tuning run's task and recipe). Written into the
-            ``hparams`` section and compared on resume like the TrainingConfig's.
-        model: the model's ``TransformerConfig.to_dict()`` (a checkpoint is rebuilt from it).
-        objective: ``{"spec": ..., "heads": [...]}``: the objective and the heads it trains.
-        data: where the data came from, and its fingerprints (compared on resume).
-    """
+    """What a run's ``config.json`` holds beyond its :class:`TrainingConfig`: result-changing
+    ``hparams`` (model, objective, task, recipe: compared on resume), the ``model`` config a
+    checkpoint is rebuilt from, the ``objective`` (spec and heads) and the ``data`` (sources and
+    fingerprints)."""
 
     hparams: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] | None = None
@@ -65,8 +45,7 @@ class RunRecord:
 
 
 def run_config(cfg: TrainingConfig, record: RunRecord | None = None) -> dict[str, Any]:
-    """The settings sections of ``config.json``: ``hparams`` (the TrainingConfig's and the
-    record's, unset ones left out), ``speed``, and the record's ``model``, ``objective``, ``data``."""
+    """The settings sections of ``config.json`` from ``cfg`` and ``record``."""
     record = record or RunRecord()
     sections: dict[str, Any] = cfg.to_sections()
     sections["hparams"].update({k: v for k, v in record.hparams.items() if v is not None})
@@ -79,8 +58,7 @@ def run_config(cfg: TrainingConfig, record: RunRecord | None = None) -> dict[str
 
 
 def shards_fingerprint(manifest: dict[str, Any]) -> str:
-    """A hash of what a token-shard folder holds: its splits (with every file's sha256), dtype
-    and tokenizer fingerprint, without paths, so a moved or copied folder keeps it."""
+    """A hash of a token-shard folder's contents, without paths (a moved folder keeps it)."""
     from lmlab.utils.io import stable_hash
 
     return stable_hash({"format": manifest.get("format"), "dtype": manifest.get("dtype"),
@@ -89,10 +67,8 @@ def shards_fingerprint(manifest: dict[str, Any]) -> str:
 
 
 def result_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """The settings of a run's ``config.json`` that change its result, as one flat dict: every
-    hyperparameter (model, objective and its arguments, optimiser, schedule, batch, seed, ...)
-    except :data:`RESUMABLE_CHANGES`, the precision (a speed setting that changes the numbers),
-    and the fingerprints of the tokenizer and the shards."""
+    """The settings of a ``config.json`` that change the result, flat: the hparams (less
+    :data:`RESUMABLE_CHANGES`), the precision and the data's fingerprints."""
     flat = {k: v for k, v in (config.get("hparams") or {}).items() if k not in RESUMABLE_CHANGES}
     flat["precision"] = (config.get("speed") or {}).get("precision")
     data = config.get("data") or {}
@@ -116,9 +92,8 @@ def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
 
 
 def has_ended(run_dir: str | os.PathLike, hparams: dict[str, Any]) -> bool:
-    """Whether the run in ``run_dir`` (its ``config.json`` ``hparams``) has ended: its newest
-    checkpoint records a stop reason (the Trainer's final one does), or, for a checkpoint
-    written before stop reasons were, its step, token count or time reached a limit."""
+    """Whether the run in ``run_dir`` has ended: its newest checkpoint records a stop reason (or,
+    written before they were, reached a limit of ``hparams``)."""
     found = list_checkpoints(Path(run_dir) / "checkpoints")
     if not found:
         return False
@@ -132,12 +107,8 @@ def has_ended(run_dir: str | os.PathLike, hparams: dict[str, Any]) -> bool:
 
 def horizon_change(run_dir: str | os.PathLike, saved: dict[str, Any],
                    now: dict[str, Any]) -> list[str]:
-    """The limits (:data:`LIMITS`) that differ between the run's ``hparams`` (``saved``) and
-    this command's (``now``) where that changes the run's result: the run has not ended, and
-    its schedule depends on the horizon (:func:`estimate_horizon` builds it from the step limit
-    exactly, from a token or time limit by extrapolating the rate so far, so a new budget
-    rescales every later step's LR). Empty when the run has ended (extending it is allowed),
-    or when its schedule ignores the horizon (constant or inverse-sqrt, warmup in steps)."""
+    """The limits that differ between ``saved`` and ``now`` hparams where that changes the
+    result: the run has not ended and its schedule's horizon is built from them."""
     changed = [k for k in LIMITS if saved.get(k) != now.get(k)]
     if not changed or has_ended(run_dir, saved):
         return []
@@ -149,14 +120,9 @@ def horizon_change(run_dir: str | os.PathLike, saved: dict[str, Any],
 
 def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any],
                     option: str = "--out") -> None:
-    """Refuse to continue the run in ``run_dir`` with ``config`` (laid out as ``config.json``:
-    ``hparams`` and ``data`` sections) when a result-changing setting differs from the run's;
-    ``option`` names the run folder's flag in the fix.
-
-    Runs before any work, so a mismatch leaves ``run_dir`` untouched. A setting missing on one
-    side counts as ``None``, except fingerprints, which older runs did not record. A precision
-    of ``"auto"`` is not compared here: the Trainer compares the one it resolves to.
-    """
+    """Refuse to continue the run in ``run_dir`` with ``config`` (laid out as ``config.json``)
+    when a result-changing setting differs; ``option`` names the folder's flag. A fingerprint
+    missing on one side, or an ``"auto"`` precision, is not compared."""
     config_file = Path(run_dir) / "config.json"
     if not config_file.is_file():
         return
@@ -190,11 +156,8 @@ def check_resumable(run_dir: str | os.PathLike, config: dict[str, Any],
 
 def prepare_run_folder(out: Path, overwrite: bool, config: dict[str, Any] | None,
                        what: str = "run", option: str = "--out") -> None:
-    """Before any work: refuse an ``out`` folder that holds something else, or a run with
-    other result-changing settings (:func:`check_resumable`; ``config=None``: the caller
-    checks them itself, once it knows them), unless ``overwrite``; with it, a previous run
-    there is removed (by one process under torchrun) and started over. ``what`` names the run
-    and ``option`` its folder's flag in the refusal."""
+    """Refuse an ``out`` folder that holds something else, or a run with other settings
+    (``config=None``: the caller checks later), unless ``overwrite``, which starts it over."""
     from lmlab.utils.checks import check_output_folder
 
     out = Path(out)
@@ -214,8 +177,7 @@ RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json", "model", "tokenize
 
 
 def remove_run(run_dir: str | os.PathLike) -> None:
-    """Remove the outputs of the run in ``run_dir`` (:data:`RUN_OUTPUTS`) so it starts over;
-    other files there are left alone. Callers do this only when asked (``--overwrite``)."""
+    """Remove the run's outputs (:data:`RUN_OUTPUTS`) so it starts over; other files stay."""
     for name in RUN_OUTPUTS:
         path = Path(run_dir) / name
         if path.is_dir():

@@ -1,21 +1,6 @@
-"""Learning-rate schedules as pure functions of the step and the run's horizon.
-
-Every schedule returns a multiplier of the peak learning rate for the optimizer step ``step``
-(0 = the first update), following Hugging Face's conventions so runs compare with theirs (the
-first warmup step has multiplier 0):
-
-- ``linear``: warmup ``s/w``, then ``(T - s) / (T - w)`` down to ``min_lr_ratio`` (BERT).
-- ``cosine``: warmup, then ``0.5 (1 + cos(pi q))`` with ``q = (s - w) / (T - w)``.
-- ``constant``: warmup, then 1.
-- ``inverse_sqrt``: warmup, then ``sqrt(w / s)`` (the Transformer's "Noam" schedule, normalised
-  to peak 1 at ``s = w``); needs no horizon.
-- ``triangular``: ULMFiT's slanted triangular LR: rises for ``cut = cut_frac T`` steps from
-  ``1/ratio`` to 1, then falls linearly back to ``1/ratio`` at ``T``.
-
-The horizon ``T`` (total optimizer steps) is exact for step-limited runs. For token- or
-time-limited runs it is estimated, as cramming does, from the fraction of the limit used so far:
-``T = s / fraction`` (see :func:`estimate_horizon`); under a time budget that estimate follows the
-measured step time, so the schedule ends when the budget does.
+"""Learning-rate schedules as pure functions of the step and the run's horizon: multipliers of
+the peak LR, following Hugging Face's conventions (the first warmup step has multiplier 0).
+docs/training.md ("What a step does", "When a run ends") describes each one and the horizon.
 """
 
 from __future__ import annotations
@@ -37,9 +22,8 @@ class Schedule:
 
     @property
     def uses_horizon(self) -> bool:
-        """Whether the run's horizon changes any factor: it does for the decaying schedules and
-        a warmup given as a fraction of the run, not for constant or inverse-sqrt ones warmed
-        up over a step count (a resumed run may then change its limits)."""
+        """Whether the run's horizon changes any factor (not for constant or inverse-sqrt
+        schedules warmed up over a step count)."""
         return (self.name not in ("constant", "inverse_sqrt")
                 or (self.warmup_steps is None and self.warmup_fraction > 0))
 
@@ -92,12 +76,8 @@ def triangular(step: float, horizon: float, cut_frac: float = 0.1, ratio: float 
 
 def estimate_horizon(step: int, tokens: int, elapsed: float, max_steps: int | None,
                      max_tokens: int | None, budget_seconds: float | None) -> float:
-    """Total optimizer steps the run will make: the smallest over the limits that are set.
-
-    A step limit is exact. Token and time limits are extrapolated from the rate so far
-    (``step x limit / used``), which is what scheduling "by elapsed fraction of the budget" means
-    in cramming. Before the first step only the step limit is known (else ``inf``).
-    """
+    """Total optimizer steps the run will make: the smallest over the limits that are set (a
+    token or time limit extrapolated from the rate so far; ``inf`` when unknown)."""
     estimates = [float(max_steps)] if max_steps is not None else []
     if step > 0:
         if max_tokens is not None and tokens > 0:

@@ -1,16 +1,8 @@
 """The one training loop: pretraining and fine-tuning (every recipe, through hooks) run on it.
 
-``Trainer(model, objective, stream, cfg, out_dir).train()`` runs AdamW with a schedule,
-gradient accumulation, clipping, optional bf16 autocast and torch.compile, periodic evaluation on
-fixed validation batches, atomic checkpoints every ``save_every`` steps, and stops at the first
-of a step count, a token count or a time budget. Started on an ``out_dir`` that holds
-checkpoints, it resumes from the last one *exactly*: weights, optimizer, schedule position, data
-position and every RNG (dropout included) are restored, so the losses it logs are the ones an
-uninterrupted run logs.
-
-The loss of a step is the mean over all predictions of its micro-batches and ranks: each
-micro-batch's loss is weighted by its ``num_predictions`` and the summed gradient divided by the
-global count, so gradient accumulation and DDP give the gradient of one big batch.
+AdamW with a schedule, accumulation, clipping, bf16, evaluation, atomic checkpoints and exact
+resume; a step's loss is the mean over every prediction of its micro-batches and ranks.
+docs/training.md tells the story.
 """
 
 from __future__ import annotations
@@ -81,11 +73,8 @@ def _count_tokens(batch: dict[str, Any]) -> int:
 
 
 def perplexities_from_losses(metrics: dict[str, float]) -> dict[str, float]:
-    """``metrics`` with every ``*_perplexity`` recomputed as the exp of its averaged ``*_loss``.
-
-    A perplexity over several batches is the exp of the mean loss, not the mean of each batch's
-    exp (which Jensen's inequality puts above it); averaging per-batch metrics gets the second,
-    so the Trainer averages the losses and recomputes the perplexities from them."""
+    """``metrics`` with every ``*_perplexity`` recomputed as the exp of its averaged ``*_loss``
+    (the exp of the mean loss, not the mean of per-batch exps)."""
     out = dict(metrics)
     for key in [k for k in out if k.endswith("_perplexity")]:
         loss_key = key[: -len("perplexity")] + "loss"
@@ -107,27 +96,13 @@ class Trainer:
     """Train ``model`` with ``objective`` on ``train_stream`` under ``cfg``, writing ``out_dir``.
 
     Args:
-        model: a :class:`~lmlab.models.model.LanguageModel` (weights stay fp32).
-        objective: implements ``prepare(model)`` (optional) and ``compute_loss(model, batch)``
-            returning an object with ``loss``, ``metrics`` and ``num_predictions``.
-        train_stream: iterable of batches (dicts of tensors) with ``state_dict`` /
-            ``load_state_dict``; under DDP it yields *global* batches (each rank keeps its slice).
-        cfg: the :class:`TrainingConfig`.
-        out_dir: the run directory.
-        eval_batches: fixed validation batches (evaluated every ``eval_every`` steps and at the end).
-        param_groups: optimizer groups (dicts with ``params`` and optionally ``lr`` and
-            ``weight_decay``); default: decay / no-decay groups over model and objective.
-        record: what ``config.json`` records beyond ``cfg`` (:class:`RunRecord`: the model,
-            objective and data settings); resuming refuses a run whose record differs.
-        tokenizer_dir: a tokenizer folder copied next to the final model (self-contained).
-        track_cost: attach an :class:`lmlab.cost` tracker when that package is available.
-        measure_peak: let the cost tracker measure the CPU peak (a few seconds, cached).
-        cost_settings: ``price_per_hour`` and ``grid_g_per_kwh`` for the cost report's money
-            and CO2 (:func:`lmlab.cost.report.cost_settings`); written to config.json too.
-        hooks: :class:`~lmlab.training.hooks.TrainerHook` objects called at fixed points of the
-            loop (per-epoch evaluation, unfreezing, ...); their state is checkpointed.
-        save_model: write the final model to ``out_dir/model`` (False: the caller writes it,
-            e.g. fine-tuning, which saves the selected model with its tokenizer).
+        objective: ``prepare(model)`` (optional) and ``compute_loss(model, batch)`` returning
+            ``loss``, ``metrics`` and ``num_predictions``.
+        train_stream: resumable batches (``state_dict``); under DDP *global* batches.
+        param_groups: optimizer groups; default: decay / no-decay over model and objective.
+        record: what ``config.json`` records beyond ``cfg``; resuming compares it.
+        cost_settings: ``price_per_hour`` and ``grid_g_per_kwh`` for the cost report.
+        save_model: write ``out_dir/model`` (False: the caller saves the model it selects).
     """
 
     def __init__(self, model: nn.Module, objective: nn.Module, train_stream: Any,
@@ -265,10 +240,8 @@ class Trainer:
     # -- the step -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _padding_setting(self) -> Iterator[None]:
-        """``cfg.skip_padding=False``: while training and evaluating, the stack computes padding
-        positions too, for every objective: a forward pre-hook on ``model.transformer`` passes
-        ``skip_padding=False`` (a speed setting of :meth:`Transformer.forward`; outputs are the
-        same within float noise), removed afterwards."""
+        """``cfg.skip_padding=False``: the stack computes padding positions too (a forward
+        pre-hook on ``model.transformer``, removed afterwards)."""
         stack = getattr(self.model, "transformer", None)
         if self.cfg.skip_padding or stack is None:
             yield
@@ -283,15 +256,9 @@ class Trainer:
         finally:
             handle.remove()
 
-    def _autocast(self):
-        return precision_autocast(self.cfg.precision, self.device.type)
-
     def _forward(self, batch: dict[str, torch.Tensor]):
-        with self._autocast():
-            if not self.dist.active:
-                result = self.objective.compute_loss(self.model, batch)
-                return result.loss, dict(result.metrics), int(result.num_predictions)
-            return self.wrapped(batch)
+        with precision_autocast(self.cfg.precision, self.device.type):
+            return self.wrapped(batch)  # the LossModule itself in one process
 
     def _train_step(self, batches: Iterator[dict[str, Any]]
                     ) -> tuple[float, dict[str, float], int, float] | None:
@@ -336,9 +303,7 @@ class Trainer:
         return loss_value, self._global_metrics(metric_parts), int(round(tokens_all)), grad_norm
 
     def _seq2seq_flops(self, batch: dict[str, Any]) -> float:
-        """An encoder-decoder batch's FLOPs (real source and target tokens at the batch's
-        lengths: lmlab.cost.flops.seq2seq_step_flops); 0 for other models, whose FLOPs the
-        cost tracker counts per token."""
+        """An encoder-decoder batch's FLOPs; 0 for other models (the tracker counts per token)."""
         config = getattr(self.model, "config", None)
         labels = batch.get("labels")
         if not getattr(config, "is_encoder_decoder", False) or not isinstance(labels,
@@ -350,10 +315,8 @@ class Trainer:
                                   int((labels != -100).sum()), labels.shape[-1])
 
     def _global_metrics(self, parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
-        """The step's metrics for the global batch: each micro-batch's (on every rank) weighted
-        by its prediction count, as the loss is. Gathered as objects, not all-reduced, because
-        a micro-batch may lack a metric (a tagging batch without labelled tokens has no
-        accuracy)."""
+        """The step's metrics over every micro-batch and rank, weighted by prediction count
+        (gathered as objects: a micro-batch may lack a metric)."""
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
         for rank_parts in gather_objects(parts, self.dist):
@@ -365,9 +328,8 @@ class Trainer:
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Loss and objective metrics over the fixed validation batches, each batch weighted by
-        its number of predictions (no RNG consumed: generator states are forked, so evaluating
-        never changes the training run)."""
+        """Loss and metrics over the validation batches, weighted by predictions (RNG forked:
+        evaluating never changes the training run)."""
         if not self.eval_batches:
             return {}
         if self.dist.active and not self.fsdp and not self.dist.is_main:
@@ -380,12 +342,8 @@ class Trainer:
         with torch.no_grad(), torch.random.fork_rng(devices=devices), self._padding_setting():
             for batch in self.eval_batches:
                 batch = _to_device(batch, self.device)
-                with self._autocast():
-                    if self.fsdp:
-                        loss, metrics, count = self.wrapped(batch)
-                    else:
-                        result = self.objective.compute_loss(self.model, batch)
-                        loss, metrics, count = result.loss, result.metrics, result.num_predictions
+                with precision_autocast(self.cfg.precision, self.device.type):
+                    loss, metrics, count = (self.wrapped if self.fsdp else self.loss_module)(batch)
                 # weighted by predictions, as training weights its micro-batches: the mean
                 # over every predicted token of the validation set, not a mean of batch means
                 weight = float(count) if count > 0 else 1.0
@@ -420,8 +378,7 @@ class Trainer:
         return self.model.state_dict(), self.objective.state_dict(), self.optimizer.state_dict()
 
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoints/step-N`` atomically (all ranks' RNG; the rest from rank 0); the
-        final one records why the run stopped (a resumed run may then change its limits)."""
+        """Write ``checkpoints/step-N`` atomically (every rank's RNG, the rest from rank 0)."""
         model_state, obj_state, optim_state = self._full_states()  # collective under FSDP
         tmp = self.checkpoints_dir / f"step-{self.step}.tmp"
         if self.dist.is_main:
@@ -473,17 +430,27 @@ class Trainer:
 
     def train(self) -> TrainResult:
         """Run to the first stop condition, then evaluate, checkpoint, save the model, report."""
+        tracker = self._start_session()
+        stop = self._run_steps(tracker)
+        return self._end_session(stop, tracker)
+
+    def _start_session(self) -> Any:
+        """Set up (once), write config.json, open metrics.jsonl and the cost tracker (rank 0)."""
         if not self._setup_done:
             self._setup()
-        cfg, main = self.cfg, self.dist.is_main
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        if main:
+        if self.dist.is_main:
             self._write_config()
-        writer = MetricsWriter(self.out_dir / "metrics.jsonl",
-                               self.out_dir / "tensorboard") if main else None
-        self._writer = writer
-        tracker = self._cost_tracker() if main else None
+            self._writer = MetricsWriter(self.out_dir / "metrics.jsonl",
+                                         self.out_dir / "tensorboard")
+        tracker = self._cost_tracker() if self.dist.is_main else None
         self._session_start = time.perf_counter()
+        return tracker
+
+    def _run_steps(self, tracker: Any) -> str | None:
+        """Optimizer steps until a limit, a hook or the end of the data stops the run; returns
+        why it stopped."""
+        cfg, main, writer = self.cfg, self.dist.is_main, self._writer
         elapsed = self.elapsed_before
         batches = iter(self.stream)
         bar = self._progress_bar() if main else None
@@ -506,28 +473,9 @@ class Trainer:
                         stop = "end_of_data"
                         break
                     loss, metrics, tokens, grad_norm = outcome
-                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-                        self.optimizer.zero_grad(set_to_none=True)
-                        if writer is not None:
-                            writer.write({"kind": "diverged", "step": self.step + 1, "loss": loss,
-                                          "grad_norm": grad_norm})
-                        raise self._nan_error(loss, grad_norm)
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
+                    self._optimizer_step(loss, grad_norm)
                     seconds = time.perf_counter() - started
-                    self.step += 1
-                    self.tokens += tokens
-                    self.last_loss = loss
-                    window["tokens"] += tokens
-                    window["seconds"] += seconds
-                    if tracker is not None:
-                        tracker.add_tokens(tokens, flops=self.step_flops or None)
-                        side = getattr(self.objective, "side_flops", None)  # e.g. a teacher's
-                        if side is not None:
-                            tracker.add_side_flops(side(tokens, self.cfg.seq_len))
-                    # one elapsed value for every rank (the LR and the stop decision depend on it)
-                    elapsed = all_reduce_sum([self.elapsed()], self.dist, self.device)[0]
-                    elapsed /= self.dist.world_size
+                    elapsed = self._count_step(tokens, loss, seconds, window, tracker)
                     record = {"kind": "train", "step": self.step, "tokens": self.tokens,
                               "loss": loss, "lr": lr, "grad_norm": grad_norm,
                               "tokens_per_s": window["tokens"] / max(window["seconds"], 1e-9),
@@ -551,6 +499,39 @@ class Trainer:
                     bar.close()
         if main and record is not None:  # the last step, off the log interval: log it too
             writer.write(record)
+        return stop
+
+    def _optimizer_step(self, loss: float, grad_norm: float) -> None:
+        """Apply the step's gradients; a non-finite loss or gradient is logged and refused."""
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            if self._writer is not None:
+                self._writer.write({"kind": "diverged", "step": self.step + 1, "loss": loss,
+                                    "grad_norm": grad_norm})
+            raise self._nan_error(loss, grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _count_step(self, tokens: int, loss: float, seconds: float, window: dict[str, float],
+                    tracker: Any) -> float:
+        """Count a finished step (tokens, throughput window, cost); returns the time trained,
+        one value for every rank (the LR and the stop decision depend on it)."""
+        self.step += 1
+        self.tokens += tokens
+        self.last_loss = loss
+        window["tokens"] += tokens
+        window["seconds"] += seconds
+        if tracker is not None:
+            tracker.add_tokens(tokens, flops=self.step_flops or None)
+            side = getattr(self.objective, "side_flops", None)  # e.g. a teacher's
+            if side is not None:
+                tracker.add_side_flops(side(tokens, self.cfg.seq_len))
+        elapsed = all_reduce_sum([self.elapsed()], self.dist, self.device)[0]
+        return elapsed / self.dist.world_size
+
+    def _end_session(self, stop: str | None, tracker: Any) -> TrainResult:
+        """After the loop: hooks, the final evaluation and checkpoint, the model, cost, report."""
+        main, writer = self.dist.is_main, self._writer
         for hook in self.hooks:
             hook.on_train_end(self)
         self._log_eval(writer)
@@ -578,9 +559,8 @@ class Trainer:
         self.log_eval(self.evaluate(), writer)
 
     def log_eval(self, results: dict[str, float], writer: MetricsWriter | None = None) -> None:
-        """Make ``results`` (``eval_*`` keys) the run's newest evaluation: ``last_eval``, and an
-        ``eval`` record in ``metrics.jsonl`` (rank 0) that ``report.md`` shows. Hooks call it
-        with their own scores (fine-tuning: the dev metrics of each epoch)."""
+        """Make ``results`` (``eval_*`` keys) the run's newest evaluation and log it; hooks call
+        it with their own scores."""
         writer = writer or self._writer
         if results:
             self.last_eval = results
