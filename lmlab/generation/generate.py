@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from lmlab.utils.checks import check_at_least, check_names, check_positive
+from lmlab.utils.checks import check_at_least, check_names
 from lmlab.utils.errors import LmlabError
 
 TokenCallback = Callable[[torch.Tensor], None]
@@ -64,7 +64,9 @@ class GenerationConfig:
                              "sampling: greedy decoding (do_sample off) ignores them",
                              "add --sample (do_sample=True) to sample with them, or leave them "
                              "out for greedy decoding")
-        check_positive(self.repetition_penalty, "repetition_penalty")
+        if not 0.0 < self.repetition_penalty < float("inf"):
+            raise LmlabError(f"repetition_penalty={self.repetition_penalty} is not a positive "
+                             "finite number", "use 1.0 (off) or e.g. 1.2")
         if not math.isfinite(self.length_penalty):
             raise LmlabError(f"length_penalty={self.length_penalty} is not a finite number",
                              "use 1.0 (the default) or e.g. 0.6 for shorter hypotheses")
