@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmlab.objectives.masking import word_bounds
+from lmlab.utils.checks import check_positive
 from lmlab.utils.errors import LmlabError
 
 MAX_SPAN = 128  # fairseq truncates the Poisson distribution here
@@ -51,8 +52,7 @@ def poisson_span_lengths(total: int, lam: float, rng: np.random.Generator) -> np
     """Span lengths drawn from Poisson(``lam``) (truncated at :data:`MAX_SPAN`) until they cover
     ``total`` units, the last one cut so that they sum to exactly ``total``, as fairseq's
     ``add_whole_word_mask`` does. Zero lengths are kept: they are insertions."""
-    if lam <= 0:
-        raise LmlabError(f"poisson_lambda {lam} must be positive", "BART used 3 (3.5 for large)")
+    check_positive(lam, "poisson_lambda")
     lengths: list[int] = []
     covered = 0
     while covered < total:
@@ -177,9 +177,7 @@ class BartNoise:
     def __post_init__(self) -> None:
         for name in ("infill_ratio", "random_ratio", "mask_ratio", "delete_ratio"):
             _check_ratio(name, getattr(self, name))
-        if self.poisson_lambda <= 0:
-            raise LmlabError(f"poisson_lambda {self.poisson_lambda} must be positive",
-                             "BART used 3 (3.5 for large)")
+        check_positive(self.poisson_lambda, "poisson_lambda")
 
 
 def apply_noise(sentences: Sequence[np.ndarray], noise: BartNoise, mask_id: int,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from lmlab.objectives.base import Objective, ObjectiveResult, model_inputs
+from lmlab.objectives.base import Objective, ObjectiveResult
 from lmlab.utils.errors import LmlabError
 
 
@@ -57,20 +57,13 @@ class CombinedObjective(Objective):
 
     def data_epoch(self, epoch: int) -> int:
         """The masking component's data epoch (static masking repeats every dupe_factor)."""
-        for component in self.components:
-            if component.corrupts_tokens:
-                return component.data_epoch(epoch)
-        return epoch
+        return next((c.data_epoch(epoch) for c in self.components if c.corrupts_tokens), epoch)
 
     def corrupt(self, batch: dict[str, torch.Tensor],
                 rng: torch.Generator) -> dict[str, torch.Tensor]:
         for component in self.components:
             batch = component.corrupt(batch, rng)
         return batch
-
-    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
-        out = model(**model_inputs(batch, model), heads=[])
-        return self.losses(model, batch, out.last_hidden_state, out.pooler_output)
 
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:

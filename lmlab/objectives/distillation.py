@@ -13,10 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmlab.cost.flops import flops_per_token
 from lmlab.objectives.base import Objective, ObjectiveResult, accuracy, model_inputs, require_labels
 from lmlab.objectives.masking import IGNORE_INDEX
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.checks import check_at_least, check_positive
 from lmlab.utils.errors import LmlabError
 
 __all__ = ["Distillation", "hidden_cosine_loss", "soft_target_loss"]
@@ -92,13 +94,10 @@ class Distillation(MaskedLM):
             raise LmlabError(f"the distil objective takes a loaded teacher model, not "
                              f"{teacher!r}", "load it first (lmlab.from_pretrained(path)) and "
                              "pass the model; `lmlab distil --teacher PATH` loads it for you")
-        if not float(temperature) > 0:
-            raise LmlabError(f"temperature {temperature} must be positive",
-                             "use 2.0 (DistilBERT) or 1.0 (plain probabilities)")
+        check_positive(temperature, "temperature")
         alphas = {"alpha_ce": alpha_ce, "alpha_mlm": alpha_mlm, "alpha_cos": alpha_cos}
         for key, value in alphas.items():
-            if not float(value) >= 0:
-                raise LmlabError(f"{key} {value} must be >= 0", "use DistilBERT's 5, 2, 1")
+            check_at_least(value, 0, key)
         if not any(float(v) > 0 for v in alphas.values()):
             raise LmlabError("alpha_ce, alpha_mlm and alpha_cos are all 0: nothing to learn",
                              "give at least one a positive weight (DistilBERT: 5, 2, 1)")
@@ -189,8 +188,6 @@ class Distillation(MaskedLM):
         """The frozen teacher's forward FLOPs for a step of ``tokens`` tokens at ``seq_len``
         (its stack, and its MLM head where the soft targets are read), which the Trainer's cost
         report lists apart from the student's training FLOPs."""
-        from lmlab.cost.flops import flops_per_token
-
         head = "mlm" if self.alpha_ce > 0 else "none"
         fraction = self.mask_prob if self.alpha_ce > 0 and self.restrict_ce_to_mask else None
         per_token = flops_per_token(self.teacher.config, seq_len, training=False, head=head,

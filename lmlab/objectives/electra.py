@@ -18,6 +18,7 @@ from lmlab.objectives.base import SEED_MOD, Objective, ObjectiveResult, model_in
 from lmlab.objectives.masking import IGNORE_INDEX
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.special_tokens import SpecialTokens
+from lmlab.utils.checks import check_positive
 from lmlab.utils.errors import LmlabError
 
 
@@ -64,8 +65,7 @@ class ReplacedTokenDetection(MaskedLM):
         self.generator_layers = float(generator_layers)
         self.discriminator_weight = float(discriminator_weight)
         self.generator_weight = float(generator_weight)
-        if temperature <= 0:
-            raise LmlabError(f"temperature {temperature} must be positive", "use 1.0")
+        check_positive(temperature, "temperature")
         self.temperature = float(temperature)
         self.generator: LanguageModel | None = None
 

@@ -25,7 +25,7 @@ from lmlab.objectives.masking import (
     replace_tokens,
 )
 from lmlab.objectives.special_tokens import SpecialTokens
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 
 MASKING_MODES = ("dynamic", "static")
@@ -52,9 +52,7 @@ class MaskedLM(Objective):
         super().__init__(special, weight)
         special.require_mask()
         check_choice(masking, MASKING_MODES, "masking", "masking mode")
-        if int(dupe_factor) < 1:
-            raise LmlabError(f"dupe_factor {dupe_factor} must be at least 1",
-                             "use 10 as BERT did, or masking='dynamic'")
+        check_at_least(dupe_factor, 1, "dupe_factor")
         self.mask_prob = check_rate(mask_prob)
         self.replacement = check_split(replacement)
         self.masking = masking

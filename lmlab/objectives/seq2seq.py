@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from lmlab.models.heads import IGNORE_INDEX
+from lmlab.models.seq2seq import require_encoder_decoder
 from lmlab.objectives.bart_noise import BartNoise, apply_noise
 from lmlab.objectives.base import Objective, ObjectiveResult
 from lmlab.objectives.special_tokens import SpecialTokens
@@ -62,8 +63,6 @@ class _Seq2SeqObjective(Objective):
     cls_sep_packing = False
 
     def prepare(self, model: torch.nn.Module) -> None:
-        from lmlab.models.seq2seq import require_encoder_decoder
-
         require_encoder_decoder(model, f"the {self.name!r} objective")
         super().prepare(model)
 
