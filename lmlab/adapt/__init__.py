@@ -1,18 +1,6 @@
-"""Parameter-efficient fine-tuning: train a few parameters on top of a frozen base model.
-
-Methods (each a module here, applied by :func:`apply_method`):
-
-* ``lora`` (:mod:`~lmlab.adapt.lora`): low-rank updates of the projections, mergeable;
-* ``adapter`` (:mod:`~lmlab.adapt.adapters`): Houlsby bottleneck adapters;
-* ``bitfit`` (:mod:`~lmlab.adapt.bitfit`): the bias terms only;
-* ``prompt`` / ``prefix`` (:mod:`~lmlab.adapt.prompts`): learned virtual tokens at the input /
-  learned keys and values in every layer.
-
-A task head (sequence or token classification, question answering, multiple choice) always
-trains; a pretrained head (a decoder's LM head) stays frozen with the base. :func:`save_adapter` writes the trained tensors only
-(``adapter.safetensors``) with ``adapter.json`` (method, options, the base model and its
-fingerprint, the heads); :func:`load_adapter` rebuilds the model on top of the base in any
-process. :mod:`~lmlab.adapt.peft_format` reads and writes PEFT's adapter folders.
+"""Parameter-efficient fine-tuning: train a few parameters (LoRA, adapters, BitFit, prompt or
+prefix tuning, one module each) and the task head on top of a frozen base model; save and load
+them as a small adapter folder. docs/adaptation.md tells the story.
 """
 
 from __future__ import annotations
@@ -30,12 +18,16 @@ from lmlab.adapt.fingerprint import base_fingerprint
 from lmlab.adapt.lora import LoraSettings, apply_lora, merge_lora
 from lmlab.adapt.prompts import VirtualTokenSettings, apply_prefix_tuning, apply_prompt_tuning
 from lmlab.interop.folders import ADAPTER_CONFIG, load_model
+from lmlab.utils.checks import check_choice, check_names
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, read_json
 
 METHODS = ("lora", "adapter", "bitfit", "prompt", "prefix")
 SETTINGS = {"lora": LoraSettings, "adapter": AdapterSettings, "bitfit": None,
             "prompt": VirtualTokenSettings, "prefix": VirtualTokenSettings}
+#: what each method adds to the model (BitFit adds nothing: it trains the base's biases)
+SURGERY = {"lora": apply_lora, "adapter": apply_adapters, "prompt": apply_prompt_tuning,
+           "prefix": apply_prefix_tuning}
 ADAPTER_WEIGHTS = "adapter.safetensors"
 FORMAT = "lmlab-adapter"
 #: config.extra entries a task head needs to be rebuilt (width, labels, sentence vector)
@@ -57,20 +49,14 @@ class Adaptation:
 
 def method_settings(method: str, options: dict[str, Any]):
     """The method's settings object from ``options`` (unknown names refused), checked."""
-    if method not in METHODS:
-        raise LmlabError(f"unknown fine-tuning method {method!r}",
-                         f"use one of {', '.join(METHODS)} (or full fine-tuning: no method)")
+    check_choice(method, METHODS, "--method", "fine-tuning method")
     kind = SETTINGS[method]
     if kind is None:
         if options:
             raise LmlabError(f"bitfit takes no options, got {sorted(options)}",
                              "drop the options")
         return None
-    known = set(kind.__dataclass_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise LmlabError(f"unknown {method} option(s) {unknown}",
-                         f"{method} takes {', '.join(sorted(known))}")
+    check_names(sorted(options), sorted(kind.__dataclass_fields__), method, f"{method} option")
     values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items()}
     settings = kind(**values)
     settings.check()
@@ -86,9 +72,8 @@ def method_record(method: str, options: dict[str, Any] | None) -> dict[str, Any]
 
 
 def apply_method(model: nn.Module, method: str, **options: Any) -> Adaptation:
-    """Apply a parameter-efficient method to ``model`` (a :class:`LanguageModel`) in place:
-    add its modules, freeze everything else but the task heads. Returns the record (also
-    ``model.adaptation``).
+    """Apply a parameter-efficient method to ``model`` in place: add its modules, freeze all
+    else but the task heads. Returns the record (also ``model.adaptation``).
 
     Example:
         >>> from lmlab.models import LanguageModel, TransformerConfig
@@ -104,14 +89,8 @@ def apply_method(model: nn.Module, method: str, **options: Any) -> Adaptation:
     settings = method_settings(method, options)
     fingerprint = base_fingerprint(model)
     before = {name for name, _ in model.named_parameters()}
-    if method == "lora":
-        apply_lora(model, settings)
-    elif method == "adapter":
-        apply_adapters(model, settings)
-    elif method == "prompt":
-        apply_prompt_tuning(model, settings)
-    elif method == "prefix":
-        apply_prefix_tuning(model, settings)
+    if method in SURGERY:
+        SURGERY[method](model, settings)
     added = [name for name, _ in model.named_parameters() if name not in before]
     train = set(added) | set(_head_parameters(model))
     if method == "bitfit":
@@ -127,8 +106,7 @@ def apply_method(model: nn.Module, method: str, **options: Any) -> Adaptation:
 
 
 def _head_parameters(model: nn.Module) -> list[str]:
-    """The task heads' own parameters (a new head learns its task); pretrained heads (a
-    decoder's LM head, an MLM head) stay frozen like the rest of the base."""
+    """The task heads' own parameters (pretrained heads stay frozen with the base)."""
     from lmlab.models.task_heads import TASK_HEADS
 
     table = model.get_input_embeddings().weight
@@ -150,10 +128,8 @@ def trainable_parameters(model: nn.Module) -> int:
 
 
 def merge(model: nn.Module) -> nn.Module:
-    """A plain model with the adaptation folded into the base weights (LoRA; BitFit's biases
-    are base parameters already). Outputs are unchanged; the model is then saved like any
-    other (``save_pretrained``). Adapters and virtual tokens add computation that no base
-    weight can hold: refused."""
+    """A plain model with a LoRA (or BitFit) adaptation folded into the base weights, outputs
+    unchanged; adapters and virtual tokens add computation no weight holds: refused."""
     record = _record(model)
     if record.method == "lora":
         merge_lora(model)
@@ -178,20 +154,12 @@ def _record(model: nn.Module) -> Adaptation:
 # -- lmlab's adapter file ------------------------------------------------------------------------
 def save_adapter(model: nn.Module, folder: str | Path, base_model: str | Path | None = None,
                  overwrite: bool = False) -> Path:
-    """Write the adaptation's trained tensors and the (frozen) pooler (``adapter.safetensors``)
-    and ``adapter.json`` (method, options, base model path and fingerprint, heads and their
-    label settings)."""
-    from safetensors.torch import save_file
-
+    """Write the trained tensors (and a pooler the base lacks) and ``adapter.json``."""
     record = _record(model)
-    folder = Path(folder)
-    if (folder / ADAPTER_CONFIG).exists() and not overwrite:
-        raise LmlabError(f"{folder} already holds an adapter",
-                         "choose another folder, or pass overwrite=True (--overwrite)")
+    folder = check_adapter_folder(folder, ADAPTER_CONFIG, overwrite, "an adapter")
     params = dict(model.named_parameters())
     pooler = [] if _base_has_pooler(base_model) else _pooler_parameters(model)
-    tensors = {name: params[name].detach().contiguous().cpu()
-               for name in record.trainable + pooler}
+    tensors = {name: params[name] for name in record.trainable + pooler}
     extra = {k: model.config.extra[k] for k in HEAD_EXTRA if k in model.config.extra}
     config = {"format": FORMAT, "version": 1, **record.to_dict(),
               "family": model.config.family,
@@ -199,16 +167,45 @@ def save_adapter(model: nn.Module, folder: str | Path, base_model: str | Path | 
               "heads": list(model.heads), "head_settings": extra,
               "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch.")}
     config.pop("trainable")
-    folder.mkdir(parents=True, exist_ok=True)
-    with atomic_path(folder / ADAPTER_WEIGHTS) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-    atomic_write_json(folder / ADAPTER_CONFIG, config)
+    return write_adapter_folder(folder, tensors, ADAPTER_WEIGHTS, config, ADAPTER_CONFIG)
+
+
+def check_adapter_folder(folder: str | Path, config_name: str, overwrite: bool,
+                         what: str) -> Path:
+    """``folder``, refused when it holds an adapter already and ``overwrite`` is off."""
+    folder = Path(folder)
+    if (folder / config_name).exists() and not overwrite:
+        raise LmlabError(f"{folder} already holds {what}",
+                         "choose another folder, or pass overwrite=True (--overwrite)")
     return folder
 
 
+def write_adapter_folder(folder: Path, tensors: dict[str, torch.Tensor], weights_name: str,
+                         config: dict[str, Any], config_name: str) -> Path:
+    """Write ``tensors`` (safetensors, on the CPU) and ``config`` (JSON) into ``folder``."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / weights_name) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
+                  metadata={"format": "pt"})
+    atomic_write_json(folder / config_name, config)
+    return folder
+
+
+def base_model(base: str | Path | nn.Module | None, named: str | None, where: str) -> nn.Module:
+    """The base an adapter applies to: ``base`` (a model or a folder), else the one its config
+    names (``named``); ``where`` names the adapter's config file in the refusal."""
+    if base is None:
+        base = named
+        if not base:
+            raise LmlabError(f"{where} names no base model",
+                             "pass base=... (the model folder the adapter was trained on)")
+    return base if isinstance(base, nn.Module) else load_model(base)
+
+
 def _base_name(base_model: str | Path | None) -> str | None:
-    """A folder as an absolute path (the adapter loads from any directory); a short name such
-    as ``minilm`` as given (resolved by from_pretrained)."""
+    """A folder as an absolute path; a short name such as ``minilm`` as given."""
     if base_model is None:
         return None
     path = Path(base_model)
@@ -234,22 +231,14 @@ def read_adapter_config(folder: str | Path) -> dict[str, Any]:
 
 
 def load_adapter(folder: str | Path, base: str | Path | nn.Module | None = None) -> nn.Module:
-    """The base model (``base``: a model, a folder, or None = the one ``adapter.json`` names)
-    with the adapter in ``folder`` applied; refused (before any tensor is read) when the
-    base's fingerprint differs from the one the adapter was trained on."""
+    """``base`` (a model, a folder, or None: the one ``adapter.json`` names) with the adapter in
+    ``folder`` applied; another base (by fingerprint) is refused before any tensor is read."""
     from safetensors.torch import load_file
 
     from lmlab.models.task_heads import add_task_head
 
     config = read_adapter_config(folder)
-    if base is None:
-        base = config.get("base_model")
-        if base is None:
-            raise LmlabError(f"{folder} does not name its base model", "pass base=...")
-    if not isinstance(base, nn.Module):
-
-        base = load_model(base)
-    model = base
+    model = base_model(base, config.get("base_model"), str(Path(folder) / ADAPTER_CONFIG))
     found = base_fingerprint(model)
     if found != config["base_fingerprint"]:
         raise LmlabError(
@@ -278,8 +267,7 @@ def load_adapter(folder: str | Path, base: str | Path | nn.Module | None = None)
 
 
 def _pooler_parameters(model: nn.Module) -> list[str]:
-    """The pooler's parameters: frozen, yet saved with the adapter when the base checkpoint has
-    none (a head that reads the pooled vector gave the model a freshly initialised one)."""
+    """The pooler's parameters (saved with the adapter when the base checkpoint has none)."""
     return [name for name, _ in model.named_parameters() if name.startswith("pooler.")]
 
 
@@ -319,12 +307,8 @@ def _copy_into(model: nn.Module, tensors: dict[str, torch.Tensor], expected: set
 
 
 # -- fine-tuning recipes -------------------------------------------------------------------------
-#: Each method's learning rate and head multiplier when ``lmlab finetune --method`` is given no
-#: ``--lr`` / ``--head-lr-multiplier``: few parameters move further per step than a whole
-#: network can (LoRA 5e-4, Hu et al.'s rate for RoBERTa-base on most GLUE tasks; adapters and
-#: BitFit 1e-3, the top of the ranges their papers searched; virtual tokens need larger steps
-#: still, Lester et al. used 0.3 with Adafactor). The task head then trains at about 1e-3 in
-#: every method. Starting points, not tuned on lmlab's tasks.
+#: Each method's learning rate and head multiplier without ``--lr`` / ``--head-lr-multiplier``
+#: (where they come from: docs/adaptation.md).
 METHOD_DEFAULTS: dict[str, dict[str, float]] = {
     "lora": {"lr": 5e-4, "head_lr_multiplier": 2.0},
     "adapter": {"lr": 1e-3, "head_lr_multiplier": 1.0},

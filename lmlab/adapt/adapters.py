@@ -1,14 +1,6 @@
-"""Bottleneck adapters (Houlsby et al. 2019, "Parameter-Efficient Transfer Learning for NLP").
-
-Each layer gets two adapters: one on the attention sublayer's output (after the output
-projection, before the residual sum and, in a post-norm layer, its LayerNorm) and one on the
-feed-forward's output, as in the paper's Figure 2. An adapter is ``h + up(act(down(h)))`` with a
-``bottleneck``-wide middle; ``up`` starts at zero so the adapted model starts as the base model.
-The paper also trains the layer norms (``train_norms``).
-
-The surgery is a child module ``adapter`` on ``attention.o_proj`` and ``feed_forward.down_proj``
-and a forward hook that applies it: base names are untouched.
-"""
+"""Bottleneck adapters (Houlsby et al. 2019) after every layer's attention and feed-forward
+output: a child ``adapter`` of ``attention.o_proj`` and ``feed_forward.down_proj`` applied by a
+forward hook, so base names stay; ``up`` starts at zero (the base model's function)."""
 
 from __future__ import annotations
 
@@ -17,7 +9,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from lmlab.adapt.lora import remove_hook
 from lmlab.models.core.activations import activation
 from lmlab.utils.errors import LmlabError
 
@@ -76,9 +67,3 @@ def apply_adapters(model: nn.Module, settings: AdapterSettings) -> list[str]:
         target.register_forward_hook(_adapter_hook)
     return names
 
-
-def remove_adapters(model: nn.Module) -> None:
-    for module in model.modules():
-        if isinstance(getattr(module, "adapter", None), Adapter):
-            remove_hook(module, _adapter_hook)
-            del module.adapter

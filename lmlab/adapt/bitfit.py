@@ -1,7 +1,4 @@
-"""BitFit (Ben Zaken et al. 2022, "BitFit: Simple Parameter-efficient Fine-tuning for
-Transformer-based Masked Language-models"): train only the bias terms of the body (with the
-task head); every weight matrix, embedding and norm scale stays frozen. Nothing is added.
-"""
+"""BitFit (Ben Zaken et al. 2022): train only the body's bias terms (with the task head)."""
 
 from __future__ import annotations
 
@@ -10,14 +7,11 @@ from torch import nn
 from lmlab.utils.errors import LmlabError
 
 
-def bias_names(model: nn.Module) -> list[str]:
-    """Names of the body's bias parameters (norm biases included, as in the paper)."""
-    return [name for name, _ in model.named_parameters()
-            if name.startswith("transformer.") and name.endswith(".bias")]
-
-
 def check_has_biases(model: nn.Module) -> list[str]:
-    names = bias_names(model)
+    """Names of the body's bias parameters (norm biases included, as in the paper); a model
+    without any is refused."""
+    names = [name for name, _ in model.named_parameters()
+             if name.startswith("transformer.") and name.endswith(".bias")]
     if not names:
         raise LmlabError(f"this {model.config.family} model has no bias terms, so BitFit has "
                          "nothing to train", "use --method lora or adapter on it")

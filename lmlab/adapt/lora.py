@@ -1,17 +1,6 @@
-"""LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models").
-
-A frozen linear layer ``y = W x + b`` learns a low-rank update: ``y = W x + b + s * B A x``
-with ``A`` (r, in), ``B`` (out, r) and ``s = alpha / r`` (``alpha / sqrt(r)`` with rsLoRA,
-Kalajdzievski 2023). ``B`` starts at zero, so training starts from the base model's function;
-``A`` starts as PEFT's does (Kaiming-uniform with a = sqrt(5)). Dropout applies to the input of
-``A`` only.
-
-The surgery keeps every base module and parameter name: ``lora_A`` and ``lora_B`` become child
-modules of the ``nn.Linear`` (``...q_proj.lora_A.weight``, the suffix PEFT's files use) and a
-forward hook adds the update. The base model's checkpoint names, its savers and its loaders are
-untouched, and :func:`merge_lora` folds ``s * B A`` into ``W`` and removes the children and the
-hook, leaving a plain model with the same outputs.
-"""
+"""LoRA (Hu et al. 2021): a frozen linear layer learns ``s * B A`` (``B`` zero at the start, ``A``
+initialised as PEFT's). ``lora_A``/``lora_B`` become children of the ``nn.Linear`` with a
+forward hook, so base names stay; :func:`merge_lora` folds the update into the weight."""
 
 from __future__ import annotations
 
@@ -30,9 +19,8 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 @dataclass(frozen=True)
 class LoraSettings:
-    """``r``: rank; ``alpha``: scale numerator; ``dropout`` on the update's input;
-    ``targets``: lmlab projection names (:data:`PROJECTIONS`; the paper's default adapts the
-    query and value projections); ``rslora``: scale by ``alpha / sqrt(r)``."""
+    """``targets``: lmlab projection names (:data:`PROJECTIONS`); ``dropout`` on the update's
+    input; ``rslora``: scale by ``alpha / sqrt(r)`` instead of ``alpha / r``."""
 
     r: int = 8
     alpha: float = 16.0
@@ -119,15 +107,11 @@ def lora_delta(linear: nn.Linear) -> torch.Tensor:
     return (linear.lora_scaling * (b.float() @ a.float())).to(linear.weight.dtype)
 
 
-def remove_hook(module: nn.Module, hook) -> None:
-    """Remove ``hook`` from ``module``'s forward hooks (found by identity: no handle is kept,
-    so a deep copy of the model carries its hooks along)."""
-    for key in [k for k, fn in module._forward_hooks.items() if fn is hook]:
-        del module._forward_hooks[key]
-
-
 def remove_lora(linear: nn.Linear) -> None:
-    remove_hook(linear, _lora_hook)
+    """Remove the update's children and its hook, found by identity (no handle is kept, so a
+    deep copy of the model carries its hooks)."""
+    for key in [k for k, fn in linear._forward_hooks.items() if fn is _lora_hook]:
+        del linear._forward_hooks[key]
     for attribute in ("lora_A", "lora_B", "lora_dropout", "lora_scaling"):
         delattr(linear, attribute)
 

@@ -1,22 +1,8 @@
 """PEFT's adapter folders (``adapter_config.json`` + ``adapter_model.safetensors``), read and
-written, so an adapter moves between lmlab and Hugging Face's ``peft`` library.
-
-Names: PEFT wraps a transformers model, so its keys are ``base_model.model.<module path in the
-transformers class>.lora_A.weight``. lmlab maps its modules to those paths through the family's
-weight rules (:mod:`lmlab.models.families`, the same tables that read and write checkpoints):
-a rule's ``theirs`` name without ``.weight`` is the transformers module. A fused checkpoint
-tensor (GPT-2's ``c_attn``: query, key and value in one ``Conv1D``) holds one LoRA update for
-the three projections lmlab keeps apart: reading gives each its rows of ``B`` and the shared
-``A``; writing puts them back together, exactly, as a block-diagonal update of rank ``3r`` when
-their ``A`` differ (``alpha`` scaled so that ``alpha / r`` is unchanged; every other module is
-padded with zeros to the same rank). PEFT's ``fan_in_fan_out`` only changes how PEFT merges into
-a ``Conv1D`` weight; ``lora_A``/``lora_B`` are stored as for ``nn.Linear`` either way.
-
-Supported: ``LORA`` (plain or rsLoRA, one rank and alpha for all modules), ``PROMPT_TUNING`` and
-``PREFIX_TUNING`` (without ``prefix_projection``); a task head saved by PEFT
-(``modules_to_save``, e.g. ``classifier``) is read into lmlab's task head. Anything else is
-refused by name before a tensor is read.
-"""
+written: LoRA (plain or rsLoRA), prompt and prefix tuning, with a task head as
+``modules_to_save``; anything else is refused by name before a tensor is read. Keys map through
+the family's weight rules; GPT-2's fused ``c_attn`` is split and joined exactly. The story, and
+what is refused, is in docs/adaptation.md ("PEFT folders")."""
 
 from __future__ import annotations
 
@@ -26,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmlab.adapt import apply_method
+from lmlab.adapt import apply_method, base_model, check_adapter_folder, write_adapter_folder
 from lmlab.adapt.lora import PROJECTIONS, lora_layers
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_path, atomic_write_json, read_json
+from lmlab.utils.io import read_json
 
 PEFT_CONFIG = "adapter_config.json"
 PEFT_WEIGHTS = "adapter_model.safetensors"
@@ -59,8 +45,8 @@ def _rules(model: nn.Module, with_prefix: bool):
 
 
 def linear_paths(model: nn.Module, with_prefix: bool) -> dict[str, tuple[str, int, int]]:
-    """lmlab linear module -> (transformers module path, its part, number of parts) for every
-    weight rule; parts > 1 for a fused checkpoint tensor (GPT-2's c_attn)."""
+    """lmlab linear module -> (transformers module path, its part, number of parts); parts > 1
+    for a fused checkpoint tensor (GPT-2's c_attn)."""
     paths = {}
     for rule in _rules(model, with_prefix):
         if not rule.theirs.endswith(".weight"):
@@ -75,19 +61,14 @@ def linear_paths(model: nn.Module, with_prefix: bool) -> dict[str, tuple[str, in
 # -- writing ---------------------------------------------------------------------------------------
 def save_peft(model: nn.Module, folder: str | Path, base_model: str | Path | None = None,
               overwrite: bool = False) -> Path:
-    """Write ``model``'s LoRA, prompt or prefix adaptation (and its task head) as a PEFT
-    folder that ``peft.PeftModel.from_pretrained`` loads on the transformers model."""
-    from safetensors.torch import save_file
-
+    """Write ``model``'s LoRA, prompt or prefix adaptation (and its task head) as a folder
+    ``peft.PeftModel.from_pretrained`` loads on the transformers model."""
     record = getattr(model, "adaptation", None)
     if record is None or record.method not in PEFT_METHODS.values():
         raise LmlabError(f"PEFT has no format for a {record.method if record else 'plain'} "
                          "model here", "save LoRA, prompt or prefix adaptations as PEFT "
                          "folders; others with lmlab.adapt.save_adapter")
-    folder = Path(folder)
-    if (folder / PEFT_CONFIG).exists() and not overwrite:
-        raise LmlabError(f"{folder} already holds a PEFT adapter",
-                         "choose another folder, or pass overwrite=True (--overwrite)")
+    folder = check_adapter_folder(folder, PEFT_CONFIG, overwrite, "a PEFT adapter")
     heads = list(model.heads)
     task_type = TASK_TYPES.get(heads[0], None) if heads else "FEATURE_EXTRACTION"
     if task_type is None:
@@ -116,12 +97,7 @@ def save_peft(model: nn.Module, folder: str | Path, base_model: str | Path | Non
         model, KEY_PREFIX if record.method == "lora" else PROMPT_KEY_PREFIX)
     tensors.update(head_tensors)
     config["modules_to_save"] = modules or None
-    folder.mkdir(parents=True, exist_ok=True)
-    with atomic_path(folder / PEFT_WEIGHTS) as tmp:
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
-                  metadata={"format": "pt"})
-    atomic_write_json(folder / PEFT_CONFIG, config)
-    return folder
+    return write_adapter_folder(folder, tensors, PEFT_WEIGHTS, config, PEFT_CONFIG)
 
 
 def _lora_tensors(model: nn.Module, options: dict[str, Any]
@@ -260,21 +236,13 @@ def read_peft_config(folder: str | Path) -> dict[str, Any]:
 
 
 def load_peft(folder: str | Path, base: str | Path | nn.Module | None = None) -> nn.Module:
-    """``base`` (a model, a folder, or None = ``base_model_name_or_path``) with the PEFT
-    adapter in ``folder`` applied, as an lmlab model with ``model.adaptation``."""
+    """``base`` (a model, a folder, or None: ``base_model_name_or_path``) with the PEFT adapter
+    in ``folder`` applied."""
     from safetensors.torch import load_file
 
     config = read_peft_config(folder)
-    if base is None:
-        base = config.get("base_model_name_or_path")
-        if not base:
-            raise LmlabError(f"{folder}'s adapter_config.json names no base model",
-                             "pass base=... (the model folder the adapter was trained on)")
-    if not isinstance(base, nn.Module):
-        from lmlab.interop.folders import load_model
-
-        base = load_model(base)
-    model = base
+    model = base_model(base, config.get("base_model_name_or_path"),
+                       str(Path(folder) / PEFT_CONFIG))
     tensors = load_file(str(Path(folder) / PEFT_WEIGHTS))
     family = _family(model)
     with_prefix = bool(family.base_prefix) and any(
@@ -380,8 +348,7 @@ def _load_virtual_tokens(model: nn.Module, tensors: dict[str, torch.Tensor],
 
 def _load_head_tensors(model: nn.Module, tensors: dict[str, torch.Tensor],
                        prefix: str) -> set[str]:
-    """Copy the task head's tensors (PEFT's modules_to_save under ``prefix``); returns their
-    keys."""
+    """Copy the task head's tensors (modules_to_save under ``prefix``); returns their keys."""
     params = dict(model.named_parameters())
     used = set()
     with torch.no_grad():

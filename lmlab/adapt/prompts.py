@@ -1,20 +1,8 @@
-"""Learned virtual tokens: prompt tuning and prefix tuning.
-
-* Prompt tuning (Lester et al. 2021, "The Power of Scale for Parameter-Efficient Prompt
-  Tuning"): ``n`` learned input embeddings are put before the token embeddings; they take the
-  first ``n`` positions (and segment 0), the real tokens follow.
-* Prefix tuning (Li & Liang 2021, "Prefix-Tuning: Optimizing Continuous Prompts for
-  Generation"): every layer attends to ``n`` learned keys and values before the real tokens,
-  which keep positions from ``n`` on (as a key/value cache of length ``n`` would make them).
-  The keys and values are learned directly (PEFT's ``prefix_projection=False``), stored as
-  PEFT stores them: one (n, layers * 2 * kv_heads * head_dim) table.
-
-Both work through hooks on ``model.transformer``: a pre-hook rewrites the call (embeddings in
-front, or a key/value cache pre-filled with the prefix, and ``n`` more ones in front of the
-attention mask); prompt tuning's post-hook removes the ``n`` virtual positions from the hidden
-states, so the heads, the poolings and per-token labels see the real tokens only. A call that
-continues a cache (incremental decoding) already holds the virtual tokens: only its mask grows.
-"""
+"""Learned virtual tokens: prompt tuning (Lester et al. 2021: ``n`` input embeddings before the
+tokens) and prefix tuning (Li & Liang 2021: ``n`` keys and values in every layer, stored as
+PEFT's table). Both are hooks on ``model.transformer`` that grow the attention mask and shift
+positions; prompt tuning's post-hook drops the virtual positions from the hidden states.
+docs/adaptation.md ("How it is built") tells the story."""
 
 from __future__ import annotations
 
@@ -24,7 +12,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmlab.adapt.lora import remove_hook
 from lmlab.models.core.cache import KVCache
 from lmlab.utils.errors import LmlabError
 
@@ -41,8 +28,7 @@ class VirtualTokenSettings:
 
 
 class PromptEmbeddings(nn.Module):
-    """``n`` learned input embeddings (``weight``: (n, H)), initialised from the embeddings of
-    random vocabulary tokens (Lester et al.: better than random vectors)."""
+    """``n`` learned input embeddings (n, H), initialised from random vocabulary tokens'."""
 
     def __init__(self, n: int, word_embeddings: nn.Embedding):
         super().__init__()
@@ -181,18 +167,6 @@ def apply_prefix_tuning(model: nn.Module, settings: VirtualTokenSettings) -> Non
         int(settings.num_virtual_tokens), config.num_hidden_layers, config.num_key_value_heads,
         config.head_dim, config.initializer_range).to(weight.device, weight.dtype)
     transformer.register_forward_pre_hook(_prefix_pre_hook, with_kwargs=True)
-
-
-def remove_virtual_tokens(model: nn.Module) -> None:
-    transformer = model.transformer
-    remove_hook(transformer, _prompt_post_hook)
-    for key in [k for k, fn in transformer._forward_pre_hooks.items()
-                if fn in (_prompt_pre_hook, _prefix_pre_hook)]:
-        del transformer._forward_pre_hooks[key]
-        transformer._forward_pre_hooks_with_kwargs.pop(key, None)
-    for name in ("prompt_embeddings", "prefix_key_values"):
-        if hasattr(transformer, name):
-            delattr(transformer, name)
 
 
 def _refuse_twice(transformer: nn.Module) -> None:

@@ -1,23 +1,9 @@
 """ONNX export of encoders (with a task head) and decoders, and running the file with onnxruntime.
 
-The graph is traced by ``torch.onnx.export(..., dynamo=True)`` (torch.export, then onnxscript's
-translation) with dynamic batch and sequence axes, so one file serves every batch shape. What
-it computes is lmlab's forward pass with two choices fixed at export time:
-
-- the padding mask is given to the stack as a (B, 1, Tq, Tk) boolean mask (padding keys hidden,
-  and for a decoder the future too), the path of :func:`lmlab.models.core.masks.build_attention_mask`
-  that has no branch on the data; and ``skip_padding`` is off (gathering the real tokens is a
-  data-dependent shape). Outputs at real tokens equal lmlab's eager outputs to float noise;
-  at padding positions the file returns the padded computation's values (lmlab returns zeros
-  there): read only real tokens;
-- decoders are exported without the key/value cache: the file maps a prompt (B, T) to its
-  logits (B, T, V), which scores text and yields the next token's distribution, but generating
-  N tokens runs the whole prefix N times.
-
-After writing, :func:`export_onnx` runs the file with onnxruntime on a batch of another shape
-(padded) and compares it with lmlab's outputs (``check=True``): a file that disagrees is
-reported, not silently kept. onnx, onnxscript and onnxruntime are the optional ``export`` extra,
-imported only here.
+``torch.onnx.export(..., dynamo=True)`` with dynamic batch and sequence axes; the padding mask is
+a boolean (B, 1, Tq, Tk) mask without padding skipping (read real tokens only), decoders have no
+key/value cache, and every file is checked against lmlab's outputs as it is written.
+docs/compression-inference.md ("Exporting to ONNX") tells the story.
 """
 
 from __future__ import annotations
@@ -49,8 +35,8 @@ def require(module: str) -> Any:
 
 
 class ExportGraph(nn.Module):
-    """What the ONNX file computes: ``(input_ids, attention_mask[, token_type_ids]) -> output``
-    of one head (or the last hidden state), with the mask built without data-dependent branches."""
+    """What the ONNX file computes: the inputs -> one head's output (or the last hidden state),
+    the mask built without data-dependent branches."""
 
     def __init__(self, model: nn.Module, head: str):
         super().__init__()
@@ -74,7 +60,7 @@ class ExportGraph(nn.Module):
 
 
 def input_names(model: nn.Module) -> list[str]:
-    """The file's inputs: token ids and padding mask, and segment ids for an encoder that has them."""
+    """The file's inputs: ids, padding mask, and segment ids for an encoder that has them."""
     names = ["input_ids", "attention_mask"]
     if not model.config.causal and model.config.type_vocab_size > 0:
         names.append("token_type_ids")
@@ -82,11 +68,11 @@ def input_names(model: nn.Module) -> list[str]:
 
 
 def check_exportable(model: nn.Module, head: str | None) -> str:
-    """The head to export (``head``, else the model's first head, else ``"none"``: the hidden
-    states), after refusing what the export cannot express (LmlabError)."""
+    """The head to export (``head``, else the first head, else ``"none"``), after refusing what
+    the export cannot express."""
     from lmlab.compress.quantize import quantized_layers
-    from lmlab.models.task_heads import MULTIPLE_CHOICE
     from lmlab.models.model import LanguageModel
+    from lmlab.models.task_heads import MULTIPLE_CHOICE
 
     if not isinstance(model, LanguageModel):
         raise LmlabError(f"ONNX export takes an encoder or a decoder (lmlab's LanguageModel), "
@@ -128,14 +114,9 @@ def _example_inputs(model: nn.Module, batch: int, length: int, seed: int
 def export_onnx(model: nn.Module, out: str | Path, head: str | None = None,
                 tokenizer: Any = None, overwrite: bool = False, check: bool = True,
                 source: str | None = None) -> Path:
-    """Write ``model`` (an encoder with its task head, or a decoder) to ``out/model.onnx``
-    with dynamic batch and sequence axes; returns the file's path.
-
-    ``out`` also gets ``onnx-export.json`` (inputs, output, head, labels, the check's largest
-    difference) and, when given, the tokenizer's files. ``head``: a head of the model, ``"none"``
-    (last hidden state) or None (the first head). ``check`` compares onnxruntime's outputs with
-    lmlab's on a padded batch of another shape (tolerance 1e-4 relative to the largest output,
-    at real tokens).
+    """Write ``model`` to ``out/model.onnx`` (with ``onnx-export.json`` and the tokenizer's
+    files); returns the file's path. ``head``: a head, ``"none"`` (last hidden state) or None
+    (the first head); ``check`` compares onnxruntime's outputs with lmlab's (:func:`check_export`).
 
     Example:
         >>> import lmlab
@@ -192,9 +173,8 @@ def export_onnx(model: nn.Module, out: str | Path, head: str | None = None,
 
 
 def check_export(model: nn.Module, folder: str | Path, head: str, rtol: float = 1e-4) -> float:
-    """Run ``folder``'s file with onnxruntime and lmlab on a padded batch of a shape unlike the
-    traced one; returns the largest difference at real tokens, or raises if it exceeds
-    ``rtol`` times the largest output magnitude (at least 1)."""
+    """The largest difference at real tokens between onnxruntime and lmlab on a padded batch of
+    another shape; raises beyond ``rtol`` times the largest output (at least 1)."""
     limit = model.config.max_position_embeddings - model.config.position_offset
     inputs = _example_inputs(model, 3, min(13, limit), seed=1)
     with torch.no_grad():
@@ -219,9 +199,8 @@ def real_token_diff(got: np.ndarray, ref: np.ndarray, attention_mask: np.ndarray
 
 
 class OnnxModel:
-    """An exported folder run by onnxruntime on the CPU: ``run(input_ids=..., attention_mask=...)``
-    returns the output as a numpy array. ``threads`` sets onnxruntime's intra-op threads
-    (None: its default, one per core)."""
+    """An exported folder run by onnxruntime on the CPU (``threads``: intra-op threads);
+    ``run(input_ids=..., attention_mask=...)`` returns the output as a numpy array."""
 
     def __init__(self, folder: str | Path, threads: int | None = None):
         from lmlab.utils.io import read_json

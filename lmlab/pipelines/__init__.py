@@ -1,15 +1,13 @@
-"""Task pipelines: load a model and its tokenizer once, then call on raw text.
-
-``lmlab.pipeline(task, model=path_or_short_name)`` loads the model and its tokenizer and returns a
-callable object. Tasks and the classes that implement them are listed in :data:`PIPELINES`
-(each class names the ``head`` its model is loaded with); modules are imported on first use.
-"""
+"""Task pipelines: ``lmlab.pipeline(task, model=...)`` loads a model and its tokenizer once and
+returns an object to call on raw text; :data:`PIPELINES` lists the tasks' classes (each names
+the ``head`` its model is loaded with), imported on first use."""
 
 from __future__ import annotations
 
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.lazy import import_attribute
 
@@ -29,17 +27,9 @@ PIPELINES = {
 
 def pipeline(task: str, model: Any, tokenizer: Any = None, dtype: torch.dtype | None = None,
              device: str | None = None, **options: Any):
-    """A ready-to-call pipeline for ``task``.
-
-    Args:
-        task: one of :data:`PIPELINES`.
-        model: a path (Hugging Face folder, lmlab run directory, .gguf), a short name from
-            ``lmlab models list`` (``"minilm"``, ``"smollm2"``) or a loaded model. Paths are
-            taken literally: a glob such as ``runs/*/run`` is not expanded.
-        tokenizer: an lmlab Tokenizer or a path; by default the model folder's own.
-        dtype, device: where and in which precision the model runs.
-        options: the pipeline's own settings (``layer`` and ``batch_size`` for
-            feature-extraction, ``aggregation_strategy`` for token-classification).
+    """A ready-to-call pipeline for ``task`` (one of :data:`PIPELINES`) on ``model``: a path
+    (taken literally, no glob), a short name such as ``"minilm"`` or a loaded model; ``options``
+    are the pipeline class's own settings (checked before the model loads).
 
     Example:
         >>> embed = lmlab.pipeline("feature-extraction", model="minilm")
@@ -48,8 +38,7 @@ def pipeline(task: str, model: Any, tokenizer: Any = None, dtype: torch.dtype | 
     """
     from lmlab.load import load_model_and_tokenizer
 
-    if task not in PIPELINES:
-        raise LmlabError(f"unknown pipeline task {task!r}", f"use one of {', '.join(PIPELINES)}")
+    check_choice(task, PIPELINES, "task", "pipeline task")
     pipeline_class = import_attribute(PIPELINES[task])
     known = [name for name in inspect.signature(pipeline_class).parameters
              if name not in ("model", "tokenizer")]

@@ -1,14 +1,6 @@
-"""Text classification and token classification pipelines over fine-tuned task heads.
-
-* ``TextClassificationPipeline``: ``clf("a text")`` -> ``{"label", "score"}``; ``top_k=n`` ->
-  the n best ``[{"label", "score"}]``; ``clf({"text": a, "text_pair": b})`` for pairs.
-* ``TokenClassificationPipeline``: ``ner("text")`` -> entities. ``aggregation_strategy="none"``
-  gives one row per sub-token; ``"simple"`` groups adjacent ``B-X I-X`` sub-tokens into entity
-  groups, each sub-token with its own tag (as transformers does); ``"first"`` labels each word
-  (the tokenizer's pre-tokenizer words) with its first sub-token's tag before grouping. The
-  default follows how the model was trained: ``"first"`` for a model fine-tuned here (its config
-  records ``word_labels: "first-subtoken"``: only a word's first sub-token was trained, so the
-  tags of the others mean nothing), ``"simple"`` for a checkpoint that does not say.
+"""Text classification (``{"label", "score"}``, ``top_k``, text pairs) and token classification
+(entities, aggregated per sub-token, per word or into BIO groups; the default follows how the
+model was trained) pipelines over fine-tuned task heads. docs/finetuning.md tells the story.
 """
 
 from __future__ import annotations
@@ -19,14 +11,15 @@ import torch
 
 from lmlab.models.inputs import model_inputs
 from lmlab.models.task_heads import SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, task_logits
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 AGGREGATIONS = ("none", "simple", "first")
 
 
 def default_aggregation(model) -> str:
-    """The aggregation that matches the model's training labels: ``"first"`` when its config
-    says words were labelled on their first sub-token, else ``"simple"``."""
+    """``"first"`` when the model's words were labelled on their first sub-token, else
+    ``"simple"``."""
     from lmlab.finetune.data import WORD_LABELS
 
     return "first" if model.config.extra.get("word_labels") == WORD_LABELS else "simple"
@@ -89,9 +82,7 @@ class TokenClassificationPipeline:
                              "...ForTokenClassification folder")
         if aggregation_strategy is None:
             aggregation_strategy = default_aggregation(model)
-        if aggregation_strategy not in AGGREGATIONS:
-            raise LmlabError(f"unknown aggregation_strategy {aggregation_strategy!r}",
-                             f"use one of {', '.join(AGGREGATIONS)}")
+        check_choice(aggregation_strategy, AGGREGATIONS, "aggregation_strategy", "aggregation")
         self.model, self.tokenizer = model, tokenizer
         self.id2label = _labels(model)
         self.aggregation_strategy = aggregation_strategy
@@ -124,9 +115,8 @@ class TokenClassificationPipeline:
         return self._group(self._words(tokens), text)
 
     def _words(self, tokens: list[dict]) -> list[dict]:
-        """Merge sub-tokens into words ("simple": a word's tag is taken per sub-token, so a
-        word split across entities stays split, as transformers' simple strategy does;
-        "first": every sub-token of a word takes the first sub-token's tag)."""
+        """Merge sub-tokens into words ("first": a word takes its first sub-token's tag;
+        "simple": every sub-token stays its own, as transformers' strategy)."""
         if self.aggregation_strategy == "simple":
             return tokens  # each sub-token is its own word; _group copies what it keeps
         words: list[dict] = []

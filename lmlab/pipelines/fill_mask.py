@@ -9,9 +9,8 @@ from lmlab.utils.errors import LmlabError
 
 
 class FillMaskPipeline:
-    """``fill("Paris is the [MASK] of France.", top_k=5)`` -> list of
-    ``{"score", "token", "token_str", "sequence"}``; with several masks, one such list per mask
-    (each mask predicted independently, the others left masked)."""
+    """``fill("Paris is the [MASK] of France.", top_k=5)`` -> ``[{"score", "token", "token_str",
+    "sequence"}]``, one list per mask (each predicted with the others left masked)."""
 
     head = "mlm"
 

@@ -1,11 +1,6 @@
 """Extractive question answering: ``qa(question=..., context=...)`` -> ``{"answer", "start",
-"end", "score"}``.
-
-Long contexts are cut into overlapping windows (``doc_stride``); in each window every span
-inside the context of at most ``max_answer_len`` tokens is scored and the best one wins.
-``score`` is the probability of the span: the product of the start and end softmax
-probabilities within its window, as transformers reports it. ``handle_impossible_answer=True``
-allows the empty answer (SQuAD 2.0).
+"end", "score"}``: the best span of at most ``max_answer_len`` tokens over overlapping windows,
+scored as transformers does (start times end probability within its window).
 """
 
 from __future__ import annotations

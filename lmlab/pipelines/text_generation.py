@@ -18,11 +18,9 @@ from lmlab.utils.errors import LmlabError
 
 class TextGenerationPipeline:
     """``pipe(prompt or prompts, **generation options)`` -> ``[{"generated_text": ...}]`` per
-    prompt (the prompt followed by its continuation, unless ``return_full_text=False``)."""
+    prompt (prompt and continuation, unless ``return_full_text=False``)."""
 
-    # None: the heads config.json names (a tied "clm" head is listed in fresh_heads by
-    # interop.hf when lm_head.weight is omitted, which head="clm" would reject).
-    head = None
+    head = None  # the saved heads: head="clm" would reject a tied LM head (in fresh_heads)
 
     def __init__(self, model: Any, tokenizer: Any):
         if not getattr(model.config, "causal", False) or "clm" not in model.heads:
@@ -45,10 +43,9 @@ class TextGenerationPipeline:
         return results[0] if single else results
 
 
-class Text2TextGenerationPipeline:
-    """An encoder-decoder's output for each input text: ``pipe(text or texts, **generation
-    options)`` -> ``[{"generated_text": ...}]`` per input (transformers' names), greedy by
-    default; ``num_beams``, ``do_sample``... as for :func:`lmlab.generate`.
+class Text2TextGenerationPipeline(TextGenerationPipeline):
+    """An encoder-decoder's output for each input text (``[{"generated_text": ...}]``), greedy
+    by default; generation options as for :func:`lmlab.generate`.
 
     Example:
         >>> solve = lmlab.pipeline("text2text-generation", model="runs/integration/model")
@@ -66,12 +63,4 @@ class Text2TextGenerationPipeline:
 
     def __call__(self, texts: str | Sequence[str], seed: int | None = None,
                  **options: Any) -> list[dict[str, str]] | list[list[dict[str, str]]]:
-        from lmlab.generation.generate import generate_text
-
-        single = isinstance(texts, str)
-        inputs = [texts] if single else list(texts)
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        outputs = generate_text(self.model, self.tokenizer, inputs, generator=generator,
-                                **options)
-        results = [[{"generated_text": output}] for output in outputs]
-        return results[0] if single else results
+        return super().__call__(texts, return_full_text=False, seed=seed, **options)

@@ -1,16 +1,6 @@
-"""Batches for sentence-encoder training, each stream resumable (``state_dict`` /
-``load_state_dict``: epoch and position) like the Trainer's other streams, and each a
-:class:`SentenceStream` (the tokenizer, sizes, seed and pad id they share).
-
-* :class:`PairStream`: shuffled batches of sentence pairs, rows column after column (all first
-  sentences, then all second sentences) so the shared encoder runs once per batch; batches of
-  fewer than two pairs are never made (in-batch negatives need two).
-* :class:`TripleStream`: (previous, sentence, next) of the corpus's sentence order, for
-  skip-thought: ``input_ids`` is the middle sentence, ``prev_ids``/``next_ids`` the decoders'
-  targets.
-* :class:`ContiguousStream`: runs of consecutive sentences (with each one's document), for
-  quick-thought's in-batch classification of the true neighbours.
-"""
+"""Resumable batch streams for sentence-encoder training: pairs (columns of first, then second
+sentences, for one encoder pass), skip-thought's (previous, sentence, next) triples and
+quick-thought's runs of consecutive sentences."""
 
 from __future__ import annotations
 
@@ -44,8 +34,8 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[
 
 def collate_columns(columns: Sequence[Sequence[Sequence[int]]], labels: Sequence[int],
                     groups: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
-    """One padded batch of C columns of B sentences each: rows ``[c * B, (c + 1) * B)`` are
-    column ``c``; ``labels`` (B,), ``groups`` (C * B,) the group of every row."""
+    """One padded batch of C columns of B sentences (rows ``[c * B, (c + 1) * B)`` are column
+    ``c``); ``labels`` (B,), ``groups`` (C * B,)."""
     ids, mask = pad_rows([row for column in columns for row in column], pad_id)
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
             "labels": torch.tensor(list(labels), dtype=torch.long),
@@ -61,9 +51,8 @@ def _shuffled_batches(count: int, batch_size: int, seed: int, epoch: int,
 
 
 class SentenceStream(ResumableBatches):
-    """What every sentence stream holds besides its rows: the tokenizer, the batch size, the
-    token limit per sentence, the seed of its shuffles and the pad id (the tokenizer's, else 0);
-    the position (epoch, batch) is :class:`ResumableBatches`'."""
+    """What every sentence stream shares: tokenizer, sizes, seed and pad id (the tokenizer's,
+    else 0)."""
 
     def __init__(self, tokenizer: Any, batch_size: int, max_length: int, seed: int = 0):
         self.tokenizer = tokenizer
@@ -78,8 +67,8 @@ class SentenceStream(ResumableBatches):
 
 
 class PairStream(SentenceStream):
-    """Endless shuffled batches of pairs. ``positives_only`` keeps label-1 pairs (the
-    contrastive objective's input; its negatives are the batch's other second sentences)."""
+    """Endless shuffled batches of pairs (``positives_only``: label-1 pairs, the contrastive
+    objective's input)."""
 
     def __init__(self, pairs: Sequence[SentencePair], tokenizer: Any, batch_size: int,
                  max_length: int, seed: int = 0, positives_only: bool = False):
@@ -110,8 +99,7 @@ class PairStream(SentenceStream):
 
 def corpus_documents(corpus: str | Path, split: str = "train",
                      max_sentences: int | None = None) -> list[list[str]]:
-    """The sentences of each document of an lmlab corpus split, in the corpus's order (at most
-    ``max_sentences`` in all)."""
+    """The sentences of each document of a corpus split (at most ``max_sentences`` in all)."""
     from lmlab.text.corpus import read_corpus
 
     documents, total = [], 0
@@ -159,8 +147,7 @@ class TripleStream(SentenceStream):
 
 
 class ContiguousStream(SentenceStream):
-    """Shuffled runs of ``batch_size`` consecutive sentences of the corpus; ``document`` (B,)
-    tells which are neighbours (consecutive rows of one document)."""
+    """Shuffled runs of consecutive sentences; ``document`` (B,) tells which are neighbours."""
 
     def __init__(self, documents: Sequence[Sequence[str]], tokenizer: Any, batch_size: int,
                  max_length: int, seed: int = 0):

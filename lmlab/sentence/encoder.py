@@ -1,15 +1,7 @@
-"""Sentence vectors from an lmlab encoder: the mean of its last hidden states over real tokens.
-
-Sentence-BERT (Reimers & Gurevych 2019) found mean pooling the best of [CLS], mean and max for
-a bi-encoder: one shared encoder embeds each sentence on its own, and sentences are compared by
-the cosine of their vectors. :func:`embed_batch` (masked mean pooling, :func:`lmlab.models.pooling.masked_mean`) are the differentiable
-parts the training objectives use; :class:`SentenceEncoder` adds tokenisation, batching and
-the settings a sentence-transformers folder records (``sentence_bert_config.json``'s
-``max_seq_length``; a ``Normalize`` module in ``modules.json`` makes every vector unit length),
-so ``SentenceEncoder.load("minilm").encode(texts)`` gives what ``SentenceTransformer.encode``
-gives. :meth:`SentenceEncoder.save` writes those files back, so a model trained here loads in
-sentence-transformers too. :class:`ConcatenatedEncoder` puts several encoders' vectors side by
-side: quick-thought's representation ``[f(s); g(s)]``.
+"""Sentence vectors from an lmlab encoder: the mean of its last hidden states over real tokens
+(Sentence-BERT's pooling). :class:`SentenceEncoder` reads and writes the sentence-transformers
+settings, so it encodes as ``SentenceTransformer.encode`` does; :class:`ConcatenatedEncoder` is
+quick-thought's ``[f(s); g(s)]``. docs/sentence-encoders.md tells the story.
 """
 
 from __future__ import annotations
@@ -31,16 +23,14 @@ DEFAULT_MAX_LENGTH = 256  # sentence-transformers' max_seq_length for MiniLM-siz
 
 def embed_batch(model: nn.Module, batch: dict[str, torch.Tensor],
                 normalize: bool = False) -> torch.Tensor:
-    """Mean-pooled (and optionally unit-length) sentence vectors (B, H) of a padded batch, with
-    gradients: one forward pass of ``model``'s stack, no head."""
+    """Mean-pooled (optionally unit-length) sentence vectors (B, H) of a batch, with gradients."""
     out = model(**model_inputs(batch, model), heads=[])
     vectors = masked_mean(out.last_hidden_state, batch["attention_mask"])
     return nn.functional.normalize(vectors, dim=-1) if normalize else vectors
 
 
 def tokenize_batch(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
-    """Padded ``input_ids``/``attention_mask``/``token_type_ids`` of ``texts`` (each cut to
-    ``max_length`` tokens, special tokens included)."""
+    """The padded model inputs of ``texts``, each cut to ``max_length`` tokens."""
     encoded = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
                         return_tensors="pt")
     return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")
@@ -100,8 +90,7 @@ class SentenceEncoder:
     @torch.no_grad()
     def encode(self, texts: Sequence[str], batch_size: int = 64,
                show_progress: bool = False) -> torch.Tensor:
-        """(N, H) float32 vectors of ``texts`` in their order (batches sorted by length, so
-        little padding is computed; the model is left in eval mode)."""
+        """(N, H) float32 vectors of ``texts`` in their order (batched by length)."""
         from lmlab.utils.progress import progress
 
         texts = [str(t) for t in texts]
@@ -119,9 +108,7 @@ class SentenceEncoder:
         return out
 
     def save(self, folder: str | Path) -> Path:
-        """Write the model and tokenizer, plus the sentence-transformers files (modules.json,
-        1_Pooling/config.json, sentence_bert_config.json) that record mean pooling, the length
-        and normalisation."""
+        """Write the model, the tokenizer and the sentence-transformers files."""
         from lmlab.interop.native import save_model
 
         folder, _ = save_model(self.model, Path(folder))
@@ -155,16 +142,8 @@ def write_sentence_transformers_files(folder: Path, hidden: int, max_length: int
 
 
 class ConcatenatedEncoder:
-    """Sentence vectors ``[e_1(s); e_2(s); ...]``: each part's vector of the same text, side by
-    side, (N, H_1 + H_2 + ...).
-
-    Quick-thought (Logeswaran & Lee 2018) trains two encoders, ``f`` on the sentence
-    and ``g`` on its candidate contexts, and represents a sentence by the concatenation
-    ``[f(s); g(s)]``; ``lmlab sentence train --objective quick-thought`` saves them as ``model/``
-    and ``context_model/``. The parts must read one tokenizer (the same vocabulary and
-    normalisation), as ``f`` and ``g`` do: two encoders of different vocabularies were not
-    trained together, and putting their vectors side by side is refused. Each part keeps its
-    own settings (length limit, normalisation)."""
+    """Sentence vectors ``[e_1(s); e_2(s); ...]`` (N, H_1 + H_2 + ...) of parts that share one
+    tokenizer (quick-thought's ``f`` and ``g``), each with its own settings."""
 
     def __init__(self, parts: Sequence[SentenceEncoder], names: Sequence[str] | None = None):
         names = [str(n) for n in names] if names is not None else [
@@ -175,8 +154,7 @@ class ConcatenatedEncoder:
     @classmethod
     def load(cls, paths: Sequence[str | Path], max_length: int | None = None,
              normalize: bool | None = None) -> ConcatenatedEncoder:
-        """The parts from model folders (or run directories, short names); every folder and
-        tokenizer is checked before any weights are read."""
+        """The parts from model folders, every tokenizer checked before any weights are read."""
         from lmlab.tokenization.tokenizer import Tokenizer
         from lmlab.utils.catalog import resolve_model_dir
 
@@ -193,15 +171,13 @@ class ConcatenatedEncoder:
 
     def encode(self, texts: Sequence[str], batch_size: int = 64,
                show_progress: bool = False) -> torch.Tensor:
-        """(N, dimension) float32: the parts' :meth:`SentenceEncoder.encode` vectors, concatenated
-        in the parts' order."""
+        """(N, dimension) float32: the parts' vectors, concatenated in order."""
         return torch.cat([p.encode(texts, batch_size, show_progress) for p in self.parts], dim=-1)
 
 
 def check_concatenable(tokenizers: Sequence[Any], names: Sequence[str],
                        folders: Sequence[Path] | None = None) -> None:
-    """Refuse fewer than two parts, one folder given twice, or parts on different tokenizers
-    (:meth:`Tokenizer.fingerprint`: vocabulary, normalisation, special tokens)."""
+    """Refuse fewer than two parts, one folder twice, or parts on different tokenizers."""
     if len(tokenizers) < 2:
         raise LmlabError(f"{len(tokenizers)} encoder(s) to concatenate",
                          "give two or more, e.g. a quick-thought run's model/ and context_model/")

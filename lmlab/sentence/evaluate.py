@@ -1,18 +1,6 @@
-"""Evaluating sentence encoders on three offline sets.
-
-* **Lee** (Lee, Pincombe & Welsh 2005): 50 news documents, every pair scored for similarity by
-  human raters (averaged, 0..1). Score: Pearson and Spearman correlation between the cosine of
-  the two documents' vectors and the human score over the 1,225 pairs. The files ship in
-  gensim's test data (``lee.cor`` + ``similarities0-1.txt``); :func:`lee_folder` finds them
-  without importing gensim, or takes a folder you give.
-* **WiC** (the built-in ``wordnet-wic`` task): two example sentences with one lemma, same sense
-  or not. Score: the cosine of the two sentences' vectors against one threshold, chosen on the
-  dev split (the best accuracy) and applied to test. A sentence encoder was not trained to
-  compare one word's sense, so this reads how much of the sense the whole sentence carries.
-* **Gloss retrieval**: for each example sentence of a held-out synset (the pair folder's test
-  split, :mod:`lmlab.sentence.pairs`), rank the glosses of all held-out synsets by cosine;
-  precision@1 (the top gloss is the example's own) and recall@k (the own gloss is among the
-  top k).
+"""Evaluating sentence encoders on three offline sets: Lee document similarity (Pearson and
+Spearman against human scores), WiC (one cosine threshold chosen on dev) and gloss retrieval
+over held-out synsets. docs/sentence-encoders.md ("Evaluation") describes each.
 """
 
 from __future__ import annotations
@@ -24,6 +12,7 @@ from typing import Any
 
 import torch
 
+from lmlab.utils.checks import check_names
 from lmlab.utils.errors import LmlabError
 
 LEE_FILES = ("lee.cor", "similarities0-1.txt")
@@ -31,8 +20,7 @@ EVALUATIONS = ("lee", "wic", "retrieval")
 
 
 def lee_folder(folder: str | Path | None = None) -> Path:
-    """The folder holding the Lee files: ``folder`` if given, else gensim's installed test data
-    (found by its package location; gensim is not imported)."""
+    """The folder holding the Lee files: ``folder``, else gensim's test data (not imported)."""
     if folder is None:
         spec = importlib.util.find_spec("gensim")
         if spec is None or not spec.submodule_search_locations:
@@ -84,8 +72,7 @@ def lee_similarity(encoder: Any, folder: str | Path | None = None) -> dict[str, 
 
 
 def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> tuple[float, float]:
-    """(threshold, accuracy): the cut that classifies ``score >= threshold`` as 1 most accurately
-    (midpoints between sorted scores)."""
+    """(threshold, accuracy) of the most accurate cut ``score >= threshold`` (a midpoint)."""
     ordered = sorted(zip(scores, labels))
     positives = sum(labels)
     best, best_correct = ordered[0][0] - 1.0, positives  # everything predicted 1
@@ -105,7 +92,6 @@ def wic_threshold(encoder: Any, size: str = "cpu") -> dict[str, float]:
     from lmlab.tasks.builtin import load_builtin_task
 
     task = load_builtin_task("wordnet-wic", size=size)
-    results: dict[str, float] = {}
     scored = {}
     for split in ("dev", "test"):
         examples = task.split(split)
@@ -116,17 +102,15 @@ def wic_threshold(encoder: Any, size: str = "cpu") -> dict[str, float]:
     threshold, dev_accuracy = best_threshold(*scored["dev"])
     test_scores, test_labels = scored["test"]
     test_accuracy = sum((s >= threshold) == bool(y) for s, y in zip(test_scores, test_labels))
-    results.update(threshold=threshold, dev_accuracy=100 * dev_accuracy,
-                   test_accuracy=100 * test_accuracy / len(test_labels),
-                   test_pairs=len(test_labels))
-    return results
+    return {"threshold": threshold, "dev_accuracy": 100 * dev_accuracy,
+            "test_accuracy": 100 * test_accuracy / len(test_labels), "test_pairs": len(test_labels)}
 
 
 def gloss_retrieval(encoder: Any, pairs: str | Path | None = None, split: str = "test",
                     max_synsets: int | None = 1000, ks: Sequence[int] = (1, 5, 10)
                     ) -> dict[str, float]:
-    """Precision@1 and recall@k (x100) of retrieving each example's own gloss among the glosses
-    of the held-out synsets (the first ``max_synsets`` of them by id)."""
+    """Precision@1 and recall@k (x100) of retrieving each example's own gloss among the
+    held-out synsets' (the first ``max_synsets`` by id)."""
     from lmlab.sentence.pairs import build_wordnet_pairs, pair_file, read_pairs
 
     if pairs is not None:
@@ -162,10 +146,7 @@ def evaluate_encoder(encoder: Any, evaluations: Sequence[str] = EVALUATIONS,
                      lee_dir: str | Path | None = None, pairs: str | Path | None = None,
                      max_synsets: int | None = 1000, wic_size: str = "cpu") -> dict[str, Any]:
     """The chosen evaluations of ``encoder`` (a :class:`~lmlab.sentence.encoder.SentenceEncoder`)."""
-    unknown = [e for e in evaluations if e not in EVALUATIONS]
-    if unknown:
-        raise LmlabError(f"unknown evaluation {', '.join(unknown)}",
-                         f"choose from {', '.join(EVALUATIONS)}")
+    check_names(list(evaluations), EVALUATIONS, "--tasks", "evaluation")
     if "lee" in evaluations:
         lee_folder(lee_dir)  # refused before any encoding
     results: dict[str, Any] = {}

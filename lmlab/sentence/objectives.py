@@ -1,21 +1,6 @@
-"""Sentence-BERT's training objectives for a bi-encoder (Reimers & Gurevych 2019).
-
-Both read a batch whose rows are column after column: ``B`` first sentences, then their ``B``
-second sentences (then, optionally, ``B`` hard negatives), one forward pass of the shared
-encoder for all of them (:func:`lmlab.sentence.data.collate_columns`), mean pooling, and:
-
-* :class:`MultipleNegativesRanking` (Henderson et al. 2017; sentence-transformers'
-  ``MultipleNegativesRankingLoss``): for each anchor, the cosine similarities (times ``scale``)
-  to every candidate of the batch (all positives, then any hard negatives); cross-entropy with
-  its own positive as the class. The other pairs' positives are the negatives. A candidate of
-  the same ``group`` as the anchor's positive (a second copy of the same gloss) is masked out:
-  it is not a negative.
-* :class:`PairClassification` (SBERT's classification objective):
-  ``softmax(W [u; v; |u - v|])`` over the pair's labels, cross-entropy.
-
-They follow the Trainer's objective interface (``prepare``, ``compute_loss`` returning an
-:class:`~lmlab.objectives.base.ObjectiveResult`).
-"""
+"""Sentence-BERT's training objectives for a bi-encoder: in-batch contrastive ranking and pair
+classification ``softmax(W [u; v; |u - v|])``, on batches laid out column after column
+(:func:`lmlab.sentence.data.collate_columns`), as Trainer objectives."""
 
 from __future__ import annotations
 
@@ -34,9 +19,8 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def mnrl_loss(anchors: torch.Tensor, candidates: torch.Tensor, scale: float = 20.0,
               groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, logits (B, N)): anchor ``i``'s positive is candidate ``i`` of ``candidates``
-    (N >= B: the B positives first, then hard negatives). ``groups`` (N,) masks candidates
-    ``j != i`` with ``groups[j] == groups[i]``."""
+    """(loss, logits (B, N)): anchor ``i``'s positive is candidate ``i`` (then hard negatives);
+    ``groups`` (N,) masks other candidates of the positive's group (a second copy of it)."""
     batch = anchors.shape[0]
     if candidates.shape[0] < 2:
         raise LmlabError("in-batch negatives need at least two pairs in a batch (got one)",
@@ -76,7 +60,8 @@ class _BiEncoderObjective(nn.Module):
 
 
 class MultipleNegativesRanking(_BiEncoderObjective):
-    """Contrastive loss with in-batch negatives (see the module docstring)."""
+    """Contrastive loss with in-batch negatives (sentence-transformers'
+    ``MultipleNegativesRankingLoss``)."""
 
     name = "mnrl"
 

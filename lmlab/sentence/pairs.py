@@ -1,22 +1,7 @@
-"""Sentence pairs for bi-encoder training, built offline from WordNet 3.0.
-
-A synset's example sentences and its gloss (definition) say the same thing in two ways: each
-(example, gloss) is a positive pair (label 1). A negative (label 0) pairs the example with the
-gloss of another synset: one that shares a lemma with it where there is one (another sense of
-the same word, the hard case), else a synset drawn by hash. The contrastive objective reads the
-positives (its negatives are the other glosses of the batch); the classification objective reads
-both labels.
-
-Splits are by synset id (:func:`lmlab.tasks.builtin.split_of`, the supersense task's split), and
-negatives come from the same split, so no synset of the held-out splits is seen in training.
-Train pairs whose example sentence is one of the ``wordnet-wic`` task's dev or test sentences are
-dropped (counted in ``info.json``), so the WiC evaluation is not trained on.
-
-A pair folder holds ``train.jsonl``, ``dev.jsonl``, ``test.jsonl`` (one pair a line:
-``{"sentence1", "sentence2", "label", "group"}``; ``group`` is the gloss's synset, so
-in-batch negatives can skip a second copy of the true gloss) and ``info.json``. Your own pairs
-work the same way: a JSON-lines file with ``sentence1``, ``sentence2`` and ``label`` (``group``
-optional).
+"""Sentence pairs for bi-encoder training, built offline from WordNet 3.0 (an example sentence and
+its synset's gloss; negatives from a synset sharing a lemma), split by synset id, WiC's
+evaluation sentences dropped from train; read and written as JSON-lines pair folders.
+docs/sentence-encoders.md ("Pairs from WordNet") tells the story.
 """
 
 from __future__ import annotations
@@ -28,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import iter_jsonl
 
 PAIR_SPLITS = ("train", "dev", "test")
 REQUIRED_FIELDS = ("sentence1", "sentence2", "label")
@@ -112,34 +98,24 @@ def write_pairs(folder: str | Path, pairs: dict[str, list[SentencePair]], info: 
 
 
 def read_pairs(path: str | Path) -> list[SentencePair]:
-    """Pairs of one JSON-lines file, every line checked (a missing field or a label that is not
-    an integer is refused with its line number)."""
+    """Pairs of one JSON-lines file, every line checked (refusals name the line)."""
     path = Path(path)
     if not path.is_file():
         raise LmlabError(f"pair file {path} does not exist",
                          "write one with `lmlab sentence pairs --out DIR` (DIR/train.jsonl)")
     rows: list[SentencePair] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise LmlabError(f"{path}:{number} is not JSON ({error.msg})",
-                                 "write one JSON object per line") from None
-            missing = [f for f in REQUIRED_FIELDS
-                       if not isinstance(record, dict) or record.get(f) in (None, "")]
-            if missing:
-                raise LmlabError(f"{path}:{number} has no {', '.join(missing)}",
-                                 "give every line sentence1, sentence2 and label (1 = same "
-                                 "meaning, 0 = not)")
-            label = record["label"]
-            if isinstance(label, bool) or not isinstance(label, int) or label < 0:
-                raise LmlabError(f"{path}:{number}: label {label!r} is not a class number",
-                                 "use 0, 1, ... (1 = same meaning, 0 = not)")
-            rows.append(SentencePair(str(record["sentence1"]), str(record["sentence2"]), label,
-                                     str(record.get("group") or record["sentence2"])))
+    for number, record in iter_jsonl(path):
+        missing = [f for f in REQUIRED_FIELDS if record.get(f) in (None, "")]
+        if missing:
+            raise LmlabError(f"{path}:{number} has no {', '.join(missing)}",
+                             "give every line sentence1, sentence2 and label (1 = same "
+                             "meaning, 0 = not)")
+        label = record["label"]
+        if isinstance(label, bool) or not isinstance(label, int) or label < 0:
+            raise LmlabError(f"{path}:{number}: label {label!r} is not a class number",
+                             "use 0, 1, ... (1 = same meaning, 0 = not)")
+        rows.append(SentencePair(str(record["sentence1"]), str(record["sentence2"]), label,
+                                 str(record.get("group") or record["sentence2"])))
     if not rows:
         raise LmlabError(f"pair file {path} is empty", "give at least two pairs")
     return rows

@@ -1,14 +1,6 @@
-"""Training a sentence encoder on the one Trainer: Sentence-BERT's two objectives on sentence
-pairs, skip-thought and quick-thought on a corpus's sentence order.
-
-:func:`train_sentence_encoder` checks every setting and reads the data before it touches the
-run folder, builds the encoder (from ``init``, e.g. ``minilm``, or a fresh lmlab BERT of a
-preset ``size`` on a tokenizer), and runs :class:`~lmlab.training.trainer.Trainer` with the
-objective and stream of :data:`OBJECTIVES`. The run folder is a Trainer run (config.json,
-metrics.jsonl, checkpoints, resumable) whose ``model/`` is a sentence-transformers folder
-(mean pooling recorded), so ``SentenceEncoder.load(out / "model")`` and
-``SentenceTransformer(out / "model")`` both read it. Quick-thought also writes its context
-encoder ``g`` to ``context_model/``.
+"""Training a sentence encoder on the one Trainer: Sentence-BERT's two objectives on pairs,
+skip-thought and quick-thought on a corpus's sentence order. The run's ``model/`` is a
+sentence-transformers folder (quick-thought's ``g`` goes to ``context_model/``).
 """
 
 from __future__ import annotations
@@ -97,10 +89,8 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
                            max_sentences: int | None = None, scale: float = 20.0,
                            num_labels: int | None = None, embedding_dim: int = 128,
                            decoder_hidden: int = 256, overwrite: bool = False) -> Any:
-    """Train a sentence encoder with ``objective`` (a key of :data:`OBJECTIVES`) on ``data``
-    (a pair folder or file for ``mnrl``/``softmax``, an lmlab corpus folder for
-    ``skip-thought``/``quick-thought``) under the :class:`TrainingConfig` ``cfg``; returns the
-    Trainer's result (the encoder is in ``out/model``)."""
+    """Train a sentence encoder with ``objective`` on ``data`` (pairs for ``mnrl``/``softmax``,
+    a corpus for the others) under ``cfg``; returns the Trainer's result."""
     from lmlab.sentence.encoder import (
         DEFAULT_MAX_LENGTH,
         _sentence_transformers_settings,
@@ -110,10 +100,9 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
     from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
     from lmlab.training.trainer import Trainer, seed_everything
     from lmlab.utils.catalog import resolve_model_dir
+    from lmlab.utils.checks import check_choice
 
-    if objective not in OBJECTIVES:
-        raise LmlabError(f"unknown sentence objective {objective!r}",
-                         f"use one of {', '.join(OBJECTIVES)}")
+    check_choice(objective, OBJECTIVES, "--objective", "sentence objective")
     if max_length < 4:
         raise LmlabError(f"max_length {max_length}", "use at least 4 tokens")
     process_device(cfg.device)  # a GPU that is not there: refused before the run folder is touched
