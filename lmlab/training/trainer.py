@@ -491,7 +491,7 @@ class Trainer:
                     for hook in self.hooks:
                         stop = hook.on_step_end(self) or stop
                     if cfg.eval_every and self.step % cfg.eval_every == 0 and stop is None:
-                        self._log_eval(writer)
+                        self.log_eval(self.evaluate(), writer)
                     if cfg.save_every and self.step % cfg.save_every == 0 and stop is None:
                         self.save_checkpoint()
             finally:
@@ -534,7 +534,7 @@ class Trainer:
         main, writer = self.dist.is_main, self._writer
         for hook in self.hooks:
             hook.on_train_end(self)
-        self._log_eval(writer)
+        self.log_eval(self.evaluate(), writer)
         if main:  # what reports read as the run's end (the last train record may be older)
             writer.write({"kind": "end", "step": self.step, "tokens": self.tokens,
                           "elapsed": self.elapsed(), "stop_reason": stop or ""})
@@ -554,9 +554,6 @@ class Trainer:
                            last_eval=self.last_eval, out_dir=self.out_dir,
                            checkpoint=self.last_checkpoint,
                            cost=cost.to_dict() if cost is not None else None)
-
-    def _log_eval(self, writer: MetricsWriter | None) -> None:
-        self.log_eval(self.evaluate(), writer)
 
     def log_eval(self, results: dict[str, float], writer: MetricsWriter | None = None) -> None:
         """Make ``results`` (``eval_*`` keys) the run's newest evaluation and log it; hooks call
