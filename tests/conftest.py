@@ -254,13 +254,14 @@ def save_tiny_bert_folder(folder, **shape):
     import shutil
     from pathlib import Path
 
+    import lmlab
     from lmlab.utils.catalog import minilm_dir
 
     source = minilm_dir()
     if source is None:
         pytest.skip("MiniLM tokenizer not available")
     folder = Path(folder)
-    tiny_bert(**shape).save_pretrained(folder)
+    lmlab.save_pretrained(tiny_bert(**shape), folder)
     for name in TOKENIZER_FILES:
         if (source / name).exists():
             shutil.copy(source / name, folder / name)

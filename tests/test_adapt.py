@@ -114,7 +114,7 @@ def test_lora_merges_into_a_plain_model_with_equal_outputs(tmp_path):
     real = _batch()["attention_mask"].bool()
     assert_close_rounding(merged(**_batch()).last_hidden_state[real], adapted[real],
                           terms=64, depth=6)
-    merged.save_pretrained(tmp_path / "merged")  # a plain checkpoint: saved and loaded as any
+    lmlab.save_pretrained(merged, tmp_path / "merged")  # a plain checkpoint: saved and loaded as any
     again = lmlab.from_pretrained(tmp_path / "merged")
     assert_close_rounding(again(**_batch()).last_hidden_state[real], adapted[real],
                           terms=64, depth=6)
@@ -122,12 +122,13 @@ def test_lora_merges_into_a_plain_model_with_equal_outputs(tmp_path):
     apply_method(model, "adapter", bottleneck=4)
     with pytest.raises(LmlabError, match="cannot be merged"):
         merge(model)
+    from lmlab.interop import hf
     from lmlab.interop.native import save_native
 
     for method in ("lora", "prefix"):  # a plain checkpoint would drop the adaptation
         model = _model("bert", head=None)
         apply_method(model, method, **OPTIONS[method])
-        for save in (type(model).save_pretrained, save_model, save_native):
+        for save in (hf.save_pretrained, save_model, save_native):
             with pytest.raises(LmlabError, match=f"carries a {method} adaptation"):
                 save(model, tmp_path / "plain")
         assert not (tmp_path / "plain").exists()
@@ -223,7 +224,7 @@ def test_a_pooler_the_head_added_travels_with_the_adapter(tmp_path):
     torch.manual_seed(0)
     base = LanguageModel(get_family("bert").config(**SIZES))
     assert base.pooler is None
-    base.save_pretrained(tmp_path / "base")
+    lmlab.save_pretrained(base, tmp_path / "base")
     model = lmlab.from_pretrained(tmp_path / "base")
     add_task_head(model, "sequence-classification", 3)  # the family's pooled [CLS]
     assert model.pooler is not None
@@ -236,7 +237,7 @@ def test_a_pooler_the_head_added_travels_with_the_adapter(tmp_path):
     assert torch.equal(load_adapter(tmp_path / "adapter")(**_batch()).logits, expected)  # exact: the same weights and ops
 
     with_pooler = LanguageModel(get_family("bert").config(**SIZES), with_pooler=True)
-    with_pooler.save_pretrained(tmp_path / "pooled")
+    lmlab.save_pretrained(with_pooler, tmp_path / "pooled")
     model = lmlab.from_pretrained(tmp_path / "pooled")
     add_task_head(model, "sequence-classification", 3)
     apply_method(model, "lora", r=2)

@@ -14,6 +14,7 @@ import torch
 from conftest import assert_clean_refusal, assert_close_rounding, kjv_shards, run_lmlab
 from torch import nn
 
+import lmlab
 from lmlab.models.rnn.config import RecurrentConfig, check_family_objective, recurrent_preset
 from lmlab.models.rnn.io import build_model, load_recurrent
 from lmlab.models.rnn.layers import LockedDropout, WeightDropLSTM, embedding_dropout
@@ -165,7 +166,7 @@ def test_bad_configs_and_heads_are_refused():
 def test_save_and_reload_in_a_fresh_process_gives_the_same_logits(tmp_path):
     torch.manual_seed(0)
     model = build_model(tiny(), ["clm"]).eval()
-    folder = model.save_pretrained(tmp_path / "awd")
+    folder = lmlab.save_pretrained(model, tmp_path / "awd")
     ids = torch.randint(1, VOCAB, (2, 8))
     with torch.no_grad():
         expected = model(ids).logits
@@ -186,7 +187,7 @@ def test_save_and_reload_in_a_fresh_process_gives_the_same_logits(tmp_path):
 
 def test_folder_of_the_wrong_family_is_refused(tmp_path):
     model = build_model(tiny(), ["clm"])
-    folder = model.save_pretrained(tmp_path / "awd")
+    folder = lmlab.save_pretrained(model, tmp_path / "awd")
     config = json.loads((folder / "config.json").read_text())
     config["family"] = "elmo"
     (folder / "config.json").write_text(json.dumps(config))

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
 
+import lmlab
 from lmlab.utils.errors import LmlabError
 
 
@@ -60,7 +61,7 @@ def gpt2(tmp_path_factory):
                                 min_frequency=1)
     model = tiny_decoder("gpt2", len(tokenizer))
     folder = tmp_path_factory.mktemp("gpt2")
-    model.save_pretrained(folder)
+    lmlab.save_pretrained(model, folder)
     tokenizer.save_pretrained(folder)
     assert len(tokenizer.encode(LONG_PROMPT)) == 18
     return folder, model, tokenizer

@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import assert_close_rounding, write_kjv_corpus
 
+import lmlab
 from lmlab.models.config import TransformerConfig
 from lmlab.models.model import LanguageModel
 
@@ -55,7 +56,7 @@ def test_save_matches_transformers(tmp_path, family, heads):
 
     config = tiny_config(family)
     ours = randomise(LanguageModel(config, heads=heads))
-    ours.save_pretrained(tmp_path)
+    lmlab.save_pretrained(ours, tmp_path)
     auto = transformers.AutoModelForCausalLM if heads else transformers.AutoModel
     theirs = auto.from_pretrained(tmp_path).eval()
     ids, mask = _inputs()
@@ -108,7 +109,7 @@ def test_cache_steps_equal_full_sequence_and_transformers(tmp_path, family):
 
     config = tiny_config(family)
     ours = randomise(LanguageModel(config, heads=("clm",)))
-    ours.save_pretrained(tmp_path)
+    lmlab.save_pretrained(ours, tmp_path)
     theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     ids = torch.tensor([[5, 17, 33, 2, 60, 71, 9, 44]])
     with torch.no_grad():
@@ -133,7 +134,7 @@ def test_gpt2_config_round_trip_and_names(tmp_path):
     from lmlab.interop.hf import load_config
 
     config = tiny_config("gpt2")
-    LanguageModel(config, heads=("clm",)).save_pretrained(tmp_path)
+    lmlab.save_pretrained(LanguageModel(config, heads=("clm",)), tmp_path)
     hf = json.loads((tmp_path / "config.json").read_text())
     assert hf["architectures"] == ["GPT2LMHeadModel"] and hf["activation_function"] == "gelu_new"
     from safetensors import safe_open

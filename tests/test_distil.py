@@ -23,6 +23,7 @@ from conftest import (
     run_lmlab,
 )
 
+import lmlab
 from lmlab.compress.distil import (
     DistilSettings,
     TaskDistillation,
@@ -59,7 +60,7 @@ def save_with_tokenizer(model, folder: Path) -> Path:
 
     from lmlab.utils.catalog import minilm_dir
 
-    model.save_pretrained(folder)
+    lmlab.save_pretrained(model, folder)
     for name in TOKENIZER_FILES:
         if (minilm_dir() / name).exists():
             shutil.copy(minilm_dir() / name, folder / name)

@@ -277,7 +277,7 @@ def test_elmo_in_contextual_neighbours_and_the_feature_recipe(tmp_path):
     config = recurrent_preset("elmo", "tiny", vocab_size=len(tokenizer),
                               pad_token_id=tokenizer.pad_token_id)
     model = build_model(config, ["bilm"], tokenizer=tokenizer)
-    folder = model.save_pretrained(tmp_path / "elmo")
+    folder = lmlab.save_pretrained(model, tmp_path / "elmo")
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
                  "special_tokens_map.json"):
         if (minilm_dir() / name).exists():

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import assert_clean_refusal, assert_close_rounding, run_lmlab
 
+import lmlab
 from lmlab.formats.gguf import GGUFFile, read_metadata
 from lmlab.interop.gguf import load_gguf_model
 from lmlab.interop.gguf_writer import GGUF_TYPES, tokenizer_metadata, write_gguf
@@ -258,7 +259,7 @@ def test_pruned_heads_are_refused(tmp_path, tokenizer):
 def test_cli_writes_a_file_another_process_reads(tmp_path, tokenizer, tiny_bert_folder):
     model = tiny_llama(tied=False)
     folder = tmp_path / "tiny-llama"
-    model.save_pretrained(folder)
+    lmlab.save_pretrained(model, folder)
     tokenizer.save_pretrained(folder)
     out = tmp_path / "tiny-q8.gguf"
     result = run_lmlab("export", "gguf", folder, out, "--type", "q8_0")

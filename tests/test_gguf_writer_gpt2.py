@@ -12,6 +12,7 @@ import torch
 from conftest import assert_close_rounding, run_lmlab
 from test_gguf_writer import TEXT, dequantised_copy, logits
 
+import lmlab
 from lmlab.formats.gguf import GGUFFile
 from lmlab.generation.generate import generate
 from lmlab.interop.gguf import load_gguf_model
@@ -140,7 +141,7 @@ def test_gpt2_settings_a_gguf_cannot_say_are_refused(tmp_path, tokenizer):
 def test_cli_writes_a_gpt2_file_another_process_reads(tmp_path, tokenizer):
     model = tiny_gpt2(tied=False)
     folder = tmp_path / "tiny-gpt2"
-    model.save_pretrained(folder)
+    lmlab.save_pretrained(model, folder)
     tokenizer.save_pretrained(folder)
     out = tmp_path / "tiny-gpt2-f32.gguf"
     result = run_lmlab("export", "gguf", folder, out, "--type", "f32")

@@ -151,7 +151,7 @@ def test_parity_lmlab_to_hf(case, hf_checkpoints, tmp_path):
     """lmlab save -> transformers AutoModel and the AutoModelFor... class: same outputs."""
     _, class_name, outputs, pad_id = CASES[case]
     ours = lmlab.from_pretrained(hf_checkpoints[case])
-    saved = ours.save_pretrained(tmp_path / "saved")
+    saved = lmlab.save_pretrained(ours, tmp_path / "saved")
     config = json.loads((saved / "config.json").read_text())
     assert config["architectures"] == [class_name]
     batch = _batch(pad_id, case not in NO_TOKEN_TYPES)
@@ -186,7 +186,7 @@ def test_bare_model_round_trip_with_pooler(tmp_path):
     got = _ours_run(ours, batch)
     ref = _hf_run(hf, batch)
     assert _max_diff(got.pooler_output, ref.pooler_output) <= TOL
-    saved = ours.save_pretrained(tmp_path / "ours")
+    saved = lmlab.save_pretrained(ours, tmp_path / "ours")
     assert json.loads((saved / "config.json").read_text())["architectures"] == ["RobertaModel"]
     again = transformers.AutoModel.from_pretrained(saved).eval()
     assert _max_diff(_hf_run(again, batch).pooler_output, ref.pooler_output) <= TOL
@@ -212,7 +212,7 @@ def test_albert_layer_groups_rejected(tmp_path):
 # -- sharded checkpoints ------------------------------------------------------------------------
 def test_sharded_save_loads_in_transformers(hf_checkpoints, tmp_path):
     ours = lmlab.from_pretrained(hf_checkpoints["bert"])
-    saved = ours.save_pretrained(tmp_path / "sharded", max_shard_bytes=40_000)
+    saved = lmlab.save_pretrained(ours, tmp_path / "sharded", max_shard_bytes=40_000)
     shards = sorted(saved.glob("model-*-of-*.safetensors"))
     assert len(shards) > 2 and (saved / "model.safetensors.index.json").exists()
     assert not (saved / "model.safetensors").exists()
@@ -253,7 +253,7 @@ def _bert_folder(tmp_path):
         intermediate_size=64, max_position_embeddings=40)
     from lmlab.models.model import LanguageModel
 
-    return LanguageModel(config, heads=["mlm"]).save_pretrained(tmp_path / "bert")
+    return lmlab.save_pretrained(LanguageModel(config, heads=["mlm"]), tmp_path / "bert")
 
 
 def test_missing_tensor_reported(tmp_path):
@@ -321,9 +321,10 @@ def test_pickle_needs_allow_pickle(hf_checkpoints, tmp_path):
 # parent's peak. The checkpoint is written by another child for the same reason.
 _MAKE_SCRIPT = textwrap.dedent("""
     import sys
+    import lmlab
     from lmlab.models.config import TransformerConfig
     from lmlab.models.model import LanguageModel
-    LanguageModel(TransformerConfig(), heads=[]).save_pretrained(sys.argv[1])  # bert-base
+    lmlab.save_pretrained(LanguageModel(TransformerConfig(), heads=[]), sys.argv[1])  # bert-base
 """)
 _RSS_SCRIPT = textwrap.dedent("""
     import json, resource, sys

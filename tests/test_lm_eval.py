@@ -10,6 +10,7 @@ import torch
 from conftest import assert_close_rounding
 from torch.nn import functional as F
 
+import lmlab
 from lmlab.evaluation.lm import (
     cloze_passages,
     few_shot_evaluate,
@@ -223,7 +224,7 @@ def test_evaluate_cli_few_shot_reports_accuracy_per_shot(tmp_path, capsys):
     tokenizer = Tokenizer.train([r["text"] for r in rows] * 5, kind="bpe", vocab_size=300,
                                 template="gpt2", min_frequency=1)
     model_dir = tmp_path / "model"
-    tiny("gpt2", vocab=len(tokenizer)).save_pretrained(model_dir)
+    lmlab.save_pretrained(tiny("gpt2", vocab=len(tokenizer)), model_dir)
     tokenizer.save_pretrained(model_dir)
     files = ["--task", "colours", "--train", str(tmp_path / "train.jsonl"),
              "--dev", str(tmp_path / "dev.jsonl"), "--model", str(model_dir)]

@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import assert_close_rounding
 
+import lmlab
 from lmlab.compress.heads import (
     head_gates,
     head_importance,
@@ -100,7 +101,7 @@ def test_pruned_model_equals_transformers_bert_with_those_heads_zeroed(tmp_path)
     from transformers import BertModel
 
     model = _bert(heads=())
-    model.save_pretrained(tmp_path / "full")
+    lmlab.save_pretrained(model, tmp_path / "full")
     reference = BertModel.from_pretrained(tmp_path / "full", attn_implementation="eager").eval()
     with torch.no_grad():
         for layer, heads in PLAN.items():
@@ -299,6 +300,7 @@ def test_pruned_llama_loads_in_transformers_in_a_new_process(tmp_path):
     config.json (``lmlab_pruned_heads``: transformers 5 keeps no record of its own) and come
     back in lmlab, also after transformers saved the model again."""
     torch.manual_seed(0)
+    from lmlab.interop import hf
     from lmlab.models.presets import family_config
 
     config = family_config("llama", vocab_size=64, hidden_size=32, num_hidden_layers=2,
@@ -308,9 +310,9 @@ def test_pruned_llama_loads_in_transformers_in_a_new_process(tmp_path):
     model = LanguageModel(config, heads=["clm"]).eval()
     prune_heads(model, {0: [1], 1: [3]})  # 3 heads: transformers' config refuses 32 % 3
     with pytest.raises(LmlabError, match="does not divide"):
-        model.save_pretrained(tmp_path / "three")
+        hf.save_pretrained(model, tmp_path / "three")
     prune_heads(model, {0: [0], 1: [2]})
-    model.save_pretrained(tmp_path / "llama")
+    lmlab.save_pretrained(model, tmp_path / "llama")
     ids = torch.randint(0, 64, (2, 7))
     with torch.no_grad():
         expected = model(input_ids=ids).logits

@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import nn
 
+import lmlab
 from lmlab.compress.quantize import (
     Int8Linear,
     default_engine,
@@ -125,7 +126,7 @@ def test_onednn_model_saved_under_one_isa_is_right_under_another(tmp_path, save_
     instructions, and every int8 layer there is within the rounding bound of the fp32 layer:
     the activation bits follow the CPU running the model (7 without VNNI, 8 with), nothing in
     the folder pins them. The old layer pinned 8 bits to oneDNN: 9x the bound under AVX2."""
-    tiny_bert().save_pretrained(tmp_path / "fp32")  # both processes read the same fp32 weights
+    lmlab.save_pretrained(tiny_bert(), tmp_path / "fp32")  # both processes read the same fp32 weights
 
     def python(script: str, env: dict[str, str]) -> str:
         clean = {k: v for k, v in os.environ.items() if k not in AVX2_ENV}

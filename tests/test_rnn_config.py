@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+import lmlab
 from lmlab.models.config import TransformerConfig
 from lmlab.models.rnn.config import RecurrentConfig, recurrent_preset
 from lmlab.utils.errors import LmlabError
@@ -35,7 +36,7 @@ def test_saved_folders_of_both_formats_give_int_label_ids(tmp_path):
     extra = {**LABELS["extra"], "pooling": "concat"}  # ULMFiT's head
     recurrent = build_model(recurrent_preset("awd-lstm", "tiny", vocab_size=40, extra=extra),
                             ["sequence-classification"])
-    recurrent.save_pretrained(tmp_path / "awd")
+    lmlab.save_pretrained(recurrent, tmp_path / "awd")
     transformer = LanguageModel(TransformerConfig(vocab_size=40, hidden_size=16,
                                                   num_hidden_layers=1, num_attention_heads=2,
                                                   intermediate_size=32, **LABELS),

@@ -2,7 +2,7 @@
 
 Every task head (sequence classification, regression, pair classification, token
 classification, extractive QA, multiple choice) is saved the way ``lmlab finetune`` saves it
-(``model.save_pretrained``) and loaded in a subprocess with ``lmlab.from_pretrained`` and with
+(``lmlab.save_pretrained``) and loaded in a subprocess with ``lmlab.from_pretrained`` and with
 transformers' ``AutoModelFor...``: both give the pre-save logits. Fine-tuning runs (full and
 feature-based, one seed and several) load, evaluate and serve from a fresh process too.
 """
@@ -137,7 +137,7 @@ def test_every_head_loads_in_a_fresh_process(tmp_path, family):
         batch = _batch(family, head == "multiple-choice", pair)
         with torch.no_grad():
             expected[name] = task_logits(model, head, batch)
-        model.save_pretrained(tmp_path / name)  # what the runner's saver does
+        lmlab.save_pretrained(model, tmp_path / name)  # what the runner's saver does
         save_file(batch, str(tmp_path / f"{name}.inputs.safetensors"))
         cases[name] = (head, auto)
     (tmp_path / "cases.json").write_text(json.dumps(cases))

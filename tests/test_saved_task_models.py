@@ -236,7 +236,7 @@ def test_folders_saved_before_still_load(tmp_path, monkeypatch):
         old = tmp_path / f"{family}-{pooling}"
         with monkeypatch.context() as patch:  # the writer as it was: no refusal of the head
             patch.setattr(hf, "_refuse_task_heads", lambda model, family: None)
-            model.save_pretrained(old)
+            hf.save_pretrained(model, old)
         config = json.loads((old / "config.json").read_text())
         assert config["lmlab_pooling"] == pooling
         assert config["architectures"][0].endswith("ForSequenceClassification")

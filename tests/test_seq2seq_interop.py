@@ -139,7 +139,7 @@ def test_parity_lmlab_to_hf(case, hf_folders, tmp_path):
     outputs, and the same tensors come back."""
     class_name, _, pad, _ = CASES[case]
     ours = lmlab.from_pretrained(hf_folders[case])
-    saved = ours.save_pretrained(tmp_path / "saved")
+    saved = lmlab.save_pretrained(ours, tmp_path / "saved")
     assert json.loads((saved / "config.json").read_text())["architectures"] == [class_name]
     theirs = getattr(transformers, class_name).from_pretrained(saved).eval()
     batch = _batch(pad)
@@ -185,7 +185,7 @@ def copy_models(tmp_path_factory):
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        folders[case] = model.eval().save_pretrained(tmp_path_factory.mktemp(f"{case}-copy"))
+        folders[case] = lmlab.save_pretrained(model.eval(), tmp_path_factory.mktemp(f"{case}-copy"))
     return folders
 
 
@@ -233,7 +233,7 @@ def test_generation_matches_transformers(case, copy_models):
 
 def test_saved_model_loads_in_a_fresh_process(hf_folders, tmp_path):
     ours = lmlab.from_pretrained(hf_folders["bart"])
-    folder = ours.save_pretrained(tmp_path / "bart")
+    folder = lmlab.save_pretrained(ours, tmp_path / "bart")
     batch = _batch(1)
     with torch.no_grad():
         expected = ours(**batch).logits[0, :3].tolist()
@@ -295,6 +295,8 @@ def test_t5_feed_forward_names_read_as_transformers_reads_them():
 
 
 def test_t5_pad_row_trains_and_scaling_follows_tying(tmp_path):
+    from lmlab.interop import hf
+
     spec = get_family("t5")
     t5 = EncoderDecoderModel(spec.config(**spec.sizes["tiny"], vocab_size=50))
     assert t5.get_input_embeddings().padding_idx is None  # decoding starts from <pad>
@@ -302,7 +304,7 @@ def test_t5_pad_row_trains_and_scaling_follows_tying(tmp_path):
     assert bart.get_input_embeddings().padding_idx == 1
     untied = spec.config(**spec.sizes["tiny"], vocab_size=50, tie_word_embeddings=False)
     with pytest.raises(LmlabError, match="only when the head is tied"):
-        EncoderDecoderModel(untied).save_pretrained(tmp_path / "t5")
+        hf.save_pretrained(EncoderDecoderModel(untied), tmp_path / "t5")
     assert not (tmp_path / "t5").exists()
 
 

@@ -85,7 +85,7 @@ def test_head_parity_both_ways(tmp_path, family, head):
     # Other kernels on each side: 2 layers and a head of sums of up to 64 terms.
     assert_close_rounding(got, expected, terms=64, depth=3)
     # and back: our save -> their AutoModelFor... load
-    ours.save_pretrained(tmp_path / "ours")
+    lmlab.save_pretrained(ours, tmp_path / "ours")
     auto = {"sequence-classification": transformers.AutoModelForSequenceClassification,
             "token-classification": transformers.AutoModelForTokenClassification,
             "question-answering": transformers.AutoModelForQuestionAnswering,
@@ -114,7 +114,7 @@ def test_regression_head_and_labels_roundtrip(tmp_path):
     model = ours
     add_task_head(model, "sequence-classification", 3, {0: "a", 1: "b", 2: "c"})
     assert model.heads["sequence-classification"].classifier.out_features == 3
-    model.save_pretrained(tmp_path / "named")
+    lmlab.save_pretrained(model, tmp_path / "named")
     back = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "named")
     assert back.config.id2label == {0: "a", 1: "b", 2: "c"}
     again = load_pretrained(tmp_path / "named")

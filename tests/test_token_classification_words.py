@@ -51,7 +51,7 @@ def _tagger(tmp_path, word_labels: str | None):
         classifier.weight.copy_(solution[:-1].T.float())
         classifier.bias.copy_(solution[-1].float())
     folder = tmp_path / (word_labels or "unrecorded")
-    model.save_pretrained(folder)
+    lmlab.save_pretrained(model, folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
                  "special_tokens_map.json"):
         if (source / name).exists():

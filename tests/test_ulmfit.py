@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import TOKENIZER_FILES, assert_clean_refusal, assert_close_rounding, run_lmlab
 
+import lmlab
 from lmlab.finetune.recipes import discriminative_groups, unfreeze_to
 from lmlab.models.pooling import concat_pool
 from lmlab.models.rnn.config import recurrent_preset
@@ -38,7 +39,7 @@ def small_task():
 def save_with_tokenizer(model, folder: Path) -> Path:
     from lmlab.utils.catalog import minilm_dir
 
-    model.save_pretrained(folder)
+    lmlab.save_pretrained(model, folder)
     for name in TOKENIZER_FILES:
         if (minilm_dir() / name).exists():
             shutil.copy(minilm_dir() / name, folder / name)
@@ -151,7 +152,7 @@ def test_other_families_are_refused_before_any_work(general, tiny_bert_folder, t
     from lmlab.models.rnn.ulmfit import run_ulmfit
 
     config = recurrent_preset("elmo", "tiny", vocab_size=30522)
-    elmo = build_model(config, ["bilm"]).save_pretrained(tmp_path / "elmo")
+    elmo = lmlab.save_pretrained(build_model(config, ["bilm"]), tmp_path / "elmo")
     with pytest.raises(LmlabError, match="is an elmo model; ULMFiT fine-tunes a left-to-right"):
         run_ulmfit(small_task(), elmo, tmp_path / "out")
     with pytest.raises(LmlabError, match="is not an AWD-LSTM language model"):

@@ -359,6 +359,7 @@ def _architecture_stage(config: DemoConfig, stages: StageRunner, tok_folder: Pat
     """The pretraining model's architecture with the demo's tokenizer (``FOLDER/model``): the
     random-init runs start from it before pretraining has run."""
     def work(folder: Path) -> dict[str, Any]:
+        from lmlab.interop.native import save_pretrained
         from lmlab.models.model import LanguageModel
         from lmlab.models.presets import preset
         from lmlab.tokenization.tokenizer import Tokenizer
@@ -366,7 +367,7 @@ def _architecture_stage(config: DemoConfig, stages: StageRunner, tok_folder: Pat
         tokenizer = Tokenizer.from_pretrained(tok_folder / "tokenizer")
         model_config = preset(config.family, config.size, vocab_size=len(tokenizer),
                               **config.model_args)
-        LanguageModel(model_config).save_pretrained(folder / "model")
+        save_pretrained(LanguageModel(model_config), folder / "model")
         tokenizer.save_pretrained(folder / "model")
         return {"model": str(folder / "model")}
 
