@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -143,13 +142,6 @@ class LanguageModel(nn.Module):
             hidden_states=out.hidden_states, attentions=out.attentions,
             past_key_values=out.past_key_values, head_logits=head_logits,
         )
-
-    # -- persistence (delegates to the interop layer) -------------------------------------------
-    def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
-        """Write a Hugging Face folder (config.json + model.safetensors) transformers loads."""
-        from lmlab.interop.hf import save_pretrained
-
-        return save_pretrained(self, path, **kwargs)
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -265,12 +264,6 @@ class EncoderDecoderModel(nn.Module):
             encoder_attentions=getattr(encoder_outputs, "attentions", None),
             cross_attentions=decoded.cross_attentions,
         )
-
-    def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
-        """Write a Hugging Face folder (config.json + model.safetensors) transformers loads."""
-        from lmlab.interop.hf import save_pretrained
-
-        return save_pretrained(self, path, **kwargs)
 
 
 class Seq2SeqLMHead(nn.Module):

@@ -12,13 +12,12 @@ fine-tuning runner and feature extraction take it unchanged:
   (:mod:`lmlab.models.task_heads`: sequence classification with ULMFiT's concat pooling, tagging);
 * ``model.config`` (a :class:`~lmlab.models.rnn.config.RecurrentConfig`), ``model.pooler``
   (None: no [CLS] pooler), ``layer_groups()`` (ULMFiT's discriminative rates and gradual
-  unfreezing), ``save_pretrained(folder)`` (:mod:`lmlab.models.rnn.io`).
+  unfreezing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,7 +52,7 @@ class LMHead(nn.Module):
 
 
 class RecurrentModel(nn.Module):
-    """Base class: heads, the forward frame and persistence; subclasses define
+    """Base class: heads and the forward frame; subclasses define
     :meth:`encode` (the hidden states), :meth:`layer_groups` and their LM head's name."""
 
     lm_head = ""  # the family's language-model head ("clm", "bilm")
@@ -159,13 +158,6 @@ class RecurrentModel(nn.Module):
         """Modules from the top (the heads) down to the token representation: ULMFiT's layer
         groups (:func:`lmlab.finetune.recipes.layer_groups`)."""
         raise NotImplementedError
-
-    # -- persistence -----------------------------------------------------------------------------
-    def save_pretrained(self, path: str | Path, **_: Any) -> Path:
-        """Write ``config.json`` (lmlab's recurrent format) and ``model.safetensors``."""
-        from lmlab.models.rnn.io import save_recurrent
-
-        return save_recurrent(self, path)
 
 
 def lengths_of(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
