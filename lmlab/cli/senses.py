@@ -26,8 +26,6 @@ def register(commands) -> None:
 
 
 def _senses(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from lmlab.analysis.senses import POS_NAMES
     from lmlab.utils.checks import check_at_least, check_names, check_output_folder
 
@@ -42,7 +40,6 @@ def _senses(args: argparse.Namespace) -> int:
                             ignore=(".*.tmp",))
     from lmlab.analysis.senses import wsd_by_layer
     from lmlab.load import load_model_and_tokenizer
-    from lmlab.utils.io import atomic_write_json
 
     model, tokenizer = load_model_and_tokenizer(args.model)
     report = wsd_by_layer(model, tokenizer, pos=pos, max_lemmas=args.max_lemmas,
@@ -50,9 +47,9 @@ def _senses(args: argparse.Namespace) -> int:
                           static_baseline=not args.no_glove, name=str(args.model))
     print(report.table())
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "senses.json", report.to_dict())
-        report.plot(out / "senses.png")
-        print(f"wrote {out / 'senses.json'} and {out / 'senses.png'}")
+        from lmlab.analysis.report import write_files
+
+        json_file, png = write_files(args.out, {"senses.json": report.to_dict(),
+                                                "senses.png": report.plot})
+        print(f"wrote {json_file} and {png}")
     return 0
