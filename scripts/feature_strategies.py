@@ -59,7 +59,7 @@ def run_strategies(task, model, tokenizer, strategies, seeds, runs: Path,
             result = train_feature_based(task, model, tokenizer, recipe, seed,
                                          runs / strategy / f"seed-{seed}", precision=precision,
                                          show_progress=False, features=features)
-            predict = result["_predictor"]
+            predict = result.predict
             row = {"strategy": strategy, "seed": seed,
                    "dev": task.evaluate("dev", predict("dev")),
                    "test": task.evaluate("test", predict("test")),

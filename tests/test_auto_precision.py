@@ -85,7 +85,7 @@ def test_cli_commands_default_to_auto(monkeypatch, tmp_path):
         raise Stop
 
     def capture_finetune(task, model, out, **kwargs):
-        seen["finetune"] = kwargs["precision"]
+        seen["finetune"] = kwargs["config"].precision
         raise Stop
 
     monkeypatch.setattr("lmlab.pretrain", capture_pretrain)
@@ -107,6 +107,10 @@ def test_cli_commands_default_to_auto(monkeypatch, tmp_path):
         main(["finetune", "--task", "wordnet-wic", "--model", str(tmp_path), "--out",
               str(tmp_path / "f")])
     assert seen["finetune"] == "auto"
+    with pytest.raises(Stop):
+        main(["finetune", "--config", str(config), "--task", "wordnet-wic", "--model",
+              str(tmp_path), "--out", str(tmp_path / "f")])
+    assert seen["finetune"] == "bf16"  # the config file's choice is kept
 
 
 def test_finetune_resolves_auto_and_says_why(monkeypatch, tiny_bert_folder, tmp_path):

@@ -60,7 +60,7 @@ def test_pooled_strategy_equals_the_extractors_strategy_sentence_vectors(minilm_
 def test_a_strategy_run_saves_and_loads_in_a_new_process(tiny_bert_folder, tmp_path):
     result = train(tiny_bert_folder, tmp_path / "run", layer="concat_last_four")
     assert result["scalar_mix"] is None
-    result["_saver"](tmp_path / "model")
+    result.save(tmp_path / "model")
     settings = json.loads((tmp_path / "model" / "feature_head.json").read_text())
     assert settings["layer"] == "concat_last_four" and settings["hidden"] == 32
     script = """
@@ -83,7 +83,7 @@ print(json.dumps([model.labels[i] for i in logits.argmax(-1).tolist()]))
     assert out.returncode == 0, out.stderr
     width, predictions = out.stdout.splitlines()
     assert width == "96"  # three hidden states of 32 (two layers + embeddings), concatenated
-    assert json.loads(predictions) == result["_predictor"]("dev")
+    assert json.loads(predictions) == result.predict("dev")
 
 
 def test_precomputed_features_give_the_same_run(tiny_bert_folder, tmp_path):

@@ -49,7 +49,7 @@ def train(folder, out, seed: int = 0, random_init: bool = False, save_every: int
 
 def head_weights(result, folder) -> dict[str, torch.Tensor]:
     """The trained head, as the run's saver writes it."""
-    result["_saver"](folder)
+    result.save(folder)
     return load_file(str(folder / FEATURE_HEAD_WEIGHTS))
 
 
@@ -58,7 +58,7 @@ def assert_same_run(a: dict, b: dict, a_dir, b_dir) -> None:
     assert (a["best_epoch"], a["stop_reason"], a["steps"]) == \
         (b["best_epoch"], b["stop_reason"], b["steps"])
     for split in ("dev", "test"):
-        assert a["_predictor"](split) == b["_predictor"](split)
+        assert a.predict(split) == b.predict(split)
     weights_a, weights_b = head_weights(a, a_dir / "model"), head_weights(b, b_dir / "model")
     assert weights_a.keys() == weights_b.keys()
     for name in weights_a:
@@ -198,7 +198,7 @@ def test_budget_stops_training_and_scores_the_last_partial_epoch(tiny_bert_folde
 def test_saved_run_loads_in_a_fresh_process_and_scores_the_same(tiny_bert_folder, tmp_path):
     result = train(tiny_bert_folder, tmp_path / "run", layer=-1)
     assert result["scalar_mix"] is None  # one layer: no mix
-    result["_saver"](tmp_path / "run" / "model")
+    result.save(tmp_path / "run" / "model")
     dev = toy_task().split("dev")
     script = """
 import json, sys
@@ -219,7 +219,7 @@ print(json.dumps(predict_examples(model, load_tokenizer(folder), task, examples)
     assert out.returncode == 0, out.stderr
     kind, predictions = out.stdout.splitlines()
     assert kind == "FeatureClassifier"
-    assert json.loads(predictions) == result["_predictor"]("dev")
+    assert json.loads(predictions) == result.predict("dev")
 
 
 def test_regression_trains_one_output_with_mse_after_a_bf16_encoder_pass(tiny_bert_folder,
@@ -231,12 +231,12 @@ def test_regression_trains_one_output_with_mse_after_a_bf16_encoder_pass(tiny_be
     model, tokenizer, _ = load_model(tiny_bert_folder)
     result = train_feature_based(task, model, tokenizer, get_recipe("feature", epochs=3, lr=5e-2),
                                  0, tmp_path / "run", precision="bf16", show_progress=False)
-    predictions = result["_predictor"]("test")
+    predictions = result.predict("test")
     assert len(predictions) == len(splits["test"]) and all(isinstance(p, float)
                                                            for p in predictions)
     assert [h["epoch"] for h in result["history"]] == [1, 2, 3]
     assert all("dev_pearson" in h for h in result["history"])
-    assert result["_predictor"]("dev") == result["_predictor"]("dev")  # the kept head, eval mode
+    assert result.predict("dev") == result.predict("dev")  # the kept head, eval mode
     assert json.loads((tmp_path / "run" / "config.json").read_text())["speed"]["precision"] \
         == "bf16"
 

@@ -31,7 +31,9 @@ def register(commands) -> None:
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     _common.add_max_train_examples(p)
     p.add_argument("--budget", help="training time limit per seed, e.g. 5m, 90s, 1h")
-    _common.add_device(p)
+    _common.add_device(p, None)
+    p.add_argument("--config", help="YAML/JSON file with hparams: and speed: sections, any "
+                                    "FinetuneConfig setting (flags override it)")
     p.add_argument("--save-every", type=int,
                    help="checkpoint every N optimizer steps (default: every epoch)")
     p.add_argument("--epochs", type=int)
@@ -52,7 +54,7 @@ def register(commands) -> None:
     p.add_argument("--min-updates", type=int,
                    help="train at least N optimizer updates, adding epochs on small data "
                         "(default: the recipe's; bert 500, 0 = no minimum)")
-    _common.add_precision(p, help=_common.AUTO_PRECISION_HELP)
+    _common.add_precision(p, None, help=_common.AUTO_PRECISION_HELP)
     add_method_arguments(p)
 
     p = commands.command(
@@ -126,26 +128,30 @@ def parse_budget(text: str | None) -> float | None:
     return None if text is None else parse_duration(text)
 
 
-def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
-    """Check the numbers, the model and (several seeds) the --out folder before any work;
-    returns the seeds. One run's folder is checked by the library (resume, refuse, start over)."""
+def check_finetune_args(args: argparse.Namespace):
+    """The seeds and the :class:`FinetuneConfig` (flags over the --config file, checked), the
+    model and (several seeds) the --out folder, before any work. One run's folder is checked
+    by the library (resume, refuse, start over)."""
     from pathlib import Path
 
-    from lmlab.finetune.settings import check_settings
+    from lmlab.finetune.settings import FinetuneConfig
+    from lmlab.training.config import load_config_file
     from lmlab.utils.checks import check_output_folder, parse_int_list
     from lmlab.utils.errors import LmlabError
     from lmlab.utils.io import read_json
 
     seeds = parse_int_list(args.seeds, "--seeds")
-    check_settings(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
-                   max_train_examples=args.max_train_examples, patience=args.patience,
-                   lr=args.lr, budget_seconds=parse_budget(args.budget),
-                   save_every=args.save_every, head_lr_multiplier=args.head_lr_multiplier,
-                   min_updates=args.min_updates)
-    if args.method is not None or method_options(args):
-        from lmlab.adapt import method_settings
-
-        method_settings(args.method, method_options(args))
+    sections = load_config_file(args.config) if args.config else {}
+    speed = {"precision": "auto", **(sections.get("speed") or {})}  # the command's default
+    config = FinetuneConfig.from_sections(
+        {**sections, "speed": speed}, recipe=args.recipe, epochs=args.epochs, lr=args.lr,
+        batch_size=args.batch_size, max_train_examples=args.max_train_examples,
+        budget_seconds=parse_budget(args.budget), precision=args.precision,
+        random_init=args.random_init or None, layer=args.layer, pooling=args.pooling,
+        max_length=args.max_length, patience=args.patience, device=args.device,
+        save_every=args.save_every, overwrite=args.overwrite or None,
+        head_lr_multiplier=args.head_lr_multiplier, min_updates=args.min_updates,
+        method=args.method, method_options=method_options(args) or None)
     if len(seeds) > 1:  # seed-N/ folders are runs: resumed or refused one by one
         check_output_folder(Path(args.out), args.overwrite, "fine-tuning run",
                             ignore=("seed-*", "summary.json"))
@@ -153,40 +159,31 @@ def check_finetune_args(args: argparse.Namespace) -> tuple[int, ...]:
 
     source = resolve_model_dir(str(args.model).removeprefix("random:"))
     config_file = source / "config.json"
-    if args.max_length and config_file.is_file():
+    if config.max_length and config_file.is_file():
         positions = read_json(config_file).get("max_position_embeddings")
-        if positions and args.max_length > positions:
-            raise LmlabError(f"--max-length {args.max_length} exceeds the model's {positions} "
+        if positions and config.max_length > positions:
+            raise LmlabError(f"--max-length {config.max_length} exceeds the model's {positions} "
                              "positions", f"use --max-length {positions} or less")
-    return seeds
+    return seeds, config
 
 
 def _finetune(args: argparse.Namespace) -> int:
     import json
     import os
 
-    seeds = check_finetune_args(args)
+    seeds, config = check_finetune_args(args)
     task = task_from_args(args, required=("train", "dev"))
     from lmlab.finetune.runner import finetune, finetune_seeds
 
-    kwargs = dict(recipe=args.recipe, epochs=args.epochs, lr=args.lr,
-                  batch_size=args.batch_size, max_train_examples=args.max_train_examples,
-                  budget_seconds=parse_budget(args.budget), precision=args.precision,
-                  random_init=args.random_init, layer=args.layer, pooling=args.pooling,
-                  max_length=args.max_length, patience=args.patience, device=args.device,
-                  save_every=args.save_every, overwrite=args.overwrite,
-                  head_lr_multiplier=args.head_lr_multiplier, min_updates=args.min_updates)
-    if args.method is not None:
-        kwargs.update(method=args.method, method_options=method_options(args))
     reports = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 reports
     if len(seeds) == 1:
-        result = finetune(task, args.model, args.out, seed=seeds[0], **kwargs)
+        result = finetune(task, args.model, args.out, config=config, seed=seeds[0])
         if not reports:
             return 0
         print(json.dumps({k: result.get(k) for k in ("dev", "test", "best_epoch", "stop_reason",
                                                      "precision", "precision_reason")}, indent=2))
     else:
-        summary = finetune_seeds(task, args.model, args.out, seeds, **kwargs)
+        summary = finetune_seeds(task, args.model, args.out, seeds, config=config)
         if not reports:
             return 0
         for split in ("dev", "test"):

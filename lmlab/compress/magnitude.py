@@ -266,12 +266,11 @@ def train_on_task(model: nn.Module, tokenizer, task, out_dir: str | Path, steps:
                   progress: bool = False, device: str = "auto") -> None:
     """Fine-tune ``model`` (with its task head) on ``task`` for ``steps`` optimizer steps on the
     Trainer (AdamW, linear decay after 10% warm-up, BERT's settings), with ``hooks``."""
-    from lmlab.finetune import data as fdata
-    from lmlab.finetune.objective import TaskObjective
+    from lmlab.finetune.recipes import Recipe
+    from lmlab.finetune.train import RunOptions, plan_task, task_objective, train_task
     from lmlab.tasks.sampling import sample_examples
     from lmlab.training.checkpoint import latest_checkpoint
-    from lmlab.training.config import TrainingConfig
-    from lmlab.training.trainer import Trainer, seed_everything
+    from lmlab.training.trainer import seed_everything
 
     if steps < 1:
         raise LmlabError(f"{steps} training steps", "train for at least one step")
@@ -282,20 +281,14 @@ def train_on_task(model: nn.Module, tokenizer, task, out_dir: str | Path, steps:
     examples = task.split("train")
     if max_train_examples:
         examples = sample_examples(examples, max_train_examples)
-    features = fdata.encode_examples(task, examples, tokenizer, max_length, split="train")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    stream = fdata.TaskStream(features, batch_size, pad_id, seed=seed)
-    objective = TaskObjective(task.type, max(len(task.labels), 1),
-                              dict(enumerate(task.labels)) if task.labels else None)
+    rec = Recipe("task", lr=lr, epochs=1, batch_size=batch_size, max_length=max_length)
+    plan = plan_task(task, tokenizer, rec, seed, RunOptions(device=device, progress=progress),
+                     steps=steps, examples=examples, eps=1e-6, log_every=max(1, steps // 10))
+    objective = task_objective(task)
     objective.prepare(model)
-    cfg = TrainingConfig(lr=lr, schedule="linear", warmup_fraction=0.1, weight_decay=0.01,
-                         max_steps=steps, batch_size=batch_size, seq_len=max_length, seed=seed,
-                         precision="fp32", device=device, progress=progress, save_every=steps,
-                         keep_last=1, log_every=max(1, steps // 10))
     seed_everything(seed)
-    Trainer(model, objective, stream, cfg, out_dir, hooks=hooks, save_model=False,
-            track_cost=False, measure_peak=False).train()
-    model.eval()
+    train_task(plan, model, objective, out_dir, hooks=hooks, track_cost=False,
+               measure_peak=False)
 
 
 def task_metric(task, tokenizer, split: str = "dev", max_length: int = 128,

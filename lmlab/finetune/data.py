@@ -337,6 +337,11 @@ class TaskStream(ResumableBatches):
         return self.epoch * len(self.features) + sum(len(batch) for batch in done)
 
 
+def pad_id_of(tokenizer: Any) -> int:
+    """The tokenizer's padding id (0 when it has none)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
 def eval_batches(features: Sequence[Feature], batch_size: int,
                  pad_id: int) -> Iterator[tuple[list[int], dict[str, Any]]]:
     """(feature indices, batch) in length order (fast: little padding), covering every feature."""

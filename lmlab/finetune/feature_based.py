@@ -24,6 +24,7 @@ from torch import nn
 
 from lmlab.cost.precision import precision_autocast
 from lmlab.finetune import data as fdata
+from lmlab.finetune.train import TrainedTask
 from lmlab.interop.folders import FEATURE_HEAD_CONFIG
 from lmlab.models.pooling import ScalarMix
 from lmlab.objectives.base import ObjectiveResult
@@ -31,6 +32,7 @@ from lmlab.utils.errors import LmlabError
 
 if TYPE_CHECKING:
     from lmlab.finetune.recipes import Recipe
+    from lmlab.finetune.train import RunOptions
     from lmlab.tasks.types import Task
 
 SENTENCE_TASKS = ("classification", "pair-classification", "regression")
@@ -124,7 +126,7 @@ def task_features(task: Task, split: str, model: nn.Module, tokenizer: Any, rec:
                   precision: str = "fp32") -> torch.Tensor:
     """Per-layer sentence vectors (N, L+1, H) of one split of ``task``, as
     :func:`train_feature_based` computes them (``rec``'s max length and pooling)."""
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = fdata.pad_id_of(tokenizer)
     encoded = fdata.encode_examples(task, task.split(split), tokenizer, rec.max_length,
                                     split=split)
     return layer_features(model, fdata.eval_batches(encoded, 64, pad_id), feature_pooling(rec),
@@ -192,38 +194,97 @@ class FeatureObjective(nn.Module):
 
 
 def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recipe, seed: int,
-                        out_dir: str | Path, *, budget_seconds: float | None = None,
-                        precision: str = "fp32", device: str = "auto",
-                        save_every: int | None = None, show_progress: bool = True,
-                        features: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+                        out_dir: str | Path, run: RunOptions | None = None, *,
+                        budget_seconds: float | None = None, precision: str = "fp32",
+                        device: str = "auto", save_every: int | None = None,
+                        show_progress: bool = True,
+                        features: dict[str, torch.Tensor] | None = None) -> TrainedTask:
     """Train a feature head on the frozen ``model`` for the sentence task ``task`` with recipe
-    ``rec`` on the Trainer, which writes ``out_dir`` (checkpoints every epoch or ``save_every``
-    steps, ``metrics.jsonl``, ``config.json``, ``report.md``). Rerun on ``out_dir`` it resumes
-    exactly; a run there with other settings (task, recipe, training data, encoder, tokenizer)
-    is refused before the encoder runs.
-
-    The encoder (heads removed) runs once over train and dev on ``device`` (``encode_seconds``,
-    outside the Trainer's run and budget); the head trains for ``rec.epochs`` epochs or
-    ``budget_seconds``, dev is scored every epoch, the best epoch's head is kept, and training
-    stops after ``rec.patience`` epochs without improvement. Returns what ``finetune`` reads:
-    ``history``, ``best_epoch``, ``stop_reason`` (``epochs``/``early_stopping``/``budget``),
-    ``steps``, ``encode_seconds``, ``selection_seconds``, ``scalar_mix`` (softmaxed layer
-    weights; None with one layer), ``train_examples_per_s``, ``selected_by``, ``device``,
-    ``cost``, ``_main`` (False on other torchrun ranks), ``_predictor(split)`` (predictions as
-    ``task.evaluate`` takes them) and ``_saver(path)`` (a :class:`FeatureClassifier` folder).
+    ``rec`` (:func:`lmlab.finetune.train.train_task`) into ``out_dir``; ``run`` (or the keyword
+    settings) says on what and for how long. Rerun on ``out_dir`` it resumes exactly; a run
+    there with other settings (task, recipe, training data, encoder, tokenizer) is refused
+    before the encoder runs, which it does once over train and dev (``encode_seconds``, outside
+    the Trainer's budget). The report adds ``cost`` (the encoder's pass), ``encode_seconds`` and
+    ``scalar_mix`` (softmaxed layer weights; None with one layer); ``save`` writes a
+    :class:`FeatureClassifier` folder.
 
     ``features`` (``{split: (N, L+1, H)}``, from :func:`task_features` with the same recipe) skips
-    the encoder's pass for those splits: a caller training many heads on one frozen encoder
-    (scripts/feature_strategies.py) computes them once.
+    the encoder's pass for those splits (scripts/feature_strategies.py trains many heads on them).
     """
-    from lmlab.cost.report import CostTracker
-    from lmlab.finetune.hooks import DevSelection
-    from lmlab.training.config import TrainingConfig
-    from lmlab.training.distributed import process_device
-    from lmlab.training.run_dir import RunRecord, check_resumable, run_config
-    from lmlab.training.trainer import Trainer, seed_everything
-    from lmlab.utils.io import atomic_write_json, atomic_write_text, stable_hash
+    from dataclasses import replace
 
+    from lmlab.finetune.train import RunOptions, plan_task, train_task
+    from lmlab.training.distributed import process_device
+    from lmlab.training.run_dir import check_resumable, run_config
+    from lmlab.training.trainer import seed_everything
+
+    run = run or RunOptions(precision, device, budget_seconds, save_every, show_progress)
+    layer = _check_feature_run(task, model, rec)
+    head_rec = replace(rec, schedule="constant", warmup_fraction=0.0, clip_norm=None)
+    plan = plan_task(task, tokenizer, head_rec, seed, run)  # the train split, encoded
+    encoded = {"train": plan.features, "dev": fdata.encode_examples(
+        task, task.split("dev"), tokenizer, rec.max_length, split="dev")}
+    regression = task.type == "regression"
+    outputs = 1 if regression else len(task.labels)
+    record = _feature_record(task, model, tokenizer, rec, layer, outputs, plan.features)
+    check_resumable(out_dir, run_config(plan.config, record))  # before the encoder's pass
+    encoder_device = process_device(run.device)  # --device cuda without a GPU: refused here
+    for name in list(model.heads):
+        del model.heads[name]
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    model.to(encoder_device)
+    pooling, pad_id = feature_pooling(rec), fdata.pad_id_of(tokenizer)
+
+    def features_of(split: str, feats: list) -> torch.Tensor:
+        if features is not None and split in features:
+            return features[split]
+        return layer_features(model, fdata.eval_batches(feats, 64, pad_id), pooling,
+                              run.precision)[1]  # (N, L+1, H)
+
+    x, cost, encode_seconds = _encoder_pass(model, encoded, features_of, features, rec, run,
+                                            out_dir)
+    y = torch.tensor([f.label for f in encoded["train"]],
+                     dtype=torch.float if regression else torch.long)
+    seed_everything(seed)  # the head's initial weights
+    head = FeatureHead(model.config.num_hidden_layers + 1, model.config.hidden_size, outputs,
+                       layer)
+
+    @torch.no_grad()
+    def predict_vectors(vectors: torch.Tensor) -> list[Any]:
+        head.eval()  # no dropout: scoring consumes no training RNG
+        weight = head.classifier.weight
+        logits = head(vectors.to(weight.device, weight.dtype)).cpu()
+        if regression:
+            return [float(v) for v in logits.reshape(-1)]
+        return [task.labels[int(i)] for i in logits.argmax(-1)]
+
+    done = train_task(plan, head, FeatureObjective(regression), out_dir, record=record,
+                      stream=FeatureStream(x["train"], y, rec.batch_size, seed),
+                      evaluate_dev=lambda: task.evaluate("dev", predict_vectors(x["dev"])))
+    mix = torch.softmax(head.mix.weights.detach(), 0).tolist() if head.mix is not None else None
+
+    def predictor(split: str) -> list[Any]:
+        if split == "dev":
+            return predict_vectors(x["dev"])
+        return predict_vectors(features_of(split, fdata.encode_examples(
+            task, task.split(split), tokenizer, rec.max_length, split=split)))
+
+    def saver(path: Path) -> None:
+        # the encoder, its tokenizer and the head: the folder loads on its own (lmlab evaluate,
+        # lmlab.from_pretrained, pipelines), wherever the base model was
+        FeatureClassifier(model, head, pooling, list(task.labels),
+                          rec.max_length).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+
+    report = {**done.report(), "cost": cost, "encode_seconds": encode_seconds,
+              "scalar_mix": mix}
+    return TrainedTask(report, predictor, saver, done.trainer.dist.is_main)
+
+
+def _check_feature_run(task: Task, model: nn.Module, rec: Recipe) -> int | str | None:
+    """Refuse what the feature recipe cannot train; returns the layer (negative ones counted
+    from the top), a strategy name or None (a scalar mix)."""
     if task.type not in SENTENCE_TASKS:
         raise LmlabError(f"the feature recipe handles sentence tasks, not {task.type}",
                          "use --recipe bert or ulmfit for this task")
@@ -233,11 +294,7 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
             raise LmlabError(f"the feature recipe stacks every hidden state, and this AWD-LSTM's "
                              f"differ in width ({', '.join(map(str, widths))})",
                              "fine-tune it with --recipe ulmfit, or use ELMo for features")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    encoded = {split: fdata.encode_examples(task, task.split(split), tokenizer, rec.max_length,
-                                            split=split) for split in ("train", "dev")}
-    steps_per_epoch = -(-len(encoded["train"]) // rec.batch_size)
-    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    layers = model.config.num_hidden_layers + 1
     layer = rec.layer if rec.layer is None or isinstance(rec.layer, str) or rec.layer >= 0 \
         else layers + rec.layer
     if isinstance(layer, str):
@@ -249,96 +306,53 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
         raise LmlabError(f"layer {rec.layer} does not exist: the encoder gives {layers} hidden "
                          f"states", f"use 0 (embeddings) to {layers - 1}, -1 (last) or no layer "
                          "(a scalar mix of all)")
-    pooling = feature_pooling(rec)
-    regression = task.type == "regression"
-    outputs = 1 if regression else len(task.labels)
+    return layer
+
+
+def _feature_record(task: Task, model: nn.Module, tokenizer: Any, rec: Recipe,
+                    layer: int | str | None, outputs: int, train: list) -> Any:
+    """The run's record: a run folder with other settings, another encoder (its config and
+    weights' checksum) or other training data is refused."""
+    from lmlab.training.run_dir import RunRecord
+    from lmlab.utils.io import stable_hash
+
     checksum = sum(float(p.detach().double().sum()) for p in model.parameters())  # the weights
-    cfg = TrainingConfig(lr=rec.lr, schedule="constant", weight_decay=rec.weight_decay,
-                         eps=1e-8, clip_norm=None, max_steps=rec.epochs * steps_per_epoch,
-                         budget_seconds=budget_seconds, batch_size=rec.batch_size,
-                         seq_len=rec.max_length, seed=seed, precision=precision, device=device,
-                         save_every=save_every or steps_per_epoch, keep_last=1,
-                         progress=show_progress)
-    record = RunRecord(
+    return RunRecord(
         hparams={"task": task.name, "recipe": rec.to_dict(),
                  "encoder": stable_hash([model.config.to_dict(), checksum]),
-                 "train_data": stable_hash([(f.input_ids, f.label) for f in encoded["train"]])},
-        model={"kind": "feature_head", "layers": layers, "hidden": hidden, "outputs": outputs,
-               "layer": layer, "pooling": pooling, "encoder_family": model.config.family},
+                 "train_data": stable_hash([(f.input_ids, f.label) for f in train])},
+        model={"kind": "feature_head", "layers": model.config.num_hidden_layers + 1,
+               "hidden": model.config.hidden_size, "outputs": outputs, "layer": layer,
+               "pooling": feature_pooling(rec), "encoder_family": model.config.family},
         objective={"spec": FeatureObjective.name, "heads": []},
         data={"tokenizer_fingerprint": tokenizer.fingerprint()})
-    check_resumable(out_dir, run_config(cfg, record))  # before the encoder's pass
-    encoder_device = process_device(device)  # --device cuda without a GPU: refused here
 
-    for name in list(model.heads):
-        del model.heads[name]
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    model.to(encoder_device)
 
-    def features_of(split: str, feats: list) -> torch.Tensor:
-        if features is not None and split in features:
-            return features[split]
-        return layer_features(model, fdata.eval_batches(feats, 64, pad_id), pooling,
-                              precision)[1]  # (N, L+1, H)
+def _encoder_pass(model: nn.Module, encoded: dict[str, list], features_of: Any,
+                  given: dict[str, torch.Tensor] | None, rec: Recipe, run: RunOptions,
+                  out_dir: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], float]:
+    """The train and dev features, what computing them cost (written as ``cost.json``/
+    ``cost.md`` before the Trainer's report.md, which shows it) and how long it took."""
+    from lmlab.cost.report import CostTracker
+    from lmlab.utils.io import atomic_write_json, atomic_write_text
 
     started = time.perf_counter()
-    tracker = CostTracker(model.config, rec.max_length, precision=precision,
-                          device=encoder_device.type, head="none", training=False).start()
-    x_train, x_dev = features_of("train", encoded["train"]), features_of("dev", encoded["dev"])
-    computed = [split for split in ("train", "dev") if features is None or split not in features]
-    for feature in [f for split in computed for f in encoded[split]]:  # the passes run here,
-        tracker.add_tokens(len(feature.input_ids), seq_len=len(feature.input_ids))  # each at
-        # its own length (features handed in were paid for by whoever computed them)
+    device = next(model.parameters()).device
+    tracker = CostTracker(model.config, rec.max_length, precision=run.precision,
+                          device=device.type, head="none", training=False).start()
+    x = {split: features_of(split, encoded[split]) for split in ("train", "dev")}
+    for split in [s for s in ("train", "dev") if given is None or s not in given]:
+        for feature in encoded[split]:  # each pass at its own length (features handed in
+            tracker.add_tokens(len(feature.input_ids), seq_len=len(feature.input_ids))  # were
+            # paid for by whoever computed them)
     tracker.stop()
     encode_seconds = time.perf_counter() - started
     cost = tracker.report()  # the recipe's cost is the encoder's pass; the head's is tiny
-    if int(os.environ.get("RANK", 0)) == 0:  # before the Trainer's report.md, which shows it
+    if int(os.environ.get("RANK", 0)) == 0:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_json(Path(out_dir) / "cost.json", cost.to_dict())
         atomic_write_text(Path(out_dir) / "cost.md", cost.to_markdown() + "\n")
-    y = torch.tensor([f.label for f in encoded["train"]],
-                     dtype=torch.float if regression else torch.long)
-    seed_everything(seed)  # the head's initial weights
-    head = FeatureHead(layers, hidden, outputs, layer)
-    stream = FeatureStream(x_train, y, rec.batch_size, seed)
-
-    def decode(logits: torch.Tensor) -> list[Any]:
-        if regression:
-            return [float(v) for v in logits.reshape(-1)]
-        return [task.labels[int(i)] for i in logits.argmax(-1)]
-
-    @torch.no_grad()
-    def predict_vectors(vectors: torch.Tensor) -> list[Any]:
-        head.eval()  # no dropout: scoring consumes no training RNG
-        weight = head.classifier.weight
-        return decode(head(vectors.to(weight.device, weight.dtype)).cpu())
-
-    selection = DevSelection(lambda: task.evaluate("dev", predict_vectors(x_dev)),
-                             task.metrics[0], rec.patience, steps_per_epoch, head.state_dict,
-                             head.load_state_dict)
-    trainer = Trainer(head, FeatureObjective(regression), stream, cfg, out_dir, record=record,
-                      hooks=[selection], save_model=False)  # _saver writes the classifier
-    result = trainer.train()
-    head.eval()
-    mix = torch.softmax(head.mix.weights.detach(), 0).tolist() if head.mix is not None else None
-
-    def predictor(split: str) -> list[Any]:
-        if split == "dev":
-            return predict_vectors(x_dev)
-        return predict_vectors(features_of(split, fdata.encode_examples(
-            task, task.split(split), tokenizer, rec.max_length, split=split)))
-
-    def saver(path: Path) -> None:
-        # the encoder, its tokenizer and the head: the folder loads on its own (lmlab evaluate,
-        # lmlab.from_pretrained, pipelines), wherever the base model was
-        FeatureClassifier(model, head, pooling, list(task.labels),
-                          rec.max_length).save_pretrained(path)
-        tokenizer.save_pretrained(path)
-
-    return {**selection.report(trainer, result, stream.examples_seen()),
-            "cost": cost.to_dict(), "encode_seconds": encode_seconds, "scalar_mix": mix, "_predictor": predictor,
-            "_saver": saver}
+    return x, cost.to_dict(), encode_seconds
 
 
 # -- a finished feature-based run as one model ----------------------------------------------------

@@ -127,13 +127,13 @@ class DevSelection(TrainerHook):
         """What every recipe reports about its finished run: the dev history, the selected
         epoch, why training stopped (``epochs``, ``early_stopping``, ``budget``), the steps, the
         device, the cost, and ``examples`` training examples per second of the training loop
-        alone (the dev evaluations are ``selection_seconds``); ``_main``: False on other ranks."""
+        alone (the dev evaluations are ``selection_seconds``)."""
         training = max(self.loop_seconds - self.selection_seconds, 1e-9)
         return {"history": self.history, "best_epoch": self.best_epoch,
                 "stop_reason": "epochs" if run.stop_reason == "max_steps" else run.stop_reason,
                 "steps": run.step, "selection_seconds": round(self.selection_seconds, 3),
                 "train_examples_per_s": examples / training, "selected_by": f"dev {self.metric}",
-                "device": str(trainer.device), "cost": run.cost, "_main": trainer.dist.is_main}
+                "device": str(trainer.device), "cost": run.cost}
 
     def save(self, folder: Path) -> dict[str, Any]:
         from lmlab.formats.safetensors_io import save_state

@@ -29,21 +29,16 @@ import torch
 
 from lmlab.cost.precision import auto_precision, precision_autocast
 from lmlab.finetune import data as fdata
-from lmlab.finetune.objective import TaskObjective
 from lmlab.finetune.pooling import resolve_pooling
-from lmlab.finetune.recipes import (
-    Recipe,
-    default_recipe,
-    discriminative_groups,
-    epochs_for,
-    get_recipe,
-)
+from lmlab.finetune.recipes import Recipe, default_recipe, discriminative_groups, get_recipe
 from lmlab.finetune.results import (
     confusion_matrix,
     plot_confusion,
     summarize_seeds,
     write_predictions,
 )
+from lmlab.finetune.settings import FinetuneConfig
+from lmlab.finetune.train import RunOptions, TrainedTask, plan_task, task_objective, train_task
 from lmlab.interop.folders import adapter_folder, source_kind
 from lmlab.interop.folders import load_model as load_checkpoint
 from lmlab.interop.native import save_model
@@ -56,7 +51,6 @@ from lmlab.models.task_heads import (
 )
 from lmlab.tasks.sampling import sample_examples  # also imported from here by callers
 from lmlab.tasks.types import Task
-from lmlab.training.config import PRECISIONS
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, stable_hash
 
@@ -197,7 +191,7 @@ def predict_examples(model, tokenizer, task: Task, examples, batch_size: int = 6
 
     head = HEAD_FOR_TASK[task.type]
     features = fdata.encode_examples(task, examples, tokenizer, max_length, stride, split=split)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = fdata.pad_id_of(tokenizer)
     model.eval()
     device = next(model.parameters()).device  # where fine-tuning left it (--device)
     outputs: list[Any] = [None] * len(features)
@@ -249,164 +243,143 @@ def _num_labels(task: Task) -> int:
     return len(task.labels)
 
 
-def finetune(task: Task, model_source: str | Path, out_dir: str | Path, recipe: str | None = None,
-             seed: int = 0, epochs: int | None = None, lr: float | None = None,
-             batch_size: int | None = None, max_train_examples: int | None = None,
-             budget_seconds: float | None = None, precision: str = "fp32",
-             random_init: bool = False, layer: int | None = None, pooling: str | None = None,
-             max_length: int | None = None, patience: int | None = None,
-             eval_splits: tuple[str, ...] = ("dev", "test"), save_model: bool = True,
-             show_progress: bool = True, device: str = "auto", save_every: int | None = None,
-             overwrite: bool = False, head_lr_multiplier: float | None = None,
-             min_updates: int | None = None, distil: Any = None, method: str | None = None,
-             method_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Fine-tune ``model_source`` on ``task`` with a recipe; returns the run's result dict.
+def finetune(task: Task, model_source: str | Path, out_dir: str | Path,
+             config: FinetuneConfig | None = None, **settings: Any) -> dict[str, Any]:
+    """Fine-tune ``model_source`` on ``task`` into the run folder ``out_dir``; returns the run's
+    record (what ``finetune.json`` holds: dev history, best epoch, dev/test metrics, the recipe
+    and why it was chosen, pooling, precision, cost).
 
-    ``distil`` (a :class:`lmlab.compress.distil.TaskDistillation`) adds a fine-tuned teacher's
-    soft targets to the loss (task-specific distillation; not with the feature recipe).
-
-    ``method`` (``lora``, ``adapter``, ``bitfit``, ``prompt``, ``prefix``; options in
-    ``method_options``) trains a few parameters on the frozen model (:mod:`lmlab.adapt`, with
-    the method's learning rate unless ``lr`` is given); ``model/`` then holds the adapter
-    (``adapter.json`` + ``adapter.safetensors``) that loads on top of the base model.
-
-    ``recipe`` None means ``bert`` for a pretrained model and ``scratch`` for a random init
-    (:mod:`lmlab.finetune.recipes`); ``result["recipe_reason"]`` says which and why. The
-    sentence vector of a ``pooling="auto"`` recipe follows the checkpoint
-    (:func:`lmlab.finetune.pooling.resolve_pooling`; ``result["pooling"]`` and
-    ``result["pooling_reason"]``). Training lasts the recipe's epochs, more when that makes
-    fewer than its ``min_updates`` updates; ``epochs`` given alone means exactly that many. A
-    classification split whose predictions are all one label is
-    reported in ``result["one_class"]`` (split -> label) with a warning. ``precision="auto"``
-    (the CLI's default) takes bf16 where this host runs it measurably faster
-    (:func:`lmlab.cost.precision.auto_precision`; ``result["precision_reason"]`` says why).
-
-    Training runs on :class:`lmlab.training.Trainer` (so on ``device``, under torchrun DDP,
-    in bf16, within ``budget_seconds``): the dev split's first metric (``task.metrics[0]``) is
-    evaluated after every epoch, the best epoch's weights are restored at the end, and training
-    stops after ``patience`` epochs without improvement (:class:`lmlab.finetune.hooks.DevSelection`).
-    A checkpoint is written every epoch (or every ``save_every`` steps): rerunning on the same
-    ``out_dir`` resumes exactly (same final weights and metrics as an uninterrupted run);
-    a run with other result-changing settings there is refused unless ``overwrite``, which
-    starts it over. Besides the fine-tuning files, ``out_dir`` holds the Trainer's
-    ``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``cost.md``/``cost.json`` and
-    ``report.md``.
+    ``config`` (a :class:`~lmlab.finetune.settings.FinetuneConfig`), or its fields as keyword
+    arguments (``recipe=``, ``epochs=``, ``lr=``, ``distil=``, ``method=`` ...), on top of it.
+    docs/finetuning.md describes the recipes, dev selection, early stopping, exact resumption,
+    ``precision="auto"`` and the run folder's files.
     """
-    from lmlab.finetune.settings import check_settings
     from lmlab.training.distributed import process_device
 
-    check_settings(epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
-                   max_train_examples=max_train_examples, patience=patience,
-                   budget_seconds=budget_seconds, save_every=save_every,
-                   head_lr_multiplier=head_lr_multiplier, min_updates=min_updates)
-    if epochs is not None and min_updates is None:
-        min_updates = 0  # epochs given: exactly that many, unless a minimum is given too
-    is_random = parse_model_source(model_source, random_init)[1]
-    if not is_random and source_kind(parse_model_source(model_source)[0]) == "quantized":
+    cfg = FinetuneConfig(**settings) if config is None else config.replace(**settings)
+    is_random = parse_model_source(model_source, cfg.random_init)[1]
+    if not is_random:
+        _refuse_wrapped(model_source)
+    rec, recipe_reason = _recipe(cfg, is_random)
+    process_device(cfg.device)  # --device cuda without a GPU: refused before any work
+    precision, precision_reason = _precision(cfg, model_source, rec)
+    task = _subset(task, cfg.max_train_examples)
+    task.split("train")
+    task.split("dev")
+    if cfg.distil is not None:  # the teacher fits the task and the student: checked before work
+        if rec.frozen_encoder:
+            raise LmlabError("distillation trains the whole student; the feature recipe "
+                             "freezes it", "use the bert recipe with a teacher")
+        cfg.distil.check(task, model_source)
+    if cfg.method is not None and (rec.frozen_encoder or rec.gradual_unfreeze):
+        raise LmlabError(f"--method {cfg.method} decides what trains; the {rec.name} recipe "
+                         "freezes or unfreezes layers itself", "use the bert recipe")
+    out = Path(out_dir)
+    run = RunOptions(precision, cfg.device, cfg.budget_seconds, cfg.save_every,
+                     cfg.show_progress)
+    started = time.perf_counter()
+    if rec.frozen_encoder:
+        from lmlab.finetune.feature_based import train_feature_based
+
+        _prepare_out(out, cfg.overwrite, None)  # the settings: checked by train_feature_based
+        model, tokenizer, _ = load_model(model_source, cfg.random_init, cfg.seed)
+        trained = train_feature_based(task, model, tokenizer, rec, cfg.seed, out, run)
+    else:
+        trained = _train_full(task, model_source, rec, cfg, out, run)
+    if not trained.main:  # torchrun: rank 0 alone scores and writes
+        return trained.report
+    result = {**trained.report, "train_seconds": time.perf_counter() - started,
+              "task": task.name, "recipe": rec.to_dict(), "recipe_reason": recipe_reason,
+              "seed": cfg.seed, "precision": precision, "precision_reason": precision_reason,
+              "model": str(model_source), "random_init": is_random,
+              "sizes": {k: len(v) for k, v in task.splits.items()}}
+    if cfg.distil is not None:
+        result["distil"] = cfg.distil.to_dict()
+    for split in cfg.eval_splits:
+        if task.splits.get(split):
+            _score_run_split(task, split, trained.predict(split), out, result,
+                             f"{task.name} {split} ({rec.name}, seed {cfg.seed})")
+    if cfg.save_model:
+        trained.save(out / "model")
+    atomic_write_json(out / "metrics.json", {k: v for k, v in result.items() if k != "history"})
+    atomic_write_json(out / "finetune.json", {k: v for k, v in result.items()
+                                              if k != "confusion"})
+    return result
+
+
+def _refuse_wrapped(model_source: str | Path) -> None:
+    """A quantised model or a PEFT run's adapter cannot be fine-tuned as it is."""
+    if source_kind(parse_model_source(model_source)[0]) == "quantized":
         raise LmlabError(f"{model_source} is an int8-quantised model (lmlab quantize): its linear "
                          "layers hold no trainable weights", "fine-tune the fp32 model, then "
                          "quantise the result")
-    if not is_random and _adapter_of(model_source) is not None:
+    if _adapter_of(model_source) is not None:
         raise LmlabError(f"{model_source} is a parameter-efficient run's adapter (lmlab finetune "
                          "--method): fine-tuning it again would train its adapter alone and "
                          "save a plain model without it", "merge it first (lmlab adapter merge "
                          "SOURCE --out FOLDER, LoRA or BitFit) and fine-tune that, or fine-tune "
                          "its base model")
-    if method is not None or method_options:
-        from lmlab.adapt import METHOD_DEFAULTS, method_settings
 
-        method_settings(method, dict(method_options or {}))  # refused before any work
+
+def _recipe(cfg: FinetuneConfig, is_random: bool) -> tuple[Recipe, str]:
+    """The recipe with ``cfg``'s overrides (a PEFT method's learning rates where none is
+    given), and why it was chosen."""
+    lr, head_lr_multiplier, min_updates = cfg.lr, cfg.head_lr_multiplier, cfg.min_updates
+    if cfg.epochs is not None and min_updates is None:
+        min_updates = 0  # epochs given: exactly that many, unless a minimum is given too
+    if cfg.method is not None:
+        from lmlab.adapt import METHOD_DEFAULTS
+
         if is_random:
-            raise LmlabError(f"--method {method} trains a few parameters on a pretrained "
+            raise LmlabError(f"--method {cfg.method} trains a few parameters on a pretrained "
                              "model; a random one would stay random", "drop --random-init")
-        lr = lr if lr is not None else METHOD_DEFAULTS[method]["lr"]
+        lr = lr if lr is not None else METHOD_DEFAULTS[cfg.method]["lr"]
         if head_lr_multiplier is None:
-            head_lr_multiplier = METHOD_DEFAULTS[method]["head_lr_multiplier"]
-    recipe_reason = "chosen by the caller"
-    if recipe is None:
-        recipe = default_recipe(is_random)
-        recipe_reason = ("the default for a randomly initialised model" if is_random
-                         else "the default for a pretrained model")
-    rec = get_recipe(recipe, epochs=epochs, lr=lr, batch_size=batch_size, pooling=pooling,
-                     max_length=max_length, patience=patience,
+            head_lr_multiplier = METHOD_DEFAULTS[cfg.method]["head_lr_multiplier"]
+    name, reason = cfg.recipe, "chosen by the caller"
+    if name is None:
+        name = default_recipe(is_random)
+        reason = ("the default for a randomly initialised model" if is_random
+                  else "the default for a pretrained model")
+    rec = get_recipe(name, epochs=cfg.epochs, lr=lr, batch_size=cfg.batch_size,
+                     pooling=cfg.pooling, max_length=cfg.max_length, patience=cfg.patience,
                      head_lr_multiplier=head_lr_multiplier, min_updates=min_updates)
-    if recipe == "feature" and layer is not None:
-        rec = replace(rec, layer=layer)
-    if precision not in PRECISIONS:
-        raise LmlabError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
-    run_device = process_device(device)  # --device cuda without a GPU: refused before any work
-    precision_reason = "chosen by the caller"
-    if precision == "auto":
-        from lmlab.training.distributed import broadcast_object, init_distributed
+    if name == "feature" and cfg.layer is not None:
+        rec = replace(rec, layer=cfg.layer)
+    return rec, reason
 
-        dist_info = init_distributed(run_device)  # torchrun: rank 0 decides for every rank
-        choice = (auto_precision(run_device.type, model=_architecture(model_source),
-                                 tokens=rec.batch_size * rec.max_length)
-                  if dist_info.rank == 0 else None)
-        precision, precision_reason = broadcast_object(choice, dist_info)
-    task = _subset(task, max_train_examples)
-    task.split("train")
-    task.split("dev")
-    if distil is not None:  # the teacher fits the task and the student: checked before work
-        if rec.frozen_encoder:
-            raise LmlabError("distillation trains the whole student; the feature recipe "
-                             "freezes it", "use the bert recipe with a teacher")
-        distil.check(task, model_source)
-    if method is not None and (rec.frozen_encoder or rec.gradual_unfreeze):
-        raise LmlabError(f"--method {method} decides what trains; the {rec.name} recipe "
-                         "freezes or unfreezes layers itself", "use the bert recipe")
-    out = Path(out_dir)
-    started = time.perf_counter()
-    if rec.frozen_encoder:
-        from lmlab.finetune.feature_based import train_feature_based
 
-        _prepare_out(out, overwrite, None)  # the settings: checked by train_feature_based
-        model, tokenizer, _ = load_model(model_source, random_init, seed)
-        result = train_feature_based(task, model, tokenizer, rec, seed, out,
-                                     budget_seconds=budget_seconds, precision=precision,
-                                     device=device, save_every=save_every,
-                                     show_progress=show_progress)
-    else:
-        result = _train_full(task, model_source, random_init, rec, seed, out, overwrite,
-                             precision=precision, budget_seconds=budget_seconds, device=device,
-                             save_every=save_every, show_progress=show_progress,
-                             distil=distil, method=method, method_options=method_options)
-    if result.pop("_main", True) is False:  # torchrun: rank 0 alone scores and writes
-        return result
-    result["train_seconds"] = time.perf_counter() - started
-    result.update(task=task.name, recipe=rec.to_dict(), recipe_reason=recipe_reason, seed=seed,
-                  precision=precision, precision_reason=precision_reason,
-                  model=str(model_source), random_init=parse_model_source(model_source,
-                                                                          random_init)[1],
-                  sizes={k: len(v) for k, v in task.splits.items()})
-    if distil is not None:
-        result["distil"] = distil.to_dict()
-    predictor = result.pop("_predictor")
-    predictions_cache: dict[str, list[Any]] = {}
-    for split in eval_splits:
-        if split not in task.splits or not task.splits[split]:
-            continue
-        predictions_cache[split] = predictor(split)
-        metrics, matrix = _score_split(task, split, predictions_cache[split], out, "",
-                                       f"{task.name} {split} ({recipe}, seed {seed})")
-        if metrics is not None:
-            result[split] = metrics
-        if matrix is not None:
-            result.setdefault("confusion", {})[split] = matrix
-        collapsed = one_class_label(task, predictions_cache[split])
-        if collapsed is not None:
-            result.setdefault("one_class", {})[split] = collapsed
-            warnings.warn(f"{task.name}: the model predicts {collapsed!r} for every {split} "
-                          "example: it collapsed onto one class. Try more updates "
-                          "(--min-updates), a higher --lr or --head-lr-multiplier, or check "
-                          "the labels of the training data.", OneClassWarning, stacklevel=2)
-    saver = result.pop("_saver")
-    if save_model:
-        saver(out / "model")
-    atomic_write_json(out / "metrics.json", {k: v for k, v in result.items() if k != "history"})
-    atomic_write_json(out / "finetune.json", {k: v for k, v in result.items()
-                                              if k != "confusion"})
-    return result
+def _precision(cfg: FinetuneConfig, model_source: str | Path, rec: Recipe) -> tuple[str, str]:
+    """``cfg.precision``, or for ``auto`` bf16 where this host runs it measurably faster
+    (:func:`lmlab.cost.precision.auto_precision`; torchrun: rank 0 decides for every rank)."""
+    if cfg.precision != "auto":
+        return cfg.precision, "chosen by the caller"
+    from lmlab.training.distributed import broadcast_object, init_distributed, process_device
+
+    dist_info = init_distributed(process_device(cfg.device))
+    choice = (auto_precision(process_device(cfg.device).type,
+                             model=_architecture(model_source),
+                             tokens=rec.batch_size * rec.max_length)
+              if dist_info.rank == 0 else None)
+    return broadcast_object(choice, dist_info)
+
+
+def _score_run_split(task: Task, split: str, predictions: list[Any], out: Path,
+                     result: dict[str, Any], title: str) -> None:
+    """Score ``split`` into ``result`` (metrics, confusion matrix, a collapse onto one class,
+    with a warning) and write its predictions and plot into ``out``."""
+    metrics, matrix = _score_split(task, split, predictions, out, "", title)
+    if metrics is not None:
+        result[split] = metrics
+    if matrix is not None:
+        result.setdefault("confusion", {})[split] = matrix
+    collapsed = one_class_label(task, predictions)
+    if collapsed is not None:
+        result.setdefault("one_class", {})[split] = collapsed
+        warnings.warn(f"{task.name}: the model predicts {collapsed!r} for every {split} "
+                      "example: it collapsed onto one class. Try more updates "
+                      "(--min-updates), a higher --lr or --head-lr-multiplier, or check "
+                      "the labels of the training data.", OneClassWarning, stacklevel=3)
 
 
 class OneClassWarning(UserWarning):
@@ -461,109 +434,79 @@ def _score_split(task: Task, split: str, predictions: list[Any], out: Path | Non
     return metrics, matrix
 
 
-def _train_full(task: Task, model_source: str | Path, random_init: bool, rec: Recipe, seed: int,
-                out: Path, overwrite: bool, *, precision: str, budget_seconds: float | None,
-                device: str, save_every: int | None, show_progress: bool,
-                distil: Any = None, method: str | None = None,
-                method_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: FinetuneConfig,
+                out: Path, run: RunOptions) -> TrainedTask:
     """BERT / ULMFiT on the Trainer: every weight trains (ULMFiT: discriminative LRs, slanted
-    triangular schedule, gradual unfreezing), selected on dev per epoch."""
-    from lmlab.finetune.hooks import DevSelection, Unfreezing
-    from lmlab.training.config import TrainingConfig
+    triangular schedule, gradual unfreezing; a PEFT method: its own parameters), selected on
+    dev per epoch; with ``cfg.distil``, the teacher's soft targets join the loss."""
+    from lmlab.finetune.hooks import Unfreezing
     from lmlab.training.run_dir import RunRecord, run_config
-    from lmlab.training.trainer import Trainer, seed_everything
+    from lmlab.training.trainer import seed_everything
 
-    path, random_init = parse_model_source(model_source, random_init)
+    path, random_init = parse_model_source(model_source, cfg.random_init)
+    seed, method, distil = cfg.seed, cfg.method, cfg.distil
     tokenizer = load_tokenizer(path)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    features = fdata.encode_examples(task, task.split("train"), tokenizer, rec.max_length,
-                                     split="train")
-    stream = fdata.TaskStream(features, rec.batch_size, pad_id, seed=seed)
-    steps_per_epoch = len(stream)
-    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun: ranks split each global batch
-    sizes = sorted({len(batch) for batch in stream.epoch_batches(0)})
-    if any(size % world for size in sizes):
-        raise LmlabError(f"the batches hold {sizes} examples, which {world} processes cannot "
-                         "share evenly", f"use a --batch-size and a training set size (e.g. "
-                         f"--max-train-examples) that are multiples of {world}")
-    epochs = epochs_for(rec, steps_per_epoch)  # at least min_updates updates
-    cfg = TrainingConfig(
-        lr=rec.lr, schedule=rec.schedule, warmup_fraction=rec.warmup_fraction,
-        weight_decay=rec.weight_decay, eps=1e-6 if rec.name.startswith("bert") else 1e-8,
-        clip_norm=rec.clip_norm, max_steps=steps_per_epoch * epochs,
-        budget_seconds=budget_seconds, batch_size=rec.batch_size, seq_len=rec.max_length,
-        seed=seed, precision=precision, device=device, progress=show_progress,
-        save_every=save_every or steps_per_epoch, keep_last=1)
+    plan = plan_task(task, tokenizer, rec, seed, run,
+                     eps=1e-6 if rec.name.startswith("bert") else 1e-8)
     record = RunRecord(hparams={"task": task.name, "model_source": str(path),
                                 "random_init": random_init, "recipe": rec.to_dict(),
                                 "train_data": stable_hash([(f.input_ids, f.label)
-                                                           for f in features]),
+                                                           for f in plan.features]),
                                 "distil": distil.to_dict() if distil is not None else None,
-                                **({"method": _method_record(method, method_options)}
+                                **({"method": _method_record(method, cfg.method_options)}
                                    if method else {})},
                        objective={"spec": "task", "heads": [HEAD_FOR_TASK[task.type]]},
                        data={"tokenizer_fingerprint": tokenizer.fingerprint()})
-    _prepare_out(out, overwrite, run_config(cfg, record))
+    _prepare_out(out, cfg.overwrite, run_config(plan.config, record))
     model, _, folder = load_model(path, random_init, seed)
     pooling, pooling_reason = resolve_pooling(rec.pooling, folder, model.pooler is not None,
                                               random_init)
-    if show_progress and rec.pooling == "auto":
+    if run.progress and rec.pooling == "auto":
         print(f"lmlab finetune: pooling {pooling}: {pooling_reason}", flush=True)
     seed_everything(seed)  # the new head's initial weights
-    objective = TaskObjective(task.type, _num_labels(task),
-                              {i: label for i, label in enumerate(task.labels)}
-                              if task.type not in ("regression", "qa") else None,
-                              pooling=pooling)
+    objective = task_objective(task, pooling)
     for name in [h for h in model.heads if h != objective.head]:
         del model.heads[name]  # pretraining heads are not part of the fine-tuned model
     objective.prepare(model)
+    stream = None
     if distil is not None:  # the teacher's logits, once per training example, in the batches
         from lmlab.training.distributed import process_device
 
-        stream, objective = distil.attach(task, features, stream, objective, pad_id,
-                                          process_device(device), precision)
-    adaptation = None
+        stream, objective = distil.attach(task, plan.features, plan.stream, objective,
+                                          fdata.pad_id_of(tokenizer), process_device(run.device),
+                                          run.precision)
     if method is not None:  # only the method's parameters and the task head train
         from lmlab.adapt import apply_method
 
-        adaptation = apply_method(model, method, **(method_options or {}))
-    groups = discriminative_groups(model, rec.lr, rec.lr_decay, rec.weight_decay,
-                                   rec.head_lr_multiplier)
-
-    def evaluate_dev() -> dict[str, float]:
-        return task.evaluate("dev", predict(model, tokenizer, task, "dev",
-                                            max_length=rec.max_length, precision=precision))
-
-    selection = DevSelection(evaluate_dev, task.metrics[0], rec.patience, steps_per_epoch,
-                             model.state_dict, model.load_state_dict)
-    hooks = [selection] + ([Unfreezing(model, steps_per_epoch, epochs)]
-                            if rec.gradual_unfreeze else [])
-    trainer = Trainer(model, objective, stream, cfg, out, param_groups=groups, record=record,
-                      hooks=hooks, save_model=False)
-    run = trainer.train()
-    model.eval()
+        apply_method(model, method, **(cfg.method_options or {}))
 
     def predictor(split: str) -> list[Any]:
         return predict(model, tokenizer, task, split, max_length=rec.max_length,
-                       precision=precision)
+                       precision=run.precision)
 
-    base_folder = folder
+    groups = discriminative_groups(model, rec.lr, rec.lr_decay, rec.weight_decay,
+                                   rec.head_lr_multiplier)
+    hooks = [Unfreezing(model, plan.steps_per_epoch, plan.epochs)] if rec.gradual_unfreeze \
+        else []
+    done = train_task(plan, model, objective, out, hooks=hooks, stream=stream,
+                      evaluate_dev=lambda: task.evaluate("dev", predictor("dev")),
+                      param_groups=groups, record=record)
 
-    def saver(folder: Path) -> None:
-        if adaptation is not None:  # the small adapter file, on top of the base model
+    def saver(target: Path) -> None:
+        if method is not None:  # the small adapter file, on top of the base model
             from lmlab.adapt import save_adapter
 
-            save_adapter(model, folder, base_model=base_folder, overwrite=True)
+            save_adapter(model, target, base_model=folder, overwrite=True)
         else:
-            save_model(model, folder)  # Hugging Face format, or lmlab's where no family maps it
-        tokenizer.save_pretrained(folder)
+            save_model(model, target)  # Hugging Face format, or lmlab's where no family maps it
+        tokenizer.save_pretrained(target)
 
-    return {**selection.report(trainer, run, stream.examples_seen()), "pooling": pooling,
-            "pooling_reason": pooling_reason, "planned_epochs": epochs,
-            **({"method": _method_record(method, method_options)} if adaptation else {}),
-            "trainable_parameters": sum(p.numel() for p in model.parameters()
-                                        if p.requires_grad),
-            "_predictor": predictor, "_saver": saver}
+    report = {**done.report(), "pooling": pooling, "pooling_reason": pooling_reason,
+              "planned_epochs": plan.epochs,
+              **({"method": _method_record(method, cfg.method_options)} if method else {}),
+              "trainable_parameters": sum(p.numel() for p in model.parameters()
+                                          if p.requires_grad)}
+    return TrainedTask(report, predictor, saver, done.trainer.dist.is_main)
 
 
 def _method_record(method: str, options: dict[str, Any] | None) -> dict[str, Any]:

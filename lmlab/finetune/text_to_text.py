@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmlab.finetune.data import Feature, TaskStream
+from lmlab.finetune.data import Feature, TaskStream, pad_id_of
 from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
 
@@ -114,7 +114,7 @@ def train_text_to_text(model: nn.Module, tokenizer: Any, train: Sequence[TextPai
 
     objective = TextToTextObjective()
     objective.prepare(model)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad = pad_id_of(tokenizer)
     features = encode_pairs(train, tokenizer, max_source_length, max_target_length)
     stream = PairStream(features, cfg.batch_size, pad, seed=cfg.seed)
     dev_features = encode_pairs(list(dev)[:eval_examples], tokenizer, max_source_length,
@@ -146,7 +146,7 @@ def predict_texts(model: nn.Module, tokenizer: Any, sources: Sequence[str], num_
     if limit is not None:
         max_new_tokens = min(max_new_tokens, limit - 1)  # position 0: the start token
     model.eval()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad = pad_id_of(tokenizer)
     device = next(model.parameters()).device
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # little padding
     results: list[list[str]] = [[] for _ in sources]
