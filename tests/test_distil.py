@@ -6,6 +6,7 @@ loading in a fresh process with lmlab and transformers, task-specific distillati
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -705,3 +706,19 @@ def test_the_distil_task_cost_report_counts_the_teachers_logits_once(small_task,
             2, batch["input_ids"].shape[-1], None)  # task_teacher: 2 layers, no MLM head
     assert cost["side_flops"] == {"teacher forward": pytest.approx(expected, rel=1e-12)}
     assert cost["tokens"] > sum(len(f.input_ids) for f in features)  # two epochs of the student
+
+
+def test_a_pretraining_config_names_the_teacher_by_path(shards, teacher_folder, tmp_path):
+    """`lmlab pretrain --config` with ``objective: distil`` and ``objective_args: {teacher:
+    PATH}``: pretraining loads the teacher (the objective itself only takes a loaded model)."""
+    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.training.pretrain import ModelSettings, ObjectiveSettings, _model_and_objective
+
+    config = dataclasses.replace(
+        run_config(tmp_path / "run", shards, 1), model=ModelSettings(init=str(teacher_folder)),
+        objective=ObjectiveSettings("distil", {"teacher": str(teacher_folder), "alpha_ce": 1.0}))
+    model, objective = _model_and_objective(config, Tokenizer.from_pretrained(teacher_folder))
+    key = "transformer.layers.3.attention.q_proj.weight"
+    assert torch.equal(objective.teacher.state_dict()[key],
+                       tiny_teacher(init=0.2).state_dict()[key])  # exact: the saved weights
+    assert config.objective.args["teacher"] == str(teacher_folder)  # the record keeps the path

@@ -365,8 +365,13 @@ def _model_and_objective(config: PretrainConfig, tokenizer: Tokenizer) -> tuple[
     from lmlab.objectives.special_tokens import SpecialTokens
 
     model = build_model(config.model, tokenizer, config.training.seq_len)
+    args = dict(config.objective.args)
+    if isinstance(args.get("teacher"), str | Path):  # a config file names the teacher's folder
+        from lmlab.utils.catalog import resolve_short_name
+
+        args["teacher"] = load_init(resolve_short_name(args["teacher"]), len(tokenizer))
     objective = build_objective(config.objective.spec, SpecialTokens.from_tokenizer(tokenizer),
-                                **config.objective.args)
+                                **args)
     before = set(model.heads.keys())
     if hasattr(objective, "prepare"):
         objective.prepare(model)
