@@ -1,11 +1,7 @@
 """Model families, each defined once: shape, preset sizes, checkpoint names, task heads.
 
-A family module ``lmlab/models/families/<model_type>.py`` defines ``FAMILY = FamilySpec(...)``
-and :data:`KNOWN_FAMILIES` names it as ``"module:attribute"``; :func:`get_family` imports it on
-first use, so what a lookup returns never depends on what was imported before, and importing a
-module changes no other. Presets (:mod:`lmlab.models.presets`), Hugging Face folders
-(:mod:`lmlab.interop.hf`), GGUF files (:mod:`lmlab.interop.gguf`) and the task heads
-(:mod:`lmlab.models.task_heads`) all read these specs.
+``lmlab/models/families/<model_type>.py`` defines ``FAMILY = FamilySpec(...)``, imported on first
+use by :func:`get_family`; presets, interop and the task heads read these specs (docs/models.md).
 """
 
 from __future__ import annotations
@@ -30,15 +26,11 @@ KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
 class Rule:
     """One checkpoint tensor and the lmlab parameter(s) it becomes.
 
-    ``ours``, ``theirs`` and ``gguf`` may contain ``{i}`` (the layer index; in an
-    encoder-decoder the encoder's) or ``{j}`` (a decoder layer's index). ``transpose``:
-    theirs is stored (in, out) as GPT-2's Conv1D does. ``split``: theirs is ours' tensors
-    concatenated along that dim (GPT-2's fused c_attn). ``aliases``: older names accepted when
-    loading. ``optional``: the checkpoint may omit it (e.g. a decoder weight tied to the
-    embeddings). ``gguf``: the tensor's name in a GGUF file (llama.cpp's names), if any.
-    ``rotary_pairs``: theirs holds query/key rows laid out for adjacent-pair rotation
-    (RoFormer); ours are in rotate-half order (:func:`lmlab.models.core.positions.
-    rotary_rows_from_pairs` converts).
+    Names may contain ``{i}`` (a layer; an encoder-decoder's encoder layer) or ``{j}`` (a
+    decoder layer). ``transpose``: theirs is stored (in, out) (GPT-2's Conv1D). ``split``: theirs
+    is ours' tensors concatenated along that dim (GPT-2's c_attn). ``optional``: the file may
+    omit it (a tied decoder). ``gguf``: llama.cpp's name. ``rotary_pairs``: theirs holds
+    query/key rows in adjacent-pair order, ours in rotate-half order.
     """
 
     ours: str | tuple[str, ...]
@@ -55,10 +47,16 @@ class Rule:
         return (self.ours,) if isinstance(self.ours, str) else self.ours
 
 
+def paired_rules(ours: str, theirs: str, pairs, params=("weight", "bias"), **options: Any
+                 ) -> list[Rule]:
+    """A Rule per (our module, their module) in ``pairs`` and parameter in ``params``, the
+    names under the prefixes ``ours`` and ``theirs``."""
+    return [Rule(f"{ours}{a}.{p}", f"{theirs}{b}.{p}", **options) for a, b in pairs for p in params]
+
+
 def expand_rules(rules: list[Rule], num_layers: int, num_decoder_layers: int = 0
                  ) -> Iterator[Rule]:
-    """Substitute ``{i}`` by each layer index (of the encoder, in an encoder-decoder) and
-    ``{j}`` by each decoder layer index."""
+    """Substitute ``{i}`` by each (encoder) layer index and ``{j}`` by each decoder layer's."""
     for rule in rules:
         placeholder = next((p for p in ("i", "j") if "{" + p + "}" in rule.theirs
                             or any("{" + p + "}" in o for o in rule.ours_names)), None)
@@ -102,8 +100,7 @@ def task_head_rules(head: str, layout: str, config: TransformerConfig) -> list[R
     ``"concat"``) have a single ``classifier``."""
     if layout not in ("tokens", "span") and config.extra.get("pooling") in ("mean", "concat"):
         layout = "pooler"
-    return [Rule(f"heads.{head}.{ours}.{p}", f"{theirs}.{p}")
-            for ours, theirs in TASK_LAYOUTS[layout].items() for p in ("weight", "bias")]
+    return paired_rules(f"heads.{head}.", "", TASK_LAYOUTS[layout].items())
 
 
 @dataclass
@@ -111,36 +108,18 @@ class FamilySpec:
     """Everything lmlab knows about one family, and its mapping to checkpoints.
 
     Attributes:
-        model_type: the family's name, the ``model_type`` of config.json.
-        base_prefix: the name under which task classes nest the bare model (``"bert"``; T5's
-            nest nothing: ``""``).
-        shape: the :class:`TransformerConfig` values that make a config this family (Llama:
-            rotary positions, RMSNorm, a gated feed-forward, ...); a checkpoint cannot say
-            otherwise, so reading sets them and writing refuses a config that differs.
-        defaults: the family's other values, the sizes aside (vocabulary, activation, dropout,
-            special token ids; fields absent here keep :class:`TransformerConfig`'s defaults,
-            which are BERT-base's).
-        sizes: preset name -> size fields, on top of shape and defaults.
-        hf_names: config.json key -> TransformerConfig field (``"extra.<key>"``: an entry of
-            ``extra``); the first key present sets a field named twice.
-        hf_defaults: fields transformers assumes when config.json omits their key, where
-            they differ from ``defaults``.
-        hf_constants: written verbatim into every config.json.
-        gguf_names: GGUF metadata key (after ``"<architecture>."``) -> field, as hf_names.
-        required: fields a checkpoint must give (its sizes); their absence is refused.
-        from_hf / to_hf: the family's checks and derived values, applied to the field values
-            read from a config.json / to the config.json written.
-        base_rules: weight rules of the bare stack, names relative to ``base_prefix``.
-        pooler_rules: rules of the pooler (relative to ``base_prefix``), if the family has one.
-        head_rules: per lmlab head name, rules with absolute checkpoint names.
-        architectures: HF class name -> lmlab heads, primary first (``()`` = bare encoder).
-        task_heads: task head -> its layout (a :data:`TASK_LAYOUTS` key) for the fine-tuning
-            heads the family supports; their rules and ``<Family>For<Task>`` classes are added
-            to head_rules and architectures, and :mod:`lmlab.models.task_heads` builds the layout.
-        display_name: how people write the family's name (``"RoBERTa"``, ``"GPT-2"``).
-        fixed_tensors: checkpoint tensors that hold no learned values (RoFormer's sinusoid
-            table), by name relative to ``base_prefix``: written on save, because transformers
-            expects them, and skipped on load.
+        base_prefix: where task classes nest the bare model (``"bert"``; T5: ``""``).
+        shape: the config values that make a config this family; reading sets them, writing
+            refuses a config that differs. ``defaults``: its other values, sizes aside.
+        hf_names / gguf_names: config.json key (GGUF: after ``"<architecture>."``) -> field
+            (``"extra.<key>"``: an entry of ``extra``); the first key present wins.
+        hf_defaults: what transformers assumes for an absent key, where not ``defaults``.
+        required: size fields a checkpoint must give.
+        from_hf / to_hf: the family's checks and derived values, on reading / writing.
+        base_rules / pooler_rules: names relative to ``base_prefix``; head_rules: absolute.
+        architectures: HF class name -> lmlab heads, primary first (``()`` = bare model).
+        task_heads: task head -> its :data:`TASK_LAYOUTS` layout; adds their rules and classes.
+        fixed_tensors: tensors with no learned values (RoFormer's sinusoids): written, not read.
     """
 
     model_type: str

@@ -1,16 +1,5 @@
-"""ALBERT (Lan et al. 2020): factorised embeddings, one layer shared by the whole stack, SOP.
-
-- Tokens are embedded at width ``embedding_size`` E (LayerNorm on E), then
-  ``encoder.embedding_hidden_mapping_in`` (E -> H) projects them: lmlab's
-  ``Embeddings.projection``.
-- Every layer reuses the weights of ``albert_layer_groups.0.albert_layers.0``
-  (``share_layers=True``). Checkpoints with several layer groups or several inner layers per
-  group (``num_hidden_groups > 1``, ``inner_group_num > 1``) are rejected: the released models
-  use one of each.
-- The MLM head narrows H -> E (``predictions.dense``) so the decoder shares the E-wide embedding
-  matrix; the SOP head reads the pooled [CLS] vector (``albert.pooler`` + tanh).
-
-Presets base and large: BERT's shapes with E = 128, ``gelu_new`` and no dropout.
+"""ALBERT (Lan et al. 2020): factorised embeddings, one layer shared by the whole stack, SOP
+(docs/models.md). Presets: BERT's shapes with E = 128, ``gelu_new`` and no dropout.
 """
 
 from __future__ import annotations
@@ -18,15 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules
 from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
+    ENCODER_REQUIRED,
     ENCODER_SHAPE,
-    SIZE_FIELDS,
     bert_embedding_rules,
     check_absolute_positions,
     encoder_size,
+    layer_rules,
     mlm_rules,
+    projection_rules,
 )
 from lmlab.utils.errors import LmlabError
 
@@ -47,27 +38,14 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
               classifier_dropout_prob=config.extra.get("classifier_dropout_prob", 0.1))
 
 
-_LAYER = "encoder.albert_layer_groups.0.albert_layers.0."
-
-
 def _base_rules(config: TransformerConfig) -> list[Rule]:
     rules = bert_embedding_rules(config)
     if config.input_embedding_size != config.hidden_size:
-        rules += [Rule(f"transformer.embeddings.projection.{p}",
-                       f"encoder.embedding_hidden_mapping_in.{p}") for p in ("weight", "bias")]
-    pairs = [
-        ("attention.q_proj", "attention.query"),
-        ("attention.k_proj", "attention.key"),
-        ("attention.v_proj", "attention.value"),
-        ("attention.o_proj", "attention.dense"),
-        ("attention_norm", "attention.LayerNorm"),
-        ("feed_forward.up_proj", "ffn"),
-        ("feed_forward.down_proj", "ffn_output"),
-        ("ffn_norm", "full_layer_layer_norm"),
-    ]
-    rules += [Rule(f"transformer.layers.0.{a}.{p}", f"{_LAYER}{b}.{p}")
-              for a, b in pairs for p in ("weight", "bias")]
-    return rules
+        rules += projection_rules("encoder.embedding_hidden_mapping_in")
+    return rules + layer_rules("encoder.albert_layer_groups.0.albert_layers.0.", (
+        "attention.query", "attention.key", "attention.value", "attention.dense",
+        "attention.LayerNorm", "ffn", "ffn_output", "full_layer_layer_norm"),
+        layer="transformer.layers.0.")
 
 
 FAMILY = FamilySpec(
@@ -81,19 +59,16 @@ FAMILY = FamilySpec(
     sizes={"base": encoder_size(768, 12), "large": encoder_size(1024, 24)},
     hf_names={**ENCODER_HF_NAMES, "embedding_size": "embedding_size"},
     hf_constants={"position_embedding_type": "absolute"},
-    required=(*SIZE_FIELDS, "intermediate_size"),
+    required=ENCODER_REQUIRED,
     from_hf=from_hf,
     to_hf=to_hf,
     base_rules=_base_rules,
-    pooler_rules=[Rule("pooler.dense.weight", "pooler.weight"),
-                  Rule("pooler.dense.bias", "pooler.bias")],
+    pooler_rules=paired_rules("", "", [("pooler.dense", "pooler")]),
     head_rules={
         "mlm": lambda config: mlm_rules("predictions.", transform="dense", norm="LayerNorm",
                                         tied=config.tie_word_embeddings),
-        "sop": lambda config: [
-            Rule("heads.sop.classifier.weight", "sop_classifier.classifier.weight"),
-            Rule("heads.sop.classifier.bias", "sop_classifier.classifier.bias"),
-        ],
+        "sop": lambda config: paired_rules("heads.sop.", "sop_classifier.",
+                                           [("classifier", "classifier")]),
     },
     architectures={
         "AlbertModel": (),

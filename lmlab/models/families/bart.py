@@ -1,21 +1,7 @@
-"""BART (Lewis et al. 2020): a post-norm encoder-decoder in fairseq's layout, on the shared core.
+"""BART (Lewis et al. 2020): a post-norm encoder-decoder in fairseq's layout (docs/encoder-decoders.md).
 
-What the family carries:
-
-- learned positions in each stack, numbered from 2 (fairseq's offset; every token counts,
-  padding included): ``position_offset = 2`` and ``max_position_embeddings`` counts the table's
-  rows (config.json's value + 2, as RoBERTa's does);
-- a LayerNorm right after the embeddings of each stack (``layernorm_embedding``), post-norm
-  layers, exact GELU, LayerNorm eps 1e-5, token embeddings optionally scaled by sqrt(d_model);
-- one embedding table for both stacks and the LM head (``model.shared``) plus
-  ``final_logits_bias``, a zero buffer the checkpoints carry;
-- decoding starts from ``</s>`` (``decoder_start_token_id = 2``).
-
-lmlab builds both stacks from one width: checkpoints whose encoder and decoder differ in heads or
-feed-forward width are refused with a message. The rules here (``fairseq_layout_rules``) also
-serve Marian, which stores the same tensors under the same names.
-
-Presets: base (6 + 6 layers, 768 wide) and large (12 + 12, 1024), the released shapes.
+Positions are numbered from 2 (``max_position_embeddings`` counts the table's rows); both stacks
+have one width. ``fairseq_layout_rules`` also serve Marian. Presets: the released base and large.
 """
 
 from __future__ import annotations
@@ -23,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import FamilySpec, Rule
+from lmlab.models.families import FamilySpec, Rule, paired_rules
 from lmlab.utils.errors import LmlabError
 
 #: config.json keys of the fairseq-layout families (BART, Marian) -> TransformerConfig fields
@@ -81,14 +67,10 @@ def _stack_rules(ours: str, theirs: str, cross: bool) -> list[Rule]:
     rules = []
     for our_name, their_name in parts:
         if our_name.endswith("attention"):
-            for proj in ("q", "k", "v", "o"):
-                their_proj = "out_proj" if proj == "o" else f"{proj}_proj"
-                rules += [Rule(f"{ours}{our_name}.{proj}_proj.{p}",
-                               f"{theirs}{their_name}.{their_proj}.{p}")
-                          for p in ("weight", "bias")]
+            rules += paired_rules(f"{ours}{our_name}.", f"{theirs}{their_name}.", [
+                (f"{p}_proj", "out_proj" if p == "o" else f"{p}_proj") for p in "qkvo"])
         else:
-            rules += [Rule(f"{ours}{our_name}.{p}", f"{theirs}{their_name}.{p}")
-                      for p in ("weight", "bias")]
+            rules += paired_rules(ours, theirs, [(our_name, their_name)])
     return rules
 
 
@@ -108,8 +90,8 @@ def fairseq_layout_rules(config: TransformerConfig) -> list[Rule]:
             rules.append(Rule(f"{stack}.embeddings.position_embeddings.weight",
                               f"{stack}.embed_positions.weight"))
         if config.embedding_norm:
-            rules += [Rule(f"{stack}.embeddings.norm.{p}", f"{stack}.layernorm_embedding.{p}")
-                      for p in ("weight", "bias")]
+            rules += paired_rules(f"{stack}.", f"{stack}.", [("embeddings.norm",
+                                                             "layernorm_embedding")])
     rules += _stack_rules("encoder.layers.{i}.", "encoder.layers.{i}.", cross=False)
     rules += _stack_rules("decoder.layers.{j}.", "decoder.layers.{j}.", cross=True)
     return rules

@@ -1,9 +1,7 @@
 """BERT (Devlin et al. 2019): post-norm encoder, learned positions, segment embeddings.
 
-Presets: tiny / mini / small / medium from Turc et al. 2019, "Well-Read Students Learn Better"
-(L2/H128, L4/H256, L4/H512, L8/H512); base (L12/H768) and large (L24/H1024) from Devlin et al.
-2019. Heads = H / 64, feed-forward 4H; everything else is :class:`TransformerConfig`'s defaults,
-which are BERT-base's. The names and helpers here are shared by the BERT-like encoders.
+Presets and their sources: docs/models.md. The names and helpers here serve every BERT-like
+encoder.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules
 from lmlab.utils.errors import LmlabError
 
 #: What makes a config a BERT-like encoder (post-norm, learned absolute positions, biases).
@@ -25,12 +23,39 @@ ENCODER_HF_NAMES = {name: name for name in (
     "layer_norm_eps": "norm_eps", "pad_token_id": "pad_token_id", "bos_token_id": "bos_token_id",
     "eos_token_id": "eos_token_id", "tie_word_embeddings": "tie_word_embeddings"}
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+ENCODER_REQUIRED = (*SIZE_FIELDS, "intermediate_size")
+#: lmlab's names of a layer's eight modules, in the order the families' tables list theirs
+LAYER_MODULES = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.o_proj",
+                 "attention_norm", "feed_forward.up_proj", "feed_forward.down_proj", "ffn_norm")
 
 
 def encoder_size(hidden: int, layers: int, **fields: Any) -> dict[str, Any]:
     """A BERT-style size: heads of 64 dimensions, a feed-forward 4x as wide."""
     return dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=hidden // 64,
                 intermediate_size=4 * hidden, **fields)
+
+
+#: BERT's sizes (Turc et al. 2019 below base, Devlin et al. 2019), also RoFormer's
+BERT_SIZES = {size: encoder_size(hidden, layers) for size, (hidden, layers) in {
+    "tiny": (128, 2), "mini": (256, 4), "small": (512, 4), "medium": (512, 8),
+    "base": (768, 12), "large": (1024, 24)}.items()}
+
+
+def layer_rules(theirs: str, names: tuple[str, ...], layer: str = "transformer.layers.{i}."
+                ) -> list[Rule]:
+    """Weight and bias rules of a post-norm layer: :data:`LAYER_MODULES` <- ``names``."""
+    return paired_rules(layer, theirs, zip(LAYER_MODULES, names))
+
+
+def projection_rules(theirs: str) -> list[Rule]:
+    """The factorised embeddings' E -> H projection (ALBERT, ELECTRA, RoFormer)."""
+    return paired_rules("transformer.embeddings.projection", theirs, [("", "")])
+
+
+def drop_equal_embedding_size(values: dict[str, Any]) -> None:
+    """An ``embedding_size`` equal to the hidden size is no factorisation: None."""
+    if values.get("embedding_size") == values["hidden_size"]:
+        values["embedding_size"] = None
 
 
 def check_absolute_positions(hf: dict[str, Any], values: dict[str, Any]) -> None:
@@ -42,19 +67,11 @@ def check_absolute_positions(hf: dict[str, Any], values: dict[str, Any]) -> None
 
 
 def bert_layer_rules() -> list[Rule]:
-    """BERT's per-layer names (shared by RoBERTa and ELECTRA)."""
-    ours, prefix = "transformer.layers.{i}.", "encoder.layer.{i}."
-    pairs = [
-        ("attention.q_proj", "attention.self.query"),
-        ("attention.k_proj", "attention.self.key"),
-        ("attention.v_proj", "attention.self.value"),
-        ("attention.o_proj", "attention.output.dense"),
-        ("attention_norm", "attention.output.LayerNorm"),
-        ("feed_forward.up_proj", "intermediate.dense"),
-        ("feed_forward.down_proj", "output.dense"),
-        ("ffn_norm", "output.LayerNorm"),
-    ]
-    return [Rule(f"{ours}{a}.{p}", f"{prefix}{b}.{p}") for a, b in pairs for p in ("weight", "bias")]
+    """BERT's per-layer names (shared by RoBERTa, ELECTRA and RoFormer)."""
+    return layer_rules("encoder.layer.{i}.", (
+        "attention.self.query", "attention.self.key", "attention.self.value",
+        "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+        "output.dense", "output.LayerNorm"))
 
 
 def bert_embedding_rules(config: TransformerConfig) -> list[Rule]:
@@ -92,20 +109,17 @@ FAMILY = FamilySpec(
     display_name="BERT",
     base_prefix="bert",
     shape=ENCODER_SHAPE,
-    sizes={size: encoder_size(hidden, layers) for size, (hidden, layers) in {
-        "tiny": (128, 2), "mini": (256, 4), "small": (512, 4), "medium": (512, 8),
-        "base": (768, 12), "large": (1024, 24)}.items()},
+    sizes=BERT_SIZES,
     hf_names=ENCODER_HF_NAMES,
     hf_constants={"position_embedding_type": "absolute"},
-    required=(*SIZE_FIELDS, "intermediate_size"),
+    required=ENCODER_REQUIRED,
     from_hf=check_absolute_positions,
     base_rules=lambda config: bert_embedding_rules(config) + bert_layer_rules(),
-    pooler_rules=[Rule("pooler.dense.weight", "pooler.dense.weight"),
-                  Rule("pooler.dense.bias", "pooler.dense.bias")],
+    pooler_rules=paired_rules("", "", [("pooler.dense", "pooler.dense")]),
     head_rules={
         "mlm": lambda config: mlm_rules("cls.predictions.", tied=config.tie_word_embeddings),
-        "nsp": lambda config: [Rule("heads.nsp.classifier.weight", "cls.seq_relationship.weight"),
-                               Rule("heads.nsp.classifier.bias", "cls.seq_relationship.bias")],
+        "nsp": lambda config: paired_rules("heads.nsp.", "cls.",
+                                           [("classifier", "seq_relationship")]),
     },
     architectures={
         "BertModel": (),

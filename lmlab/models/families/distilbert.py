@@ -1,16 +1,5 @@
-"""DistilBERT (Sanh et al. 2019): a 6-layer BERT distilled from BERT-base, without token types.
-
-Config names differ from BERT's (``dim``, ``hidden_dim``, ``n_layers``, ``n_heads``,
-``activation``, ``dropout``, ``attention_dropout``); every LayerNorm uses eps 1e-12.
-
-``sinusoidal_pos_embds: true`` maps to ``position_embedding="sinusoidal"``. Hugging Face fills
-that table once (in float64, cast to float32: even dims sin, odd dims cos of
-``pos / 10000^(2(j//2)/dim)``) and *saves it as a weight* (``embeddings.position_embeddings
-.weight``); lmlab loads the stored table into its fixed ``sinusoids`` buffer, so outputs match
-bit for bit, and writes the buffer back when saving.
-
-Task heads read ``[CLS]`` through ``pre_classifier`` -> ReLU -> ``classifier``.
-"""
+"""DistilBERT (Sanh et al. 2019): a 6-layer BERT without token types, under its own config
+names; its stored sinusoid table loads into lmlab's ``sinusoids`` buffer (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +7,13 @@ from typing import Any
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
-from lmlab.models.families.bert import ENCODER_SHAPE, SIZE_FIELDS, encoder_size, mlm_rules
+from lmlab.models.families.bert import (
+    ENCODER_SHAPE,
+    SIZE_FIELDS,
+    encoder_size,
+    layer_rules,
+    mlm_rules,
+)
 from lmlab.utils.errors import LmlabError
 
 
@@ -44,20 +39,9 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
         Rule("transformer.embeddings.norm.weight", "embeddings.LayerNorm.weight"),
         Rule("transformer.embeddings.norm.bias", "embeddings.LayerNorm.bias"),
     ]
-    ours = "transformer.layers.{i}."
-    pairs = [
-        ("attention.q_proj", "attention.q_lin"),
-        ("attention.k_proj", "attention.k_lin"),
-        ("attention.v_proj", "attention.v_lin"),
-        ("attention.o_proj", "attention.out_lin"),
-        ("attention_norm", "sa_layer_norm"),
-        ("feed_forward.up_proj", "ffn.lin1"),
-        ("feed_forward.down_proj", "ffn.lin2"),
-        ("ffn_norm", "output_layer_norm"),
-    ]
-    rules += [Rule(f"{ours}{a}.{p}", f"transformer.layer.{{i}}.{b}.{p}")
-              for a, b in pairs for p in ("weight", "bias")]
-    return rules
+    return rules + layer_rules("transformer.layer.{i}.", (
+        "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
+        "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"))
 
 
 FAMILY = FamilySpec(

@@ -1,20 +1,6 @@
-"""ELECTRA (Clark et al. 2020): a BERT encoder trained as a replaced-token discriminator.
-
-- Embeddings may be narrower than the stack (``embedding_size`` E < H, ELECTRA-Small):
-  ``electra.embeddings_project`` (E -> H) is lmlab's ``Embeddings.projection``; it does not
-  exist when E == H.
-- ``ElectraForPreTraining`` is the discriminator: head ``discriminator_predictions.dense`` ->
-  ``hidden_act`` -> ``dense_prediction`` (one logit per token) = lmlab's ``"rtd"`` head.
-- ``ElectraForMaskedLM`` is the generator: ``generator_predictions`` (dense H -> E, exact GELU,
-  LayerNorm on E) then ``generator_lm_head`` (E -> V, tied to the embeddings) = lmlab's
-  ``"mlm"`` head with ``config.extra["mlm_head_act"] = "gelu"``.
-- There is no pooler: sequence classification reads ``[CLS]`` through ``classifier.dense`` ->
-  GELU -> ``classifier.out_proj``, multiple choice through ``sequence_summary``.
-
-Presets: the small / base discriminators and their generators. Generator sizes follow the
-paper's multipliers of hidden size, FFN size and head count (1/4 for Small, 1/3 for Base;
-Table 7). Note: the *released* google/electra-small-generator is full size (H256, 4 heads,
-FF1024); ``"small-generator-released"`` is that one.
+"""ELECTRA (Clark et al. 2020): a BERT encoder, optionally with factorised embeddings; the
+discriminator is the ``"rtd"`` head, the generator the ``"mlm"`` head (docs/models.md, which
+also says where the generator presets' sizes come from).
 """
 
 from __future__ import annotations
@@ -22,15 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules
 from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
+    ENCODER_REQUIRED,
     ENCODER_SHAPE,
-    SIZE_FIELDS,
     bert_embedding_rules,
     bert_layer_rules,
     check_absolute_positions,
+    drop_equal_embedding_size,
     mlm_rules,
+    projection_rules,
 )
 
 
@@ -42,15 +30,13 @@ def _size(hidden: int, heads: int, intermediate: int, embedding: int) -> dict[st
 
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
     check_absolute_positions(hf, values)
-    if values.get("embedding_size") == values["hidden_size"]:
-        values["embedding_size"] = None
+    drop_equal_embedding_size(values)
 
 
 def _base_rules(config: TransformerConfig) -> list[Rule]:
     rules = bert_embedding_rules(config) + bert_layer_rules()
     if config.input_embedding_size != config.hidden_size:
-        rules += [Rule(f"transformer.embeddings.projection.{p}", f"embeddings_project.{p}")
-                  for p in ("weight", "bias")]
+        rules += projection_rules("embeddings_project")
     return rules
 
 
@@ -65,16 +51,13 @@ FAMILY = FamilySpec(
            "base": _size(768, 12, 3072, 768), "base-generator": _size(256, 4, 1024, 768)},
     hf_names={**ENCODER_HF_NAMES, "embedding_size": "embedding_size"},
     hf_constants={"position_embedding_type": "absolute"},
-    required=(*SIZE_FIELDS, "intermediate_size"),
+    required=ENCODER_REQUIRED,
     from_hf=from_hf,
     to_hf=lambda config, hf: hf.update(embedding_size=config.input_embedding_size),
     base_rules=_base_rules,
     head_rules={
-        "rtd": lambda config: [
-            Rule(f"heads.rtd.{ours}.{p}", f"discriminator_predictions.{theirs}.{p}")
-            for ours, theirs in (("dense", "dense"), ("dense_prediction", "dense_prediction"))
-            for p in ("weight", "bias")
-        ],
+        "rtd": lambda config: paired_rules("heads.rtd.", "discriminator_predictions.", [
+            ("dense", "dense"), ("dense_prediction", "dense_prediction")]),
         "mlm": lambda config: mlm_rules("", transform="generator_predictions.dense",
                                         norm="generator_predictions.LayerNorm",
                                         decoder="generator_lm_head", bias=None,

@@ -1,13 +1,7 @@
-"""GPT-2 (Radford et al. 2019): a pre-norm decoder with learned positions, on the shared core.
+"""GPT-2 (Radford et al. 2019): a pre-norm decoder with learned positions (docs/decoders.md).
 
-What differs from BERT is all configuration: no segment embeddings, no norm after the
-embeddings, LayerNorm *before* each sublayer plus a final ``ln_f``, a causal mask, the tanh GELU
-(``gelu_new``) and an LM head tied to the token embeddings. Two checkpoint details need
-transforms: OpenAI's ``Conv1D`` stores weights as (in, out) (``transpose=True``), and the query,
-key and value projections are fused into one ``c_attn`` tensor (``split=0`` after the transpose).
-
-Presets: small and medium (the released models) and CPU-sized stacks named
-``"<layers>x<hidden>"`` (``"6x384"``: 6 layers of width 384, heads of 64 dims, FFN 4x wide).
+Its Conv1D weights are stored (in, out) (``transpose``) and q, k, v fused in ``c_attn``
+(``split``). Presets: small, medium and CPU-sized ``"<layers>x<hidden>"`` stacks.
 """
 
 from __future__ import annotations

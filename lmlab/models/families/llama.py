@@ -1,16 +1,6 @@
-"""Llama-style decoders (Touvron et al. 2023; SmolLM2): the same core as GPT-2, configured.
-
-Rotary positions (``rope_theta``), RMSNorm before each sublayer and after the last, a SwiGLU
-feed-forward (``ffn_type="glu"``, ``silu``), grouped key/value heads, no biases, and an LM head
-tied to the embeddings or not (``tie_word_embeddings``). Hugging Face names are
-``model.embed_tokens``, ``model.layers.{i}.self_attn.{q,k,v,o}_proj``,
-``model.layers.{i}.mlp.{gate,up,down}_proj``, ``input_layernorm``, ``post_attention_layernorm``,
-``model.norm`` and ``lm_head``; llama.cpp's GGUF names are ``token_embd``,
-``blk.{i}.attn_{q,k,v,output}``, ``blk.{i}.ffn_{gate,up,down}``, ``attn_norm``, ``ffn_norm``,
-``output_norm`` and ``output``.
-
-Presets: SmolLM2-135M and CPU-sized stacks named ``"<layers>x<hidden>"`` (heads of 64 dims, half
-as many key/value heads, a SwiGLU 8/3x as wide rounded up to a multiple of 64).
+"""Llama-style decoders (Touvron et al. 2023; SmolLM2): rotary positions, pre-RMSNorm, SwiGLU,
+grouped key/value heads, no biases (docs/decoders.md). Presets: SmolLM2-135M and CPU-sized
+``"<layers>x<hidden>"`` stacks (heads of 64 dims, half as many key/value heads).
 """
 
 from __future__ import annotations

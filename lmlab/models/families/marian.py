@@ -1,20 +1,6 @@
-"""Marian (Junczys-Dowmunt et al. 2018; the OPUS-MT models): the original Transformer's layout
-(Vaswani et al. 2017) as transformers' ``MarianMTModel`` stores it.
-
-BART's tensors under BART's names (:func:`~lmlab.models.families.bart.fairseq_layout_rules`),
-with the paper's choices instead of BART's:
-
-- fixed sinusoidal positions from 0 in the "halves" layout (all sines, then all cosines), not
-  stored in the checkpoint; no LayerNorm after the embeddings;
-- token embeddings scaled by sqrt(d_model) (``scale_embedding``), post-norm layers;
-- decoding starts from the pad token (``decoder_start_token_id = pad_token_id``).
-
-One vocabulary for source and target, in one table or (``share_encoder_decoder_embeddings:
-false``) a table per side, the output projection tied to the target's; a checkpoint whose
-target vocabulary differs (``decoder_vocab_size``) is refused.
-
-Presets: base (6 + 6 layers, 512 wide, 8 heads, FFN 2048: the paper's base model) and big
-(1024 wide, 16 heads, FFN 4096).
+"""Marian (Junczys-Dowmunt et al. 2018; OPUS-MT): the original Transformer (Vaswani et al. 2017)
+under BART's tensor names, with fixed "halves" sinusoids, scaled embeddings and one vocabulary
+(docs/encoder-decoders.md). Presets: the paper's base and big.
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
-"""RoBERTa (Liu et al. 2019): BERT's architecture, fairseq position numbering, no NSP.
-
-Differences from BERT that the family carries:
-
-- positions count from ``padding_idx + 1`` (fairseq): ``position_offset = pad_token_id + 1``, and
-  ``max_position_embeddings`` (514 for the released models) includes those offset rows;
-- one token type (``type_vocab_size = 1``), 50265 byte-level BPE tokens, LayerNorm eps 1e-5;
-- the MLM head is ``lm_head.{dense, layer_norm, decoder, bias}`` and applies exact GELU whatever
-  ``hidden_act`` says (``config.extra["mlm_head_act"] = "gelu"``);
-- sequence classification reads ``<s>`` through ``classifier.dense`` -> tanh ->
-  ``classifier.out_proj``, so ``RobertaForSequenceClassification`` has no pooler (the pooler is
-  optional in checkpoints) while ``RobertaForMultipleChoice`` has one.
-
-Presets base and large: BERT's shapes.
-"""
+"""RoBERTa (Liu et al. 2019): BERT with fairseq's position numbering (from ``pad_token_id +
+1``), one token type and an exact-GELU MLM head; what differs is tabled in docs/models.md."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, paired_rules
 from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
+    ENCODER_REQUIRED,
     ENCODER_SHAPE,
-    SIZE_FIELDS,
     bert_embedding_rules,
     bert_layer_rules,
     check_absolute_positions,
@@ -63,12 +50,12 @@ FAMILY = FamilySpec(
     hf_names=ENCODER_HF_NAMES,
     hf_defaults=dict(max_position_embeddings=512, norm_eps=1e-12),
     hf_constants={"position_embedding_type": "absolute"},
-    required=(*SIZE_FIELDS, "intermediate_size"),
+    required=ENCODER_REQUIRED,
     from_hf=from_hf,
     to_hf=to_hf,
     base_rules=lambda config: bert_embedding_rules(config) + bert_layer_rules(),
-    pooler_rules=[Rule("pooler.dense.weight", "pooler.dense.weight", optional=True),
-                  Rule("pooler.dense.bias", "pooler.dense.bias", optional=True)],
+    # sequence classification has no pooler (classifier.dense -> tanh), multiple choice has one
+    pooler_rules=paired_rules("", "", [("pooler.dense", "pooler.dense")], optional=True),
     head_rules={
         "mlm": lambda config: mlm_rules("lm_head.", transform="dense", norm="layer_norm",
                                         tied=config.tie_word_embeddings),

@@ -1,20 +1,6 @@
-"""T5 (Raffel et al. 2020), v1.0 and v1.1: a pre-norm encoder-decoder with relative positions.
-
-What the family carries:
-
-- no absolute positions: each stack's first layer holds a table of (bucket, head) scalars
-  (``relative_attention_bias``) that every layer of the stack adds to its attention scores;
-  lmlab keeps it on the stack (``encoder.relative_bias``), computed once per forward;
-- unscaled dot-product attention (``attention_scale = 1``: the initialisation absorbs it),
-  no biases anywhere, RMS norm without mean or bias (eps 1e-6), pre-norm with a final norm;
-- v1.0: ReLU feed-forward (``wi``, ``wo``), output projection tied to the embeddings, decoder
-  states scaled by ``d_model ** -0.5`` before it; v1.1 (``feed_forward_proj: "gated-gelu"``):
-  a GeGLU feed-forward (``wi_0`` gate, ``wi_1`` up) with the tanh GELU and an untied head;
-- decoding starts from the pad token (id 0), so the table has no padding row: the pad
-  token's embedding trains (``extra["pad_row_trains"]``).
-
-Presets: small and base (v1.0 shapes), ``v1.1-small`` (gated, untied), and CPU-sized
-``tiny`` (2 + 2 layers, 128 wide) and ``mini`` (4 + 4, 256 wide), heads of 64 dims.
+"""T5 (Raffel et al. 2020), v1.0 and v1.1: a pre-norm encoder-decoder with relative position
+buckets, unscaled attention and no biases (docs/encoder-decoders.md). Presets: small, base,
+``v1.1-small`` and CPU-sized ``tiny`` and ``mini``.
 """
 
 from __future__ import annotations
