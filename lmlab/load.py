@@ -1,9 +1,6 @@
-"""The one entry point from a path to a model: ``lmlab.from_pretrained`` over every kind of folder.
-
-A path is resolved first (a short name, a run directory's ``model/``), then its kind read from
-its marker files (:func:`lmlab.interop.folders.folder_kind`): GGUF, recurrent, native and Hugging
-Face folders load in interop; quantised folders in compress, adapters in adapt, feature-based
-runs in finetune, which is why this module sits above them all.
+"""The one entry point from a path to a model: ``lmlab.from_pretrained`` over every kind of
+folder (:func:`lmlab.interop.folders.folder_kind`). Quantised, adapter and feature-run folders
+load in compress, adapt and finetune, which is why this module sits above them.
 """
 
 from __future__ import annotations
@@ -21,21 +18,13 @@ from lmlab.utils.errors import LmlabError
 
 def from_pretrained(path: str | Path, head: str | list[str] | None = None, *,
                     allow_pickle: bool = False, dtype: torch.dtype | None = None):
-    """Load a model from a Hugging Face folder, an lmlab run directory or a GGUF file.
+    """Load a model from any model folder, a run directory, a ``.gguf`` file or a short name
+    (``lmlab models list``).
 
     Args:
-        path: folder with config.json + model.safetensors (sharded too), a run dir, ``.gguf``,
-            or a short name from ``lmlab models list`` (``"minilm"``, ``"smollm2"``).
-        head: ``None`` = the heads the checkpoint names in ``architectures`` (bare model if
-            none); ``"mlm"``, ``"nsp"``, ``"rtd"``, ... = that head, freshly initialised when the
-            checkpoint lacks it. A feature-based fine-tuning run (``feature_head.json``) loads
-            as a :class:`~lmlab.finetune.feature_based.FeatureClassifier`.
+        head: ``None`` = the heads the checkpoint names; a name = that head, freshly
+            initialised when the checkpoint lacks it (``model.fresh_heads``).
         allow_pickle: also read pickled ``.bin``/``.pt`` weights (unsafe for untrusted files).
-        dtype: cast after loading (``torch.bfloat16`` for fast CPU inference).
-
-    Example:
-        >>> import lmlab
-        >>> model = lmlab.from_pretrained("minilm", head="mlm")
     """
     path = resolve_model_dir(path)
     kind = folder_kind(path)

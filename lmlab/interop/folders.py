@@ -1,11 +1,6 @@
-"""What kind of model folder a path is, by its marker files, and loading the plain kinds.
-
-One table of markers serves every caller: a GGUF file; a folder written by ``lmlab quantize``
-(``quantization.json``), a PEFT adapter (``adapter.json``, in the folder or its ``model/``), a
-feature-based fine-tuning run (``feature_head.json``), lmlab's recurrent format, lmlab's native
-format, or a Hugging Face folder. :func:`load_model` reads the plain kinds (GGUF, recurrent,
-native, Hugging Face); the others need a floor above interop and load through
-:func:`lmlab.load.from_pretrained`.
+"""What kind of model folder a path is, by its marker files, and loading the plain kinds
+(GGUF, recurrent, native, Hugging Face); wrapped kinds (quantised, adapter, feature run) load
+through :func:`lmlab.load.from_pretrained`, on a floor above.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ def adapter_folder(path: str | Path) -> Path | None:
 
 
 def plain_kind(path: str | Path) -> str:
-    """The kind of model file under any wrapper: ``gguf``, ``recurrent``, ``native`` or
-    ``huggingface``."""
+    """The kind of model file under any wrapper: gguf, recurrent, native or huggingface."""
     path = Path(path)
     if path.suffix == ".gguf":
         return "gguf"
@@ -48,8 +42,7 @@ def plain_kind(path: str | Path) -> str:
 
 
 def folder_kind(path: str | Path) -> str:
-    """The kind of an already resolved model path (:func:`resolve_model_dir`), one of
-    :data:`KINDS`: a wrapper's marker first (quantised, adapter, feature run), else
+    """The kind (:data:`KINDS`) of a resolved model path: a wrapper's marker first, else
     :func:`plain_kind`."""
     path = Path(path)
     if path.suffix != ".gguf":
@@ -73,8 +66,7 @@ def source_kind(source: str | Path) -> str | None:
 
 def load_plain(path: str | Path, head: str | list[str] | None = None, *,
                allow_pickle: bool = False, dtype: Any = None):
-    """The model file of folder ``path`` by its :func:`plain_kind`, whatever wraps it (a
-    feature run's encoder, a quantised model's fp32 layout)."""
+    """The model file of folder ``path`` by its :func:`plain_kind`, whatever wraps it."""
     kind = plain_kind(path)
     if kind == "gguf":
         from lmlab.interop.gguf import load_gguf_model
@@ -95,9 +87,8 @@ def load_plain(path: str | Path, head: str | list[str] | None = None, *,
 
 def load_model(path: str | Path, head: str | list[str] | None = None, *,
                allow_pickle: bool = False, dtype: Any = None):
-    """A model from a GGUF file, a recurrent, native or Hugging Face folder (after
-    :func:`resolve_model_dir`). Quantised, adapter and feature-run folders are refused with the
-    loader that reads them."""
+    """A model from a GGUF file or a recurrent, native or Hugging Face folder; wrapped kinds
+    are refused with the loader that reads them."""
     path = resolve_model_dir(path)
     kind = folder_kind(path)
     if kind not in PLAIN_KINDS:

@@ -1,14 +1,6 @@
-"""GGUF files (llama.cpp's format) as Llama-style models: the config from the metadata, the
-tensors dequantised straight into the model's parameters (so loading peaks at about one fp32
-model). The container itself is read by :mod:`lmlab.formats.gguf`.
-
-llama.cpp's converter permutes the rows of the query and key projections so its rotary kernel
-can rotate adjacent pairs; :func:`lmlab.models.core.positions.rotary_rows_from_pairs` undoes
-that, giving back the
-"rotate half" layout of Hugging Face's Llama and of :mod:`lmlab.models.core.positions`.
-
-Example:
-    >>> model = load_gguf_model("SmolLM2-135M-Instruct.Q4_1.gguf")   # a LanguageModel, "clm" head
+"""GGUF files (llama.cpp's format) as decoders: the config from the metadata, the tensors
+dequantised straight into the parameters, the query/key rows put back into rotate-half order
+(docs/decoders.md). The container is read by :mod:`lmlab.formats.gguf`.
 """
 
 from __future__ import annotations
@@ -19,12 +11,11 @@ from typing import Any
 import numpy as np
 
 from lmlab.formats.gguf import GGUFFile
-from lmlab.models.families import KNOWN_FAMILIES, FamilySpec, expand_rules, get_family
 from lmlab.models.config import TransformerConfig
+from lmlab.models.families import KNOWN_FAMILIES, FamilySpec, expand_rules, get_family
 from lmlab.utils.errors import LmlabError
 
 
-# -- models --------------------------------------------------------------------------------------
 def _family(metadata: dict[str, Any]) -> FamilySpec:
     """The family of ``general.architecture``, if its spec has GGUF names."""
     arch = metadata.get("general.architecture")
@@ -60,9 +51,8 @@ def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | None = N
 
 
 def gguf_tensor_names(config: TransformerConfig) -> dict[str, str | tuple[str, ...]]:
-    """GGUF tensor name -> lmlab parameter name, from the family's Rules (the LM head's too,
-    unless tied to the embeddings); a tuple of names for a fused tensor (GPT-2's
-    ``attn_qkv``: the query, key and value rows concatenated along the first dimension)."""
+    """GGUF tensor name -> lmlab parameter name (the LM head's unless tied); a tuple of names
+    for a fused tensor (GPT-2's ``attn_qkv``: q, k, v rows concatenated)."""
     spec = get_family(config.family)
     rules = spec.base_rules(config) + spec.head_rules["clm"](config)
     return {rule.gguf: rule.ours for rule in expand_rules(rules, config.num_hidden_layers)
@@ -70,18 +60,14 @@ def gguf_tensor_names(config: TransformerConfig) -> dict[str, str | tuple[str, .
 
 
 def rotary_paired(gguf_name: str) -> bool:
-    """Whether llama.cpp stores this tensor's rows for adjacent-pair rotation (the query and key
-    projections): the reader undoes that layout, the writer (:mod:`lmlab.interop.gguf_writer`)
-    applies it."""
+    """Whether llama.cpp stores this tensor's rows for adjacent-pair rotation (query, key)."""
     return ".attn_q." in gguf_name or ".attn_k." in gguf_name
 
 
 def uninitialised_model(config: TransformerConfig):
-    """A :class:`~lmlab.models.model.LanguageModel` with a ``"clm"`` head whose parameters are
-    left as ``torch.empty`` allocates them, for a loader that overwrites every one. Random
-    initialisation takes seconds at SmolLM2's size; building on the meta device costs as much
-    (its first ``normal_`` or ``arange`` goes through ``torch._refs``, which imports
-    ``torch._dynamo``: 2-6 s). Buffers (the rotary frequencies) are computed as usual."""
+    """A ``"clm"`` :class:`~lmlab.models.model.LanguageModel` whose parameters are left
+    uninitialised, for a loader that overwrites every one (random init takes seconds; the meta
+    device imports torch._dynamo, as slow). Buffers are computed as usual."""
     from torch.overrides import TorchFunctionMode
 
     from lmlab.models.model import LanguageModel
@@ -98,15 +84,9 @@ def uninitialised_model(config: TransformerConfig):
 
 
 def load_gguf_model(path: str | Path, dtype: Any = None):
-    """A :class:`~lmlab.models.model.LanguageModel` with a ``"clm"`` head from a GGUF file.
-
-    Tensors are dequantised one at a time to float32 straight into the model's parameters
-    (built without random initialisation), then the model is cast to ``dtype`` if given. The
-    copies are numpy's: torch's are parallel, and on a 2-core host busy with other work its
-    threads wait for each other (the query/key rows took 2.4 s instead of 0.02 s). The file's
-    tokenizer loads with ``lmlab.Tokenizer.from_pretrained(path)``; its chat template is kept
-    on the model as ``model.chat_template``.
-    """
+    """A ``"clm"`` :class:`~lmlab.models.model.LanguageModel` from a GGUF file, its chat
+    template kept as ``model.chat_template``. Copies are numpy's: torch's parallel copies stall
+    on a busy 2-core host (2.4 s instead of 0.02 s for the query/key rows)."""
     from lmlab.utils.progress import progress
 
     with GGUFFile(path) as file:
@@ -123,23 +103,19 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
                 f"use a GGUF converted from a {config.family}-architecture model")
         for theirs, ours in progress(names.items(), desc=f"loading {file.path.name}",
                                      total=len(names), unit="tensor"):
-            if not isinstance(ours, str):  # fused (GPT-2's attn_qkv): split the rows
-                parts = [params[name].detach().numpy() for name in ours]
-                expected = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
-                if expected != file.tensors[theirs].shape:
-                    raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "
-                                     f"metadata implies {expected}",
-                                     "the file's metadata and tensors disagree; re-convert it")
+            parts = [params[name].detach().numpy()
+                     for name in ((ours,) if isinstance(ours, str) else ours)]
+            expected = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+            if expected != file.tensors[theirs].shape:
+                raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "
+                                 f"metadata implies {expected}",
+                                 "the file's metadata and tensors disagree; re-convert it")
+            target = parts[0]
+            if len(parts) > 1:  # fused (GPT-2's attn_qkv): split the rows
                 values = file.tensor(theirs)
                 for part, start in zip(parts, np.cumsum([0] + [len(p) for p in parts])):
                     part[...] = values[start:start + len(part)]
-                continue
-            target = params[ours].detach().numpy()
-            if target.shape != file.tensors[theirs].shape:
-                raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "
-                                 f"metadata implies {target.shape}",
-                                 "the file's metadata and tensors disagree; re-convert it")
-            if rotary_paired(theirs):  # rotary_rows_from_pairs, in numpy (see the docstring)
+            elif rotary_paired(theirs):  # rotary_rows_from_pairs, in numpy
                 values, heads = file.tensor(theirs), len(target) // config.head_dim
                 pairs = values.reshape(heads, -1, 2, *values.shape[1:])  # (nh, hd/2, 2, ...)
                 target.reshape(heads, 2, -1, *values.shape[1:])[...] = pairs.swapaxes(1, 2)

@@ -1,26 +1,6 @@
-"""Writing lmlab decoders as GGUF files (llama.cpp's format): the inverse of :mod:`lmlab.interop.gguf`.
-
-A written file is self-contained, as llama.cpp's converter writes it: the architecture's sizes
-under ``<architecture>.*`` (from the family's ``gguf_names`` table, the one the reader uses), the
-tokenizer (vocabulary, token types, BPE merges, special-token ids, whether BOS/EOS are added,
-llama.cpp's pre-tokenizer name, the chat template), and the weights under llama.cpp's tensor
-names (:func:`lmlab.interop.gguf.gguf_tensor_names`, again the reader's table), the query and key
-rows put back into the adjacent-pair order llama.cpp's rotary kernel expects. Families: Llama-style
-decoders (llama.cpp's ``llama``) and GPT-2 (its ``gpt2``: the query, key and value projections
-concatenated into one ``attn_qkv`` matrix, as llama.cpp's converter writes GPT-2's ``c_attn``).
-
-Weight types (Dettmers et al. 2022 and llama.cpp's block formats): ``F32``; ``F16``; ``Q8_0``
-(blocks of 32 weights as int8 with one fp16 scale, 8.5 bits a weight); ``Q4_0`` (blocks of 32 as
-4-bit integers with one fp16 scale, 4.5 bits a weight), quantised by the ``gguf`` package's own
-:func:`gguf.quants.quantize`, so the bytes are those llama.cpp's Python converter would write. As
-in llama.cpp, 1-D tensors (norm weights) stay F32, and a matrix whose rows are not whole blocks
-falls back to F16.
-
-Example:
-    >>> import lmlab
-    >>> from lmlab.interop.gguf_writer import write_gguf
-    >>> write_gguf(lmlab.from_pretrained("smollm2"), "smollm2-q8.gguf",
-    ...            lmlab.Tokenizer.from_pretrained("smollm2"), qtype="Q8_0")
+"""Writing Llama-style and GPT-2 decoders as self-contained GGUF files (sizes, tokenizer,
+weights under llama.cpp's names), the inverse of :mod:`lmlab.interop.gguf`, with the reader's
+tables. Weight types and what each costs: docs/decoders.md.
 """
 
 from __future__ import annotations
@@ -33,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from lmlab.models.families import get_family
 from lmlab.interop.gguf import gguf_tensor_names, rotary_paired
+from lmlab.models.families import get_family
 from lmlab.tokenization.gguf import PRE_TOKENIZER_SPLITS
 from lmlab.utils.errors import LmlabError
 
@@ -42,9 +22,8 @@ from lmlab.utils.errors import LmlabError
 GGUF_TYPES = {"F32": 0, "F16": 1, "Q8_0": 7, "Q4_0": 2}
 #: Families lmlab writes: those whose spec names GGUF tensors, less what their GGUF cannot say.
 WRITABLE_FAMILIES = ("llama", "gpt2")
-#: Settings each family's GGUF graph fixes (llama.cpp's llama: SwiGLU, no biases in the
-#: feed-forward, and transformers' GGUF loader builds Llama without attention biases; its gpt2:
-#: the tanh GELU, biases everywhere, as the family's shape already says).
+#: Settings each family's GGUF graph fixes (transformers' GGUF loader builds Llama without
+#: attention biases).
 FIXED_SETTINGS = {
     "llama": (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False)),
     "gpt2": (("hidden_act", "gelu_new"),),
@@ -53,7 +32,6 @@ QUANTIZATION_VERSION = 2  # ggml's block layout version (llama.cpp's GGML_QUANT_
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5  # llama.cpp's token types
 
 
-# -- checks (all before any work) ----------------------------------------------------------------
 def _check_type(qtype: str) -> str:
     name = str(qtype).upper()
     if name not in GGUF_TYPES:
@@ -71,9 +49,8 @@ def check_writable_family(family: str | None) -> None:
 
 
 def _check_model(model: Any) -> None:
-    """The model is a plain decoder of a writable family: the tensors the GGUF reader will
-    build from the file's metadata are exactly the model's (no pruned heads, low-rank factors
-    or settings the format has no key for)."""
+    """Refuse a model whose tensors are not those the GGUF reader builds from the metadata
+    (another family, pruned heads, low-rank factors, settings the format has no key for)."""
     import torch
 
     from lmlab.models.model import LanguageModel
@@ -120,8 +97,8 @@ def _check_model(model: Any) -> None:
 
 
 def _pre_tokenizer_name(tokenizer: Any, state: dict[str, Any]) -> str:
-    """llama.cpp's ``tokenizer.ggml.pre`` for the engine's pre-tokenizer: the name a GGUF
-    tokenizer was read with, else the one that describes the same split."""
+    """llama.cpp's ``tokenizer.ggml.pre``: the name a GGUF tokenizer was read with, else the
+    one that describes the same split."""
     kept = getattr(tokenizer, "gguf_pre", None)
     if kept:
         return kept
@@ -147,14 +124,9 @@ def _pre_tokenizer_name(tokenizer: Any, state: dict[str, Any]) -> str:
 
 
 def tokenizer_metadata(tokenizer: Any, vocab_size: int) -> dict[str, Any]:
-    """The ``tokenizer.*`` GGUF metadata of a byte-level BPE :class:`lmlab.Tokenizer` whose
-    model has ``vocab_size`` embedding rows (rows past the vocabulary get llama.cpp's
-    ``[PAD<i>]`` tokens of type UNUSED, as its converter writes them).
-
-    Refused (:class:`LmlabError`): tokenizers that are not byte-level BPE (WordPiece, Unigram,
-    SentencePiece BPE), a normaliser (GGUF has no field for one), a template that adds tokens
-    other than BOS/EOS, more tokens than the model has rows.
-    """
+    """The ``tokenizer.*`` GGUF metadata of a byte-level BPE :class:`lmlab.Tokenizer` for
+    ``vocab_size`` embedding rows (the rows past it get llama.cpp's ``[PAD<i>]`` tokens).
+    Refused: other tokenizer models, a normaliser, a template adding more than BOS/EOS."""
     if tokenizer is None:
         raise LmlabError("no tokenizer given; a GGUF file carries its tokenizer",
                          "pass the model's tokenizer (lmlab.Tokenizer.from_pretrained(path))")
@@ -215,9 +187,8 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int) -> dict[str, Any]:
 
 
 def model_metadata(config: Any) -> dict[str, Any]:
-    """The ``<architecture>.*`` GGUF metadata of ``config``: the family's ``gguf_names`` table
-    (the reader's) read backwards, each value in its field's type (``rope_theta=10000`` is
-    still a float: llama.cpp refuses a ``rope.freq_base`` stored as an integer)."""
+    """The ``<architecture>.*`` GGUF metadata of ``config`` (the reader's ``gguf_names``
+    backwards), each value in its field's type: llama.cpp refuses an integer freq_base."""
     from dataclasses import fields
 
     spec = get_family(config.family)
@@ -226,10 +197,8 @@ def model_metadata(config: Any) -> dict[str, Any]:
             else getattr(config, name) for key, name in spec.gguf_names.items()}
 
 
-# -- writing -------------------------------------------------------------------------------------
 def _tensor_type(shape: tuple[int, ...], qtype: str) -> str:
-    """The ggml type a tensor is written in: 1-D tensors in F32, matrices in ``qtype`` (F16
-    where rows are not whole quantisation blocks)."""
+    """1-D tensors in F32, matrices in ``qtype`` (F16 where rows are not whole blocks)."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     if len(shape) < 2 or qtype == "F32":
@@ -241,8 +210,7 @@ def _tensor_type(shape: tuple[int, ...], qtype: str) -> str:
 
 
 def _add_metadata(writer: Any, key: str, value: Any) -> None:
-    """One key with llama.cpp's value types: uint32 counts, float32 reals, arrays of strings
-    (tokens, merges) or int32 (token types)."""
+    """One key in llama.cpp's value types (uint32 counts, float32 reals, arrays)."""
     if isinstance(value, bool):
         writer.add_bool(key, value)
     elif isinstance(value, int):
@@ -258,21 +226,10 @@ def _add_metadata(writer: Any, key: str, value: Any) -> None:
 def write_gguf(model: Any, path: str | Path, tokenizer: Any, qtype: str = "F16", *,
                overwrite: bool = False, name: str | None = None,
                show_progress: bool = True) -> Path:
-    """Write ``model`` (a Llama-style or GPT-2 :class:`~lmlab.models.model.LanguageModel`) with its
-    ``tokenizer`` as one GGUF file that llama.cpp, :func:`lmlab.interop.gguf.load_gguf_model`
-    and transformers' GGUF loader read.
-
-    Args:
-        model: the decoder (any dtype; weights are read as float32).
-        path: the ``.gguf`` file to write (atomically: a temporary file renamed into place).
-        tokenizer: its byte-level BPE :class:`lmlab.Tokenizer` (embedded in the file).
-        qtype: ``"F32"``, ``"F16"`` (llama.cpp's converter's default), ``"Q8_0"`` or ``"Q4_0"``.
-        overwrite: replace an existing ``path``.
-        name: ``general.name`` (default: the file's stem).
-
-    Everything is checked before any tensor is converted: the type, the output path, the
-    model's family and settings, the tokenizer.
-    """
+    """Write a Llama-style or GPT-2 ``model`` with its byte-level BPE ``tokenizer`` as one GGUF
+    file (atomically) that llama.cpp, :func:`lmlab.interop.gguf.load_gguf_model` and
+    transformers read; ``qtype``: F32, F16, Q8_0 or Q4_0; ``name``: ``general.name`` (default:
+    the file's stem). Everything is checked before any tensor is converted."""
     from lmlab.utils.checks import check_output_file
 
     qtype = _check_type(qtype)

@@ -1,10 +1,7 @@
-"""Hugging Face folders: config.json + model.safetensors (single or sharded).
+"""Hugging Face folders: config.json + model.safetensors (single or sharded), both ways.
 
-Loading streams tensors one at a time from the safetensors file(s) (plain reads, no memory map)
-straight into the model's parameters, so peak memory is one model plus one tensor, never two
-full copies. Every missing, unexpected or mis-shaped tensor is collected and reported in one
-error. Pickled ``.bin``/``.pt`` weights load only with ``allow_pickle=True``: unpickling runs
-arbitrary code.
+Tensors stream one at a time into the model (peak memory: one model plus one tensor); every
+mismatch is reported in one error; pickled weights load only with ``allow_pickle=True``.
 """
 
 from __future__ import annotations
@@ -30,6 +27,8 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt")
 #: the task-head layouts that read every token, where the pooling of a sentence plays no part
 TOKEN_LAYOUTS = ("tokens", "span")
+#: the fix of every refusal to write a model transformers cannot build
+OWN_FORMAT = "save it in lmlab's own format (lmlab.interop.native.save_model does when this refuses)"
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -46,9 +45,8 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
 
 def load_config(path: str | Path, tensors: CheckpointTensors | None = None
                 ) -> tuple[TransformerConfig, FamilySpec, dict[str, Any]]:
-    """The lmlab config, the family mapping and the raw config.json of a folder. Given the
-    folder's ``tensors``, config.json's sizes are first checked against the token embedding
-    table (:func:`check_embedding_table`)."""
+    """The lmlab config, the family mapping and the raw config.json of a folder (its sizes
+    checked against the ``tensors``' embedding table when given)."""
     hf = read_hf_config(path)
     model_type = hf.get("model_type")
     if not model_type:
@@ -62,10 +60,8 @@ def load_config(path: str | Path, tensors: CheckpointTensors | None = None
 
 def check_embedding_table(path: Path, hf: dict[str, Any], family: FamilySpec,
                           tensors: CheckpointTensors) -> None:
-    """Refuse a config.json whose vocabulary or width contradicts the checkpoint's token
-    embedding table, naming the table, its shape and the config's sizes: before the config's
-    own checks (a wrong hidden size would read "not divisible by the number of heads") and
-    before a model of the wrong size is built."""
+    """Refuse a config.json whose vocabulary or width contradicts the token embedding table,
+    before the config's own checks would report a confusing consequence."""
     values = family.read(family.hf_names, hf, f"this {family.model_type} config.json",
                          **family.hf_defaults)
     keys = set(tensors.keys())
@@ -158,8 +154,7 @@ class CheckpointTensors:
 
 
 def layer_counts(model) -> tuple[int, int]:
-    """Layer modules of ``model``'s stacks: (layers, 0) for an encoder or a decoder (1 under
-    ALBERT's sharing), (encoder layers, decoder layers) for an encoder-decoder."""
+    """Layer modules of ``model``'s stacks: (layers, 0), or (encoder, decoder) layers."""
     if hasattr(model, "transformer"):
         return len(model.transformer.layers), 0
     return len(model.encoder.layers), len(model.decoder.layers)
@@ -198,10 +193,8 @@ def _to_ours(rule: Rule, tensor: torch.Tensor, head_dim: int) -> list[torch.Tens
 
 def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
                  strict_heads: bool = True) -> list[str]:
-    """Copy a checkpoint into ``model`` in place; returns heads that got fresh weights.
-
-    Raises one LmlabError listing every missing, unexpected and mis-shaped tensor.
-    """
+    """Copy a checkpoint into ``model`` in place; returns heads that got fresh weights. One
+    LmlabError lists every missing, unexpected and mis-shaped tensor."""
     keys = set(tensors.keys())
     prefix = checkpoint_prefix(family, any(k.startswith(f"{family.base_prefix}.") for k in keys))
     params = _targets(model)
@@ -275,8 +268,7 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
 
 
 def _targets(model) -> dict[str, torch.Tensor]:
-    """Parameters and buffers by name: rules may fill a buffer (DistilBERT's stored sinusoid
-    table lands in ``transformer.embeddings.sinusoids``)."""
+    """Parameters and buffers by name (DistilBERT's stored sinusoids fill a buffer)."""
     targets = dict(model.named_buffers(remove_duplicate=False))
     targets.update(model.named_parameters(remove_duplicate=False))
     return targets
@@ -302,16 +294,9 @@ def _ignorable(name: str) -> bool:
 
 def load_pretrained(path: str | Path, head: str | list[str] | None = None,
                     allow_pickle: bool = False, dtype: torch.dtype | None = None):
-    """Build an lmlab :class:`LanguageModel` from a Hugging Face folder (every kind of folder:
-    :func:`lmlab.interop.folders.load_model`).
-
-    Args:
-        head: ``None`` = the heads the checkpoint's ``architectures`` names (bare encoder if
-            none); a name or list of names = those heads (fresh weights where the checkpoint
-            has none, reported in ``model.fresh_heads``).
-        allow_pickle: allow pickled ``.bin``/``.pt`` weights (they can run code when loaded).
-        dtype: cast the loaded model (e.g. ``torch.bfloat16``).
-    """
+    """A model from a Hugging Face folder. ``head``: None = the heads config.json's
+    ``architectures`` names; a name or list = those heads (fresh weights where the checkpoint
+    has none: ``model.fresh_heads``)."""
     from lmlab.models.model import LanguageModel
     from lmlab.models.seq2seq import EncoderDecoderModel
 
@@ -353,11 +338,8 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
 # -- writing ------------------------------------------------------------------------------------
 def save_pretrained(model, path: str | Path, architecture: str | None = None,
                     max_shard_bytes: int | None = None) -> Path:
-    """Write ``model`` as a Hugging Face folder that transformers loads with identical outputs.
-
-    Tied weights are written once (transformers re-ties them). With ``max_shard_bytes`` the
-    weights are split into ``model-0000k-of-0000n.safetensors`` files plus an index.
-    """
+    """Write ``model`` as a Hugging Face folder that transformers loads with identical outputs
+    (tied weights once; ``max_shard_bytes``: ``model-0000k-of-0000n.safetensors`` + an index)."""
     from safetensors.torch import save_file
 
     refuse_adapted_checkpoint(model)
@@ -405,41 +387,32 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
 
 
 def _refuse_head_layout(config: TransformerConfig, family: FamilySpec) -> None:
-    """Refuse layouts transformers cannot build: low-rank factorised maps
-    (lmlab.compress.lowrank); pruned heads (lmlab.compress.heads) unless every layer keeps the
-    same number (transformers 5 has no ``pruned_heads``) and, where config.json has no
-    ``head_dim`` (BERT, GPT-2), heads of ``hidden / heads`` dimensions."""
+    """Refuse layouts transformers cannot build: low-rank maps, heads pruned unevenly, or to
+    a count or width config.json cannot say."""
     if config.extra.get("attention_heads_per_layer"):
         raise LmlabError("the layers have different numbers of attention heads (heads were "
                          "pruned); transformers builds every layer with the same number",
-                         "save it in lmlab's own format (lmlab.interop.native.save_model does "
-                         "when this refuses), or prune the same number of heads in every layer "
+                         f"{OWN_FORMAT}, or prune the same number of heads in every layer "
                          "of a family whose config.json has head_dim (Llama)")
     if config.extra.get("low_rank"):
         raise LmlabError("linear maps are factorised into two low-rank matrices "
-                         "(lmlab.compress.lowrank); transformers has no such layer",
-                         "save it in lmlab's own format (lmlab.interop.native.save_model does "
-                         "when this refuses)")
+                         "(lmlab.compress.lowrank); transformers has no such layer", OWN_FORMAT)
     if config.extra.get("pruned_heads") and config.hidden_size % config.num_attention_heads:
         raise LmlabError(f"{config.num_attention_heads} heads left in a hidden size of "
                          f"{config.hidden_size}: transformers refuses a head count that does not "
                          "divide the hidden size, even with head_dim",
-                         "save it in lmlab's own format (lmlab.interop.native.save_model does "
-                         "when this refuses), or prune to a head count that divides it")
+                         f"{OWN_FORMAT}, or prune to a head count that divides it")
     names = set(family.hf_names.values())
     if "head_dim" not in names and config.head_dim * config.num_attention_heads != config.hidden_size:
         raise LmlabError(f"{config.num_attention_heads} heads of {config.head_dim} dimensions in a "
                          f"hidden size of {config.hidden_size}: {family.model_type}'s config.json "
                          "has no head width (transformers makes heads hidden / heads wide)",
-                         "save it in lmlab's own format (lmlab.interop.native.save_model does "
-                         "when this refuses)")
+                         OWN_FORMAT)
 
 
 def _refuse_task_heads(model, family: FamilySpec) -> None:
-    """Refuse task heads that transformers would load as another model without a word: a head
-    of a family that has no such class (GPT-2's sequence classifier reads the last token, not
-    lmlab's pooled vector) and a pooled head on lmlab's own ``mean``/``concat`` pooling (the
-    ``...ForSequenceClassification`` classes pool [CLS]). lmlab's own format keeps both."""
+    """Refuse task heads transformers would load as another model: a head of a family with no
+    such class, a pooled head on lmlab's ``mean``/``concat`` pooling (those classes pool [CLS])."""
     pooling = model.config.extra.get("pooling", "family")
     for head in model.heads:
         if head not in TASK_CLASS_SUFFIX:
@@ -448,13 +421,11 @@ def _refuse_task_heads(model, family: FamilySpec) -> None:
         if head not in family.task_heads:
             raise LmlabError(f"lmlab has no transformers class for a {family.display_name} "
                              f"{head} head (transformers' {name}, where it exists, is another "
-                             "model)", "save it in lmlab's own format (lmlab.interop.native."
-                             "save_model does when this refuses)")
+                             "model)", OWN_FORMAT)
         if pooling in ("mean", "concat") and family.task_heads[head] not in TOKEN_LAYOUTS:
             raise LmlabError(f"the {head} head reads the {pooling} pooling of the tokens; "
                              f"transformers' {name} pools [CLS] and would load the folder as "
-                             "another model", "save it in lmlab's own format (lmlab.interop."
-                             "native.save_model does when this refuses)")
+                             "another model", OWN_FORMAT)
 
 
 def _save_sharded(tensors: dict[str, torch.Tensor], path: Path, max_shard_bytes: int) -> None:
