@@ -1,15 +1,7 @@
-"""Feature-based fine-tuning (Peters et al. 2018; the BERT paper's feature-based comparison).
-
-The encoder is frozen. Its per-layer sentence vectors (embeddings + every layer, pooled) are
-computed once by :func:`layer_features`; only a :class:`FeatureHead` is trained: one chosen
-layer, or a learned scalar mix of all layers (``gamma * sum_j softmax(w)_j h_j``), then a linear
-classifier. It trains on the one :class:`~lmlab.training.trainer.Trainer`
-(:func:`train_feature_based`): the vectors are the stream (:class:`FeatureStream`), the head's
-loss is the objective (:class:`FeatureObjective`), and
-:class:`~lmlab.finetune.hooks.DevSelection` scores dev after every epoch, keeps the best epoch
-and stops early, so the run has the Trainer's checkpoints, exact resume, budget, device and
-metrics. A finished run is saved and loaded as one :class:`FeatureClassifier` (the encoder's
-folder plus ``feature_head.safetensors``).
+"""Feature-based fine-tuning (Peters et al. 2018; the BERT paper's feature-based comparison):
+the encoder is frozen and runs once; a :class:`FeatureHead` (one layer, a fixed combination or
+a learned scalar mix, then a linear classifier) trains on its per-layer sentence vectors. A
+finished run is one :class:`FeatureClassifier` (the encoder's folder plus the head's file).
 """
 
 from __future__ import annotations
@@ -41,11 +33,9 @@ FEATURE_HEAD_WEIGHTS = "feature_head.safetensors"
 
 # -- the head: a scalar mix (or one layer) over frozen layers, then a linear classifier ----------
 class FeatureHead(nn.Module):
-    """Classifier over frozen features: a chosen layer, a fixed combination of layers (a strategy
-    of :data:`lmlab.models.pooling.STRATEGIES`, the BERT paper's table 7: ``concat_last_four``
-    makes the classifier 4H wide) or a learned scalar mix, then dropout and a linear layer. Reads
-    pre-pooled per-layer sentence vectors (N, L+1, H): pooling is linear, so pooling then
-    combining equals combining then pooling, and the frozen encoder runs once."""
+    """A chosen layer, a fixed combination of layers (a :data:`lmlab.models.pooling.STRATEGIES`
+    name) or a learned scalar mix of pre-pooled per-layer vectors (N, L+1, H), then dropout and
+    a linear classifier. Pooling is linear, so the frozen encoder runs once."""
 
     def __init__(self, num_layers: int, hidden: int, outputs: int, layer: int | str | None,
                  dropout: float = 0.1):
@@ -135,14 +125,9 @@ def task_features(task: Task, split: str, model: nn.Module, tokenizer: Any, rec:
 
 # -- the head's training on the Trainer: stream and objective --------------------------------------
 class FeatureStream(fdata.TaskStream):
-    """Endless training batches of frozen features, ``{"features": (B, L+1, H), "labels": (B,)}``,
-    in epochs of shuffled batches (the last one of an epoch may be smaller).
-
-    A :class:`~lmlab.finetune.data.TaskStream` without length grouping: epoch ``e``'s order
-    depends on ``(seed, e)`` only, and ``state_dict``/``load_state_dict`` hold the exact
-    position (epoch, batch), so a resumed run sees the batches an uninterrupted run sees. Under
-    DDP it yields global batches (the Trainer gives each rank its slice).
-    """
+    """Training batches of frozen features, ``{"features": (B, L+1, H), "labels": (B,)}``: a
+    :class:`~lmlab.finetune.data.TaskStream` (shuffled epochs, exact resume position) without
+    length grouping."""
 
     def __init__(self, features: torch.Tensor, labels: torch.Tensor, batch_size: int,
                  seed: int = 0):
@@ -155,14 +140,9 @@ class FeatureStream(fdata.TaskStream):
 
 
 class FeatureObjective(nn.Module):
-    """The loss of a :class:`FeatureHead` on a :class:`FeatureStream` batch: cross-entropy over
-    the labels, or MSE for regression (one output). It declares what the Trainer reads: no
-    language-model head in the FLOP count, no perplexity, every example predicted.
-
-    The head runs in fp32 even in a bf16 run (autocast off): it is tiny, and a saved
-    :class:`FeatureClassifier` runs it in fp32 too, so training and inference see the same
-    numbers. ``precision`` changes the frozen encoder's feature pass only.
-    """
+    """A :class:`FeatureHead`'s loss on a :class:`FeatureStream` batch: cross-entropy, or MSE
+    for regression. The head runs in fp32 even in a bf16 run, as a saved
+    :class:`FeatureClassifier` runs it, so training and inference see the same numbers."""
 
     name = "feature-head"
     flops_head = "none"
@@ -357,18 +337,10 @@ def _encoder_pass(model: nn.Module, encoded: dict[str, list], features_of: Any,
 
 # -- a finished feature-based run as one model ----------------------------------------------------
 class FeatureClassifier(nn.Module):
-    """A feature-based run as one model: the frozen ``encoder`` (a LanguageModel without heads)
-    gives per-layer sentence vectors, its :class:`FeatureHead` classifies them.
-
-    It answers where a model with a ``sequence-classification`` head is expected (``heads``,
-    ``config.extra["num_labels"/"id2label"]``, :func:`lmlab.models.task_heads.task_logits`), so
-    ``lmlab evaluate``, ``lmlab.from_pretrained`` and the text-classification pipeline take a
-    feature run like any other. Saved as the bare encoder's folder (Hugging Face where its family
-    maps it: transformers reads it as ``AutoModel``, and its ``AutoModelFor...`` classes report
-    the classifier as newly initialised; else lmlab's own) plus ``feature_head.safetensors`` and
-    ``feature_head.json``.
-    Like :func:`~lmlab.models.task_heads.add_task_head`, it records ``num_labels`` and
-    ``id2label`` in the encoder's ``config.extra``.
+    """A feature-based run as one model: the frozen ``encoder`` (no heads) gives per-layer
+    sentence vectors, its :class:`FeatureHead` classifies them. It answers where a model with a
+    ``sequence-classification`` head is expected (``heads``, ``num_labels``/``id2label`` in
+    ``config.extra``, ``task_logits``), so evaluation, loading and pipelines take it as any run.
     """
 
     forward_gives_task_logits = True  # task_logits calls the model itself, not a head

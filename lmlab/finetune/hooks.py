@@ -1,19 +1,7 @@
-"""Fine-tuning as :class:`~lmlab.training.hooks.TrainerHook` objects on the one Trainer.
-
-* :class:`DevSelection`: after every epoch (every ``steps_per_epoch`` optimizer steps, and once
-  more at the end of a run cut short mid-epoch, e.g. by ``--budget``), score the dev split, keep
-  the best epoch's weights, stop after ``patience`` epochs without improvement, and put the best
-  weights back before the Trainer saves the final model. Used by every recipe (BERT, ULMFiT,
-  feature-based: only ``state_of``/``restore`` differ).
-* :class:`Unfreezing`: ULMFiT's gradual unfreezing (epoch k trains the top k+1 layer groups).
-
-Both are functions of the step and of checkpointed state, so a run resumed from a checkpoint
-(after a crash or ``kill -9``) scores, selects and stops exactly as an uninterrupted run does:
-the best weights and the selection state are saved into every checkpoint.
-
-Under DDP (torchrun) every rank holds the same weights: rank 0 scores the dev split, the
-scores are broadcast, and each rank applies the same decision to its own copy (best state,
-early stop); rank 0 alone writes the checkpoint files.
+"""Fine-tuning's Trainer hooks: :class:`DevSelection` (dev scored every epoch, best weights
+kept, early stopping; every recipe) and :class:`Unfreezing` (ULMFiT). Both depend only on the
+step and checkpointed state, so a resumed run selects and stops as an uninterrupted one does;
+under DDP rank 0 scores and every rank applies the same decision.
 """
 
 from __future__ import annotations
@@ -50,10 +38,7 @@ class DevSelection(TrainerHook):
         restore: puts a kept state back (e.g. ``model.load_state_dict``).
 
     After training, :attr:`history` holds one entry per evaluation (``epoch``, ``step``,
-    ``train_loss`` = mean step loss of the epoch, ``dev_<metric>`` ...), :attr:`best_epoch` the
-    selected one (-1: none evaluated), :attr:`selection_seconds` the time spent evaluating and
-    copying (not training), over every session of the run, and :attr:`loop_seconds` the run's
-    time when its training loop ended.
+    ``train_loss``, ``dev_<metric>`` ...) and :attr:`best_epoch` the selected one (-1: none).
     """
 
     # what a checkpoint keeps besides the best weights (JSON in its state.json)
@@ -152,15 +137,10 @@ class DevSelection(TrainerHook):
 
 
 class Unfreezing(TrainerHook):
-    """ULMFiT's gradual unfreezing: during epoch k (0-based) only the layer groups of depth
-    <= k train (:func:`lmlab.finetune.recipes.unfreeze_to`), and the last of ``epochs`` epochs
-    trains every group, as the paper's last stage does ("until we fine-tune all layers") even
-    when the model has more groups than the run has epochs (an AWD-LSTM's five groups under
-    the recipe's four epochs); a one-epoch run trains the head alone. Everything trains again
-    after the run, so the saved model has no frozen parameters.
-
-    The model's parameters all require grad when the Trainer wraps it (DDP registers those);
-    frozen ones then get no gradient and AdamW skips them, as in the paper.
+    """ULMFiT's gradual unfreezing: during epoch k only the layer groups of depth <= k train;
+    the last epoch trains every group, as the paper's last stage does, even when the model has
+    more groups than the run has epochs (a one-epoch run trains the head alone). Frozen
+    parameters get no gradient and AdamW skips them; all train again after the run.
     """
 
     def __init__(self, model: nn.Module, steps_per_epoch: int, epochs: int):

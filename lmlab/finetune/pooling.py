@@ -1,17 +1,7 @@
-"""Which sentence vector a fine-tuned classifier reads: the one the checkpoint was trained to give.
-
-A classification head reads one vector per sequence. BERT's recipe reads the pooled [CLS]
-(a tanh layer trained by next-sentence prediction). A checkpoint that never trained that pooler
--- a sentence-transformers model such as all-MiniLM-L6-v2, trained with *mean* pooling, or an
-MLM-only pretraining -- gives a poor [CLS] vector: on the wordnet-supersense task frozen
-mean-pooled MiniLM features reached 52.5% dev accuracy against 34.7-40.0% for its pooler output.
-So ``pooling="auto"`` (the ``bert`` recipe's default) resolves, in order:
-
-1. a sentence-transformers ``modules.json`` naming a Pooling module: that module's
-   ``config.json`` (``pooling_mode_mean_tokens`` -> ``mean``, ``pooling_mode_cls_token`` ->
-   ``family``, i.e. [CLS] through the family's head layout);
-2. pooler weights in the checkpoint (BERT's NSP, ALBERT's SOP trained them): ``family``;
-3. otherwise (no trained pooler, random initialisation): ``mean``.
+"""Which sentence vector a fine-tuned classifier reads: the one the checkpoint was trained to
+give (docs/finetuning.md: why). ``pooling="auto"`` resolves to a sentence-transformers folder's
+Pooling module (mean or [CLS]); else ``family`` ([CLS] + pooler) where the checkpoint has pooler
+weights; else (no trained pooler, random initialisation) ``mean``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,6 @@
-"""Fine-tuning recipes: BERT's (as lmlab runs it and as the paper gives it), training from
-scratch, ULMFiT's and the feature-based (ELMo-style) one.
-
-* ``bert`` (the default): BERT's recipe made to work on small data and on checkpoints that were
-  not pretrained with NSP. AdamW, 10% linear warmup then linear decay, every weight trained, and
-  three changes, each measured (docs/finetuning.md): the sentence vector follows the checkpoint
-  (``pooling="auto"``, :mod:`lmlab.finetune.pooling`: mean pooling for all-MiniLM-L6-v2), the new
-  head learns ``head_lr_multiplier`` times faster than the pretrained body (a fresh 45-way
-  head does not move at 5e-5), and training lasts at least ``min_updates`` optimizer updates
-  (Mosbach et al. 2021, "On the stability of fine-tuning BERT": small data needs more
-  iterations, not fewer). On wordnet-supersense (1,000 examples, MiniLM) the paper's recipe
-  reached 36.1% test accuracy, frozen MiniLM 59.7%, this recipe's setting 70.1%.
-* ``bert-paper`` (Devlin et al. 2019, as published): lr 5e-5, 3 epochs, batch 32, [CLS] +
-  pooler, no head multiplier, no minimum: the recipe the paper gives, kept by name.
-* ``scratch``: a randomly initialised model (the "random init" baseline) has no pretrained
-  body to protect: a higher learning rate (2.5e-4: the learning-rate search of
-  docs/results.md chose it on all three built-in tasks; 5e-4 collapsed on WiC and 1e-3 on every
-  task), mean pooling and more updates, so it measures an architecture trained from scratch
-  rather than one collapsed onto the majority class.
-  Chosen automatically for ``random_init`` when no recipe is named.
-* ``ulmfit`` (Howard & Ruder 2018): discriminative learning rates (layer group at depth d from
-  the top gets ``lr / 2.6**d``), gradual unfreezing (epoch k trains the top k+1 groups), slanted
-  triangular learning rates (cut_frac 0.1, ratio 32), concat pooling ``[last, max, mean]``.
-* ``feature`` (Peters et al. 2018; the BERT paper's feature-based comparison): the encoder is
-  frozen; only a head over a chosen layer, or over a learned scalar mix of all layers
-  (``gamma * sum_j softmax(w)_j h_j``), is trained: :mod:`lmlab.finetune.feature_based`.
+"""Fine-tuning recipes (``bert``, ``bert-paper``, ``scratch``, ``ulmfit``, ``feature``) and
+ULMFiT's layer groups, discriminative learning rates and gradual unfreezing. docs/finetuning.md
+gives each recipe's settings, its source and the measurements that chose them.
 """
 
 from __future__ import annotations

@@ -1,19 +1,5 @@
-"""Fine-tune and evaluate: one seed, several seeds (median and spread), early stopping on the
-dev metric, best-checkpoint selection, predictions and plots in the run directory.
-
-Every recipe trains on the one :class:`lmlab.training.Trainer` (device, torchrun DDP, bf16,
-``--budget``, exact resume, cost report): :class:`~lmlab.finetune.objective.TaskObjective` +
-:class:`~lmlab.finetune.data.TaskStream` for BERT and ULMFiT (discriminative LRs as optimizer
-groups, gradual unfreezing as a hook), :mod:`lmlab.finetune.feature_based` for the frozen
-encoder; :class:`~lmlab.finetune.hooks.DevSelection` scores dev after every epoch, keeps the
-best weights (in every checkpoint too) and stops early.
-
-A run directory ``runs/NAME`` holds ``model/`` (a Hugging Face folder with the task head and
-the tokenizer; for the feature recipe the frozen encoder + ``feature_head.safetensors``),
-``finetune.json`` (task, recipe, seed, history), ``metrics.json``, ``predictions-<split>.jsonl``
-and ``confusion-<split>.png``, and the Trainer's ``config.json``, ``metrics.jsonl``,
-``checkpoints/``, ``cost.md``/``cost.json`` and ``report.md``. With several seeds each seed has
-``seed-N/`` and the run directory has ``summary.json`` (median and spread over seeds).
+"""Fine-tune and evaluate on a task: one seed or several (median and spread), dev selection,
+predictions and confusion plots in the run folder (docs/finetuning.md lists its files).
 """
 
 from __future__ import annotations
@@ -235,14 +221,6 @@ def _subset(task: Task, max_train_examples: int | None) -> Task:
                                  "train": sample_examples(task.split("train"), max_train_examples)})
 
 
-def _num_labels(task: Task) -> int:
-    if task.type == "regression":
-        return 1
-    if task.type in ("qa", "multiple-choice"):
-        return 2
-    return len(task.labels)
-
-
 def finetune(task: Task, model_source: str | Path, out_dir: str | Path,
              config: FinetuneConfig | None = None, **settings: Any) -> dict[str, Any]:
     """Fine-tune ``model_source`` on ``task`` into the run folder ``out_dir``; returns the run's
@@ -256,7 +234,7 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path,
     """
     from lmlab.training.distributed import process_device
 
-    cfg = FinetuneConfig(**settings) if config is None else config.replace(**settings)
+    cfg = FinetuneConfig(**settings) if config is None else replace(config, **settings)
     is_random = parse_model_source(model_source, cfg.random_init)[1]
     if not is_random:
         _refuse_wrapped(model_source)
@@ -439,6 +417,7 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
     """BERT / ULMFiT on the Trainer: every weight trains (ULMFiT: discriminative LRs, slanted
     triangular schedule, gradual unfreezing; a PEFT method: its own parameters), selected on
     dev per epoch; with ``cfg.distil``, the teacher's soft targets join the loss."""
+    from lmlab.adapt import method_record
     from lmlab.finetune.hooks import Unfreezing
     from lmlab.training.run_dir import RunRecord, run_config
     from lmlab.training.trainer import seed_everything
@@ -453,7 +432,7 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
                                 "train_data": stable_hash([(f.input_ids, f.label)
                                                            for f in plan.features]),
                                 "distil": distil.to_dict() if distil is not None else None,
-                                **({"method": _method_record(method, cfg.method_options)}
+                                **({"method": method_record(method, cfg.method_options)}
                                    if method else {})},
                        objective={"spec": "task", "heads": [HEAD_FOR_TASK[task.type]]},
                        data={"tokenizer_fingerprint": tokenizer.fingerprint()})
@@ -503,16 +482,10 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
 
     report = {**done.report(), "pooling": pooling, "pooling_reason": pooling_reason,
               "planned_epochs": plan.epochs,
-              **({"method": _method_record(method, cfg.method_options)} if method else {}),
+              **({"method": method_record(method, cfg.method_options)} if method else {}),
               "trainable_parameters": sum(p.numel() for p in model.parameters()
                                           if p.requires_grad)}
     return TrainedTask(report, predictor, saver, done.trainer.dist.is_main)
-
-
-def _method_record(method: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    from lmlab.adapt import method_record
-
-    return method_record(method, options)
 
 
 # -- several seeds ---------------------------------------------------------------------------------

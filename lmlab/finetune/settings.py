@@ -8,7 +8,7 @@ recipe's default" and always passes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,6 @@ MINIMUMS = {"epochs": ("--epochs", 1), "batch_size": ("--batch-size", 1),
             "patience": ("--patience", 1), "save_every": ("--save-every", 1),
             "min_updates": ("--min-updates", 0)}
 POSITIVE = {"lr": "--lr", "budget_seconds": "--budget", "head_lr_multiplier": "--head-lr-multiplier"}
-# the config file's speed: section (the rest is hparams:); distil is an object, given in code
-SPEED = ("precision", "device", "save_every", "show_progress")
 
 
 @dataclass(frozen=True)
@@ -94,14 +92,3 @@ class FinetuneConfig:
         from lmlab.training.config import load_config_file
 
         return cls.from_sections(load_config_file(path), **overrides)
-
-    def to_sections(self) -> dict[str, dict[str, Any]]:
-        """The config file's sections: ``from_sections(c.to_sections())`` gives ``c`` back
-        (``distil``, an object, is left out)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "distil"}
-        values["eval_splits"] = list(self.eval_splits)
-        return {"hparams": {k: v for k, v in values.items() if k not in SPEED},
-                "speed": {k: v for k, v in values.items() if k in SPEED}}
-
-    def replace(self, **changes: Any) -> FinetuneConfig:
-        return replace(self, **changes)

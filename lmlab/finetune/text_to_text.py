@@ -1,16 +1,7 @@
 """Text-to-text training and prediction for encoder-decoders (T5's formulation: every task is
-an input text and a target text), on the one :class:`~lmlab.training.trainer.Trainer`.
-
-- :func:`encode_pairs` tokenizes (source, target) pairs, refusing targets longer than the
-  decoder's limit with a message (a silently cut target teaches the model to stop early);
-- :class:`PairStream` yields length-grouped, shuffled batches (``input_ids``,
-  ``attention_mask``, ``labels`` with -100 at padding) with an exact resume position;
-- :class:`TextToTextObjective` is teacher-forced token cross-entropy (label smoothing from
-  the model's config), weighted by target tokens;
-- :func:`train_text_to_text` runs the Trainer and writes ``out_dir/model`` with its tokenizer;
-- :func:`predict_texts` decodes sources in batches, greedy or with beam search, optionally
-  returning every beam's hypothesis (the integration task counts a beam correct when any of
-  its hypotheses verifies, as Lample & Charton do).
+an input text and a target text) on the one Trainer: :func:`encode_pairs` (too long a target is
+refused, not cut), :class:`PairStream`, :class:`TextToTextObjective` (teacher-forced token
+cross-entropy), :func:`train_text_to_text`, and :func:`predict_texts` (greedy or beam search).
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""ULMFiT's three stages (Howard & Ruder 2018, "Universal Language Model Fine-tuning for Text
-Classification") on lmlab's pretraining and fine-tuning, each stage a run directory.
-
-1. General-domain LM: ``lmlab pretrain --family awd-lstm --objective clm`` (not here: any
-   finished AWD-LSTM run is the ``general`` argument).
-2. Target-task LM fine-tuning (:func:`finetune_lm`): the same LM objective on the task's own
-   text, labels dropped — the training split's texts to train on, the dev split's to measure
-   perplexity (the test split's text is never read) — from the general LM's weights, with the
-   slanted triangular learning rate.
-3. Classifier fine-tuning (:func:`lmlab.finetune.finetune` with the ``ulmfit`` recipe): concat
-   pooling ``[h_T, maxpool(H), meanpool(H)]`` over real tokens, discriminative learning rates
-   (``lr / 2.6**depth`` per layer group: head, LSTM 3, 2, 1, embeddings), slanted triangular
-   rates and gradual unfreezing (one more group each epoch).
-
-:func:`run_ulmfit` runs stages 2 and 3 (``lm_steps=0`` skips stage 2: the paper's "without LM
-fine-tuning" ablation; ``recipe="ulmfit-no-unfreeze"`` is its "without gradual unfreezing").
-Every stage resumes: rerunning on the same ``out`` continues from the last checkpoint.
+"""ULMFiT's stages 2 and 3 (Howard & Ruder 2018) on lmlab's pretraining and fine-tuning, each
+stage a run directory: :func:`finetune_lm` fine-tunes a general AWD-LSTM LM (stage 1, any
+``lmlab pretrain --family awd-lstm`` run) on the task's own text; :func:`run_ulmfit` then
+fine-tunes the classifier with the ``ulmfit`` recipe (docs/recurrent.md). Every stage resumes.
 """
 
 from __future__ import annotations
