@@ -1,2 +1,1 @@
-"""File formats read and written without model knowledge (floor 1): the GGUF container and
-safetensors files."""
+"""File formats read and written without model knowledge: GGUF containers, safetensors."""

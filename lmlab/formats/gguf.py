@@ -1,14 +1,6 @@
 """GGUF files (llama.cpp's format), the container only: typed key/value metadata, the tensor
-table, and tensors dequantised to float32.
-
-A GGUF file is a header of typed key/value metadata (architecture sizes, the tokenizer's
-vocabulary and merges, the chat template), a table of tensor descriptions, and the tensor data,
-often quantised in blocks (Q4_1: 32 weights share an fp16 scale and minimum; Q8_0: 32 int8 with
-one fp16 scale). This module parses the header itself (a few hundred milliseconds for a 49k
-vocabulary; the ``gguf`` package's reader takes seconds because it builds Python objects for
-every field part), memory-maps the data, and dequantises a tensor into any float32 array
-(Q4_0/Q4_1/Q8_0 in place, other types with ``gguf.quants.dequantize``). It knows nothing of
-models: :mod:`lmlab.interop.gguf` builds them, :mod:`lmlab.tokenization.gguf` the tokenizer.
+table, and tensors dequantised to float32. The header is parsed here (the ``gguf`` package's
+reader takes seconds on a 49k vocabulary), the data memory-mapped (docs/decoders.md).
 """
 
 from __future__ import annotations
@@ -40,6 +32,16 @@ _BF16 = 30
 _Q4_0, _Q4_1, _Q8_0 = 2, 3, 8  # dequantised by _dequantize_blocks
 
 
+def _block_sizes(ggml_type: int) -> tuple[int, int] | None:
+    """(weights, bytes) of one block of ``ggml_type``; None for a type ``gguf`` does not know."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        return GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError):
+        return None
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor of a GGUF file: numpy-order shape (ggml's dims reversed), ggml type, and the
@@ -53,13 +55,8 @@ class TensorInfo:
     @property
     def nbytes(self) -> int | None:
         """Bytes of the stored data (None for a ggml type the ``gguf`` package does not know)."""
-        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-        try:
-            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(self.ggml_type)]
-        except (ValueError, KeyError):
-            return None
-        return int(np.prod(self.shape)) // block * type_size
+        sizes = _block_sizes(self.ggml_type)
+        return None if sizes is None else int(np.prod(self.shape)) // sizes[0] * sizes[1]
 
     @property
     def type_name(self) -> str:
@@ -191,14 +188,12 @@ class GGUFFile:
             count = int(np.prod(info.shape))
             data = np.frombuffer(self._map, dtype=dtype, count=count, offset=info.offset)
             return data.reshape(info.shape), info
-        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-        try:
-            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(info.ggml_type)]
-        except (ValueError, KeyError):
+        sizes = _block_sizes(info.ggml_type)
+        if sizes is None:
             raise LmlabError(f"tensor {name} has ggml type {info.ggml_type}, which the gguf "
                              "package does not know",
-                             "upgrade the gguf package or re-quantise the file") from None
+                             "upgrade the gguf package or re-quantise the file")
+        block, type_size = sizes
         row_bytes = info.shape[-1] // block * type_size
         data = np.frombuffer(self._map, dtype=np.uint8, count=rows * row_bytes,
                              offset=info.offset)
@@ -212,9 +207,7 @@ class GGUFFile:
 
     def tensor_into(self, name: str, out: np.ndarray) -> None:
         """Dequantise ``name`` into ``out`` (e.g. a parameter's memory) 256 KB of float32 at a
-        time: a large table (the token embeddings) needs no scratch memory beyond a chunk, and
-        a chunk stays in cache between the passes over it. Q4_0/Q4_1/Q8_0 are dequantised in
-        place by :func:`_dequantize_blocks`, other block types by ``gguf.quants.dequantize``."""
+        time, so a large table needs no scratch memory beyond a chunk."""
         data, info = self.raw(name)
         if out.shape != info.shape:
             raise LmlabError(f"{name} has shape {info.shape}, the model expects {out.shape}",
@@ -265,10 +258,9 @@ class GGUFFile:
 
 
 def _dequantize_blocks(blocks: np.ndarray, ggml_type: int, out: np.ndarray) -> None:
-    """Q4_0/Q4_1/Q8_0 ``blocks`` (n, bytes per block) into ``out`` (n, 32), float32, in place:
-    ``gguf.quants``' operations in its order (so the same bits) without its float32
-    temporaries, 3x faster on SmolLM2 (docs/decoders.md). A block is an fp16 scale, for Q4_1
-    an fp16 minimum, then 32 int8 weights (Q8_0) or 16 bytes of two 4-bit weights each."""
+    """Q4_0/Q4_1/Q8_0 ``blocks`` (n, bytes per block) into ``out`` (n, 32) in place, in
+    ``gguf.quants``' order of operations (the same bits) without its temporaries. A block is
+    an fp16 scale (Q4_1: and minimum), then 32 int8 or 16 bytes of two 4-bit weights."""
     scale = blocks[:, :2].view(np.float16).astype(np.float32)  # (n, 1)
     if ggml_type == _Q8_0:
         out[...] = blocks[:, 2:].view(np.int8)

@@ -1,12 +1,6 @@
-"""safetensors files: a streaming reader that keeps memory at one tensor, and state-dict files
-that store tied tensors once (:func:`save_state` / :func:`load_state`).
-
-safetensors' own loader memory-maps the file; every page it touches then counts towards the
-process's resident memory on top of the model it is copied into, so loading shows about two
-copies of the weights. The format is simple (8-byte little-endian header length, a JSON header
-of ``name -> {dtype, shape, data_offsets}``, then raw little-endian bytes), so this reader
-``readinto``s each tensor straight into a fresh buffer with ordinary reads: peak memory is the
-model plus the largest single tensor.
+"""safetensors files: a reader that ``readinto``s each tensor with plain reads (safetensors'
+memory map counts the touched pages on top of the model: two copies), and state-dict files that
+store tied tensors once (:func:`save_state` / :func:`load_state`).
 """
 
 from __future__ import annotations
