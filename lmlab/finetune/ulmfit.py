@@ -70,7 +70,8 @@ def finetune_lm(task: Task, general: str | Path, out: str | Path, steps: int, lr
                 batch_size: int = 32, seq_len: int = 70, seed: int = 0,
                 precision: str = "fp32", show_progress: bool = False) -> Path:
     """Stage 2: continue the general LM's CLM training on the task's text for ``steps`` steps
-    (slanted triangular rates), into the run directory ``out``; returns it."""
+    (slanted triangular rates), into the run directory ``out``; returns it. The train split's
+    texts train, the dev split's measure perplexity; the test split's text is never read."""
     from lmlab.training.pretrain import PretrainConfig, pretrain
 
     folder = general_lm_folder(general)
