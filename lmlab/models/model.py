@@ -12,21 +12,50 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.transformer import Transformer
 from lmlab.models.heads import IGNORE_INDEX, Pooler, build_head, needs_pooler
 from lmlab.models.outputs import ModelOutput
+from lmlab.utils.errors import LmlabError
 
 
-class LanguageModel(nn.Module):
-    """``transformer`` + optional ``pooler`` + ``heads`` (a ModuleDict keyed by head name).
+class HeadedModel(nn.Module):
+    """What every lmlab model shares: ``heads`` (a ModuleDict by name), the first the primary
+    one, whose logits are ``output.logits`` and whose loss ``labels`` give."""
 
-    The first head is the primary one: its logits are ``output.logits`` and ``labels`` train
-    it. Every head's logits are in ``output.head_logits``. Objectives that combine heads
-    (MLM + SOP, ELECTRA) read ``head_logits`` and compute their own losses.
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        return count_parameters(self, trainable_only)
 
-    Example:
-        >>> model = LanguageModel(TransformerConfig(num_hidden_layers=2), heads=["mlm"])
-        >>> out = model(input_ids=torch.tensor([[101, 2023, 102]]))
-        >>> out.logits.shape
-        torch.Size([1, 3, 30522])
-    """
+    def run_head(self, name: str, hidden: torch.Tensor, pooled: torch.Tensor | None,
+                 attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        """Logits of head ``name`` from the stack's last hidden state (or pooled vector)."""
+        head = self.heads[name]
+        if getattr(head, "takes_attention_mask", False):
+            kwargs["attention_mask"] = attention_mask
+        if not getattr(head, "needs_pooler", False):
+            return head(hidden, **kwargs)
+        if getattr(head, "takes_hidden", False):
+            return head(hidden, pooled=pooled, **kwargs)
+        return head(pooled, **kwargs)
+
+    def run_heads(self, heads: Sequence[str] | None, hidden: torch.Tensor,
+                  pooled: torch.Tensor | None, attention_mask: torch.Tensor | None,
+                  labels: torch.Tensor | None
+                  ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
+        """(every named head's logits, the primary head's, its loss on ``labels`` or None)."""
+        names = list(self.heads.keys()) if heads is None else list(heads)
+        head_logits = {name: self.run_head(name, hidden, pooled, attention_mask) for name in names}
+        logits = head_logits[names[0]] if names else None
+        if labels is None:
+            return head_logits, logits, None
+        if not names:
+            raise LmlabError("labels were given but the model has no head to train",
+                             "add a head first (model.add_head(name))")
+        head = self.heads[names[0]]
+        if getattr(head, "loss_takes_attention_mask", False):
+            return head_logits, logits, head.loss(logits, labels, attention_mask)
+        return head_logits, logits, head.loss(logits, labels)
+
+
+class LanguageModel(HeadedModel):
+    """``transformer`` + optional ``pooler`` + ``heads``. Objectives that combine heads (MLM +
+    SOP, ELECTRA) read ``output.head_logits`` and compute their own losses."""
 
     def __init__(self, config: TransformerConfig, heads: Sequence[str] = (),
                  with_pooler: bool | None = None):
@@ -77,21 +106,6 @@ class LanguageModel(nn.Module):
             self.tie_weights()
         return self.heads[name]
 
-    def num_parameters(self, trainable_only: bool = False) -> int:
-        return count_parameters(self, trainable_only)
-
-    # -- forward --------------------------------------------------------------------------------
-    def run_head(self, name: str, hidden: torch.Tensor, pooled: torch.Tensor | None,
-                 attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
-        """Logits of head ``name`` from the stack's last hidden state (or pooled vector)."""
-        head = self.heads[name]
-        if getattr(head, "takes_attention_mask", False):
-            kwargs["attention_mask"] = attention_mask
-        if needs_pooler(name):
-            return head(pooled, **kwargs) if not getattr(head, "takes_hidden", False) else head(
-                hidden, pooled=pooled, **kwargs)
-        return head(hidden, **kwargs)
-
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -107,13 +121,8 @@ class LanguageModel(nn.Module):
         heads: Sequence[str] | None = None,
         skip_padding: bool = True,
     ) -> ModelOutput:
-        """Run the stack and the heads (all, or those named in ``heads``).
-
-        With ``labels``, ``loss`` is the primary head's loss. ``skip_padding`` (a speed
-        setting, on by default) computes only the real tokens of a padded batch; real-token
-        outputs and the loss are unchanged, padding positions hold zero hidden states (see
-        :meth:`Transformer.forward`). Labels that count a padding position switch it off.
-        """
+        """Run the stack and the heads (all, or those named in ``heads``). ``skip_padding``:
+        see :meth:`Transformer.forward`; labels that count a padding position switch it off."""
         if skip_padding and _labels_read_padding(labels, attention_mask):
             skip_padding = False
         out = self.transformer(
@@ -125,18 +134,7 @@ class LanguageModel(nn.Module):
         )
         hidden = out.last_hidden_state
         pooled = self.pooler(hidden) if self.pooler is not None else None
-        names = list(self.heads.keys()) if heads is None else list(heads)
-        head_logits = {name: self.run_head(name, hidden, pooled, attention_mask) for name in names}
-        logits = head_logits[names[0]] if names else None
-        loss = None
-        if labels is not None:
-            if not names:
-                raise ValueError("labels were given but the model has no head to train")
-            head = self.heads[names[0]]
-            if getattr(head, "loss_takes_attention_mask", False):
-                loss = head.loss(logits, labels, attention_mask)
-            else:
-                loss = head.loss(logits, labels)
+        head_logits, logits, loss = self.run_heads(heads, hidden, pooled, attention_mask, labels)
         return ModelOutput(
             last_hidden_state=hidden, logits=logits, loss=loss, pooler_output=pooled,
             hidden_states=out.hidden_states, attentions=out.attentions,

@@ -1,17 +1,6 @@
-"""Encoder-decoder Transformers (the original Transformer, BART, Marian, T5) on the shared core.
-
-One :class:`TransformerConfig` with ``is_encoder_decoder=True`` describes both stacks: the
-encoder is the config as written, the decoder the same with a causal mask, cross-attention and
-``num_decoder_layers`` layers (:func:`stack_configs`). Both stacks read one token embedding
-table (``shared``) unless ``share_embeddings`` is off (Marian's option: a table per side, of
-one vocabulary); the ``"seq2seq-lm"`` head projects the decoder's states to the vocabulary,
-tied to the target side's table.
-
-Example:
-    >>> config = get_family("bart").config(hidden_size=64, num_hidden_layers=2, ...)
-    >>> model = EncoderDecoderModel(config, heads=["seq2seq-lm"])
-    >>> out = model(input_ids=src, attention_mask=src_mask, labels=tgt)
-    >>> out.loss.backward()
+"""Encoder-decoder Transformers (the original Transformer, BART, Marian, T5) on the shared core:
+one config with ``is_encoder_decoder=True`` describes both stacks (:func:`stack_configs`), which
+share one token table unless ``share_embeddings`` is off (docs/encoder-decoders.md).
 """
 
 from __future__ import annotations
@@ -28,7 +17,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.transformer import Transformer
 from lmlab.models.heads import IGNORE_INDEX, build_head
-from lmlab.models.model import count_parameters, init_normal
+from lmlab.models.model import HeadedModel, init_normal
 from lmlab.models.outputs import ModelOutput
 from lmlab.utils.errors import LmlabError
 
@@ -73,15 +62,9 @@ def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tenso
     return shifted.masked_fill(shifted == IGNORE_INDEX, pad_id)
 
 
-class EncoderDecoderModel(nn.Module):
-    """``encoder`` + ``decoder`` (two :class:`Transformer` stacks sharing the token embedding
-    table) + ``heads`` (``"seq2seq-lm"``, the projection to the vocabulary).
-
-    ``forward`` takes Hugging Face's argument names: ``input_ids``/``attention_mask`` for the
-    source, ``decoder_input_ids``/``decoder_attention_mask`` for the target side (made from
-    ``labels`` by :func:`shift_right` when absent), ``encoder_outputs`` to reuse an encoding,
-    ``past_key_values`` (a :class:`KVCache`, cross-attention keys included) for decoding.
-    """
+class EncoderDecoderModel(HeadedModel):
+    """``encoder`` + ``decoder`` (two :class:`Transformer` stacks) + ``heads`` (``"seq2seq-lm"``);
+    ``forward`` takes Hugging Face's argument names."""
 
     def __init__(self, config: TransformerConfig, heads: Sequence[str] = ("seq2seq-lm",),
                  with_pooler: bool | None = None):
@@ -110,10 +93,9 @@ class EncoderDecoderModel(nn.Module):
             init_normal(module, self.config.initializer_range)
 
     def _init_t5(self, module: nn.Module) -> None:
-        """T5's initialisation (Mesh TensorFlow's, as transformers has it): unit-variance
-        embeddings and output projection, every other matrix normal with std 1/sqrt(fan-in),
-        the query's also divided by sqrt(head_dim): the attention has no 1/sqrt(d) scale, so
-        without it the scores start far too flat (or, with 0.02 weights, uniform)."""
+        """T5's initialisation (Mesh TensorFlow's): unit-variance embeddings and output
+        projection, other matrices std 1/sqrt(fan-in), the query's also / sqrt(head_dim) (the
+        attention has no 1/sqrt(d) scale)."""
         config = self.config
         if isinstance(module, nn.Embedding):  # tokens, relative position buckets
             std = 1.0 if module.num_embeddings == config.vocab_size else config.hidden_size ** -0.5
@@ -156,9 +138,6 @@ class EncoderDecoderModel(nn.Module):
             self.heads[name] = head
             self.tie_weights()
         return self.heads[name]
-
-    def num_parameters(self, trainable_only: bool = False) -> int:
-        return count_parameters(self, trainable_only)
 
     @property
     def max_length(self) -> int | None:
@@ -214,12 +193,8 @@ class EncoderDecoderModel(nn.Module):
         output_attentions: bool = False,
         heads: Sequence[str] | None = None,
     ) -> ModelOutput:
-        """Encode (unless ``encoder_outputs`` is given), decode, project.
-
-        Returns logits (B, T, V) of the primary head, ``loss`` (token cross-entropy; in
-        training mode with ``config.extra["label_smoothing"]``) when ``labels`` are given,
-        ``last_hidden_state`` of the decoder and ``encoder_last_hidden_state``.
-        """
+        """Encode (unless ``encoder_outputs`` is given), decode, project; ``loss``: token
+        cross-entropy on ``labels`` (in training, with ``config.extra["label_smoothing"]``)."""
         if encoder_outputs is None:
             if input_ids is None:
                 raise LmlabError("an encoder-decoder needs input_ids (or encoder_outputs)",
@@ -242,9 +217,7 @@ class EncoderDecoderModel(nn.Module):
             encoder_attention_mask=attention_mask,
             output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         hidden = decoded.last_hidden_state
-        names = list(self.heads.keys()) if heads is None else list(heads)
-        head_logits = {name: self.heads[name](hidden) for name in names}
-        logits = head_logits[names[0]] if names else None
+        head_logits, logits, _ = self.run_heads(heads, hidden, None, None, None)
         loss = None
         if labels is not None:
             if logits is None:
@@ -267,10 +240,8 @@ class EncoderDecoderModel(nn.Module):
 
 
 class Seq2SeqLMHead(nn.Module):
-    """The decoder's projection to the vocabulary: ``decoder`` (tied to the embeddings in every
-    family here) plus ``final_logits_bias`` (BART, Marian: a fixed zero buffer the checkpoints
-    carry). T5 with tied embeddings first scales the states by ``hidden_size ** -0.5``
-    (``config.extra["scale_decoder_outputs"]``)."""
+    """The decoder's projection to the vocabulary plus ``final_logits_bias`` (a zero buffer
+    BART's checkpoints carry); T5 v1.0 first scales the states (``scale_decoder_outputs``)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()

@@ -1,13 +1,5 @@
-"""AWD-LSTM (Merity et al. 2017), the language model under ULMFiT (Howard & Ruder 2018).
-
-Embeddings (whole words dropped: ``embed_p``) -> locked dropout (``input_p``) -> ``num_layers``
-weight-dropped LSTMs (DropConnect ``weight_p`` on ``W_hh``; locked dropout ``hidden_p`` between
-them) -> locked dropout (``output_p``) -> the decoder, which shares the embedding matrix
-(Inan et al. 2017; Press & Wolf 2017), so the last LSTM is as wide as the embeddings. Every
-dropout acts in training only: in eval mode the model is a plain stack of ``nn.LSTM`` layers.
-
-Each training window starts from a zero state (lmlab's pretraining stream packs independent
-windows; AWD-LSTM's own loader carried the state across contiguous batches).
+"""AWD-LSTM (Merity et al. 2017), the language model under ULMFiT (Howard & Ruder 2018):
+embeddings -> weight-dropped LSTMs -> a decoder tied to the embeddings (docs/recurrent.md).
 """
 
 from __future__ import annotations
@@ -43,8 +35,7 @@ class AWDLSTMModel(RecurrentModel):
             self.add_head(name)
 
     def reset_parameters(self) -> None:
-        """Embeddings uniform(-r, r) (``initializer_range``; the padding row zero), torch's
-        LSTM default uniform(-1/sqrt(H), 1/sqrt(H))."""
+        """Embeddings uniform(-r, r) (the padding row zero), LSTMs torch's default."""
         r = self.config.initializer_range
         nn.init.uniform_(self.embeddings.weight, -r, r)
         if self.embeddings.padding_idx is not None:

@@ -1,15 +1,6 @@
-"""ELMo's character-aware token encoder (Peters et al. 2018, after Kim et al. 2016).
-
-A token is its characters: each character an embedding, then 1-D convolutions of several widths
-over the characters, max-pooled over time (one feature per filter), ReLU, highway layers
-(Srivastava et al. 2015: ``y = g * x + (1 - g) * relu(W x)``, ``g = sigmoid(W_g x)``) and a
-linear projection to the LSTM's input width.
-
-Characters come from the tokenizer's vocabulary, not from the text: each token id gets the
-UTF-8 bytes of its string (:func:`char_table`, a buffer of the model). lmlab's token shards hold
-word pieces, so a "word" here is a word piece: ``"##ing"`` is written as a begin-of-continuation
-marker then ``i n g``, keeping it apart from the word ``"ing"``. The model's input is therefore
-the same ``input_ids`` every lmlab model takes, and the encoder is a function of the token id.
+"""ELMo's character-aware token encoder (Peters et al. 2018, after Kim et al. 2016): character
+convolutions, max-pooled, highway layers, a projection. The characters are those of each token
+id's string (a word piece), a buffer of the model (docs/recurrent.md).
 """
 
 from __future__ import annotations
@@ -27,10 +18,9 @@ PAD, BOW, EOW, BOC, SPECIAL = 0, 257, 258, 259, 260  # 1..256 are the bytes 0..2
 
 def token_chars(token: str | None, special: bool, max_chars: int,
                 marked_words: bool = False) -> list[int]:
-    """The character ids of one vocabulary entry, padded to ``max_chars``: begin marker (word,
-    continuation piece ``##...``, or special token), the bytes, end-of-word. ``marked_words``:
-    the vocabulary marks word starts (byte-level BPE's ``\u0120``, SentencePiece's ``\u2581``),
-    so an unmarked piece continues a word (``"the"`` is not ``"\u0120the"``)."""
+    """The character ids of one vocabulary entry, padded to ``max_chars``: a begin marker (word,
+    continuation, special), the bytes, end-of-word. ``marked_words``: the vocabulary marks word
+    starts (``\u0120``, ``\u2581``), so an unmarked piece continues a word."""
     if token is None:
         return [PAD] * max_chars
     begin = SPECIAL if special else BOW
@@ -61,8 +51,7 @@ def tokenizer_char_table(tokenizer, max_chars: int) -> torch.Tensor:
 
 
 class Highway(nn.Module):
-    """``num_layers`` highway layers of width ``width`` (the carry gate's bias starts at 1 so a
-    fresh layer mostly carries its input, as in Kim et al. / AllenNLP)."""
+    """Highway layers (Srivastava et al. 2015), the carry gate's bias starting at 1."""
 
     def __init__(self, width: int, num_layers: int):
         super().__init__()

@@ -1,23 +1,7 @@
-"""One configuration for lmlab's recurrent language models: AWD-LSTM and ELMo.
+"""One configuration for lmlab's recurrent language models, AWD-LSTM and ELMo (docs/recurrent.md).
 
-Torch-free (``lmlab pretrain --help`` lists the sizes without importing torch). The field names
-the rest of lmlab reads from a model's config are here with the same meaning as in
-:class:`~lmlab.models.config.TransformerConfig`: ``hidden_size`` is the width of the vectors the
-model hands to heads and feature extraction, ``num_hidden_layers`` how many layers follow the
-token representation (``hidden_states`` has one more), ``extra`` holds the task head's settings
-(``num_labels``, ``id2label``, ``pooling``), ``hidden_dropout_prob`` the classifier's dropout.
-
-* ``awd-lstm`` (Merity et al. 2017, "Regularizing and Optimizing LSTM Language Models"; the
-  body of ULMFiT, Howard & Ruder 2018): ``num_layers`` LSTMs of ``lstm_size`` cells, the last one
-  ``embedding_size`` wide so the decoder can share the embedding matrix. Dropout defaults are
-  fastai's ULMFiT ones (``output_p=0.1, hidden_p=0.15, input_p=0.25, embed_p=0.02,
-  weight_p=0.2``); the "paper" size is ULMFiT's 400/1150/3.
-* ``elmo`` (Peters et al. 2018, "Deep contextualized word representations"): a character CNN
-  (``char_filters`` (width, count) pairs, max-pooled over the characters, ``num_highway``
-  highway layers, a projection to ``projection_size``), then ``num_layers`` bidirectional LSTM
-  layers of ``lstm_size`` cells projected to ``projection_size`` (a residual connection from
-  the second layer on). ``hidden_size`` is ``2 * projection_size`` (forward ; backward); the
-  "paper" size is the original ELMo's (4096 cells, 512 projection, filters up to width 7).
+Torch-free (``lmlab pretrain --help`` lists the sizes). ``hidden_size``, ``num_hidden_layers``,
+``extra`` and ``hidden_dropout_prob`` mean what they mean in a TransformerConfig.
 """
 
 from __future__ import annotations
@@ -41,7 +25,7 @@ ELMO_PAPER_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (
 
 @dataclass
 class RecurrentConfig:
-    """Hyperparameters of an AWD-LSTM or ELMo model (see the module docstring)."""
+    """Hyperparameters of an AWD-LSTM or ELMo model."""
 
     family: str = "awd-lstm"
     vocab_size: int = 30522
@@ -66,10 +50,8 @@ class RecurrentConfig:
     # what the rest of lmlab reads
     pad_token_id: int | None = 0
     max_position_embeddings: int = 100_000  # no position table: only the longest input taken
-    # AWD-LSTM's embeddings start uniform(-r, r). Merity et al. use r = 0.1 with SGD at lr 30;
-    # under Adam (lmlab's Trainer) a 0.1 table moves 1e-3-sized steps and the three-layer stack
-    # stayed on the unigram plateau for 1,000 steps (mini, default corpus); r = 1 left it within
-    # 300 (docs/recurrent.md)
+    # AWD-LSTM's embeddings start uniform(-r, r); the paper's 0.1 suits SGD at lr 30, not AdamW
+    # (docs/recurrent.md)
     initializer_range: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -167,13 +149,9 @@ class RecurrentConfig:
         return parts + "; the same at any sequence length"
 
     def num_parameters(self, include_embeddings: bool = True) -> int:
-        """Parameter count from the shapes (tied matrices once; the cost report reads it).
-        ``include_embeddings=False`` leaves out the vocabulary-sized matrices (AWD-LSTM's
-        embedding table and untied decoder, ELMo's softmax), as Transformers leave out theirs.
-
-        An LSTM layer of ``h`` cells on ``i`` inputs holds ``W_ih`` (4h, i), ``W_hh`` (4h, h)
-        and two biases (4h each): one block per gate (input, forget, cell, output); ELMo's cells
-        are projected (``W_hr`` (p, c)), so their recurrent input is ``p`` wide."""
+        """Parameter count from the shapes, tied matrices once; ``include_embeddings=False``
+        leaves out the vocabulary-sized matrices. An LSTM layer of ``h`` cells on ``i`` inputs
+        holds ``W_ih`` (4h, i), ``W_hh`` (4h, h) and two 4h biases (ELMo's: ``W_hr`` (p, c) too)."""
         vocab = 0
         if self.family == "elmo":
             p, c = self.projection_size, self.lstm_size
@@ -193,20 +171,9 @@ class RecurrentConfig:
 
     def flop_parts(self, training: bool = True, head: str = "clm",
                    sparse_prediction_fraction: float | None = None) -> dict[str, float]:
-        """Matmul FLOPs per token by component (2 per multiply-add; training = 3 x forward),
-        as :mod:`lmlab.cost.flops` counts Transformers.
-
-        Forward, per token: an LSTM layer ``2·4h·(i + h)`` (the four gates' input and recurrent
-        products; ELMo's ``+ 2·c·p`` projection, both directions); ELMo's token encoder
-        ``Σ 2·w·d·n·(C - w + 1)`` (each filter over the C characters' valid windows),
-        ``2·W·2W`` per highway layer, ``2·W·p`` for the projection; the vocabulary softmax
-        ``2·width·V`` (ELMo: once per direction) on the predicted fraction of positions.
-        The sequence length does not enter: an LSTM's cost per token is the same at any length.
-        Not counted, as in ``torch.utils.flop_counter``: gate nonlinearities, the cell update,
-        dropout, embedding look-ups, max-pooling and the loss (elementwise work).
-
-        ``head``: ``"clm"`` (or ``"bilm"``): the family's language-model softmax; ``"none"``:
-        no softmax (feature extraction, task heads)."""
+        """Matmul FLOPs per token by component (2 per multiply-add; training = 3 x forward), as
+        :mod:`lmlab.cost.flops` counts Transformers; the conventions are in docs/cost.md.
+        ``head``: ``"clm"``/``"bilm"`` counts the LM softmax, ``"none"`` none."""
         if head not in ("clm", "bilm", "none"):
             raise LmlabError(f"the {self.family} model has no {head!r} head to count",
                              "use head 'clm' (its language-model softmax) or 'none'")
@@ -234,8 +201,7 @@ class RecurrentConfig:
 
     def flops_per_token(self, seq_len: int = 0, training: bool = True, head: str = "clm",
                         sparse_prediction_fraction: float | None = None, **_: Any) -> float:
-        """All FLOPs per token (:meth:`flop_parts` summed; ``seq_len`` is accepted for
-        :func:`lmlab.cost.flops.flops_per_token`'s interface and does not change the count)."""
+        """All FLOPs per token (:meth:`flop_parts` summed; ``seq_len`` changes nothing)."""
         return sum(self.flop_parts(training, head, sparse_prediction_fraction).values())
 
 
@@ -272,9 +238,8 @@ def recurrent_preset(family: str, size: str, **overrides: Any) -> RecurrentConfi
 
 
 def check_family_objective(family: str, spec: str) -> None:
-    """Refuse, before any work, an objective the family does not train with: a recurrent
-    family's other objectives (``--family elmo --objective clm``) and ``bilm`` on a
-    Transformer."""
+    """Refuse, before any work, an objective the family does not train with (``bilm`` on a
+    Transformer too)."""
     names = [part.strip() for part in str(spec).split(",") if part.strip()]
     if family in OBJECTIVES:
         allowed = OBJECTIVES[family]

@@ -1,18 +1,6 @@
-"""ELMo's bidirectional language model (Peters et al. 2018, "Deep contextualized word
-representations").
-
-Token representation: the character CNN (:mod:`lmlab.models.rnn.char_cnn`), context-free,
-``projection_size`` wide. Then ``num_layers`` layers of two independent LSTMs, one reading left
-to right and one right to left, each with ``lstm_size`` cells projected to ``projection_size``;
-from the second layer on each direction adds its input to its output (the residual connection).
-The two directions share the token encoder and the softmax (the ``"bilm"`` head); the
-:class:`~lmlab.objectives.bilm.BidirectionalLM` objective trains the forward direction to
-predict the next token and the backward one the previous token.
-
-``hidden_states`` are ELMo's layers: layer 0 the token vector twice ``[x; x]``, layer j
-``[forward_j; backward_j]``, all ``2 * projection_size`` wide; a task combines them with the
-scalar mix ``gamma * sum_j softmax(s)_j h_j`` (:func:`scalar_mix`; the feature recipe learns
-``s`` and ``gamma``: :class:`lmlab.models.pooling.ScalarMix`).
+"""ELMo's bidirectional language model (Peters et al. 2018): the character CNN, then layers of a
+forward and a backward projected LSTM sharing one softmax (``"bilm"``); ``hidden_states`` are
+ELMo's layers, ``2 * projection_size`` wide (docs/recurrent.md).
 """
 
 from __future__ import annotations
@@ -88,8 +76,7 @@ class ElmoModel(RecurrentModel):
 
     @torch.no_grad()
     def token_vectors(self, chunk: int = 4096) -> torch.Tensor:
-        """(V, P) context-free vector of every token: the character CNN's output (ELMo's layer
-        0, before it is doubled), computed in chunks of ``chunk`` tokens."""
+        """(V, P) context-free vector of every token (the character CNN's output), in chunks."""
         device = self.token_encoder.char_table.device
         ids = torch.arange(self.config.vocab_size, device=device)
         return torch.cat([self.token_encoder(part.unsqueeze(0))[0]  # (n, P)

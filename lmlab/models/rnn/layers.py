@@ -1,15 +1,6 @@
-"""The recurrent models' building blocks: AWD-LSTM's dropouts and a weight-dropped LSTM layer.
-
-Merity et al. 2017 ("Regularizing and Optimizing LSTM Language Models") regularise an LSTM LM
-without touching the fused LSTM kernel:
-
-* :class:`WeightDropLSTM`: DropConnect on the hidden-to-hidden matrix ``W_hh`` — one mask per
-  forward pass, shared by every time step, so the recurrence itself is regularised while the
-  kernel (torch's fused ``nn.LSTM``, cuDNN on a GPU) still runs. Only in training.
-* :func:`embedding_dropout`: drops whole words — rows of the embedding matrix — and scales the
-  kept ones by ``1 / (1 - p)``.
-* :class:`LockedDropout` (variational dropout, Gal & Ghahramani 2016): one mask per sequence,
-  shared over time, on the embeddings' output, between layers and on the last output.
+"""AWD-LSTM's regularisers (Merity et al. 2017), which leave torch's fused LSTM kernel in use:
+DropConnect on ``W_hh`` (:class:`WeightDropLSTM`), whole-word embedding dropout and locked
+(variational) dropout.
 """
 
 from __future__ import annotations
@@ -50,14 +41,10 @@ def embedding_dropout(embedding: nn.Embedding, input_ids: torch.Tensor, p: float
 
 
 class WeightDropLSTM(nn.Module):
-    """One unidirectional LSTM layer (torch's fused kernel) with DropConnect on ``W_hh``.
-
-    The parameters are those of ``self.lstm`` (an ``nn.LSTM`` with one layer, batch first;
-    ``proj_size`` for ELMo's projected cells), so a checkpoint is torch's LSTM layout. In
-    training with ``weight_p > 0`` the forward pass runs ``self.lstm`` with a dropped copy of
-    ``weight_hh_l0`` substituted (``torch.func.functional_call``): the gradient reaches the raw
-    matrix through the mask, and the module's own weights are never overwritten.
-    """
+    """One LSTM layer (torch's fused kernel, ``self.lstm``) with DropConnect on ``W_hh``: in
+    training a dropped copy of ``weight_hh_l0`` is substituted for one call
+    (``torch.func.functional_call``), so the raw matrix gets the gradient and is never
+    overwritten."""
 
     def __init__(self, input_size: int, hidden_size: int, weight_p: float = 0.0,
                  proj_size: int = 0):
@@ -84,9 +71,8 @@ class WeightDropLSTM(nn.Module):
 
 
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each row's first ``lengths[b]`` steps, leaving its right padding in place:
-    ``x`` (B, T, ...) -> (B, T, ...). Applied twice it is the identity, so a backward LSTM is a
-    forward one run on reversed rows (no packing, padding stays at the end)."""
+    """Reverse each row's first ``lengths[b]`` steps of ``x`` (B, T, ...), its right padding
+    left in place: a backward LSTM is a forward one on reversed rows (its own inverse)."""
     steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)  # (1, T)
     lengths = lengths.to(x.device).unsqueeze(1)  # (B, 1)
     index = torch.where(steps < lengths, lengths - 1 - steps, steps)  # (B, T)
