@@ -1,20 +1,10 @@
 """Distillation: a shallower student learns from a teacher, on a corpus or on a task.
 
-* **Task-agnostic** (DistilBERT, Sanh et al. 2019): the student is the teacher with some of
-  its layers (:func:`make_student`: embeddings, the chosen layers, pooler and heads copied;
-  DistilBERT took layers 0, 2, 4, 7, 9, 11 of BERT-base's 12, :func:`spread_layers`) and is
-  trained on token shards with the triple loss of
-  :class:`~lmlab.objectives.distillation.Distillation` (soft targets at temperature T, masked
-  LM, hidden-state cosine). :func:`distil` runs it as a pretraining run: the shards, the
-  tokenizer check, the run folder, the Trainer (checkpoints, exact resume, budgets, cost
-  report) are :func:`lmlab.pretrain`'s. DistilBERT dropped the token-type embeddings; the
-  student here keeps the teacher's BERT shape, so it saves as a BERT that transformers loads.
-* **Task-specific** (Hinton et al. 2015, and DistilBERT's fine-tuning with a teacher): a
-  student is fine-tuned on a task with ``alpha * T^2 * KL(teacher || student) + (1 - alpha) *
-  label loss``, the teacher being a model fine-tuned on that task.
-  :class:`TaskDistillation` is the ``distil=`` option of :func:`lmlab.finetune.finetune`: the
-  teacher's logits are computed once per training example before training, and travel in the
-  batches (``teacher_logits``), so the teacher never runs inside the loop.
+Task-agnostic (DistilBERT): :func:`make_student` keeps some of the teacher's layers
+(:func:`spread_layers`) and :func:`distil` trains it on token shards with the triple loss of
+:class:`~lmlab.objectives.distillation.Distillation`, as a pretraining run. Task-specific
+(Hinton et al. 2015): :class:`TaskDistillation`, the ``distil=`` option of fine-tuning, mixes the
+teacher's soft targets (computed once per example) into the label loss. See docs/distillation.md.
 """
 
 from __future__ import annotations
@@ -211,15 +201,9 @@ class DistilSettings:
 def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     """Distil ``settings.teacher`` into a student of its chosen layers on ``config``'s shards.
 
-    ``config`` is a :class:`~lmlab.training.pretrain.PretrainConfig` (run folder, shards,
-    training hyperparameters, budget, cost prices); its model and objective are set here: the
-    model starts as the teacher's layers (``init`` = the teacher) and the objective is
-    ``distil`` with ``settings``' arguments. Everything is checked before any work; rerunning
-    on the same ``out`` resumes exactly. The run directory is a pretraining run's:
-    ``model/`` is the student (a BERT folder with the tokenizer), plus ``config.json``,
-    ``metrics.jsonl`` (``ce_loss``, ``mlm_loss``, ``cos_loss``), ``checkpoints/``,
-    ``report.md`` and ``cost.md`` (the student's training FLOPs, and the teacher's forward
-    FLOPs on a row of their own).
+    ``config`` is a :class:`~lmlab.training.pretrain.PretrainConfig` whose model (the teacher's
+    layers) and objective (``distil``) are set here; everything is checked before any work and
+    rerunning resumes exactly. The run folder is a pretraining run's (docs/distillation.md).
     """
     from lmlab.objectives.distillation import Distillation, check_teacher
     from lmlab.objectives.special_tokens import SpecialTokens

@@ -1,26 +1,9 @@
-"""Attention-head importance and head pruning that removes the heads' weights.
+"""Attention-head importance (Michel et al. 2019) and head pruning that removes the heads' weights.
 
-Michel, Levy & Neubig 2019, "Are Sixteen Heads Really Better than One?": multiply each head's
-output (its slice of the attention context, before ``o_proj``) by a gate ``xi_h`` = 1; a head's
-importance is the expected absolute gradient of the loss with respect to its gate,
-``I_h = E_x |dL(x)/d xi_h|`` (a first-order estimate of the loss change when the head is
-removed), normalised by the L2 norm of each layer's scores. As in their code, the gradient is
-taken per batch (the batch's mean loss) and the absolute values are summed over batches.
-
-The gate is a forward pre-hook on ``o_proj`` (the core is untouched). Pruning slices the
-removed heads' rows out of ``q_proj``/``k_proj``/``v_proj`` and their columns out of ``o_proj``:
-the matrices are smaller, so the model does less work, and its outputs equal those of the
-unpruned model with those heads' gates at 0 (``o_proj``'s bias stays; a removed head
-contributed nothing else).
-
-The per-layer head counts live in the config (``extra["attention_heads_per_layer"]``, or
-``num_attention_heads`` itself when every layer keeps the same number), so the smaller shapes
-are rebuilt on loading (:class:`~lmlab.models.model.LanguageModel` reads them). The removed
-heads' original indices are recorded in ``extra["pruned_heads"]`` ({layer: [heads]}, the
-Hugging Face convention). transformers 5 builds every layer with the same head count (its
-``pruned_heads`` and ``prune_heads`` are gone) and BERT's heads are ``hidden / heads`` wide, so
-a head-pruned model is written in lmlab's own format, except a Llama-shaped model (its
-``config.json`` has ``head_dim``) with the same number of heads left in every layer.
+A head's importance is the expected absolute gradient of the loss with respect to a gate on its
+output (a forward pre-hook on ``o_proj``), normalised per layer; pruning slices the heads' rows
+out of q/k/v and their columns out of ``o_proj``, and records the layout in the config
+(:mod:`lmlab.models.variants` rebuilds it on loading). See docs/pruning.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""Low-rank factorisation of linear layers by truncated SVD.
+"""Low-rank factorisation of linear layers by truncated SVD (post-training).
 
-A ``Linear(in, out)`` computes ``x W^T + b`` with ``W`` of shape (out, in). Its SVD
-``W = U S V^T`` truncated to the ``r`` largest singular values is the best rank-``r``
-approximation of ``W`` in the Frobenius and spectral norms (Eckart & Young 1936), with error
-``||W - W_r||_F = sqrt(sum_{i>r} s_i^2)``. :class:`LowRankLinear` computes it as two linear
-maps, ``down`` (in -> r, ``S_r^1/2 V_r^T``) then ``up`` (r -> out, ``U_r S_r^1/2``, with the
-bias): ``r (in + out)`` weights and multiply-adds per token instead of ``in * out``, a saving
-only when ``r < in * out / (in + out)`` (Denton et al. 2014 and Sainath et al. 2013 factorise
-layers this way; here it is post-training, without fine-tuning afterwards).
-
-The rank is given directly (``rank``) or as the smallest one keeping an ``energy`` fraction of
-``sum s_i^2``. The factorised modules are recorded in the config (``extra["low_rank"]``: module
-name -> rank), so :class:`~lmlab.models.model.LanguageModel` rebuilds the two-matrix shapes when
-the saved model is loaded (in lmlab's own format: transformers has no such layer).
+Each chosen ``Linear(in, out)`` becomes a :class:`~lmlab.models.variants.LowRankLinear`
+(``down`` in -> r, then ``up`` r -> out): the best rank-r approximation (Eckart & Young), a
+saving only when ``r < in * out / (in + out)``. The rank is given, or the smallest keeping an
+``energy`` fraction of ``sum s_i^2``; the config records it so loading rebuilds the shapes
+(lmlab's own format). See docs/pruning.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Unstructured magnitude pruning with a sparsity schedule, and the lottery ticket procedure.
 
-Magnitude pruning zeroes the smallest-magnitude weights of the Transformer layers' linear
-maps (attention and feed-forward; embeddings, pooler and task heads are kept, as in Chen et al.
-2020, "The Lottery Ticket Hypothesis for Pre-trained BERT Networks"). The threshold is taken
-over all those weights together (``scope="global"``) or separately in each matrix
-(``scope="layer"``, every matrix equally sparse).
-
-During training (Zhu & Gupta 2017, "To prune, or not to prune"), the sparsity rises from
-``initial`` at ``start`` to ``final`` at ``end`` along ``s_t = s_f + (s_i - s_f)(1 - p)^3``,
-``p = (t - start) / (end - start)`` (``kind="cubic"``; exponent 1 for ``"linear"``): fast at
-first, while many weights are redundant, then slowly. :class:`MagnitudePruningHook` raises the
-mask every ``every`` steps and re-applies it after every optimizer step (a pruned weight's
-update is undone, so it stays 0), through the Trainer's hooks; the masks are in every
-checkpoint.
-
-The lottery ticket procedure (Frankle & Carbin 2019; with rewinding, Frankle et al. 2020,
-"Linear Mode Connectivity and the Lottery Ticket Hypothesis"): train; prune ``p`` of the
-surviving weights by magnitude; rewind every weight to its value at step ``k`` (``k = 0``: the
-initial weights), keep the pruned ones at 0; retrain; repeat. :func:`lottery_ticket` runs it
-and returns the accuracy at each sparsity.
+The smallest weights of the Transformer layers' linear maps are zeroed, over all of them
+(``scope="global"``) or per matrix (``"layer"``), at once or during training along Zhu & Gupta's
+cubic schedule (:class:`MagnitudePruningHook`, through the Trainer's hooks). :func:`lottery_ticket`
+trains, prunes, rewinds the survivors to step ``k`` and retrains (Frankle & Carbin 2019; Frankle
+et al. 2020). See docs/pruning.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Post-training dynamic int8 quantisation of the linear layers, for CPU inference.
 
-Every plain ``nn.Linear`` becomes an :class:`Int8Linear`: its weight is rounded once to int8
-with a symmetric scale (per tensor, or per output channel), and at run time each input is
-quantised to uint8 on the fly (its own min/max, hence "dynamic": no calibration data), the
-product runs in int8 with int32 accumulation, and the result is rescaled to fp32. Embeddings,
-norms, softmax and the attention products stay fp32. This is the scheme of Zafrir et al.,
-"Q8BERT: Quantized 8Bit BERT" (2019), without its quantisation-aware training, and what
-``torch.ao.quantization.quantize_dynamic`` does; see docs/compression-inference.md.
-
-Why these kernels: ``torch.ops.quantized.linear_prepack`` / ``linear_dynamic`` are ATen's int8
-GEMMs (fbgemm, or oneDNN, which uses AMX-INT8 / AVX512-VNNI where the CPU has them). The
-``torch.ao.quantization`` Python package that wraps them is deprecated; torchao's
-``Int8DynamicActivationInt8WeightConfig`` is its successor but, measured in eager mode on the
-host of docs/compression-inference.md, runs at 0.37x fp32's speed (it needs ``torch.compile``
-to fuse its ops), while these kernels ran 1.5-1.8x faster than fp32 on bert-base shapes there
-(provisional figures from a busy machine). So lmlab calls the ops directly from a small module
-of its own, which also makes saving honest: the int8 weights and their scales are plain tensors
-in ``model.safetensors`` (no pickle), and :func:`load_quantized` re-packs them for this host's
-kernels.
-
-The int8 engine matters at run time, not only when packing, so each :class:`Int8Linear`
-selects its engine around its own call and the process-wide ``torch.backends.quantized.engine``
-is left as the caller set it. Which engine is faster depends on the host (and, measured, on how
-busy it is): see :func:`default_engine`. How many bits the activations get is decided by the
-process that runs the model, not saved: see :func:`full_range_exact`.
+Every plain ``nn.Linear`` becomes an :class:`Int8Linear` (int8 weight with a symmetric scale per
+tensor or per output channel; each input quantised on the fly; int8 products with int32
+accumulation, rescaled to fp32), calling ATen's int8 GEMMs (fbgemm or oneDNN) directly with the
+engine chosen per layer at run time. Q8BERT's scheme without its quantisation-aware training;
+why these kernels rather than torch.ao or torchao, and the measured speed and error per engine:
+docs/compression-inference.md.
 """
 
 from __future__ import annotations
@@ -77,16 +59,10 @@ def full_range_exact(engine: str) -> bool:
     """Whether ``engine``'s int8 products are exact, in this process, with 8-bit activations
     (the full uint8 range); where not, :class:`Int8Linear` quantises them to 7 bits.
 
-    Without VNNI, x86 int8 kernels add pairs of uint8 x int8 products in 16 bits that saturate
-    at 32767 (vpmaddubsw): 7-bit activations keep every pair below it (127 x 128 x 2), which is
-    why fbgemm, and torch's dynamic Linear, always use 7. oneDNN takes the full range on
-    VNNI/AMX-INT8 (int32 sums) and saturates below them: measured errors of 5x the rounding
-    bound with ``ONEDNN_MAX_CPU_ISA=AVX2``. Which oneDNN ISA is in effect depends on the CPU,
-    that variable (``AVX2_VNNI`` falls back to AVX2 on a CPU with AVX512-VNNI but no AVX-VNNI)
-    and the OS, so rather than parse them this asks the kernel: one product whose every pair
-    (255 x 127, twice) overflows 16 bits, exact in fp32 unless saturated. Asked once per process
-    and engine; x86 and fbgemm keep torch's 7 bits (fbgemm follows ``FBGEMM_ENABLE_INSTRUCTIONS``,
-    not oneDNN's variable)."""
+    Without VNNI, pairs of uint8 x int8 products are added in 16 bits and saturate; rather than
+    parse CPU flags and ``ONEDNN_MAX_CPU_ISA``, one product whose every pair overflows 16 bits
+    asks the kernel, once per process and engine (docs/compression-inference.md). x86 and
+    fbgemm keep torch's 7 bits."""
     if engine != "onednn":
         return False
     weight = torch.quantize_per_tensor(torch.full((8, 64), 127.0), 1.0, 0, torch.qint8)
@@ -277,10 +253,8 @@ def quantize_int8(model: nn.Module, engine: str | None = None,
 
     Args:
         engine: the int8 kernels ("x86", "onednn", "fbgemm"); None = :func:`default_engine`.
-        granularity: one weight scale per output channel (the default: as fast as per tensor,
-            measured, and closer to fp32: on the fine-tuned MiniLM of
-            docs/compression-inference.md 92.5% of predictions unchanged against 85.1% with
-            x86, 96.3% with oneDNN) or per tensor.
+        granularity: one weight scale per output channel (the default: as fast, and closer
+            to fp32, docs/compression-inference.md) or per tensor.
 
     Example:
         >>> import lmlab
