@@ -29,6 +29,7 @@ test-all: setup
 
 lint: setup
 	$(VENV)/bin/ruff check lmlab tests bench
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
