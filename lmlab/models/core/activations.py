@@ -6,7 +6,6 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from lmlab.utils.errors import LmlabError
 
@@ -39,7 +38,3 @@ def activation(name: str) -> nn.Module:
                          f"use one of {', '.join(sorted(_ACTIVATIONS))}")
     return _ACTIVATIONS[name]()
 
-
-def gelu(x: torch.Tensor) -> torch.Tensor:
-    """Exact (erf) GELU."""
-    return F.gelu(x)

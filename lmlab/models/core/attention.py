@@ -1,16 +1,5 @@
-"""Multi-head attention, written once for every family.
-
-Two paths compute the same function:
-
-- the fused path, ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient
-  kernels where the device has them), used by default;
-- the math path, explicit ``softmax(QK^T / sqrt(d) + mask) V``, used when attention
-  probabilities are requested (``output_attentions=True``): analysis needs them, and SDPA does
-  not return them. Asking for probabilities *selects* this path; outputs agree to float noise.
-
-Grouped-query attention (Llama) shares each key/value head among ``nh / n_kv`` query heads;
-multi-head attention is the case ``n_kv == nh``. Cross-attention (encoder-decoder) takes its keys
-and values from ``key_value_states``. Rotary embeddings rotate queries and keys when given.
+"""Multi-head / grouped-query attention, self or cross, written once for every family: the fused
+SDPA path by default, the math path when probabilities are requested (``output_attentions``).
 """
 
 from __future__ import annotations
@@ -70,12 +59,8 @@ class Attention(nn.Module):
         output_attentions: bool = False,
         padding: PaddingIndex | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend; returns (output (B, T, H), probabilities (B, nh, Tq, Tk) or None).
-
-        With ``padding`` (self-attention only), ``hidden_states`` holds only the real tokens
-        (N, H): the projections run on them, only the attention product sees the padded (B, T)
-        layout, and the output is (N, H) again.
-        """
+        """Attend; returns (output (B, T, H), probabilities (B, nh, Tq, Tk) or None). With
+        ``padding``, ``hidden_states`` and the output are the real tokens only (N, H)."""
         if padding is not None:
             batch, q_len = padding.batch, padding.length
             layout = padding.pad  # (N, D) -> (B, T, D), zeros at padding positions

@@ -6,12 +6,8 @@ import torch
 
 
 class KVCache:
-    """Keys and values of every layer seen so far, each (B, n_kv_heads, T, head_dim).
-
-    Layers call :meth:`update` with the new step's keys and values and get back the full
-    sequence. A decoder with cross-attention keeps the encoder side's keys and values in
-    ``cross`` (computed at the first step, reused after). Beam search calls :meth:`reorder` to follow the surviving beams.
-    """
+    """Keys and values of every layer seen so far, each (B, n_kv_heads, T, head_dim); a
+    decoder keeps the encoder side's (computed once) in ``cross``."""
 
     def __init__(self) -> None:
         self.keys: list[torch.Tensor | None] = []

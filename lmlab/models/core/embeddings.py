@@ -1,8 +1,4 @@
-"""Input embeddings: tokens + segments + positions, normalised, optionally factorised.
-
-ALBERT and ELECTRA embed into a smaller width E and project to the hidden width H
-(``embedding_size``); the projection lives here so every family shares one code path.
-"""
+"""Input embeddings: tokens + segments + positions, normalised, optionally factorised (E -> H)."""
 
 from __future__ import annotations
 

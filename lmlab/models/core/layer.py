@@ -1,8 +1,4 @@
-"""One Transformer layer: self-attention, optional cross-attention, feed-forward.
-
-Post-norm (BERT): ``x = norm(x + drop(sublayer(x)))``.
-Pre-norm (GPT-2, Llama): ``x = x + drop(sublayer(norm(x)))``.
-"""
+"""One Transformer layer, post-norm (BERT: ``norm(x + f(x))``) or pre-norm (``x + f(norm(x))``)."""
 
 from __future__ import annotations
 

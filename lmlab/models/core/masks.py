@@ -1,9 +1,5 @@
-"""Attention masks, all as boolean tensors where True means "may attend".
-
-SDPA and the math path both take a mask broadcastable to (B, nh, Tq, Tk); a float mask (T5's
-position bias, :func:`additive_mask`) is added to the scores instead. ``None`` means every
-query sees every key (and lets SDPA pick its fastest kernel); a causal stack with no padding and
-no cache uses SDPA's own ``is_causal`` flag instead of a materialised mask.
+"""Attention masks, boolean (True: may attend) and broadcastable to (B, nh, Tq, Tk); ``None``
+lets SDPA see everything (or use its own ``is_causal``); T5's float mask is added to the scores.
 """
 
 from __future__ import annotations
@@ -31,10 +27,8 @@ def prefix_lm_mask(prefix_lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
 
 
 def document_mask(document_ids: torch.Tensor, causal: bool = True) -> torch.Tensor:
-    """(B, T, T) mask that stops attention across documents packed into one sequence.
-
-    ``document_ids`` (B, T) numbers the documents inside each row (0, 0, 0, 1, 1, 2, ...).
-    """
+    """(B, T, T) mask that stops attention across the documents ``document_ids`` (B, T)
+    numbers inside each packed row."""
     same = document_ids.unsqueeze(2) == document_ids.unsqueeze(1)  # (B, T, T)
     if causal:
         same = same & causal_mask(document_ids.shape[1], document_ids.shape[1],
@@ -49,14 +43,11 @@ def build_attention_mask(
     causal: bool,
     device: torch.device,
 ) -> tuple[torch.Tensor | None, bool]:
-    """Turn the user's mask into what attention takes: ``(mask or None, use_is_causal)``.
+    """The user's mask as attention takes it: ``(mask or None, use_is_causal)``.
 
-    ``attention_mask`` may be
-      - None or (B, Tk) with 1 for real tokens and 0 for padding (combined with causality), or
-      - (B, Tq, Tk) / (B, 1, Tq, Tk): an explicit mask used as given (prefix LM, packed
-        documents); causality is then the caller's business.
-    Rows with no visible key (a padding query in a left-padded causal batch) are opened up
-    entirely: their output is never used, and a fully masked softmax would produce NaN.
+    ``attention_mask``: None or (B, Tk) padding (joined with causality), or an explicit
+    (B, [1,] Tq, Tk) mask used as given. Rows with no visible key are opened up (never read; a
+    fully masked softmax would give NaN).
     """
     if attention_mask is not None and attention_mask.dim() >= 3:
         mask = attention_mask.bool()
@@ -87,11 +78,8 @@ def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
 
 def additive_mask(bias: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
                   dtype: torch.dtype) -> torch.Tensor:
-    """A float mask for attention that adds ``bias`` (1, nh, Tq, Tk) to the scores and hides
-    what ``mask``/``is_causal`` (from :func:`build_attention_mask`) hide (their most negative
-    value): T5's relative position bias joined with padding and causality.
-
-    Returns (B or 1, nh, Tq, Tk) in ``dtype``."""
+    """T5's position ``bias`` (1, nh, Tq, Tk) joined with what ``mask``/``is_causal`` hide (the
+    most negative value): a float mask (B or 1, nh, Tq, Tk) in ``dtype``."""
     bias = bias.to(dtype)
     q_len, k_len = bias.shape[-2:]
     if is_causal:

@@ -11,13 +11,9 @@ SINUSOID_LAYOUTS = ("interleaved", "halves")
 
 
 def sinusoidal_table(num_positions: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
-    """The fixed sin/cos table of "Attention is all you need" at frequencies
-    ``10000^(-2i/dim)``, i = 0 .. dim/2.
-
-    ``layout="interleaved"`` (the paper, DistilBERT): dim 2i is the sine, 2i+1 the cosine of
-    frequency i. ``"halves"`` (Marian, fairseq, tensor2tensor): the sines of every frequency
-    first, then the cosines. Returns a (num_positions, dim) tensor.
-    """
+    """The fixed (num_positions, dim) sin/cos table of Vaswani et al. at frequencies
+    ``10000^(-2i/dim)``: sine and cosine interleaved (the paper, DistilBERT) or in "halves"
+    (Marian, fairseq: every sine, then every cosine)."""
     if layout not in SINUSOID_LAYOUTS:
         raise ValueError(f"sinusoid layout {layout!r}; known: {', '.join(SINUSOID_LAYOUTS)}")
     position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
@@ -33,11 +29,8 @@ def sinusoidal_table(num_positions: int, dim: int, layout: str = "interleaved") 
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al. 2021) in the "rotate half" layout Llama uses.
-
-    ``forward(position_ids)`` returns cos and sin of shape (B, T, head_dim) to rotate queries and
-    keys with :func:`apply_rotary`.
-    """
+    """Rotary position embedding (Su et al. 2021) in Llama's "rotate half" layout: cos and sin
+    (B, T, head_dim) for :func:`apply_rotary`."""
 
     def __init__(self, head_dim: int, theta: float = 10000.0):
         super().__init__()
@@ -62,38 +55,31 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + _rotate_half(x) * sin
 
 
-def rotary_rows_from_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """Query/key projection rows (weight or bias) laid out for adjacent-pair rotation (RoFormer,
-    llama.cpp's GGUF files: dims 2i and 2i+1 of each head rotate together) put into the
-    rotate-half order of :func:`apply_rotary` (dims i and i + head_dim/2), head by head."""
+def _swap_row_halves(weight: torch.Tensor, head_dim: int, split: tuple[int, int]) -> torch.Tensor:
+    """Each head's rows viewed as ``split`` (its first two axes) and transposed."""
     if head_dim % 2 or weight.shape[0] % head_dim:
         raise ValueError(f"{weight.shape[0]} rows are not whole heads of an even head_dim "
                          f"{head_dim}")
-    heads = weight.shape[0] // head_dim
-    w = weight.reshape(heads, head_dim // 2, 2, *weight.shape[1:])  # (nh, hd/2, 2, ...)
-    return w.transpose(1, 2).reshape(weight.shape)  # (nh, 2, hd/2, ...) -> rows
+    w = weight.reshape(weight.shape[0] // head_dim, *split, *weight.shape[1:])  # (nh, a, b, ...)
+    return w.transpose(1, 2).reshape(weight.shape)  # (nh, b, a, ...) -> rows
+
+
+def rotary_rows_from_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Query/key rows (weight or bias) in adjacent-pair order (RoFormer, llama.cpp: dims 2i,
+    2i+1 rotate together) put into :func:`apply_rotary`'s rotate-half order (i, i + hd/2)."""
+    return _swap_row_halves(weight, head_dim, (head_dim // 2, 2))
 
 
 def rotary_rows_to_pairs(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
     """The inverse of :func:`rotary_rows_from_pairs`: rotate-half rows to adjacent pairs."""
-    if head_dim % 2 or weight.shape[0] % head_dim:
-        raise ValueError(f"{weight.shape[0]} rows are not whole heads of an even head_dim "
-                         f"{head_dim}")
-    heads = weight.shape[0] // head_dim
-    w = weight.reshape(heads, 2, head_dim // 2, *weight.shape[1:])  # (nh, 2, hd/2, ...)
-    return w.transpose(1, 2).reshape(weight.shape)  # (nh, hd/2, 2, ...) -> rows
+    return _swap_row_halves(weight, head_dim, (2, head_dim // 2))
 
 
 class RelativePositionBias(nn.Module):
-    """T5's relative position bias (Raffel et al. 2020): one learned scalar per head and
-    *bucket* of the key-minus-query distance, added to every layer's attention scores.
-
-    Buckets: a causal decoder (which sees no future) uses all ``n`` for past distances: half of
-    them hold the exact distances 0 .. n/2 - 1, the other half grow logarithmically up to
-    ``max_distance``, beyond which every distance shares the last bucket. A bidirectional
-    encoder splits the ``n`` buckets between keys before and after the query, each half laid
-    out the same way (a quarter exact, a quarter logarithmic).
-    """
+    """T5's relative position bias (Raffel et al. 2020): a learned scalar per head and bucket of
+    the key-minus-query distance, added to every layer's scores. Half the buckets hold exact
+    distances, half grow logarithmically to ``max_distance``; an encoder splits them between
+    keys before and after the query."""
 
     def __init__(self, num_buckets: int, max_distance: int, num_heads: int, bidirectional: bool):
         super().__init__()
@@ -119,8 +105,7 @@ class RelativePositionBias(nn.Module):
         return result + torch.where(is_small, distance, large)
 
     def forward(self, q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
-        """The bias (1, nh, Tq, Tk) for queries at positions ``k_len - q_len ..`` (the newest
-        ``q_len`` of ``k_len`` positions, as when decoding with a cache)."""
+        """The bias (1, nh, Tq, Tk) for the newest ``q_len`` of ``k_len`` positions."""
         q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (Tq, 1)
         k_pos = torch.arange(k_len, device=device)[None, :]  # (1, Tk)
         values = self.embedding(self.bucket(k_pos - q_pos))  # (Tq, Tk, nh)

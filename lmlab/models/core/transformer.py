@@ -17,13 +17,8 @@ from lmlab.models.outputs import TransformerOutput
 
 
 class Transformer(nn.Module):
-    """Embeddings, ``num_hidden_layers`` layers (one shared layer under ALBERT's
-    ``share_layers``), and an optional final norm.
-
-    ``forward`` takes the Hugging Face argument names. A decoder (``config.causal``) masks the
-    future; ``past_key_values`` (a :class:`KVCache`) with ``use_cache=True`` makes decoding
-    incremental. ``skip_padding`` (on by default) is a speed setting: see :meth:`forward`.
-    """
+    """Embeddings, ``num_hidden_layers`` layers (one shared under ``share_layers``) and an
+    optional final norm; ``forward`` takes the Hugging Face argument names."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -60,22 +55,13 @@ class Transformer(nn.Module):
         output_attentions: bool = False,
         skip_padding: bool = True,
     ) -> TransformerOutput:
-        """Embed and run the layers; returns the last hidden state (B, T, H) and, on request,
-        every layer's hidden states, attention probabilities and the key/value cache.
+        """Embed and run the layers: the last hidden state (B, T, H) and, on request, every
+        layer's hidden states, attention probabilities and the key/value cache.
 
-        ``skip_padding`` is a speed setting: when the batch is padded (a (B, T)
-        ``attention_mask`` with zeros, every row starting with a real token), the token-wise
-        work runs on the real tokens only (see core/unpad.py). Hidden states at real tokens
-        equal the padded computation within float noise; at padding positions they are zeros
-        (the padded computation leaves values there that nothing should read). A key/value
-        cache that the call only reads (prefix tuning's pre-filled prefix, ``use_cache=False``)
-        keeps it on: only this call's tokens are gathered (the mask's last T columns say which)
-        and attend to the cached keys under the full mask. It falls back to the padded
-        computation by itself where it cannot apply: a cache being filled (``use_cache``: it
-        would keep zeros for the padding keys), attention probabilities requested,
-        cross-attention, T5's position bias, a 3-D mask, a mask not covering the cache and the
-        new tokens, left padding. ``False`` always
-        computes the padding too (what transformers returns at padding positions).
+        ``skip_padding`` (a speed setting) computes only the real tokens of a right-padded batch
+        (zeros at padding positions); it falls back by itself where it cannot give the same
+        outputs: a cache being filled, probabilities requested, cross-attention, T5's bias, a
+        3-D mask, left padding (docs/models.md).
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
@@ -146,10 +132,8 @@ class Transformer(nn.Module):
 
 def _new_tokens_mask(attention_mask: torch.Tensor | None, past_length: int, length: int
                      ) -> torch.Tensor | None:
-    """The (B, T) padding mask of this call's tokens: a (B, past + T) mask's last T columns.
-
-    The cached keys (a prefix, earlier steps) keep their own columns of the full mask, which
-    attention still reads: only the new tokens are gathered (core/unpad.py)."""
+    """The (B, T) padding mask of this call's tokens: a (B, past + T) mask's last T columns
+    (the cached keys keep theirs, which attention still reads)."""
     if attention_mask is None or attention_mask.dim() != 2:
         return None
     if attention_mask.shape[1] != past_length + length:
@@ -158,7 +142,7 @@ def _new_tokens_mask(attention_mask: torch.Tensor | None, past_length: int, leng
 
 
 def _skippable_padding(attention_mask: torch.Tensor | None) -> bool:
-    """Whether ``attention_mask`` is a (B, T) padding mask with some padding and a real first
-    token in every row (where [CLS]-style poolers read: they must not read a skipped token)."""
+    """Whether ``attention_mask`` is (B, T) with some padding and a real first token in every
+    row (where [CLS] poolers read)."""
     return (attention_mask is not None and attention_mask.dim() == 2
             and bool(attention_mask[:, 0].all()) and not bool(attention_mask.all()))

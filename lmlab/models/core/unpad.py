@@ -1,11 +1,5 @@
-"""Skipping padding: run the token-wise work only on real tokens.
-
-In a batch padded to its longest sentence, every linear layer, norm and feed-forward block
-also processes the padding. With ``skip_padding`` (on by default) the stack gathers the real
-tokens into one (N, H) matrix, runs those parts on N rows instead of B*T, and pads only around
-the attention product (which needs the (B, T) layout), then scatters the result back. Outputs at real tokens
-are unchanged up to float noise; outputs at padding positions are zeros instead of the
-meaningless values a padded computation leaves there.
+"""Skipping padding: the token-wise work runs on the real tokens gathered into one (N, H) matrix;
+only the attention product sees the padded (B, T) layout (docs/models.md, "Padding is skipped").
 """
 
 from __future__ import annotations
