@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmlab.models.task_heads import IGNORE_INDEX
+from lmlab.models.heads import IGNORE_INDEX
 from lmlab.tasks.types import Example, Task
 from lmlab.utils.errors import LmlabError
 

@@ -1,8 +1,5 @@
-"""One configuration for every Transformer family lmlab builds.
-
-A family (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, GPT-2, Llama, ...) is a set of values for
-these fields plus, at most, a few lines of family-specific code. Field names follow the Hugging
-Face config names where one exists, so mapping a ``config.json`` is mostly renaming.
+"""One configuration for every Transformer family lmlab builds; field names follow Hugging Face's
+where one exists, so mapping a config.json is mostly renaming.
 """
 
 from __future__ import annotations
@@ -21,10 +18,8 @@ FFNKind = Literal["mlp", "glu"]
 
 
 def config_fields(cls: type, values: dict[str, Any], what: str = "config") -> dict[str, Any]:
-    """``values`` (a config.json's) as keyword arguments of the config dataclass ``cls``: a
-    field ``cls`` does not have is refused, and ``extra["id2label"]``'s keys (strings in JSON)
-    become the int ids labels are looked up by. Shared by lmlab's model configs
-    (:class:`TransformerConfig`, :class:`~lmlab.models.rnn.config.RecurrentConfig`)."""
+    """``values`` (a config.json's) as keyword arguments of config dataclass ``cls``: unknown
+    fields refused, ``extra["id2label"]``'s JSON string keys back to ints."""
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -41,12 +36,8 @@ def config_fields(cls: type, values: dict[str, Any], what: str = "config") -> di
 
 @dataclass
 class TransformerConfig:
-    """Hyperparameters of a Transformer stack (encoder or decoder).
-
-    The defaults are BERT-base's. ``family`` names the checkpoint family for interop
-    (``"bert"``, ``"roberta"``, ``"albert"``, ``"electra"``, ``"distilbert"``, ``"gpt2"``,
-    ``"llama"``).
-    """
+    """Hyperparameters of a Transformer stack (or an encoder-decoder pair); the defaults are
+    BERT-base's, ``family`` names the checkpoint family for interop."""
 
     family: str = "bert"
     vocab_size: int = 30522

@@ -1,12 +1,6 @@
-"""Heads: what sits on top of the Transformer stack for an objective or a task.
-
-Every head has a name (``"mlm"``, ``"nsp"``, ``"sop"``, ``"rtd"``, ``"clm"`` here; the task heads
-of :mod:`lmlab.models.task_heads` and SpanBERT's ``"sbo"`` elsewhere) so objectives and checkpoints
-can ask for them by name. A head maps the stack's output to logits and knows its own loss; a
-head that reads the pooled [CLS] vector says so with the class attribute ``needs_pooler``.
-
-:data:`HEADS` lists every head as ``"module:Class"``, imported on first lookup, so loading a
-checkpoint never depends on which modules the caller happened to import first.
+"""Heads: what sits on the stack for an objective or a task, by name (``"mlm"``, ``"clm"``, ...).
+A head maps the stack's output to logits and knows its loss; ``needs_pooler`` marks one that
+reads the pooled [CLS] vector. :data:`HEADS` names each as ``"module:Class"``, imported on use.
 """
 
 from __future__ import annotations
@@ -41,14 +35,20 @@ HEADS: dict[str, str | type[nn.Module]] = {
 }
 
 
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
+                        label_smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy of (..., V) ``logits`` in float32, positions labelled -100 ignored."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                           ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
+
+
 def available_heads() -> list[str]:
     """Every head name :func:`build_head` accepts (without importing their modules)."""
     return sorted(HEADS)
 
 
 def head_class(name: str) -> type[nn.Module]:
-    """The class of head ``name`` (built as ``cls(config)``), importing its module on first
-    use."""
+    """The class of head ``name`` (built as ``cls(config)``), imported on first use."""
     if name not in HEADS:
         raise LmlabError(f"unknown head {name!r}",
                          f"available heads: {', '.join(available_heads())}")
@@ -77,13 +77,8 @@ class Pooler(nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    """Masked-LM head: ``dense -> act -> norm -> decoder`` to the vocabulary.
-
-    The transform narrows to the embedding width E for factorised families (ALBERT, ELECTRA's
-    generator), so the decoder can share the input embedding matrix. With ``positions`` the
-    vocabulary projection runs only at those rows (sparse prediction, as in cramming): at a 15%
-    masking rate that removes most of the head's FLOPs.
-    """
+    """Masked-LM head: ``dense -> act -> norm -> decoder``, narrowing to the embedding width E
+    (so the decoder can share the embeddings); ``positions`` projects only those rows."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -101,10 +96,8 @@ class MaskedLMHead(nn.Module):
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy over positions whose label is not -100 (labels already selected when
-        the logits are sparse)."""
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
+        """Cross-entropy where the label is not -100 (labels already selected when sparse)."""
+        return token_cross_entropy(logits, labels)
 
 
 class _SentencePairHead(nn.Module):
@@ -168,21 +161,15 @@ class CausalLMHead(nn.Module):
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Position t predicts label t+1 (labels are the input ids; -100 ignored).
-
-        The labels are shifted, not the logits: slicing (B, T, V) logits would copy the largest
-        tensor of the step."""
+        """Position t predicts label t+1 (-100 ignored); the labels are shifted, not the
+        logits, whose slice would copy the step's largest tensor."""
         targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): next token or -100
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
+        return token_cross_entropy(logits, targets)
 
 
 class SpanBoundaryHead(nn.Module):
-    """Predicts a masked token from the span's boundary hidden states and its offset.
-
-    ``config.extra["sbo_max_positions"]`` (default 32) sizes the relative-position table;
-    offsets beyond it share the last row.
-    """
+    """SpanBERT's boundary head: a masked token from its span's boundary states and offset
+    (``extra["sbo_max_positions"]`` rows, the last shared beyond)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()

@@ -12,6 +12,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.transformer import Transformer
 from lmlab.models.heads import IGNORE_INDEX, Pooler, build_head, needs_pooler
 from lmlab.models.outputs import ModelOutput
+from lmlab.models.variants import build_low_rank_layout, build_pruned_layout
 from lmlab.utils.errors import LmlabError
 
 
@@ -63,12 +64,8 @@ class LanguageModel(HeadedModel):
         self.config = config
         self.transformer = Transformer(config)
         if config.extra.get("attention_heads_per_layer"):  # heads pruned (lmlab.compress.heads)
-            from lmlab.models.variants import build_pruned_layout
-
             build_pruned_layout(self.transformer, config.extra["attention_heads_per_layer"])
         if config.extra.get("low_rank"):  # factorised linear maps (lmlab.compress.lowrank)
-            from lmlab.models.variants import build_low_rank_layout
-
             build_low_rank_layout(self, config.extra["low_rank"])
         pooled = any(needs_pooler(name) for name in heads)
         self.pooler = Pooler(config) if (with_pooler or pooled) else None

@@ -18,14 +18,8 @@ class _KeyAccess:
 
 @dataclass
 class TransformerOutput(_KeyAccess):
-    """What the bare stack returns.
-
-    hidden_states: the embedding output followed by every layer's output (L + 1 tensors, the
-    last one after the final norm in pre-norm stacks), when requested.
-    attentions: every layer's attention probabilities (B, nh, Tq, Tk), when requested.
-    cross_attentions: a decoder's cross-attention probabilities (B, nh, Tq, S) per layer, when
-    requested with encoder states.
-    """
+    """What the bare stack returns; on request the L + 1 hidden states (the last after a final
+    norm) and each layer's (cross-)attention probabilities (B, nh, Tq, Tk)."""
 
     last_hidden_state: torch.Tensor
     hidden_states: tuple[torch.Tensor, ...] | None = None

@@ -1,8 +1,5 @@
-"""Pooling: from per-token or per-layer hidden states to fewer vectors, in one place.
-
-Token pooling (masked mean, ULMFiT's concat pool) gives one vector per sequence; layer pooling
-(a fixed strategy of the BERT paper's table 7, or ELMo's scalar mix) gives one (B, T, H) tensor
-from the L + 1 hidden states.
+"""Pooling: per-token states to one vector per sequence (masked mean, ULMFiT's concat pool), or
+the L + 1 layers to one (B, T, H) tensor (a fixed strategy, ELMo's scalar mix).
 """
 
 from __future__ import annotations
@@ -24,9 +21,7 @@ def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> to
 
 
 def concat_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """ULMFiT's concat pooling ``[h_last, max_t h_t, mean_t h_t]`` over real tokens -> (B, 3H).
-
-    For a bidirectional encoder "last" is the last real token (the final [SEP]/</s>)."""
+    """ULMFiT's concat pooling ``[h_last, max_t h_t, mean_t h_t]`` over real tokens -> (B, 3H)."""
     if attention_mask is None:
         attention_mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
     lengths = attention_mask.long().sum(1).clamp(min=1)  # (B,)

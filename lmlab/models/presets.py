@@ -1,11 +1,5 @@
-"""Named model sizes: ``preset("bert", "base")`` -> :class:`TransformerConfig`.
-
-A preset is a family's shape at a named size. Both live in the family's spec
-(``FamilySpec.sizes`` in ``lmlab/models/families/<family>.py``, imported on first use), which
-also says where each size comes from: the papers and released checkpoints (BERT, RoBERTa,
-ALBERT, ELECTRA, DistilBERT, GPT-2, SmolLM2), so a preset trained from scratch is comparable
-to the paper's model and matches the config.json of the released weights, plus CPU-sized
-decoders. :func:`register_preset` adds sizes of your own.
+"""Named model sizes: ``preset("bert", "base")`` -> :class:`TransformerConfig`, from the families'
+``sizes`` (their sources: docs/models.md); :func:`register_preset` adds your own.
 """
 
 from __future__ import annotations
@@ -15,6 +9,8 @@ from typing import Any
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.families import KNOWN_FAMILIES, get_family
+from lmlab.models.rnn.config import SIZES as RECURRENT_SIZES
+from lmlab.models.rnn.config import recurrent_preset
 from lmlab.utils.errors import LmlabError
 
 PresetFactory = Callable[[], TransformerConfig]
@@ -23,11 +19,8 @@ _PRESETS: dict[tuple[str, str], PresetFactory] = {}  # added by register_preset
 
 def register_preset(family: str, size: str,
                     factory: PresetFactory | dict[str, Any]) -> None:
-    """Add (or replace) the preset ``(family, size)``.
-
-    ``factory`` is a function returning a fresh :class:`TransformerConfig`, or a dict of
-    TransformerConfig field values.
-    """
+    """Add (or replace) the preset ``(family, size)``: a function returning a fresh
+    :class:`TransformerConfig`, or a dict of its field values."""
     if isinstance(factory, dict):
         values = dict(factory)
         _PRESETS[(family, size)] = lambda: TransformerConfig(**values)
@@ -40,23 +33,12 @@ def register_preset(family: str, size: str,
 
 
 def family_config(family: str, **fields: Any) -> TransformerConfig:
-    """A config of ``family``'s shape (what makes it GPT-2 or Llama) with the given sizes and
-    overrides, e.g. ``family_config("llama", hidden_size=64, num_hidden_layers=2, ...)``."""
+    """A config of ``family``'s shape with the given sizes and overrides."""
     return get_family(family).config(**fields)
 
 
 def preset(family: str, size: str, **overrides: Any) -> TransformerConfig:
-    """The config of a named size, with optional field overrides.
-
-    Example:
-        >>> preset("bert", "mini").hidden_size
-        256
-        >>> preset("bert", "tiny", vocab_size=8000).vocab_size
-        8000
-    """
-    from lmlab.models.rnn.config import SIZES as RECURRENT_SIZES
-    from lmlab.models.rnn.config import recurrent_preset
-
+    """The config of a named size (recurrent families too), with field overrides."""
     if family in RECURRENT_SIZES:  # AWD-LSTM, ELMo: lmlab.models.rnn (not Transformers)
         return recurrent_preset(family, size, **overrides)  # type: ignore[return-value]
     factory = _PRESETS.get((family, size))

@@ -11,14 +11,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.transformer import Transformer
-from lmlab.models.heads import IGNORE_INDEX, build_head
+from lmlab.models.heads import IGNORE_INDEX, build_head, token_cross_entropy
 from lmlab.models.model import HeadedModel, init_normal
 from lmlab.models.outputs import ModelOutput
+from lmlab.models.variants import build_low_rank_layout
 from lmlab.utils.errors import LmlabError
 
 
@@ -74,8 +74,6 @@ class EncoderDecoderModel(HeadedModel):
         self.encoder = Transformer(encoder_config)
         self.decoder = Transformer(decoder_config)
         if config.extra.get("low_rank"):  # factorised linear maps (lmlab.compress.lowrank)
-            from lmlab.models.variants import build_low_rank_layout
-
             build_low_rank_layout(self, config.extra["low_rank"])
         self.pooler = None  # the interop layer asks every model for one
         self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})
@@ -226,9 +224,7 @@ class EncoderDecoderModel(HeadedModel):
             # perplexity) is the plain cross-entropy
             smoothing = float(self.config.extra.get("label_smoothing", 0.0)) \
                 if self.training else 0.0
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                   labels.reshape(-1), ignore_index=IGNORE_INDEX,
-                                   label_smoothing=smoothing)
+            loss = token_cross_entropy(logits, labels, smoothing)
         return ModelOutput(
             last_hidden_state=hidden, logits=logits, loss=loss,
             hidden_states=decoded.hidden_states, attentions=decoded.attentions,

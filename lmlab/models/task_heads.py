@@ -1,25 +1,7 @@
 """Task heads: sequence classification (single, pair, regression), token classification,
-extractive question answering and multiple choice.
-
-Each head matches the Hugging Face class of its family so checkpoints interchange and logits are
-equal (``BertForSequenceClassification`` etc.). The family spec declares each head's layout
-(``FamilySpec.task_heads``, :data:`lmlab.models.families.TASK_LAYOUTS`), and the same
-declaration gives the checkpoint names; the pooled heads' layouts are:
-
-- ``pooler``: pooled [CLS] (tanh) -> dropout -> ``classifier`` (BERT, ALBERT; RoBERTa's multiple
-  choice; any family that declares nothing);
-- ``dense-tanh`` / ``dense-gelu``: ``[CLS]`` -> ``classifier.dense`` -> tanh (RoBERTa) / GELU
-  (ELECTRA) -> ``classifier.out_proj``;
-- ``summary``: ``[CLS]`` -> ``sequence_summary`` (dense, GELU) -> ``classifier`` (ELECTRA's
-  multiple choice);
-- ``pre-classifier``: ``[CLS]`` -> ``pre_classifier`` -> ReLU -> ``classifier`` (DistilBERT).
-
-Token classification is ``dropout -> classifier`` and QA is ``qa_outputs`` (2 logits per token)
-in every family. lmlab-only sentence representations, for ULMFiT-style and feature experiments,
-are chosen with ``config.extra["pooling"]``: ``"mean"`` (mean over real tokens) or ``"concat"``
-(ULMFiT's ``[last, max, mean]``); the default ``"family"`` is the family's layout.
-
-``config.extra["num_labels"]`` sets the output width (1 = regression with MSE).
+extractive QA and multiple choice, each in its family's Hugging Face layout
+(:data:`lmlab.models.families.TASK_LAYOUTS`) so logits equal transformers'; or, with
+``config.extra["pooling"]`` ``"mean"``/``"concat"``, lmlab's own sentence pooling.
 """
 
 from __future__ import annotations
@@ -33,7 +15,7 @@ from torch.nn import functional as F
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
 from lmlab.models.families import task_layout
-from lmlab.models.heads import IGNORE_INDEX
+from lmlab.models.heads import token_cross_entropy
 from lmlab.models.pooling import concat_pool, masked_mean
 from lmlab.utils.errors import LmlabError
 
@@ -166,8 +148,7 @@ class SequenceClassificationHead(_PooledHead):
 
 
 class MultipleChoiceHead(_PooledHead):
-    """SWAG-style multiple choice: the inputs (B, C, T) are flattened to (B*C, T) by the caller;
-    this head scores each sequence and, given ``num_choices``, returns (B, C)."""
+    """Multiple choice: scores each of the (B*C) flattened sequences; (B, C) given ``num_choices``."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config, 1, MULTIPLE_CHOICE)
@@ -198,10 +179,7 @@ class TokenClassificationHead(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(hidden))  # (B, T, num_labels)
 
-    @staticmethod
-    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
+    loss = staticmethod(token_cross_entropy)
 
 
 class QuestionAnsweringHead(nn.Module):
@@ -228,9 +206,8 @@ class QuestionAnsweringHead(nn.Module):
 def add_task_head(model, head: str, num_labels_: int | None = None,
                   id2label: dict[int, str] | None = None, pooling: str | None = None,
                   problem_type: str | None = None) -> nn.Module:
-    """Add a task head to ``model`` (a LanguageModel), replacing one of the same name whose
-    width differs. Records ``num_labels``/``id2label``/``pooling`` in ``config.extra`` so the
-    saved checkpoint says what the head predicts."""
+    """Add a task head to ``model``, replacing one of the same name whose width or pooling
+    differs; ``config.extra`` records what it predicts, for the saved checkpoint."""
     if head not in TASK_HEADS:
         raise LmlabError(f"unknown task head {head!r}", f"use one of {', '.join(TASK_HEADS)}")
     extra = model.config.extra
@@ -251,10 +228,8 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
 
 
 def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
-    """Run the stack and one task head on a batch; multiple-choice inputs (B, C, T) are
-    flattened to (B*C, T) and the scores returned as (B, C). A feature-based run
-    (:class:`~lmlab.finetune.feature_based.FeatureClassifier`, ``forward_gives_task_logits``)
-    runs its encoder and feature head."""
+    """Run the stack and one task head on a batch (multiple choice: (B, C, T) in, (B, C) out;
+    a model with ``forward_gives_task_logits``, a feature run, is called as it is)."""
     input_ids = batch["input_ids"]
     num_choices = None
     flat = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")

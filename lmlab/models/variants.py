@@ -1,9 +1,6 @@
-"""Model variants that compression leaves behind, rebuilt from the config when loading.
-
-Pruned attention heads (``extra["attention_heads_per_layer"]``: a head count per layer, and
-``extra["pruned_heads"]``: which original heads went) and low-rank linear maps
-(``extra["low_rank"]``: module name -> rank, each map an ``up(down(x))`` pair). How they are made
-is :mod:`lmlab.compress`'s business; this module only knows their shapes.
+"""Model variants that compression leaves behind, rebuilt from the config when loading: pruned
+attention heads (``extra["attention_heads_per_layer"]``, ``extra["pruned_heads"]``) and
+low-rank maps (``extra["low_rank"]``). How they are made is :mod:`lmlab.compress`'s business.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ def _sliced(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
 
 
 def build_pruned_layout(transformer: nn.Module, counts: list[int]) -> None:
-    """Give a freshly built stack the per-layer head counts ``counts`` (loading a pruned model:
-    the weights are then read into these shapes)."""
+    """Give a freshly built stack the per-layer head counts ``counts`` (to load a pruned model)."""
     if len(counts) != len(transformer.layers):
         raise LmlabError(f"{HEAD_COUNTS_KEY} lists {len(counts)} layers, the model has "
                          f"{len(transformer.layers)}",
@@ -98,11 +94,8 @@ _LAYER_MAP = re.compile(r"layers\.(\d+)\.(attention|cross_attention|feed_forward
 
 
 def factorised_shapes(config) -> list[tuple[str, int, int, int]]:
-    """(block, in_features, out_features, rank) of every map ``config.extra["low_rank"]``
-    names, from the config alone (``block``: ``"attention"`` or ``"feed_forward"``), so that
-    parameter and FLOP counts follow the factorised layout: ``r (in + out)`` weights and
-    multiply-adds per token instead of ``in * out``. A layer's head count is the pruned one
-    where heads were removed first (``extra["attention_heads_per_layer"]``)."""
+    """(block, in_features, out_features, rank) of every map ``extra["low_rank"]`` names, from
+    the config alone (pruned head counts included), for parameter and FLOP counts."""
     counts = config.extra.get("attention_heads_per_layer") or ()
     shapes = []
     for name, rank in config.extra.get(LOW_RANK_KEY, {}).items():
