@@ -80,7 +80,7 @@ def run_one(task, general: Path, seed_dir: Path, variant: str, seed: int,
             args: argparse.Namespace) -> dict[str, Any]:
     """One variant of one seed (stage 2 shared by the variants that use it)."""
     from lmlab.finetune.runner import finetune
-    from lmlab.models.rnn.ulmfit import finetune_lm
+    from lmlab.finetune.ulmfit import finetune_lm
     from lmlab.utils.io import read_json
 
     out = seed_dir / _slug(variant)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        from lmlab.models.rnn.ulmfit import general_lm_folder
+        from lmlab.finetune.ulmfit import general_lm_folder
 
         general = general_lm(args, out)
         general_lm_folder(general)

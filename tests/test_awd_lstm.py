@@ -16,7 +16,7 @@ from torch import nn
 
 import lmlab
 from lmlab.models.rnn.config import RecurrentConfig, check_family_objective, recurrent_preset
-from lmlab.models.rnn.io import build_model, load_recurrent
+from lmlab.interop.recurrent import build_model, load_recurrent
 from lmlab.models.rnn.layers import LockedDropout, WeightDropLSTM, embedding_dropout
 from lmlab.utils.errors import LmlabError
 

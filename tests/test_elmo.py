@@ -19,7 +19,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from lmlab.models.pooling import scalar_mix
 from lmlab.models.rnn.char_cnn import BOC, BOW, EOW, PAD, SPECIAL, char_table, token_chars
 from lmlab.models.rnn.config import check_family_objective, recurrent_preset
-from lmlab.models.rnn.io import build_model
+from lmlab.interop.recurrent import build_model
 from lmlab.utils.errors import LmlabError
 
 VOCAB = 40

@@ -22,7 +22,7 @@ from lmlab.cli import main
 from lmlab.cost.flop_counter import measure_flops
 from lmlab.cost.presets import default_head, preset_config
 from lmlab.models.rnn.config import SIZES, recurrent_preset
-from lmlab.models.rnn.io import build_model
+from lmlab.interop.recurrent import build_model
 from lmlab.utils.errors import LmlabError
 
 B, T, V = 2, 7, 50

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lmlab.models.rnn.config import recurrent_preset
-from lmlab.models.rnn.io import build_model, load_recurrent, save_recurrent
+from lmlab.interop.recurrent import build_model, load_recurrent, save_recurrent
 
 HEAD = {"awd-lstm": "clm", "elmo": "bilm"}
 

@@ -68,7 +68,7 @@ def _model(family: str, head: str, pooling: str):
     if family in RECURRENT_FAMILIES:
         from lmlab.models.rnn.char_cnn import char_table
         from lmlab.models.rnn.config import recurrent_preset
-        from lmlab.models.rnn.io import build_model
+        from lmlab.interop.recurrent import build_model
 
         config = recurrent_preset(family, "tiny", vocab_size=VOCAB)
         table = char_table([f"w{i}" for i in range(VOCAB)], set(), config.max_chars)
@@ -226,7 +226,7 @@ def test_folders_saved_before_still_load(tmp_path, monkeypatch):
     import lmlab
     from lmlab.interop import hf
     from lmlab.interop.native import save_native
-    from lmlab.models.rnn.io import save_recurrent
+    from lmlab.interop.recurrent import save_recurrent
 
     head = "sequence-classification"
     for family, pooling in (("bert", "mean"), ("roberta", "concat")):

@@ -19,7 +19,7 @@ import lmlab
 from lmlab.finetune.recipes import discriminative_groups, unfreeze_to
 from lmlab.models.pooling import concat_pool
 from lmlab.models.rnn.config import recurrent_preset
-from lmlab.models.rnn.io import build_model, load_recurrent
+from lmlab.interop.recurrent import build_model, load_recurrent
 from lmlab.models.task_heads import add_task_head
 from lmlab.utils.errors import LmlabError
 
@@ -120,7 +120,7 @@ def test_ulmfit_recipe_trains_only_the_head_in_its_first_epoch(general, tmp_path
 @pytest.mark.slow  # ~25 s of CPU: stage 2, stage 3 twice (the resume), a fresh process
 def test_run_ulmfit_fine_tunes_the_lm_on_task_text_and_reloads_in_a_fresh_process(
         general, tmp_path):
-    from lmlab.models.rnn.ulmfit import run_ulmfit
+    from lmlab.finetune.ulmfit import run_ulmfit
 
     task = small_task()
     result = run_ulmfit(task, general, tmp_path / "u", lm_steps=2, epochs=2, batch_size=16,
@@ -149,7 +149,7 @@ def test_run_ulmfit_fine_tunes_the_lm_on_task_text_and_reloads_in_a_fresh_proces
 
 
 def test_other_families_are_refused_before_any_work(general, tiny_bert_folder, tmp_path):
-    from lmlab.models.rnn.ulmfit import run_ulmfit
+    from lmlab.finetune.ulmfit import run_ulmfit
 
     config = recurrent_preset("elmo", "tiny", vocab_size=30522)
     elmo = lmlab.save_pretrained(build_model(config, ["bilm"]), tmp_path / "elmo")

@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lmlab.models.inputs import input_limit
-from lmlab.models.inputs import model_inputs
+from lmlab.models.inputs import input_limit, model_inputs
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, read_json, stable_hash
 
