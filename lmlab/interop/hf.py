@@ -6,7 +6,6 @@ mismatch is reported in one error; pickled weights load only with ``allow_pickle
 
 from __future__ import annotations
 
-import json
 import warnings
 from contextlib import ExitStack
 from dataclasses import replace
@@ -21,7 +20,7 @@ from lmlab.models.core.positions import rotary_rows_from_pairs, rotary_rows_to_p
 from lmlab.models.families import TASK_CLASS_SUFFIX, FamilySpec, Rule, expand_rules, get_family
 from lmlab.utils.checks import refuse_adapted_checkpoint
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_path, atomic_write_json
+from lmlab.utils.io import atomic_path, atomic_write_json, read_json
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt")
@@ -33,14 +32,12 @@ OWN_FORMAT = "save it in lmlab's own format (lmlab.interop.native.save_model doe
 
 # -- reading ------------------------------------------------------------------------------------
 def read_hf_config(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    config_file = path / "config.json"
+    config_file = Path(path) / "config.json"
     if not config_file.exists():
         raise LmlabError(f"{path} has no config.json",
                          "point at a Hugging Face model folder (config.json + model.safetensors) "
                          "or an lmlab run directory")
-    with open(config_file, encoding="utf-8") as handle:
-        return json.load(handle)
+    return read_json(config_file)
 
 
 def load_config(path: str | Path, tensors: CheckpointTensors | None = None
@@ -95,9 +92,7 @@ class CheckpointTensors:
         if single.exists():
             self._open_safetensors([single])
         elif index.exists():
-            with open(index, encoding="utf-8") as handle:
-                weight_map = json.load(handle)["weight_map"]
-            files = sorted({self.path / name for name in weight_map.values()})
+            files = self._shards(index)
             missing = [str(f) for f in files if not f.exists()]
             if missing:
                 raise LmlabError(f"the shard index names files that are missing: {missing}",
@@ -105,6 +100,10 @@ class CheckpointTensors:
             self._open_safetensors(files)
         else:
             self._open_pickle(allow_pickle)
+
+    def _shards(self, index: Path) -> list[Path]:
+        """The files a shard index names (``weight_map``'s values)."""
+        return sorted({self.path / name for name in read_json(index)["weight_map"].values()})
 
     def _open_safetensors(self, files: list[Path]) -> None:
         for file in files:
@@ -124,10 +123,7 @@ class CheckpointTensors:
                 "convert it to safetensors, or pass allow_pickle=True (--allow-pickle) if you "
                 "trust its source",
             )
-        files = [found[0]]
-        if found[0].name.endswith(".index.json"):
-            with open(found[0], encoding="utf-8") as handle:
-                files = sorted({self.path / n for n in json.load(handle)["weight_map"].values()})
+        files = self._shards(found[0]) if found[0].name.endswith(".index.json") else [found[0]]
         for file in files:
             self._pickled.update(torch.load(file, map_location="cpu", weights_only=False))
 
@@ -248,15 +244,10 @@ def load_weights(model, tensors: CheckpointTensors, family: FamilySpec,
         consumed.update(n for name in family.fixed_tensors(model.config)
                         for n in (name, f"{family.base_prefix}.{name}") if n in keys)
     unexpected = sorted(k for k in keys - consumed if not _ignorable(k))
-    problems = []
-    if missing:
-        problems.append(f"missing tensors: {', '.join(missing[:20])}"
-                        + (f" (+{len(missing) - 20} more)" if len(missing) > 20 else ""))
-    if unexpected:
-        problems.append(f"unexpected tensors: {', '.join(unexpected[:20])}"
-                        + (f" (+{len(unexpected) - 20} more)" if len(unexpected) > 20 else ""))
-    if mismatched:
-        problems.append(f"mis-shaped tensors: {'; '.join(mismatched[:20])}")
+    problems = [f"{kind} tensors: {sep.join(names[:20])}"
+                + (f" (+{len(names) - 20} more)" if len(names) > 20 else "")
+                for kind, names, sep in (("missing", missing, ", "), ("unexpected", unexpected, ", "),
+                                         ("mis-shaped", mismatched, "; ")) if names]
     if problems:
         raise LmlabError(
             f"the checkpoint in {tensors.path} does not match its config.json "
