@@ -25,7 +25,7 @@ from lmlab.finetune.results import (
 )
 from lmlab.finetune.settings import FinetuneConfig
 from lmlab.finetune.train import RunOptions, TrainedTask, plan_task, task_objective, train_task
-from lmlab.interop.folders import adapter_folder, source_kind
+from lmlab.interop.folders import adapter_folder, folder_kind, source_kind
 from lmlab.interop.folders import load_model as load_checkpoint
 from lmlab.interop.native import save_model
 from lmlab.models.task_heads import (
@@ -100,6 +100,10 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
         _refuse_encoder_decoder(config, folder)
         torch.manual_seed(seed)
         model = LanguageModel(config, heads=heads)
+    elif folder_kind(folder) == "feature-run":  # a feature-based run: encoder + feature head
+        from lmlab.finetune.feature_based import load_feature_classifier
+
+        model = load_feature_classifier(folder)
     else:
         model = load_checkpoint(folder)
         _refuse_encoder_decoder(model.config, folder)
