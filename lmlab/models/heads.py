@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
 from lmlab.models.core.norms import make_norm
-from lmlab.utils.errors import LmlabError
+from lmlab.utils.checks import check_choice
 from lmlab.utils.lazy import resolve_entry
 
 IGNORE_INDEX = -100
@@ -49,9 +49,7 @@ def available_heads() -> list[str]:
 
 def head_class(name: str) -> type[nn.Module]:
     """The class of head ``name`` (built as ``cls(config)``), imported on first use."""
-    if name not in HEADS:
-        raise LmlabError(f"unknown head {name!r}",
-                         f"available heads: {', '.join(available_heads())}")
+    check_choice(name, available_heads(), "head", "head")
     return resolve_entry(HEADS, name)
 
 

@@ -17,6 +17,7 @@ from lmlab.models.core.activations import activation
 from lmlab.models.families import task_layout
 from lmlab.models.heads import token_cross_entropy
 from lmlab.models.pooling import concat_pool, masked_mean
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 SEQUENCE_CLASSIFICATION = "sequence-classification"
@@ -53,13 +54,6 @@ def _dropout(config: TransformerConfig, *keys: str) -> nn.Dropout:
     return nn.Dropout(config.hidden_dropout_prob)
 
 
-def _check_pooling(pooling: str) -> str:
-    """``pooling`` if it is one of :data:`POOLINGS`, else a clear error."""
-    if pooling not in POOLINGS:
-        raise LmlabError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
-    return pooling
-
-
 class _PooledHead(nn.Module):
     """Shared machinery: reads the pooled vector or the hidden states, family layout."""
 
@@ -71,7 +65,8 @@ class _PooledHead(nn.Module):
     def __init__(self, config: TransformerConfig, outputs: int, head: str):
         super().__init__()
         self.family = config.family
-        self.pooling = _check_pooling(config.extra.get("pooling", "family"))
+        self.pooling = check_choice(config.extra.get("pooling", "family"), POOLINGS, "pooling",
+                                    "pooling")
         style = self.pooling
         if config.family in RECURRENT_POOLING:  # no [CLS] token, no family head layout
             if style == "cls":
@@ -208,8 +203,7 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
                   problem_type: str | None = None) -> nn.Module:
     """Add a task head to ``model``, replacing one of the same name whose width or pooling
     differs; ``config.extra`` records what it predicts, for the saved checkpoint."""
-    if head not in TASK_HEADS:
-        raise LmlabError(f"unknown task head {head!r}", f"use one of {', '.join(TASK_HEADS)}")
+    check_choice(head, TASK_HEADS, "head", "task head")
     extra = model.config.extra
     if num_labels_ is not None:
         if head in model.heads and int(extra.get("num_labels", 2)) != num_labels_:
@@ -218,7 +212,7 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
     if id2label is not None:
         extra["id2label"] = {int(k): str(v) for k, v in id2label.items()}
     if pooling is not None:
-        _check_pooling(pooling)
+        check_choice(pooling, POOLINGS, "pooling", "pooling")
         if head in model.heads and extra.get("pooling", "family") != pooling:
             del model.heads[head]
         extra["pooling"] = pooling

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from lmlab.utils.errors import LmlabError
+from lmlab.utils.checks import check_choice
 
 
 class GELUTanh(nn.Module):
@@ -33,8 +33,6 @@ ACTIVATION_NAMES = tuple(_ACTIVATIONS)  # every hidden_act name a config may use
 
 def activation(name: str) -> nn.Module:
     """The activation module for a config's ``hidden_act`` name."""
-    if name not in _ACTIVATIONS:
-        raise LmlabError(f"unknown activation {name!r}",
-                         f"use one of {', '.join(sorted(_ACTIVATIONS))}")
+    check_choice(name, sorted(_ACTIVATIONS), "hidden_act", "activation")
     return _ACTIVATIONS[name]()
 

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 FAMILIES = ("awd-lstm", "elmo")
@@ -100,9 +101,7 @@ class RecurrentConfig:
     # -- checks ----------------------------------------------------------------------------------
     def validate(self) -> None:
         """Refuse sizes that cannot build, with the fix (before any weight is made)."""
-        if self.family not in FAMILIES:
-            raise LmlabError(f"unknown recurrent family {self.family!r}",
-                             f"use one of {', '.join(FAMILIES)}")
+        check_choice(self.family, FAMILIES, "family", "recurrent family")
         for name in ("vocab_size", "embedding_size", "lstm_size", "num_layers", "projection_size",
                      "char_embedding_size", "max_chars"):
             if int(getattr(self, name)) < 1:
@@ -228,8 +227,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
 
 def recurrent_preset(family: str, size: str, **overrides: Any) -> RecurrentConfig:
     """The config of a named size of ``family`` with field overrides (``vocab_size``, ...)."""
-    if family not in SIZES:
-        raise LmlabError(f"no recurrent family {family!r}", f"use one of {', '.join(SIZES)}")
+    check_choice(family, SIZES, "family", "recurrent family")
     if size not in SIZES[family]:
         raise LmlabError(f"no {family} preset named {size!r}",
                          f"{family} sizes: {', '.join(SIZES[family])}")
