@@ -161,3 +161,26 @@ def test_tracker_mfu_is_against_the_fastest_path_of_its_precision(cache, fake_me
     bf16 = CostTracker(preset_config("bert-tiny"), seq_len=64, device="cpu", precision="bf16",
                        energy_method="estimate")
     assert bf16._peak()[0] == 400e9
+
+
+def test_docs_gpu_table_and_defaults_match_the_data_file():
+    """docs/cost.md repeats lmlab/cost/facts.json (the one source): the two must agree."""
+    from pathlib import Path
+
+    from lmlab.cost.facts import facts
+
+    doc = (Path(__file__).parents[1] / "docs" / "cost.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in doc.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 8 and cells[0] in GPU_SPECS:
+            rows[cells[0]] = cells
+    assert list(rows) == list(GPU_SPECS)  # every GPU, in the file's order
+    for key, (_, name, *peaks, tdp, _source) in rows.items():
+        spec = GPU_SPECS[key]
+        assert spec.name.endswith(name) and float(tdp) == spec.tdp_watts
+        for precision, cell in zip(("fp32", "tf32", "fp16", "bf16"), peaks):
+            # exact: the doc's TFLOP/s and the file's FLOP/s are the same decimal figure
+            assert (float(cell + "e12") if cell != "-" else None) == spec.peaks.get(precision)
+    assert f"**{facts()['grid_g_per_kwh']['value']:g} g CO2e/kWh**" in doc
+    assert f"threads x {facts()['cpu_watts_per_core']['value']:g} W" in doc

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from lmlab.cost.facts import facts
 from lmlab.cost.peak import gpu_spec
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
-DEFAULT_CPU_WATTS_PER_CORE = 5.0  # the TDP share of a core of current server CPUs (docs/cost.md)
+DEFAULT_CPU_WATTS_PER_CORE: float = facts()["cpu_watts_per_core"]["value"]  # TDP share of a core
 METHODS = ("auto", "rapl", "nvml", "estimate")
 RAPL_ROOT = "/sys/class/powercap"
 _TOP_ZONE = re.compile(r"^intel-rapl:\d+$")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmlab.cost.facts import facts
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import cpu_name, describe_host
@@ -36,38 +37,8 @@ class GpuSpec:
     source: str
 
 
-# Dense tensor-core figures: where a data sheet quotes "with sparsity", the dense figure is half.
-# GeForce cards: fp16/bf16 with fp32 accumulation (what mixed-precision training uses), which
-# those cards run at half the fp16-accumulate rate.
-GPU_SPECS: dict[str, GpuSpec] = {
-    "p100": GpuSpec("NVIDIA Tesla P100 SXM2", {"fp32": 10.6e12, "fp16": 21.2e12}, 300,
-                    "NVIDIA Tesla P100 data sheet (2016); no tensor cores"),
-    "v100": GpuSpec("NVIDIA Tesla V100 SXM2", {"fp32": 15.7e12, "fp16": 125e12}, 300,
-                    "NVIDIA Tesla V100 data sheet (2017): 15.7 fp32, 125 tensor (fp16)"),
-    "v100-pcie": GpuSpec("NVIDIA Tesla V100 PCIe", {"fp32": 14e12, "fp16": 112e12}, 250,
-                         "NVIDIA Tesla V100 data sheet (2017)"),
-    "t4": GpuSpec("NVIDIA T4", {"fp32": 8.1e12, "fp16": 65e12}, 70,
-                  "NVIDIA T4 data sheet: 8.1 fp32, 65 mixed-precision fp16/fp32"),
-    "rtx3090": GpuSpec("NVIDIA GeForce RTX 3090",
-                       {"fp32": 35.6e12, "tf32": 35.6e12, "fp16": 71e12, "bf16": 71e12}, 350,
-                       "NVIDIA Ampere GA102 whitepaper, Appendix A (fp32-accumulate, dense)"),
-    "a100": GpuSpec("NVIDIA A100 SXM4",
-                    {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12}, 400,
-                    "NVIDIA A100 data sheet: 19.5 fp32, 156 tf32, 312 fp16/bf16 (dense)"),
-    "rtx4090": GpuSpec("NVIDIA GeForce RTX 4090",
-                       {"fp32": 82.6e12, "tf32": 82.6e12, "fp16": 165.2e12, "bf16": 165.2e12},
-                       450, "NVIDIA Ada GPU architecture whitepaper (fp32-accumulate, dense)"),
-    "h100": GpuSpec("NVIDIA H100 SXM5",
-                    {"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12}, 700,
-                    "NVIDIA H100 data sheet: 67 fp32; 989 tf32 / 1979 bf16 with sparsity, "
-                    "half that dense"),
-    "h100-pcie": GpuSpec("NVIDIA H100 PCIe",
-                         {"fp32": 51e12, "tf32": 378e12, "fp16": 756e12, "bf16": 756e12}, 350,
-                         "NVIDIA H100 data sheet (PCIe; dense = half the sparsity figure)"),
-    "h200": GpuSpec("NVIDIA H200 SXM",
-                    {"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12}, 700,
-                    "NVIDIA H200 data sheet: same compute as H100 SXM, more/faster HBM3e"),
-}
+# data-sheet figures (dense; GeForce fp16/bf16 with fp32 accumulation): lmlab/cost/facts.json
+GPU_SPECS: dict[str, GpuSpec] = {key: GpuSpec(**spec) for key, spec in facts()["gpus"].items()}
 
 
 def gpu_key_from_name(device_name: str) -> str | None:

@@ -15,13 +15,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lmlab.cost.energy import EnergyMeter
+from lmlab.cost.facts import facts
 from lmlab.cost.flops import counting_note, flops_per_token, seq2seq_step_flops
 from lmlab.cost.peak import device_peak
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
 
-DEFAULT_GRID_G_PER_KWH = 480.0  # world average of electricity generation, 2023 (Ember)
+DEFAULT_GRID_G_PER_KWH: float = facts()["grid_g_per_kwh"]["value"]  # world average, 2023 (Ember)
 LB_PER_KG = 2.20462262
 J_PER_KWH = 3.6e6
 
