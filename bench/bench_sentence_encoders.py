@@ -35,9 +35,9 @@ def main() -> int:
     from lmlab.sentence.data import collate_columns, encode_texts
     from lmlab.sentence.encoder import SentenceEncoder
     from lmlab.sentence.objectives import MultipleNegativesRanking
-    from lmlab.tasks.wordnet import read_synsets
-    from lmlab.utils.host import describe_host
+    from lmlab.text.sources.wordnet import read_synsets
     from lmlab.utils.catalog import minilm_dir
+    from lmlab.utils.host import describe_host
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=1024, help="sentences encoded per rep")

@@ -45,12 +45,12 @@ def test_wordnet_document_is_a_synset_with_its_examples():
     source = get_source("wordnet")
     if not source.is_available():
         pytest.skip("wordnet-base is not installed")
-    from lmlab.text.sources.wordnet import parse_synset_line
+    from lmlab.text.sources.wordnet import parse_synset_line, synset_document
 
     line = ("01170052 04 n 02 fight 0 fighting 0 003 @ 01169317 n 0000 | the act of fighting; "
             'any contest or struggle; "a fight broke out at the hockey game"; '
             '"there was fighting in the streets"  \n')
-    doc = parse_synset_line(line, "noun")
+    doc = synset_document(parse_synset_line(line, "n"))
     assert doc.id == "wordnet/noun/01170052"
     assert doc.sentences == ["fight, fighting: the act of fighting; any contest or struggle.",
                              "a fight broke out at the hockey game",

@@ -13,7 +13,7 @@ from conftest import assert_close_rounding, run_lmlab
 
 from lmlab.analysis import senses
 from lmlab.analysis.senses import SenseExample
-from lmlab.tasks import wordnet
+from lmlab.text.sources import wordnet
 from lmlab.vectors.keyed import glove_6b_50d
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from lmlab.tasks import builtin, wordnet
+from lmlab.tasks import builtin
 from lmlab.tasks.builtin import (
     CPU_SIZES,
     cpu_subset,
@@ -17,6 +17,7 @@ from lmlab.tasks.builtin import (
     load_full_task,
     split_of,
 )
+from lmlab.text.sources import wordnet
 from lmlab.utils.errors import LmlabError
 
 

@@ -51,7 +51,7 @@ def corpus_sentences(corpus_dir: str | Path, split: str = "train") -> Iterable[s
 def wordnet_sentences() -> Iterable[str]:
     """WordNet 3.0's example sentences (always installed with lmlab's WordNet tasks): a small
     sentence source that needs no corpus build."""
-    from lmlab.tasks.wordnet import read_synsets
+    from lmlab.text.sources.wordnet import read_synsets
 
     for synset in read_synsets():
         yield from synset.examples

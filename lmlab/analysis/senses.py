@@ -49,11 +49,11 @@ def sense_examples(pos: Sequence[str] = ("n", "v", "a", "r"), max_lemmas: int | 
     """Occurrences of every lemma (of the parts of speech ``pos``) whose WordNet examples fall in
     two or more of its synsets, sorted by lemma, pos, sense, sentence. ``max_lemmas`` keeps that
     many lemmas, picked by hash (the same ones on every machine)."""
-    from lmlab.tasks import wordnet
-    from lmlab.tasks.builtin import _wic_occurrences, hash_unit
+    from lmlab.tasks.builtin import hash_unit, wic_occurrences
+    from lmlab.text.sources import wordnet
 
     folder = folder or wordnet.wordnet_dir()
-    groups = _wic_occurrences(wordnet.read_synsets(folder), wordnet.read_exceptions(folder))
+    groups = wic_occurrences(wordnet.read_synsets(folder), wordnet.read_exceptions(folder))
     keys = sorted(k for k, senses in groups.items() if k[1] in pos and len(senses) >= 2)
     if max_lemmas is not None:
         keys = sorted(sorted(keys, key=lambda k: hash_unit(f"wsd-lemma:{k[0]}|{k[1]}"))[:max_lemmas])
@@ -193,7 +193,7 @@ def context_vector(vectors: WordVectors, sentence: str, span: tuple[int, int], w
     """Mean static vector of up to ``window`` words on each side of ``span`` in ``sentence``
     (the target's own words excluded; words are lower-cased, as GloVe's are; words without a
     vector skipped; zeros if none is left): the context-window baseline of WSD."""
-    from lmlab.tasks.wordnet import tokenize_with_spans
+    from lmlab.text.sources.wordnet import tokenize_with_spans
 
     tokens = tokenize_with_spans(sentence)
     before = [w for w, s, e in tokens if e <= span[0]][-window:] if window else []

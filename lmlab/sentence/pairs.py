@@ -32,8 +32,8 @@ class SentencePair:
 def build_wordnet_pairs(exclude_wic: bool = True) -> tuple[dict[str, list[SentencePair]],
                                                           dict[str, Any]]:
     """(pairs by split, info) from the installed WordNet (see the module docstring)."""
-    from lmlab.tasks import wordnet
     from lmlab.tasks.builtin import hash_unit, split_of
+    from lmlab.text.sources import wordnet
 
     synsets = [s for s in wordnet.read_synsets() if s.definition and s.examples]
     by_split: dict[str, list] = defaultdict(list)

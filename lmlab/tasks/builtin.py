@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmlab.tasks import fortunes, wordnet
 from lmlab.tasks.types import SPLITS, Example, Task
+from lmlab.text.sources import fortunes, wordnet
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import (
@@ -87,7 +87,7 @@ def build_wordnet_supersense() -> Task:
                 description="WordNet definition -> supersense (lexicographer file, 45 classes)")
 
 
-def _wic_occurrences(synsets, exceptions) -> dict[tuple[str, str], dict[str, list[dict]]]:
+def wic_occurrences(synsets, exceptions) -> dict[tuple[str, str], dict[str, list[dict]]]:
     """``{(lemma, pos): {synset id: [{sentence, span}]}}``: each example sentence is assigned to
     one lemma of its synset, the matching lemma that occurs in the most synsets' examples."""
     candidates = []  # (synset, sentence, {lemma: span})
@@ -117,7 +117,7 @@ def build_wordnet_wic() -> Task:
     synset (at most :data:`WIC_MAX_POSITIVES_PER_LEMMA` per lemma) or different synsets (taken
     round-robin over lemmas until as many as the positives)."""
     folder = wordnet.wordnet_dir()
-    groups = _wic_occurrences(wordnet.read_synsets(folder), wordnet.read_exceptions(folder))
+    groups = wic_occurrences(wordnet.read_synsets(folder), wordnet.read_exceptions(folder))
     positives: list[tuple] = []
     negatives_by_group: list[list[tuple]] = []
     for (lemma, pos) in sorted(groups):

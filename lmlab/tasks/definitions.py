@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from lmlab.tasks.builtin import hash_splits
 from lmlab.tasks.types import TextPair
-from lmlab.tasks.wordnet import read_synsets
+from lmlab.text.sources.wordnet import read_synsets
 from lmlab.utils.checks import check_choice
 
 DIRECTIONS = ("define", "reverse")

@@ -151,7 +151,7 @@ def _corpus_sentences() -> list[str]:
 
 def _wordnet_occurrences() -> dict[str, tuple[str, tuple[int, int]]]:
     """``{example sentence: (supersense, char span of the synset's lemma)}`` over WordNet."""
-    from lmlab.tasks import wordnet
+    from lmlab.text.sources import wordnet
 
     folder = wordnet.wordnet_dir()
     names = wordnet.lexnames(folder)
