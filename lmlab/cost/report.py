@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lmlab.cost.energy import EnergyMeter
@@ -21,6 +22,7 @@ from lmlab.cost.peak import device_peak
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
+from lmlab.utils.io import atomic_write_json, atomic_write_text
 
 DEFAULT_GRID_G_PER_KWH: float = facts()["grid_g_per_kwh"]["value"]  # world average, 2023 (Ember)
 LB_PER_KG = 2.20462262
@@ -159,6 +161,16 @@ class CostReport:
             lines.append("")
             lines += [f"- {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def write(self, folder: str | Path) -> Path:
+        """Write ``cost.json`` (every field) and ``cost.md`` (:meth:`to_markdown`) into
+        ``folder`` (made if missing), each atomically: the one writer of a run's cost files.
+        Returns the markdown's path (run reports include it)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / "cost.json", self.to_dict())
+        atomic_write_text(folder / "cost.md", self.to_markdown() + "\n")
+        return folder / "cost.md"
 
     def summary_line(self) -> str:
         """One line for logs: tokens, FLOPs, time, MFU, energy, CO2, money."""

@@ -314,7 +314,6 @@ def _encoder_pass(model: nn.Module, encoded: dict[str, list], features_of: Any,
     """The train and dev features, what computing them cost (written as ``cost.json``/
     ``cost.md`` before the Trainer's report.md, which shows it) and how long it took."""
     from lmlab.cost.report import CostTracker
-    from lmlab.utils.io import atomic_write_json, atomic_write_text
 
     started = time.perf_counter()
     device = next(model.parameters()).device
@@ -329,9 +328,7 @@ def _encoder_pass(model: nn.Module, encoded: dict[str, list], features_of: Any,
     encode_seconds = time.perf_counter() - started
     cost = tracker.report()  # the recipe's cost is the encoder's pass; the head's is tiny
     if int(os.environ.get("RANK", 0)) == 0:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(Path(out_dir) / "cost.json", cost.to_dict())
-        atomic_write_text(Path(out_dir) / "cost.md", cost.to_markdown() + "\n")
+        cost.write(out_dir)
     return x, cost.to_dict(), encode_seconds
 
 

@@ -19,7 +19,7 @@ from lmlab.training import checkpoint as ckpt
 from lmlab.training.run_dir import check_resumable, prepare_run_folder
 from lmlab.training.schedules import estimate_horizon
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_write_json, atomic_write_text
+from lmlab.utils.io import atomic_write_json
 
 # what a loop hands over at a checkpoint: (JSON-able position and RNG states, tensors)
 LoopState = tuple[dict[str, Any], dict[str, torch.Tensor]]
@@ -181,8 +181,7 @@ class LoopRun:
             report.precision, report.mfu, report.peak_flops_per_s = self._model.precision, None, None
             report.peak_label = f"no {self._model.precision} peak is measured"
         if self.out_dir is not None:
-            atomic_write_json(self.out_dir / "cost.json", report.to_dict())
-            atomic_write_text(self.out_dir / "cost.md", report.to_markdown() + "\n")
+            report.write(self.out_dir)
         return report
 
 

@@ -41,7 +41,7 @@ from lmlab.training.run_dir import RunRecord, check_resumable, run_config
 from lmlab.training.schedules import Schedule, estimate_horizon
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
-from lmlab.utils.io import atomic_write_json, atomic_write_text
+from lmlab.utils.io import atomic_write_json
 
 
 @dataclass
@@ -609,6 +609,5 @@ class Trainer:
         if self.save_model:
             save_final_model(model, self.out_dir / "model", self.tokenizer_dir)
         if cost is not None:
-            atomic_write_json(self.out_dir / "cost.json", cost.to_dict())
-            atomic_write_text(self.out_dir / "cost.md", cost.to_markdown() + "\n")
+            cost.write(self.out_dir)
         write_report(self.out_dir)
