@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from lmlab.data.shard_reader import ShardReader
+from lmlab.data.shards import encode_sentences, plain_engine
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
@@ -53,15 +54,22 @@ class TokenSource(Protocol):
     def word_starts(self, start: int, length: int) -> np.ndarray: ...
 
 
-class ShardTokenSource(ShardReader):
-    """A :class:`TokenSource` over one split of a shard folder (``lmlab.data.shards``),
-    memory-mapped: nothing is loaded whole."""
+class _Offsets:
+    """The document and sentence offsets both sources hold as ``_documents``/``_sentences``."""
+
+    _documents: np.ndarray
+    _sentences: np.ndarray
 
     def document_offsets(self) -> np.ndarray:
         return self._documents
 
     def sentence_offsets(self) -> np.ndarray:
         return self._sentences
+
+
+class ShardTokenSource(_Offsets, ShardReader):
+    """A :class:`TokenSource` over one split of a shard folder (``lmlab.data.shards``),
+    memory-mapped: nothing is loaded whole."""
 
     def word_starts(self, start: int, length: int) -> np.ndarray:
         return super().word_starts(start, length).astype(bool)
@@ -72,7 +80,7 @@ class ShardTokenSource(ShardReader):
         return int(size) if size is not None else None
 
 
-class InMemoryTokenSource:
+class InMemoryTokenSource(_Offsets):
     """A :class:`TokenSource` held in memory: for small corpora, tests and notebooks.
 
     Build it from tokenized sentences (:meth:`from_sentences`) or from text with a tokenizer
@@ -119,33 +127,14 @@ class InMemoryTokenSource:
     @classmethod
     def from_texts(cls, documents: Sequence[Sequence[str]], tokenizer: Any) -> InMemoryTokenSource:
         """Tokenize documents (lists of sentences) with an ``lmlab.Tokenizer`` or a
-        ``tokenizers.Tokenizer``, without special tokens."""
-        engine = getattr(tokenizer, "backend_tokenizer", tokenizer)
-        if engine.padding is not None or engine.truncation is not None:
-            from tokenizers import Tokenizer as Engine
-
-            engine = Engine.from_str(engine.to_str())  # a copy: the caller's keeps its settings
-            engine.no_padding()
-            engine.no_truncation()
-        flat = [s for document in documents for s in document]
-        encodings = engine.encode_batch(flat, add_special_tokens=False) if flat else []
-        result, position = [], 0
-        for document in documents:
-            sentences = []
-            for encoding in encodings[position:position + len(document)]:
-                word_ids = encoding.word_ids
-                starts = [i == 0 or word_ids[i] is None or word_ids[i] != word_ids[i - 1]
-                          for i in range(len(word_ids))]
-                sentences.append((encoding.ids, starts))
-            position += len(document)
-            result.append(sentences)
-        return cls.from_sentences(result, engine.get_vocab_size(with_added_tokens=True))
-
-    def document_offsets(self) -> np.ndarray:
-        return self._documents
-
-    def sentence_offsets(self) -> np.ndarray:
-        return self._sentences
+        ``tokenizers.Tokenizer``, without special tokens, as the shards are."""
+        engine = plain_engine(tokenizer)
+        ids, starts, lengths = encode_sentences(engine, [s for d in documents for s in d])
+        cuts = np.cumsum(lengths)[:-1]
+        sentences = list(zip(np.split(ids, cuts), np.split(starts, cuts)))
+        ends = np.cumsum([0, *(len(document) for document in documents)])
+        return cls.from_sentences([sentences[a:b] for a, b in zip(ends[:-1], ends[1:])],
+                                  engine.get_vocab_size(with_added_tokens=True))
 
     def window(self, start: int, length: int) -> np.ndarray:
         return self._ids[start:start + length]
@@ -303,30 +292,10 @@ def _seed_of(*parts: int) -> int:
 
 
 class PretrainingStream:
-    """An iterable of corrupted pretraining batches (dicts of tensors) over a shard split.
-
-    Args:
-        shards_dir: a shard folder (``lmlab data tokenize``) or a :class:`TokenSource`.
-        split: ``"train"`` or ``"validation"``.
-        objective: the Objective; its ``example_format`` picks packed windows or segment
-            pairs, its ``corrupt`` makes model inputs and targets.
-        batch_size: examples per batch.
-        seq_len: length of every example, special tokens included (batches are padded to it).
-        seed: seeds the order, the segment pairs and the corruption.
-        workers: threads that collate and corrupt batches ahead of use (0 = inline). The
-            batches are the same for any value.
-        packing: ``"full_sentences"``, ``"doc_sentences"`` or ``"doc_windows"`` (packed format).
-        format: override the objective's ``example_format``.
-        shuffle: shuffle the order each epoch (default: True for train, False otherwise).
-        infinite: start a new epoch at the end (default: True for train); a finite stream ends
-            after one epoch with a last, possibly smaller, batch.
-        short_seq_prob: BERT's share of shorter segment-pair targets (0.1).
-        shuffle_block: documents whose segment pairs are shuffled together.
-        token_type_ids: emit segment ids (0 for A, 1 for B); off for models without segment
-            embeddings.
-
-    The batch keys are listed in docs/objectives.md ("The data stream").
-    """
+    """An iterable of corrupted pretraining batches (dicts of tensors) over a shard folder's
+    split or a :class:`TokenSource`: the objective's ``example_format`` picks packed windows or
+    segment pairs, its ``corrupt`` makes inputs and targets. The arguments and batch keys are
+    in docs/objectives.md ("The data stream"); any ``workers`` gives the same batches."""
 
     def __init__(self, shards_dir: str | os.PathLike | TokenSource, split: str = "train",
                  objective: Any = None, batch_size: int = 32, seq_len: int = 128,

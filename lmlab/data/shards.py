@@ -47,6 +47,36 @@ class EncodedChunk:
     sent_index: Any     # (S,) int64 sentence index within its document
 
 
+def plain_engine(tokenizer: Any) -> Any:
+    """A copy of the tokenizer's engine (an ``lmlab.Tokenizer``'s or a ``tokenizers.Tokenizer``)
+    with truncation and padding off; the caller's keeps its settings."""
+    from tokenizers import Tokenizer as Engine
+
+    engine = Engine.from_str(getattr(tokenizer, "backend_tokenizer", tokenizer).to_str())
+    engine.no_truncation()
+    engine.no_padding()
+    return engine
+
+
+def encode_sentences(engine: Any, sentences: list[str]) -> tuple[Any, Any, Any]:
+    """Token ids (N,) uint32, word-start flags (N,) uint8 and lengths (S,) int64 of
+    ``sentences`` encoded without special tokens; a sentence's first token starts a word."""
+    import numpy as np
+
+    encodings = engine.encode_batch(sentences, add_special_tokens=False)
+    lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
+    total = int(lengths.sum())
+    ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.uint32,
+                      count=total)
+    words = np.fromiter(itertools.chain.from_iterable(e.word_ids for e in encodings),
+                        dtype=np.int64, count=total)
+    word_starts = np.ones(total, dtype=np.uint8)
+    if total > 1:
+        word_starts[1:] = words[1:] != words[:-1]
+    word_starts[(np.cumsum(lengths) - lengths)[lengths > 0]] = 1
+    return ids, word_starts, lengths
+
+
 def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk:
     """Encode corpus lines (JSON documents) sentence by sentence, without special tokens."""
     import numpy as np
@@ -64,21 +94,10 @@ def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk
             sentences.append(sentence)
             lines_of.append(first_line + offset)
             index_of.append(index)
-    encodings = engine.encode_batch(sentences, add_special_tokens=False)
-    lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
-    total = int(lengths.sum())
-    ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.uint32,
-                      count=total)
-    words = np.fromiter(itertools.chain.from_iterable(e.word_ids for e in encodings),
-                        dtype=np.int64, count=total)
+    ids, word_starts, lengths = encode_sentences(engine, sentences)
     keep = lengths > 0
     lengths = lengths[keep]
-    starts = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    word_starts = np.ones(total, dtype=np.uint8)
-    if total > 1:
-        word_starts[1:] = words[1:] != words[:-1]
-    word_starts[starts] = 1  # a sentence's first token always starts a word
+    starts = np.cumsum(lengths) - lengths
     return EncodedChunk(ids, word_starts, starts, lengths,
                         np.asarray(lines_of, dtype=np.int64)[keep],
                         np.asarray(index_of, dtype=np.int64)[keep])
@@ -294,16 +313,6 @@ def _encoded_chunks(engine: Any, path: Path, start_line: int, workers: int, chun
             yield pending.popleft().get()
 
 
-def _engine_for_shards(tokenizer: Any) -> Any:
-    """A copy of the tokenizer's engine with truncation and padding off."""
-    from tokenizers import Tokenizer as Engine
-
-    engine = Engine.from_str(tokenizer.backend_tokenizer.to_str())
-    engine.no_truncation()
-    engine.no_padding()
-    return engine
-
-
 def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | os.PathLike,
                  shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int = 1,
                  splits: tuple[str, ...] | None = None, chunk_docs: int = _CHUNK_DOCS,
@@ -340,7 +349,7 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
     for stale in out.glob(".*.partial"):
         stale.unlink()
     manifest = {**header, "splits": {}}
-    engine = _engine_for_shards(tokenizer)
+    engine = plain_engine(tokenizer)
     resumed = 0
     for split in splits:
         old = previous.get(split, {})
