@@ -150,16 +150,16 @@ def test_tfidf_sentence_says_did_and_did_not():
 
 
 def test_pretraining_goal_lines():
-    from lmlab.demo.report import pretraining_lines
+    from lmlab.demo.report import pretraining_text
 
     unigram = {"entropy": 6.8, "majority_accuracy": 0.063}
-    met = "\n".join(pretraining_lines({"loss": 5.0, "accuracy": 0.3, "tokens": 10}, unigram))
+    met = pretraining_text({"loss": 5.0, "accuracy": 0.3, "tokens": 10}, unigram)
     assert "1.80 below" in met and "met" in met and "not met" not in met
-    missed = "\n".join(pretraining_lines({"loss": 6.5, "accuracy": 0.1, "tokens": 10}, unigram))
+    missed = pretraining_text({"loss": 6.5, "accuracy": 0.1, "tokens": 10}, unigram)
     assert missed.count("not met") == 2
     # scored at 15% masking, that score is what meets the goal or not
-    at15 = "\n".join(pretraining_lines({"loss": 6.5, "accuracy": 0.1, "tokens": 10}, unigram,
-                                       {"loss": 5.0, "accuracy": 0.3}))
+    at15 = pretraining_text({"loss": 6.5, "accuracy": 0.1, "tokens": 10}, unigram,
+                            {"loss": 5.0, "accuracy": 0.3})
     assert "6.50 nats, accuracy 10.0%" in at15 and "1.80 below" in at15
     assert "not met" not in at15
 

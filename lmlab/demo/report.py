@@ -95,48 +95,14 @@ def final_evaluation(records: list[dict[str, Any]]) -> dict[str, float] | None:
             "tokens": int(evals[-1].get("tokens", 0))}
 
 
-def pretraining_lines(final: dict[str, float] | None, unigram: dict[str, float],
-                      at15: dict[str, float] | None = None) -> list[str]:
-    """The unigram baseline, and the final validation loss and accuracy against the goal:
-    judged on ``at15`` (the model scored at BERT's 15% masking) when given, else on ``final``
-    (the run's own last evaluation, at its training masking rate)."""
-    lines = [f"Unigram baseline of the train shards (a model that ignores context): entropy "
-             f"{unigram['entropy']:.2f} nats (the dashed line in the plot); always guessing the "
-             f"most frequent piece is {unigram['majority_accuracy']:.1%} accurate."]
-    if final is None:
-        return lines
-    if at15 is not None:
-        lines += ["", f"At its training masking rate the last validation MLM loss was "
-                  f"{final['loss']:.2f} nats, accuracy {final['accuracy']:.1%}. Scored at BERT's "
-                  "15% masking (comparable with other runs and with the goal):"]
-        final = {**at15, "tokens": final["tokens"]}
-    below = unigram["entropy"] - final["loss"]
-    met_loss = below >= GOAL_NATS_BELOW_UNIGRAM
-    met_acc = final["accuracy"] >= GOAL_ACCURACY
-    side = "below" if below >= 0 else "above"
-    lines += ["", f"Final validation MLM loss {final['loss']:.2f} nats, {abs(below):.2f} {side} "
-              f"the unigram entropy (goal: at least {GOAL_NATS_BELOW_UNIGRAM}: "
-              f"{'met' if met_loss else 'not met'}); accuracy {final['accuracy']:.1%} (goal: "
-              f"{GOAL_ACCURACY:.0%}: {'met' if met_acc else 'not met'}), after "
-              f"{final['tokens']:,} tokens."]
-    return lines
-
-
-def plan_sentence(summary: dict[str, Any]) -> str:
-    """How the budget was shared on this host, and whether the run kept to it."""
-    plan, budget = summary["plan"], summary["settings"]["budget"]
-    recorded = plan["recorded_seconds"]
-    said = (f"The budget was {budget / 60:.1f} min. The stages that need no pretrained model "
-            f"took {plan['spent_before_pretraining'] / 60:.1f} min on this host; the pretrained "
-            f"model's fine-tuning was expected to take as long as the random-init runs' "
-            f"{plan['expected_finetuning'] / 60:.1f} min; pretraining got what was left "
-            f"({plan['pretrain_seconds'] / 60:.1f} min, set by {plan['limited_by']}). The "
-            f"stages took {recorded / 60:.1f} min when they ran")
-    if recorded > budget * 1.1:
-        return said + (f": **over the budget** (this host is too slow for "
-                       f"{summary['settings']['finetune_tokens']:,} fine-tuning tokens per run "
-                       "in it; give a larger --budget).")
-    return said + "."
+def pretraining_text(final: dict[str, float] | None, unigram: dict[str, float],
+                     at15: dict[str, float] | None = None) -> str:
+    """The unigram baseline, and the final validation loss and accuracy against the goal
+    (templates/pretraining.md.j2): judged on ``at15`` (the model scored at BERT's 15% masking)
+    when given, else on ``final`` (the run's own last evaluation, at its training masking rate)."""
+    return _TEMPLATES.get_template("pretraining.md.j2").render(
+        final=final, unigram=unigram, at15=at15, goal_nats=GOAL_NATS_BELOW_UNIGRAM,
+        goal_accuracy=GOAL_ACCURACY).rstrip("\n")
 
 
 def _cost_markdown(run: Path) -> str:
@@ -183,12 +149,12 @@ def build_markdown(summary: dict[str, Any], plot: Path | None,
     rows = results_table(summary["results"])
     ceiling = (Path(s["ceiling"]).name if s.get("ceiling") and any("ceiling" in row
                                                                   for row in rows) else None)
-    pretraining = (pretraining_lines(final, summary["unigram"],
-                                     summary["analysis"].get("mlm_at_15"))
+    pretraining = (pretraining_text(final, summary["unigram"],
+                                    summary["analysis"].get("mlm_at_15"))
                    if summary.get("unigram") else None)
     return _TEMPLATES.get_template("report.md.j2").render(
         summary=summary, s=s, plan=summary["plan"], rows=rows, ceiling=ceiling,
-        model=model_name(s["family"], s["size"]), plan_sentence=plan_sentence(summary),
+        model=model_name(s["family"], s["size"]),
         tfidf_sentence=tfidf_sentence(rows), verdict_rule=VERDICT_RULE,
         plot=plot.name if plot else None, pretraining=pretraining,
         cost=_cost_markdown(Path(summary["pretrain_run"])), analysis=summary["analysis"],
@@ -257,17 +223,10 @@ def write_report(out: Path, summary: dict[str, Any]) -> Path:
 
 
 def print_summary(summary: dict[str, Any], report: Path) -> None:
-    """The short summary ``lmlab demo`` prints at the end."""
-    print("\nlmlab demo: results on the test split (median over seeds, spread in brackets)")
+    """The short summary ``lmlab demo`` prints at the end (templates/summary.txt.j2)."""
     rows = results_table(summary["results"])
     ceiling = any("ceiling" in row for row in rows)
-    print(f"{'task':<22}{'pretrained':>20}{'random init':>20}{'TF-IDF':>20}"
-          + (f"{'ceiling':>20}" if ceiling else "") + "  verdict")
-    for row in rows:
-        kinds = ("pretrained", "random", "tfidf") + (("ceiling",) if ceiling else ())
-        cells = "".join(f"{row[k][0]:>12.3f} ({row[k][1]:.3f})" if k in row else f"{'-':>20}"
-                        for k in kinds)
-        print(f"{row['task']:<22}{cells}  {row['verdict']}")
-    print(tfidf_sentence(rows).replace("**", ""))
-    print(f"host: {summary.get('host') or describe_host()}")
-    print(f"report: {report} (and {report.with_suffix('.html')})")
+    print(_TEMPLATES.get_template("summary.txt.j2").render(
+        rows=rows, ceiling=ceiling, tfidf_sentence=tfidf_sentence(rows), report=report,
+        kinds=("pretrained", "random", "tfidf") + (("ceiling",) if ceiling else ()),
+        host=summary.get("host") or describe_host()), end="")
