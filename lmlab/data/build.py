@@ -1,9 +1,6 @@
-"""Build a corpus folder (train.jsonl, validation.jsonl, manifest.json) from sources.
-
-Streaming one document at a time, a build excludes evaluation texts, drops exact duplicates,
-assigns each document to a split by a SHA-256 of its text and the seed, and writes the files
-atomically, manifest last (docs/data.md, "Building", has each step and why).
-"""
+"""Build a corpus folder (train.jsonl, validation.jsonl, manifest.json) from sources, one
+document at a time: exclusion, deduplication, a split by hash, atomic files, manifest last
+(docs/data.md, "Building", has each step and why)."""
 
 from __future__ import annotations
 
@@ -138,17 +135,9 @@ def build_corpus(sources: str | Iterable[str | Source] | None, out: str | Path,
                  seed: int = 0, max_documents: int | None = None,
                  exclude_tasks: str | Sequence[str] = ALL_TASKS, overwrite: bool = False,
                  encoding_errors: str = "strict") -> dict:
-    """Build a corpus folder ``out`` and return its manifest (docs/data.md, "Building").
-
-    ``sources``: built-in names (a list or ``"kjv,wordnet"``), ``folder:PATH``,
-    ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]`` or Source objects; None = every installed
-    built-in source. ``exclude`` files (a text per line) and the dev/test texts of
-    ``exclude_tasks`` (``"all"`` installed tasks, names, or ``()``) are kept out.
-    ``validation_fraction`` of the documents (by hash, changed by ``seed``) go to validation;
-    ``max_documents`` caps what each source gives; ``overwrite`` replaces the corpus files in a
-    folder that holds something; ``encoding_errors`` is ``"strict"`` or ``"replace"`` for
-    non-UTF-8 bytes in user files.
-    """
+    """Build a corpus folder ``out`` from ``sources`` (names, specs such as ``folder:PATH``, or
+    Source objects; None = every installed built-in source) and return its manifest. The
+    options are the ``lmlab data build`` flags (docs/data.md, "Building")."""
     _check_settings(validation_fraction, max_documents, encoding_errors)
     out = Path(out)
     check_output_folder(out, overwrite, "corpus", ignore=(TMP_DIRNAME,))

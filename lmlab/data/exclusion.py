@@ -1,11 +1,6 @@
-"""Keeping evaluation texts out of a pretraining corpus by matching whole segments.
-
-A text *leaks* when its words (lower-cased runs of letters and digits) equal a document's words
-from one segment boundary to another; segments are sentences, cut after ``;`` or ``:`` and a
-space. Texts are indexed by their first :data:`KEY_WORDS` words, so matching is hashing, not
-substring search; what is dropped is the matching segments, not the document (docs/data.md,
-"Keeping evaluation texts out", says why and what it costs).
-"""
+"""Keeping evaluation texts out of a pretraining corpus: a text leaks when its words equal a
+document's words from one segment boundary to another; the matching segments are dropped,
+found by hashing (docs/data.md, "Keeping evaluation texts out", says why and what it costs)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """From token shards to corrupted pretraining batches: packing, segment pairs, shuffling,
-workers, exact resume.
-
-The formats (packed windows in three packings, GPT-2 packing for decoders, BERT's segment
-pairs), the order and the determinism guarantees are in docs/objectives.md, "The data stream":
-every random choice derives from (seed, epoch, unit) or (seed, batch number), never from the
-worker, so any ``workers`` gives the same batches and a restored stream continues exactly.
-"""
+workers, exact resume. Every random choice derives from (seed, epoch, unit) or (seed, batch
+number), never from the worker (docs/objectives.md, "The data stream")."""
 
 from __future__ import annotations
 
@@ -36,11 +31,9 @@ _PAIR_ID_BITS = 20  # example id of a segment pair: (document << 20) | index wit
 # ------------------------------------------------------------------------------------ sources
 @runtime_checkable
 class TokenSource(Protocol):
-    """What the stream reads: a split's token stream with document and sentence boundaries.
-
-    ``document_offsets()`` (D + 1,) and ``sentence_offsets()`` (S + 1,) are token offsets into
-    the split's stream (the last entry is the end); ``window``/``word_starts`` read a range.
-    """
+    """What the stream reads: a split's tokens with ``document_offsets()`` (D + 1,) and
+    ``sentence_offsets()`` (S + 1,) into them (the last entry is the end); ``window`` and
+    ``word_starts`` read a range."""
 
     num_documents: int
     num_tokens: int
@@ -81,11 +74,8 @@ class ShardTokenSource(_Offsets, ShardReader):
 
 
 class InMemoryTokenSource(_Offsets):
-    """A :class:`TokenSource` held in memory: for small corpora, tests and notebooks.
-
-    Build it from tokenized sentences (:meth:`from_sentences`) or from text with a tokenizer
-    (:meth:`from_texts`); word starts come from the tokenizer's word ids, as in the shards.
-    """
+    """A :class:`TokenSource` held in memory (small corpora, tests, notebooks), from tokenized
+    sentences (:meth:`from_sentences`) or text and a tokenizer (:meth:`from_texts`)."""
 
     def __init__(self, ids: np.ndarray, word_starts: np.ndarray, sentence_offsets: np.ndarray,
                  document_offsets: np.ndarray, vocab_size: int | None = None):

@@ -14,14 +14,9 @@ from lmlab.utils.io import read_json
 
 
 class ShardReader:
-    """Documents, sentences, windows and word-start masks of one split of a shard folder.
-
-    Args:
-        directory: the shard folder (with ``manifest.json``).
-        split: ``"train"`` or ``"validation"``.
-        tokenizer: optional :class:`lmlab.Tokenizer` (or its fingerprint string); when given,
-            shards written with a different tokenizer are refused.
-    """
+    """Documents, sentences, windows and word-start masks of ``split`` of the shard folder
+    ``directory``; given a ``tokenizer`` (or its fingerprint string), shards written with
+    another one are refused."""
 
     def __init__(self, directory: str | os.PathLike, split: str = "train",
                  tokenizer: Any = None):

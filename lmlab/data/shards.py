@@ -1,10 +1,6 @@
-"""Token shards: a tokenized corpus on disk, in fixed-size memory-mappable files.
-
-The layout, the bounded-memory pipeline and the resume rules are in docs/shards.md: shards
-stream from the corpus in chunks, each shard is renamed into place when full and listed in the
-manifest with its sha256 and the corpus position where it ends, so a killed run resumes after
-the last finished shard and produces the same bytes.
-"""
+"""Token shards: a tokenized corpus on disk, in fixed-size memory-mappable files, written in
+bounded memory; a killed run resumes after its last finished shard and produces the same bytes
+(docs/shards.md: the layout, the pipeline and the resume rules)."""
 
 from __future__ import annotations
 
@@ -319,14 +315,9 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
                  show_progress: bool = True, overwrite: bool = False,
                  encoding_errors: str = "strict") -> dict[str, Any]:
     """Tokenize the splits of an lmlab corpus (default: those present, ``train`` required)
-    into ``shard_tokens``-token shards in ``out_dir``, with ``workers`` encoding processes;
-    return the manifest (also written there) plus ``"resumed_shards"``.
-
-    A folder left by a killed run with the same tokenizer, corpus and shard size is resumed
-    after its last intact shard; one holding other shards, or anything else, is refused
-    before any work unless ``overwrite`` (then lmlab's shard files are rebuilt). A non-UTF-8
-    byte in the corpus is an error, or U+FFFD with ``encoding_errors="replace"``.
-    """
+    into ``shard_tokens``-token shards in ``out_dir``; return the manifest plus
+    ``"resumed_shards"``. Resuming, refusing another run's shards (unless ``overwrite``) and
+    ``encoding_errors`` are described in docs/shards.md."""
     from lmlab.text.textfile import check_encoding_errors
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.utils.checks import check_output_folder
