@@ -13,8 +13,17 @@ from dataclasses import dataclass
 import torch
 
 from lmlab.models.inputs import input_limit, model_inputs
-from lmlab.models.pooling import combine_layers
-from lmlab.utils.errors import LmlabError
+from lmlab.models.pooling import combine_layers, masked_mean
+from lmlab.utils.checks import check_choice
+
+
+def run_texts(model, tokenizer, texts: Sequence[str], max_length: int, **options):
+    """The padded batch of ``texts`` (with character offsets; ``options`` go to the tokenizer)
+    and the model's hidden states on it, L+1 tensors (B, T, H): every feature's forward pass."""
+    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                      return_tensors="pt", return_offsets_mapping=True, **options)
+    out = model(**model_inputs(model, batch), output_hidden_states=True, heads=[])
+    return batch, out.hidden_states
 
 
 @dataclass
@@ -30,8 +39,7 @@ class EncodedText:
     def word_vectors(self, pooling: str = "mean") -> tuple[list[str], torch.Tensor]:
         """The words of the text (by the tokenizer's pre-tokenisation) and one vector each,
         pooled from their pieces: ``"first"``, ``"mean"`` or ``"last"``."""
-        if pooling not in ("first", "mean", "last"):
-            raise LmlabError(f"unknown word pooling {pooling!r}", "use first, mean or last")
+        check_choice(pooling, ("first", "mean", "last"), "pooling", "word pooling")
         groups: dict[int, list[int]] = {}
         for position, word in enumerate(self.word_ids):
             if word is not None:
@@ -68,11 +76,7 @@ class FeatureExtractor:
 
     @torch.inference_mode()
     def _hidden(self, texts: Sequence[str]):
-        batch = self.tokenizer(list(texts), padding=True, truncation=True,
-                               max_length=self.max_length, return_tensors="pt",
-                               return_offsets_mapping=True)
-        out = self.model(**model_inputs(self.model, batch), output_hidden_states=True, heads=[])
-        return batch, out
+        return run_texts(self.model, self.tokenizer, texts, self.max_length)
 
     def encode(self, texts: Sequence[str]) -> list[EncodedText]:
         """Per-token vectors (of the configured layer/strategy) for each text. With
@@ -81,9 +85,9 @@ class FeatureExtractor:
         results = []
         for start in range(0, len(texts), self.batch_size):
             chunk = list(texts[start:start + self.batch_size])
-            batch, out = self._hidden(chunk)
-            features = (torch.stack(out.hidden_states, dim=2) if self.layer == "all"  # (B,T,L+1,H)
-                        else combine_layers(out.hidden_states, self.layer)).float().cpu()
+            batch, hidden = self._hidden(chunk)
+            features = (torch.stack(hidden, dim=2) if self.layer == "all"  # (B, T, L+1, H)
+                        else combine_layers(hidden, self.layer)).float().cpu()
             for row, text in enumerate(chunk):
                 positions = (batch["attention_mask"][row] == 1).nonzero().squeeze(-1).tolist()
                 tokens, word_ids = batch.tokens(row), batch.word_ids(row)
@@ -100,17 +104,17 @@ class FeatureExtractor:
     def sentence_vectors(self, texts: Sequence[str], pooling: str = "mean") -> torch.Tensor:
         """(N, D) sentence vectors: ``"cls"`` (first token), ``"mean"`` or ``"max"`` over real
         tokens (padding excluded)."""
-        if pooling not in ("cls", "mean", "max"):
-            raise LmlabError(f"unknown sentence pooling {pooling!r}", "use cls, mean or max")
+        check_choice(pooling, ("cls", "mean", "max"), "pooling", "sentence pooling")
         vectors = []
         for start in range(0, len(texts), self.batch_size):
-            batch, out = self._hidden(texts[start:start + self.batch_size])
-            features = combine_layers(out.hidden_states, self.layer).float()
-            mask = batch["attention_mask"].to(features.device).unsqueeze(-1).float()  # (B, T, 1)
+            batch, hidden = self._hidden(texts[start:start + self.batch_size])
+            features = combine_layers(hidden, self.layer).float()
+            mask = batch["attention_mask"].to(features.device)  # (B, T)
             if pooling == "cls":
                 vectors.append(features[:, 0])
             elif pooling == "mean":
-                vectors.append((features * mask).sum(1) / mask.sum(1).clamp(min=1))
+                vectors.append(masked_mean(features, mask))
             else:
-                vectors.append(features.masked_fill(mask == 0, float("-inf")).max(1).values)
+                vectors.append(features.masked_fill(mask[..., None] == 0, float("-inf"))
+                               .max(1).values)
         return torch.cat(vectors).cpu()

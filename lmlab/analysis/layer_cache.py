@@ -1,16 +1,8 @@
-"""Every layer's word vectors, extracted once per text and cached on disk.
-
-Probing trains dozens of small classifiers (each layer, scalar mixes, controls) on the same
-frozen vectors, so the model runs once: :func:`extract_word_features` runs it over the texts in
-batches with ``output_hidden_states``, pools each requested word's pieces (mean over the pieces
-whose character offsets overlap the word's span: words come from any word splitter, e.g. spaCy,
-not only the tokenizer's own pre-tokenisation) in all layers at once, and writes the batch's rows
-into a ``.npy`` memory map (bounded RAM: nothing but one batch is held). :func:`cached_word_features`
-keys the folder by a fingerprint of the model's weights and tokenizer and a hash of the texts and
-word spans, so a second call reads the file instead of running the model.
-
-Texts longer than the model's maximum are truncated; words past the cut get no vector (their row
-is marked invalid) and are counted in :class:`ExtractionStats`.
+"""Every layer's word vectors, extracted once per text and cached on disk (probing trains dozens
+of classifiers on the same frozen vectors). A word is the mean of the pieces whose character
+offsets overlap its span, so words may come from any word splitter; the cache key is the model's
+and tokenizer's fingerprint and a hash of the texts and spans; words past a truncation cut get
+no vector (docs/probing.md, "Features").
 """
 
 from __future__ import annotations
@@ -24,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lmlab.models.inputs import input_limit, model_inputs
+from lmlab.analysis.features import run_texts
+from lmlab.models.inputs import input_limit
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, read_json, stable_hash
 
@@ -127,11 +120,8 @@ def extract_word_features(model, tokenizer, requests: Sequence[WordRequest], out
         chunk = order[begin:begin + batch_size]
         # right padding: positions count from each row's first token, whatever side the
         # tokenizer pads by default (a decoder's left padding would shift absolute positions)
-        batch = tokenizer([requests[i].text for i in chunk], padding=True, truncation=True,
-                          max_length=max_length, return_tensors="pt", padding_side="right",
-                          return_offsets_mapping=True)
-        hidden = model(**model_inputs(model, batch), output_hidden_states=True,
-                       heads=[]).hidden_states  # L+1 tensors (B, T, H)
+        batch, hidden = run_texts(model, tokenizer, [requests[i].text for i in chunk],
+                                  max_length, padding_side="right")  # L+1 tensors (B, T, H)
         width = hidden[0].shape[1]
         positions, rows, counts, row_ids = [], [], [], []
         for b, index in enumerate(chunk):

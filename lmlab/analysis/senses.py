@@ -221,8 +221,7 @@ def target_vectors(model, tokenizer, examples: Sequence[SenseExample], batch_siz
     out = np.zeros((len(order), model.config.num_hidden_layers + 1, model.config.hidden_size),
                    dtype=np.float32)  # (N, L+1, H)
     valid = np.ones(len(order), dtype=bool)
-    with torch.inference_mode():
-        extract_word_features(model, tokenizer, requests, out, batch_size, valid=valid)
+    extract_word_features(model, tokenizer, requests, out, batch_size, valid=valid)
     rows = sorted((order[r], r) for r in range(len(order)) if valid[r])
     if not rows:
         raise LmlabError("no example's target word survived tokenization",
