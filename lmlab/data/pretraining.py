@@ -9,7 +9,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,7 +18,7 @@ import torch
 
 from lmlab.data.shard_reader import ShardReader
 from lmlab.data.shards import encode_sentences, plain_engine
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 
 FORMATS = ("packed", "segment_pairs")
@@ -147,6 +147,17 @@ def open_source(source: str | os.PathLike | TokenSource, split: str) -> TokenSou
                      "pass a shard folder or a TokenSource (e.g. InMemoryTokenSource)")
 
 
+def pad_rows(rows: Sequence[Sequence[Any]], fill: Any, width: int | None = None,
+             dtype: Any = np.int64) -> np.ndarray:
+    """Rows of different lengths right-padded with ``fill`` to ``width`` columns (default: the
+    longest row, at least 1): (B, width)."""
+    width = max(max((len(row) for row in rows), default=0), 1) if width is None else width
+    out = np.full((len(rows), width), fill, dtype=dtype)
+    for index, row in enumerate(rows):
+        out[index, :len(row)] = row
+    return out
+
+
 # ------------------------------------------------------------------------------ segment pairs
 Sentence = tuple[np.ndarray, np.ndarray]  # (ids, word_starts)
 
@@ -272,9 +283,6 @@ class _Position:
     batches: int = 0
     tokens: int = 0
 
-    def copy(self) -> _Position:
-        return _Position(self.epoch, self.block, self.offset, self.batches, self.tokens)
-
 
 def _seed_of(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) % _SEED_MOD for p in parts]).generate_state(
@@ -335,8 +343,7 @@ class PretrainingStream:
     def _check(self) -> None:
         check_choice(self.format, FORMATS, "format", "example format")
         check_choice(self.packing, PACKINGS, "packing", "packing")
-        if self.batch_size < 1:
-            raise LmlabError(f"batch_size {self.batch_size} must be positive", "use e.g. 32")
+        check_at_least(self.batch_size, 1, "batch_size")
         least = 8 if self.format == "segment_pairs" else (3 if self.cls_sep else 2)
         if self.seq_len < least:
             raise LmlabError(f"seq_len {self.seq_len} is too short for {self.format} examples",
@@ -493,7 +500,7 @@ class PretrainingStream:
 
     def _raw_batches(self, position: _Position) -> Iterator[tuple[list[dict[str, Any]], _Position]]:
         """Lists of examples with the position after each list, from ``position`` on."""
-        position = position.copy()
+        position = replace(position)
         while True:
             batch: list[dict[str, Any]] = []
             while len(batch) < self.batch_size:
@@ -513,30 +520,22 @@ class PretrainingStream:
                 return
             position.batches += 1
             position.tokens += sum(len(e["ids"]) for e in batch)
-            yield batch, position.copy()
+            yield batch, replace(position)
             if len(batch) < self.batch_size:
                 return
 
     # -- collation ------------------------------------------------------------------------------
     def collate(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Pad examples to ``seq_len`` into a batch of tensors (before corruption)."""
-        rows, length = len(examples), self.seq_len
-        ids = np.full((rows, length), self.special.pad_id, dtype=np.int64)
-        mask = np.zeros((rows, length), dtype=np.int64)
-        types = np.zeros((rows, length), dtype=np.int64)
-        starts = np.ones((rows, length), dtype=bool)
-        for row, example in enumerate(examples):
-            n = len(example["ids"])
-            ids[row, :n] = example["ids"]
-            mask[row, :n] = 1
-            starts[row, :n] = example["starts"]
-            if example["types"] is not None and self.emit_types:
-                types[row, :n] = example["types"]
-        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-                 "token_type_ids": torch.from_numpy(types),
-                 "word_starts": torch.from_numpy(starts),
-                 "example_id": torch.tensor([e["example_id"] for e in examples], dtype=torch.long),
-                 "epoch": torch.tensor([e["epoch"] for e in examples], dtype=torch.long)}
+        length, rows = self.seq_len, [example["ids"] for example in examples]
+        types = [e["types"] if e["types"] is not None and self.emit_types else () for e in examples]
+        arrays = {"input_ids": pad_rows(rows, self.special.pad_id, length),
+                  "attention_mask": pad_rows([np.ones(len(row)) for row in rows], 0, length),
+                  "token_type_ids": pad_rows(types, 0, length),
+                  "word_starts": pad_rows([e["starts"] for e in examples], True, length, bool)}
+        batch = {key: torch.from_numpy(array) for key, array in arrays.items()}
+        batch["example_id"] = torch.tensor([e["example_id"] for e in examples], dtype=torch.long)
+        batch["epoch"] = torch.tensor([e["epoch"] for e in examples], dtype=torch.long)
         if self.format == "segment_pairs":
             batch[PAIR_LABEL_KEYS[self.pair_mode]] = torch.tensor(
                 [e["label"] for e in examples], dtype=torch.long)
