@@ -1,27 +1,22 @@
 """What the analyses write: PNG figures (matplotlib's Agg backend: no display needed), pages
-and reports from jinja2 templates, and folders of result files, each file written atomically."""
+and reports from jinja2 templates, and folders of result files, each file written atomically.
+The plot helpers and the template loader are training.report's (one of each)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from lmlab.training.report import pyplot, save_png  # noqa: F401 - the one plot helper
+from lmlab.training.report import template as package_template
 from lmlab.utils.io import atomic_write_json, atomic_write_text
 
 
-@cache
 def template(name: str) -> Any:
-    """The jinja2 template ``name`` of this package, rendered verbatim (no HTML escaping: the
-    callers escape what needs it; block tags leave no blank lines)."""
-    import jinja2
-
-    text = resources.files("lmlab.analysis").joinpath(name).read_text("utf-8")
-    return jinja2.Environment(autoescape=False, keep_trailing_newline=True, trim_blocks=True,
-                              lstrip_blocks=True).from_string(text)
+    """The jinja2 template ``name`` of this package (``probing_report.md.j2``,
+    ``attention_view.html``), rendered verbatim (the callers escape what needs it)."""
+    return package_template("lmlab.analysis", name)
 
 
 def write_files(out: str | Path, files: dict[str, str | dict | Callable[[Path], Any]]

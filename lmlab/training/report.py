@@ -4,13 +4,16 @@ settings, last evaluation, loss curve, cost); :func:`run_summary` reads a run st
 
 from __future__ import annotations
 
-import json
 import shutil
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
 from lmlab.training.metrics_log import read_metrics
-from lmlab.utils.io import atomic_path, atomic_write_text
+from lmlab.utils.io import atomic_path, atomic_write_text, read_json
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model")
@@ -114,54 +117,32 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+_TEMPLATES = jinja2.Environment(autoescape=False, keep_trailing_newline=True, trim_blocks=True,
+                                lstrip_blocks=True)
+_TEMPLATES.filters.update(fmt=format, setting=lambda value: (
+    ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value)))
+
+
+@cache
+def template(package: str, name: str) -> jinja2.Template:
+    """The jinja2 template ``name`` shipped in ``package`` (``"lmlab.training"``,
+    ``"lmlab.analysis"``), rendered verbatim: no HTML escaping (the callers escape what needs
+    it), block tags leave no blank lines; filter ``fmt`` is :func:`format`. The one loader of
+    the run and analysis reports' templates."""
+    return _TEMPLATES.from_string(resources.files(package).joinpath(name).read_text("utf-8"))
 
 
 def write_report(run_dir: Path) -> Path:
-    """Write ``report.md`` and ``loss.png`` of a run directory; returns the report's path."""
+    """Write ``report.md`` (templates/run_report.md.j2: summary, last evaluation, loss curve,
+    settings, cost) and ``loss.png`` of a run directory; returns the report's path."""
     run_dir = Path(run_dir)
     config_file = run_dir / "config.json"
-    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
-    records = read_metrics(run_dir / "metrics.jsonl")
-    summary = run_summary(run_dir)
-    plot = plot_losses(records, run_dir / "loss.png")
-    lines = [f"# Run report: {run_dir.name}", "", "## Summary", ""]
-    lines += [f"- steps: {summary['steps']:,}", f"- tokens: {summary['tokens']:,}",
-              f"- wall time: {summary['elapsed']:.1f} s",
-              f"- stopped by: {summary['stop_reason'] or 'not finished'}",
-              f"- loss: {_fmt(summary['first_loss'])} (first logged) -> "
-              f"{_fmt(summary['last_loss'])} (step {summary['last_loss_step']})",
-              f"- host: {config.get('host', 'not recorded')}"]
-    if summary["median_tokens_per_s"] is not None:
-        lines.append(f"- throughput: {summary['median_tokens_per_s']:,.0f} tokens/s (median of "
-                     "logged windows)")
-    if summary["diverged_at"] is not None:
-        lines.append(f"- DIVERGED at step {summary['diverged_at']}")
-    for key in ("model", "objective", "data"):
-        if key in config:
-            value = config[key]
-            text = (", ".join(f"{k}={v}" for k, v in value.items())
-                    if isinstance(value, dict) else str(value))
-            lines.append(f"- {key}: {text}")
-    lines += ["", "## Last evaluation", ""]
-    if summary["last_eval"]:
-        lines += ["| metric | value |", "|---|---|"]
-        lines += [f"| {k} | {_fmt(v)} |" for k, v in summary["last_eval"].items()]
-    else:
-        lines.append("no evaluation was run (no validation batches)")
-    if plot is not None:
-        lines += ["", "## Loss curve", "", "![loss curve](loss.png)"]
-    for section, title in (("hparams", "Hyperparameters (change the result)"),
-                           ("speed", "Speed settings (do not change the result)")):
-        if section in config:
-            lines += ["", f"## {title}", "", "| setting | value |", "|---|---|"]
-            lines += [f"| {k} | {_fmt(v)} |" for k, v in sorted(config[section].items())]
+    config = read_json(config_file) if config_file.is_file() else {}
+    plot = plot_losses(read_metrics(run_dir / "metrics.jsonl"), run_dir / "loss.png")
     cost = run_dir / "cost.md"
-    if cost.is_file():
-        lines += ["", "## Cost", "", cost.read_text(encoding="utf-8").strip()]
+    text = template("lmlab.training", "templates/run_report.md.j2").render(
+        name=run_dir.name, summary=run_summary(run_dir), config=config, plot=plot,
+        cost=cost.read_text(encoding="utf-8").strip() if cost.is_file() else None)
     path = run_dir / "report.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
+    atomic_write_text(path, text)
     return path
