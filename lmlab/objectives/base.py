@@ -1,11 +1,6 @@
-"""The Objective interface: a batch transform (corruption) + the heads it needs + a loss.
-
-Life cycle: ``prepare(model)`` adds heads before the optimiser is made; ``corrupt(batch, rng)``
-turns token ids into model inputs and targets at collate time (CPU); ``compute_loss(model,
-batch)`` runs the model once and returns an :class:`ObjectiveResult`. Objectives that read only
-the stack's hidden states implement :meth:`Objective.losses` and can share one forward pass
-(:class:`~lmlab.objectives.combined.CombinedObjective`).
-"""
+"""The Objective interface: ``prepare(model)`` adds heads, ``corrupt(batch, rng)`` makes inputs
+and targets at collate time, ``compute_loss(model, batch)`` runs the model; objectives that
+implement :meth:`Objective.losses` can share one forward pass (docs/objectives.md)."""
 
 from __future__ import annotations
 
@@ -15,14 +10,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from lmlab.models.inputs import model_inputs
 from lmlab.models.pooling import masked_mean
 from lmlab.objectives.masking import row_rng
 from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
 
-__all__ = ["MODEL_INPUTS", "Objective", "ObjectiveResult", "SpecialTokens"]
+__all__ = ["Objective", "ObjectiveResult", "SpecialTokens"]
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 SEED_MOD = 2**63 - 1
 
 
@@ -37,14 +32,9 @@ class ObjectiveResult:
 
 
 class Objective(nn.Module):
-    """Base class of pretraining objectives.
-
-    The class attributes tell the Trainer, the data stream and the cost report what the
-    objective needs, so nothing branches on its name; docs/objectives.md ("What an objective
-    declares") describes each: ``name``, ``head_names``, ``example_format``,
-    ``corrupts_tokens``, ``salt`` (mixed into per-row seeds), ``flops_head``,
-    ``reports_perplexity``, ``cls_sep_packing`` and ``shares_forward_pass``.
-    """
+    """Base class of pretraining objectives. Its class attributes tell the Trainer, the data
+    stream and the cost report what the objective needs, so nothing branches on its name
+    (docs/objectives.md, "What an objective declares")."""
 
     name: str = ""
     head_names: tuple[str, ...] = ()
@@ -114,7 +104,7 @@ class Objective(nn.Module):
     # -- loss ------------------------------------------------------------------------------------
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
         """Run the stack once (no head) and compute this objective's loss from it."""
-        out = model(**model_inputs(batch, model), heads=[])
+        out = model(**stack_inputs(model, batch), heads=[])
         result = self.losses(model, batch, out.last_hidden_state, out.pooler_output)
         return ObjectiveResult(result.loss * self.weight, result.metrics, result.num_predictions)
 
@@ -131,16 +121,15 @@ class Objective(nn.Module):
         return f"name={self.name!r}, heads={self.head_names}, format={self.example_format!r}"
 
 
-def model_inputs(batch: dict[str, torch.Tensor],
-                 model: nn.Module | None = None) -> dict[str, torch.Tensor]:
-    """The keys of ``batch`` the model's forward takes; segment ids are dropped for a model
-    with at most one segment type (RoBERTa: an id of 1 would index past its table)."""
+def stack_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """:func:`~lmlab.models.inputs.model_inputs` of a pretraining batch, refused without token
+    ids; segment ids are dropped for a model with at most one segment type (RoBERTa: an id of
+    1 would index past its table)."""
     if "input_ids" not in batch:
         raise LmlabError("the batch has no 'input_ids'",
                          "build batches with PretrainingStream or pass token ids as 'input_ids'")
-    inputs = {key: batch[key] for key in MODEL_INPUTS if key in batch}
-    config = getattr(model, "config", None)
-    if config is not None and getattr(config, "type_vocab_size", 2) <= 1:
+    inputs = model_inputs(model, batch)
+    if getattr(getattr(model, "config", None), "type_vocab_size", 2) <= 1:
         inputs.pop("token_type_ids", None)
     return inputs
 
@@ -148,7 +137,7 @@ def model_inputs(batch: dict[str, torch.Tensor],
 def sentence_vectors(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean-pooled sentence vectors (B, H) of a padded batch, with gradients: one forward pass
     of ``model``'s stack, no head (the sentence-order objectives' encoder output)."""
-    out = model(**model_inputs(batch, model), heads=[])
+    out = model(**stack_inputs(model, batch), heads=[])
     return masked_mean(out.last_hidden_state, batch["attention_mask"])
 
 

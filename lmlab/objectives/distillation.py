@@ -1,11 +1,6 @@
-"""Knowledge distillation of a masked LM: DistilBERT's triple loss (Sanh et al. 2019).
-
-``L = alpha_ce * T^2 * KL(teacher || student at temperature T) + alpha_mlm * MLM +
-alpha_cos * mean(1 - cos(h_s, h_t))``, the student and a frozen teacher reading the same
-masked inputs. The caller loads the teacher and passes it in; it stays outside the
-objective's parameters and state (never optimised or checkpointed). docs/distillation.md
-explains each term and where this follows or departs from DistilBERT.
-"""
+"""Knowledge distillation of a masked LM: DistilBERT's triple loss (Sanh et al. 2019), soft
+targets + MLM + hidden-state cosine, with a frozen teacher the caller loads (never optimised or
+checkpointed). docs/distillation.md explains each term."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmlab.cost.flops import flops_per_token
-from lmlab.objectives.base import Objective, ObjectiveResult, accuracy, model_inputs, require_labels
+from lmlab.objectives.base import Objective, ObjectiveResult, accuracy, require_labels, stack_inputs
 from lmlab.objectives.masking import IGNORE_INDEX
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.special_tokens import SpecialTokens
@@ -63,13 +58,9 @@ def hidden_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tenso
 
 
 class Distillation(MaskedLM):
-    """DistilBERT's distillation objective: soft targets + masked LM + hidden-state cosine.
-
-    ``teacher`` is a loaded encoder of the student's vocabulary; beyond MaskedLM's masking
-    arguments come the soft targets' ``temperature`` (2), the three terms' weights
-    ``alpha_ce``, ``alpha_mlm``, ``alpha_cos`` (5, 2, 1) and ``restrict_ce_to_mask`` (soft
-    targets at the masked positions only; default every real token, as the reference).
-    """
+    """DistilBERT's objective with ``teacher``, a loaded encoder of the student's vocabulary;
+    beyond MaskedLM's arguments: ``temperature``, the terms' weights ``alpha_ce``,
+    ``alpha_mlm``, ``alpha_cos`` and ``restrict_ce_to_mask`` (docs/distillation.md)."""
 
     name = "distil"
     head_names = ("mlm",)
@@ -153,9 +144,9 @@ class Distillation(MaskedLM):
         attention = batch.get("attention_mask")
         real = attention.bool() if attention is not None else torch.ones_like(masked)  # (B, T)
         count = int(masked.sum())
-        out = model(**model_inputs(batch, model), heads=[])
+        out = model(**stack_inputs(model, batch), heads=[])
         with torch.no_grad():
-            teacher_out = self.teacher(**model_inputs(batch, self.teacher), heads=[])
+            teacher_out = self.teacher(**stack_inputs(self.teacher, batch), heads=[])
         hidden, teacher_hidden = out.last_hidden_state, teacher_out.last_hidden_state
         zero = hidden.sum() * 0.0
         metrics: dict[str, float] = {}

@@ -1,10 +1,6 @@
-"""ELECTRA's replaced-token detection (Clark et al. 2020).
-
-A small masked-LM generator, held by this objective and sharing the model's embeddings, fills
-the masked positions with tokens sampled from its distribution; the model (the discriminator)
-labels every token original (0) or replaced (1). The loss is ``generator MLM + 50 x
-discriminator loss``; sampling is not differentiated. docs/objectives.md gives the details.
-"""
+"""ELECTRA's replaced-token detection (Clark et al. 2020): a small MLM generator sharing the
+model's embeddings fills the masked positions; the model labels every token original or
+replaced. Loss: generator MLM + 50 x discriminator loss (docs/objectives.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ import torch
 from torch import nn
 
 from lmlab.models.model import LanguageModel
-from lmlab.objectives.base import SEED_MOD, Objective, ObjectiveResult, model_inputs, require_labels
+from lmlab.objectives.base import SEED_MOD, Objective, ObjectiveResult, require_labels, stack_inputs
 from lmlab.objectives.masking import IGNORE_INDEX
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.special_tokens import SpecialTokens
@@ -127,7 +123,7 @@ class ReplacedTokenDetection(MaskedLM):
             raise LmlabError("the ELECTRA generator is not built",
                              "call objective.prepare(model) before training")
         labels = require_labels(batch, self.name)
-        inputs = model_inputs(batch, model)
+        inputs = stack_inputs(model, batch)
         masked = labels != IGNORE_INDEX  # (B, T)
         count = int(masked.sum())
         gen_hidden = self.generator(**inputs, heads=[]).last_hidden_state
