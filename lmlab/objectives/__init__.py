@@ -1,9 +1,6 @@
-"""Pretraining objectives: a batch transform (corruption) + the heads it needs + a loss.
-
-Build one by name with :func:`build_objective` (``"mlm"``, ``"wwm"``, ``"span"``, ``"nsp"``,
-``"sop"``, ``"rtd"``; several compose: ``"mlm,sop"``). Importing this package stays light:
-the objective classes (and torch) load on first use. See docs/objectives.md.
-"""
+"""Pretraining objectives: a batch transform (corruption) + the heads it needs + a loss, built
+by name with :func:`build_objective` (``"mlm,sop"`` composes). Importing this package stays
+light: the objective classes (and torch) load on first use. See docs/objectives.md."""
 
 from lmlab.objectives.registry import (
     available_objectives,

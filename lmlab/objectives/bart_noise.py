@@ -1,8 +1,6 @@
-"""BART's noising transforms (Lewis et al. 2020, Section 2.2): token masking, token deletion,
-text infilling, sentence permutation and document rotation of one document's token ids, each
-deterministic for its numpy generator. :func:`apply_noise` composes them in fairseq's order;
-:class:`BartNoise` holds the settings (docs/objectives.md).
-"""
+"""BART's noising transforms (Lewis et al. 2020, Section 2.2) of one document's token ids, each
+deterministic for its numpy generator; :func:`apply_noise` composes them in fairseq's order as
+:class:`BartNoise` says (docs/objectives.md)."""
 
 from __future__ import annotations
 
@@ -83,13 +81,10 @@ def _words(word_starts: np.ndarray) -> list[tuple[int, int]]:
 def infill_spans(ids: np.ndarray, mask_id: int, ratio: float, rng: np.random.Generator,
                  poisson_lambda: float = 3.0, word_starts: np.ndarray | None = None,
                  random_ratio: float = 0.0, vocab_size: int | None = None) -> Infilling:
-    """BART's text infilling on one document: ``ceil(ratio * words)`` words covered by spans of
-    whole words with :func:`poisson_span_lengths`, each replaced by one ``mask_id`` (or, with
-    probability ``random_ratio``, a random token below ``vocab_size``); a zero-length span
-    inserts a mask at a random word boundary. Unlike fairseq's, spans never overlap or touch, so
-    exactly the asked words are covered and each mask stands for one span. ``word_starts``
-    (bool per token; None: every token a word) keeps a word's pieces together.
-    """
+    """BART's text infilling: ``ceil(ratio * words)`` whole words in Poisson-length spans, each
+    replaced by one ``mask_id`` (a random token with probability ``random_ratio``); a zero-length
+    span inserts a mask. Spans never overlap or touch, unlike fairseq's (docs/objectives.md);
+    ``word_starts`` (None: every token a word) keeps a word's pieces together."""
     _check_ratio("infilling ratio", ratio)
     _check_ratio("random_ratio", random_ratio)
     if random_ratio > 0 and not vocab_size:

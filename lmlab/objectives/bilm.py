@@ -1,9 +1,6 @@
-"""ELMo's bidirectional language modelling (Peters et al. 2018): ``"bilm"``.
-
-The forward LSTM's top state at t predicts token t+1, the backward one's token t-1, through one
-softmax shared by the directions (the ``"bilm"`` head); the loss is the mean of the two
-cross-entropies, each direction's also logged (docs/recurrent.md).
-"""
+"""ELMo's bidirectional language modelling (Peters et al. 2018), ``"bilm"``: the forward LSTM
+predicts token t+1, the backward one token t-1, through one shared softmax; the loss is the
+mean of the two (docs/recurrent.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Causal language modelling (GPT-2, Llama) and prefix language modelling (UniLM, T5).
-
-``"clm"`` predicts every next token of packed windows (optionally with a block-diagonal mask
-between the packed documents); ``"prefix-lm"`` reads a random prefix bidirectionally and
-predicts the rest. Both use the ``"clm"`` head; docs/decoders.md describes them.
-"""
+"""Causal language modelling (GPT-2, Llama; ``"clm"``, optionally masked between packed
+documents) and prefix language modelling (UniLM, T5; ``"prefix-lm"``), both on the ``"clm"``
+head (docs/decoders.md)."""
 
 from __future__ import annotations
 

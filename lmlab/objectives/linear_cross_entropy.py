@@ -1,10 +1,6 @@
-"""Output projection and cross-entropy fused, in chunks of rows: the logits never exist whole.
-
-Each chunk's logits give its loss terms and, at once, the gradients of the mean loss with
-respect to the hidden states and the weight (Liger-Kernel's fused linear cross-entropy; Wijmans
-et al. 2024): the same matmul FLOPs, peak memory O(chunk x V) instead of O(N x V). Under
-autocast or with a non-plain weight tensor it computes the ordinary way (docs/decoders.md).
-"""
+"""Output projection and cross-entropy fused, in chunks of rows: the logits never exist whole;
+each chunk gives its loss terms and gradients at once (Liger-Kernel's fused linear
+cross-entropy). Under autocast it computes the ordinary way (docs/decoders.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Which tokens to corrupt, and how: BERT's token masking, whole-word masking, SpanBERT's span
-masking and the 80/10/10 replacement, on one row of token ids at a time (numpy, at collate time).
-
-"Candidates" are the positions that may be masked: real tokens that are not special tokens.
-docs/objectives.md gives each scheme's rules and measured statistics.
-"""
+"""Which tokens to corrupt, and how: token, whole-word and span masking and the 80/10/10
+replacement, one row at a time (numpy, collate time). "Candidates" are the real, non-special
+tokens; docs/objectives.md gives each scheme's rules and statistics."""
 
 from __future__ import annotations
 
@@ -109,13 +106,9 @@ def choose_spans(candidates: np.ndarray, word_starts: np.ndarray, rate: float,
                  rng: np.random.Generator, p: float = 0.2, max_length: int = 10,
                  min_length: int = 1,
                  max_predictions: int | None = None) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-    """SpanBERT span masking of one row: draw a length ``l`` in words and a uniformly random
-    start word, mask up to ``l`` consecutive whole words (stopping at a masked word, a special
-    token or the budget), until the budget is met; a start that would overshoot is redrawn.
-
-    Returns the boolean mask (T,) and each span's ``(first_token, end_exclusive, num_words)``
-    in draw order.
-    """
+    """SpanBERT span masking of one row (docs/objectives.md): spans of whole words with
+    geometric lengths at random start words until the budget is met. Returns the mask (T,) and
+    each span's ``(first_token, end_exclusive, num_words)`` in draw order."""
     starts, ends = word_bounds(candidates, word_starts)
     lengths, probs = span_length_distribution(p, max_length, min_length)
     budget = num_to_mask(int(np.count_nonzero(candidates)), rate, max_predictions)
@@ -159,12 +152,9 @@ def choose_spans(candidates: np.ndarray, word_starts: np.ndarray, rate: float,
 def replace_tokens(ids: np.ndarray, chosen: np.ndarray, split: tuple[float, float, float],
                    rng: np.random.Generator, mask_id: int, random_pool: np.ndarray,
                    groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Corrupt the ``chosen`` positions (T,) of one row: each becomes [MASK], a token drawn
-    from ``random_pool`` or itself, with the (mask, random, keep) probabilities ``split``;
-    positions sharing a ``groups`` value share one decision (SpanBERT's per-span choice).
-
-    Returns the corrupted ids (T,) and the labels (T,): the original id where chosen, else -100.
-    """
+    """Corrupted ids (T,) and labels (T,; -100 where not chosen) of one row: each ``chosen``
+    position becomes [MASK], a token from ``random_pool`` or itself by ``split``; positions
+    sharing a ``groups`` value share one decision (SpanBERT's per-span choice)."""
     mask_p, random_p, _ = split
     positions = np.flatnonzero(chosen)
     labels = np.full(ids.shape, IGNORE_INDEX, dtype=np.int64)

@@ -1,10 +1,5 @@
-"""Masked language modelling (BERT, RoBERTa) and whole-word masking.
-
-``masking="static"`` derives each example's mask from (seed, example id, ``epoch %
-dupe_factor``), BERT's pre-generated data without storing it; ``"dynamic"`` (RoBERTa) draws a
-fresh mask each time. ``sparse=True`` projects onto the vocabulary only at the predicted
-positions (cramming): the same loss, far fewer FLOPs. See docs/objectives.md.
-"""
+"""Masked language modelling (BERT, RoBERTa) and whole-word masking, with static or dynamic
+masking and sparse prediction (docs/objectives.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Quick-thought (Logeswaran & Lee 2018): pick a sentence's true neighbours among the batch.
-
-Two encoders, ``f`` (the model being trained) and ``g`` (a context encoder of the same shape,
-held here), embed every sentence of a batch of consecutive sentences; candidate ``j`` scores
-``f(s_i) . g(s_j)`` (``j != i``) and the loss is the mean ``-log softmax`` of each sentence's
-true neighbours ``i - 1`` and ``i + 1`` in the same document (context window one). The paper's
-representation is ``[f(s); g(s)]`` (docs/sentence-encoders.md).
-"""
+"""Quick-thought (Logeswaran & Lee 2018): encoders ``f`` (the model) and ``g`` (held here)
+embed a batch of consecutive sentences; each sentence picks its true neighbours by
+``f(s_i) . g(s_j)`` (docs/sentence-encoders.md)."""
 
 from __future__ import annotations
 

@@ -73,12 +73,9 @@ def _accepted(factory: Callable[..., Any]) -> tuple[set[str], bool]:
 
 
 def build_objective(spec: str, tokenizer_info: SpecialTokens, **hparams: Any) -> Any:
-    """Build the objective named by ``spec``: one name (``"mlm"``) or several joined by commas
-    (``"mlm,sop"``, a :class:`~lmlab.objectives.combined.CombinedObjective`).
-
-    Each hyperparameter goes to every component that accepts it; ``"name.key"`` goes to that
-    component only; one no component accepts is an error, so a typo never trains silently.
-    """
+    """Build the objective named by ``spec`` (``"mlm"``, or ``"mlm,sop"``: a CombinedObjective).
+    Each hyperparameter goes to every component that accepts it, ``"name.key"`` to that one
+    only; one no component accepts is an error, so a typo never trains silently."""
     if not isinstance(tokenizer_info, SpecialTokens):
         raise LmlabError(f"tokenizer_info must be SpecialTokens, not {type(tokenizer_info).__name__}",
                          "build it with SpecialTokens.from_tokenizer(tokenizer)")

@@ -1,8 +1,6 @@
-"""Next-sentence prediction (BERT) and sentence-order prediction (ALBERT): classify the pair
-``[CLS] A [SEP] B [SEP]`` from the pooled [CLS] vector. The data stream builds the pairs and
-labels (:func:`lmlab.data.pretraining.create_segment_pairs`); these add the head and the loss,
-and compose with a masking objective (``"mlm,sop"``). See docs/objectives.md.
-"""
+"""Next-sentence prediction (BERT) and sentence-order prediction (ALBERT): classify
+``[CLS] A [SEP] B [SEP]`` from the pooled vector; the data stream builds the pairs
+(docs/objectives.md)."""
 
 from __future__ import annotations
 

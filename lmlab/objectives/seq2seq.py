@@ -1,9 +1,6 @@
-"""Encoder-decoder pretraining on :class:`~lmlab.data.pretraining.PretrainingStream`'s packed
-windows: ``"t5"`` (span corruption or another row of T5's objective study,
-:mod:`lmlab.objectives.t5_spans`) and ``"bart"`` (BART's denoising,
-:mod:`lmlab.objectives.bart_noise`). Each window becomes (inputs, targets) ending with the
-end-of-sequence token; the loss is teacher-forced cross-entropy on the targets.
-"""
+"""Encoder-decoder pretraining on packed windows: ``"t5"`` (:mod:`~lmlab.objectives.t5_spans`)
+and ``"bart"`` (:mod:`~lmlab.objectives.bart_noise`) make each window an (inputs, targets)
+pair; the loss is teacher-forced cross-entropy on the targets."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from lmlab.data.pretraining import pad_rows
 from lmlab.models.heads import IGNORE_INDEX
 from lmlab.models.seq2seq import require_encoder_decoder
 from lmlab.objectives.bart_noise import BartNoise, apply_noise
@@ -25,16 +23,10 @@ def pad_pairs(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
               ) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``/``attention_mask`` (B, S) and ``labels`` (B, T) (-100 after
     each target), from token id sequences (lists or numpy arrays)."""
-    width = max(max(len(x) for x in inputs), 1)
-    depth = max(max(len(y) for y in targets), 1)
-    ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(inputs), width), dtype=torch.long)
-    labels = torch.full((len(inputs), depth), IGNORE_INDEX, dtype=torch.long)
-    for row, (x, y) in enumerate(zip(inputs, targets)):
-        ids[row, :len(x)] = torch.as_tensor(x, dtype=torch.long)
-        mask[row, :len(x)] = 1
-        labels[row, :len(y)] = torch.as_tensor(y, dtype=torch.long)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    arrays = {"input_ids": pad_rows(inputs, pad_id),
+              "attention_mask": pad_rows([np.ones(len(x)) for x in inputs], 0),
+              "labels": pad_rows(targets, IGNORE_INDEX)}
+    return {key: torch.from_numpy(array) for key, array in arrays.items()}
 
 
 def seq2seq_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor],

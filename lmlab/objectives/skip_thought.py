@@ -1,10 +1,6 @@
-"""Skip-thought (Kiros et al. 2015): encode a sentence, decode the previous and the next one.
-
-The encoder is the model being trained; its mean-pooled last hidden state is the sentence
-vector ``s``. Two GRU decoders, held here and dropped after training, are conditioned on
-``s`` at every step and through their initial state, and share one tied word-embedding table;
-the loss is both sentences' teacher-forced cross-entropy per token (docs/sentence-encoders.md).
-"""
+"""Skip-thought (Kiros et al. 2015): the model's mean-pooled vector of a sentence conditions
+two GRU decoders (held here, dropped after training) of the previous and the next sentence
+(docs/sentence-encoders.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""SpanBERT (Joshi et al. 2020): span masking + the span boundary objective (SBO), summed.
-
-SBO predicts each masked token of a span from the two tokens just outside it and its offset
-inside it (docs/objectives.md gives the head's equations and the span statistics).
-"""
+"""SpanBERT (Joshi et al. 2020): span masking + the span boundary objective (SBO), which
+predicts each masked token from the two tokens just outside its span and its offset in it
+(docs/objectives.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The token ids an objective needs to know: padding, [CLS]/[SEP], [MASK], and which ids are
-special (never masked, never drawn as random replacements).
-
-Kept free of torch so the CLI can build one cheaply.
-"""
+"""The token ids an objective needs: padding, [CLS]/[SEP], [MASK], and which ids are special
+(never masked, never drawn as random replacements). Free of torch: the CLI builds it cheaply."""
 
 from __future__ import annotations
 
@@ -25,11 +22,8 @@ _ROLE_TOKENS = {
 
 @dataclass(frozen=True)
 class SpecialTokens:
-    """Vocabulary size and special-token ids of the tokenizer an objective works with.
-
-    ``special_ids`` lists every id that is not text ([PAD], [CLS], [SEP], [MASK], [UNK], ...):
-    masking never selects them and random replacement never draws them.
-    """
+    """Vocabulary size and special-token ids of the tokenizer an objective works with;
+    ``special_ids`` lists every id that is not text ([PAD], [CLS], [SEP], [MASK], [UNK], ...)."""
 
     vocab_size: int
     pad_id: int

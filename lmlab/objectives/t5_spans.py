@@ -1,11 +1,6 @@
 """T5's span corruption (Raffel et al. 2020, Section 3.1.4) and the other rows of its objective
-study (Section 3.3, Tables 3-5), as (inputs, targets) token-id pairs for an encoder-decoder.
-
-Span corruption replaces each noise span (15% of the tokens, mean length 3, placed by T5's own
-:func:`random_spans_noise_mask`) by a unique sentinel in the inputs; the targets are each
-sentinel followed by the span it hides. Every row of the study (:data:`OBJECTIVES`) is a
-function of the same signature; docs/objectives.md describes each and the paper's example.
-"""
+study (Section 3.3, :data:`OBJECTIVES`), as (inputs, targets) token-id pairs, one function of
+one signature each (docs/objectives.md)."""
 
 from __future__ import annotations
 
