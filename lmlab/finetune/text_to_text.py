@@ -101,22 +101,22 @@ def train_text_to_text(model: nn.Module, tokenizer: Any, train: Sequence[TextPai
     metrics, checkpoints and cost report. Returns the :class:`TrainResult`."""
     import tempfile
 
-    from lmlab.training.trainer import Trainer
+    from lmlab.finetune.train import TaskPlan, train_task
 
     objective = TextToTextObjective()
     objective.prepare(model)
     pad = pad_id_of(tokenizer)
     features = encode_pairs(train, tokenizer, max_source_length, max_target_length)
-    stream = PairStream(features, cfg.batch_size, pad, seed=cfg.seed)
+    plan = TaskPlan(None, None, PairStream(features, cfg.batch_size, pad, seed=cfg.seed),
+                    replace(cfg))
     dev_features = encode_pairs(list(dev)[:eval_examples], tokenizer, max_source_length,
                                 max_target_length) if dev else []
     eval_batches = [collate_pairs(dev_features[i:i + cfg.batch_size], pad)
                     for i in range(0, len(dev_features), cfg.batch_size)]
     with tempfile.TemporaryDirectory() as folder:
         tokenizer.save_pretrained(folder)
-        trainer = Trainer(model, objective, stream, replace(cfg), out_dir,
-                          eval_batches=eval_batches, record=record, tokenizer_dir=folder)
-        return trainer.train()
+        return train_task(plan, model, objective, out_dir, save_model=True,
+                          eval_batches=eval_batches, record=record, tokenizer_dir=folder).result
 
 
 @torch.no_grad()

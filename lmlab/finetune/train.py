@@ -46,13 +46,15 @@ class RunOptions:
 
 @dataclass
 class TaskPlan:
-    """A task-training run before the model: its training batches and the Trainer's config."""
+    """A task-training run before the model: its training batches and the Trainer's config
+    (:func:`plan_task`; text-to-text training plans without a task or recipe, from its own
+    config)."""
 
-    task: Task
-    rec: Recipe
-    stream: Any  # a TaskStream (or a FeatureStream of frozen features)
+    task: Task | None
+    rec: Recipe | None
+    stream: Any  # a TaskStream (a FeatureStream of frozen features, a PairStream)
     config: TrainingConfig
-    epochs: int
+    epochs: int | None = None
 
     @property
     def steps_per_epoch(self) -> int:
@@ -137,12 +139,13 @@ def plan_task(task: Task, tokenizer: Any, rec: Recipe, seed: int,
 
 def train_task(plan: TaskPlan, model: nn.Module, objective: nn.Module, out_dir: str | Path, *,
                hooks: Sequence[TrainerHook] = (), evaluate_dev: Callable[[], dict] | None = None,
-               stream: Any = None, **trainer_options: Any) -> TaskRun:
+               stream: Any = None, save_model: bool = False, **trainer_options: Any) -> TaskRun:
     """Train ``model`` on ``plan`` with ``objective`` on the Trainer into ``out_dir`` (the
-    caller saves the model). With ``evaluate_dev``, dev is scored after every epoch, the best
-    epoch's weights are kept and training stops after ``plan.rec.patience`` epochs without
-    improvement (on the task's first metric). ``stream`` replaces the plan's (one carrying a
-    teacher's logits); ``trainer_options`` go to the Trainer (``param_groups``, ``record``)."""
+    caller saves the model, unless ``save_model``). With ``evaluate_dev``, dev is scored after
+    every epoch, the best epoch's weights are kept and training stops after
+    ``plan.rec.patience`` epochs without improvement (on the task's first metric). ``stream``
+    replaces the plan's (one carrying a teacher's logits); ``trainer_options`` go to the Trainer
+    (``param_groups``, ``record``, ``eval_batches``, ``tokenizer_dir``)."""
     from lmlab.finetune.hooks import DevSelection
     from lmlab.training.trainer import Trainer
 
@@ -153,7 +156,7 @@ def train_task(plan: TaskPlan, model: nn.Module, objective: nn.Module, out_dir: 
         hooks = [selection, *hooks]
     stream = plan.stream if stream is None else stream
     trainer = Trainer(model, objective, stream, plan.config, out_dir, hooks=hooks,
-                      save_model=False, **trainer_options)
+                      save_model=save_model, **trainer_options)
     result = trainer.train()
     model.eval()
     return TaskRun(trainer, result, stream, selection)
