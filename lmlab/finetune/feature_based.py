@@ -20,6 +20,7 @@ from lmlab.finetune.train import TrainedTask
 from lmlab.interop.folders import FEATURE_HEAD_CONFIG
 from lmlab.models.pooling import ScalarMix
 from lmlab.objectives.base import ObjectiveResult
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 if TYPE_CHECKING:
@@ -113,14 +114,15 @@ def feature_pooling(rec: Recipe) -> str:
 
 
 def task_features(task: Task, split: str, model: nn.Module, tokenizer: Any, rec: Recipe,
-                  precision: str = "fp32") -> torch.Tensor:
+                  precision: str = "fp32", encoded: list | None = None) -> torch.Tensor:
     """Per-layer sentence vectors (N, L+1, H) of one split of ``task``, as
-    :func:`train_feature_based` computes them (``rec``'s max length and pooling)."""
-    pad_id = fdata.pad_id_of(tokenizer)
-    encoded = fdata.encode_examples(task, task.split(split), tokenizer, rec.max_length,
-                                    split=split)
-    return layer_features(model, fdata.eval_batches(encoded, 64, pad_id), feature_pooling(rec),
-                          precision)[1]
+    :func:`train_feature_based` computes them (``rec``'s max length and pooling); ``encoded``:
+    the split's examples already encoded."""
+    if encoded is None:
+        encoded = fdata.encode_examples(task, task.split(split), tokenizer, rec.max_length,
+                                        split=split)
+    batches = fdata.eval_batches(encoded, 64, fdata.pad_id_of(tokenizer))
+    return layer_features(model, batches, feature_pooling(rec), precision)[1]
 
 
 # -- the head's training on the Trainer: stream and objective --------------------------------------
@@ -214,13 +216,12 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     model.to(encoder_device)
-    pooling, pad_id = feature_pooling(rec), fdata.pad_id_of(tokenizer)
 
-    def features_of(split: str, feats: list) -> torch.Tensor:
+    def features_of(split: str, encoded_split: list | None = None) -> torch.Tensor:
         if features is not None and split in features:
             return features[split]
-        return layer_features(model, fdata.eval_batches(feats, 64, pad_id), pooling,
-                              run.precision)[1]  # (N, L+1, H)
+        return task_features(task, split, model, tokenizer, rec, run.precision,
+                             encoded_split)  # (N, L+1, H)
 
     x, cost, encode_seconds = _encoder_pass(model, encoded, features_of, features, rec, run,
                                             out_dir)
@@ -245,15 +246,12 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     mix = torch.softmax(head.mix.weights.detach(), 0).tolist() if head.mix is not None else None
 
     def predictor(split: str) -> list[Any]:
-        if split == "dev":
-            return predict_vectors(x["dev"])
-        return predict_vectors(features_of(split, fdata.encode_examples(
-            task, task.split(split), tokenizer, rec.max_length, split=split)))
+        return predict_vectors(x["dev"] if split == "dev" else features_of(split))
 
     def saver(path: Path) -> None:
         # the encoder, its tokenizer and the head: the folder loads on its own (lmlab evaluate,
         # lmlab.from_pretrained, pipelines), wherever the base model was
-        FeatureClassifier(model, head, pooling, list(task.labels),
+        FeatureClassifier(model, head, feature_pooling(rec), list(task.labels),
                           rec.max_length).save_pretrained(path)
         tokenizer.save_pretrained(path)
 
@@ -350,8 +348,7 @@ class FeatureClassifier(nn.Module):
         if encoder.heads:
             raise LmlabError(f"the encoder of a feature classifier must have no heads, not "
                              f"{', '.join(encoder.heads)}", "delete them first")
-        if pooling not in ("mean", "cls"):
-            raise LmlabError(f"unknown feature pooling {pooling!r}", "use mean or cls")
+        check_choice(pooling, ("mean", "cls"), "pooling", "feature pooling")
         self.encoder = encoder
         self.heads = nn.ModuleDict({SEQUENCE_CLASSIFICATION: head})
         self.pooling = pooling

@@ -12,7 +12,7 @@ from torch import nn
 
 from lmlab.models.task_heads import HEAD_FOR_TASK, MULTIPLE_CHOICE, add_task_head, task_logits
 from lmlab.objectives.base import ObjectiveResult
-from lmlab.utils.errors import LmlabError
+from lmlab.utils.checks import check_choice
 
 
 class TaskObjective(nn.Module):
@@ -32,9 +32,7 @@ class TaskObjective(nn.Module):
     def __init__(self, task_type: str, num_labels: int, id2label: dict[int, str] | None = None,
                  pooling: str | None = None):
         super().__init__()
-        if task_type not in HEAD_FOR_TASK:
-            raise LmlabError(f"unknown task type {task_type!r}",
-                             f"use one of {', '.join(HEAD_FOR_TASK)}")
+        check_choice(task_type, HEAD_FOR_TASK, "task type", "task type")
         self.task_type = task_type
         self.head = HEAD_FOR_TASK[task_type]
         self.head_names = (self.head,)

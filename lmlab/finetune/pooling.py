@@ -6,8 +6,9 @@ weights; else (no trained pooler, random initialisation) ``mean``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from lmlab.utils.io import read_json
 
 AUTO = "auto"
 
@@ -18,10 +19,10 @@ def _sentence_transformers_pooling(folder: Path) -> tuple[str, str] | None:
     if not modules_file.is_file():
         return None
     try:
-        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        modules = read_json(modules_file)
         pooling_module = next(m for m in modules if str(m.get("type", "")).endswith(".Pooling"))
         config_file = folder / pooling_module.get("path", "") / "config.json"
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config = read_json(config_file)
     except (OSError, ValueError, StopIteration, AttributeError):
         return None
     where = f"{config_file.relative_to(folder)}"

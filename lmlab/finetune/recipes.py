@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from lmlab.utils.errors import LmlabError
+from lmlab.utils.checks import check_choice
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,7 @@ def epochs_for(recipe: Recipe, steps_per_epoch: int) -> int:
 
 def get_recipe(name: str, **overrides: Any) -> Recipe:
     """A recipe by name with ``overrides`` (None values are ignored)."""
-    if name not in RECIPES:
-        raise LmlabError(f"unknown recipe {name!r}", f"use one of {', '.join(RECIPES)}")
+    check_choice(name, RECIPES, "recipe", "recipe")
     return replace(RECIPES[name], **{k: v for k, v in overrides.items() if v is not None})
 
 

@@ -62,8 +62,6 @@ def load_tokenizer(path: Path):
 def _architecture(source: str | Path):
     """The model's modules without its weights (on the meta device: no memory, no reading of
     the checkpoint's tensors), for measuring its layer shapes before training."""
-    import torch
-
     with torch.device("meta"):
         return load_model(source, random_init=True)[0]
 
