@@ -23,6 +23,18 @@ class HeadedModel(nn.Module):
     def num_parameters(self, trainable_only: bool = False) -> int:
         return count_parameters(self, trainable_only)
 
+    def add_head(self, name: str) -> nn.Module:
+        """Add head ``name`` (fresh weights, tied where configured) unless present; returns it."""
+        if name not in self.heads:
+            self.heads[name] = self._new_head(name)
+            self.tie_weights()
+        return self.heads[name]
+
+    def _new_head(self, name: str) -> nn.Module:
+        head = build_head(name, self.config)
+        head.apply(self._init_weights)
+        return head
+
     def run_head(self, name: str, hidden: torch.Tensor, pooled: torch.Tensor | None,
                  attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         """Logits of head ``name`` from the stack's last hidden state (or pooled vector)."""
@@ -91,17 +103,13 @@ class LanguageModel(HeadedModel):
             if isinstance(decoder, nn.Linear) and decoder.weight.shape == embedding.shape:
                 decoder.weight = embedding
 
-    def add_head(self, name: str) -> nn.Module:
-        """Add a head by name (e.g. a task head on a pretrained encoder); returns it."""
-        if name not in self.heads:
-            head = build_head(name, self.config)
-            head.apply(self._init_weights)
-            self.heads[name] = head
-            if needs_pooler(name) and self.pooler is None:
-                self.pooler = Pooler(self.config)
-                self.pooler.apply(self._init_weights)
-            self.tie_weights()
-        return self.heads[name]
+    def _new_head(self, name: str) -> nn.Module:
+        """The head, and the pooler it reads if the model has none yet."""
+        head = super()._new_head(name)
+        if needs_pooler(name) and self.pooler is None:
+            self.pooler = Pooler(self.config)
+            self.pooler.apply(self._init_weights)
+        return head
 
     def forward(
         self,

@@ -128,15 +128,6 @@ class EncoderDecoderModel(HeadedModel):
             if isinstance(decoder, nn.Linear):
                 decoder.weight = self.get_target_embeddings().weight
 
-    def add_head(self, name: str) -> nn.Module:
-        """Add head ``name`` (fresh weights, tied where configured) unless present; returns it."""
-        if name not in self.heads:
-            head = build_head(name, self.config)
-            head.apply(self._init_weights)
-            self.heads[name] = head
-            self.tie_weights()
-        return self.heads[name]
-
     @property
     def max_length(self) -> int | None:
         """The longest source (and target, start token included) the position tables hold;

@@ -62,13 +62,6 @@ class RecurrentModel(HeadedModel):
                          f"its language-model head is {self.lm_head!r} (--objective "
                          f"{self.lm_head}); task heads: {', '.join(TASK_HEADS)}")
 
-    def add_head(self, name: str) -> nn.Module:
-        """Add a head by name (the LM head or a task head) when missing; returns it."""
-        if name not in self.heads:
-            self.heads[name] = self._new_head(name)
-            self.tie_weights()
-        return self.heads[name]
-
     def lm_width(self) -> int:
         """Width of the vectors the LM head reads."""
         return self.config.hidden_size
