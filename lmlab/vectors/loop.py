@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from lmlab.training.loop_run import LoopModel, LoopState
+from lmlab.utils.checks import check_at_least
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.sentences import Vocabulary, count_words
 
@@ -24,13 +25,8 @@ def check_training_counts(config: Any, names: tuple[str, ...]) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
                              f"give a positive {name}")
-    max_vocab = config.max_vocab
-    if max_vocab is not None and max_vocab < 2:
-        raise LmlabError(f"max_vocab must be at least 2, not {max_vocab}",
-                         "give a larger max_vocab, or none")
-    if config.threads < 1:
-        raise LmlabError(f"threads must be at least 1, not {config.threads}",
-                         "give a positive number of threads")
+    check_at_least(config.max_vocab, 2, "max_vocab")
+    check_at_least(config.threads, 1, "threads")
 
 
 @contextlib.contextmanager
