@@ -92,18 +92,11 @@ def wic_occurrences(synsets, exceptions) -> dict[tuple[str, str], dict[str, list
     one lemma of its synset, the matching lemma that occurs in the most synsets' examples."""
     candidates = []  # (synset, sentence, {lemma: span})
     synsets_of: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for synset in synsets:
-        if not synset.examples:
-            continue
-        matcher = wordnet.LemmaMatcher(synset.lemmas, synset.pos, exceptions)
-        for sentence in synset.examples:
-            found = matcher.find_all(sentence)
-            if not found:
-                continue
-            by_lemma = {synset.lemmas[i].lower(): span for i, span in found.items()}
-            candidates.append((synset, sentence, by_lemma))
-            for lemma in by_lemma:
-                synsets_of[(lemma, synset.pos)].add(synset.id)
+    for synset, sentence, found in wordnet.lemma_occurrences(synsets, exceptions):
+        by_lemma = {synset.lemmas[i].lower(): span for i, span in found.items()}
+        candidates.append((synset, sentence, by_lemma))
+        for lemma in by_lemma:
+            synsets_of[(lemma, synset.pos)].add(synset.id)
     groups: dict[tuple[str, str], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for synset, sentence, by_lemma in candidates:
         lemma = max(by_lemma, key=lambda lem: len(synsets_of[(lem, synset.pos)]))

@@ -157,14 +157,10 @@ def _wordnet_occurrences() -> dict[str, tuple[str, tuple[int, int]]]:
     names = wordnet.lexnames(folder)
     exceptions = wordnet.read_exceptions(folder)
     found: dict[str, tuple[str, tuple[int, int]]] = {}
-    for synset in wordnet.read_synsets(folder):
-        if not synset.examples:
-            continue
-        matcher = wordnet.LemmaMatcher(synset.lemmas, synset.pos, exceptions)
-        for sentence in synset.examples:
-            hits = matcher.find_all(sentence)
-            if hits and sentence not in found:  # a sentence shared by two synsets keeps one
-                found[sentence] = (names[synset.lex_filenum], hits[min(hits)])
+    for synset, sentence, hits in wordnet.lemma_occurrences(wordnet.read_synsets(folder),
+                                                            exceptions):
+        if sentence not in found:  # a sentence shared by two synsets keeps one
+            found[sentence] = (names[synset.lex_filenum], hits[min(hits)])
     return found
 
 

@@ -230,6 +230,20 @@ class LemmaMatcher:
         return found
 
 
+def lemma_occurrences(synsets: list[Synset], exceptions: dict[str, dict[str, list[str]]]
+                      ) -> Iterator[tuple[Synset, str, dict[int, tuple[int, int]]]]:
+    """``(synset, example sentence, {lemma index: (start, end)})`` for every example sentence
+    in which one of its synset's lemmas occurs, in file order."""
+    for synset in synsets:
+        if not synset.examples:
+            continue
+        matcher = LemmaMatcher(synset.lemmas, synset.pos, exceptions)
+        for sentence in synset.examples:
+            found = matcher.find_all(sentence)
+            if found:
+                yield synset, sentence, found
+
+
 class WordNetSource(Source):
     name = "wordnet"
     description = "WordNet 3.0 glosses and examples, a document per synset"
