@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     from lmlab.analysis.layer_cache import extract_word_features, max_text_length
     from lmlab.analysis.probing import word_requests
-    from lmlab.models.inputs import model_inputs
     from lmlab.load import load_model_and_tokenizer
+    from lmlab.models.inputs import model_inputs
     from lmlab.tasks.probing import load_probing_task
     from lmlab.utils.host import describe_host
 

@@ -121,8 +121,8 @@ def measure(fmt: str, folder: Path, run: Path, split: str, batch_size: int) -> d
 
     import lmlab
     from lmlab.finetune import data as fdata
-    from lmlab.models.task_heads import HEAD_FOR_TASK, task_logits
     from lmlab.finetune.runner import load_tokenizer
+    from lmlab.models.task_heads import HEAD_FOR_TASK, task_logits
     from lmlab.tasks import load_builtin_task
 
     task = load_builtin_task(json.loads((run / "finetune.json").read_text())["task"])

@@ -50,8 +50,8 @@ def step_seconds(loss_fn, params, ids) -> float:
 
 
 def main() -> int:
-    from lmlab.models.rnn.config import recurrent_preset
     from lmlab.interop.recurrent import build_model
+    from lmlab.models.rnn.config import recurrent_preset
     from lmlab.utils.host import describe_host
 
     p = argparse.ArgumentParser()

@@ -47,9 +47,9 @@ from lmlab.finetune.results import summarize_seeds
 from lmlab.finetune.runner import finetune, sample_examples
 from lmlab.tasks import load_builtin_task, run_tfidf_baseline
 from lmlab.tasks.types import Task
+from lmlab.utils.catalog import minilm_dir
 from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json, atomic_write_text
-from lmlab.utils.catalog import minilm_dir
 
 TASKS = ("wordnet-supersense", "wordnet-wic", "fortunes-topic")
 

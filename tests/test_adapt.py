@@ -24,10 +24,10 @@ from lmlab.adapt import (
     save_adapter,
     trainable_parameters,
 )
-from lmlab.models.task_heads import add_task_head
-from lmlab.models.families import get_family
 from lmlab.interop.native import save_model
+from lmlab.models.families import get_family
 from lmlab.models.model import LanguageModel
+from lmlab.models.task_heads import add_task_head
 from lmlab.utils.errors import LmlabError
 
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,

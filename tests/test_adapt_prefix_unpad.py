@@ -18,8 +18,8 @@ from conftest import assert_close_rounding
 import lmlab
 from lmlab.adapt import apply_method
 from lmlab.adapt.peft_format import load_peft
-from lmlab.models.families import get_family
 from lmlab.models.core import unpad
+from lmlab.models.families import get_family
 from lmlab.models.model import LanguageModel
 
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,

@@ -15,8 +15,8 @@ from conftest import assert_clean_refusal, assert_close_rounding, kjv_shards, ru
 from torch import nn
 
 import lmlab
-from lmlab.models.rnn.config import RecurrentConfig, check_family_objective, recurrent_preset
 from lmlab.interop.recurrent import build_model, load_recurrent
+from lmlab.models.rnn.config import RecurrentConfig, check_family_objective, recurrent_preset
 from lmlab.models.rnn.layers import LockedDropout, WeightDropLSTM, embedding_dropout
 from lmlab.utils.errors import LmlabError
 

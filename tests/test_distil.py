@@ -423,9 +423,9 @@ def task_teacher(task, folder: Path) -> Path:
 @pytest.mark.numerics
 def test_teacher_logits_travel_in_the_batches_and_the_loss_mixes_them(small_task, tmp_path):
     from lmlab.finetune import data as fdata
-    from lmlab.models.task_heads import task_logits
     from lmlab.finetune.objective import TaskObjective
     from lmlab.finetune.runner import load_model
+    from lmlab.models.task_heads import task_logits
 
     teacher_dir = task_teacher(small_task, tmp_path / "teacher")
     distillation = TaskDistillation(str(teacher_dir), alpha=0.3, temperature=3.0)
@@ -466,9 +466,9 @@ def test_tagging_teacher_logits_follow_their_tokens_and_the_soft_loss_reads_tagg
     """Tagging: each sequence's (T_i, C) teacher logits sit on its own tokens in the padded
     batch (zeros on padding), and the soft term is the KL over the tagged positions only."""
     from lmlab.finetune import data as fdata
-    from lmlab.models.task_heads import add_task_head, task_logits
     from lmlab.finetune.objective import TaskObjective
     from lmlab.finetune.runner import load_model
+    from lmlab.models.task_heads import add_task_head, task_logits
     from lmlab.tasks.types import Example, Task
 
     labels = ["O", "B-PER", "I-PER"]

@@ -16,10 +16,10 @@ from conftest import assert_clean_refusal, assert_close_rounding, kjv_shards, ru
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from lmlab.interop.recurrent import build_model
 from lmlab.models.pooling import scalar_mix
 from lmlab.models.rnn.char_cnn import BOC, BOW, EOW, PAD, SPECIAL, char_table, token_chars
 from lmlab.models.rnn.config import check_family_objective, recurrent_preset
-from lmlab.interop.recurrent import build_model
 from lmlab.utils.errors import LmlabError
 
 VOCAB = 40

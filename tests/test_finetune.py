@@ -80,8 +80,8 @@ def test_seeds_summary_median_and_spread(tiny_folder, tmp_path):
 
 
 def test_ulmfit_groups_and_unfreezing(tiny_folder):
-    from lmlab.models.task_heads import add_task_head
     from lmlab.load import from_pretrained
+    from lmlab.models.task_heads import add_task_head
 
     model = from_pretrained(tiny_folder)
     add_task_head(model, "sequence-classification", 2, pooling="concat")

@@ -18,8 +18,8 @@ from lmlab.interop.native import is_native_folder, load_native
 from lmlab.models.config import TransformerConfig
 from lmlab.models.model import LanguageModel
 from lmlab.training.report import save_final_model
-from lmlab.utils.errors import LmlabError
 from lmlab.utils.catalog import minilm_dir
+from lmlab.utils.errors import LmlabError
 
 HIDDEN, LAYERS, FFN = 32, 2, 64
 

@@ -30,8 +30,8 @@ def test_from_dict_refuses_unknown_fields_and_reads_label_ids_as_ints(cls, what)
 
 def test_saved_folders_of_both_formats_give_int_label_ids(tmp_path):
     from lmlab.interop.native import read_native_config, save_native
-    from lmlab.models.model import LanguageModel
     from lmlab.interop.recurrent import build_model, read_recurrent_config
+    from lmlab.models.model import LanguageModel
 
     extra = {**LABELS["extra"], "pooling": "concat"}  # ULMFiT's head
     recurrent = build_model(recurrent_preset("awd-lstm", "tiny", vocab_size=40, extra=extra),

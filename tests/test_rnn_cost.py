@@ -21,8 +21,8 @@ from conftest import kjv_shards
 from lmlab.cli import main
 from lmlab.cost.flop_counter import measure_flops
 from lmlab.cost.presets import default_head, preset_config
-from lmlab.models.rnn.config import SIZES, recurrent_preset
 from lmlab.interop.recurrent import build_model
+from lmlab.models.rnn.config import SIZES, recurrent_preset
 from lmlab.utils.errors import LmlabError
 
 B, T, V = 2, 7, 50

@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lmlab.models.rnn.config import recurrent_preset
 from lmlab.interop.recurrent import build_model, load_recurrent, save_recurrent
+from lmlab.models.rnn.config import recurrent_preset
 
 HEAD = {"awd-lstm": "clm", "elmo": "bilm"}
 

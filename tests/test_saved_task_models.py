@@ -28,10 +28,10 @@ import pytest
 import torch
 from conftest import assert_close_rounding
 
-from lmlab.models.task_heads import POOLINGS, TASK_HEADS, add_task_head, task_logits
-from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.interop.native import save_model
+from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
+from lmlab.models.task_heads import POOLINGS, TASK_HEADS, add_task_head, task_logits
 from lmlab.utils.errors import LmlabError
 
 transformers = pytest.importorskip("transformers")
@@ -66,9 +66,9 @@ def _model(family: str, head: str, pooling: str):
 
     torch.manual_seed(0)
     if family in RECURRENT_FAMILIES:
+        from lmlab.interop.recurrent import build_model
         from lmlab.models.rnn.char_cnn import char_table
         from lmlab.models.rnn.config import recurrent_preset
-        from lmlab.interop.recurrent import build_model
 
         config = recurrent_preset(family, "tiny", vocab_size=VOCAB)
         table = char_table([f"w{i}" for i in range(VOCAB)], set(), config.max_chars)

@@ -10,8 +10,8 @@ from conftest import assert_close_rounding
 transformers = pytest.importorskip("transformers")
 
 import lmlab  # noqa: E402
-from lmlab.models.task_heads import add_task_head, task_logits  # noqa: E402
 from lmlab.interop.hf import load_pretrained  # noqa: E402
+from lmlab.models.task_heads import add_task_head, task_logits  # noqa: E402
 
 FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
 HEADS = {
@@ -151,9 +151,9 @@ def test_lmlab_poolings(pooling):
 def test_task_heads_are_the_declared_layout(family, pooling):
     """One declaration (FamilySpec.task_heads) gives both the modules lmlab builds for each task
     head and the checkpoint names they are saved under: the two cover the same parameters."""
-    from lmlab.models.task_heads import TASK_HEADS
     from lmlab.models.families import get_family
     from lmlab.models.model import LanguageModel
+    from lmlab.models.task_heads import TASK_HEADS
 
     spec = get_family(family)
     config = spec.config(vocab_size=99, hidden_size=32, num_hidden_layers=1,

@@ -17,9 +17,9 @@ from conftest import TOKENIZER_FILES, assert_clean_refusal, assert_close_roundin
 
 import lmlab
 from lmlab.finetune.recipes import discriminative_groups, unfreeze_to
+from lmlab.interop.recurrent import build_model, load_recurrent
 from lmlab.models.pooling import concat_pool
 from lmlab.models.rnn.config import recurrent_preset
-from lmlab.interop.recurrent import build_model, load_recurrent
 from lmlab.models.task_heads import add_task_head
 from lmlab.utils.errors import LmlabError
 
