@@ -198,14 +198,54 @@ def _join(sentences: Sequence[Sentence]) -> tuple[np.ndarray, np.ndarray]:
             np.concatenate([s[1] for s in sentences]))
 
 
+Pair = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], int]  # A, B, label
+
+
+def _nsp_pair(chunk: list[Sentence], a_end: int, target: int, document_index: int,
+              num_documents: int, fetch_document: Callable[[int], Sequence[Sentence]],
+              rng: random.Random) -> tuple[Pair, int]:
+    """BERT's NSP pair of a chunk: B continues A (0), or starts in a random other document (1;
+    always for a one-sentence chunk), and the chunk's sentences then unused, to put back."""
+    a = _join(chunk[:a_end])
+    if len(chunk) > 1 and rng.random() >= 0.5:
+        return (a, _join(chunk[a_end:]), 0), 0
+    other = document_index
+    for _ in range(10):
+        other = rng.randint(0, num_documents - 1)
+        if other != document_index:
+            break
+    random_document = fetch_document(other)
+    b: list[Sentence] = []
+    b_length = 0
+    for j in range(rng.randint(0, len(random_document) - 1), len(random_document)):
+        b.append(random_document[j])
+        b_length += len(random_document[j][0])
+        if b_length >= target - len(a[0]):
+            break
+    return (a, _join(b), 1), len(chunk) - a_end
+
+
+def _sop_pair(chunk: list[Sentence], a_end: int, rng: random.Random) -> Pair | None:
+    """ALBERT's SOP pair of a chunk: two consecutive segments in order (0) or swapped (1); a
+    one-sentence chunk is cut inside the sentence (None when it has one token)."""
+    if len(chunk) >= 2:
+        a, b = _join(chunk[:a_end]), _join(chunk[a_end:])
+    elif len(chunk[0][0]) >= 2:
+        cut = rng.randint(1, len(chunk[0][0]) - 1)
+        ids, starts = chunk[0]
+        a, b = (ids[:cut], starts[:cut]), (ids[cut:], starts[cut:])
+    else:
+        return None
+    return (b, a, 1) if rng.random() < 0.5 else (a, b, 0)
+
+
 def create_segment_pairs(document: Sequence[Sentence], document_index: int, num_documents: int,
                          fetch_document: Callable[[int], Sequence[Sentence]],
                          max_num_tokens: int, mode: str, rng: random.Random,
                          short_seq_prob: float = 0.1) -> list[SegmentPair]:
     """Segment pairs of one document, as BERT's ``create_instances_from_document`` (NSP) or
     ALBERT's sentence-order variant (SOP), each cut to ``max_num_tokens`` by
-    :func:`truncate_seq_pair`; the rules, and where SOP departs from ALBERT, are in
-    docs/objectives.md ("Next-sentence / sentence-order prediction")."""
+    :func:`truncate_seq_pair` (docs/objectives.md, "Next-sentence / sentence-order prediction")."""
     check_choice(mode, PAIR_LABEL_KEYS, "mode", "segment-pair mode")
     target = max_num_tokens
     if rng.random() < short_seq_prob:
@@ -217,55 +257,18 @@ def create_segment_pairs(document: Sequence[Sentence], document_index: int, num_
         chunk.append(document[i])
         length += len(document[i][0])
         if i == len(document) - 1 or length >= target:
-            if chunk:
-                a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
-                pair = None
-                if mode == "nsp":
-                    a_ids, a_starts = _join(chunk[:a_end])
-                    if len(chunk) == 1 or rng.random() < 0.5:
-                        target_b = target - len(a_ids)
-                        other = document_index
-                        for _ in range(10):
-                            other = rng.randint(0, num_documents - 1)
-                            if other != document_index:
-                                break
-                        random_document = fetch_document(other)
-                        b: list[Sentence] = []
-                        b_length = 0
-                        for j in range(rng.randint(0, len(random_document) - 1),
-                                       len(random_document)):
-                            b.append(random_document[j])
-                            b_length += len(random_document[j][0])
-                            if b_length >= target_b:
-                                break
-                        b_ids, b_starts = _join(b)
-                        i -= len(chunk) - a_end  # put the unused sentences back
-                        label = 1
-                    else:
-                        b_ids, b_starts = _join(chunk[a_end:])
-                        label = 0
-                    pair = (a_ids, a_starts, b_ids, b_starts, label)
-                else:
-                    if len(chunk) >= 2:
-                        a_ids, a_starts = _join(chunk[:a_end])
-                        b_ids, b_starts = _join(chunk[a_end:])
-                    elif len(chunk[0][0]) >= 2:
-                        cut = rng.randint(1, len(chunk[0][0]) - 1)
-                        ids, starts = chunk[0]
-                        a_ids, a_starts, b_ids, b_starts = ids[:cut], starts[:cut], ids[cut:], starts[cut:]
-                    else:
-                        a_ids = None
-                    if a_ids is not None:
-                        label = 0
-                        if rng.random() < 0.5:
-                            a_ids, a_starts, b_ids, b_starts = b_ids, b_starts, a_ids, a_starts
-                            label = 1
-                        pair = (a_ids, a_starts, b_ids, b_starts, label)
-                if pair is not None and len(pair[0]) and len(pair[2]):
-                    a_ids, a_starts, b_ids, b_starts, label = pair
-                    keep_a, keep_b = truncate_seq_pair(a_ids, b_ids, max_num_tokens, rng)
-                    pairs.append(SegmentPair(a_ids[keep_a], a_starts[keep_a], b_ids[keep_b],
-                                             b_starts[keep_b], label))
+            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+            if mode == "nsp":
+                pair, put_back = _nsp_pair(chunk, a_end, target, document_index, num_documents,
+                                           fetch_document, rng)
+                i -= put_back
+            else:
+                pair = _sop_pair(chunk, a_end, rng)
+            if pair is not None and len(pair[0][0]) and len(pair[1][0]):
+                (a_ids, a_starts), (b_ids, b_starts), label = pair
+                keep_a, keep_b = truncate_seq_pair(a_ids, b_ids, max_num_tokens, rng)
+                pairs.append(SegmentPair(a_ids[keep_a], a_starts[keep_a], b_ids[keep_b],
+                                         b_starts[keep_b], label))
             chunk, length = [], 0
         i += 1
     return pairs
