@@ -14,8 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmlab.models.pooling import masked_mean
-from lmlab.objectives.base import stack_inputs
+from lmlab.objectives.base import sentence_vectors
 from lmlab.utils.errors import LmlabError
 
 DEFAULT_MAX_LENGTH = 256  # sentence-transformers' max_seq_length for MiniLM-sized encoders
@@ -24,8 +23,7 @@ DEFAULT_MAX_LENGTH = 256  # sentence-transformers' max_seq_length for MiniLM-siz
 def embed_batch(model: nn.Module, batch: dict[str, torch.Tensor],
                 normalize: bool = False) -> torch.Tensor:
     """Mean-pooled (optionally unit-length) sentence vectors (B, H) of a batch, with gradients."""
-    out = model(**stack_inputs(model, batch), heads=[])
-    vectors = masked_mean(out.last_hidden_state, batch["attention_mask"])
+    vectors = sentence_vectors(model, batch)
     return nn.functional.normalize(vectors, dim=-1) if normalize else vectors
 
 
