@@ -190,7 +190,8 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 class _Decoder:
-    """Runs the model on a growing sequence, with or without the key/value cache."""
+    """Runs the model on a growing sequence, with or without the key/value cache (with it, only
+    the tokens the cache has not seen are fed)."""
 
     def __init__(self, model: Any, use_cache: bool):
         self.model = model
@@ -199,22 +200,23 @@ class _Decoder:
         self.fed = 0  # tokens of the sequences in the cache (it may hold more: virtual tokens)
 
     def logits(self, sequences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Next-token logits (B, V) in float32 for the sequences so far (the vocabulary
-        projection runs at the last position only: nobody reads the prompt's logits)."""
-        positions = _positions(mask)
-        if self.use_cache and self.cache is not None:
-            past = self.fed
-            out = self.model(input_ids=sequences[:, past:], attention_mask=mask,
-                             position_ids=positions[:, past:], past_key_values=self.cache,
-                             use_cache=True, heads=[])
-        else:
-            out = self.model(input_ids=sequences, attention_mask=mask, position_ids=positions,
-                             use_cache=self.use_cache, heads=[])
+        """Next-token logits (B, V) in float32 for the sequences so far."""
+        past = self.fed if self.use_cache and self.cache is not None else 0
+        out, logits = self._forward(sequences, mask, past)
         if self.use_cache:
             self.cache = out.past_key_values
             self.fed = sequences.shape[1]
+        return logits.float()
+
+    def _forward(self, sequences: torch.Tensor, mask: torch.Tensor, past: int
+                 ) -> tuple[Any, torch.Tensor]:
+        """The model's output on the tokens after ``past``, and the last position's logits
+        (B, V) (the vocabulary projection runs there only: nobody reads the prompt's)."""
+        out = self.model(input_ids=sequences[:, past:], attention_mask=mask,
+                         position_ids=_positions(mask)[:, past:], past_key_values=self.cache,
+                         use_cache=self.use_cache, heads=[])
         last = out.last_hidden_state[:, -1:]  # (B, 1, H)
-        return self.model.run_head("clm", last, None, mask[:, -1:])[:, -1].float()
+        return out, self.model.run_head("clm", last, None, mask[:, -1:])[:, -1]
 
     def reorder(self, index: torch.Tensor) -> None:
         if self.cache is not None:
@@ -231,19 +233,17 @@ class _Seq2SeqDecoder(_Decoder):
         self.encoded = model.encode(input_ids, attention_mask)
         self.source_mask = attention_mask
 
-    def logits(self, sequences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _forward(self, sequences: torch.Tensor, mask: torch.Tensor, past: int
+                 ) -> tuple[Any, torch.Tensor]:
         if sequences.shape[0] != self.source_mask.shape[0]:  # beam search: one copy per beam
             copies = sequences.shape[0] // self.source_mask.shape[0]
             hidden = self.encoded.last_hidden_state.repeat_interleave(copies, dim=0)
             self.encoded = replace(self.encoded, last_hidden_state=hidden)
             self.source_mask = self.source_mask.repeat_interleave(copies, dim=0)
-        past = self.cache.seq_len() if self.use_cache and self.cache is not None else 0
         out = self.model(attention_mask=self.source_mask, encoder_outputs=self.encoded,
                          decoder_input_ids=sequences[:, past:], past_key_values=self.cache,
                          use_cache=self.use_cache, heads=[])
-        if self.use_cache:
-            self.cache = out.past_key_values
-        return self.model.heads["seq2seq-lm"](out.last_hidden_state[:, -1:])[:, -1].float()
+        return out, self.model.heads["seq2seq-lm"](out.last_hidden_state[:, -1:])[:, -1]
 
 
 def is_encoder_decoder(model: Any) -> bool:
@@ -427,22 +427,23 @@ def _sample(decoder: _Decoder, input_ids: torch.Tensor, mask: torch.Tensor,
         mask = torch.cat([mask, unfinished.long()[:, None].to(mask.dtype)], dim=1)
         if streamer is not None:
             streamer(next_tokens)
-        if len(eos):
-            unfinished &= ~torch.isin(next_tokens, eos)
-        if config.stop_strings:
-            unfinished &= ~_hits_stop_string(sequences[:, prompt_len:], tokenizer,
-                                             config.stop_strings)
+        unfinished &= ~_stopped(next_tokens, sequences[:, prompt_len:], eos, config, tokenizer)
         if not bool(unfinished.any()):
             break
     return sequences
 
 
-def _hits_stop_string(generated: torch.Tensor, tokenizer: Any, stops: Sequence[str]
-                      ) -> torch.Tensor:
-    """(B,) whether each row's generated text contains a stop string."""
-    texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
-    return torch.tensor([any(s in text for s in stops) for text in texts],
-                        device=generated.device)
+def _stopped(tokens: torch.Tensor, generated: torch.Tensor, eos: torch.Tensor,
+             config: GenerationConfig, tokenizer: Any) -> torch.Tensor:
+    """(N,) whether each row ends with its new token: the token is an eos id, or the row's
+    generated text (new token included) now contains a stop string. tokens (N,); generated
+    (N, n)."""
+    stops = torch.isin(tokens, eos) if len(eos) else torch.zeros_like(tokens, dtype=torch.bool)
+    if config.stop_strings:
+        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+        stops |= torch.tensor([any(s in text for s in config.stop_strings) for text in texts],
+                              device=generated.device)
+    return stops
 
 
 def cut_at_stop_strings(text: str, stops: Sequence[str]) -> str:
@@ -499,10 +500,8 @@ def _beam_search(decoder: _Decoder, input_ids: torch.Tensor, mask: torch.Tensor,
         cand[:, :, cur] = tokens
         cand_len = torch.take_along_dim(generated, source, dim=1) + 1
 
-        stops = torch.isin(tokens, eos) if len(eos) else torch.zeros_like(tokens, dtype=torch.bool)
-        if config.stop_strings:
-            texts = cand[:, :, prompt_len:cur + 1].reshape(batch * keep, -1)  # (B*keep, n)
-            stops |= _hits_stop_string(texts, tokenizer, config.stop_strings).view(batch, keep)
+        texts = cand[:, :, prompt_len:cur + 1].reshape(batch * keep, -1)  # (B*keep, n)
+        stops = _stopped(tokens.reshape(-1), texts, eos, config, tokenizer).view(batch, keep)
         if cur + 1 >= max_len:
             stops = torch.ones_like(stops)
 
