@@ -88,7 +88,7 @@ def test_cli_commands_default_to_auto(monkeypatch, tmp_path):
         seen["finetune"] = kwargs["config"].precision
         raise Stop
 
-    monkeypatch.setattr("lmlab.pretrain", capture_pretrain)
+    monkeypatch.setattr("lmlab.training.pretrain.pretrain", capture_pretrain)
     monkeypatch.setattr("lmlab.finetune.runner.finetune", capture_finetune)
     with pytest.raises(Stop):
         main(["pretrain", "--shards", str(tmp_path), "--out", str(tmp_path / "o"),
