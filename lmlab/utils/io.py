@@ -100,6 +100,15 @@ def stable_hash(obj: Any) -> str:
     return sha256_text(json.dumps(obj, sort_keys=True, default=str))[:16]
 
 
+def json_record(line: str, where: str) -> Any:
+    """``line`` parsed as JSON; a line that is not JSON is refused naming ``where``
+    (``path:line``)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise LmlabError(f"{where} is not JSON ({error.msg})",
+                         "write one JSON object per line (JSON lines)") from None
+
 
 def iter_jsonl(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for each non-blank line of a JSON-lines file: the one reader.
@@ -110,11 +119,7 @@ def iter_jsonl(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[tup
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise LmlabError(f"{path}:{number} is not JSON ({error.msg})",
-                                 "write one JSON object per line (JSON lines)") from None
+            record = json_record(line, f"{path}:{number}")
             if not isinstance(record, dict):
                 raise LmlabError(f"{path}:{number} is a JSON {type(record).__name__}, not an "
                                  "object", "write one JSON object per line (JSON lines)")

@@ -8,7 +8,6 @@ over ``max_line_chars`` is an error naming the file and line, never dropped sile
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from lmlab.text.sentences import record_sentences
 from lmlab.text.sources.base import Source
 from lmlab.text.textfile import check_encoding_errors, iter_lines
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import json_record
 
 DEFAULT_FIELD = "text"
 DEFAULT_MAX_LINE_CHARS = 16_000_000
@@ -55,11 +55,7 @@ class JsonlSource(Source):
                                  "each); longer lines cannot be parsed in bounded memory")
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise LmlabError(f"{self.path}:{number} is not JSON ({error.msg})",
-                                 "write one JSON object per line") from None
+            record = json_record(line, f"{self.path}:{number}")
             if not isinstance(record, dict) or self.field not in record:
                 keys = ", ".join(sorted(record)) if isinstance(record, dict) else "not an object"
                 raise LmlabError(f"{self.path}:{number} has no field {self.field!r} ({keys})",
