@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import grimp
+import networkx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,45 +65,9 @@ def test_every_package_has_a_floor():
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for start in edges:
-        if start in index:
-            continue
-        work = [(start, iter(edges[start]))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(edges.get(child, ()))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
+    """Strongly connected components of more than one module (networkx comes with torch)."""
+    graph = networkx.DiGraph([(a, b) for a, targets in edges.items() for b in targets])
+    return sorted(sorted(c) for c in networkx.strongly_connected_components(graph) if len(c) > 1)
 
 
 def test_the_cycle_finder_finds_a_cycle():
