@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lmlab.interop.folders import folder_kind, load_model, plain_kind, source_kind
+from lmlab.interop.folders import KINDS, folder_kind, load_model, plain_kind, source_kind
 from lmlab.utils.errors import LmlabError
 
 
@@ -34,6 +34,8 @@ def test_each_kind_is_read_from_its_marker(tmp_path):
     feature = folder(tmp_path, "f", {"lmlab_heads": []}, "feature_head.json")
     assert folder_kind(feature) == "feature-run" and plain_kind(feature) == "native"
     assert source_kind(tmp_path / "missing") is None
+    seen = {folder_kind(p) for p in [tmp_path / "model.gguf", *tmp_path.iterdir()]}
+    assert seen == set(KINDS)  # every kind the table names is read from a marker
 
 
 def test_the_plain_loader_refuses_a_wrapped_folder_with_the_loader_that_reads_it(tmp_path):
