@@ -25,6 +25,7 @@ from lmlab.tasks.builtin import hash_unit
 from lmlab.tasks.probing import ProbingTask
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
+from lmlab.vectors.loop import threads_for_training
 
 PROBE_KINDS = ("linear", "mlp")
 FEATURE_CACHE = "probe-features"  # under cache_dir(); large, so the docs tests do not copy it
@@ -129,6 +130,7 @@ class ProbeResult:
     gamma: float | None = None
 
 
+@threads_for_training(1)
 def train_probes(x: dict[str, torch.Tensor], y: dict[str, torch.Tensor], classes: int,
                  kind: str = "linear", mixes: bool = False, cumulative: bool = True,
                  seed: int = 0,
@@ -141,17 +143,6 @@ def train_probes(x: dict[str, torch.Tensor], y: dict[str, torch.Tensor], classes
     pull them to uniform). Single-threaded: for matrices this small a second thread costs more
     than it saves (docs/probing.md)."""
     check_choice(kind, PROBE_KINDS, "kind", "probe")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _train_probes(x, y, classes, kind, mixes, cumulative, seed, max_epochs, patience,
-                             batch_size)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train_probes(x, y, classes, kind, mixes, cumulative, seed, max_epochs, patience,
-                  batch_size):
     torch.manual_seed(seed)
     probes = LayerProbes(x["train"].shape[1], x["train"].shape[-1], classes, kind, mixes,
                          cumulative)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from lmlab.analysis.report import pyplot, save_png
+from lmlab.metrics.classification import prf_from_counts
 from lmlab.utils.checks import check_names
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.keyed import WordVectors, glove_6b_50d
@@ -180,9 +181,7 @@ def score(predictions: Sequence[str | None], gold: Sequence[str]) -> dict[str, f
     """Micro precision (correct / predicted), recall (correct / all) and their F1."""
     answered = sum(p is not None for p in predictions)
     correct = sum(p is not None and p == g for p, g in zip(predictions, gold))
-    precision = correct / answered if answered else 0.0
-    recall = correct / len(gold) if gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    precision, recall, f1 = prf_from_counts(correct, answered, len(gold))
     return {"precision": precision, "recall": recall, "f1": f1, "correct": correct,
             "answered": answered, "total": len(gold)}
 
