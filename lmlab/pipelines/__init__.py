@@ -50,3 +50,16 @@ def pipeline(task: str, model: Any, tokenizer: Any = None, dtype: torch.dtype | 
     model, tokenizer = load_model_and_tokenizer(model, tokenizer, head=pipeline_class.head,
                                                 dtype=dtype, device=device)
     return pipeline_class(model, tokenizer, **options)
+
+
+class HeadPipeline:
+    """A pipeline over one head of its model (``head``); a model without it is refused, with
+    ``fix`` as the fix."""
+
+    head: str
+    fix: str
+
+    def __init__(self, model: Any, tokenizer: Any):
+        if self.head not in model.heads:
+            raise LmlabError(f"this model has no {self.head!r} head", self.fix)
+        self.model, self.tokenizer = model, tokenizer

@@ -11,6 +11,7 @@ import torch
 
 from lmlab.models.inputs import model_inputs
 from lmlab.models.task_heads import SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, task_logits
+from lmlab.pipelines import HeadPipeline
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
@@ -31,17 +32,14 @@ def _labels(model) -> dict[int, str]:
     return {i: (names or {}).get(i, f"LABEL_{i}") for i in range(count)}
 
 
-class TextClassificationPipeline:
+class TextClassificationPipeline(HeadPipeline):
     """Label and score (softmax; sigmoid-free regression value when ``num_labels == 1``)."""
 
     head = SEQUENCE_CLASSIFICATION
+    fix = "fine-tune one (lmlab finetune) or load a ...ForSequenceClassification folder"
 
     def __init__(self, model, tokenizer):
-        if SEQUENCE_CLASSIFICATION not in model.heads:
-            raise LmlabError("this model has no sequence-classification head",
-                             "fine-tune one (lmlab finetune) or load a ...ForSequenceClassification "
-                             "folder")
-        self.model, self.tokenizer = model, tokenizer
+        super().__init__(model, tokenizer)
         self.id2label = _labels(model)
 
     @torch.inference_mode()
@@ -69,21 +67,18 @@ class TextClassificationPipeline:
         return results if isinstance(text, list) else results[0]
 
 
-class TokenClassificationPipeline:
+class TokenClassificationPipeline(HeadPipeline):
     """Per-token tags, aggregated into words and BIO entity groups."""
 
     head = TOKEN_CLASSIFICATION
+    fix = "fine-tune one on a tagging task or load a ...ForTokenClassification folder"
 
     def __init__(self, model, tokenizer, aggregation_strategy: str | None = None,
                  ignore_labels: tuple[str, ...] = ("O",)):
-        if TOKEN_CLASSIFICATION not in model.heads:
-            raise LmlabError("this model has no token-classification head",
-                             "fine-tune one on a tagging task or load a "
-                             "...ForTokenClassification folder")
+        super().__init__(model, tokenizer)
         if aggregation_strategy is None:
             aggregation_strategy = default_aggregation(model)
         check_choice(aggregation_strategy, AGGREGATIONS, "aggregation_strategy", "aggregation")
-        self.model, self.tokenizer = model, tokenizer
         self.id2label = _labels(model)
         self.aggregation_strategy = aggregation_strategy
         self.ignore_labels = ignore_labels

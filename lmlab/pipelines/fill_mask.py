@@ -5,22 +5,21 @@ from __future__ import annotations
 import torch
 
 from lmlab.models.inputs import model_inputs
+from lmlab.pipelines import HeadPipeline
 from lmlab.utils.errors import LmlabError
 
 
-class FillMaskPipeline:
+class FillMaskPipeline(HeadPipeline):
     """``fill("Paris is the [MASK] of France.", top_k=5)`` -> ``[{"score", "token", "token_str",
     "sequence"}]``, one list per mask (each predicted with the others left masked)."""
 
     head = "mlm"
+    fix = "load it with head='mlm' from a checkpoint that has one"
 
     def __init__(self, model, tokenizer):
-        if "mlm" not in model.heads:
-            raise LmlabError("this model has no masked-LM head",
-                             "load it with head='mlm' from a checkpoint that has one")
+        super().__init__(model, tokenizer)
         if tokenizer.mask_token_id is None:
             raise LmlabError("the tokenizer has no mask token", "use a BERT-style tokenizer")
-        self.model, self.tokenizer = model, tokenizer
 
     @torch.inference_mode()
     def __call__(self, text: str | list[str], top_k: int = 5):

@@ -11,20 +11,15 @@ import torch
 
 from lmlab.models.inputs import model_inputs
 from lmlab.models.task_heads import QUESTION_ANSWERING, task_logits
+from lmlab.pipelines import HeadPipeline
 from lmlab.utils.errors import LmlabError
 
 
-class QuestionAnsweringPipeline:
+class QuestionAnsweringPipeline(HeadPipeline):
     """Answer span of a question in a context."""
 
     head = QUESTION_ANSWERING
-
-    def __init__(self, model, tokenizer):
-        if QUESTION_ANSWERING not in model.heads:
-            raise LmlabError("this model has no question-answering head",
-                             "fine-tune one on a SQuAD-style task or load a "
-                             "...ForQuestionAnswering folder")
-        self.model, self.tokenizer = model, tokenizer
+    fix = "fine-tune one on a SQuAD-style task or load a ...ForQuestionAnswering folder"
 
     @torch.inference_mode()
     def __call__(self, question: str | None = None, context: str | None = None,
