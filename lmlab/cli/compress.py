@@ -96,7 +96,7 @@ def _add_job_flags(p: argparse.ArgumentParser, task_required: bool) -> None:
     p.add_argument("--eval-examples", type=int, default=None,
                    help="measure the metric on this many examples of the split (a stratified "
                         "sample, the same at every step; default all)")
-    _common.add_max_length(p, 128)
+    _common.add_flags(p, max_length=128)
     if task_required:
         add_task_arguments(p)
     else:
@@ -105,14 +105,12 @@ def _add_job_flags(p: argparse.ArgumentParser, task_required: bool) -> None:
 
 
 def _training(p: argparse.ArgumentParser) -> None:
-    _common.add_lr(p, 5e-5)
-    _common.add_batch_size(p, 32)
-    p.add_argument("--max-train-examples", type=int, default=None)
-    _common.add_seed(p)
+    _common.add_flags(p, "max_train_examples", "seed", lr=5e-5, batch_size=32)
 
 
 def _job(args: argparse.Namespace):
-    """The settings every job shares, checked; the output folder checked before any work."""
+    """The settings every job shares (checked when made); the output folder checked before any
+    work."""
     from lmlab.compress.jobs import JobSettings
     from lmlab.utils.checks import check_output_folder
 
@@ -121,7 +119,6 @@ def _job(args: argparse.Namespace):
                       args.eval_examples, args.max_length,
                       **{k: getattr(args, k) for k in ("lr", "batch_size", "max_train_examples",
                                                        "seed") if hasattr(args, k)})
-    job.check()
     check_output_folder(job.out, args.overwrite, _WHAT[args.handler], ignore=(".*.tmp",))
     return job
 
@@ -159,7 +156,6 @@ def _prune_heads(args: argparse.Namespace) -> int:
 
     settings = HeadPruning(args.step, args.max_fraction, args.importance_split,
                            args.importance_examples, not args.no_recompute, args.finetune_steps)
-    settings.check()
     job = _job(args)
     task, model, tokenizer = _load(args, training=bool(args.finetune_steps))
     from lmlab.compress.jobs import prune_heads_job
@@ -172,7 +168,6 @@ def _magnitude(args: argparse.Namespace) -> int:
 
     settings = MagnitudePruning(parse_fractions(args.sparsity, "--sparsity"), args.steps,
                                 args.every, args.scope, args.schedule)
-    settings.check()
     job = _job(args)
     task, model, tokenizer = _load(args, training=bool(args.steps))
     from lmlab.compress.jobs import magnitude_job
@@ -185,7 +180,6 @@ def _lottery(args: argparse.Namespace) -> int:
 
     settings = Lottery(args.rounds, args.prune_fraction, args.rewind_step, args.scope,
                        args.steps)
-    settings.check()
     job = _job(args)
     task, model, tokenizer = _load(args, training=True)
     from lmlab.compress.jobs import lottery_job
@@ -198,7 +192,6 @@ def _low_rank(args: argparse.Namespace) -> int:
 
     modules = tuple(m.strip() for m in args.modules.split(",") if m.strip()) or None
     settings = LowRank(args.rank, args.energy, modules)
-    settings.check()
     job = _job(args)
     task, model, tokenizer = _load(args, training=False)
     from lmlab.compress.jobs import low_rank_job

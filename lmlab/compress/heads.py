@@ -285,28 +285,3 @@ def task_loss(task) -> Callable[[nn.Module, dict], torch.Tensor]:
         batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         return objective.compute_loss(model, batch).loss
     return loss
-
-
-def plot_curve(rows: list[dict[str, Any]], x: str, path, xlabel: str, ylabel: str,
-               title: str) -> None:
-    """A metric-against-``x`` curve (matplotlib, written atomically as PNG). A long title (a
-    model's full path) is wrapped to the figure's width rather than cut off."""
-    import textwrap
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from lmlab.utils.io import atomic_path
-
-    figure, axis = plt.subplots(figsize=(5.5, 3.6))
-    axis.plot([100 * r[x] for r in rows], [r["metric"] for r in rows], marker="o")
-    axis.set_xlabel(xlabel)
-    axis.set_ylabel(ylabel)
-    axis.set_title("\n".join(textwrap.wrap(title, 60)), fontsize=10)
-    axis.grid(alpha=0.3)
-    figure.tight_layout()
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, dpi=120, format="png")
-    plt.close(figure)

@@ -1,9 +1,9 @@
 """Whole compression jobs, as ``lmlab compress prune-heads | magnitude | lottery | low-rank``
 runs them: on a loaded model, tokenizer and task, each writes its rows, curve and compressed
-model with :func:`lmlab.compress.pruning_report.write_run` (docs/pruning.md).
+model with :meth:`JobSettings.write` (docs/pruning.md).
 
-The settings are typed and checked before any work; this module imports torch only inside the
-jobs, so a command refuses bad settings before torch loads.
+The settings are typed and checked when they are made; this module imports torch only inside
+the jobs, so a command refuses bad settings before torch loads.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from lmlab.utils.checks import check_at_least
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import atomic_write_json, atomic_write_text
 
 Log = Callable[[str], None]
 
@@ -63,7 +64,7 @@ class JobSettings:
     max_train_examples: int | None = None
     seed: int = 0
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
         check_at_least(self.eval_examples, 1, "--eval-examples")
 
     def train(self, model, tokenizer, task, folder: str, steps: int, hooks=(),
@@ -92,14 +93,55 @@ class JobSettings:
     def write(self, results: dict, rows: list[dict], columns: list[tuple[str, str]], model,
               tokenizer, x: str | None = None, xlabel: str = "weights removed (%)",
               title: str | None = None) -> list[Path]:
-        """results.json, results.md, the curve of the task's metric against ``x`` (when
-        given; titled ``title``, default the results' title) and the model."""
-        from lmlab.compress.pruning_report import write_run
+        """results.json, results.md (a table of ``rows``; ``columns``: key, header), the curve
+        of the task's metric against ``x`` (when given and there are two rows or more; titled
+        ``title``, default the results' title) and the model with its tokenizer."""
+        from lmlab.interop.native import save_model
 
-        curve = None if x is None else {"x": x, "xlabel": xlabel,
-                                        "title": title or results["title"],
-                                        "ylabel": f"{self.eval_split} {results['metric']}"}
-        return write_run(self.out, results, rows, columns, model, tokenizer, curve)
+        self.out.mkdir(parents=True, exist_ok=True)
+        written = [self.out / "results.json", self.out / "results.md"]
+        lines = [f"# {results['title']}", "",
+                 f"model: `{results['model']}`; host: {results['host']}", "",
+                 "| " + " | ".join(h for _, h in columns) + " |",
+                 "|" + "---:|" * len(columns)]
+        for row in rows:
+            lines.append("| " + " | ".join(_cell(row.get(k)) for k, _ in columns) + " |")
+        atomic_write_text(written[1], "\n".join(lines) + "\n")
+        if x is not None and len(rows) > 1:
+            written.append(self.out / "curve.png")
+            _plot_curve(rows, x, written[-1], xlabel, f"{self.eval_split} {results['metric']}",
+                        title or results["title"])
+        folder, results["model_format"] = save_model(model, self.out / "model")
+        tokenizer.save_pretrained(folder)
+        atomic_write_json(written[0], results)
+        written.append(folder)
+        return written
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def _plot_curve(rows: list[dict[str, Any]], x: str, path: Path, xlabel: str, ylabel: str,
+                title: str) -> None:
+    """The metric against ``x`` (as a percentage); a long title (a model's full path) is
+    wrapped to the figure's width rather than cut off."""
+    import textwrap
+
+    from lmlab.training.report import pyplot, save_png
+
+    figure, axis = pyplot().subplots(figsize=(5.5, 3.6))
+    axis.plot([100 * r[x] for r in rows], [r["metric"] for r in rows], marker="o")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title("\n".join(textwrap.wrap(title, 60)), fontsize=10)
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    save_png(figure, path, dpi=120)
 
 
 def has_head(model, task) -> bool:
@@ -125,7 +167,7 @@ class HeadPruning:
     recompute: bool = True
     finetune_steps: int = 0  # first fine-tune a model without the task's head
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
         check_fraction(self.step, "--step")
         check_fraction(self.max_fraction, "--max")
         check_at_least(self.importance_examples, 1, "--importance-examples")
@@ -144,8 +186,6 @@ def prune_heads_job(model, tokenizer, task, job: JobSettings, settings: HeadPrun
         task_loss,
     )
 
-    job.check()
-    settings.check()
     attention_modules(model)  # refuse a model whose heads cannot be pruned, before training
     if not has_head(model, task):
         if not settings.finetune_steps:
@@ -188,7 +228,7 @@ class MagnitudePruning:
     scope: str = "global"
     schedule: str = "cubic"
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
         for value in self.sparsities:
             check_fraction(value, "--sparsity", allow_zero=True)
         check_at_least(self.steps, 0, "--steps")
@@ -207,8 +247,6 @@ def magnitude_job(model, tokenizer, task, job: JobSettings, settings: MagnitudeP
         sparsity_of,
     )
 
-    job.check()
-    settings.check()
     steps = settings.steps
     if not steps and not has_head(model, task):
         raise LmlabError(f"{job.source} has no head for the task {task.name}; one-shot pruning "
@@ -254,7 +292,7 @@ class Lottery:
     scope: str = "global"
     steps: int = 200
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
         check_at_least(self.rounds, 1, "--rounds")
         check_at_least(self.steps, 1, "--steps")
         check_at_least(self.rewind_step, 0, "--rewind-step")
@@ -271,8 +309,6 @@ def lottery_job(model, tokenizer, task, job: JobSettings, settings: Lottery,
     accuracy against sparsity. Returns the files written."""
     from lmlab.compress.magnitude import lottery_ticket
 
-    job.check()
-    settings.check()
 
     def train(m, hooks, round_):
         job.train(m, tokenizer, task, f"round-{round_}", settings.steps, hooks)
@@ -301,11 +337,10 @@ class LowRank:
     energy: float | None = None
     modules: tuple[str, ...] | None = None
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
         if (self.rank is None) == (self.energy is None):
             raise LmlabError("give exactly one of --rank and --energy", "e.g. --energy 0.9")
-        if self.rank is not None and self.rank < 1:
-            raise LmlabError(f"--rank {self.rank}", "give a rank of at least 1")
+        check_at_least(self.rank, 1, "--rank")
         if self.energy is not None and not 0 < self.energy <= 1:
             raise LmlabError(f"--energy {self.energy} is outside (0, 1]", "e.g. --energy 0.9")
 
@@ -317,8 +352,6 @@ def low_rank_job(model, tokenizer, job: JobSettings, settings: LowRank, task=Non
     per-matrix table and the model. Returns the files written."""
     from lmlab.compress.lowrank import low_rank, select_linears, summary
 
-    job.check()
-    settings.check()
     modules = list(settings.modules) if settings.modules else None
     select_linears(model, modules)  # refuse unknown names before the first evaluation
     evaluate = before = None

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from lmlab.compress.jobs import LowRank
 from lmlab.models.variants import LOW_RANK_KEY, LowRankLinear
 from lmlab.utils.errors import LmlabError
 
@@ -37,9 +38,7 @@ class Factorised:
 
 def rank_for_energy(singular_values: torch.Tensor, energy: float) -> int:
     """The smallest rank whose singular values hold ``energy`` of ``sum s_i^2``."""
-    if not 0 < energy <= 1:
-        raise LmlabError(f"energy {energy} is outside (0, 1]",
-                         "give the fraction of squared singular values to keep, e.g. 0.9")
+    LowRank(energy=energy)  # the checks
     squares = singular_values.double() ** 2
     cumulative = torch.cumsum(squares, 0) / squares.sum()
     return min(int((cumulative < energy - 1e-12).sum()) + 1, len(singular_values))
@@ -48,9 +47,7 @@ def rank_for_energy(singular_values: torch.Tensor, energy: float) -> int:
 def factorise(linear: nn.Linear, rank: int | None = None, energy: float | None = None
               ) -> tuple[LowRankLinear, float, float]:
     """(the rank-r module, relative Frobenius error, energy kept) for ``linear``."""
-    if (rank is None) == (energy is None):
-        raise LmlabError("give exactly one of a rank and an energy fraction",
-                         "e.g. --rank 64 or --energy 0.9")
+    LowRank(rank, energy)  # the checks
     weight = linear.weight.detach()
     u, s, vh = torch.linalg.svd(weight.double(), full_matrices=False)  # (out, k), (k,), (k, in)
     if rank is None:
@@ -72,17 +69,12 @@ def factorise(linear: nn.Linear, rank: int | None = None, energy: float | None =
     return module, error, kept / total if total > 0 else 1.0
 
 
-def layer_linears(model: nn.Module) -> dict[str, nn.Linear]:
-    """The Transformer layers' linear maps, by module name."""
-    from lmlab.compress.magnitude import prunable_linears
-
-    return prunable_linears(model)
-
-
 def select_linears(model: nn.Module, modules: list[str] | None = None) -> dict[str, nn.Linear]:
     """The layers' linear maps named by ``modules`` (names or name endings; default all),
     refusing names that match none (callers check this before any work)."""
-    linears = layer_linears(model)
+    from lmlab.compress.magnitude import prunable_linears
+
+    linears = prunable_linears(model)
     if modules:
         chosen = {n: m for n, m in linears.items()
                   if any(n == key or n.endswith("." + key) for key in modules)}
@@ -106,13 +98,7 @@ def low_rank(model: nn.Module, rank: int | None = None, energy: float | None = N
 
     Returns one :class:`Factorised` row per factorised module; the config records them.
     """
-    if (rank is None) == (energy is None):
-        raise LmlabError("give exactly one of a rank and an energy fraction",
-                         "e.g. --rank 64 or --energy 0.9")
-    if rank is not None and rank < 1:
-        raise LmlabError(f"rank {rank}", "give a rank of at least 1")
-    if energy is not None:
-        rank_for_energy(torch.ones(1), energy)  # checks the range before any work
+    LowRank(rank, energy)  # the checks, before any work
     linears = select_linears(model, modules)
     rows = []
     record = dict(model.config.extra.get(LOW_RANK_KEY, {}))

@@ -16,11 +16,15 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from lmlab.compress.jobs import check_fraction
 from lmlab.training.hooks import TrainerHook
+from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 
 Scope = Literal["global", "layer"]
 Schedule = Literal["cubic", "linear"]
+SCOPES = ("global", "layer")
+SCHEDULES = ("cubic", "linear")
 MASKS_FILE = "pruning_masks.safetensors"
 
 
@@ -38,20 +42,13 @@ def prunable_linears(model: nn.Module) -> dict[str, nn.Linear]:
     return found
 
 
-def _check_sparsity(sparsity: float) -> None:
-    if not 0 <= sparsity < 1:
-        raise LmlabError(f"sparsity {sparsity} is outside [0, 1)",
-                         "give the fraction of weights to remove, e.g. 0.5 for half")
-
-
 def magnitude_masks(modules: dict[str, nn.Linear], sparsity: float, scope: Scope = "global",
                     current: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Boolean keep-masks (True = kept) that remove the ``sparsity`` fraction of smallest
     |weights|, over all ``modules`` (``"global"``) or in each (``"layer"``). Weights that
     ``current`` already removed stay removed (they rank lowest)."""
-    _check_sparsity(sparsity)
-    if scope not in ("global", "layer"):
-        raise LmlabError(f"unknown pruning scope {scope!r}", "use global or layer")
+    check_fraction(sparsity, "sparsity", allow_zero=True)
+    check_choice(scope, SCOPES, "scope", "pruning scope")
     scores = {}
     for name, module in modules.items():
         score = module.weight.detach().abs().float()
@@ -97,8 +94,7 @@ def sparsity_at(step: int, final: float, start: int, end: int, initial: float = 
                 kind: Schedule = "cubic") -> float:
     """Zhu & Gupta's schedule: ``initial`` until ``start``, ``final`` from ``end`` on, between
     them ``final + (initial - final) * (1 - progress) ** 3`` (power 1 for ``linear``)."""
-    if kind not in ("cubic", "linear"):
-        raise LmlabError(f"unknown sparsity schedule {kind!r}", "use cubic or linear")
+    check_choice(kind, SCHEDULES, "schedule", "sparsity schedule")
     if step < start:
         return initial
     if step >= end or end <= start:
@@ -145,17 +141,16 @@ class MagnitudePruningHook(MaskHook):
 
     def __init__(self, model: nn.Module, final: float, start: int, end: int, every: int = 10,
                  scope: Scope = "global", kind: Schedule = "cubic", initial: float = 0.0):
-        _check_sparsity(final)
-        _check_sparsity(initial)
+        check_fraction(final, "sparsity", allow_zero=True)
+        check_fraction(initial, "initial sparsity", allow_zero=True)
         if initial > final:  # the masks only grow: a removed weight is never restored
             raise LmlabError(f"initial sparsity {initial} is above the final {final}",
                              "give an initial sparsity at most the final one")
         if start < 0 or end < start or every < 1:
             raise LmlabError(f"pruning steps start={start}, end={end}, every={every}",
                              "use 0 <= start <= end and every >= 1")
-        sparsity_at(0, final, start, end, initial, kind)  # checks the kind
-        if scope not in ("global", "layer"):
-            raise LmlabError(f"unknown pruning scope {scope!r}", "use global or layer")
+        check_choice(kind, SCHEDULES, "schedule", "sparsity schedule")
+        check_choice(scope, SCOPES, "scope", "pruning scope")
         super().__init__(model)
         self.final, self.start, self.end, self.every = final, start, end, every
         self.scope, self.kind, self.initial = scope, kind, initial
@@ -211,14 +206,9 @@ def lottery_ticket(model: nn.Module, train_fn: Callable[[nn.Module, Sequence[Tra
         prune_fraction: ``p``, the fraction of the surviving weights removed each round.
         rewind_step: ``k``, the optimizer step whose weights the survivors return to.
     """
-    if rounds < 1:
-        raise LmlabError(f"rounds = {rounds}", "give at least one pruning round")
-    if not 0 < prune_fraction < 1:
-        raise LmlabError(f"prune fraction {prune_fraction} is outside (0, 1)",
-                         "give the fraction of surviving weights each round removes, e.g. 0.2")
-    if rewind_step < 0:
-        raise LmlabError(f"rewind step {rewind_step} is negative", "use 0 (the initial weights) "
-                         "or an early optimizer step")
+    check_at_least(rounds, 1, "rounds")
+    check_fraction(prune_fraction, "prune fraction")
+    check_at_least(rewind_step, 0, "rewind step")
     modules = prunable_linears(model)
     rewind = RewindPoint(model, rewind_step)
     masks: dict[str, torch.Tensor] = {}
