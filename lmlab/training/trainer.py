@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +73,18 @@ def _count_tokens(batch: dict[str, Any]) -> int:
     return int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
 
 
-def perplexities_from_losses(metrics: dict[str, float]) -> dict[str, float]:
-    """``metrics`` with every ``*_perplexity`` recomputed as the exp of its averaged ``*_loss``
-    (the exp of the mean loss, not the mean of per-batch exps)."""
-    out = dict(metrics)
+def weighted_means(parts: Iterable[tuple[float, dict[str, float]]],
+                   prefix: str = "") -> dict[str, float]:
+    """Each metric's mean over ``parts`` of (weight, metrics), weighted by prediction count (a
+    part may lack a metric), named ``prefix + name``; every ``*_perplexity`` is the exp of its
+    averaged ``*_loss`` (the exp of the mean loss, not the mean of per-batch exps)."""
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for weight, metrics in parts:
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + weight * value
+            weights[key] = weights.get(key, 0.0) + weight
+    out = {prefix + key: value / weights[key] for key, value in sums.items()}
     for key in [k for k in out if k.endswith("_perplexity")]:
         loss_key = key[: -len("perplexity")] + "loss"
         if loss_key in out:
@@ -256,9 +265,11 @@ class Trainer:
         finally:
             handle.remove()
 
-    def _forward(self, batch: dict[str, torch.Tensor]):
+    def _forward(self, batch: dict[str, torch.Tensor], module: nn.Module | None = None):
+        """(loss, metrics, predictions) of ``module`` (default: the wrapped LossModule, the
+        LossModule itself in one process) on ``batch``, under the run's precision."""
         with precision_autocast(self.cfg.precision, self.device.type):
-            return self.wrapped(batch)  # the LossModule itself in one process
+            return (self.wrapped if module is None else module)(batch)
 
     def _train_step(self, batches: Iterator[dict[str, Any]]
                     ) -> tuple[float, dict[str, float], int, float] | None:
@@ -299,8 +310,9 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.params if p.grad is not None], self.cfg.clip_norm or math.inf)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-        loss_value = weighted_loss / weight_sum
-        return loss_value, self._global_metrics(metric_parts), int(round(tokens_all)), grad_norm
+        # the metrics over every micro-batch and rank (gathered as objects: a part may lack one)
+        metrics = weighted_means(chain.from_iterable(gather_objects(metric_parts, self.dist)))
+        return weighted_loss / weight_sum, metrics, int(round(tokens_all)), grad_norm
 
     def _seq2seq_flops(self, batch: dict[str, Any]) -> float:
         """An encoder-decoder batch's FLOPs; 0 for other models (the tracker counts per token)."""
@@ -314,18 +326,6 @@ class Trainer:
         return seq2seq_step_flops(config, _count_tokens(batch), batch["input_ids"].shape[-1],
                                   int((labels != -100).sum()), labels.shape[-1])
 
-    def _global_metrics(self, parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
-        """The step's metrics over every micro-batch and rank, weighted by prediction count
-        (gathered as objects: a micro-batch may lack a metric)."""
-        sums: dict[str, float] = {}
-        weights: dict[str, float] = {}
-        for rank_parts in gather_objects(parts, self.dist):
-            for weight, metrics in rank_parts:
-                for key, value in metrics.items():
-                    sums[key] = sums.get(key, 0.0) + weight * value
-                    weights[key] = weights.get(key, 0.0) + weight
-        return perplexities_from_losses({key: sums[key] / weights[key] for key in sums})
-
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         """Loss and metrics over the validation batches, weighted by predictions (RNG forked:
@@ -336,21 +336,17 @@ class Trainer:
             return {}
         self.model.eval()
         self.objective.eval()
-        sums: dict[str, float] = {}
-        weights: dict[str, float] = {}
+        parts: list[tuple[float, dict[str, float]]] = []
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.no_grad(), torch.random.fork_rng(devices=devices), self._padding_setting():
             for batch in self.eval_batches:
-                batch = _to_device(batch, self.device)
-                with precision_autocast(self.cfg.precision, self.device.type):
-                    loss, metrics, count = (self.wrapped if self.fsdp else self.loss_module)(batch)
+                loss, metrics, count = self._forward(_to_device(batch, self.device),
+                                                     self.wrapped if self.fsdp else self.loss_module)
                 # weighted by predictions, as training weights its micro-batches: the mean
                 # over every predicted token of the validation set, not a mean of batch means
-                weight = float(count) if count > 0 else 1.0
-                for key, value in {**metrics, "loss": loss}.items():
-                    sums[key] = sums.get(key, 0.0) + weight * float(value)
-                    weights[key] = weights.get(key, 0.0) + weight
-        out = perplexities_from_losses({f"eval_{k}": v / weights[k] for k, v in sums.items()})
+                parts.append((float(count) if count > 0 else 1.0,
+                              {k: float(v) for k, v in {**metrics, "loss": loss}.items()}))
+        out = weighted_means(parts, "eval_")
         if "eval_perplexity" not in out and self.objective.reports_perplexity:
             out["eval_perplexity"] = math.exp(min(out["eval_loss"], 50.0))
         self.model.train()
