@@ -154,9 +154,6 @@ class TrainingConfig:
                 values[key] = value
         return cls(**values)
 
-    def replace(self, **changes: Any) -> TrainingConfig:
-        return dataclasses.replace(self, **changes)
-
     @staticmethod
     def field_names() -> list[str]:
         return [f.name for f in dataclasses.fields(TrainingConfig)]

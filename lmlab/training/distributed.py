@@ -149,13 +149,7 @@ class RankSlice:
         for batch in self.stream:
             yield self._slice(batch)
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.stream.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.stream.load_state_dict(state)
-
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # state_dict, load_state_dict: the stream's own
         return getattr(self.stream, name)
 
 
