@@ -11,7 +11,6 @@ import sympy
 
 from lmlab.tasks.integration import (
     Grammar,
-    Pair,
     from_prefix,
     generate_pairs,
     make_splits,
@@ -19,13 +18,14 @@ from lmlab.tasks.integration import (
     to_prefix,
     verify,
 )
+from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
 
 x = sympy.Symbol("x")
 
 
 @pytest.fixture(scope="module")
-def pairs() -> list[Pair]:
+def pairs() -> list[TextPair]:
     return generate_pairs(200, seed=0)
 
 
@@ -39,10 +39,12 @@ def test_generation_is_deterministic_and_distinct(pairs):
 def test_every_pair_is_a_function_and_its_derivative(pairs):
     """The reference answer verifies, by the exact derivative too (sympy, not the verifier)."""
     for pair in pairs[:60]:
-        function, derivative = from_prefix(pair.function), from_prefix(pair.derivative)
+        function = from_prefix(pair.target.split())
+        derivative = from_prefix(pair.input_text.split())
         assert sympy.simplify(sympy.diff(function, x) - derivative) == 0, pair
-        assert verify(pair.function, pair.derivative).correct, pair
-    assert all(not from_prefix(p.derivative).has(sympy.zoo, sympy.nan, sympy.oo) for p in pairs)
+        assert verify(pair.target, pair.input_text).correct, pair
+    assert all(not from_prefix(p.input_text.split()).has(sympy.zoo, sympy.nan, sympy.oo)
+               for p in pairs)
 
 
 def test_splits_share_no_item_and_are_stable(pairs):

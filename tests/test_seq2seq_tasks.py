@@ -12,9 +12,9 @@ import torch
 from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
 
 from lmlab.finetune.text_to_text import encode_pairs
+from lmlab.tasks.integration import prefix_depth
 from lmlab.tasks.inverse import (
     build_pairs,
-    prefix_depth,
     read_task_data,
     score,
     verified_accuracy,

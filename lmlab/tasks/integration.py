@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
 
 UNARY = ("exp", "log", "sin", "cos")
@@ -21,6 +22,7 @@ MAX_DIGITS = 12  # integer literals a prediction may hold: sympy evaluates numbe
 MAX_EXPONENT = 64
 BINARY = ("add", "sub", "mul", "pow")
 SMALL_POWERS = (2, 3)
+ARITY = {**dict.fromkeys((*BINARY, "div"), 2), **dict.fromkeys(UNARY, 1)}
 
 
 # -- time limits --------------------------------------------------------------------------------
@@ -198,22 +200,23 @@ def from_prefix(tokens: Sequence[str]) -> Any:
 
 
 # -- data -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Pair:
-    """One example: the derivative (model input) and the function (target), in prefix tokens."""
-
-    derivative: tuple[str, ...]
-    function: tuple[str, ...]
-
-    @property
-    def input_text(self) -> str:
-        """The derivative's tokens joined by spaces (what the model reads)."""
-        return " ".join(self.derivative)
-
-    @property
-    def target_text(self) -> str:
-        """The function's tokens joined by spaces (the reference answer)."""
-        return " ".join(self.function)
+def prefix_depth(tokens: Sequence[str]) -> int:
+    """Operator depth of a prefix expression (``x`` 0, ``exp x`` 1, ``add x exp x`` 2)."""
+    depth, stack = 0, []  # stack: operands still owed at each open level
+    for token in tokens:
+        if token.isdigit():  # digits belong to the INT+/INT- leaf before them
+            continue
+        level = len(stack)
+        if token in ARITY:
+            stack.append(ARITY[token])
+            depth = max(depth, level + 1)
+            continue
+        while stack:  # a leaf fills one slot; completed operators close
+            stack[-1] -= 1
+            if stack[-1]:
+                break
+            stack.pop()
+    return depth
 
 
 def _usable(expr) -> bool:
@@ -226,8 +229,9 @@ def _usable(expr) -> bool:
 
 def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
                    max_input_tokens: int = 128, timeout: float = 2.0,
-                   show_progress: bool = False) -> list[Pair]:
-    """``count`` distinct backward pairs ``(F', F)``, deterministic for ``seed``. Unusable
+                   show_progress: bool = False) -> list[TextPair]:
+    """``count`` distinct backward pairs ``F' -> F`` in prefix tokens joined by spaces (keyed
+    by the input, tagged by the function's depth), deterministic for ``seed``. Unusable
     functions (constant, undefined or too long derivative) are redrawn; a derivative slower than
     ``timeout`` seconds is an error, so the data never depends on the machine's speed."""
     import sympy
@@ -236,7 +240,7 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
         raise LmlabError(f"count {count} must be at least 1", "ask for some examples")
     x = sympy.Symbol("x")
     rng = np.random.default_rng(seed)
-    pairs: dict[str, Pair] = {}
+    pairs: dict[str, TextPair] = {}
     attempts = 0
     bar = None
     if show_progress:
@@ -261,13 +265,14 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
         if not derivative.has(x) or not _usable(derivative) or not _usable(function):
             continue
         try:
-            source, target = tuple(to_prefix(derivative)), tuple(to_prefix(function))
+            source, target = to_prefix(derivative), to_prefix(function)
             from_prefix(source)  # within the bounds a prediction must respect (MAX_DIGITS)
         except LmlabError:  # a node prefix notation has no token for, or a huge integer
             continue
-        if len(source) > max_input_tokens or " ".join(source) in pairs:
+        text = " ".join(source)
+        if len(source) > max_input_tokens or text in pairs:
             continue
-        pairs[" ".join(source)] = Pair(source, target)
+        pairs[text] = TextPair(text, (" ".join(target),), text, f"depth {prefix_depth(target)}")
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -275,15 +280,13 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
     return list(pairs.values())
 
 
-def make_splits(pairs: Sequence[Pair],
-                fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict[str, list[Pair]]:
-    """The pairs by split, each input once, by a hash of the input: splits never share one."""
+def make_splits(pairs: Sequence[TextPair],
+                fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+                ) -> dict[str, list[TextPair]]:
+    """The pairs by split, by a hash of the input: splits never share one."""
     from lmlab.tasks.builtin import hash_splits
 
-    first: dict[str, Pair] = {}
-    for pair in pairs:
-        first.setdefault(pair.input_text, pair)
-    return hash_splits(first.values(), lambda pair: pair.input_text, fractions)
+    return hash_splits(pairs, lambda pair: pair.key, fractions)
 
 
 # -- verification ---------------------------------------------------------------------------------

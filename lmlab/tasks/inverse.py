@@ -23,8 +23,6 @@ TASKS = ("integration", "definitions", "reverse-dictionary")
 USER_TASK = "text"
 #: built-in classification tasks in T5's formulation: ``"<task>: <text>"`` -> the label's name
 CLASSIFICATION_TASKS = ("wordnet-supersense", "wordnet-wic", "fortunes-topic")
-ARITY = {"add": 2, "sub": 2, "mul": 2, "pow": 2, "div": 2,
-         "exp": 1, "log": 1, "sin": 1, "cos": 1}
 
 
 def check_task(name: str) -> str:
@@ -51,25 +49,6 @@ def classification_pairs(name: str) -> tuple[dict[str, list[TextPair]], dict[str
                     "positive_label": task.positive_label}
 
 
-def prefix_depth(tokens: Sequence[str]) -> int:
-    """Operator depth of a prefix expression (``x`` 0, ``exp x`` 1, ``add x exp x`` 2)."""
-    depth, stack = 0, []  # stack: operands still owed at each open level
-    for token in tokens:
-        if token.isdigit():  # digits belong to the INT+/INT- leaf before them
-            continue
-        level = len(stack)
-        if token in ARITY:
-            stack.append(ARITY[token])
-            depth = max(depth, level + 1)
-            continue
-        while stack:  # a leaf fills one slot; completed operators close
-            stack[-1] -= 1
-            if stack[-1]:
-                break
-            stack.pop()
-    return depth
-
-
 def build_pairs(task: str, count: int | None = None, seed: int = 0,
                 show_progress: bool = False) -> dict[str, list[TextPair]]:
     """Every split of ``task``: ``count`` generated expressions (integration; required) or the
@@ -88,10 +67,7 @@ def build_pairs(task: str, count: int | None = None, seed: int = 0,
         if count is None:
             raise LmlabError("the integration task needs a count of expressions",
                              "pass e.g. count=50000 (--count 50000)")
-        splits = make_splits(generate_pairs(count, seed, show_progress=show_progress))
-        return {split: [TextPair(p.input_text, (p.target_text,), p.input_text,
-                                 f"depth {prefix_depth(p.function)}") for p in pairs]
-                for split, pairs in splits.items()}
+        return make_splits(generate_pairs(count, seed, show_progress=show_progress))
     from lmlab.tasks.definitions import definition_splits
 
     splits = definition_splits("define" if task == "definitions" else "reverse")
