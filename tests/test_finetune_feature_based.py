@@ -203,7 +203,7 @@ def test_saved_run_loads_in_a_fresh_process_and_scores_the_same(tiny_bert_folder
     script = """
 import json, sys
 import lmlab
-from lmlab.finetune.runner import load_tokenizer, predict_examples
+from lmlab.finetune.runner import load_tokenizer, predict
 from lmlab.tasks.types import Example, Task
 
 folder, texts = sys.argv[1], json.loads(sys.argv[2])
@@ -211,7 +211,7 @@ model = lmlab.from_pretrained(folder)
 examples = [Example(id=str(i), text=t, label=None) for i, t in enumerate(texts)]
 task = Task("toy", "classification", ["animal", "tool"], ["accuracy"], {"dev": examples})
 print(type(model).__name__)
-print(json.dumps(predict_examples(model, load_tokenizer(folder), task, examples)))
+print(json.dumps(predict(model, load_tokenizer(folder), task, "eval", examples=examples)))
 """
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run" / "model"),
                           json.dumps([e.text for e in dev])], capture_output=True, text=True,

@@ -108,16 +108,6 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     return model, load_tokenizer(folder), folder
 
 
-def _adapter_of(source: str | Path) -> Path | None:
-    """The adapter folder ``source`` resolves to (a run fine-tuned with ``--method``), if any."""
-    from lmlab.utils.catalog import resolve_model_dir
-
-    try:
-        return adapter_folder(resolve_model_dir(parse_model_source(source)[0]))
-    except LmlabError:
-        return None
-
-
 def _refuse_encoder_decoder(config, folder: Path) -> None:
     """Task heads sit on an encoder; an encoder-decoder learns a task as text to text."""
     if getattr(config, "is_encoder_decoder", False):
@@ -162,21 +152,13 @@ def check_head_matches(model, task: Task) -> Task:
 @torch.no_grad()
 def predict(model, tokenizer, task: Task, split: str, batch_size: int = 64,
             max_length: int = 128, precision: str = "fp32", stride: int = 64,
-            n_best: int = 20, max_answer_length: int = 30,
-            null_threshold: float = 0.0) -> list[Any]:
-    """Predictions for ``split`` in the form ``task.evaluate`` expects."""
-    examples = task.split(split)
-    return predict_examples(model, tokenizer, task, examples, batch_size, max_length, precision,
-                            stride, n_best, max_answer_length, null_threshold, split=split)
-
-
-@torch.no_grad()
-def predict_examples(model, tokenizer, task: Task, examples, batch_size: int = 64,
-                     max_length: int = 128, precision: str = "fp32", stride: int = 64,
-                     n_best: int = 20, max_answer_length: int = 30,
-                     null_threshold: float = 0.0, split: str = "eval") -> list[Any]:
+            n_best: int = 20, max_answer_length: int = 30, null_threshold: float = 0.0,
+            examples: list | None = None) -> list[Any]:
+    """Predictions for ``split`` (or for ``examples``, named ``split`` in errors) in the form
+    ``task.evaluate`` expects."""
     from lmlab.finetune.qa import decode_answers
 
+    examples = task.split(split) if examples is None else examples
     head = HEAD_FOR_TASK[task.type]
     features = fdata.encode_examples(task, examples, tokenizer, max_length, stride, split=split)
     pad_id = fdata.pad_id_of(tokenizer)
@@ -289,11 +271,12 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path,
 
 def _refuse_wrapped(model_source: str | Path) -> None:
     """A quantised model or a PEFT run's adapter cannot be fine-tuned as it is."""
-    if source_kind(parse_model_source(model_source)[0]) == "quantized":
+    kind = source_kind(parse_model_source(model_source)[0])
+    if kind == "quantized":
         raise LmlabError(f"{model_source} is an int8-quantised model (lmlab quantize): its linear "
                          "layers hold no trainable weights", "fine-tune the fp32 model, then "
                          "quantise the result")
-    if _adapter_of(model_source) is not None:
+    if kind == "adapter":
         raise LmlabError(f"{model_source} is a parameter-efficient run's adapter (lmlab finetune "
                          "--method): fine-tuning it again would train its adapter alone and "
                          "save a plain model without it", "merge it first (lmlab adapter merge "
