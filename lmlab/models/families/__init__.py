@@ -54,6 +54,13 @@ def paired_rules(ours: str, theirs: str, pairs, params=("weight", "bias"), **opt
     return [Rule(f"{ours}{a}.{p}", f"{theirs}{b}.{p}", **options) for a, b in pairs for p in params]
 
 
+def stack_size(hidden: int, layers: int, **fields: Any) -> dict[str, Any]:
+    """A size in BERT's and GPT-2's proportions: heads of 64 dimensions, a feed-forward 4x as
+    wide (``fields``: more values, e.g. an encoder-decoder's ``num_decoder_layers``)."""
+    return dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=hidden // 64,
+                intermediate_size=4 * hidden, **fields)
+
+
 def expand_rules(rules: list[Rule], num_layers: int, num_decoder_layers: int = 0
                  ) -> Iterator[Rule]:
     """Substitute ``{i}`` by each (encoder) layer index and ``{j}`` by each decoder layer's."""

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules, stack_size
 from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
     ENCODER_REQUIRED,
     ENCODER_SHAPE,
     bert_embedding_rules,
     check_absolute_positions,
-    encoder_size,
     layer_rules,
     mlm_rules,
     projection_rules,
@@ -56,7 +55,7 @@ FAMILY = FamilySpec(
     defaults=dict(vocab_size=30000, embedding_size=128, hidden_act="gelu_new",
                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, bos_token_id=2,
                   eos_token_id=3),
-    sizes={"base": encoder_size(768, 12), "large": encoder_size(1024, 24)},
+    sizes={"base": stack_size(768, 12), "large": stack_size(1024, 24)},
     hf_names={**ENCODER_HF_NAMES, "embedding_size": "embedding_size"},
     hf_constants={"position_embedding_type": "absolute"},
     required=ENCODER_REQUIRED,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import FamilySpec, Rule, paired_rules
+from lmlab.models.families import FamilySpec, Rule, paired_rules, stack_size
 from lmlab.utils.errors import LmlabError
 
 #: config.json keys of the fairseq-layout families (BART, Marian) -> TransformerConfig fields
@@ -118,11 +118,6 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
     write_both_stacks(config, hf)
 
 
-def _size(hidden: int, layers: int) -> dict[str, int]:
-    return dict(hidden_size=hidden, num_hidden_layers=layers, num_decoder_layers=layers,
-                num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
-
-
 FAMILY = FamilySpec(
     model_type="bart",
     display_name="BART",
@@ -134,7 +129,8 @@ FAMILY = FamilySpec(
                   tie_word_embeddings=True, hidden_dropout_prob=0.1,
                   attention_probs_dropout_prob=0.0,
                   extra={"decoder_start_token_id": 2, "forced_eos_token_id": 2}),
-    sizes={"base": _size(768, 6), "large": _size(1024, 12)},
+    sizes={"base": stack_size(768, 6, num_decoder_layers=6),
+           "large": stack_size(1024, 12, num_decoder_layers=12)},
     hf_names=FAIRSEQ_HF_NAMES,
     hf_defaults=dict(max_position_embeddings=1024, scale_embedding=False),
     required=FAIRSEQ_SIZE_FIELDS,

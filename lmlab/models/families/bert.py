@@ -6,10 +6,11 @@ encoder.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules, stack_size
 from lmlab.utils.errors import LmlabError
 
 #: What makes a config a BERT-like encoder (post-norm, learned absolute positions, biases).
@@ -29,14 +30,8 @@ LAYER_MODULES = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "at
                  "attention_norm", "feed_forward.up_proj", "feed_forward.down_proj", "ffn_norm")
 
 
-def encoder_size(hidden: int, layers: int, **fields: Any) -> dict[str, Any]:
-    """A BERT-style size: heads of 64 dimensions, a feed-forward 4x as wide."""
-    return dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=hidden // 64,
-                intermediate_size=4 * hidden, **fields)
-
-
 #: BERT's sizes (Turc et al. 2019 below base, Devlin et al. 2019), also RoFormer's
-BERT_SIZES = {size: encoder_size(hidden, layers) for size, (hidden, layers) in {
+BERT_SIZES = {size: stack_size(hidden, layers) for size, (hidden, layers) in {
     "tiny": (128, 2), "mini": (256, 4), "small": (512, 4), "medium": (512, 8),
     "base": (768, 12), "large": (1024, 24)}.items()}
 
@@ -75,16 +70,28 @@ def bert_layer_rules() -> list[Rule]:
 
 
 def bert_embedding_rules(config: TransformerConfig) -> list[Rule]:
-    rules = [
-        Rule("transformer.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
-        Rule("transformer.embeddings.position_embeddings.weight",
-             "embeddings.position_embeddings.weight"),
-        Rule("transformer.embeddings.norm.weight", "embeddings.LayerNorm.weight"),
-        Rule("transformer.embeddings.norm.bias", "embeddings.LayerNorm.bias"),
-    ]
+    """BERT's embedding names: the word table, the position table (DistilBERT's may be stored
+    sinusoids; RoFormer's rotary positions have none), the norm, the token types if any."""
+    position = {"learned": "position_embeddings.weight", "sinusoidal": "sinusoids"}
+    pairs = [("word_embeddings.weight", "word_embeddings.weight")]
+    if config.position_embedding in position:
+        pairs.append((position[config.position_embedding], "position_embeddings.weight"))
+    pairs += [("norm.weight", "LayerNorm.weight"), ("norm.bias", "LayerNorm.bias")]
     if config.type_vocab_size > 0:
-        rules.append(Rule("transformer.embeddings.token_type_embeddings.weight",
-                          "embeddings.token_type_embeddings.weight"))
+        pairs.append(("token_type_embeddings.weight", "token_type_embeddings.weight"))
+    return [Rule(f"transformer.embeddings.{ours}", f"embeddings.{theirs}") for ours, theirs in pairs]
+
+
+def bert_rules(config: TransformerConfig) -> list[Rule]:
+    """The bare model of ELECTRA and RoFormer: BERT's embeddings and layers (RoFormer's query
+    and key rows stored as rotation pairs), the factorised embeddings' projection if E != H."""
+    rotated = ("attention.self.query.", "attention.self.key.")
+    rotary = config.position_embedding == "rotary"
+    rules = bert_embedding_rules(config) + [
+        replace(rule, rotary_pairs=rotary and any(name in rule.theirs for name in rotated))
+        for rule in bert_layer_rules()]
+    if config.input_embedding_size != config.hidden_size:
+        rules += projection_rules("embeddings_project")
     return rules
 
 
@@ -92,13 +99,8 @@ def mlm_rules(prefix: str, decoder: str = "decoder", bias: str | None = "bias",
               transform: str = "transform.dense", norm: str = "transform.LayerNorm",
               tied: bool = True) -> list[Rule]:
     """Masked-LM head names under ``prefix`` (``cls.predictions.`` for BERT)."""
-    rules = [
-        Rule("heads.mlm.dense.weight", f"{prefix}{transform}.weight"),
-        Rule("heads.mlm.dense.bias", f"{prefix}{transform}.bias"),
-        Rule("heads.mlm.norm.weight", f"{prefix}{norm}.weight"),
-        Rule("heads.mlm.norm.bias", f"{prefix}{norm}.bias"),
-        Rule("heads.mlm.decoder.weight", f"{prefix}{decoder}.weight", optional=tied),
-    ]
+    rules = paired_rules("heads.mlm.", prefix, [("dense", transform), ("norm", norm)])
+    rules.append(Rule("heads.mlm.decoder.weight", f"{prefix}{decoder}.weight", optional=tied))
     bias_name = f"{prefix}{bias}" if bias else f"{prefix}{decoder}.bias"
     rules.append(Rule("heads.mlm.decoder.bias", bias_name, aliases=(f"{prefix}{decoder}.bias",)))
     return rules

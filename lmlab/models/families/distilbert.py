@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, stack_size
 from lmlab.models.families.bert import (
     ENCODER_SHAPE,
     SIZE_FIELDS,
-    encoder_size,
+    bert_embedding_rules,
     layer_rules,
     mlm_rules,
 )
@@ -31,15 +31,8 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
 
 
 def _base_rules(config: TransformerConfig) -> list[Rule]:
-    position = ("transformer.embeddings.sinusoids" if config.position_embedding == "sinusoidal"
-                else "transformer.embeddings.position_embeddings.weight")
-    rules = [
-        Rule("transformer.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
-        Rule(position, "embeddings.position_embeddings.weight"),
-        Rule("transformer.embeddings.norm.weight", "embeddings.LayerNorm.weight"),
-        Rule("transformer.embeddings.norm.bias", "embeddings.LayerNorm.bias"),
-    ]
-    return rules + layer_rules("transformer.layer.{i}.", (
+    """BERT's embedding names (its stored sinusoids fill lmlab's buffer), its own layer names."""
+    return bert_embedding_rules(config) + layer_rules("transformer.layer.{i}.", (
         "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
         "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"))
 
@@ -52,7 +45,7 @@ FAMILY = FamilySpec(
     shape={**{k: v for k, v in ENCODER_SHAPE.items() if k != "position_embedding"},
            "type_vocab_size": 0, "embedding_size": None, "norm_eps": 1e-12},
     defaults=dict(extra={"qa_dropout": 0.1, "seq_classif_dropout": 0.2}),
-    sizes={"base": encoder_size(768, 6)},
+    sizes={"base": stack_size(768, 6)},
     hf_names={"vocab_size": "vocab_size", "dim": "hidden_size", "hidden_dim": "intermediate_size",
               "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
               "activation": "hidden_act", "dropout": "hidden_dropout_prob",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import FamilySpec, Rule
+from lmlab.models.families import FamilySpec, Rule, stack_size
 from lmlab.utils.errors import LmlabError
 
 CPU_SIZES = ((2, 128), (4, 256), (6, 384), (8, 512))  # (layers, hidden) of the CPU presets
@@ -79,14 +79,8 @@ FAMILY = FamilySpec(
                   norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=None,
                   bos_token_id=50256, eos_token_id=50256, hidden_dropout_prob=0.1,
                   attention_probs_dropout_prob=0.1),
-    sizes={"small": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                         intermediate_size=3072),
-           "medium": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                          intermediate_size=4096),
-           **{f"{layers}x{hidden}": dict(hidden_size=hidden, num_hidden_layers=layers,
-                                         num_attention_heads=hidden // 64,
-                                         intermediate_size=4 * hidden)
-              for layers, hidden in CPU_SIZES}},
+    sizes={"small": stack_size(768, 12), "medium": stack_size(1024, 24),
+           **{f"{layers}x{hidden}": stack_size(hidden, layers) for layers, hidden in CPU_SIZES}},
     hf_names={"vocab_size": "vocab_size", "n_embd": "hidden_size",
               "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
               "n_inner": "intermediate_size", "activation_function": "hidden_act",

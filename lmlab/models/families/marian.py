@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import FamilySpec
+from lmlab.models.families import FamilySpec, stack_size
 from lmlab.models.families.bart import (
     FAIRSEQ_HF_NAMES,
     FAIRSEQ_SHAPE,
@@ -58,10 +58,8 @@ FAMILY = FamilySpec(
                   attention_probs_dropout_prob=0.0,
                   extra={"decoder_start_token_id": 58100, "forced_eos_token_id": 0,
                          "sinusoid_layout": "halves"}),
-    sizes={"base": dict(hidden_size=512, num_hidden_layers=6, num_decoder_layers=6,
-                        num_attention_heads=8, intermediate_size=2048),
-           "big": dict(hidden_size=1024, num_hidden_layers=6, num_decoder_layers=6,
-                       num_attention_heads=16, intermediate_size=4096)},
+    sizes={"base": stack_size(512, 6, num_decoder_layers=6),
+           "big": stack_size(1024, 6, num_decoder_layers=6)},
     hf_names=FAIRSEQ_HF_NAMES,
     hf_defaults=dict(max_position_embeddings=1024, scale_embedding=False, hidden_act="gelu"),
     required=FAIRSEQ_SIZE_FIELDS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, paired_rules
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, paired_rules, stack_size
 from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
     ENCODER_REQUIRED,
@@ -14,7 +14,6 @@ from lmlab.models.families.bert import (
     bert_embedding_rules,
     bert_layer_rules,
     check_absolute_positions,
-    encoder_size,
     mlm_rules,
 )
 from lmlab.utils.errors import LmlabError
@@ -46,7 +45,7 @@ FAMILY = FamilySpec(
     defaults=dict(vocab_size=50265, max_position_embeddings=514, position_offset=2,
                   type_vocab_size=1, norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
                   eos_token_id=2, extra={"mlm_head_act": "gelu"}),
-    sizes={"base": encoder_size(768, 12), "large": encoder_size(1024, 24)},
+    sizes={"base": stack_size(768, 12), "large": stack_size(1024, 24)},
     hf_names=ENCODER_HF_NAMES,
     hf_defaults=dict(max_position_embeddings=512, norm_eps=1e-12),
     hf_constants={"position_embedding_type": "absolute"},

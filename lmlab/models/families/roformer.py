@@ -9,41 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule
+from lmlab.models.families import BERT_TASK_HEADS, FamilySpec
 from lmlab.models.families.bert import (
     BERT_SIZES,
     ENCODER_HF_NAMES,
     ENCODER_REQUIRED,
     ENCODER_SHAPE,
-    bert_layer_rules,
+    bert_rules,
     drop_equal_embedding_size,
     mlm_rules,
-    projection_rules,
 )
 from lmlab.utils.errors import LmlabError
-
-ROTATED = ("attention.self.query.", "attention.self.key.")  # rows stored as rotation pairs
-
-
-def _layer_rules() -> list[Rule]:
-    from dataclasses import replace
-
-    return [replace(rule, rotary_pairs=any(name in rule.theirs for name in ROTATED))
-            for rule in bert_layer_rules()]
-
-
-def _base_rules(config: TransformerConfig) -> list[Rule]:
-    rules = [
-        Rule("transformer.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
-        Rule("transformer.embeddings.norm.weight", "embeddings.LayerNorm.weight"),
-        Rule("transformer.embeddings.norm.bias", "embeddings.LayerNorm.bias"),
-    ]
-    if config.type_vocab_size > 0:
-        rules.append(Rule("transformer.embeddings.token_type_embeddings.weight",
-                          "embeddings.token_type_embeddings.weight"))
-    if config.input_embedding_size != config.hidden_size:
-        rules += projection_rules("embeddings_project")
-    return rules + _layer_rules()
 
 
 def position_table(config: TransformerConfig) -> dict[str, Any]:
@@ -82,7 +58,7 @@ FAMILY = FamilySpec(
     required=ENCODER_REQUIRED,
     from_hf=from_hf,
     to_hf=lambda config, hf: hf.update(embedding_size=config.input_embedding_size),
-    base_rules=_base_rules,
+    base_rules=bert_rules,
     head_rules={"mlm": lambda config: mlm_rules("cls.predictions.",
                                                 tied=config.tie_word_embeddings)},
     architectures={"RoFormerModel": (), "RoFormerForMaskedLM": ("mlm",)},
