@@ -43,11 +43,6 @@ def model_kind(model: Any) -> str:
     return "decoder" if model.config.causal else "encoder"
 
 
-def layer_count(model: Any) -> int:
-    """Layers of the (encoder's) self-attention the maps have."""
-    return int(model.config.num_hidden_layers)
-
-
 @torch.inference_mode()
 def model_attentions(model: Any, input_ids: torch.Tensor,
                      attention_mask: torch.Tensor | None = None,
@@ -402,19 +397,13 @@ class HeadStatistics:
 
 def _token_flags(tokenizer: Any, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(separator, punctuation) flags (B, T) of a batch of ids."""
-    separators = {i for i in (tokenizer.sep_token_id, tokenizer.eos_token_id) if i is not None}
+    separators = [i for i in (tokenizer.sep_token_id, tokenizer.eos_token_id) if i is not None]
     special = set(tokenizer.all_special_ids)
-    punct_ids = {}
-    punct = torch.zeros(ids.shape, dtype=torch.bool)
-    for index, token_id in enumerate(ids.flatten().tolist()):
-        if token_id not in punct_ids:
-            token = tokenizer.convert_ids_to_tokens(token_id) or ""
-            punct_ids[token_id] = token_id not in special and is_punctuation(token)
-        punct.view(-1)[index] = punct_ids[token_id]
-    sep = torch.isin(ids, torch.tensor(sorted(separators), dtype=ids.dtype)) if separators \
-        else torch.zeros(ids.shape, dtype=torch.bool)
+    punct_ids = [i for i in ids.unique().tolist() if i not in special
+                 and is_punctuation(tokenizer.convert_ids_to_tokens(i) or "")]
+    sep = torch.isin(ids, torch.tensor(separators, dtype=ids.dtype))
     sep[:, 0] = False
-    return sep, punct
+    return sep, torch.isin(ids, torch.tensor(punct_ids, dtype=ids.dtype))
 
 
 def batch_statistics(maps: torch.Tensor, mask: torch.Tensor, sep: torch.Tensor,

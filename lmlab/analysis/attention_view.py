@@ -51,12 +51,8 @@ def view_data(maps: AttentionMaps) -> list[dict]:
 def build_html(maps: AttentionMaps, stats: HeadStatistics | None = None, title: str = "",
                layer: int = 0, head: int = 0) -> str:
     """The page (a string): ``maps`` drawn, ``stats`` shaded, ``layer``/``head`` selected."""
-    if not 0 <= layer < maps.num_layers:
-        raise LmlabError(f"layer {layer} does not exist: the model has {maps.num_layers} layers",
-                         f"give a layer from 0 to {maps.num_layers - 1}")
-    if not 0 <= head < maps.num_heads:
-        raise LmlabError(f"head {head} does not exist: each layer has {maps.num_heads} heads",
-                         f"give a head from 0 to {maps.num_heads - 1}")
+    _check_index(layer, maps.num_layers, "layer", "layers")
+    _check_index(head, maps.num_heads, "head", "heads per layer")
     data = {"views": view_data(maps), "layer": layer, "head": head, "min_drawn": MIN_DRAWN,
             "level": maps.level, "stats": None}
     if stats is not None:
@@ -103,7 +99,7 @@ def write_attention_view(model, tokenizer, path: str | Path, text: str, pair: st
     from lmlab.analysis import attention as A
 
     A.check_inputs(model, pair, target)
-    _check_index(layer, A.layer_count(model), "--layer", "layers")
+    _check_index(layer, model.config.num_hidden_layers, "--layer", "layers")
     _check_index(head, model.config.num_attention_heads, "--head", "heads per layer")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # said by the caller, from the maps' record
