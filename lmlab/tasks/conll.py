@@ -12,13 +12,16 @@ from lmlab.utils.checks import check_file
 from lmlab.utils.errors import LmlabError
 
 
-def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[Example]:
-    """Sentences of a CoNLL column file as tagging examples (``tokens`` + ``tags``)."""
+def read_conll(path: str | os.PathLike, tag_column: int = -1,
+               same_columns: bool = False) -> list[Example]:
+    """Sentences of a CoNLL column file as tagging examples (``tokens`` + ``tags``);
+    ``same_columns``: every line must have the first line's columns (the probing files)."""
     path = check_file(path, "CoNLL file", "check the path")
     examples: list[Example] = []
     tokens: list[str] = []
     tags: list[str] = []
     start_line = 1
+    columns = None
 
     def flush() -> None:
         if tokens:
@@ -29,17 +32,21 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[Example]:
 
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
+            line = line.rstrip("\n")
             stripped = line.strip()
-            if not stripped:
-                flush()
-                continue
-            if stripped.startswith("-DOCSTART-"):
+            if not stripped or stripped.startswith("-DOCSTART-"):  # a sentence ends
                 flush()
                 continue
             fields = stripped.split()
             if len(fields) < 2:
-                raise LmlabError(f"{path}, line {number}: {stripped!r} has one column",
+                raise LmlabError(f"{path}, line {number}: {line!r} has no label for its word "
+                                 "(one column)",
                                  "write 'token POS chunk NER' (or 'token TAG') per line")
+            columns = columns or len(fields)
+            if same_columns and len(fields) != columns:
+                raise LmlabError(f"{path}, line {number}: {len(fields)} columns where the file's "
+                                 f"first line has {columns}",
+                                 "give every word line the same columns (word ... label)")
             if tag_column == 0 or not -len(fields) < tag_column < len(fields):
                 raise LmlabError(f"{path}, line {number}: tag column {tag_column} is not among "
                                  f"the {len(fields) - 1} tag columns of {stripped!r}",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmlab.tasks.builtin import hash_unit, split_of
-from lmlab.utils.checks import check_file, check_names
+from lmlab.utils.checks import check_names
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_bytes, stable_hash
 from lmlab.utils.paths import cache_dir
@@ -290,27 +290,10 @@ def check_task_names(names: Sequence[str]) -> None:
 # -- user files -----------------------------------------------------------------------------------
 def read_labelled_words(path: str | os.PathLike) -> list[tuple[list[str], list[str]]]:
     """Sentences of a CoNLL-style file (``word ... label`` lines, blank lines between
-    sentences) as (words, labels), read by :func:`~lmlab.tasks.conll.read_conll` after a
-    stricter check: every line has the first line's columns and a label."""
+    sentences) as (words, labels); every line has the first line's columns."""
     from lmlab.tasks.conll import read_conll
 
-    path = check_file(path, "--conll file", "check the path")
-    columns = None
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            line = line.rstrip("\n")
-            if not line.strip() or line.startswith("-DOCSTART-"):
-                continue
-            fields = [f.strip() for f in (line.split("\t") if "\t" in line else line.split())]
-            columns = columns or len(fields)
-            if len(fields) < 2 or not fields[0] or not fields[-1]:
-                raise LmlabError(f"{path}, line {number}: {line!r} has no label for its word",
-                                 "write one 'word<TAB>label' line per word")
-            if len(fields) != columns:
-                raise LmlabError(f"{path}, line {number}: {len(fields)} columns where the file's "
-                                 f"first line has {columns}",
-                                 "give every word line the same columns (word ... label)")
-    sentences = [(e.tokens or [], e.tags or []) for e in read_conll(path)]
+    sentences = [(e.tokens or [], e.tags or []) for e in read_conll(path, same_columns=True)]
     if not sentences:
         raise LmlabError(f"--conll file {path} holds no labelled words",
                          "write one 'word<TAB>label' line per word, blank lines between sentences")
