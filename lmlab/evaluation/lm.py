@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch.nn import functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from lmlab.generation.generate import check_causal_lm, generate
 from lmlab.tasks.sampling import sample_examples
@@ -182,13 +183,11 @@ def score_continuations(model: Any, prompt_ids: list[int], continuations: list[l
     out = model(input_ids=prompt, use_cache=True, heads=["clm"])
     first = F.log_softmax(out.logits[0, -1].float(), dim=-1)  # (V,) next after the prompt
     cache = out.past_key_values
-    n, width = len(continuations), max(len(c) for c in continuations)
+    ids = pad_sequence([torch.tensor(c) for c in continuations], batch_first=True).to(device)
+    mask = pad_sequence([torch.ones(len(c), dtype=torch.long) for c in continuations],
+                        batch_first=True).to(device)  # (C, W) each, zeros after the end
+    n, width = ids.shape
     cache.reorder(torch.zeros(n, dtype=torch.long, device=device))  # (C, ...) copies
-    ids = torch.zeros(n, width, dtype=torch.long, device=device)
-    mask = torch.zeros(n, width, dtype=torch.long, device=device)
-    for i, cont in enumerate(continuations):
-        ids[i, :len(cont)] = torch.tensor(cont)
-        mask[i, :len(cont)] = 1
     scores = first[ids[:, 0]]  # (C,)
     if width > 1:
         past = len(prompt_ids)

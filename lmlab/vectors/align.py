@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from scipy.linalg import orthogonal_procrustes
 
 from lmlab.utils.checks import check_at_least, check_choice, check_file, check_output_file
 from lmlab.utils.errors import LmlabError
@@ -34,8 +35,7 @@ def procrustes(source: np.ndarray, target: np.ndarray) -> np.ndarray:
     if source.shape != target.shape:
         raise LmlabError(f"paired vectors of shapes {source.shape} and {target.shape}",
                          "both spaces need the same dimension and one row per dictionary pair")
-    u, _, vt = np.linalg.svd(source.T @ target)  # (D, D) each
-    return (u @ vt).astype(np.float32)
+    return orthogonal_procrustes(source, target)[0].astype(np.float32)  # U V^T of the SVD
 
 
 def mean_top_k_cosine(queries: np.ndarray, keys: np.ndarray, k: int, batch: int = 1024
