@@ -30,13 +30,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser, registry = build_parser()
     _register_all(registry)
-    args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return 0
     try:
-        result = handler(args)
+        args = parser.parse_args(argv)  # a flag's type may refuse a value with an LmlabError
+        if getattr(args, "handler", None) is None:
+            parser.print_help()
+            return 0
+        result = args.handler(args)
     except LmlabError as error:
         print(f"lmlab: error: {error.problem}", file=sys.stderr)
         if error.fix:

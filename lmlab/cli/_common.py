@@ -36,6 +36,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _split_lines(self, text: str, width: int) -> list[str]:
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
+    def _get_help_string(self, action: argparse.Action) -> str:
+        """The help, with the flag's default when it has one the help does not name."""
+        help = action.help or ""
+        if action.default in (None, False, [], "", argparse.SUPPRESS) or "default" in help:
+            return help
+        return f"{help} (default: %(default)s)"
+
 
 class CommandRegistry:
     """Lets each CLI module add top-level commands (``lmlab pretrain``) or commands inside a
@@ -88,11 +95,49 @@ class CommandRegistry:
         self._group_parsers[group].epilog = "example:\n" + "\n".join(f"  {e}" for e in examples)
 
 
-# -- flags declared once per concept (each command passes its own help and default) -------------
+# -- flags declared once per concept ----------------------------------------------------------
 MODEL_HELP = "model folder, lmlab run directory or short name (minilm)"
-DEVICE_HELP = "auto (a GPU when there is one), cpu, cuda or cuda:N"
-AUTO_PRECISION_HELP = ("default auto: bf16 where this host's measured bf16 matmul rate is at "
-                       "least 1.2x fp32's (lmlab cost peak), else fp32")
+PRECISION_HELP = ("auto: bf16 where this host's measured bf16 matmul rate is at least 1.2x "
+                  "fp32's (lmlab cost peak), else fp32")
+AUTO_PRECISION_HELP = "default " + PRECISION_HELP  # a command whose default None means auto
+
+#: the flags several commands take, each declared here once (a command may pass its own
+#: default or help); add_flags names them by dest: ``batch_size`` is ``--batch-size``
+FLAGS: dict[str, dict[str, Any]] = {
+    "seed": {"type": int, "default": 0, "help": "random seed"},
+    "lr": {"type": float, "help": "peak learning rate"},
+    "batch_size": {"type": int, "help": "examples per optimizer step"},
+    "max_length": {"type": int, "help": "tokens per sequence"},
+    "epochs": {"type": int, "help": "passes over the training split"},
+    "steps": {"type": int, "help": "optimizer steps"},
+    "budget": {"help": "wall-clock training time limit, e.g. 90s, 5m, 1.5h"},
+    "warmup": {"type": float, "help": "warmup fraction of the run"},
+    "max_train_examples": {"type": int, "help": "use the first N training examples"},
+    "min_updates": {"type": int, "help": "train at least N optimizer updates, adding epochs "
+                    "on small data (default: the recipe's; bert 500, 0 = no minimum)"},
+    "threads": {"type": int, "help": "torch intra-op threads"},
+    "device": {"default": "auto", "help": "auto (a GPU when there is one), cpu, cuda or cuda:N"},
+    "precision": {"default": "auto", "choices": PRECISIONS, "help": PRECISION_HELP},
+    "json": {"action": "store_true", "help": "print JSON"},
+    "tokenizer": {"help": "tokenizer folder (default: the one the shards record)"},
+    "no_cost": {"action": "store_true", "help": "do not track FLOPs/energy/cost"},
+    "calibrate": {"action": "store_true", "help": "few-shot: contextual calibration (subtract "
+                  "each label's log-likelihood after the content-free text 'N/A'; Zhao et al. "
+                  "2021)"},
+}
+
+
+def add_flags(p: argparse.ArgumentParser, *names: str, **defaults: Any) -> None:
+    """The shared flags ``names`` as :data:`FLAGS` declares them, and those named in
+    ``defaults`` with this command's default."""
+    for name in (*names, *defaults):
+        add_flag(p, name, **({"default": defaults[name]} if name in defaults else {}))
+
+
+def add_flag(p: argparse.ArgumentParser, name: str, **own: Any) -> None:
+    """One shared flag with this command's own settings (``help``, ``default``) over
+    :data:`FLAGS`'."""
+    p.add_argument("--" + name.replace("_", "-"), **{**FLAGS[name], **own})
 
 
 def add_model(p: argparse.ArgumentParser, help: str | None = MODEL_HELP) -> None:
@@ -114,75 +159,52 @@ def add_overwrite(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--overwrite", action="store_true", help=help)
 
 
-def add_seed(p: argparse.ArgumentParser, default: int | None = 0, help: str | None = None) -> None:
-    p.add_argument("--seed", type=int, default=default, help=help)
-
-
-def add_device(p: argparse.ArgumentParser, default: str | None = "auto",
-               help: str | None = DEVICE_HELP) -> None:
-    p.add_argument("--device", default=default, help=help)
-
-
-def add_precision(p: argparse.ArgumentParser, default: str | None = "auto",
-                  help: str | None = None, choices: Any = PRECISIONS) -> None:
-    p.add_argument("--precision", default=default, choices=choices, help=help)
-
-
-def add_threads(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--threads", type=int, help=help)
-
-
-def add_batch_size(p: argparse.ArgumentParser, default: int | None = None,
-                   help: str | None = None) -> None:
-    p.add_argument("--batch-size", type=int, default=default, help=help)
-
-
-def add_max_length(p: argparse.ArgumentParser, default: int | None = None,
-                   help: str | None = None) -> None:
-    p.add_argument("--max-length", type=int, default=default, help=help)
-
-
-def add_lr(p: argparse.ArgumentParser, default: float | None = None,
-           help: str | None = None) -> None:
-    p.add_argument("--lr", type=float, default=default, help=help)
-
-
-def add_max_train_examples(p: argparse.ArgumentParser,
-                           help: str | None = "use the first N training examples") -> None:
-    p.add_argument("--max-train-examples", type=int, help=help)
-
-
-def add_json(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--json", action="store_true", help=help)
-
-
-# the flags (dest names) whose PretrainConfig setting has another name (the others are named as
-# their setting): `lmlab pretrain` and `lmlab distil` read their flags through it
-SETTING_OF_FLAG = {"steps": "max_steps", "tokens": "max_tokens", "budget": "budget_seconds",
-                   "grid_intensity": "grid_g_per_kwh"}
-
-
 def add_training_flags(p: argparse.ArgumentParser) -> None:
     """The run flags `lmlab pretrain` and `lmlab distil` share (sequence and batch shape, the
     optimiser and schedule, how long, and the evaluation / checkpoint / log cadence): one list,
-    so both build their ``PretrainConfig`` from the same names."""
+    each flag's dest the name of its ``PretrainConfig`` setting."""
     p.add_argument("--seq-len", type=int)
-    add_batch_size(p, help="global batch size (sequences per step)")
-    add_lr(p)
-    p.add_argument("--warmup", help="warmup: steps (e.g. 500) or a fraction (e.g. 0.06)")
+    add_flag(p, "batch_size", help="global batch size (sequences per step)")
+    add_flags(p, "lr", seed=None)
+    add_flag(p, "warmup", type=None, help="warmup: steps (e.g. 500) or a fraction (e.g. 0.06)")
     p.add_argument("--schedule", help="linear | cosine | constant | inverse_sqrt | triangular")
     p.add_argument("--weight-decay", type=float)
     p.add_argument("--clip-norm", type=float)
-    p.add_argument("--steps", help="stop after this many optimizer steps")
-    p.add_argument("--tokens", help="stop after this many tokens (e.g. 5M)")
-    p.add_argument("--budget", help="stop after this wall-clock time (e.g. 10m, 1.5h)")
-    add_seed(p, None)
+    p.add_argument("--steps", dest="max_steps", help="stop after this many optimizer steps")
+    p.add_argument("--tokens", dest="max_tokens", help="stop after this many tokens (e.g. 5M)")
+    p.add_argument("--budget", dest="budget_seconds",
+                   help="stop after this wall-clock time (e.g. 10m, 1.5h)")
     p.add_argument("--grad-accum", type=int)
     p.add_argument("--eval-every", type=int, help="evaluate every N steps (and at the end)")
     p.add_argument("--eval-batches", type=int, help="validation batches (default 8)")
     p.add_argument("--save-every", type=int, help="checkpoint every N steps (and at the end)")
     p.add_argument("--keep-last", type=int)
     p.add_argument("--log-every", type=int)
+    add_flag(p, "precision", default=None, help=AUTO_PRECISION_HELP)  # unless --config sets one
+    add_flags(p, "threads", "tokenizer", "no_cost")
+    add_flag(p, "device", default=None, help="auto | cpu | cuda")
+
+
+def settings_from(kind: type, args: argparse.Namespace, **given: Any) -> Any:
+    """The dataclass ``kind`` from the flags named as its fields (a field with no flag keeps
+    its default), ``given`` over them."""
+    from dataclasses import fields
+
+    values = {f.name: getattr(args, f.name) for f in fields(kind) if hasattr(args, f.name)}
+    return kind(**{**values, **given})
+
+
+def pretrain_config(args: argparse.Namespace, *own: str) -> Any:
+    """The ``PretrainConfig`` of `lmlab pretrain` or `lmlab distil`: every flag is a setting
+    but ``own`` (the command's other flags) and ``--config``'s file (its sections below them)."""
+    from lmlab.training.config import load_config_file
+    from lmlab.training.pretrain import PretrainConfig
+
+    flags = {k: v for k, v in vars(args).items() if k not in ("config", "handler", "no_cost", *own)}
+    sections = load_config_file(args.config) if getattr(args, "config", None) else {}
+    if flags["precision"] is None and "precision" not in (sections.get("speed") or {}):
+        flags["precision"] = "auto"  # the commands' default: the host's measured fastest path
+    return PretrainConfig.from_sections(sections, track_cost=not args.no_cost, **flags)
 
 
 def print_run_summary(result, prefix: str) -> None:

@@ -29,7 +29,8 @@ def register(commands) -> None:
                    help="compute the head statistics over N sentences (of --corpus, else of "
                         "WordNet's example sentences) instead of the text itself")
     p.add_argument("--corpus", help="lmlab corpus folder for --stats-sample")
-    _common.add_max_length(p, help="cut the text to this many tokens (default: the model's limit)")
+    _common.add_flag(p, "max_length", help="cut the text to this many tokens (default: the "
+                                             "model's limit)")
 
     p = commands.command(
         "head-stats", help="what each attention head attends to ([CLS], [SEP], punctuation, "
@@ -43,8 +44,9 @@ def register(commands) -> None:
     p.add_argument("--sample", type=int, default=500,
                    help="texts to average over (default 500; WordNet's example sentences "
                         "unless --corpus or --text-file)")
-    _common.add_batch_size(p, 16)
-    _common.add_max_length(p, help="cut texts to this many tokens (default: the model's limit)")
+    _common.add_flag(p, "batch_size", default=16, help="texts per forward pass")
+    _common.add_flag(p, "max_length", help="cut texts to this many tokens (default: the model's "
+                                           "limit)")
     _common.add_out(p, "folder for head_stats.{json,csv,md,png}", overwrite="replace what --out holds")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lmlab.cli import _common
 from lmlab.cli._task_options import add_task_arguments
+from lmlab.compress.jobs import parse_fractions
 
 GROUP = "compress"
 
@@ -20,8 +21,8 @@ def register(commands) -> None:
              "task after each step (accuracy against heads removed; the pruned model is saved)",
         example="lmlab compress prune-heads minilm --task wordnet-supersense --finetune-steps "
                 "200 --step 0.1 --max 0.5 --out pruned-heads",
-        handler=_prune_heads)
-    _add_job_flags(p, task_required=True)
+        handler=_run)
+    _add_job_flags(p, "prune-heads", task_required=True)
     p.add_argument("--step", type=float, default=0.1,
                    help="fraction of the heads removed per step (default 0.1)")
     p.add_argument("--max", type=float, default=0.5, dest="max_fraction",
@@ -31,7 +32,7 @@ def register(commands) -> None:
                    help="split whose examples score the heads (default dev, as Michel et al.)")
     p.add_argument("--importance-examples", type=int, default=256,
                    help="examples scoring the heads at each step (default 256)")
-    p.add_argument("--no-recompute", action="store_true",
+    p.add_argument("--no-recompute", action="store_false", dest="recompute",
                    help="score the heads once, not after every step")
     p.add_argument("--finetune-steps", type=int, default=0,
                    help="first fine-tune a model without the task's head for this many steps")
@@ -42,9 +43,10 @@ def register(commands) -> None:
              "fine-tuning with a cubic or linear schedule, or in one shot (--steps 0)",
         example="lmlab compress magnitude RUN/model --task wordnet-supersense --sparsity "
                 "0.3,0.6,0.9 --steps 0 --out magnitude",
-        handler=_magnitude)
-    _add_job_flags(p, task_required=True)
-    p.add_argument("--sparsity", default="0.5",
+        handler=_run)
+    _add_job_flags(p, "magnitude", task_required=True)
+    p.add_argument("--sparsity", default="0.5", dest="sparsities",
+                   type=lambda text: parse_fractions(text, "--sparsity"),
                    help="comma-separated target sparsities (fractions of the layers' linear "
                         "weights set to 0); the model of the last one is saved")
     p.add_argument("--scope", choices=("global", "layer"), default="global")
@@ -61,8 +63,8 @@ def register(commands) -> None:
              "rewind the survivors to step k, retrain; accuracy against sparsity",
         example="lmlab compress lottery minilm --task wordnet-supersense --rounds 3 --steps 200 "
                 "--rewind-step 20 --out lottery",
-        handler=_lottery)
-    _add_job_flags(p, task_required=True)
+        handler=_run)
+    _add_job_flags(p, "lottery", task_required=True)
     p.add_argument("--rounds", type=int, default=3, help="pruning rounds (default 3)")
     p.add_argument("--prune-fraction", type=float, default=0.2,
                    help="fraction of the surviving weights removed each round (default 0.2)")
@@ -78,17 +80,19 @@ def register(commands) -> None:
         help="factorise the layers' linear maps by truncated SVD (a rank, or the energy kept); "
              "reports the weights and FLOPs removed and the reconstruction error",
         example="lmlab compress low-rank minilm --energy 0.9 --out minilm-low-rank",
-        handler=_low_rank)
-    _add_job_flags(p, task_required=False)
+        handler=_run)
+    _add_job_flags(p, "low-rank", task_required=False)
     p.add_argument("--rank", type=int, help="one rank for every matrix")
     p.add_argument("--energy", type=float,
                    help="per matrix, the smallest rank keeping this fraction of sum s_i^2")
-    p.add_argument("--modules", default="",
+    p.add_argument("--modules", default="", type=lambda text: tuple(
+                       m.strip() for m in text.split(",") if m.strip()) or None,
                    help="comma-separated module names to factorise (q_proj, k_proj, v_proj, "
                         "o_proj, up_proj, down_proj; default all)")
 
 
-def _add_job_flags(p: argparse.ArgumentParser, task_required: bool) -> None:
+def _add_job_flags(p: argparse.ArgumentParser, job: str, task_required: bool) -> None:
+    p.set_defaults(job=job)
     _common.add_model(p, "model folder, run directory or short name (minilm)")
     _common.add_out(p, "output folder (results, curve, model/)",
             overwrite="write into an --out that has files")
@@ -108,97 +112,51 @@ def _training(p: argparse.ArgumentParser) -> None:
     _common.add_flags(p, "max_train_examples", "seed", lr=5e-5, batch_size=32)
 
 
-def _job(args: argparse.Namespace):
-    """The settings every job shares (checked when made); the output folder checked before any
-    work."""
-    from lmlab.compress.jobs import JobSettings
+# command -> its settings in lmlab.compress.jobs, the job that runs them, what it writes
+JOBS = {"prune-heads": ("HeadPruning", "prune_heads_job", "head-pruning results"),
+        "magnitude": ("MagnitudePruning", "magnitude_job", "magnitude-pruning results"),
+        "lottery": ("Lottery", "lottery_job", "lottery-ticket results"),
+        "low-rank": ("LowRank", "low_rank_job", "low-rank results")}
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's settings and the ones every job shares from its flags (checked when
+    made), the output folder checked, the task, model and tokenizer loaded; then the job."""
+    from lmlab.compress import jobs
     from lmlab.utils.checks import check_output_folder
 
+    kind, run, what = JOBS[args.job]
+    settings = _common.settings_from(getattr(jobs, kind), args)
     command = "lmlab " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compress"] else ""
-    job = JobSettings(Path(args.out), str(args.model), command, args.eval_split,
-                      args.eval_examples, args.max_length,
-                      **{k: getattr(args, k) for k in ("lr", "batch_size", "max_train_examples",
-                                                       "seed") if hasattr(args, k)})
-    check_output_folder(job.out, args.overwrite, _WHAT[args.handler], ignore=(".*.tmp",))
-    return job
-
-
-def _load(args: argparse.Namespace, training: bool):
-    """The task (if any; its splits checked before any training), the model and tokenizer."""
-    task = None
-    if getattr(args, "task", None):
-        if hasattr(args, "glue_dir"):
-            from lmlab.cli._task_options import task_from_args
-
-            task = task_from_args(args)
-        else:
-            from lmlab.tasks import load_builtin_task
-
-            task = load_builtin_task(args.task, size=args.size)
-        task.split(args.eval_split)  # an unknown split is refused before any training
-        if getattr(args, "importance_split", None):
-            task.split(args.importance_split)
-        if training:
-            task.split("train")
+    job = _common.settings_from(jobs.JobSettings, args, out=Path(args.out),
+                                source=str(args.model), command=command)
+    check_output_folder(job.out, args.overwrite, what, ignore=(".*.tmp",))
+    # the jobs that train: a fine-tuning run before head pruning, magnitude's, the lottery's
+    training = bool(getattr(settings, "finetune_steps", 0) or getattr(settings, "steps", 0))
+    task = _task(args, training)
     from lmlab.finetune.runner import load_model
 
     model, tokenizer, _ = load_model(args.model)
-    return task, model, tokenizer
-
-
-def _wrote(paths) -> int:
+    paths = getattr(jobs, run)(model, tokenizer, task=task, job=job, settings=settings)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
 
 
-def _prune_heads(args: argparse.Namespace) -> int:
-    from lmlab.compress.jobs import HeadPruning
+def _task(args: argparse.Namespace, training: bool):
+    """The task (if any), its splits checked before any training."""
+    if not getattr(args, "task", None):
+        return None
+    if hasattr(args, "glue_dir"):
+        from lmlab.cli._task_options import task_from_args
 
-    settings = HeadPruning(args.step, args.max_fraction, args.importance_split,
-                           args.importance_examples, not args.no_recompute, args.finetune_steps)
-    job = _job(args)
-    task, model, tokenizer = _load(args, training=bool(args.finetune_steps))
-    from lmlab.compress.jobs import prune_heads_job
+        task = task_from_args(args)
+    else:
+        from lmlab.tasks import load_builtin_task
 
-    return _wrote(prune_heads_job(model, tokenizer, task, job, settings))
-
-
-def _magnitude(args: argparse.Namespace) -> int:
-    from lmlab.compress.jobs import MagnitudePruning, parse_fractions
-
-    settings = MagnitudePruning(parse_fractions(args.sparsity, "--sparsity"), args.steps,
-                                args.every, args.scope, args.schedule)
-    job = _job(args)
-    task, model, tokenizer = _load(args, training=bool(args.steps))
-    from lmlab.compress.jobs import magnitude_job
-
-    return _wrote(magnitude_job(model, tokenizer, task, job, settings))
-
-
-def _lottery(args: argparse.Namespace) -> int:
-    from lmlab.compress.jobs import Lottery
-
-    settings = Lottery(args.rounds, args.prune_fraction, args.rewind_step, args.scope,
-                       args.steps)
-    job = _job(args)
-    task, model, tokenizer = _load(args, training=True)
-    from lmlab.compress.jobs import lottery_job
-
-    return _wrote(lottery_job(model, tokenizer, task, job, settings))
-
-
-def _low_rank(args: argparse.Namespace) -> int:
-    from lmlab.compress.jobs import LowRank
-
-    modules = tuple(m.strip() for m in args.modules.split(",") if m.strip()) or None
-    settings = LowRank(args.rank, args.energy, modules)
-    job = _job(args)
-    task, model, tokenizer = _load(args, training=False)
-    from lmlab.compress.jobs import low_rank_job
-
-    return _wrote(low_rank_job(model, tokenizer, job, settings, task))
-
-
-# what each command writes (named when --out already holds something)
-_WHAT = {_prune_heads: "head-pruning results", _magnitude: "magnitude-pruning results",
-         _lottery: "lottery-ticket results", _low_rank: "low-rank results"}
+        task = load_builtin_task(args.task, size=args.size)
+    task.split(args.eval_split)  # an unknown split is refused before any training
+    if getattr(args, "importance_split", None):
+        task.split(args.importance_split)
+    if training:
+        task.split("train")
+    return task

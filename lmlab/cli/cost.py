@@ -123,7 +123,7 @@ def register(commands) -> None:
     p.add_argument("--pue", type=float, default=1.0, help="data-centre PUE (Strubell: 1.58)")
     p.add_argument("--peak-tflops", type=float, default=None, help="override the device peak")
     p.add_argument("--power-watts", type=float, default=None, help="override power per device")
-    _common.add_json(p, "print JSON")
+    _common.add_flags(p, "json")
 
     p = commands.command(
         "flops", group="cost", help="FLOPs per token of a model size, by component",
@@ -140,4 +140,4 @@ def register(commands) -> None:
         example="lmlab cost peak", handler=_peak,
     )
     p.add_argument("--refresh", action="store_true", help="measure again even if cached")
-    _common.add_json(p, "print JSON")
+    _common.add_flags(p, "json")

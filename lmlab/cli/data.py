@@ -45,7 +45,7 @@ def register(commands) -> None:
                         "offset (default), replace = read it as U+FFFD")
     p.add_argument("--validation-fraction", type=float, default=0.01,
                    help="share of documents in validation (default 0.01)")
-    _common.add_seed(p, help="seed of the train/validation split")
+    _common.add_flag(p, "seed", help="seed of the train/validation split")
     p.add_argument("--max-documents", type=int, default=None, metavar="N",
                    help="read at most N documents from each source (quick slices)")
 

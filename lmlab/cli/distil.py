@@ -8,12 +8,7 @@ import argparse
 from pathlib import Path
 
 from lmlab.cli import _common
-
-# the pretraining flags `lmlab distil` passes on to PretrainConfig
-_TRAINING_FLAGS = ("shards", "out", "seq_len", "batch_size", "lr", "warmup", "schedule",
-                   "weight_decay", "clip_norm", "steps", "tokens", "budget", "seed", "grad_accum",
-                   "eval_every", "eval_batches", "save_every", "keep_last", "log_every",
-                   "precision", "threads", "device", "tokenizer", "overwrite")
+from lmlab.utils.checks import parse_int_list
 
 
 def register(commands) -> None:
@@ -33,7 +28,8 @@ def register(commands) -> None:
                    help="model folder, lmlab run directory or short name (minilm)")
     p.add_argument("--student-layers", type=int,
                    help="layers of the student (default: half the teacher's)")
-    p.add_argument("--layers", help="the teacher layers to copy, comma-separated (e.g. 0,2,5; "
+    p.add_argument("--layers", type=lambda text: parse_int_list(text, "--layers", "0,2,5"),
+                   help="the teacher layers to copy, comma-separated (e.g. 0,2,5; "
                                     "default: spread from the first to the last)")
     p.add_argument("--temperature", type=float, default=2.0,
                    help="softmax temperature of the soft targets (default 2)")
@@ -50,11 +46,6 @@ def register(commands) -> None:
                                                    "tokenize --tokenizer TEACHER`)")
     _common.add_out(p, "run directory (resumed when it has checkpoints)")
     _common.add_training_flags(p)
-    _common.add_precision(p, help=_common.AUTO_PRECISION_HELP)
-    _common.add_threads(p)
-    _common.add_device(p, None, "auto | cpu | cuda")
-    p.add_argument("--tokenizer", help="tokenizer folder (default: the one the shards record)")
-    p.add_argument("--no-cost", action="store_true", help="do not track FLOPs/energy/cost")
     _common.add_overwrite(p, "start a run that is in --out over instead of resuming it")
 
     t = commands.command(
@@ -78,39 +69,23 @@ def register(commands) -> None:
     t.add_argument("--distil-alpha", type=float, default=0.5,
                    help="weight of the soft targets; 1 - alpha goes to the labels (default 0.5)")
     t.add_argument("--temperature", type=float, default=2.0, help="softmax temperature (2)")
-    _common.add_seed(t)
-    t.add_argument("--epochs", type=int)
-    _common.add_lr(t)
-    _common.add_batch_size(t)
-    _common.add_max_length(t, help="tokens per sequence (default 128)")
-    _common.add_max_train_examples(t)
-    t.add_argument("--min-updates", type=int,
-                   help="train at least N optimizer updates (default: the recipe's)")
-    t.add_argument("--budget", help="training time limit, e.g. 5m")
-    _common.add_precision(t)
-    _common.add_device(t, help=None)
+    _common.add_flags(t, "seed", "epochs", "lr", "batch_size", "max_train_examples",
+                      "min_updates", "precision", "device")
+    _common.add_flag(t, "budget", dest="budget_seconds")
+    _common.add_flag(t, "max_length", help="tokens per sequence (default 128)")
     _common.add_overwrite(t, "start over in an --out folder that holds a run")
-
-
-def _layers(text: str | None) -> tuple[int, ...] | None:
-    from lmlab.utils.checks import parse_int_list
-
-    return None if text is None else parse_int_list(text, "--layers", "0,2,5")
 
 
 def _distil(args: argparse.Namespace) -> int:
     """Flags -> DistilSettings + PretrainConfig -> lmlab.compress.distil.distil; the summary."""
     import os
+    from dataclasses import fields
 
     from lmlab.compress.distil import DistilSettings, distil
-    from lmlab.training.pretrain import PretrainConfig
 
-    settings = DistilSettings(args.teacher, args.student_layers, _layers(args.layers),
-                              args.temperature, args.alpha_ce, args.alpha_mlm, args.alpha_cos,
-                              args.restrict_ce_to_mask)
-    flags = {_common.SETTING_OF_FLAG.get(k, k): getattr(args, k) for k in _TRAINING_FLAGS}
-    config = PretrainConfig.from_sections(None, track_cost=not args.no_cost, **flags)
-    result = distil(settings, config)
+    own = [field.name for field in fields(DistilSettings)]  # the other flags: PretrainConfig's
+    result = distil(_common.settings_from(DistilSettings, args),
+                    _common.pretrain_config(args, *own))
     if int(os.environ.get("RANK", 0)) != 0:
         return 0
     out = Path(args.out)
@@ -122,19 +97,16 @@ def _distil(args: argparse.Namespace) -> int:
 def _distil_task(args: argparse.Namespace) -> int:
     """Flags -> lmlab.finetune.finetune(distil=TaskDistillation(...)); the dev/test scores."""
     from lmlab.cli._task_options import task_from_args
-    from lmlab.cli.finetune import parse_budget
+    from lmlab.cli.finetune import config_flags
     from lmlab.compress.distil import TaskDistillation
     from lmlab.finetune.runner import finetune
+    from lmlab.finetune.settings import FinetuneConfig
 
     task = task_from_args(args, required=("train", "dev"))
-    result = finetune(task, args.student, args.out, recipe="bert", seed=args.seed,
-                      epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                      max_train_examples=args.max_train_examples,
-                      budget_seconds=parse_budget(args.budget),
-                      precision=args.precision, max_length=args.max_length,
-                      device=args.device, overwrite=args.overwrite,
-                      min_updates=args.min_updates,
-                      distil=TaskDistillation(args.teacher, args.distil_alpha, args.temperature))
+    config = FinetuneConfig.from_sections(
+        None, recipe="bert", **config_flags(args),
+        distil=TaskDistillation(args.teacher, args.distil_alpha, args.temperature))
+    result = finetune(task, args.student, args.out, config=config)
     for split in ("dev", "test"):
         if split in result:
             print(f"lmlab distil-task: {split} " + ", ".join(

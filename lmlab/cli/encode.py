@@ -16,7 +16,7 @@ def register(commands) -> None:
     p.add_argument("model", help="model folder, run directory")
     p.add_argument("text", nargs="+", help="text(s) with one or more [MASK] tokens")
     p.add_argument("--top-k", type=int, default=5)
-    _common.add_json(p, "print JSON instead of a table")
+    _common.add_flag(p, "json", help="print JSON instead of a table")
 
     p = commands.command(
         "embed", help="sentence vectors (or token vectors) of texts from any layer",

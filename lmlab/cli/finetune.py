@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
+from typing import Any
 
 from lmlab.cli import _common
 from lmlab.cli._task_options import add_task_arguments, task_from_args
@@ -29,20 +31,19 @@ def register(commands) -> None:
                    help="default: bert for a pretrained model, scratch for --random-init "
                         "(docs/finetuning.md: the recipes)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-    _common.add_max_train_examples(p)
-    p.add_argument("--budget", help="training time limit per seed, e.g. 5m, 90s, 1h")
-    _common.add_device(p, None)
+    _common.add_flag(p, "budget", dest="budget_seconds",
+                     help="training time limit per seed, e.g. 5m, 90s, 1h")
     p.add_argument("--config", help="YAML/JSON file with hparams: and speed: sections, any "
                                     "FinetuneConfig setting (flags override it)")
     p.add_argument("--save-every", type=int,
                    help="checkpoint every N optimizer steps (default: every epoch)")
-    p.add_argument("--epochs", type=int)
     p.add_argument("--patience", type=int,
                    help="early stopping: epochs without a better dev score (default: the "
                         "recipe's: 3; ulmfit and bert-paper 2)")
-    _common.add_lr(p)
-    _common.add_batch_size(p)
-    _common.add_max_length(p, help="tokens per sequence (default 128)")
+    _common.add_flags(p, "epochs", "lr", "batch_size", "max_train_examples", "min_updates",
+                      device=None)
+    _common.add_flag(p, "precision", default=None, help=_common.AUTO_PRECISION_HELP)
+    _common.add_flag(p, "max_length", help="tokens per sequence (default 128)")
     p.add_argument("--layer", type=int,
                    help="feature recipe: hidden state to use (-1 = last); default: scalar mix")
     p.add_argument("--pooling", choices=("auto", "family", "cls", "mean", "concat"),
@@ -51,10 +52,6 @@ def register(commands) -> None:
     p.add_argument("--head-lr-multiplier", type=float,
                    help="the new task head trains at --lr times this (default: the recipe's; "
                         "bert 10)")
-    p.add_argument("--min-updates", type=int,
-                   help="train at least N optimizer updates, adding epochs on small data "
-                        "(default: the recipe's; bert 500, 0 = no minimum)")
-    _common.add_precision(p, None, help=_common.AUTO_PRECISION_HELP)
     add_method_arguments(p)
 
     p = commands.command(
@@ -68,16 +65,15 @@ def register(commands) -> None:
                         "with a head")
     p.add_argument("--splits", default="dev", help="comma-separated splits (default dev)")
     _common.add_out(p, "where to write results (default: the run dir)", required=False)
-    _common.add_precision(p, "fp32", choices=[p for p in PRECISIONS if p != "auto"])
+    _common.add_flag(p, "precision", default="fp32", help=None,
+                     choices=[p for p in PRECISIONS if p != "auto"])
     p.add_argument("--few-shot", help="causal LMs: comma-separated shot counts, e.g. 0,1,8")
     p.add_argument("--max-examples", type=int, default=100,
                    help="--few-shot: score N examples of each split, a stable label-stratified "
                         "sample (default 100; 0 = all)")
-    _common.add_seed(p, help="--few-shot: the draw of the shots")
-    p.add_argument("--calibrate", action="store_true",
-                   help="few-shot: contextual calibration (subtract each label's log-likelihood "
-                        "after the content-free text 'N/A'; Zhao et al. 2021)")
-    _common.add_json(p, "--few-shot: one JSON line per split")
+    _common.add_flag(p, "seed", help="--few-shot: the draw of the shots")
+    _common.add_flags(p, "calibrate")
+    _common.add_flag(p, "json", help="--few-shot: one JSON line per split")
 
 
 #: --option -> (method, option name) of lmlab.adapt's methods
@@ -121,11 +117,13 @@ def method_options(args: argparse.Namespace) -> dict:
     return options
 
 
-def parse_budget(text: str | None) -> float | None:
-    """``--budget`` in seconds (``90s``, ``5m``, ``1.5h`` or plain seconds); ``None`` if not given."""
-    from lmlab.utils.durations import parse_duration
+def config_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags that are :class:`FinetuneConfig` settings (by dest) for its ``from_sections``;
+    a switch not given is None, so a --config file's value stands."""
+    from lmlab.finetune.settings import FinetuneConfig
 
-    return None if text is None else parse_duration(text)
+    return {f.name: None if getattr(args, f.name) is False else getattr(args, f.name)
+            for f in fields(FinetuneConfig) if hasattr(args, f.name)}
 
 
 def check_finetune_args(args: argparse.Namespace):
@@ -143,15 +141,8 @@ def check_finetune_args(args: argparse.Namespace):
     seeds = parse_int_list(args.seeds, "--seeds")
     sections = load_config_file(args.config) if args.config else {}
     speed = {"precision": "auto", **(sections.get("speed") or {})}  # the command's default
-    config = FinetuneConfig.from_sections(
-        {**sections, "speed": speed}, recipe=args.recipe, epochs=args.epochs, lr=args.lr,
-        batch_size=args.batch_size, max_train_examples=args.max_train_examples,
-        budget_seconds=parse_budget(args.budget), precision=args.precision,
-        random_init=args.random_init or None, layer=args.layer, pooling=args.pooling,
-        max_length=args.max_length, patience=args.patience, device=args.device,
-        save_every=args.save_every, overwrite=args.overwrite or None,
-        head_lr_multiplier=args.head_lr_multiplier, min_updates=args.min_updates,
-        method=args.method, method_options=method_options(args) or None)
+    config = FinetuneConfig.from_sections({**sections, "speed": speed}, **config_flags(args),
+                                          method_options=method_options(args) or None)
     if len(seeds) > 1:  # seed-N/ folders are runs: resumed or refused one by one
         check_output_folder(Path(args.out), args.overwrite, "fine-tuning run",
                             ignore=("seed-*", "summary.json"))

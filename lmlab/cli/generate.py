@@ -13,7 +13,7 @@ from lmlab.cli import _common
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bf16", action="store_true",
                    help="run in bfloat16 (faster on CPUs with bf16 instructions and on GPUs)")
-    _common.add_threads(p, "torch intra-op threads")
+    _common.add_flags(p, "threads")
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
@@ -47,7 +47,7 @@ def _add_generation_options(p: argparse.ArgumentParser, max_new_tokens: int) -> 
     p.add_argument("--stop", action="append", default=[], type=stop_string,
                    help="stop string (repeatable); \\n, \\t and \\\\ stand for a newline, a tab "
                         "and a backslash, so --stop '\\n' stops at the end of a line")
-    _common.add_seed(p, help="seed of the sampler")
+    _common.add_flag(p, "seed", help="seed of the sampler")
     p.add_argument("--truncate", choices=("left",),
                    help="a prompt that leaves no room for --max-new-tokens in the model's "
                         "context: keep its last tokens that fit, with a warning (default: "
@@ -66,7 +66,7 @@ def register(commands) -> None:
     _add_generation_options(p, 50)
     _add_model_options(p)
     p.add_argument("--no-stream", action="store_true", help="print only when done")
-    _common.add_json(p, "print JSON lines")
+    _common.add_flag(p, "json", help="print JSON lines")
 
     p = commands.command(
         "chat", help="chat with an instruction-tuned model using its chat template",
@@ -83,7 +83,7 @@ def register(commands) -> None:
         handler=_perplexity)
     p.add_argument("model")
     p.add_argument("file", help="UTF-8 text file")
-    _common.add_max_length(p, help="window length (default: model's, <= 1024)")
+    _common.add_flag(p, "max_length", help="window length (default: model's, <= 1024)")
     p.add_argument("--stride", type=int, help="window step (default: max-length / 2)")
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
     _add_model_options(p)
@@ -100,12 +100,8 @@ def register(commands) -> None:
     p.add_argument("--few-shot", default="0", help="comma-separated shot counts, e.g. 0,1,8")
     p.add_argument("--split", default="test")
     p.add_argument("--max-examples", type=int, default=100)
-    p.add_argument("--calibrate", action="store_true",
-                   help="few-shot: contextual calibration (subtract each label's log-likelihood "
-                        "after the content-free text 'N/A'; Zhao et al. 2021)")
-    _common.add_seed(p)
+    _common.add_flags(p, "calibrate", "seed", "json")
     p.add_argument("--corpus", help="corpus folder for --task cloze (its validation split)")
-    _common.add_json(p)
     _add_model_options(p)
 
 

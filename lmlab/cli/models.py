@@ -12,7 +12,7 @@ def register(commands) -> None:
         "list", help="the offline checkpoints (short name, kind, size, where they are); a short "
                      "name works wherever a model path does",
         example="lmlab models list", handler=_list, group="models")
-    _common.add_json(p, "print the rows as JSON")
+    _common.add_flag(p, "json", help="print the rows as JSON")
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -35,22 +35,15 @@ def register(commands) -> None:
                                   "folder, a Hugging Face model folder or a short name "
                                   "from `lmlab models list` (minilm)")
     _common.add_training_flags(p)
-    _common.add_precision(p, None, "default auto (unless the --config file sets one): bf16 "
-                          "where this host's measured bf16 matmul rate is at least 1.2x fp32's "
-                          "(lmlab cost peak), else fp32")
     p.add_argument("--compile", action="store_true", default=None)
-    _common.add_threads(p)
     p.add_argument("--workers", type=int)
     p.add_argument("--strategy", choices=["auto", "ddp", "fsdp"])
-    _common.add_device(p, None, "auto | cpu | cuda")
-    p.add_argument("--tokenizer", help="tokenizer folder (default: the one the shards record)")
-    p.add_argument("--no-cost", action="store_true", help="do not track FLOPs/energy/cost")
     _common.add_overwrite(p, "write into an --out folder that holds other files, or start a "
                              "run that is there over (its checkpoints, metrics and model are "
                              "removed) instead of resuming it")
     p.add_argument("--price-per-hour", type=float,
                    help="cost report: price per device-hour, for the money figure (no default)")
-    p.add_argument("--grid-intensity", type=float,
+    p.add_argument("--grid-intensity", type=float, dest="grid_g_per_kwh",
                    help="cost report: grid carbon intensity in g CO2e/kWh (default 480, the "
                         "2023 world average)")
 
@@ -60,16 +53,9 @@ def _pretrain(args: argparse.Namespace) -> int:
     then the run's summary and cost report (printed once under torchrun)."""
     import os
 
-    from lmlab.training.config import load_config_file
-    from lmlab.training.pretrain import PretrainConfig, pretrain
+    from lmlab.training.pretrain import pretrain
 
-    flags = {_common.SETTING_OF_FLAG.get(k, k): v for k, v in vars(args).items()
-             if k not in ("config", "handler", "no_cost")}
-    sections = load_config_file(args.config) if args.config else None
-    if flags.get("precision") is None and "precision" not in ((sections or {}).get("speed") or {}):
-        flags["precision"] = "auto"  # the command's default: the host's measured fastest path
-    result = pretrain(PretrainConfig.from_sections(
-        sections, track_cost=not args.no_cost, **flags))
+    result = pretrain(_common.pretrain_config(args))
     if int(os.environ.get("RANK", 0)) != 0:
         return 0
     out = Path(args.out)

@@ -31,8 +31,8 @@ def register(commands) -> None:
                    help="skip the randomly initialised model of the same shape")
     p.add_argument("--no-control-task", action="store_true",
                    help="skip the control task (random label per word type) and selectivity")
-    _common.add_seed(p)
-    _common.add_batch_size(p, 32, "texts per forward pass")
+    _common.add_flags(p, "seed")
+    _common.add_flag(p, "batch_size", default=32, help="texts per forward pass")
 
 
 def _probe(args: argparse.Namespace) -> int:

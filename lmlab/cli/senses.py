@@ -20,7 +20,7 @@ def register(commands) -> None:
     p.add_argument("--window", type=int, default=5,
                    help="context words on each side for the GloVe baseline")
     p.add_argument("--no-glove", action="store_true", help="skip the GloVe baseline")
-    _common.add_batch_size(p, 32)
+    _common.add_flag(p, "batch_size", default=32, help="texts per forward pass")
     _common.add_out(p, "folder for senses.json and senses.png", required=False,
                     overwrite="replace the files in --out")
 

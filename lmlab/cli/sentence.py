@@ -30,20 +30,14 @@ def register(commands) -> None:
     p.add_argument("--init", help="start from this encoder (folder or short name: minilm)")
     p.add_argument("--size", default="tiny", help="bert preset of a fresh encoder (no --init)")
     p.add_argument("--tokenizer", help="tokenizer of a fresh encoder (default: minilm's)")
-    _common.add_batch_size(p, 32)
-    _common.add_lr(p, 2e-5)
-    p.add_argument("--warmup", type=float, default=0.1, help="warmup fraction of the run")
-    p.add_argument("--steps", type=int, help="optimizer steps")
-    p.add_argument("--budget", help="wall-clock budget: 90s, 30m, 1.5h")
-    _common.add_max_length(p, 128, "tokens per sentence")
+    _common.add_flags(p, "steps", "budget", "seed", "threads", "device", batch_size=32, lr=2e-5,
+                      warmup=0.1)
+    _common.add_flag(p, "max_length", default=128, help="tokens per sentence")
+    _common.add_flag(p, "precision", default="fp32", choices=("fp32", "bf16", "auto"))
     p.add_argument("--max-sentences", type=int, help="corpus sentences read at most")
     p.add_argument("--scale", type=float, default=20.0, help="mnrl: cosine scale")
     p.add_argument("--num-labels", type=int, help="softmax: classes (default: from the pairs)")
     p.add_argument("--decoder-hidden", type=int, default=256, help="skip-thought: GRU size")
-    _common.add_precision(p, "fp32", choices=("fp32", "bf16", "auto"))
-    _common.add_seed(p)
-    _common.add_threads(p)
-    _common.add_device(p)
     _common.add_overwrite(p, "replace an existing run in --out")
 
     p = commands.command(
@@ -64,7 +58,7 @@ def register(commands) -> None:
                    help="held-out synsets whose glosses are retrieved from")
     _common.add_out(p, "write the results (JSON) here", required=False,
                     overwrite="replace an existing --out file")
-    _common.add_threads(p)
+    _common.add_flags(p, "threads")
 
 
 def _pairs(args: argparse.Namespace) -> int:

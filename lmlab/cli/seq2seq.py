@@ -21,7 +21,7 @@ def register(commands) -> None:
                         "classification task in T5's formulation (label as a word)")
     p.add_argument("--count", type=int,
                    help="expressions to generate (integration), or the most train pairs kept")
-    _common.add_seed(p)
+    _common.add_flags(p, "seed")
     _common.add_out(p, "output folder", overwrite="write into a non-empty --out")
 
     p = commands.command(
@@ -41,19 +41,12 @@ def register(commands) -> None:
     p.add_argument("--hidden", type=int, help="width (heads of 64 dims, FFN 4x)")
     p.add_argument("--tokenizer", help="tokenizer folder for a text task trained from scratch "
                                        "(integration builds its own from the symbols)")
-    _common.add_batch_size(p, 32)
-    _common.add_lr(p, 5e-4)
-    p.add_argument("--warmup", type=float, default=0.05, help="warmup fraction of the run")
-    p.add_argument("--steps", type=int, help="optimizer steps")
-    p.add_argument("--budget", help="wall-clock budget: 90s, 30m, 1.5h")
+    _common.add_flags(p, "steps", "budget", "precision", "seed", "threads", "device",
+                      batch_size=32, lr=5e-4, warmup=0.05)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--max-source-length", type=int, default=256)
     p.add_argument("--max-target-length", type=int, default=256)
-    _common.add_precision(p)
-    _common.add_seed(p)
-    _common.add_threads(p)
-    _common.add_device(p)
     _common.add_overwrite(p, "replace an existing run in --out")
 
     p = commands.command(
@@ -69,7 +62,7 @@ def register(commands) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     _common.add_out(p, "write the metrics (JSON) here", required=False,
                     overwrite="replace an existing --out file")
-    _common.add_threads(p)
+    _common.add_flags(p, "threads")
 
 
 def _data(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from lmlab.cli import _common
 def register(commands) -> None:
     p = commands.command("list", help="list the built-in downstream tasks and their split sizes",
                          example="lmlab tasks list", handler=_list, group="tasks")
-    _common.add_json(p, "print the rows as JSON")
+    _common.add_flag(p, "json", help="print the rows as JSON")
 
     p = commands.command(
         "export-texts", help="write the dev/test texts of tasks, one per line (for "
@@ -31,7 +31,7 @@ def register(commands) -> None:
     from lmlab.cli._task_options import add_task_arguments
 
     add_task_arguments(p)
-    _common.add_seed(p)
+    _common.add_flags(p, "seed")
     _common.add_out(p, "output folder (metrics.json, predictions)",
                     overwrite="write into an --out folder that already holds files")
 

@@ -40,8 +40,8 @@ def register(commands: _common.CommandRegistry) -> None:
     p.add_argument("--tokenizer", required=True, help="tokenizer folder, .gguf file or short name (minilm, smollm2)")
     p.add_argument("text")
     p.add_argument("--pair", default=None, help="second segment")
-    _common.add_max_length(p)
-    _common.add_json(p, "print the full encoding as JSON")
+    _common.add_flags(p, "max_length")
+    _common.add_flag(p, "json", help="print the full encoding as JSON")
 
     p = commands.command(
         "tokenize", help="tokenize a corpus into memory-mapped token shards",

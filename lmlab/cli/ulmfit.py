@@ -29,12 +29,9 @@ def register(commands) -> None:
     p.add_argument("--lm-lr", type=float, default=1e-3, help="stage 2 peak learning rate")
     p.add_argument("--recipe", default="ulmfit", choices=("ulmfit", "ulmfit-no-unfreeze"),
                    help="stage 3 recipe (ulmfit-no-unfreeze: every layer trains from epoch 0)")
-    _common.add_lr(p, help="stage 3 peak learning rate of the top group")
-    p.add_argument("--epochs", type=int)
-    _common.add_batch_size(p)
-    _common.add_max_train_examples(p, help=None)
-    _common.add_seed(p)
-    _common.add_precision(p, "fp32", choices=("fp32", "bf16", "auto"))
+    _common.add_flag(p, "lr", help="stage 3 peak learning rate of the top group")
+    _common.add_flags(p, "epochs", "batch_size", "max_train_examples", "seed")
+    _common.add_flag(p, "precision", default="fp32", choices=("fp32", "bf16", "auto"))
     _common.add_overwrite(p, "start stage 3's run over instead of resuming it")
 
 

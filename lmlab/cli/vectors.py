@@ -44,7 +44,7 @@ def register(commands) -> None:
     p.add_argument("--x-max", type=float, default=10.0, help="GloVe: weighting cut-off")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads while training (1: the steps are too small to share)")
-    _common.add_seed(p, 1)
+    _common.add_flags(p, seed=1)
     p.add_argument("--run", help="a run folder (config, checkpoints, cost report): the same "
                                  "command again resumes a killed run exactly, or extends one "
                                  "its --budget stopped (with a larger --budget)")
@@ -100,7 +100,7 @@ def register(commands) -> None:
     p.add_argument("--target-vocab", type=int, default=50_000,
                    help="retrieve among the first N target words (CSLS's cost grows as N^2)")
     p.add_argument("--limit", type=int, help="read only the first LIMIT words of each space")
-    _common.add_seed(p)
+    _common.add_flags(p, "seed")
     p.add_argument("--save-mapping", help="write the (dim, dim) map as a .npy file")
     _common.add_overwrite(p, "replace --save-mapping if it exists")
 
