@@ -74,14 +74,10 @@ def build_wordnet_supersense() -> Task:
     """Every synset with a definition: text = definition, label = lexicographer file name."""
     folder = wordnet.wordnet_dir()
     names = wordnet.lexnames(folder)
-    splits: dict[str, list[Example]] = {"train": [], "dev": [], "test": []}
-    for synset in wordnet.read_synsets(folder):
-        if not synset.definition:
-            continue
-        example = Example(id=synset.id, text=synset.definition,
-                          label=names[synset.lex_filenum],
-                          extra={"lemmas": synset.lemmas})
-        splits[split_of(synset.id)].append(example)
+    examples = [Example(id=synset.id, text=synset.definition, label=names[synset.lex_filenum],
+                        extra={"lemmas": synset.lemmas})
+                for synset in wordnet.read_synsets(folder) if synset.definition]
+    splits = hash_splits(examples, lambda example: "split:" + example.id)
     return Task(name="wordnet-supersense", type="classification", labels=list(names),
                 metrics=["accuracy", "macro_f1"], splits=splits,
                 description="WordNet definition -> supersense (lexicographer file, 45 classes)")
@@ -138,20 +134,19 @@ def build_wordnet_wic() -> Task:
             if depth < len(group) and len(negatives) < len(positives):
                 negatives.append(group[depth])
         depth += 1
-    splits: dict[str, list[Example]] = {"train": [], "dev": [], "test": []}
+    examples = []
     for label, pairs in (("same", positives), ("different", negatives)):
         for lemma, pos, (sid1, i1, occ1), (sid2, i2, occ2) in pairs:
             first, second = occ1, occ2
             if hash_unit(f"swap:{sid1}{i1}{sid2}{i2}") < 0.5:  # no order cue for the label
                 (sid1, i1, first), (sid2, i2, second) = (sid2, i2, occ2), (sid1, i1, occ1)
-            example = Example(
+            examples.append(Example(
                 id=f"{lemma}|{pos}|{sid1}.{i1}|{sid2}.{i2}", text=first["sentence"],
                 text_pair=second["sentence"], label=label,
                 extra={"word": lemma, "pos": pos, "span1": first["span"],
-                       "span2": second["span"], "synset1": sid1, "synset2": sid2})
-            splits[split_of("lemma:" + lemma)].append(example)
-    for examples in splits.values():
-        examples.sort(key=lambda e: e.id)
+                       "span2": second["span"], "synset1": sid1, "synset2": sid2}))
+    splits = hash_splits(sorted(examples, key=lambda e: e.id),
+                         lambda example: "split:lemma:" + example.extra["word"])
     return Task(name="wordnet-wic", type="pair-classification", labels=["different", "same"],
                 metrics=["accuracy", "f1"], splits=splits, positive_label="same",
                 description="two WordNet example sentences with one lemma: same sense? "
@@ -169,7 +164,7 @@ def build_fortunes_topic() -> Task:
             where[key].add(category)
             text_of.setdefault(key, entry)
     kept = {c for c, entries in by_category.items() if len(entries) >= FORTUNE_MIN_ENTRIES}
-    splits: dict[str, list[Example]] = {"train": [], "dev": [], "test": []}
+    examples = []
     for key in sorted(where):
         categories = where[key]
         if len(categories) != 1:
@@ -178,10 +173,10 @@ def build_fortunes_topic() -> Task:
         if category not in kept:
             continue
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
-        splits[split_of("fortune:" + key)].append(
-            Example(id=f"{category}:{digest}", text=text_of[key], label=category))
-    for examples in splits.values():
-        examples.sort(key=lambda e: e.id)
+        examples.append(Example(id=f"{category}:{digest}", text=text_of[key], label=category))
+    # split by the entry's text, whitespace collapsed (its key); each split in id order
+    splits = hash_splits(sorted(examples, key=lambda e: e.id),
+                         lambda example: "split:fortune:" + " ".join(example.text.split()))
     return Task(name="fortunes-topic", type="classification", labels=sorted(kept),
                 metrics=["accuracy", "macro_f1"], splits=splits,
                 description=f"fortune-cookie entry -> category ({len(kept)} classes)")
