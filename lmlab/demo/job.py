@@ -9,13 +9,12 @@ budget is shared").
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from lmlab.demo.report import epochs_text, model_name, write_report
+from lmlab.demo.report import epochs_text, model_name, print_summary, write_report
 from lmlab.demo.stages import StageLog, StageRunner
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json
@@ -156,17 +155,14 @@ def _say(message: str) -> None:
 
 
 def _subset_eval(task, count: int | None):
+    """``task`` with ``count`` examples of its dev and test splits (a stratified sample)."""
     from lmlab.tasks.sampling import sample_examples
-    from lmlab.tasks.types import Task
 
     if not count:
         return task
-    splits = dict(task.splits)
-    for split in ("dev", "test"):
-        if split in splits:
-            splits[split] = sample_examples(splits[split], count)
-    return Task(task.name, task.type, list(task.labels), list(task.metrics), splits,
-                task.positive_label, task.description)
+    return replace(task, splits={**task.splits, **{
+        split: sample_examples(task.splits[split], count) for split in ("dev", "test")
+        if split in task.splits}})
 
 
 def check_demo_folder(out: str | Path, overwrite: bool = False) -> None:
@@ -194,8 +190,6 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
         torch.set_num_threads(config.threads)
     precision_reason = "chosen by the caller"
     if config.precision == "auto":
-        from dataclasses import replace
-
         from lmlab.cost.precision import auto_precision
 
         precision, precision_reason = auto_precision("cuda" if torch.cuda.is_available() else "cpu")
@@ -241,6 +235,7 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     atomic_write_json(out / "summary.json", summary)
     report = write_report(out, summary)
     _say(f"done in {summary['total_seconds'] / 60:.1f} min; report: {report}")
+    print_summary(summary, report)
     return report
 
 
@@ -313,27 +308,17 @@ def _pretrain_stage(config: DemoConfig, stages: StageRunner, shards_folder: Path
     """4. Pretraining through ``lmlab.pretrain`` for ``seconds`` (:func:`plan_pretraining`);
     resumable (a killed demo continues from the run's last checkpoint)."""
     def work(folder: Path) -> dict[str, Any]:
-        from lmlab.training import TrainingConfig
-        from lmlab.training.pretrain import (
-            DataSettings,
-            ModelSettings,
-            ObjectiveSettings,
-            PretrainConfig,
-            pretrain,
-        )
+        from lmlab.training.pretrain import PretrainConfig, pretrain
 
         run = folder / "run"
-        training = TrainingConfig(
-            lr=config.pretrain_lr, warmup_fraction=config.pretrain_warmup,
+        result = pretrain(PretrainConfig.from_sections(
+            None, out=run, lr=config.pretrain_lr, warmup_fraction=config.pretrain_warmup,
             schedule=config.pretrain_schedule, seq_len=config.seq_len,
-            batch_size=config.batch_size, budget_seconds=seconds,
-            seed=0, eval_every=250, save_every=250, threads=config.threads,
-            precision=config.precision)
-        result = pretrain(PretrainConfig(
-            out=run, training=training,
-            model=ModelSettings(config.family, config.size, model_args=dict(config.model_args)),
-            objective=ObjectiveSettings(config.objective, config.objective_args()),
-            data=DataSettings(shards_folder / "shards", str(tok_folder / "tokenizer"))))
+            batch_size=config.batch_size, budget_seconds=seconds, seed=0, eval_every=250,
+            save_every=250, threads=config.threads, precision=config.precision,
+            family=config.family, size=config.size, model_args=dict(config.model_args),
+            objective=config.objective, objective_args=config.objective_args(),
+            shards=shards_folder / "shards", tokenizer=str(tok_folder / "tokenizer")))
         _say(f"pretraining: {result.stop_reason} after {result.step:,} steps, "
              f"{result.tokens:,} tokens")
         return {"run": str(run)}
@@ -501,7 +486,3 @@ def _analysis_stage(config: DemoConfig, stages: StageRunner, pretrain_folder: Pa
     return stages.run("analysis", {"model": pretrain_folder.name, "examples": CONTEXT_EXAMPLES,
                                    "fill": FILL_MASK_EXAMPLES,
                                    "occurrences": config.neighbour_occurrences}, work)[1]
-
-
-def load_summary(out: str | Path) -> dict[str, Any]:
-    return json.loads((Path(out) / "summary.json").read_text())
