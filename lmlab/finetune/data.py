@@ -206,6 +206,11 @@ def _encode_choices(examples: Sequence[Example], tokenizer, max_length: int) -> 
 def collate(features: Sequence[Feature], pad_id: int) -> dict[str, Any]:
     """Pad a list of features into tensors (right padding; labels padded with -100)."""
     import torch
+    from torch.nn.utils.rnn import pad_sequence
+
+    def padded(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:  # (N, longest)
+        return pad_sequence([torch.tensor(row, dtype=torch.long) for row in rows],
+                            batch_first=True, padding_value=value)
 
     choices = isinstance(features[0].input_ids[0], list)
     rows = [f.input_ids for f in features]
@@ -214,28 +219,18 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, Any]:
         count = len(rows[0])
         rows = [r for f in rows for r in f]
         types = [t for f in types for t in (f or [None] * count)]
-    length = max(len(r) for r in rows)
-    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), length), dtype=torch.long)
-    type_ids = torch.zeros((len(rows), length), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row)
-        mask[i, :len(row)] = 1
-        if types[i] is not None:
-            type_ids[i, :len(row)] = torch.tensor(types[i])
-    batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+    batch: dict[str, Any] = {"input_ids": padded(rows, pad_id),
+                             "attention_mask": padded([[1] * len(row) for row in rows], 0)}
     if any(t is not None for t in types):
-        batch["token_type_ids"] = type_ids
-    if choices:
-        batch = {k: v.view(len(features), count, length) for k, v in batch.items()}  # (B, C, T)
+        batch["token_type_ids"] = padded([[0] * len(row) if t is None else t
+                                          for t, row in zip(types, rows)], 0)
+    if choices:  # (B, C, T)
+        batch = {k: v.view(len(features), count, -1) for k, v in batch.items()}
     labels = [f.label for f in features]
     if all(label is not None for label in labels):
         first = labels[0]
-        if isinstance(first, list):
-            tensor = torch.full((len(rows), length), IGNORE_INDEX, dtype=torch.long)
-            for i, row in enumerate(labels):
-                tensor[i, :len(row)] = torch.tensor(row)
-            batch["labels"] = tensor
+        if isinstance(first, list):  # tags: one per token, -100 past the end
+            batch["labels"] = padded(labels, IGNORE_INDEX)
         elif isinstance(first, tuple):
             batch["labels"] = torch.tensor(labels, dtype=torch.long)  # (B, 2)
         elif isinstance(first, float):
