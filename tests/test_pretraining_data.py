@@ -17,11 +17,11 @@ from conftest import kjv_shards, minilm_raw_tokenizer
 from lmlab.data.pretraining import (
     InMemoryTokenSource,
     PretrainingStream,
-    ShardTokenSource,
     create_segment_pairs,
     truncate_seq_pair,
     validation_batches,
 )
+from lmlab.data.shard_reader import ShardReader
 from lmlab.objectives import SpecialTokens, build_objective, get_factory
 from lmlab.objectives.base import Objective
 from lmlab.utils.errors import LmlabError
@@ -307,7 +307,7 @@ def shard_dir(tmp_path_factory) -> Path:
 
 
 def test_stream_from_real_shards(shard_dir, special):
-    source = ShardTokenSource(shard_dir, "train")
+    source = ShardReader(shard_dir, "train")
     memory = InMemoryTokenSource.from_texts(_kjv_docs()[:40], _tokenizer())
     assert source.num_tokens == memory.num_tokens
     assert np.array_equal(source.document_offsets(), memory.document_offsets())

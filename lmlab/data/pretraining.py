@@ -4,6 +4,7 @@ number), never from the worker (docs/objectives.md, "The data stream")."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from collections import deque
@@ -11,12 +12,12 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
 
-from lmlab.data.shard_reader import ShardReader
+from lmlab.data.shard_reader import ShardReader, TokenSource
 from lmlab.data.shards import encode_sentences, plain_engine
 from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
@@ -29,66 +30,22 @@ _PAIR_ID_BITS = 20  # example id of a segment pair: (document << 20) | index wit
 
 
 # ------------------------------------------------------------------------------------ sources
-@runtime_checkable
-class TokenSource(Protocol):
-    """What the stream reads: a split's tokens with ``document_offsets()`` (D + 1,) and
-    ``sentence_offsets()`` (S + 1,) into them (the last entry is the end); ``window`` and
-    ``word_starts`` read a range."""
-
-    num_documents: int
-    num_tokens: int
-
-    def document_offsets(self) -> np.ndarray: ...
-
-    def sentence_offsets(self) -> np.ndarray: ...
-
-    def window(self, start: int, length: int) -> np.ndarray: ...
-
-    def word_starts(self, start: int, length: int) -> np.ndarray: ...
-
-
-class _Offsets:
-    """The document and sentence offsets both sources hold as ``_documents``/``_sentences``."""
-
-    _documents: np.ndarray
-    _sentences: np.ndarray
-
-    def document_offsets(self) -> np.ndarray:
-        return self._documents
-
-    def sentence_offsets(self) -> np.ndarray:
-        return self._sentences
-
-
-class ShardTokenSource(_Offsets, ShardReader):
-    """A :class:`TokenSource` over one split of a shard folder (``lmlab.data.shards``),
-    memory-mapped: nothing is loaded whole."""
-
-    def word_starts(self, start: int, length: int) -> np.ndarray:
-        return super().word_starts(start, length).astype(bool)
-
-    @property
-    def vocab_size(self) -> int | None:
-        size = self.manifest.get("tokenizer", {}).get("size")
-        return int(size) if size is not None else None
-
-
-class InMemoryTokenSource(_Offsets):
+class InMemoryTokenSource(TokenSource):
     """A :class:`TokenSource` held in memory (small corpora, tests, notebooks), from tokenized
     sentences (:meth:`from_sentences`) or text and a tokenizer (:meth:`from_texts`)."""
 
     def __init__(self, ids: np.ndarray, word_starts: np.ndarray, sentence_offsets: np.ndarray,
                  document_offsets: np.ndarray, vocab_size: int | None = None):
-        self._ids = np.asarray(ids, dtype=np.int64)
-        self._words = np.asarray(word_starts, dtype=bool)
-        self._sentences = np.asarray(sentence_offsets, dtype=np.int64)
-        self._documents = np.asarray(document_offsets, dtype=np.int64)
-        self.num_tokens = len(self._ids)
-        self.num_documents = len(self._documents) - 1
+        self._arrays = (np.asarray(ids, dtype=np.int64), np.asarray(word_starts, dtype=np.uint8))
+        super().__init__([len(self._arrays[0])], np.asarray(document_offsets, dtype=np.int64),
+                         np.asarray(sentence_offsets, dtype=np.int64))
         self.vocab_size = vocab_size
-        if len(self._words) != self.num_tokens or self._documents[-1] != self.num_tokens:
+        if len(self._arrays[1]) != self.num_tokens or self._documents[-1] != self.num_tokens:
             raise LmlabError("token, word-start and document arrays disagree in length",
                              "build it with InMemoryTokenSource.from_sentences")
+
+    def _shard(self, index: int, words: bool) -> np.ndarray:
+        return self._arrays[words]
 
     @classmethod
     def from_sentences(cls, documents: Sequence[Sequence[tuple[Sequence[int], Sequence[bool]]]],
@@ -126,12 +83,6 @@ class InMemoryTokenSource(_Offsets):
         return cls.from_sentences([sentences[a:b] for a, b in zip(ends[:-1], ends[1:])],
                                   engine.get_vocab_size(with_added_tokens=True))
 
-    def window(self, start: int, length: int) -> np.ndarray:
-        return self._ids[start:start + length]
-
-    def word_starts(self, start: int, length: int) -> np.ndarray:
-        return self._words[start:start + length]
-
 
 def open_source(source: str | os.PathLike | TokenSource, split: str) -> TokenSource:
     """A TokenSource from a shard folder path (or the source itself)."""
@@ -140,7 +91,7 @@ def open_source(source: str | os.PathLike | TokenSource, split: str) -> TokenSou
         if not path.exists():
             raise LmlabError(f"shard folder {path} does not exist",
                              "tokenize a corpus first: lmlab data tokenize --out DIR ...")
-        return ShardTokenSource(path, split)
+        return ShardReader(path, split)
     if isinstance(source, TokenSource):
         return source
     raise LmlabError(f"cannot read tokens from a {type(source).__name__}",
@@ -327,7 +278,6 @@ class PretrainingStream:
         self._check()
         self._documents = np.asarray(self.source.document_offsets(), dtype=np.int64)
         if self.format == "segment_pairs":
-            self._sentences = np.asarray(self.source.sentence_offsets(), dtype=np.int64)
             self.num_units = self.source.num_documents
             self.block_units = self.shuffle_block
         else:
@@ -353,7 +303,7 @@ class PretrainingStream:
                              f"use seq_len >= {least} (128 or 512 as BERT did)")
         if self.format == "segment_pairs":
             check_choice(self.pair_mode, PAIR_LABEL_KEYS, "pair_mode", "segment-pair mode")
-        vocab = getattr(self.source, "vocab_size", None)
+        vocab = self.source.vocab_size
         if vocab is not None and vocab != self.special.vocab_size:
             raise LmlabError(f"the shards were written with a {vocab}-token vocabulary but the "
                              f"objective's tokenizer has {self.special.vocab_size}",
@@ -448,32 +398,19 @@ class PretrainingStream:
             low, high = max(begin, virtual_start), min(end, int(separators[doc]))
             if high > low:
                 real = int(docs[doc]) + (low - virtual_start)
-                ids_parts.append(np.asarray(self.source.window(real, high - low), dtype=np.int64))
-                start_parts.append(np.asarray(self.source.word_starts(real, high - low), dtype=bool))
+                ids_parts.append(self.source.window(real, high - low))
+                start_parts.append(self.source.word_starts(real, high - low))
             if begin <= int(separators[doc]) < end:
                 ids_parts.append(np.asarray([self._separator()], dtype=np.int64))
                 start_parts.append(np.ones(1, dtype=bool))
             doc += 1
         return self._wrap(np.concatenate(ids_parts), np.concatenate(start_parts), unit, epoch)
 
-    def _document_sentences(self, doc: int) -> list[Sentence]:
-        begin, end = int(self._documents[doc]), int(self._documents[doc + 1])
-        ids = np.asarray(self.source.window(begin, end - begin), dtype=np.int64)
-        starts = np.asarray(self.source.word_starts(begin, end - begin), dtype=bool)
-        first = int(np.searchsorted(self._sentences, begin, side="left"))
-        last = int(np.searchsorted(self._sentences, end, side="left"))
-        cuts = [int(s) - begin for s in self._sentences[first:last + 1]]
-        if not cuts or cuts[0] != 0:
-            cuts = [0, *cuts]
-        if cuts[-1] != end - begin:
-            cuts.append(end - begin)
-        return [(ids[a:b], starts[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-
     def _pair_examples(self, doc: int, epoch: int) -> list[dict[str, Any]]:
         data_epoch = self.objective.data_epoch(epoch)
         rng = random.Random(_seed_of(self.seed, data_epoch, doc, 2))
-        pairs = create_segment_pairs(self._document_sentences(doc), doc,
-                                     self.source.num_documents, self._document_sentences,
+        sentences = functools.partial(self.source.document_sentences, word_starts=True)
+        pairs = create_segment_pairs(sentences(doc), doc, self.source.num_documents, sentences,
                                      self.seq_len - 3, self.pair_mode, rng, self.short_seq_prob)
         examples = []
         cls_, sep = self.special.cls_id, self.special.sep_id

@@ -1,6 +1,7 @@
-"""Random access to token shards written by :func:`lmlab.data.shards.build_shards`, through
+"""A split's tokens as the pretraining stream reads them (:class:`TokenSource`): in token
+shards written by :func:`lmlab.data.shards.build_shards` (:class:`ShardReader`, through
 ``np.memmap``: nothing is loaded whole, a read touches only the pages it needs, and processes
-(data-loader workers) share the page cache."""
+share the page cache) or in memory (``lmlab.data.pretraining.InMemoryTokenSource``)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,113 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lmlab.data.shards import FORMAT, MANIFEST
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import read_json
 
 
-class ShardReader:
+class TokenSource:
+    """Token ids and word-start flags of one split, stored as consecutive shards (subclasses
+    give :meth:`_shard`), with the offsets of its documents (D + 1,) and sentences (S + 1,)
+    into them (the last entry is the end); a document starts at a sentence start."""
+
+    vocab_size: int | None = None
+
+    def __init__(self, shard_lengths: list[int], document_offsets: np.ndarray,
+                 sentence_offsets: np.ndarray):
+        self._shard_starts = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
+        self._documents = document_offsets
+        self._sentences = sentence_offsets
+        self.num_tokens = int(self._shard_starts[-1])
+        self.num_documents = len(document_offsets) - 1
+        self.num_sentences = len(sentence_offsets) - 1
+
+    def _shard(self, index: int, words: bool) -> Any:
+        """Token ids (or, with ``words``, word-start flags) of shard ``index``."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        """Number of documents."""
+        return self.num_documents
+
+    def document_offsets(self) -> np.ndarray:
+        return self._documents
+
+    def sentence_offsets(self) -> np.ndarray:
+        return self._sentences
+
+    def _read(self, start: int, stop: int, words: bool) -> np.ndarray:
+        if not 0 <= start <= stop <= self.num_tokens:
+            raise LmlabError(f"token range [{start}, {stop}) is outside the split "
+                             f"({self.num_tokens} tokens)", "ask for a range inside the split")
+        parts = []
+        index = max(int(np.searchsorted(self._shard_starts, start, "right")) - 1, 0)
+        position = start
+        while position < stop:
+            base = int(self._shard_starts[index])
+            end = min(stop, int(self._shard_starts[index + 1]))
+            parts.append(self._shard(index, words)[position - base:end - base])
+            position = end
+            index += 1
+        dtype = np.uint8 if words else np.int64
+        if not parts:
+            return np.zeros(0, dtype=dtype)
+        return np.concatenate(parts).astype(dtype)
+
+    def window(self, start: int, length: int) -> np.ndarray:
+        """``length`` consecutive token ids from global offset ``start`` (int64 array)."""
+        return self._read(start, start + length, words=False)
+
+    def word_starts(self, start: int, length: int) -> np.ndarray:
+        """The word-start mask (uint8, 1 = the token begins a word) of a window."""
+        return self._read(start, start + length, words=True)
+
+    def _check(self, index: int, count: int, what: str) -> int:
+        if not -count <= index < count:
+            raise LmlabError(f"{what} {index} is out of range ({count} {what}s)",
+                             f"use an index in [0, {count})")
+        return index % count
+
+    def document_span(self, index: int) -> tuple[int, int]:
+        """(start, stop) token offsets of document ``index``."""
+        index = self._check(index, self.num_documents, "document")
+        return int(self._documents[index]), int(self._documents[index + 1])
+
+    def document(self, index: int) -> np.ndarray:
+        """Token ids of document ``index``."""
+        start, stop = self.document_span(index)
+        return self._read(start, stop, words=False)
+
+    def document_word_starts(self, index: int) -> np.ndarray:
+        """Word-start mask of document ``index``."""
+        start, stop = self.document_span(index)
+        return self._read(start, stop, words=True)
+
+    def sentence(self, index: int) -> np.ndarray:
+        """Token ids of sentence ``index`` (sentences are numbered across the split)."""
+        index = self._check(index, self.num_sentences, "sentence")
+        return self._read(int(self._sentences[index]), int(self._sentences[index + 1]), False)
+
+    def document_sentences(self, index: int, word_starts: bool = False) -> list[Any]:
+        """Token ids of each sentence of document ``index``; with ``word_starts``, pairs of
+        (token ids, word-start mask)."""
+        start, stop = self.document_span(index)
+        ids, words = self._read(start, stop, False), self._read(start, stop, True)
+        first, last = np.searchsorted(self._sentences, [start, stop], "left")
+        cuts = (self._sentences[first:last + 1] - start).tolist()
+        pieces = [(ids[a:b], words[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+        return pieces if word_starts else [piece for piece, _ in pieces]
+
+
+class ShardReader(TokenSource):
     """Documents, sentences, windows and word-start masks of ``split`` of the shard folder
     ``directory``; given a ``tokenizer`` (or its fingerprint string), shards written with
     another one are refused."""
 
     def __init__(self, directory: str | os.PathLike, split: str = "train",
                  tokenizer: Any = None):
-        import numpy as np
-
         self.directory = Path(directory)
         path = self.directory / MANIFEST
         if not path.exists():
@@ -55,104 +149,22 @@ class ShardReader:
         self.split = split
         self.info = info
         self.dtype = np.dtype(self.manifest["dtype"])
-        self.num_tokens = int(info["num_tokens"])
-        self.num_documents = int(info["num_documents"])
-        self.num_sentences = int(info["num_sentences"])
         counts = [int(s["num_tokens"]) for s in info["shards"]]
-        self._shard_starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self._tokens: list[Any] = [None] * len(counts)
-        self._words: list[Any] = [None] * len(counts)
-        self._documents = np.load(self.directory / info["documents"]["file"], mmap_mode="r")
-        self._sentences = np.load(self.directory / info["sentences"]["file"], mmap_mode="r")
+        self._memmaps: dict[tuple[int, bool], Any] = {}
+        super().__init__(counts,
+                         np.load(self.directory / info["documents"]["file"], mmap_mode="r"),
+                         np.load(self.directory / info["sentences"]["file"], mmap_mode="r"))
         self.special_ids = dict(self.manifest["tokenizer"].get("special_ids", {}))
-
-    def __len__(self) -> int:
-        """Number of documents."""
-        return self.num_documents
+        size = self.manifest["tokenizer"].get("size")
+        self.vocab_size = int(size) if size is not None else None
 
     def __repr__(self) -> str:
         return (f"ShardReader({self.directory}, {self.split}: {self.num_documents} documents, "
                 f"{self.num_sentences} sentences, {self.num_tokens} tokens)")
 
     def _shard(self, index: int, words: bool) -> Any:
-        import numpy as np
-
-        cache = self._words if words else self._tokens
-        if cache[index] is None:
+        if (index, words) not in self._memmaps:
             entry = self.info["shards"][index]["files"]["words" if words else "tokens"]
-            dtype = np.uint8 if words else self.dtype
-            cache[index] = np.memmap(self.directory / entry["file"], dtype=dtype, mode="r")
-        return cache[index]
-
-    def _read(self, start: int, stop: int, words: bool) -> Any:
-        import numpy as np
-
-        if not 0 <= start <= stop <= self.num_tokens:
-            raise LmlabError(f"token range [{start}, {stop}) is outside the {self.split} split "
-                             f"({self.num_tokens} tokens)", "ask for a range inside the split")
-        parts = []
-        first = int(np.searchsorted(self._shard_starts, start, "right")) - 1
-        index = max(first, 0)
-        position = start
-        while position < stop:
-            base = int(self._shard_starts[index])
-            end = min(stop, int(self._shard_starts[index + 1]))
-            parts.append(self._shard(index, words)[position - base:end - base])
-            position = end
-            index += 1
-        dtype = np.uint8 if words else np.int64
-        if not parts:
-            return np.zeros(0, dtype=dtype)
-        return np.concatenate(parts).astype(dtype)
-
-    def window(self, start: int, length: int) -> Any:
-        """``length`` consecutive token ids from global offset ``start`` (int64 array)."""
-        return self._read(start, start + length, words=False)
-
-    def word_starts(self, start: int, length: int) -> Any:
-        """The word-start mask (uint8, 1 = the token begins a word) of a window."""
-        return self._read(start, start + length, words=True)
-
-    def _check(self, index: int, count: int, what: str) -> int:
-        if not -count <= index < count:
-            raise LmlabError(f"{what} {index} is out of range ({count} {what}s)",
-                             f"use an index in [0, {count})")
-        return index % count
-
-    def document_span(self, index: int) -> tuple[int, int]:
-        """(start, stop) token offsets of document ``index``."""
-        index = self._check(index, self.num_documents, "document")
-        return int(self._documents[index]), int(self._documents[index + 1])
-
-    def sentence_span(self, index: int) -> tuple[int, int]:
-        """(start, stop) token offsets of sentence ``index``."""
-        index = self._check(index, self.num_sentences, "sentence")
-        return int(self._sentences[index]), int(self._sentences[index + 1])
-
-    def document(self, index: int) -> Any:
-        """Token ids of document ``index``."""
-        start, stop = self.document_span(index)
-        return self._read(start, stop, words=False)
-
-    def document_word_starts(self, index: int) -> Any:
-        """Word-start mask of document ``index``."""
-        start, stop = self.document_span(index)
-        return self._read(start, stop, words=True)
-
-    def sentence(self, index: int) -> Any:
-        """Token ids of sentence ``index`` (sentences are numbered across the split)."""
-        start, stop = self.sentence_span(index)
-        return self._read(start, stop, words=False)
-
-    def document_sentence_range(self, index: int) -> range:
-        """Indices of the sentences of document ``index``."""
-        import numpy as np
-
-        start, stop = self.document_span(index)
-        first = int(np.searchsorted(self._sentences[:-1], start, "left"))
-        last = int(np.searchsorted(self._sentences[:-1], stop, "left"))
-        return range(first, last)
-
-    def document_sentences(self, index: int) -> list[Any]:
-        """Token ids of each sentence of document ``index``."""
-        return [self.sentence(i) for i in self.document_sentence_range(index)]
+            self._memmaps[index, words] = np.memmap(self.directory / entry["file"], mode="r",
+                                                    dtype=np.uint8 if words else self.dtype)
+        return self._memmaps[index, words]
