@@ -331,8 +331,6 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
                     max_shard_bytes: int | None = None) -> Path:
     """Write ``model`` as a Hugging Face folder that transformers loads with identical outputs
     (tied weights once; ``max_shard_bytes``: ``model-0000k-of-0000n.safetensors`` + an index)."""
-    from safetensors.torch import save_file
-
     refuse_adapted_checkpoint(model)
     path = Path(path)
     family = get_family(model.config.family)
@@ -368,11 +366,7 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     if extra:
         hf_config.update(extra)
 
-    if max_shard_bytes is None:
-        with atomic_path(path / "model.safetensors") as tmp:
-            save_file(tensors, str(tmp), metadata={"format": "pt"})
-    else:
-        _save_sharded(tensors, path, max_shard_bytes)
+    _save_shards(tensors, path, max_shard_bytes)
     atomic_write_json(path / "config.json", hf_config)
     return path
 
@@ -419,24 +413,29 @@ def _refuse_task_heads(model, family: FamilySpec) -> None:
                              "another model", OWN_FORMAT)
 
 
-def _save_sharded(tensors: dict[str, torch.Tensor], path: Path, max_shard_bytes: int) -> None:
+def _save_shards(tensors: dict[str, torch.Tensor], path: Path,
+                 max_shard_bytes: int | None) -> None:
+    """``model.safetensors``, or with ``max_shard_bytes`` ``model-0000k-of-0000n.safetensors``
+    files of at most that size (a larger tensor alone) and their index."""
     from safetensors.torch import save_file
 
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for name, tensor in tensors.items():
         nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > max_shard_bytes:
+        if max_shard_bytes is not None and shards[-1] and size + nbytes > max_shard_bytes:
             shards.append({})
             size = 0
         shards[-1][name] = tensor
         size += nbytes
     weight_map = {}
     for k, shard in enumerate(shards, 1):
-        file_name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        file_name = "model.safetensors" if max_shard_bytes is None \
+            else f"model-{k:05d}-of-{len(shards):05d}.safetensors"
         with atomic_path(path / file_name) as tmp:
             save_file(shard, str(tmp), metadata={"format": "pt"})
         weight_map.update({name: file_name for name in shard})
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    atomic_write_json(path / "model.safetensors.index.json",
-                      {"metadata": {"total_size": total}, "weight_map": weight_map})
+    if max_shard_bytes is not None:
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        atomic_write_json(path / "model.safetensors.index.json",
+                          {"metadata": {"total_size": total}, "weight_map": weight_map})
