@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -92,8 +93,9 @@ def counter_delta(start: int, end: int, max_range: int) -> int:
 # ---------------------------------------------------------------------------------------- NVML
 
 
-def _nvml_handles(indices: list[int]):
-    """pynvml handles for ``indices``, or None when pynvml/NVML is not usable."""
+def _nvml_counters(indices: list[int]) -> Callable[[], list[int]] | None:
+    """A reader of the GPUs' energy counters (mJ since the driver loaded), or None when
+    pynvml/NVML is not usable."""
     try:
         import pynvml  # optional dependency
     except ImportError:
@@ -105,7 +107,7 @@ def _nvml_handles(indices: list[int]):
             pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
     except Exception:  # noqa: BLE001 - any NVML failure means "not available"
         return None
-    return pynvml, handles
+    return lambda: [int(pynvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in handles]
 
 
 # -------------------------------------------------------------------------------------- meter
@@ -130,8 +132,10 @@ class EnergyMeter:
         self.device = device.lower()
         self.count = count
         self._is_cpu = self.device == "cpu"
-        self._zones: list[RaplZone] = []
-        self._nvml = None
+        # counters (RAPL: uJ, wrapping at each zone's range; NVML: mJ, never wrapping)
+        self._counters: Callable[[], list[int]] | None = None
+        self._wraps: list[int] = []
+        self._per_joule = 1e6
         self._power_watts = 0.0
         self.method = self._choose(method, threads, watts_per_core, gpu_watts, rapl_root)
         self._last: list[int] = []
@@ -142,16 +146,19 @@ class EnergyMeter:
     def _choose(self, method: str, threads: int | None, watts_per_core: float,
                 gpu_watts: float | None, rapl_root: str | os.PathLike) -> str:
         if self._is_cpu and method in ("auto", "rapl"):
-            self._zones = rapl_zones(rapl_root)
-            if self._zones:
-                return "rapl (" + "+".join(z.name for z in self._zones) + ")"
+            zones = rapl_zones(rapl_root)
+            if zones:
+                self._counters = lambda: [zone.read_uj() for zone in zones]
+                self._wraps = [zone.max_range_uj for zone in zones]
+                return "rapl (" + "+".join(z.name for z in zones) + ")"
             if method == "rapl":
                 raise LmlabError(f"no readable RAPL counters under {rapl_root}",
                                  "run as a user who can read energy_uj, or use method='estimate'")
         if not self._is_cpu and method in ("auto", "nvml") and self.device.startswith("cuda"):
             first = int(self.device.split(":", 1)[1]) if ":" in self.device else 0
-            self._nvml = _nvml_handles(list(range(first, first + self.count)))
-            if self._nvml is not None:
+            self._counters = _nvml_counters(list(range(first, first + self.count)))
+            if self._counters is not None:
+                self._wraps, self._per_joule = [0] * self.count, 1e3
                 return "nvml"
         if method == "nvml":
             raise LmlabError("NVML energy counters are not available here",
@@ -175,18 +182,10 @@ class EnergyMeter:
         self._power_watts = self.count * gpu_watts
         return f"estimate (board power: {self.count} x {gpu_watts:g} W {label} TDP)"
 
-    def _read_counters(self) -> list[int]:
-        if self._zones:
-            return [zone.read_uj() for zone in self._zones]
-        if self._nvml is not None:
-            pynvml, handles = self._nvml
-            return [int(pynvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in handles]  # mJ
-        return []
-
     def start(self) -> EnergyMeter:
         """Begin measuring (resets any previous reading)."""
         self._joules = 0.0
-        self._last = self._read_counters()
+        self._last = self._counters() if self._counters is not None else []
         self._start_time = time.perf_counter()
         self._running = True
         return self
@@ -200,17 +199,13 @@ class EnergyMeter:
             raise LmlabError("EnergyMeter.poll() before start()", "call meter.start() first")
         if not self._running:
             return self._joules
-        if self._zones:
-            now = self._read_counters()
-            for zone, before, after in zip(self._zones, self._last, now):
-                self._joules += counter_delta(before, after, zone.max_range_uj) / 1e6
-            self._last = now
-        elif self._nvml is not None:
-            now = self._read_counters()
-            self._joules += sum(after - before for before, after in zip(self._last, now)) / 1e3
-            self._last = now
-        else:
+        if self._counters is None:
             self._joules = self._power_watts * (time.perf_counter() - self._start_time)
+        else:
+            now = self._counters()
+            for before, after, wrap in zip(self._last, now, self._wraps):
+                self._joules += counter_delta(before, after, wrap) / self._per_joule
+            self._last = now
         return self._joules
 
     def stop(self) -> EnergyReading:
