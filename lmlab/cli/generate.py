@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from lmlab.cli import _common
@@ -22,20 +23,13 @@ _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 def stop_string(text: str) -> str:
     """A ``--stop`` value as typed: ``\\n``, ``\\t`` and ``\\\\`` become a newline, a tab and a
     backslash (a shell passes ``"\\n"`` as two characters); any other backslash stays."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in _ESCAPES:
-            out.append(_ESCAPES[text[i + 1]])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return re.sub(r"\\([nt\\])", lambda match: _ESCAPES[match[1]], text)
 
 
 def _add_generation_options(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--sample", action="store_true", dest="do_sample",
+                   help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
@@ -134,11 +128,13 @@ def _load(args: argparse.Namespace):
 
 
 def _options(args: argparse.Namespace) -> dict:
-    return dict(max_new_tokens=args.max_new_tokens, do_sample=args.sample,
-                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                repetition_penalty=args.repetition_penalty,
-                no_repeat_ngram_size=args.no_repeat_ngram_size, num_beams=args.num_beams,
-                length_penalty=args.length_penalty, stop_strings=list(args.stop))
+    """The flags named as :class:`GenerationConfig` fields, and the --stop strings."""
+    from dataclasses import fields
+
+    from lmlab.generation.generate import GenerationConfig
+
+    named = {f.name: getattr(args, f.name) for f in fields(GenerationConfig) if hasattr(args, f.name)}
+    return {**named, "stop_strings": list(args.stop)}
 
 
 def _write(text: str) -> None:
