@@ -165,15 +165,6 @@ def _subset_eval(task, count: int | None):
         if split in task.splits}})
 
 
-def check_demo_folder(out: str | Path, overwrite: bool = False) -> None:
-    """Refuse an ``out`` folder that holds something other than a demo (no ``stages/``)
-    unless ``overwrite``: the demo then writes its stages and report beside what is there."""
-    from lmlab.utils.checks import check_output_folder
-
-    if not (Path(out) / "stages").is_dir():
-        check_output_folder(out, overwrite, "demo")
-
-
 def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     """Run (or resume) the whole demo; returns the path of the markdown report.
 
@@ -182,8 +173,13 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     (TF-IDF, random init, the ceiling); pretraining; the pretrained model's fine-tuning;
     analysis. The report is always rewritten.
     """
+    from lmlab.utils.checks import check_output_folder
+
     config.validate()
-    check_demo_folder(config.out, overwrite)
+    # a demo's folder (stages/) is resumed; another is refused unless overwrite, which writes
+    # the stages and report beside what is there
+    if not (Path(config.out) / "stages").is_dir():
+        check_output_folder(config.out, overwrite, "demo")
     import torch
 
     if config.threads:
@@ -196,7 +192,6 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
         config = replace(config, precision=precision)
         _say(f"precision {precision}: {precision_reason}")
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
     log = StageLog()
     stages = StageRunner(out, fresh=config.fresh, log=log)
     started = time.perf_counter()
@@ -208,7 +203,10 @@ def run_demo(config: DemoConfig, overwrite: bool = False) -> Path:
     unigram = unigram_baseline(unigram_counts(shards_folder / "shards"))
     data_seconds = time.perf_counter() - started
     architecture = _architecture_stage(config, stages, tok_folder, tok_info)
-    tasks = _tasks(config)
+    from lmlab.tasks.builtin import load_builtin_task
+
+    tasks = [_subset_eval(load_builtin_task(name, "cpu"), config.max_eval_examples)
+             for name in config.tasks]
     epochs = {task.name: finetune_epochs(config, task, architecture) for task in tasks}
     results = _baseline_stages(config, stages, tasks, epochs, architecture)
     plan = plan_pretraining(config.budget, spent=log.recorded_seconds(),
@@ -413,13 +411,6 @@ def _pretrained_stages(config: DemoConfig, stages: StageRunner, tasks: list[Any]
                           pretrain_folder.name, epochs[task.name]) for seed in config.seeds]
 
 
-def _tasks(config: DemoConfig) -> list[Any]:
-    from lmlab.tasks.builtin import load_builtin_task
-
-    return [_subset_eval(load_builtin_task(name, "cpu"), config.max_eval_examples)
-            for name in config.tasks]
-
-
 def _finetune_run(config: DemoConfig, stages: StageRunner, task: Any, kind: str, seed: int,
                   model: Path, model_name: str, epochs: int | None) -> dict[str, Any]:
     """One fine-tuning run of ``model`` for ``epochs`` epochs: ``kind`` "pretrained", "random"
@@ -439,9 +430,7 @@ def _finetune_run(config: DemoConfig, stages: StageRunner, task: Any, kind: str,
                           max_train_examples=config.max_train_examples,
                           precision=config.precision, random_init=kind == "random",
                           save_model=False, show_progress=True, **settings)
-        return {"dev": result.get("dev"), "test": result.get("test"),
-                "best_epoch": result.get("best_epoch"),
-                "train_seconds": result.get("train_seconds")}
+        return {key: result.get(key) for key in ("dev", "test", "best_epoch", "train_seconds")}
 
     inputs = {"model": model_name, "kind": kind, "seed": seed, "task": task.name,
               "max_train": config.max_train_examples, "max_eval": config.max_eval_examples,
@@ -460,8 +449,7 @@ def _baseline_run(config: DemoConfig, stages: StageRunner, task: Any,
         from lmlab.tasks.baseline import run_tfidf_baseline
 
         result = run_tfidf_baseline(_subset(task, config.max_train_examples), seed=seed)
-        return {"dev": result.get("dev"), "test": result.get("test"),
-                "chosen": result.get("chosen")}
+        return {key: result.get(key) for key in ("dev", "test", "chosen")}
 
     return stages.run(f"tfidf-{task.name}-seed{seed}", {
         "task": task.name, "seed": seed, "max_train": config.max_train_examples,
