@@ -90,14 +90,10 @@ def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def sha256_text(text: str) -> str:
-    """Hex SHA-256 of a string's UTF-8 bytes."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def stable_hash(obj: Any) -> str:
     """Short, stable hash of a JSON-serialisable object (config dicts, cache keys)."""
-    return sha256_text(json.dumps(obj, sort_keys=True, default=str))[:16]
+    text = json.dumps(obj, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def json_record(line: str, where: str) -> Any:

@@ -14,20 +14,15 @@ def cache_dir() -> Path:
     return path
 
 
-def debian_roots() -> list[Path]:
-    """File-system roots holding Debian data packages: ``/`` (installed with apt-get) and the
-    folder where ``scripts/setup.sh`` unpacks packages it does not install
-    (``$LMLAB_DEBIAN_ROOT``, else ``~/.cache/lmlab/debian``)."""
-    unpacked = os.environ.get("LMLAB_DEBIAN_ROOT") or os.path.join(
-        os.path.expanduser("~"), ".cache", "lmlab", "debian"
-    )
-    return [Path("/"), Path(unpacked)]
-
-
 def find_system_path(relative: str) -> Path | None:
-    """First existing ``root/relative`` over :func:`debian_roots` (``relative`` may be a glob)."""
+    """First existing ``root/relative`` (``relative`` may be a glob) over the roots holding
+    Debian data packages: ``/`` (installed with apt-get), then the folder where
+    ``scripts/setup.sh`` unpacks packages it does not install (``$LMLAB_DEBIAN_ROOT``, else
+    ``~/.cache/lmlab/debian``)."""
     relative = relative.lstrip("/")
-    for root in debian_roots():
+    unpacked = os.environ.get("LMLAB_DEBIAN_ROOT") or os.path.join(
+        os.path.expanduser("~"), ".cache", "lmlab", "debian")
+    for root in (Path("/"), Path(unpacked)):
         if any(ch in relative for ch in "*?["):
             matches = sorted(root.glob(relative))
             if matches:
