@@ -7,6 +7,7 @@ encoder's, and for a target text the decoder's and its cross-attention (docs/att
 
 from __future__ import annotations
 
+import io
 import itertools
 import unicodedata
 import warnings
@@ -332,12 +333,6 @@ class HeadStatistics:
         return [(int(i // grid.shape[1]), int(i % grid.shape[1]), float(grid.flat[i]))
                 for i in order[:k]]
 
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per layer x head: ``layer``, ``head`` and every statistic."""
-        return [{"layer": layer, "head": head,
-                 **{name: float(grid[layer, head]) for name, grid in self.values.items()}}
-                for layer in range(self.num_layers) for head in range(self.num_heads)]
-
     def to_json(self) -> dict[str, Any]:
         return {"sample": self.sample, "attention": self.attention, "texts": self.texts,
                 "tokens": self.tokens, "truncated": self.truncated,
@@ -351,12 +346,13 @@ class HeadStatistics:
                    sample=data["sample"], attention=data["attention"])
 
     def to_csv(self) -> str:
-        header = ["layer", "head", *self.values]
-        lines = [",".join(header)]
-        for row in self.rows():
-            lines.append(",".join([str(row["layer"]), str(row["head"]),
-                                   *(f"{row[name]:.6f}" for name in self.values)]))
-        return "\n".join(lines) + "\n"
+        """One row per layer x head: ``layer``, ``head`` and every statistic."""
+        layer, head = np.indices((self.num_layers, self.num_heads)).reshape(2, -1)
+        table = np.column_stack([layer, head, *(grid.ravel() for grid in self.values.values())])
+        buffer = io.StringIO()
+        np.savetxt(buffer, table, fmt=["%d", "%d"] + ["%.6f"] * len(self.values), delimiter=",",
+                   header=",".join(["layer", "head", *self.values]), comments="")
+        return buffer.getvalue()
 
     def to_markdown(self, k: int = 3) -> str:
         """A summary table: per statistic, its mean over heads and the top heads."""

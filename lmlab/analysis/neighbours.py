@@ -65,6 +65,7 @@ def _word_vector(encoded, word: str, pooling: str) -> torch.Tensor | None:
     return None
 
 
+@dataclass
 class ContextualIndex:
     """Occurrences of one word, each with its contextual vector: (N, H) for one layer or
     strategy, (N, L+1, H) for ``layer="all"``.
@@ -74,24 +75,22 @@ class ContextualIndex:
         >>> index.query("The vase broke.", k=5)
     """
 
-    def __init__(self, extractor: FeatureExtractor, word: str, pooling: str = "mean"):
-        self.extractor = extractor
-        self.word = word
-        self.pooling = pooling
-        self.sentences: list[str] = []
-        self.vectors = torch.zeros(0)
+    extractor: FeatureExtractor
+    word: str
+    pooling: str
+    sentences: list[str]
+    vectors: torch.Tensor  # unit rows
 
     @classmethod
     def build(cls, model, tokenizer, sentences: Iterable[str], word: str, layer: int | str = "last",
               limit: int = 2000, pooling: str = "mean", batch_size: int = 32) -> ContextualIndex:
-        index = cls(FeatureExtractor(model, tokenizer, layer=layer, batch_size=batch_size),
-                    word, pooling)
+        extractor = FeatureExtractor(model, tokenizer, layer=layer, batch_size=batch_size)
         found = find_occurrences(sentences, word, limit)
         if not found:
             raise LmlabError(f"no sentence of the corpus contains the word {word!r}",
                              "pick a word that occurs in the corpus, or a larger corpus")
         vectors, kept = [], []
-        for encoded in index.extractor.encode(found):
+        for encoded in extractor.encode(found):
             vector = _word_vector(encoded, word, pooling)
             if vector is not None:
                 vectors.append(vector)
@@ -99,9 +98,8 @@ class ContextualIndex:
         if not vectors:
             raise LmlabError(f"the tokenizer never splits out {word!r} as a word",
                              "query a word as the tokenizer's pre-tokeniser sees it")
-        index.sentences = kept
-        index.vectors = torch.nn.functional.normalize(torch.stack(vectors), dim=-1)
-        return index
+        return cls(extractor, word, pooling, kept,
+                   torch.nn.functional.normalize(torch.stack(vectors), dim=-1))
 
     @property
     def all_layers(self) -> bool:
