@@ -11,20 +11,9 @@ from typing import Any
 
 import torch
 
-from lmlab.finetune.data import ResumableBatches
+from lmlab.finetune.data import Feature, ResumableBatches, collate, pad_id_of
 from lmlab.sentence.pairs import SentencePair
 from lmlab.utils.errors import LmlabError
-
-
-def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded (N, T) ids and their (N, T) attention mask."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, :len(row)] = 1
-    return ids, mask
 
 
 def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[list[int]]:
@@ -36,10 +25,16 @@ def collate_columns(columns: Sequence[Sequence[Sequence[int]]], labels: Sequence
                     groups: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
     """One padded batch of C columns of B sentences (rows ``[c * B, (c + 1) * B)`` are column
     ``c``); ``labels`` (B,), ``groups`` (C * B,)."""
-    ids, mask = pad_rows([row for column in columns for row in column], pad_id)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+    return {**padded_rows([row for column in columns for row in column], pad_id),
             "labels": torch.tensor(list(labels), dtype=torch.long),
             "groups": torch.tensor(list(groups), dtype=torch.long)}
+
+
+def padded_rows(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded (N, T) ``input_ids``, their ``attention_mask`` and zero
+    ``token_type_ids``: fine-tuning's collate of features without labels."""
+    batch = collate([Feature(list(row), None) for row in rows], pad_id)
+    return {**batch, "token_type_ids": torch.zeros_like(batch["input_ids"])}
 
 
 def _shuffled_batches(count: int, batch_size: int, seed: int, epoch: int,
@@ -59,11 +54,11 @@ class SentenceStream(ResumableBatches):
         self.batch_size = batch_size
         self.max_length = max_length
         self.seed = seed
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.pad_id = pad_id_of(tokenizer)
 
-    def padded(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, T) ids and attention mask of ``texts``, each cut to ``max_length`` tokens."""
-        return pad_rows(encode_texts(self.tokenizer, texts, self.max_length), self.pad_id)
+    def padded(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """:func:`padded_rows` of ``texts``, each cut to ``max_length`` tokens."""
+        return padded_rows(encode_texts(self.tokenizer, texts, self.max_length), self.pad_id)
 
 
 class PairStream(SentenceStream):
@@ -134,16 +129,14 @@ class TripleStream(SentenceStream):
         return _shuffled_batches(len(self.triples), self.batch_size, self.seed, epoch)
 
     def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        batch: dict[str, torch.Tensor] = {}
-        for name, offset in (("prev", -1), ("", 0), ("next", 1)):
-            texts = [self.documents[d][i + offset] for d, i in (self.triples[k] for k in indices)]
-            ids, mask = self.padded(texts)
-            if name:
-                batch[f"{name}_ids"], batch[f"{name}_mask"] = ids, mask
-            else:
-                batch.update(input_ids=ids, attention_mask=mask,
-                             token_type_ids=torch.zeros_like(ids))
-        return batch
+        def column(offset: int) -> dict[str, torch.Tensor]:
+            return self.padded([self.documents[d][i + offset]
+                                for d, i in (self.triples[k] for k in indices)])
+
+        previous, following = column(-1), column(1)
+        return {**column(0), "prev_ids": previous["input_ids"],
+                "prev_mask": previous["attention_mask"], "next_ids": following["input_ids"],
+                "next_mask": following["attention_mask"]}
 
 
 class ContiguousStream(SentenceStream):
@@ -170,6 +163,5 @@ class ContiguousStream(SentenceStream):
         return [list(range(s, s + self.batch_size)) for s in starts]
 
     def make_batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        ids, mask = self.padded([self.sentences[i] for i in indices])
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+        return {**self.padded([self.sentences[i] for i in indices]),
                 "document": torch.tensor([self.document[i] for i in indices], dtype=torch.long)}

@@ -6,7 +6,6 @@ quick-thought's ``[f(s); g(s)]``. docs/sentence-encoders.md tells the story.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from torch import nn
 
 from lmlab.objectives.base import sentence_vectors
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import read_json
 
 DEFAULT_MAX_LENGTH = 256  # sentence-transformers' max_seq_length for MiniLM-sized encoders
 
@@ -27,25 +27,12 @@ def embed_batch(model: nn.Module, batch: dict[str, torch.Tensor],
     return nn.functional.normalize(vectors, dim=-1) if normalize else vectors
 
 
-def tokenize_batch(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
-    """The padded model inputs of ``texts``, each cut to ``max_length`` tokens."""
-    encoded = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
-                        return_tensors="pt")
-    return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")
-            if key in encoded}
-
-
 def _sentence_transformers_settings(folder: Path) -> tuple[int | None, bool]:
     """(max_seq_length or None, normalize) recorded in a sentence-transformers folder."""
-    max_length, normalize = None, False
-    config = folder / "sentence_bert_config.json"
-    if config.is_file():
-        max_length = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
-    modules = folder / "modules.json"
-    if modules.is_file():
-        normalize = any(str(m.get("type", "")).endswith(".Normalize")
-                        for m in json.loads(modules.read_text(encoding="utf-8")))
-    return max_length, normalize
+    config, modules = folder / "sentence_bert_config.json", folder / "modules.json"
+    max_length = read_json(config).get("max_seq_length") if config.is_file() else None
+    return max_length, modules.is_file() and any(
+        str(m.get("type", "")).endswith(".Normalize") for m in read_json(modules))
 
 
 class SentenceEncoder:
@@ -83,7 +70,11 @@ class SentenceEncoder:
                    recorded_normalize if normalize is None else normalize)
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        return tokenize_batch(self.tokenizer, texts, self.max_length)
+        """The padded model inputs of ``texts``, each cut to ``max_length`` tokens."""
+        encoded = self.tokenizer(list(texts), padding=True, truncation=True,
+                                 max_length=self.max_length, return_tensors="pt")
+        return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")
+                if key in encoded}
 
     @torch.no_grad()
     def encode(self, texts: Sequence[str], batch_size: int = 64,
