@@ -16,15 +16,6 @@ READERS = {"classification": "table", "pair-classification": "table", "regressio
            "multiple-choice": "table", "tagging": "conll", "qa": "squad"}
 
 
-def infer_task_type(text_pair_column: str | None = None,
-                    choices_column: str | None = None) -> str:
-    """The type of a table task whose type was not given: multiple-choice with a choices
-    column, pair-classification with a second text column, else classification."""
-    if choices_column:
-        return "multiple-choice"
-    return "pair-classification" if text_pair_column else "classification"
-
-
 def _check_options(task_type: str, text_pair_column: str | None, choices_column: str | None,
                    tag_column: int | None, iob1: bool) -> None:
     """Options that belong to another task type are errors, not silently ignored."""
@@ -85,7 +76,9 @@ def _load_files(name: str, files: dict[str, str | os.PathLike], task_type: str |
                          "FILE)")
     for split, path in files.items():
         check_file(path, f"the --{split} file", "check the path")
-    task_type = task_type or infer_task_type(text_pair_column, choices_column)
+    if task_type is None:  # from the columns: a choices column, a second text, or one text
+        task_type = "multiple-choice" if choices_column else (
+            "pair-classification" if text_pair_column else "classification")
     _check_options(task_type, text_pair_column, choices_column, tag_column, iob1)
     reader = READERS[task_type]
     if reader == "conll":

@@ -22,23 +22,18 @@ _FORMAT_OF_SUFFIX = {"csv": "csv", "tsv": "tsv", "tab": "tsv", "txt": "tsv", "js
                      "json": "jsonl", "ndjson": "jsonl"}
 
 
-def detect_format(path: str | os.PathLike) -> str:
-    """``csv``, ``tsv`` or ``jsonl`` from the file name (``.json`` counts as JSON lines)."""
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix in _FORMAT_OF_SUFFIX:
-        return _FORMAT_OF_SUFFIX[suffix]
-    raise LmlabError(f"cannot tell the format of {path} from its extension",
-                     "name it .csv, .tsv or .jsonl, or pass format='csv'|'tsv'|'jsonl'")
-
-
 def iter_rows(path: str | os.PathLike, format: str | None = None,
               fieldnames: Sequence[str] | None = None,
               quoting: int | None = None) -> Iterator[tuple[int, dict[str, Any], list[str]]]:
     """``(line number, row dict, column names)`` for each record of a ``format`` table file
-    (default: from the extension); ``fieldnames`` for a file without a header (GLUE's CoLA).
+    (default: from the extension; ``.json`` counts as JSON lines); ``fieldnames`` for a file without a header (GLUE's CoLA).
     TSV is read with ``csv.QUOTE_NONE``: GLUE's files hold unbalanced quotes, meant literally."""
     path = check_file(path, "task file", "check the path")
-    format = check_choice(format or detect_format(path), FORMATS, "format", "table format")
+    format = format or _FORMAT_OF_SUFFIX.get(path.suffix.lower().lstrip("."))
+    if format is None:
+        raise LmlabError(f"cannot tell the format of {path} from its extension",
+                         "name it .csv, .tsv or .jsonl, or pass format='csv'|'tsv'|'jsonl'")
+    check_choice(format, FORMATS, "format", "table format")
     if format == "jsonl":
         for number, row in iter_jsonl(path, encoding="utf-8-sig"):
             yield number, row, list(row)

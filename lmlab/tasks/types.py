@@ -35,12 +35,8 @@ class Example:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict without the empty fields (shallow: lists are shared, not copied;
         ``dataclasses.asdict`` deep-copies and is 10x slower on 100k examples)."""
-        out = {}
-        for name in _EXAMPLE_FIELDS:
-            value = getattr(self, name)
-            if value is not None and value != {}:
-                out[name] = value
-        return out
+        values = {name: getattr(self, name) for name in _EXAMPLE_FIELDS}
+        return {name: value for name, value in values.items() if value is not None and value != {}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Example:
