@@ -103,11 +103,8 @@ class T5SpanCorruption(_Seq2SeqObjective):
                              "--extra-ids 100) or use a T5 checkpoint's own tokenizer")
         self.tokens = Tokens(sentinels=special.sentinel_ids, mask_id=special.mask_id,
                              vocab_size=special.vocab_size)
-        self.options = {"noise_density": float(noise_density)}
-        if variant in ("span_corruption", "drop_spans"):
-            self.options["mean_span"] = float(mean_span)
-        if variant == "prefix_lm":
-            self.options = {}
+        # every variant takes both (each reads the ones its rule has)
+        self.options = {"noise_density": float(noise_density), "mean_span": float(mean_span)}
 
     def pair(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         example = self.function(ids, self.tokens, rng, **self.options)
