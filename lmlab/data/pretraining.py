@@ -5,12 +5,13 @@ number), never from the worker (docs/objectives.md, "The data stream")."""
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -229,13 +230,13 @@ def create_segment_pairs(document: Sequence[Sentence], document_index: int, num_
 @dataclass
 class _Position:
     """Where the stream is: the next example is example ``offset`` of block ``block`` of
-    epoch ``epoch``; ``batches`` batches and ``tokens`` real tokens were yielded so far."""
+    epoch ``epoch``; ``batches`` batches and ``tokens_seen`` real tokens were yielded so far."""
 
     epoch: int = 0
     block: int = 0
     offset: int = 0
     batches: int = 0
-    tokens: int = 0
+    tokens_seen: int = 0
 
 
 def _seed_of(*parts: int) -> int:
@@ -459,7 +460,7 @@ class PretrainingStream:
             if not batch:
                 return
             position.batches += 1
-            position.tokens += sum(len(e["ids"]) for e in batch)
+            position.tokens_seen += sum(len(e["ids"]) for e in batch)
             yield batch, replace(position)
             if len(batch) < self.batch_size:
                 return
@@ -525,13 +526,11 @@ class PretrainingStream:
     @property
     def tokens_seen(self) -> int:
         """Tokens (special tokens included, padding excluded) in the batches yielded so far."""
-        return self._position.tokens
+        return self._position.tokens_seen
 
     def state_dict(self) -> dict[str, Any]:
         """The exact position after the last yielded batch (JSON-able)."""
-        p = self._position
-        return {"epoch": p.epoch, "block": p.block, "offset": p.offset, "batches": p.batches,
-                "tokens_seen": p.tokens, "seed": self.seed, "format": self.format,
+        return {**asdict(self._position), "seed": self.seed, "format": self.format,
                 "packing": self.packing, "batch_size": self.batch_size,
                 "seq_len": self.seq_len, "num_units": self.num_units}
 
@@ -561,9 +560,4 @@ def validation_batches(shards_dir: str | os.PathLike | TokenSource, objective: A
     stream = PretrainingStream(shards_dir, split=split, objective=objective,
                                batch_size=batch_size, seq_len=seq_len, seed=seed, workers=0,
                                shuffle=False, infinite=False, **kwargs)
-    batches = []
-    for batch in stream:
-        batches.append(batch)
-        if max_batches is not None and len(batches) >= max_batches:
-            break
-    return batches
+    return list(itertools.islice(stream, max_batches))
