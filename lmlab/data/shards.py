@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmlab.text.corpus import REBUILD, SPLITS, Document, split_path
+from lmlab.text.corpus import SPLITS, Document, split_path
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_path, atomic_write_json, read_json, sha256_file
+from lmlab.utils.io import atomic_path, atomic_write_json, json_record, read_json, sha256_file
 
 FORMAT = "lmlab-token-shards"
 VERSION = 1
@@ -82,10 +82,7 @@ def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk
     index_of: list[int] = []
     for offset, line in enumerate(lines):
         where = f"corpus line {first_line + offset + 1}"
-        try:
-            document = Document.from_record(json.loads(line), where)
-        except json.JSONDecodeError as error:
-            raise LmlabError(f"{where} is not JSON ({error.msg})", REBUILD) from None
+        document = Document.from_record(json_record(line, where), where)
         for index, sentence in enumerate(document.sentences):
             sentences.append(sentence)
             lines_of.append(first_line + offset)
@@ -201,17 +198,8 @@ class _SplitWriter:
                 bar.update(len(chunk.ids))
         if bar is not None:
             bar.close()
-        self.close(last_position)
-
-    def close(self, resume: list[int]) -> None:
-        """Finish the last, partly filled shard."""
-        if self._open is not None and self._open["count"] > 0:
-            self._finish(resume)
-        elif self._open is not None:
-            for kind, name in {**self._open["names"], **self._open["boundaries"]}.items():
-                self._open["files"][kind].close()
-                (self.out / f".{name}.partial").unlink(missing_ok=True)
-            self._open = None
+        if self._open is not None:  # the last, partly filled shard (an open one holds tokens)
+            self._finish(last_position)
 
 
 def _write_int64_npy(target: Path, count: int, blocks: Iterable[bytes]) -> dict[str, str]:
