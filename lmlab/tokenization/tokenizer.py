@@ -291,18 +291,14 @@ class Tokenizer:
                  is_split_into_words: bool = False, return_tensors: str | None = None,
                  return_token_type_ids: bool | None = None, return_attention_mask: bool = True,
                  return_special_tokens_mask: bool = False, return_offsets_mapping: bool = False,
-                 return_overflowing_tokens: bool = False, return_length: bool = False,
-                 text_pairs: Sequence[str] | None = None) -> BatchEncoding:
+                 return_overflowing_tokens: bool = False,
+                 return_length: bool = False) -> BatchEncoding:
         """Encode one text, a batch of texts (with ``is_split_into_words``: lists of words), or
         (batches of) pairs, with Hugging Face's keyword names and defaults (``token_type_ids``
         by default for BERT-family tokenizers only; ``max_length`` defaults to
         ``model_max_length``). Returns a :class:`BatchEncoding`: unbatched lists when ``text``
         is one string and no tensors are asked for.
         """
-        if text_pairs is not None:
-            if text_pair is not None:
-                raise LmlabError("both text_pair and text_pairs were given", "pass only one")
-            text_pair = text_pairs
         batched = _is_batched(text, is_split_into_words)
         texts = list(text) if batched else [text]
         if text_pair is None:
@@ -343,15 +339,12 @@ class Tokenizer:
 
         if return_token_type_ids is None:
             return_token_type_ids = self.family == "bert"
-        data: dict[str, Any] = {"input_ids": [e.ids for e in encodings]}
-        if return_token_type_ids:
-            data["token_type_ids"] = [e.type_ids for e in encodings]
-        if return_attention_mask:
-            data["attention_mask"] = [e.attention_mask for e in encodings]
-        if return_special_tokens_mask:
-            data["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
-        if return_offsets_mapping:
-            data["offset_mapping"] = [e.offsets for e in encodings]
+        wanted = {"input_ids": "ids", "token_type_ids": return_token_type_ids and "type_ids",
+                  "attention_mask": return_attention_mask and "attention_mask",
+                  "special_tokens_mask": return_special_tokens_mask and "special_tokens_mask",
+                  "offset_mapping": return_offsets_mapping and "offsets"}
+        data: dict[str, Any] = {key: [getattr(e, field) for e in encodings]
+                                for key, field in wanted.items() if field}
         if mapping is not None:
             data["overflow_to_sample_mapping"] = mapping
         if return_length:
