@@ -17,6 +17,7 @@ from lmlab.tokenization.templates import (
     SPECIAL_ROLES,
     build_post_processor,
 )
+from lmlab.tokenization.training import build_engine
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_bytes, atomic_write_json, read_json
 
@@ -145,9 +146,9 @@ def check_special_tokens(engine: Any, special: dict[str, str], extra: list[str],
 
 def _bert_from_vocab_txt(path: Path, special: dict[str, str], lowercase: bool,
                          strip_accents: bool | None, chinese: bool) -> Any:
-    """The engine ``BertTokenizerFast`` builds from a bare ``vocab.txt``."""
-    from tokenizers import Tokenizer as Engine
-    from tokenizers import decoders, models, normalizers, pre_tokenizers
+    """The engine ``BertTokenizerFast`` builds from a bare ``vocab.txt``: the WordPiece
+    pipeline :func:`~lmlab.tokenization.training.build_engine` trains, with this vocabulary."""
+    from tokenizers import models
 
     vocab: dict[str, int] = {}
     with open(path, encoding="utf-8") as handle:
@@ -158,26 +159,20 @@ def _bert_from_vocab_txt(path: Path, special: dict[str, str], lowercase: bool,
     if unk not in vocab:
         raise LmlabError(f"special tokens ['{unk}'] of {path} are not in its vocabulary",
                          f"add {unk} to vocab.txt or set unk_token in tokenizer_config.json")
-    engine = Engine(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
-    engine.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese,
-                                                   strip_accents=strip_accents,
-                                                   lowercase=lowercase)
-    engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    engine.decoder = decoders.WordPiece(prefix="##")
+    engine = build_engine("wordpiece", lowercase, strip_accents, unk, chinese)
+    engine.model = models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100)
     check_special_tokens(engine, special, [], path)
     engine.post_processor = build_post_processor("bert", special, engine.token_to_id)
     return engine
 
 
 def _bpe_from_vocab_merges(folder: Path, special: dict[str, str], family: str) -> Any:
-    """The engine ``GPT2TokenizerFast`` / ``RobertaTokenizerFast`` build from vocab + merges."""
-    from tokenizers import Tokenizer as Engine
-    from tokenizers import decoders, models, pre_tokenizers
+    """The engine ``GPT2TokenizerFast`` / ``RobertaTokenizerFast`` build from vocab + merges:
+    the byte-level pipeline :func:`~lmlab.tokenization.training.build_engine` trains."""
+    from tokenizers import models
 
-    model = models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
-    engine = Engine(model)
-    engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    engine.decoder = decoders.ByteLevel()
+    engine = build_engine("bpe")
+    engine.model = models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
     check_special_tokens(engine, special, [], folder)
     engine.post_processor = build_post_processor(family, special, engine.token_to_id,
                                                  byte_level=True)

@@ -103,18 +103,18 @@ def _batches(texts: Iterator[str], counter: dict[str, Any], size: int = 1000) ->
 
 
 def build_engine(kind: str, lowercase: bool = True, strip_accents: bool | None = None,
-                 unk_token: str = "[UNK]") -> Any:
+                 unk_token: str = "[UNK]", chinese_chars: bool = True) -> Any:
     """An untrained engine ``tokenizers.Tokenizer`` with ``kind``'s normaliser, pre-tokeniser,
-    model and decoder."""
+    model and decoder (``chinese_chars``: WordPiece splits CJK characters apart, as BERT)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     check_choice(kind, KINDS, "kind", "tokenizer kind")
     if kind == "wordpiece":
         engine = Tokenizer(models.WordPiece(unk_token=unk_token, continuing_subword_prefix="##",
                                             max_input_chars_per_word=100))
-        engine.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                       strip_accents=strip_accents,
-                                                       lowercase=lowercase)
+        engine.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=chinese_chars, strip_accents=strip_accents,
+            lowercase=lowercase)
         engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         engine.decoder = decoders.WordPiece(prefix="##", cleanup=True)
     elif kind == "bpe":
