@@ -211,18 +211,13 @@ class AttentionMaps:
                 f"{kept}" for side, (length, kept) in self.truncated_from.items()]
 
 
-def _length_check(tokenizer: Any, texts: list[str], limit: int | None) -> tuple[int, int] | None:
-    """(tokens, kept) when ``texts`` (a text and its pair) encode longer than ``limit``."""
-    if limit is None:
-        return None
-    length = len(tokenizer(*texts)["input_ids"])
-    return (length, limit) if length > limit else None
-
-
-def _encode(tokenizer: Any, texts: list[str], limit: int | None):
-    return tokenizer(*texts, truncation=limit is not None, max_length=limit,
-                     return_tensors="pt", return_offsets_mapping=True,
-                     return_special_tokens_mask=True)
+def _encode(tokenizer: Any, texts: list[str], limit: int | None) -> tuple[Any, int]:
+    """The one-row batch of ``texts`` (a text and its pair) cut to ``limit`` tokens, and the
+    number of tokens they have uncut."""
+    batch = tokenizer(*texts, truncation=limit is not None, max_length=limit,
+                      return_tensors="pt", return_offsets_mapping=True,
+                      return_special_tokens_mask=True)
+    return batch, len(tokenizer(*texts)["input_ids"])
 
 
 def _decoder_start(model: Any, tokenizer: Any) -> tuple[int, str]:
@@ -266,19 +261,17 @@ def attention_maps(model: Any, tokenizer: Any, text: str, pair: str | None = Non
     limit = input_limit(model, tokenizer, max_length)
     texts = [text] if pair is None else [text, pair]
     truncated: dict[str, tuple[int, int]] = {}
-    cut = _length_check(tokenizer, texts, limit)
-    if cut:
-        truncated["text"] = cut
-    batch = _encode(tokenizer, texts, limit)
+    batch, length = _encode(tokenizer, texts, limit)
+    if limit is not None and length > limit:
+        truncated["text"] = (length, limit)
     source = Segment.from_encoding(batch, texts)
     decoder_ids = target_segment = None
     if target is not None:
         start, start_token = _decoder_start(model, tokenizer)
         target_limit = limit - 1 if limit is not None else None  # room for the start token
-        cut = _length_check(tokenizer, [target], target_limit)
-        if cut:  # counted with the start token, as the decoder reads it
-            truncated["target"] = (cut[0] + 1, limit)
-        target_batch = _encode(tokenizer, [target], target_limit)
+        target_batch, length = _encode(tokenizer, [target], target_limit)
+        if limit is not None and length > target_limit:  # with the start token, as read
+            truncated["target"] = (length + 1, limit)
         ids = target_batch["input_ids"][0].tolist()
         target_segment = Segment.from_encoding(target_batch, [target], prefix=[start_token])
         decoder_ids = torch.tensor([[start, *ids]])
