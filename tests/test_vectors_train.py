@@ -340,7 +340,7 @@ def test_glove_step_is_adagrad_on_the_weighted_least_squares():
 
 @pytest.mark.numerics
 def test_glove_weighting_and_cooccurrences_by_hand():
-    assert_close_rounding(glove.weighting(np.array([5.0, 10.0, 50.0]), 10.0, 0.75),
+    assert_close_rounding(glove.weighting(torch.tensor([5.0, 10.0, 50.0], dtype=torch.float64), 10.0, 0.75),
                           [0.5**0.75, 1.0, 1.0], dtype=torch.float64)  # one power in float64
     index = {"a": 0, "b": 1, "c": 2, "d": 3}
     # "a b c a d", window 2: distance 1 pairs ab bc ca ad; distance 2 pairs ac ba cd;

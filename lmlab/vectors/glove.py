@@ -62,12 +62,10 @@ class GloveConfig:
         check_at_least(self.alpha, 0, "alpha")
 
 
-def weighting(x: np.ndarray | torch.Tensor, x_max: float, alpha: float):
+def weighting(x: torch.Tensor, x_max: float, alpha: float) -> torch.Tensor:
     """GloVe's weight ``f(x) = min(1, (x / x_max) ** alpha)``: rare pairs count less, frequent
     pairs no more than ``x_max`` occurrences' worth."""
-    if isinstance(x, torch.Tensor):
-        return torch.clamp(x / x_max, max=1.0) ** alpha
-    return np.minimum(np.asarray(x, dtype=np.float64) / x_max, 1.0) ** alpha
+    return torch.clamp(x / x_max, max=1.0) ** alpha
 
 
 class GloveModel:
