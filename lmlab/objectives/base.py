@@ -45,6 +45,7 @@ class Objective(nn.Module):
     reports_perplexity: bool = False
     cls_sep_packing: bool = True
     shares_forward_pass: bool = True
+    shown: tuple[str, ...] = ()  # the settings its repr shows beside its name, heads and format
 
     def __init__(self, special: SpecialTokens, weight: float = 1.0):
         super().__init__()
@@ -118,7 +119,9 @@ class Objective(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} does not define losses()")
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}, heads={self.head_names}, format={self.example_format!r}"
+        fields = {"name": self.name, "heads": self.head_names, "format": self.example_format}
+        fields.update((key, getattr(self, key)) for key in self.shown)
+        return ", ".join(f"{key}={value!r}" for key, value in fields.items())
 
 
 def stack_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

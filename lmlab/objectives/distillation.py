@@ -67,6 +67,8 @@ class Distillation(MaskedLM):
     salt = 7
     reports_perplexity = False  # a weighted sum of three losses, not a per-token LM loss
     shares_forward_pass = False  # it also runs the teacher
+    shown = (*MaskedLM.shown, "temperature", "alpha_ce", "alpha_mlm", "alpha_cos",
+             "restrict_ce_to_mask")
 
     def __init__(self, special: SpecialTokens, teacher: nn.Module | None = None,
                  temperature: float = 2.0, alpha_ce: float = 5.0, alpha_mlm: float = 2.0,
@@ -186,11 +188,6 @@ class Distillation(MaskedLM):
         return {"teacher forward": tokens * per_token}
 
     losses = Objective.losses  # refused: it also runs the teacher
-
-    def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, temperature={self.temperature}, "
-                f"alpha_ce={self.alpha_ce}, alpha_mlm={self.alpha_mlm}, "
-                f"alpha_cos={self.alpha_cos}, restrict_ce_to_mask={self.restrict_ce_to_mask}")
 
 
 def check_teacher(teacher: nn.Module, student: nn.Module, alpha_ce: float,

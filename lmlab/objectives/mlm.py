@@ -39,6 +39,7 @@ class MaskedLM(Objective):
     flops_head = "mlm"
     reports_perplexity = True
     needs_words = False  # choose() reads the batch's word starts
+    shown = ("mask_prob", "replacement", "masking", "dupe_factor", "sparse")
 
     def __init__(self, special: SpecialTokens, mask_prob: float = 0.15,
                  replacement: tuple[float, float, float] = (0.8, 0.1, 0.1),
@@ -129,11 +130,6 @@ class MaskedLM(Objective):
             accuracy = float(correct.sum()) / count
         return ObjectiveResult(loss, {"mlm_loss": float(loss.detach()),
                                       "mlm_accuracy": accuracy}, count)
-
-    def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, mask_prob={self.mask_prob}, "
-                f"replacement={self.replacement}, masking={self.masking!r}, "
-                f"dupe_factor={self.dupe_factor}, sparse={self.sparse}")
 
 
 class WholeWordMaskedLM(MaskedLM):
