@@ -16,7 +16,6 @@ from torch import nn
 
 from lmlab.cost.precision import precision_autocast
 from lmlab.finetune import data as fdata
-from lmlab.finetune.train import TrainedTask
 from lmlab.interop.folders import FEATURE_HEAD_CONFIG
 from lmlab.models.pooling import ScalarMix
 from lmlab.objectives.base import ObjectiveResult
@@ -25,7 +24,7 @@ from lmlab.utils.errors import LmlabError
 
 if TYPE_CHECKING:
     from lmlab.finetune.recipes import Recipe
-    from lmlab.finetune.train import RunOptions
+    from lmlab.finetune.train import RunOptions, TaskRun
     from lmlab.tasks.types import Task
 
 SENTENCE_TASKS = ("classification", "pair-classification", "regression")
@@ -180,7 +179,7 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
                         budget_seconds: float | None = None, precision: str = "fp32",
                         device: str = "auto", save_every: int | None = None,
                         show_progress: bool = True,
-                        features: dict[str, torch.Tensor] | None = None) -> TrainedTask:
+                        features: dict[str, torch.Tensor] | None = None) -> TaskRun:
     """Train a feature head on the frozen ``model`` for the sentence task ``task`` with recipe
     ``rec`` (:func:`lmlab.finetune.train.train_task`) into ``out_dir``; ``run`` (or the keyword
     settings) says on what and for how long. Rerun on ``out_dir`` it resumes exactly; a run
@@ -255,9 +254,9 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
                           rec.max_length).save_pretrained(path)
         tokenizer.save_pretrained(path)
 
-    report = {**done.report(), "cost": cost, "encode_seconds": encode_seconds,
-              "scalar_mix": mix}
-    return TrainedTask(report, predictor, saver, done.trainer.dist.is_main)
+    done.predict, done.save = predictor, saver
+    done.extra.update(cost=cost, encode_seconds=encode_seconds, scalar_mix=mix)
+    return done
 
 
 def _check_feature_run(task: Task, model: nn.Module, rec: Recipe) -> int | str | None:

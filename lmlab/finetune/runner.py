@@ -24,7 +24,7 @@ from lmlab.finetune.results import (
     write_predictions,
 )
 from lmlab.finetune.settings import FinetuneConfig
-from lmlab.finetune.train import RunOptions, TrainedTask, plan_task, task_objective, train_task
+from lmlab.finetune.train import RunOptions, TaskRun, plan_task, task_objective, train_task
 from lmlab.interop.folders import adapter_folder, folder_kind, source_kind
 from lmlab.interop.folders import load_model as load_checkpoint
 from lmlab.interop.native import save_model
@@ -398,7 +398,7 @@ def _score_split(task: Task, split: str, predictions: list[Any], out: Path | Non
 
 
 def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: FinetuneConfig,
-                out: Path, run: RunOptions) -> TrainedTask:
+                out: Path, run: RunOptions) -> TaskRun:
     """BERT / ULMFiT on the Trainer: every weight trains (ULMFiT: discriminative LRs, slanted
     triangular schedule, gradual unfreezing; a PEFT method: its own parameters), selected on
     dev per epoch; with ``cfg.distil``, the teacher's soft targets join the loss."""
@@ -465,12 +465,13 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
             save_model(model, target)  # Hugging Face format, or lmlab's where no family maps it
         tokenizer.save_pretrained(target)
 
-    report = {**done.report(), "pooling": pooling, "pooling_reason": pooling_reason,
-              "planned_epochs": plan.epochs,
-              **({"method": method_record(method, cfg.method_options)} if method else {}),
-              "trainable_parameters": sum(p.numel() for p in model.parameters()
-                                          if p.requires_grad)}
-    return TrainedTask(report, predictor, saver, done.trainer.dist.is_main)
+    done.predict, done.save = predictor, saver
+    done.extra.update({"pooling": pooling, "pooling_reason": pooling_reason,
+                       "planned_epochs": plan.epochs,
+                       **({"method": method_record(method, cfg.method_options)} if method else {}),
+                       "trainable_parameters": sum(p.numel() for p in model.parameters()
+                                                   if p.requires_grad)})
+    return done
 
 
 # -- several seeds ---------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,29 +69,30 @@ class TaskPlan:
 
 @dataclass
 class TaskRun:
-    """A finished :func:`train_task`: the Trainer, its result and the dev selection (if any)."""
+    """A finished :func:`train_task`: the Trainer, its result and the dev selection (if any). A
+    recipe hands it to :func:`lmlab.finetune.runner.finetune` with the trained model's
+    ``predict(split)`` (predictions as ``task.evaluate`` takes them) and ``save(folder)``, and
+    what its report adds (``extra``)."""
 
     trainer: Trainer
     result: TrainResult
     stream: Any
     selection: DevSelection | None = None
+    predict: Callable[[str], list[Any]] | None = None
+    save: Callable[[Path], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
+    @cached_property
     def report(self) -> dict[str, Any]:
         """What every recipe reports (:meth:`DevSelection.report`: history, best epoch, stop
-        reason, steps, speed, device, cost)."""
-        return self.selection.report(self.trainer, self.result, self.stream.examples_seen())
+        reason, steps, speed, device, cost), then ``extra``."""
+        examples = self.stream.examples_seen()
+        return {**self.selection.report(self.trainer, self.result, examples), **self.extra}
 
-
-@dataclass
-class TrainedTask:
-    """What a recipe hands to :func:`lmlab.finetune.runner.finetune`: its run's ``report``, and
-    the trained model's ``predict(split)`` (predictions as ``task.evaluate`` takes them) and
-    ``save(folder)``; ``main`` is False on the torchrun ranks that neither score nor write."""
-
-    report: dict[str, Any]
-    predict: Callable[[str], list[Any]]
-    save: Callable[[Path], None]
-    main: bool = True
+    @property
+    def main(self) -> bool:
+        """False on the torchrun ranks that neither score nor write."""
+        return self.trainer.dist.is_main
 
     def __getitem__(self, key: str) -> Any:
         return self.report[key]
