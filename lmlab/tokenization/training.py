@@ -17,26 +17,26 @@ KINDS = ("wordpiece", "bpe", "unigram")
 TextSource = str | os.PathLike | Iterable[str]
 
 
-def _is_file_list(source: Any) -> bool:
-    """A list of paths (``Path`` objects, or strings naming existing files) rather than texts."""
-    return isinstance(source, list | tuple) and bool(source) and all(
-        isinstance(item, os.PathLike) or (isinstance(item, str) and os.path.isfile(item))
-        for item in source)
-
-
-def check_training_source(source: TextSource | list[str | os.PathLike]) -> None:
-    """Fail before any work when a named path does not exist (a missing file must never be
-    taken for a text, nor turn into "holds no text" half-way through training)."""
-    paths: list[Path] = []
+def check_training_source(source: TextSource | list[str | os.PathLike]) -> list[Path] | None:
+    """The files (or corpus folders) ``source`` names, each checked to exist before any work (a
+    missing file must never be taken for a text, nor turn into "holds no text" half-way through
+    training); None when ``source`` holds the texts themselves. A list is of files when an item
+    is a ``Path`` or every item is a string naming an existing file."""
     if isinstance(source, str | os.PathLike):
-        paths = [Path(source)]
-    elif isinstance(source, list | tuple) and any(isinstance(i, os.PathLike) for i in source):
-        paths = [Path(item) for item in source]
+        items = [source]
+    elif isinstance(source, list | tuple) and source and (
+            any(isinstance(item, os.PathLike) for item in source)
+            or all(isinstance(item, str) and os.path.isfile(item) for item in source)):
+        items = list(source)
+    else:
+        return None
+    paths = [Path(item) for item in items]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise LmlabError(f"training text file(s) not found: {', '.join(missing)}",
                          "check the paths; pass text files (one text per line), an lmlab corpus "
                          "folder, or an iterator of strings")
+    return paths
 
 
 def iter_training_texts(source: TextSource | list[str | os.PathLike],
@@ -47,37 +47,31 @@ def iter_training_texts(source: TextSource | list[str | os.PathLike],
     A byte that is not UTF-8 in a text file is an error naming the file and its byte offset
     (``encoding_errors="strict"``) or is read as U+FFFD with one warning (``"replace"``).
     """
-    if isinstance(source, str | os.PathLike):
-        path = Path(source)
+    from lmlab.text.corpus import read_corpus
+    from lmlab.text.textfile import iter_lines
+
+    paths = check_training_source(source)
+    if paths is None:
+        for text in source:
+            if not isinstance(text, str):
+                raise LmlabError(f"training texts must be strings, got {type(text).__name__}",
+                                 "pass an iterator of str, text files or a corpus folder")
+            yield text
+        return
+    for path in paths:
         if path.is_dir():
             if not (path / "train.jsonl").exists():
                 raise LmlabError(f"{path} is a folder but not an lmlab corpus (no train.jsonl)",
                                  "build a corpus with `lmlab data build --out DIR` or pass text "
                                  "files")
-            from lmlab.text.corpus import read_corpus
-
             for document in read_corpus(path, "train"):
                 yield from document.sentences
-            return
-        check_training_source(path)
-        from lmlab.text.textfile import iter_lines
-
+            continue
         for number, line in iter_lines(path, errors=encoding_errors):
             if line is None:
                 raise LmlabError(f"{path}:{number} is longer than 16,000,000 characters",
                                  "put one text per line (a sentence or a paragraph)")
             yield line.rstrip("\r")
-        return
-    if _is_file_list(source):
-        check_training_source([Path(item) for item in source])
-        for item in source:
-            yield from iter_training_texts(Path(item), encoding_errors)
-        return
-    for text in source:
-        if not isinstance(text, str):
-            raise LmlabError(f"training texts must be strings, got {type(text).__name__}",
-                             "pass an iterator of str, text files or a corpus folder")
-        yield text
 
 
 def _batches(texts: Iterator[str], counter: dict[str, Any], size: int = 1000) -> Iterator[list[str]]:
