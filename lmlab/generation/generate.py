@@ -141,7 +141,7 @@ def top_k_filter(scores: torch.Tensor, k: int) -> torch.Tensor:
     return scores.masked_fill(scores < threshold, float("-inf"))
 
 
-def top_p_filter(scores: torch.Tensor, p: float, min_keep: int = 1) -> torch.Tensor:
+def top_p_filter(scores: torch.Tensor, p: float) -> torch.Tensor:
     """Nucleus filter (Holtzman et al. 2020): keep the smallest set of most likely tokens whose
     probability reaches ``p``; the rest to -inf."""
     if p >= 1.0:
@@ -149,7 +149,7 @@ def top_p_filter(scores: torch.Tensor, p: float, min_keep: int = 1) -> torch.Ten
     sorted_scores, order = torch.sort(scores, descending=False)
     cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
     remove = cumulative <= (1 - p)
-    remove[..., -min_keep:] = False
+    remove[..., -1:] = False  # the most likely token always stays
     return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
 
 
@@ -448,12 +448,7 @@ def _stopped(tokens: torch.Tensor, generated: torch.Tensor, eos: torch.Tensor,
 
 def cut_at_stop_strings(text: str, stops: Sequence[str]) -> str:
     """``text`` up to (not including) the first stop string it contains."""
-    cut = len(text)
-    for stop in stops:
-        index = text.find(stop)
-        if index != -1:
-            cut = min(cut, index)
-    return text[:cut]
+    return text[:min((text.find(stop) for stop in stops if stop in text), default=len(text))]
 
 
 # -- beam search ---------------------------------------------------------------------------------
