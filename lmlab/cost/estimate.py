@@ -82,11 +82,7 @@ def default_precision(device: str) -> str:
     """bf16 where the device has it, else fp16 (tensor cores), else fp32; fp32 on CPUs."""
     if device.lower() == "cpu":
         return "fp32"
-    peaks = gpu_spec(device).peaks
-    for precision in ("bf16", "fp16", "fp32"):
-        if precision in peaks:
-            return precision
-    return "fp32"
+    return next((p for p in ("bf16", "fp16") if p in gpu_spec(device).peaks), "fp32")
 
 
 def estimate_run(model: str, tokens: float, device: str = "v100", devices: int = 1,

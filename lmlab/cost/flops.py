@@ -36,8 +36,7 @@ class FlopBreakdown:
     @property
     def total(self) -> float:
         """All FLOPs per token."""
-        return (self.embedding_projection + self.attention_projections + self.attention_scores
-                + self.ffn + self.head_transform + self.output_projection)
+        return sum(self.parts().values())
 
     def parts(self) -> dict[str, float]:
         """The components by name (FLOPs per token)."""

@@ -36,8 +36,6 @@ class LinearTimes:
 
     seconds: dict[str, float]
     shapes: int     # distinct (in, out) shapes timed
-    tokens: int     # rows of each product (batch x sequence length)
-    cached: bool    # read from the cache rather than measured now
 
     def speedup(self, path: str, over: str = "fp32") -> float:
         return self.seconds[over] / self.seconds[path]
@@ -81,9 +79,9 @@ def model_linear_times(model: nn.Module, tokens: int, refresh: bool = False,
     data = read_cache(path, _CACHE_VERSION)
     entry = data.get("hosts", {}).get(host, {}).get(signature)
     if entry is not None and not refresh:
-        return LinearTimes(dict(entry), len(shapes), tokens, cached=True)
+        return LinearTimes(dict(entry), len(shapes))
     seconds = (measure or measure_linear_times)(shapes, tokens)
     data.setdefault("hosts", {}).setdefault(host, {})[signature] = seconds
     data["version"] = _CACHE_VERSION
     atomic_write_json(path, data)
-    return LinearTimes(seconds, len(shapes), tokens, cached=False)
+    return LinearTimes(seconds, len(shapes))

@@ -23,11 +23,7 @@ def _locate(answer: dict[str, Any], context: str, qid: str, path: Path) -> dict[
     start = answer.get("answer_start")
     if isinstance(start, int) and context[start:start + len(text)] == text:
         return {"text": text, "answer_start": start}
-    positions = []
-    found = context.find(text)
-    while found != -1:
-        positions.append(found)
-        found = context.find(text, found + 1)
+    positions = [i for i in range(len(context) - len(text) + 1) if context.startswith(text, i)]
     if not positions:
         raise LmlabError(f"{path}: the answer {text!r} of question {qid!r} does not occur in "
                          "its context", "fix the answer text or the context of that question")
