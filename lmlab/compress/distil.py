@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from lmlab.finetune.data import TaskStream
+from lmlab.utils.checks import check_at_least, check_positive
 from lmlab.utils.errors import LmlabError
 
 if TYPE_CHECKING:
@@ -180,8 +181,6 @@ class DistilSettings:
     def validate(self) -> tuple[TransformerConfig, tuple[int, ...]]:
         """Check the teacher (it exists, is an encoder with its own layers), the loss weights
         and the layers, reading the teacher's config only; returns it and the layers."""
-        from lmlab.utils.checks import check_positive
-
         if not self.teacher:
             raise LmlabError("no teacher given", "pass --teacher MODEL (a folder, a run "
                              "directory or a short name such as minilm)")
@@ -189,8 +188,7 @@ class DistilSettings:
         weights = {"--alpha-ce": self.alpha_ce, "--alpha-mlm": self.alpha_mlm,
                    "--alpha-cos": self.alpha_cos}
         for option, value in weights.items():
-            if not float(value) >= 0:
-                raise LmlabError(f"{option} {value} must be >= 0", "use DistilBERT's 5, 2, 1")
+            check_at_least(value, 0, option)
         if not any(float(value) > 0 for value in weights.values()):
             raise LmlabError("--alpha-ce, --alpha-mlm and --alpha-cos are all 0: nothing to "
                              "learn", "give at least one a positive weight (DistilBERT: 5, 2, 1)")
@@ -303,8 +301,7 @@ class TaskDistillation:
         if not 0.0 <= float(self.alpha) <= 1.0:
             raise LmlabError(f"--distil-alpha {self.alpha} is not in [0, 1]",
                              "use 0.5 (half soft targets, half labels)")
-        if not float(self.temperature) > 0:
-            raise LmlabError(f"--temperature {self.temperature} must be positive", "use 2.0")
+        check_positive(self.temperature, "--temperature")
         if task.type not in TASK_TYPES:
             raise LmlabError(f"task-specific distillation does not support {task.type} tasks "
                              f"({task.name})", f"use a {', '.join(TASK_TYPES)} task")
@@ -382,17 +379,10 @@ class TeacherLogitStream(TaskStream):
         return wrapped
 
     def make_batch(self, indices: list[int]) -> dict[str, Any]:
-        batch = super().make_batch(indices)
-        rows = [self.logits[i] for i in indices]
-        if rows[0].dim() == 1:
-            batch["teacher_logits"] = torch.stack(rows)  # (B, C)
-        else:  # tagging: (T_i, C) each, padded to the batch's length
-            length = batch["input_ids"].shape[1]
-            padded = torch.zeros(len(rows), length, rows[0].shape[-1])  # (B, T, C)
-            for row, values in enumerate(rows):
-                padded[row, :values.shape[0]] = values
-            batch["teacher_logits"] = padded
-        return batch
+        # (C,) each -> (B, C); tagging: (T_i, C) each -> (B, T, C), zero-padded to the longest,
+        # which is the batch's length (the logits cover each example's tokens)
+        return {**super().make_batch(indices), "teacher_logits": nn.utils.rnn.pad_sequence(
+            [self.logits[i] for i in indices], batch_first=True)}
 
 
 class TaskDistillationObjective(nn.Module):
