@@ -18,6 +18,7 @@ from torch import nn
 from lmlab.formats.safetensors_io import load_state, save_state
 from lmlab.training.run_dir import list_checkpoints  # torch-free: resume checks read it
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import read_json
 
 
 def load_into(module: nn.Module, state: dict[str, torch.Tensor], source: Path | str) -> None:
@@ -144,16 +145,17 @@ def commit(tmp: Path, keep_last: int) -> Path:
 
 
 def read_state(path: Path) -> dict[str, Any]:
-    return json.loads((path / "state.json").read_text(encoding="utf-8"))
+    return read_json(path / "state.json")
 
 
 def load_optimizer_state(path: Path) -> dict[str, Any]:
     return torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
 
 
-def load_rng(path: Path, rank: int) -> dict[str, torch.Tensor]:
-    """Rank ``rank``'s generator states (rank 0's when the run had fewer ranks)."""
-    file = path / f"rng-rank{rank}.pt"
-    if not file.is_file():
-        file = path / "rng-rank0.pt"
-    return torch.load(file, map_location="cpu", weights_only=True)
+def restore_rng(path: Path, json_states: dict[str, Any], rank: int) -> None:
+    """Set this process's generators to rank ``rank``'s states in checkpoint ``path`` (its
+    ``rng-rankN.pt`` and state.json's ``rng``), or rank 0's when the run had fewer ranks."""
+    if str(rank) not in json_states:
+        rank = 0
+    tensors = torch.load(path / f"rng-rank{rank}.pt", map_location="cpu", weights_only=True)
+    set_rng_state(json_states[str(rank)], tensors)

@@ -229,8 +229,7 @@ class Trainer:
         hook_states = state.get("hooks") or [{}] * len(self.hooks)
         for hook, hook_state in zip(self.hooks, hook_states):
             hook.load(path, hook_state)
-        ckpt.set_rng_state(state["rng"][str(self.dist.rank)] if str(self.dist.rank) in state["rng"]
-                           else state["rng"]["0"], ckpt.load_rng(path, self.dist.rank))
+        ckpt.restore_rng(path, state["rng"], self.dist.rank)
         self.last_checkpoint = path
         if self.dist.is_main:
             truncate_metrics(self.out_dir / "metrics.jsonl", self.step)
@@ -487,7 +486,7 @@ class Trainer:
                     for hook in self.hooks:
                         stop = hook.on_step_end(self) or stop
                     if cfg.eval_every and self.step % cfg.eval_every == 0 and stop is None:
-                        self.log_eval(self.evaluate(), writer)
+                        self.log_eval(self.evaluate())
                     if cfg.save_every and self.step % cfg.save_every == 0 and stop is None:
                         self.save_checkpoint()
             finally:
@@ -530,7 +529,7 @@ class Trainer:
         main, writer = self.dist.is_main, self._writer
         for hook in self.hooks:
             hook.on_train_end(self)
-        self.log_eval(self.evaluate(), writer)
+        self.log_eval(self.evaluate())
         if main:  # what reports read as the run's end (the last train record may be older)
             writer.write({"kind": "end", "step": self.step, "tokens": self.tokens,
                           "elapsed": self.elapsed(), "stop_reason": stop or ""})
@@ -551,14 +550,13 @@ class Trainer:
                            checkpoint=self.last_checkpoint,
                            cost=cost.to_dict() if cost is not None else None)
 
-    def log_eval(self, results: dict[str, float], writer: MetricsWriter | None = None) -> None:
+    def log_eval(self, results: dict[str, float]) -> None:
         """Make ``results`` (``eval_*`` keys) the run's newest evaluation and log it; hooks call
         it with their own scores."""
-        writer = writer or self._writer
         if results:
             self.last_eval = results
-            if writer is not None:
-                writer.write({"kind": "eval", "step": self.step, "tokens": self.tokens,
+            if self._writer is not None:
+                self._writer.write({"kind": "eval", "step": self.step, "tokens": self.tokens,
                               "elapsed": self.elapsed(), **results})
 
     # -- progress, cost, final outputs ----------------------------------------------------------
