@@ -303,14 +303,13 @@ def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> 
 
 def load_init(path: Path, vocab_size: int) -> LanguageModel:
     """Weights to start from: a checkpoint folder, a run directory or a model folder."""
-    import json
-
     from lmlab.interop.folders import load_model
     from lmlab.models.config import TransformerConfig
     from lmlab.models.model import LanguageModel
     from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
     from lmlab.models.rnn.config import RecurrentConfig
     from lmlab.training import checkpoint as ckpt
+    from lmlab.utils.io import read_json
 
     if (path / "checkpoints").is_dir() and not (path / "model").is_dir():
         latest = ckpt.latest_checkpoint(path / "checkpoints")
@@ -318,7 +317,7 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
             raise LmlabError(f"{path} has no complete checkpoint", "point --init at a finished run")
         path = latest
     if (path / "state.json").is_file():  # a checkpoint folder: config from its run
-        run_config = json.loads((path.parent.parent / "config.json").read_text())
+        run_config = read_json(path.parent.parent / "config.json")
         state = ckpt.load_state(path / "model.safetensors")
         heads = sorted({k.split(".")[1] for k in state if k.startswith("heads.")})
         if run_config["model"].get("family") in RECURRENT_FAMILIES:  # AWD-LSTM, ELMo
