@@ -29,10 +29,8 @@ def no_decay_names(module: nn.Module) -> set[str]:
 def param_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict[str, Any]]:
     """Two AdamW groups over the trainable parameters of ``modules``: ``decay`` and
     ``no_decay``, each with ``names`` (for logs and tests; torch ignores extra keys)."""
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    decay_names: list[str] = []
-    no_decay_names_: list[str] = []
+    groups = {name: {"params": [], "weight_decay": decay, "names": [], "group": name}
+              for name, decay in (("decay", weight_decay), ("no_decay", 0.0))}
     seen: set[int] = set()
     for index, module in enumerate(modules):
         exempt = no_decay_names(module)
@@ -40,18 +38,10 @@ def param_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict
             if not parameter.requires_grad or id(parameter) in seen:
                 continue
             seen.add(id(parameter))
-            label = f"{index}:{name}"
-            if name in exempt:
-                no_decay.append(parameter)
-                no_decay_names_.append(label)
-            else:
-                decay.append(parameter)
-                decay_names.append(label)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay, "names": decay_names, "group": "decay"},
-        {"params": no_decay, "weight_decay": 0.0, "names": no_decay_names_, "group": "no_decay"},
-    ]
-    return [group for group in groups if group["params"]]
+            group = groups["no_decay" if name in exempt else "decay"]
+            group["params"].append(parameter)
+            group["names"].append(f"{index}:{name}")
+    return [group for group in groups.values() if group["params"]]
 
 
 def build_optimizer(groups: list[dict[str, Any]], lr: float, betas: tuple[float, float],
