@@ -30,58 +30,37 @@ def check_encoding_errors(errors: str) -> None:
     check_choice(errors, ENCODING_ERRORS, "--encoding-errors", "policy")
 
 
-class _Decoder:
-    """UTF-8 incremental decoder; on the first bad byte it raises (``strict``) or switches to
-    replacement and warns once (``replace``), naming the file and the byte offset."""
-
-    def __init__(self, path: Path, errors: str = "strict"):
-        check_encoding_errors(errors)
-        self.path = path
-        self.errors = errors
-        self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
-        self.replacing = False
-        self.consumed = 0  # bytes handed to the decoder so far
-
-    def decode(self, data: bytes, final: bool = False) -> str:
-        offset = self.consumed
-        self.consumed += len(data)
-        if self.replacing:
-            return self.decoder.decode(data, final)
-        pending, _flag = self.decoder.getstate()
-        try:
-            return self.decoder.decode(data, final)
-        except UnicodeDecodeError as error:
-            # error.start counts from the start of pending + data
-            problem = (f"{self.path}: byte {offset - len(pending) + error.start} "
-                       f"(0x{(pending + data)[error.start]:02x}) is not UTF-8")
-            if self.errors == "strict":
-                raise LmlabError(problem, "convert the file (e.g. `iconv -f LATIN1 -t UTF-8`), "
-                                 "or pass --encoding-errors replace to read bad bytes as "
-                                 "U+FFFD") from None
-            warnings.warn(f"{problem}; decoding the rest of the file with U+FFFD replacement "
-                          "characters (convert it with `iconv -f LATIN1 -t UTF-8` if that is "
-                          "its encoding)", CorpusWarning, stacklevel=2)
-            self.replacing = True
-            self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
-            return self.decoder.decode(pending + data, final)
-
-
 def iter_file_text(path: str | Path, chunk_bytes: int = CHUNK_BYTES,
                    errors: str = "strict") -> Iterator[str]:
-    """Yield a file's decoded text in chunks (never the whole file at once)."""
-    path = Path(path)
-    decoder = _Decoder(path, errors)
+    """Yield a file's decoded text in chunks (never the whole file at once). On the first byte
+    that is not UTF-8 it raises (``strict``) or decodes the rest with U+FFFD and warns once
+    (``replace``), naming the file and the byte's offset in the file."""
+    check_encoding_errors(errors)
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    offset = 0  # bytes handed to the decoder before this block
     with open(path, "rb") as handle:
         while True:
             data = handle.read(chunk_bytes)
-            if not data:
-                tail = decoder.decode(b"", final=True)
-                if tail:
-                    yield tail
-                return
-            text = decoder.decode(data)
+            pending, _flag = decoder.getstate()
+            try:
+                text = decoder.decode(data, final=not data)
+            except UnicodeDecodeError as error:  # error.start counts from pending + data
+                problem = (f"{Path(path)}: byte {offset - len(pending) + error.start} "
+                           f"(0x{(pending + data)[error.start]:02x}) is not UTF-8")
+                if errors == "strict":
+                    raise LmlabError(problem, "convert the file (e.g. `iconv -f LATIN1 -t UTF-8`), "
+                                     "or pass --encoding-errors replace to read bad bytes as "
+                                     "U+FFFD") from None
+                warnings.warn(f"{problem}; decoding the rest of the file with U+FFFD replacement "
+                              "characters (convert it with `iconv -f LATIN1 -t UTF-8` if that "
+                              "is its encoding)", CorpusWarning, stacklevel=2)
+                decoder = codecs.getincrementaldecoder("utf-8")("replace")
+                text = decoder.decode(pending + data, final=not data)
+            offset += len(data)
             if text:
                 yield text
+            if not data:
+                return
 
 
 def iter_paragraphs(path: str | Path, max_paragraph_chars: int = DEFAULT_MAX_PARAGRAPH_CHARS,
