@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,10 +242,7 @@ class GGUFFile:
 
     def type_counts(self) -> dict[str, int]:
         """How many tensors of each ggml type the file holds (e.g. {"Q4_1": 210, ...})."""
-        counts: dict[str, int] = {}
-        for info in self.tensors.values():
-            counts[info.type_name] = counts.get(info.type_name, 0) + 1
-        return counts
+        return dict(Counter(info.type_name for info in self.tensors.values()))
 
     def close(self) -> None:
         self._map.close()
