@@ -1,7 +1,6 @@
 """Chat prompts: the model's own chat template (a Jinja2 template stored in the GGUF file's
 ``tokenizer.chat_template`` or a tokenizer's config), rendered as Hugging Face renders it, with a
-ChatML fallback (``<|im_start|>role\\ncontent<|im_end|>``) when there is no template or Jinja2
-is not installed."""
+ChatML fallback (``<|im_start|>role\\ncontent<|im_end|>``) when there is no template."""
 
 from __future__ import annotations
 
@@ -26,10 +25,17 @@ def chatml(messages: Sequence[Message], add_generation_prompt: bool = True) -> s
     return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
-def _render_jinja(template: str, messages: Sequence[Message], add_generation_prompt: bool,
-                  special: dict[str, Any]) -> str:
+def apply_chat_template(tokenizer: Any, messages: Sequence[Message],
+                        add_generation_prompt: bool = True, template: str | None = None) -> str:
+    """The prompt text for ``messages`` under the tokenizer's (or the given) chat template,
+    rendered in Jinja2's sandbox as transformers renders it."""
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    _check(messages)
+    template = template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        return chatml(messages, add_generation_prompt)
 
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
@@ -38,28 +44,14 @@ def _render_jinja(template: str, messages: Sequence[Message], add_generation_pro
                                         extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
     try:
-        return env.from_string(template).render(messages=list(messages),
-                                                add_generation_prompt=add_generation_prompt,
-                                                **special)
+        return env.from_string(template).render(
+            messages=list(messages), add_generation_prompt=add_generation_prompt,
+            bos_token=getattr(tokenizer, "bos_token", None) or "",
+            eos_token=getattr(tokenizer, "eos_token", None) or "")
     except jinja2.exceptions.TemplateError as error:
         raise LmlabError(f"the chat template failed: {error}",
                          "check the messages' roles against what the model's template "
                          "accepts") from None
-
-
-def apply_chat_template(tokenizer: Any, messages: Sequence[Message],
-                        add_generation_prompt: bool = True, template: str | None = None) -> str:
-    """The prompt text for ``messages`` under the tokenizer's (or the given) chat template."""
-    _check(messages)
-    template = template or getattr(tokenizer, "chat_template", None)
-    if not template:
-        return chatml(messages, add_generation_prompt)
-    special = {"bos_token": getattr(tokenizer, "bos_token", None) or "",
-               "eos_token": getattr(tokenizer, "eos_token", None) or ""}
-    try:
-        return _render_jinja(template, messages, add_generation_prompt, special)
-    except ModuleNotFoundError:  # jinja2 missing: ChatML is what most small chat models use
-        return chatml(messages, add_generation_prompt)
 
 
 class ChatSession:
