@@ -5,6 +5,7 @@ from a small grammar, their derivatives by sympy, pairs ``F' -> F`` in prefix no
 
 from __future__ import annotations
 
+import operator
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -121,10 +122,8 @@ def to_prefix(expr: Any) -> list[str]:
         if expr.name != "x":
             raise LmlabError(f"unknown symbol {expr.name!r}", "expressions use the variable x only")
         return ["x"]
-    if expr is sympy.E:
-        return ["E"]
-    if expr is sympy.pi:
-        return ["pi"]
+    if expr in (sympy.E, sympy.pi):
+        return [str(expr)]  # "E", "pi"
     if expr.is_Integer:
         return _int_tokens(int(expr))
     if expr.is_Rational:
@@ -151,10 +150,9 @@ def from_prefix(tokens: Sequence[str]) -> Any:
     import sympy
 
     x = sympy.Symbol("x")
-    functions = {"exp": sympy.exp, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos}
-    binary = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
-              "mul": lambda a, b: a * b, "pow": lambda a, b: a ** b,
-              "div": lambda a, b: a / b}
+    functions = {name: getattr(sympy, name) for name in UNARY}
+    binary = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+              "pow": operator.pow, "div": operator.truediv}
     tokens = list(tokens)
 
     def parse(i: int):
@@ -165,7 +163,7 @@ def from_prefix(tokens: Sequence[str]) -> Any:
         if token == "x":
             return x, i + 1
         if token in ("E", "pi"):
-            return (sympy.E if token == "E" else sympy.pi), i + 1
+            return getattr(sympy, token), i + 1
         if token in ("INT+", "INT-"):
             j = i + 1
             while j < len(tokens) and tokens[j].isdigit():
