@@ -28,6 +28,7 @@ from typing import Any
 from lmlab.finetune.feature_based import task_features, train_feature_based
 from lmlab.finetune.recipes import get_recipe
 from lmlab.finetune.results import summarize_seeds
+from lmlab.finetune.train import RunOptions
 from lmlab.models.pooling import STRATEGIES
 from lmlab.tasks import load_builtin_task
 from lmlab.tasks.sampling import sample_examples
@@ -57,8 +58,9 @@ def run_strategies(task, model, tokenizer, strategies, seeds, runs: Path,
         for seed in seeds:
             started = time.perf_counter()
             result = train_feature_based(task, model, tokenizer, recipe, seed,
-                                         runs / strategy / f"seed-{seed}", precision=precision,
-                                         show_progress=False, features=features)
+                                         runs / strategy / f"seed-{seed}",
+                                         RunOptions(precision, progress=False),
+                                         features=features)
             predict = result.predict
             row = {"strategy": strategy, "seed": seed,
                    "dev": task.evaluate("dev", predict("dev")),

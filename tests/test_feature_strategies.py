@@ -24,6 +24,7 @@ from lmlab.finetune.feature_based import (
 )
 from lmlab.finetune.recipes import get_recipe
 from lmlab.finetune.runner import load_model
+from lmlab.finetune.train import RunOptions
 from lmlab.models.pooling import STRATEGIES
 from lmlab.utils.errors import LmlabError
 
@@ -94,7 +95,7 @@ def test_precomputed_features_give_the_same_run(tiny_bert_folder, tmp_path):
     features = {split: task_features(toy_task(), split, model, tokenizer, recipe)
                 for split in ("train", "dev", "test")}
     reused = train_feature_based(toy_task(), model, tokenizer, recipe, 0, tmp_path / "reused",
-                                 show_progress=False, features=features)
+                                 RunOptions(progress=False), features=features)
     assert_same_run(plain, reused, tmp_path / "plain", tmp_path / "reused")
 
 

@@ -24,6 +24,7 @@ from lmlab.finetune.feature_based import (
 )
 from lmlab.finetune.recipes import get_recipe
 from lmlab.finetune.runner import load_model
+from lmlab.finetune.train import RunOptions
 from lmlab.models.pooling import ScalarMix
 from lmlab.tasks.types import Task
 from lmlab.tokenization.tokenizer import Tokenizer
@@ -44,7 +45,7 @@ def train(folder, out, seed: int = 0, random_init: bool = False, save_every: int
     recipe = get_recipe("feature", **{"epochs": 4, "lr": 5e-2, "batch_size": 16, "patience": 10,
                                       **overrides})
     return train_feature_based(toy_task(), model, tokenizer, recipe, seed, out,
-                               save_every=save_every, show_progress=False)
+                               RunOptions(save_every=save_every, progress=False))
 
 
 def head_weights(result, folder) -> dict[str, torch.Tensor]:
@@ -190,7 +191,8 @@ def test_budget_stops_training_and_scores_the_last_partial_epoch(tiny_bert_folde
     monkeypatch.setattr("lmlab.training.trainer.time", TickingClock())
     model, tokenizer, _ = load_model(tiny_bert_folder)
     result = train_feature_based(toy_task(), model, tokenizer, get_recipe("feature", epochs=10),
-                                 0, tmp_path / "run", budget_seconds=1.0, show_progress=False)
+                                 0, tmp_path / "run",
+                                 RunOptions(budget_seconds=1.0, progress=False))
     assert result["stop_reason"] == "budget" and 0 < result["steps"] < 10 * 3
     assert result["history"][-1]["step"] == result["steps"]  # scored where it stopped
 
@@ -230,7 +232,7 @@ def test_regression_trains_one_output_with_mse_after_a_bf16_encoder_pass(tiny_be
     task = Task("toy-score", "regression", [], ["pearson"], splits)
     model, tokenizer, _ = load_model(tiny_bert_folder)
     result = train_feature_based(task, model, tokenizer, get_recipe("feature", epochs=3, lr=5e-2),
-                                 0, tmp_path / "run", precision="bf16", show_progress=False)
+                                 0, tmp_path / "run", RunOptions("bf16", progress=False))
     predictions = result.predict("test")
     assert len(predictions) == len(splits["test"]) and all(isinstance(p, float)
                                                            for p in predictions)
@@ -253,5 +255,5 @@ def test_refuses_token_tasks_and_missing_devices_before_work(tiny_bert_folder, t
     if not torch.cuda.is_available():
         with pytest.raises(LmlabError, match="CUDA is not available"):
             train_feature_based(toy_task(), model, tokenizer, recipe, 0, tmp_path / "gpu",
-                                device="cuda")
+                                RunOptions(device="cuda"))
     assert not any(tmp_path.iterdir())  # nothing written

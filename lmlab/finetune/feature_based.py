@@ -16,6 +16,7 @@ from torch import nn
 
 from lmlab.cost.precision import precision_autocast
 from lmlab.finetune import data as fdata
+from lmlab.finetune.train import RunOptions
 from lmlab.interop.folders import FEATURE_HEAD_CONFIG
 from lmlab.models.pooling import ScalarMix
 from lmlab.objectives.base import ObjectiveResult
@@ -24,7 +25,7 @@ from lmlab.utils.errors import LmlabError
 
 if TYPE_CHECKING:
     from lmlab.finetune.recipes import Recipe
-    from lmlab.finetune.train import RunOptions, TaskRun
+    from lmlab.finetune.train import TaskRun
     from lmlab.tasks.types import Task
 
 SENTENCE_TASKS = ("classification", "pair-classification", "regression")
@@ -175,14 +176,11 @@ class FeatureObjective(nn.Module):
 
 
 def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recipe, seed: int,
-                        out_dir: str | Path, run: RunOptions | None = None, *,
-                        budget_seconds: float | None = None, precision: str = "fp32",
-                        device: str = "auto", save_every: int | None = None,
-                        show_progress: bool = True,
+                        out_dir: str | Path, run: RunOptions = RunOptions(), *,
                         features: dict[str, torch.Tensor] | None = None) -> TaskRun:
     """Train a feature head on the frozen ``model`` for the sentence task ``task`` with recipe
-    ``rec`` (:func:`lmlab.finetune.train.train_task`) into ``out_dir``; ``run`` (or the keyword
-    settings) says on what and for how long. Rerun on ``out_dir`` it resumes exactly; a run
+    ``rec`` (:func:`lmlab.finetune.train.train_task`) into ``out_dir``; ``run`` says on what and
+    for how long. Rerun on ``out_dir`` it resumes exactly; a run
     there with other settings (task, recipe, training data, encoder, tokenizer) is refused
     before the encoder runs, which it does once over train and dev (``encode_seconds``, outside
     the Trainer's budget). The report adds ``cost`` (the encoder's pass), ``encode_seconds`` and
@@ -194,12 +192,11 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
     """
     from dataclasses import replace
 
-    from lmlab.finetune.train import RunOptions, plan_task, train_task
+    from lmlab.finetune.train import plan_task, train_task
     from lmlab.training.distributed import process_device
     from lmlab.training.run_dir import check_resumable, run_config
     from lmlab.training.trainer import seed_everything
 
-    run = run or RunOptions(precision, device, budget_seconds, save_every, show_progress)
     layer = _check_feature_run(task, model, rec)
     head_rec = replace(rec, schedule="constant", warmup_fraction=0.0, clip_norm=None)
     plan = plan_task(task, tokenizer, head_rec, seed, run)  # the train split, encoded
