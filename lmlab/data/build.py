@@ -17,7 +17,7 @@ from lmlab.text.corpus import SPLITS, Document
 from lmlab.text.sentences import normalize_text
 from lmlab.text.sources import BUILTIN_SOURCES, Source, SourceCounts, builtin_sources, get_source
 from lmlab.text.textfile import check_encoding_errors
-from lmlab.utils.checks import check_names, check_output_folder
+from lmlab.utils.checks import check_at_least, check_names, check_output_folder
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, sha256_file
 from lmlab.utils.progress import progress
@@ -176,9 +176,7 @@ def _check_settings(validation_fraction: float, max_documents: int | None,
     if not 0.0 <= validation_fraction < 1.0:
         raise LmlabError(f"validation fraction {validation_fraction} is not in [0, 1)",
                          "use e.g. --validation-fraction 0.01")
-    if max_documents is not None and max_documents < 1:
-        raise LmlabError(f"--max-documents {max_documents} must be at least 1", "drop it or "
-                         "give a positive number")
+    check_at_least(max_documents, 1, "--max-documents")
     check_encoding_errors(encoding_errors)
 
 

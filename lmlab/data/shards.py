@@ -243,21 +243,6 @@ def _verified_prefix(out: Path, shards: list[dict]) -> list[dict]:
         lambda shard: all(_intact(out, f) for f in shard["files"].values()), shards))
 
 
-def _chunks(path: Path, start_line: int, size: int, encoding_errors: str = "strict"):
-    """Lists of ``size`` documents (the non-empty lines of a corpus split) from document
-    ``start_line`` on, each with its first document's index. A byte that is not UTF-8 is an
-    error naming the file and its byte offset, or (``encoding_errors="replace"``) U+FFFD with
-    one warning."""
-    from lmlab.text.textfile import iter_lines
-
-    lines = (line for _, line in iter_lines(path, sys.maxsize, errors=encoding_errors))
-    documents = itertools.islice((line for line in lines if line.strip()), start_line, None)
-    first = start_line
-    while batch := list(itertools.islice(documents, size)):
-        yield first, batch
-        first += len(batch)
-
-
 _WORKER_ENGINE = None
 
 
@@ -273,11 +258,18 @@ def _encode_in_worker(first: int, lines: list[str]) -> EncodedChunk:
     return encode_lines(_WORKER_ENGINE, lines, first)
 
 
-def _encoded_chunks(engine: Any, path: Path, start_line: int, workers: int, chunk_docs: int,
+def _encoded_chunks(engine: Any, path: Path, start_line: int, workers: int,
                     encoding_errors: str = "strict"):
-    """Encoded chunks in corpus order; with ``workers > 1`` a process pool encodes them, with
-    at most ``2 * workers`` chunks in flight (Pool.imap would read the whole corpus ahead)."""
-    chunks = _chunks(path, start_line, chunk_docs, encoding_errors)
+    """Encoded chunks of ``_CHUNK_DOCS`` documents (the non-empty lines of a corpus split)
+    from document ``start_line`` on, in corpus order; with ``workers > 1`` a process pool
+    encodes them, with at most ``2 * workers`` chunks in flight (Pool.imap would read the whole
+    corpus ahead). A byte that is not UTF-8 is an error or U+FFFD (``encoding_errors``)."""
+    from lmlab.text.textfile import iter_lines
+
+    lines = (line for _, line in iter_lines(path, sys.maxsize, errors=encoding_errors))
+    documents = itertools.islice((line for line in lines if line.strip()), start_line, None)
+    batches = iter(lambda: list(itertools.islice(documents, _CHUNK_DOCS)), [])
+    chunks = zip(itertools.count(start_line, _CHUNK_DOCS), batches)  # (first document, lines)
     if workers <= 1:
         for first, lines in chunks:
             yield encode_lines(engine, lines, first)
@@ -299,27 +291,23 @@ def _encoded_chunks(engine: Any, path: Path, start_line: int, workers: int, chun
 
 def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | os.PathLike,
                  shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int = 1,
-                 splits: tuple[str, ...] | None = None, chunk_docs: int = _CHUNK_DOCS,
                  show_progress: bool = True, overwrite: bool = False,
                  encoding_errors: str = "strict") -> dict[str, Any]:
-    """Tokenize the splits of an lmlab corpus (default: those present, ``train`` required)
+    """Tokenize the splits of an lmlab corpus (those present, ``train`` required)
     into ``shard_tokens``-token shards in ``out_dir``; return the manifest plus
     ``"resumed_shards"``. Resuming, refusing another run's shards (unless ``overwrite``) and
     ``encoding_errors`` are described in docs/shards.md."""
     from lmlab.text.textfile import check_encoding_errors
     from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.checks import check_output_folder
+    from lmlab.utils.checks import check_at_least, check_output_folder
 
     if not isinstance(tokenizer, Tokenizer):
         tokenizer = Tokenizer.from_pretrained(tokenizer)
-    if shard_tokens < 1:
-        raise LmlabError(f"shard_tokens={shard_tokens} must be positive",
-                         f"use e.g. {DEFAULT_SHARD_TOKENS}")
+    check_at_least(shard_tokens, 1, "shard_tokens")
     check_encoding_errors(encoding_errors)
     corpus_dir, out = Path(corpus_dir), Path(out_dir)
-    if splits is None:
-        split_path(corpus_dir, "train")  # clear error when this is no corpus
-        splits = tuple(s for s in SPLITS if (corpus_dir / f"{s}.jsonl").exists())
+    split_path(corpus_dir, "train")  # clear error when this is no corpus
+    splits = [s for s in SPLITS if (corpus_dir / f"{s}.jsonl").exists()]
     if not (out / MANIFEST).exists():  # shards of ours (resumable or not) are judged below
         check_output_folder(out, overwrite, "token shards", ignore=(".*.partial",))
     header = _manifest_header(tokenizer, shard_tokens, corpus_dir)
@@ -348,7 +336,7 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
 
         writer = _SplitWriter(out, split, header["dtype"], shard_tokens, finished, on_shard)
         chunks = _encoded_chunks(engine, split_path(corpus_dir, split), writer.resume_at[0],
-                                 workers, chunk_docs, encoding_errors)
+                                 workers, encoding_errors)
         writer.write_all(chunks, _progress(show_progress, split))
         manifest["splits"][split] = _split_entry(out, split, writer.shards, corpus_dir)
         atomic_write_json(out / MANIFEST, manifest)
