@@ -88,11 +88,6 @@ class LoopRun:
         """Whether the run has a folder (else it has a budget and a cost report only)."""
         return self.out_dir is not None
 
-    @property
-    def checkpoints_dir(self) -> Path | None:
-        """``out_dir/checkpoints`` (None without a folder)."""
-        return self.out_dir / "checkpoints" if self.out_dir is not None else None
-
     def check_data(self, fingerprint: str | None) -> None:
         """Record the data's fingerprint; refuse a run in ``out_dir`` that read other data."""
         if fingerprint is None:
@@ -103,7 +98,8 @@ class LoopRun:
 
     def resume(self) -> LoopState | None:
         """The newest checkpoint's (state, tensors), or None (a new run)."""
-        path = ckpt.latest_checkpoint(self.checkpoints_dir) if self.out_dir is not None else None
+        path = (ckpt.latest_checkpoint(self.out_dir / "checkpoints") if self.out_dir is not None
+                else None)
         if path is None:
             return None
         state = ckpt.read_state(path)
@@ -158,7 +154,7 @@ class LoopRun:
         if self.out_dir is None:
             return
         state, tensors = loop_state
-        tmp = ckpt.staging_dir(self.checkpoints_dir, self.step)
+        tmp = ckpt.staging_dir(self.out_dir / "checkpoints", self.step)
         ckpt.save_state(tensors, tmp / "state.safetensors")
         record = {"step": self.step, "elapsed": self.elapsed(), "loop": state}
         if stop_reason is not None:
