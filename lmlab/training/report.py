@@ -19,17 +19,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model")
 
 
-def copy_tokenizer(tokenizer_dir: Path, target: Path) -> list[Path]:
+def copy_tokenizer(tokenizer_dir: Path, target: Path) -> None:
     """Copy the tokenizer files of ``tokenizer_dir`` (or the file itself) into ``target``."""
     target.mkdir(parents=True, exist_ok=True)
     sources = [tokenizer_dir] if tokenizer_dir.is_file() else [
         tokenizer_dir / name for name in TOKENIZER_FILES if (tokenizer_dir / name).is_file()]
-    copied = []
     for source in sources:
         with atomic_path(target / source.name) as tmp:
             shutil.copyfile(source, tmp)
-        copied.append(target / source.name)
-    return copied
 
 
 def save_final_model(model: Any, path: Path, tokenizer_dir: Path | None = None) -> Path:
