@@ -12,7 +12,7 @@ import math
 import random
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -141,8 +141,6 @@ class Trainer:
         self.dist: DistInfo = init_distributed(self.device)
         self.precision_reason = "chosen by the caller"
         if cfg.precision == "auto":  # bf16 where this host measurably runs it faster
-            from dataclasses import replace
-
             from lmlab.cost.precision import auto_precision
 
             # Rank 0 measures and decides; every rank trains in the precision it chose.
