@@ -54,16 +54,24 @@ class Target:
 
 @dataclass
 class ProbingTask:
-    """A probing task: sentences, targets, label set (``silver``: labels predicted by a
-    tagger, not annotated)."""
+    """A probing task: sentences and targets, added as it is built (``silver``: labels
+    predicted by a tagger, not annotated)."""
 
     name: str
-    sentences: list[Sentence]
-    targets: list[Target]
-    labels: list[str]
     silver: bool
     description: str = ""
-    notes: list[str] = field(default_factory=list)
+    sentences: list[Sentence] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+
+    @property
+    def labels(self) -> list[str]:
+        """The label set, sorted."""
+        return sorted({t.label for t in self.targets})
+
+    def add_sentence(self, text: str, spans: list[tuple[int, int]]) -> int:
+        """Add a sentence (its split by hash of its text); returns its index."""
+        self.sentences.append(Sentence(text, spans, split_of("probe:" + text)))
+        return len(self.sentences) - 1
 
     @property
     def num_spans(self) -> int:
@@ -76,15 +84,13 @@ class ProbingTask:
         return counts
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "labels": self.labels, "silver": self.silver,
-                "description": self.description, "notes": self.notes,
+        return {"name": self.name, "silver": self.silver, "description": self.description,
                 "sentences": [[s.text, s.spans, s.split] for s in self.sentences],
                 "targets": [[t.sentence, t.spans, t.label, t.type] for t in self.targets]}
 
     @classmethod
     def from_dict(cls, data: dict) -> ProbingTask:
-        return cls(name=data["name"], labels=data["labels"], silver=data["silver"],
-                   description=data["description"], notes=data.get("notes", []),
+        return cls(name=data["name"], silver=data["silver"], description=data["description"],
                    sentences=[Sentence(t, [tuple(s) for s in spans], split)
                               for t, spans, split in data["sentences"]],
                    targets=[Target(i, [tuple(s) for s in spans], label, kind)
@@ -170,26 +176,11 @@ def _parsed(nlp, texts: Sequence[str], full: bool = True) -> Iterator[tuple[str,
 
 
 # -- builders -------------------------------------------------------------------------------------
-class _Builder:
-    """Collects sentences (deduplicated) and targets for one task."""
-
-    def __init__(self):
-        self.sentences: list[Sentence] = []
-        self.targets: list[Target] = []
-
-    def add_sentence(self, text: str, spans: list[tuple[int, int]]) -> int:
-        self.sentences.append(Sentence(text, spans, split_of("probe:" + text)))
-        return len(self.sentences) - 1
-
-    def task(self, name: str, silver: bool, description: str) -> ProbingTask:
-        labels = sorted({t.label for t in self.targets})
-        return ProbingTask(name, self.sentences, self.targets, labels, silver, description)
-
-
 def build_token_task(name: str, max_examples: int, nlp) -> ProbingTask:
     """``pos`` or ``dep`` from spaCy parses of WordNet examples and corpus sentences."""
     pool = _by_hash(list(_wordnet_occurrences()) + _corpus_sentences())
-    built = _Builder()
+    built = ProbingTask(name, True, "spaCy UPOS tag of each word (silver)" if name == "pos" else
+                        "spaCy dependency label of each word, from [child ; head] (silver)")
     for text, doc in _parsed(nlp, pool[:max_examples]):
         spans, index = doc_words(doc)
         if not spans:
@@ -210,9 +201,7 @@ def build_token_task(name: str, max_examples: int, nlp) -> ProbingTask:
                 break
         if len(built.targets) >= max_examples:
             break
-    description = ("spaCy UPOS tag of each word (silver)" if name == "pos" else
-                   "spaCy dependency label of each word, from [child ; head] (silver)")
-    return built.task(name, True, description)
+    return built
 
 
 def build_ner_task(max_examples: int, nlp) -> ProbingTask:
@@ -221,7 +210,7 @@ def build_ner_task(max_examples: int, nlp) -> ProbingTask:
     if not pool:
         raise LmlabError("the ner probing task needs the fortunes or jargon corpus source",
                          "install them (scripts/setup.sh; see `lmlab data list`)")
-    built = _Builder()
+    built = ProbingTask("ner", True, "spaCy entity type of each entity span (silver)")
     step = 256
     for begin in range(0, len(pool), step):
         for text, doc in _parsed(nlp, pool[begin:begin + step]):
@@ -237,22 +226,22 @@ def build_ner_task(max_examples: int, nlp) -> ProbingTask:
         if len(built.targets) >= max_examples:
             break
     built.targets = built.targets[:max_examples]
-    return built.task("ner", True, "spaCy entity type of each entity span (silver)")
+    return built
 
 
 def build_supersense_task(max_examples: int, nlp) -> ProbingTask:
     """A synset's lemma in its own WordNet example sentence -> the synset's lexicographer file
     (WordNet's labels; words from spaCy's tokenizer)."""
     occurrences = _wordnet_occurrences()
-    built = _Builder()
+    built = ProbingTask("supersense", False,
+                        "WordNet supersense of a lemma in its synset's example sentence")
     for text, doc in _parsed(nlp, _by_hash(occurrences)[:max_examples], full=False):
         spans, _ = doc_words(doc)
         label, (start, end) = occurrences[text]
         sentence = built.add_sentence(text, spans)
         built.targets.append(Target(sentence, [words_covering(spans, start, end)], label,
                                     text[start:end].lower()))
-    return built.task("supersense", False,
-                      "WordNet supersense of a lemma in its synset's example sentence")
+    return built
 
 
 def _cache_key(name: str, max_examples: int) -> str:
@@ -307,7 +296,7 @@ def load_conll_probing_task(files: Sequence[str | os.PathLike]) -> ProbingTask:
     if not 1 <= len(files) <= 3:
         raise LmlabError(f"--conll takes 1 to 3 comma-separated files, got {len(files)}",
                          "use --conll train.conll[,dev.conll[,test.conll]]")
-    built = _Builder()
+    task = ProbingTask(Path(files[0]).stem, False, f"word labels from {', '.join(map(str, files))}")
     for position, path in enumerate(files):
         for words, labels in read_labelled_words(path):
             spans, offset = [], 0
@@ -315,16 +304,14 @@ def load_conll_probing_task(files: Sequence[str | os.PathLike]) -> ProbingTask:
                 spans.append((offset, offset + len(word)))
                 offset += len(word) + 1
             text = " ".join(words)
-            sentence = built.add_sentence(text, spans)
+            sentence = task.add_sentence(text, spans)
             if len(files) == 2 and position == 1:  # dev file: half dev, half test
-                built.sentences[sentence].split = ("dev" if hash_unit("devtest:" + text) < 0.5
-                                                   else "test")
+                task.sentences[sentence].split = ("dev" if hash_unit("devtest:" + text) < 0.5
+                                                  else "test")
             elif len(files) > 1:
-                built.sentences[sentence].split = ("train", "dev", "test")[position]
-            built.targets += [Target(sentence, [(i, i + 1)], label, word.lower())
-                              for i, (word, label) in enumerate(zip(words, labels))]
-    name = Path(files[0]).stem
-    task = built.task(name, False, f"word labels from {', '.join(map(str, files))}")
+                task.sentences[sentence].split = ("train", "dev", "test")[position]
+            task.targets += [Target(sentence, [(i, i + 1)], label, word.lower())
+                             for i, (word, label) in enumerate(zip(words, labels))]
     missing = [s for s, n in task.split_counts().items() if n == 0]
     if missing:
         raise LmlabError(f"--conll {','.join(map(str, files))}: no sentence falls in the "

@@ -26,8 +26,9 @@ def iter_rows(path: str | os.PathLike, format: str | None = None,
               fieldnames: Sequence[str] | None = None,
               quoting: int | None = None) -> Iterator[tuple[int, dict[str, Any], list[str]]]:
     """``(line number, row dict, column names)`` for each record of a ``format`` table file
-    (default: from the extension; ``.json`` counts as JSON lines); ``fieldnames`` for a file without a header (GLUE's CoLA).
-    TSV is read with ``csv.QUOTE_NONE``: GLUE's files hold unbalanced quotes, meant literally."""
+    (default: from the extension; ``.json`` counts as JSON lines); ``fieldnames`` for a file
+    without a header (GLUE's CoLA). TSV is read with ``csv.QUOTE_NONE``: GLUE's files hold
+    unbalanced quotes, meant literally."""
     path = check_file(path, "task file", "check the path")
     format = format or _FORMAT_OF_SUFFIX.get(path.suffix.lower().lstrip("."))
     if format is None:
