@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn.functional import cosine_similarity
 
 from lmlab.utils.checks import check_names
 from lmlab.utils.errors import LmlabError
@@ -53,10 +54,6 @@ def read_lee(folder: str | Path | None = None) -> tuple[list[str], list[tuple[in
     return documents, pairs
 
 
-def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.cosine_similarity(a, b, dim=-1)
-
-
 def lee_similarity(encoder: Any, folder: str | Path | None = None) -> dict[str, float]:
     """Pearson and Spearman (x100) of document cosines against the human scores."""
     from lmlab.metrics.classification import pearson, spearman
@@ -65,7 +62,7 @@ def lee_similarity(encoder: Any, folder: str | Path | None = None) -> dict[str, 
     vectors = encoder.encode(documents)
     left = vectors[[i for i, _, _ in pairs]]
     right = vectors[[j for _, j, _ in pairs]]
-    predicted = _cosines(left, right).tolist()
+    predicted = cosine_similarity(left, right).tolist()
     human = [score for _, _, score in pairs]
     return {"pearson": 100 * pearson(predicted, human), "spearman": 100 * spearman(predicted, human),
             "pairs": len(pairs)}
@@ -98,7 +95,7 @@ def wic_threshold(encoder: Any, size: str = "cpu") -> dict[str, float]:
         first = encoder.encode([e.text for e in examples])
         second = encoder.encode([e.text_pair for e in examples])
         labels = [1 if e.label == task.positive_label else 0 for e in examples]
-        scored[split] = (_cosines(first, second).tolist(), labels)
+        scored[split] = (cosine_similarity(first, second).tolist(), labels)
     threshold, dev_accuracy = best_threshold(*scored["dev"])
     test_scores, test_labels = scored["test"]
     test_accuracy = sum((s >= threshold) == bool(y) for s, y in zip(test_scores, test_labels))

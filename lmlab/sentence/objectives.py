@@ -12,11 +12,6 @@ from lmlab.sentence.encoder import embed_batch
 from lmlab.utils.errors import LmlabError
 
 
-def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(N, H), (M, H) -> (N, M) cosine similarities."""
-    return nn.functional.normalize(a, dim=-1) @ nn.functional.normalize(b, dim=-1).T
-
-
 def mnrl_loss(anchors: torch.Tensor, candidates: torch.Tensor, scale: float = 20.0,
               groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, logits (B, N)): anchor ``i``'s positive is candidate ``i`` (then hard negatives);
@@ -25,7 +20,9 @@ def mnrl_loss(anchors: torch.Tensor, candidates: torch.Tensor, scale: float = 20
     if candidates.shape[0] < 2:
         raise LmlabError("in-batch negatives need at least two pairs in a batch (got one)",
                          "use a batch size of at least 2 (SBERT used 16 or more)")
-    logits = cosine_matrix(anchors, candidates) * scale  # (B, N)
+    cosines = nn.functional.normalize(anchors, dim=-1) @ nn.functional.normalize(
+        candidates, dim=-1).T  # (B, N)
+    logits = cosines * scale
     targets = torch.arange(batch, device=anchors.device)
     if groups is not None:
         same = groups[:batch, None] == groups[None, :]  # (B, N)

@@ -21,14 +21,6 @@ OBJECTIVES = {
 EVAL_EXAMPLES = 256
 
 
-def _tokenizer(init: str | Path | None, tokenizer: str | Path | None) -> Any:
-    from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.catalog import resolve_model_dir
-
-    return Tokenizer.from_pretrained(resolve_model_dir(init if init is not None
-                                                       else tokenizer or "minilm"))
-
-
 def _streams(objective: str, tok: Any, cfg: Any, data: str | Path, max_length: int,
              max_sentences: int | None) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
     """(train stream, eval batches, data record) of ``objective`` (every check made here)."""
@@ -96,6 +88,7 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
         _sentence_transformers_settings,
         write_sentence_transformers_files,
     )
+    from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.training.distributed import process_device
     from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
     from lmlab.training.trainer import Trainer, seed_everything
@@ -106,7 +99,8 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
     if max_length < 4:
         raise LmlabError(f"max_length {max_length}", "use at least 4 tokens")
     process_device(cfg.device)  # a GPU that is not there: refused before the run folder is touched
-    tok = _tokenizer(init, tokenizer)
+    tok = Tokenizer.from_pretrained(resolve_model_dir(init if init is not None
+                                                      else tokenizer or "minilm"))
     stream, eval_batches, data_record = _streams(objective, tok, cfg, data, max_length,
                                                  max_sentences)
     if objective == "softmax":
