@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from lmlab.adapt.adapters import AdapterSettings, apply_adapters
-from lmlab.adapt.bitfit import check_has_biases
+from lmlab.adapt.bitfit import train_biases
 from lmlab.adapt.fingerprint import base_fingerprint
 from lmlab.adapt.lora import LoraSettings, apply_lora, merge_lora
 from lmlab.adapt.prompts import VirtualTokenSettings, apply_prefix_tuning, apply_prompt_tuning
@@ -25,9 +25,10 @@ from lmlab.utils.io import atomic_path, atomic_write_json, read_json
 METHODS = ("lora", "adapter", "bitfit", "prompt", "prefix")
 SETTINGS = {"lora": LoraSettings, "adapter": AdapterSettings, "bitfit": None,
             "prompt": VirtualTokenSettings, "prefix": VirtualTokenSettings}
-#: what each method adds to the model (BitFit adds nothing: it trains the base's biases)
-SURGERY = {"lora": apply_lora, "adapter": apply_adapters, "prompt": apply_prompt_tuning,
-           "prefix": apply_prefix_tuning}
+#: each method's surgery: ``(model, settings) -> names of base parameters that train too``
+#: (what it adds trains, with the task heads; BitFit adds nothing and trains the biases)
+SURGERY = {"lora": apply_lora, "adapter": apply_adapters, "bitfit": train_biases,
+           "prompt": apply_prompt_tuning, "prefix": apply_prefix_tuning}
 ADAPTER_WEIGHTS = "adapter.safetensors"
 FORMAT = "lmlab-adapter"
 #: config.extra entries a task head needs to be rebuilt (width, labels, sentence vector)
@@ -89,14 +90,9 @@ def apply_method(model: nn.Module, method: str, **options: Any) -> Adaptation:
     settings = method_settings(method, options)
     fingerprint = base_fingerprint(model)
     before = {name for name, _ in model.named_parameters()}
-    if method in SURGERY:
-        SURGERY[method](model, settings)
+    also = SURGERY[method](model, settings)
     added = [name for name, _ in model.named_parameters() if name not in before]
-    train = set(added) | set(_head_parameters(model))
-    if method == "bitfit":
-        train |= set(check_has_biases(model))
-    if method == "adapter" and settings.train_norms:
-        train |= set(_norm_parameters(model))
+    train = set(added) | set(_head_parameters(model)) | set(also)
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name in train)
     record = Adaptation(method, asdict(settings) if settings is not None else {}, fingerprint,
@@ -113,14 +109,6 @@ def _head_parameters(model: nn.Module) -> list[str]:
     return [name for name, p in model.named_parameters()
             if name.split(".")[:2][-1] in TASK_HEADS and name.startswith("heads.")
             and p is not table]
-
-
-def _norm_parameters(model: nn.Module) -> list[str]:
-    from lmlab.training.optim import NORM_TYPES
-
-    return [f"{module_name}.{name}" for module_name, module in model.named_modules()
-            if isinstance(module, NORM_TYPES) and module_name.startswith("transformer.")
-            for name, _ in module.named_parameters(recurse=False)]
 
 
 def trainable_parameters(model: nn.Module) -> int:

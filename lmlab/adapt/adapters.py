@@ -51,8 +51,8 @@ def _adapter_hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: t
 
 
 def apply_adapters(model: nn.Module, settings: AdapterSettings) -> list[str]:
-    """Add an adapter after every layer's attention and feed-forward; returns the adapted
-    module names."""
+    """Add an adapter after every layer's attention and feed-forward; returns the layers'
+    norm parameters when they train too (``train_norms``, as Houlsby et al.)."""
     settings.check()
     named = dict(model.named_modules())
     names = [f"transformer.layers.{i}.{path}" for i in range(len(model.transformer.layers))
@@ -65,5 +65,11 @@ def apply_adapters(model: nn.Module, settings: AdapterSettings) -> list[str]:
         target.adapter = Adapter(target.out_features, int(settings.bottleneck),
                                  settings.activation).to(weight.device, weight.dtype)
         target.register_forward_hook(_adapter_hook)
-    return names
+    if not settings.train_norms:
+        return []
+    from lmlab.training.optim import NORM_TYPES
+
+    return [f"{module_name}.{name}" for module_name, module in model.named_modules()
+            if isinstance(module, NORM_TYPES) and module_name.startswith("transformer.")
+            for name, _ in module.named_parameters(recurse=False)]
 

@@ -7,9 +7,9 @@ from torch import nn
 from lmlab.utils.errors import LmlabError
 
 
-def check_has_biases(model: nn.Module) -> list[str]:
-    """Names of the body's bias parameters (norm biases included, as in the paper); a model
-    without any is refused."""
+def train_biases(model: nn.Module, settings: None = None) -> list[str]:
+    """BitFit's surgery: none; the names of the body's bias parameters, which train (norm
+    biases included, as in the paper). A model without any is refused."""
     names = [name for name, _ in model.named_parameters()
              if name.startswith("transformer.") and name.endswith(".bias")]
     if not names:

@@ -90,7 +90,7 @@ def target_linears(model: nn.Module, targets: Sequence[str]) -> dict[str, nn.Lin
 
 
 def apply_lora(model: nn.Module, settings: LoraSettings) -> list[str]:
-    """Add LoRA to every targeted projection of ``model``; returns their module names."""
+    """Add LoRA to every targeted projection of ``model``; no base parameter trains."""
     settings.check()
     targets = target_linears(model, settings.targets)
     if not targets:
@@ -98,7 +98,7 @@ def apply_lora(model: nn.Module, settings: LoraSettings) -> list[str]:
                          f"target projections it has (of {', '.join(PROJECTIONS)})")
     for linear in targets.values():
         add_lora(linear, int(settings.r), settings.scaling, settings.dropout)
-    return list(targets)
+    return []
 
 
 def lora_delta(linear: nn.Linear) -> torch.Tensor:

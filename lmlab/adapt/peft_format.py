@@ -177,20 +177,21 @@ def _prompt_tensors(model: nn.Module, method: str
         "num_transformer_submodules": 1, **extra}
 
 
-def _head_tensors(model: nn.Module, prefix: str) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """The task heads' tensors under their transformers names (PEFT's modules_to_save)."""
+def _head_names(model: nn.Module) -> dict[str, str]:
+    """transformers name -> lmlab name of the task heads' own tensors (PEFT's
+    modules_to_save), for writing and reading alike."""
     from lmlab.adapt import _head_parameters
 
-    params = dict(model.named_parameters())
     own = set(_head_parameters(model))
-    tensors, modules = {}, []
-    for rule in _rules(model, bool(model.heads)):
-        if len(rule.ours_names) == 1 and rule.ours_names[0] in own:
-            tensors[prefix + rule.theirs] = params[rule.ours_names[0]]
-            top = rule.theirs.split(".")[0]
-            if top not in modules:
-                modules.append(top)
-    return tensors, modules
+    return {rule.theirs: rule.ours_names[0] for rule in _rules(model, bool(model.heads))
+            if len(rule.ours_names) == 1 and rule.ours_names[0] in own}
+
+
+def _head_tensors(model: nn.Module, prefix: str) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The task heads' tensors under their transformers names, and their top modules."""
+    params, names = dict(model.named_parameters()), _head_names(model)
+    return ({prefix + theirs: params[ours] for theirs, ours in names.items()},
+            list(dict.fromkeys(theirs.split(".")[0] for theirs in names)))
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -350,12 +351,9 @@ def _load_head_tensors(model: nn.Module, tensors: dict[str, torch.Tensor],
                        prefix: str) -> set[str]:
     """Copy the task head's tensors (modules_to_save under ``prefix``); returns their keys."""
     params = dict(model.named_parameters())
-    used = set()
+    found = {prefix + theirs: ours for theirs, ours in _head_names(model).items()
+             if prefix + theirs in tensors}
     with torch.no_grad():
-        for rule in _rules(model, bool(model.heads)):
-            key = prefix + rule.theirs
-            if len(rule.ours_names) == 1 and rule.ours_names[0].startswith("heads.") \
-                    and key in tensors:
-                params[rule.ours_names[0]].copy_(tensors[key])
-                used.add(key)
-    return used
+        for key, ours in found.items():
+            params[ours].copy_(tensors[key])
+    return set(found)

@@ -66,40 +66,40 @@ class PrefixKeyValues(nn.Module):
         return cache
 
 
-def _grow_mask(kwargs: dict[str, Any], n: int, batch: int, device: torch.device) -> None:
-    """Prepend ``n`` ones to a (B, T) attention mask (the virtual tokens are always seen)."""
+def _start(args: tuple, kwargs: dict[str, Any], n: int, method: str) -> tuple[int, torch.device]:
+    """What both methods' pre-hooks do first: refuse positional inputs and prepend ``n`` ones
+    to a (B, T) attention mask (the virtual tokens are always seen); (batch, device)."""
+    if args:
+        raise LmlabError(f"{method} tuning needs keyword arguments (input_ids=...)",
+                         "call the model with input_ids= and attention_mask=")
+    ids = kwargs.get("input_ids")
+    reference = ids if ids is not None else kwargs["inputs_embeds"]
+    batch, device = reference.shape[0], reference.device
     mask = kwargs.get("attention_mask")
-    if mask is None:
-        return
-    if mask.dim() != 2:
-        raise LmlabError("virtual tokens need a (B, T) padding mask, got a "
-                         f"{mask.dim()}-D attention mask", "pass a (B, T) attention_mask")
-    ones = torch.ones(batch, n, dtype=mask.dtype, device=device)
-    kwargs["attention_mask"] = torch.cat([ones, mask], dim=1)
+    if mask is not None:
+        if mask.dim() != 2:
+            raise LmlabError("virtual tokens need a (B, T) padding mask, got a "
+                             f"{mask.dim()}-D attention mask", "pass a (B, T) attention_mask")
+        ones = torch.ones(batch, n, dtype=mask.dtype, device=device)
+        kwargs["attention_mask"] = torch.cat([ones, mask], dim=1)
+    return batch, device
 
 
 def _prompt_pre_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any]):
-    prompt: PromptEmbeddings = transformer.prompt_embeddings
-    n = prompt.num_virtual_tokens
+    n = transformer.prompt_embeddings.num_virtual_tokens
     transformer.prompt_prepended = False
-    if args:
-        raise LmlabError("prompt tuning needs keyword arguments (input_ids=...)",
-                         "call the model with input_ids= and attention_mask=")
-    cache = kwargs.get("past_key_values")
-    embeds = kwargs.get("inputs_embeds")
-    ids = kwargs.get("input_ids")
-    reference = ids if ids is not None else embeds
-    batch, device = reference.shape[0], reference.device
-    _grow_mask(kwargs, n, batch, device)
+    batch, device = _start(args, kwargs, n, "prompt")
     positions = kwargs.get("position_ids")
+    cache = kwargs.get("past_key_values")
     if cache is not None and cache.seq_len() > 0:  # the cache holds the virtual tokens already
         if positions is not None:  # the caller counts real tokens; they follow the n virtual
             kwargs["position_ids"] = positions + n
         return args, kwargs
-    embeddings = transformer.embeddings
+    embeddings, embeds = transformer.embeddings, kwargs.get("inputs_embeds")
     if embeds is None:
-        embeds = embeddings.word_embeddings(ids) * embeddings.scale
-    virtual = prompt.weight.to(embeds.dtype).unsqueeze(0).expand(batch, -1, -1)  # (B, n, H)
+        embeds = embeddings.word_embeddings(kwargs["input_ids"]) * embeddings.scale
+    virtual = transformer.prompt_embeddings.weight.to(embeds.dtype).unsqueeze(0).expand(
+        batch, -1, -1)  # (B, n, H)
     kwargs["inputs_embeds"] = torch.cat([virtual, embeds], dim=1)  # (B, n + T, H)
     kwargs["input_ids"] = None
     types = kwargs.get("token_type_ids")
@@ -124,14 +124,7 @@ def _prompt_post_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any
 
 def _prefix_pre_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any]):
     prefix: PrefixKeyValues = transformer.prefix_key_values
-    if args:
-        raise LmlabError("prefix tuning needs keyword arguments (input_ids=...)",
-                         "call the model with input_ids= and attention_mask=")
-    reference = kwargs.get("input_ids")
-    if reference is None:
-        reference = kwargs["inputs_embeds"]
-    batch, device = reference.shape[0], reference.device
-    _grow_mask(kwargs, prefix.num_virtual_tokens, batch, device)
+    batch, device = _start(args, kwargs, prefix.num_virtual_tokens, "prefix")
     if kwargs.get("position_ids") is not None:  # real tokens' positions follow the prefix, as
         kwargs["position_ids"] = kwargs["position_ids"] + prefix.num_virtual_tokens  # default
     cache = kwargs.get("past_key_values")
@@ -143,7 +136,8 @@ def _prefix_pre_hook(transformer: nn.Module, args: tuple, kwargs: dict[str, Any]
     return args, kwargs
 
 
-def apply_prompt_tuning(model: nn.Module, settings: VirtualTokenSettings) -> None:
+def apply_prompt_tuning(model: nn.Module, settings: VirtualTokenSettings) -> list[str]:
+    """Add ``n`` learned input embeddings; no base parameter trains."""
     settings.check()
     transformer = model.transformer
     _refuse_twice(transformer)
@@ -152,9 +146,11 @@ def apply_prompt_tuning(model: nn.Module, settings: VirtualTokenSettings) -> Non
     transformer.prompt_prepended = False
     transformer.register_forward_pre_hook(_prompt_pre_hook, with_kwargs=True)
     transformer.register_forward_hook(_prompt_post_hook, with_kwargs=True)
+    return []
 
 
-def apply_prefix_tuning(model: nn.Module, settings: VirtualTokenSettings) -> None:
+def apply_prefix_tuning(model: nn.Module, settings: VirtualTokenSettings) -> list[str]:
+    """Add ``n`` learned keys and values to every layer; no base parameter trains."""
     settings.check()
     transformer = model.transformer
     _refuse_twice(transformer)
@@ -167,6 +163,7 @@ def apply_prefix_tuning(model: nn.Module, settings: VirtualTokenSettings) -> Non
         int(settings.num_virtual_tokens), config.num_hidden_layers, config.num_key_value_heads,
         config.head_dim, config.initializer_range).to(weight.device, weight.dtype)
     transformer.register_forward_pre_hook(_prefix_pre_hook, with_kwargs=True)
+    return []
 
 
 def _refuse_twice(transformer: nn.Module) -> None:
