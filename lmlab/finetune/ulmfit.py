@@ -87,13 +87,11 @@ def finetune_lm(task: Task, general: str | Path, out: str | Path, steps: int, lr
 
 def run_ulmfit(task: Task, general: str | Path, out: str | Path, *, lm_steps: int = 200,
                lm_lr: float = 1e-3, recipe: str = "ulmfit", seed: int = 0,
-               lr: float | None = None, epochs: int | None = None,
-               batch_size: int | None = None, max_train_examples: int | None = None,
                precision: str = "fp32", show_progress: bool = False,
                **finetune_args: Any) -> dict[str, Any]:
     """Stages 2 and 3 into ``out/lm`` and ``out/classifier`` (``lm_steps=0``: stage 3 on the
-    general LM directly). Returns stage 3's result (``lmlab.finetune``'s dict) with
-    ``lm_eval``: stage 2's last evaluation (its perplexity on the dev text)."""
+    general LM directly; ``finetune_args``: stage 3's other settings, ``lr=``, ``epochs=`` ...).
+    Returns stage 3's result with ``lm_eval``: stage 2's last evaluation (dev perplexity)."""
     from lmlab.finetune.runner import finetune
     from lmlab.training.report import run_summary
 
@@ -108,9 +106,7 @@ def run_ulmfit(task: Task, general: str | Path, out: str | Path, *, lm_steps: in
                              seq_len=70, seed=seed, precision=precision,
                              show_progress=show_progress)
         lm_eval = run_summary(source)["last_eval"]
-    result = finetune(task, source, out / CLASSIFIER_DIR, recipe=recipe, seed=seed, lr=lr,
-                      epochs=epochs, batch_size=batch_size,
-                      max_train_examples=max_train_examples, precision=precision,
-                      show_progress=show_progress, **finetune_args)
+    result = finetune(task, source, out / CLASSIFIER_DIR, recipe=recipe, seed=seed,
+                      precision=precision, show_progress=show_progress, **finetune_args)
     result["lm_eval"] = lm_eval
     return result
