@@ -56,7 +56,6 @@ class Tokenizer:
         self.padding_side = _side(padding_side, "padding_side")
         self.truncation_side = _side(truncation_side, "truncation_side")
         self.name_or_path = name_or_path
-        self._engine_state: tuple | None = None
         engine.no_truncation()
         engine.no_padding()
 
@@ -251,11 +250,7 @@ class Tokenizer:
     def _configure(self, truncation: str | None, max_length: int | None, stride: int,
                    padding: str | None, pad_to_multiple_of: int | None,
                    padding_side: str, truncation_side: str) -> None:
-        """Set the engine's truncation/padding for this call (only when they change)."""
-        state = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side,
-                 truncation_side, self.pad_token)
-        if state == self._engine_state:
-            return
+        """Set the engine's truncation/padding for this call."""
         engine = self._engine
         if truncation is None:
             engine.no_truncation()
@@ -280,7 +275,6 @@ class Tokenizer:
                                   pad_token=self.pad_token,
                                   length=max_length if padding == "max_length" else None,
                                   pad_to_multiple_of=pad_to_multiple_of)
-        self._engine_state = state
 
     def __call__(self, text: str | Sequence[str] | Sequence[Sequence[str]],
                  text_pair: str | Sequence[str] | None = None, *,
