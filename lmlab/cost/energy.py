@@ -119,13 +119,13 @@ class EnergyMeter:
     ``device``: ``"cpu"``, ``"cuda[:N]"`` (``count`` GPUs from N on) or a GPU table key (only
     estimated); ``method``: one of :data:`METHODS` (a named one that is unavailable refuses).
     The estimate uses ``threads`` x ``watts_per_core`` on a CPU (default: torch's threads) and
-    ``gpu_watts`` per GPU (default: its data-sheet TDP); ``rapl_root``: the powercap tree.
+    each GPU's data-sheet TDP; ``rapl_root``: the powercap tree.
     """
 
     def __init__(self, device: str = "cpu", method: str = "auto", count: int = 1,
                  threads: int | None = None,
                  watts_per_core: float = DEFAULT_CPU_WATTS_PER_CORE,
-                 gpu_watts: float | None = None, rapl_root: str | os.PathLike = RAPL_ROOT):
+                 rapl_root: str | os.PathLike = RAPL_ROOT):
         check_choice(method, METHODS, "method", "energy method")
         if count < 1:
             raise LmlabError(f"device count must be at least 1, got {count}", "pass count >= 1")
@@ -137,14 +137,14 @@ class EnergyMeter:
         self._wraps: list[int] = []
         self._per_joule = 1e6
         self._power_watts = 0.0
-        self.method = self._choose(method, threads, watts_per_core, gpu_watts, rapl_root)
+        self.method = self._choose(method, threads, watts_per_core, rapl_root)
         self._last: list[int] = []
         self._joules = 0.0
         self._start_time: float | None = None
         self._running = False
 
     def _choose(self, method: str, threads: int | None, watts_per_core: float,
-                gpu_watts: float | None, rapl_root: str | os.PathLike) -> str:
+                rapl_root: str | os.PathLike) -> str:
         if self._is_cpu and method in ("auto", "rapl"):
             zones = rapl_zones(rapl_root)
             if zones:
@@ -174,13 +174,9 @@ class EnergyMeter:
             self._power_watts = threads * watts_per_core
             return (f"estimate (TDP share: {threads} cores x {watts_per_core:g} W/core, "
                     "assumed fully loaded)")
-        if gpu_watts is None:
-            spec = gpu_spec(self.device)  # "cuda:N" is looked up by the name torch reports
-            gpu_watts, label = spec.tdp_watts, spec.name
-        else:
-            label = self.device
-        self._power_watts = self.count * gpu_watts
-        return f"estimate (board power: {self.count} x {gpu_watts:g} W {label} TDP)"
+        spec = gpu_spec(self.device)  # "cuda:N" is looked up by the name torch reports
+        self._power_watts = self.count * spec.tdp_watts
+        return f"estimate (board power: {self.count} x {spec.tdp_watts:g} W {spec.name} TDP)"
 
     def start(self) -> EnergyMeter:
         """Begin measuring (resets any previous reading)."""

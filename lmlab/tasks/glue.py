@@ -84,15 +84,14 @@ def _task_folder(data_dir: Path, spec: GlueFormat) -> Path:
                      "the GLUE download script)")
 
 
-def load_glue_task(name: str, data_dir: str | os.PathLike,
-                   splits: tuple[str, ...] = ("train", "dev", "test")) -> Task:
+def load_glue_task(name: str, data_dir: str | os.PathLike) -> Task:
     """A GLUE task from its TSV files; missing split files are skipped (test is unlabelled)."""
     spec = GLUE_FORMATS[glue_key(name)]
     folder = _task_folder(Path(data_dir), spec)
     files = {"train": "train.tsv", "dev": spec.dev_file, "test": spec.test_file}
     loaded = {}
-    for split in splits:
-        path = folder / files[split]
+    for split, file in files.items():
+        path = folder / file
         if not path.is_file():
             continue
         if split == "test":  # header row, an index/id column, no label
@@ -109,7 +108,7 @@ def load_glue_task(name: str, data_dir: str | os.PathLike,
         loaded[split] = examples
     if not loaded:
         raise LmlabError(f"no {spec.folder} split files found in {folder}",
-                         f"expected {', '.join(files[s] for s in splits)}")
+                         f"expected {', '.join(files.values())}")
     return Task(name=f"glue-{spec.key}", type=spec.task_type, labels=list(spec.labels),
                 metrics=list(GLUE_TASKS[spec.key].metrics), splits=loaded,
                 positive_label=spec.positive_label,

@@ -23,8 +23,8 @@ _FORMAT_OF_SUFFIX = {"csv": "csv", "tsv": "tsv", "tab": "tsv", "txt": "tsv", "js
 
 
 def iter_rows(path: str | os.PathLike, format: str | None = None,
-              fieldnames: Sequence[str] | None = None,
-              quoting: int | None = None) -> Iterator[tuple[int, dict[str, Any], list[str]]]:
+              fieldnames: Sequence[str] | None = None
+              ) -> Iterator[tuple[int, dict[str, Any], list[str]]]:
     """``(line number, row dict, column names)`` for each record of a ``format`` table file
     (default: from the extension; ``.json`` counts as JSON lines); ``fieldnames`` for a file
     without a header (GLUE's CoLA). TSV is read with ``csv.QUOTE_NONE``: GLUE's files hold
@@ -40,8 +40,7 @@ def iter_rows(path: str | os.PathLike, format: str | None = None,
             yield number, row, list(row)
         return
     delimiter = "," if format == "csv" else "\t"
-    if quoting is None:
-        quoting = csv.QUOTE_MINIMAL if format == "csv" else csv.QUOTE_NONE
+    quoting = csv.QUOTE_MINIMAL if format == "csv" else csv.QUOTE_NONE
     csv.field_size_limit(1 << 30)
     with open(path, encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
@@ -68,7 +67,7 @@ def _column(row: dict[str, Any], column: str, columns: list[str], path: Path, li
 def read_table(path: str | os.PathLike, text_column: str, label_column: str | None = None,
                text_pair_column: str | None = None, format: str | None = None,
                fieldnames: Sequence[str] | None = None, id_column: str | None = None,
-               regression: bool = False, quoting: int | None = None,
+               regression: bool = False,
                skip_short_rows: bool = False) -> list[Example]:
     """Examples from one CSV/TSV/JSON-lines file through its columns (``label_column`` None
     for unlabelled files; ids from ``id_column`` or ``<file stem>-<line>``); ``regression``
@@ -76,7 +75,7 @@ def read_table(path: str | os.PathLike, text_column: str, label_column: str | No
     path = Path(path)
     examples = []
     needed = [c for c in (text_column, text_pair_column, label_column) if c]
-    for line, row, columns in iter_rows(path, format, fieldnames, quoting):
+    for line, row, columns in iter_rows(path, format, fieldnames):
         if skip_short_rows and any(c in columns for c in needed) and not all(c in row for c in needed):
             continue
         text = _column(row, text_column, columns, path, line)
