@@ -100,22 +100,19 @@ def discriminative_groups(model: nn.Module, lr: float, lr_decay: float,
     the pooler) get ``head_lr_multiplier`` times their group's rate (group key ``"head"``)."""
     from lmlab.training.optim import param_groups
 
+    tiers = [(list(model.heads.values()), lr * head_lr_multiplier, 0, {"head": True})] \
+        if head_lr_multiplier != 1.0 else []  # the heads first: their parameters take this rate
+    tiers += [(modules, lr / lr_decay ** depth, depth, {})
+              for depth, modules in enumerate(layer_groups(model))]
     groups: list[dict[str, Any]] = []
     seen: set[int] = set()
-    if head_lr_multiplier != 1.0:
-        for group in param_groups(list(model.heads.values()), weight_decay):
-            params = [p for p in group["params"] if id(p) not in seen]
-            seen.update(id(p) for p in params)
-            if params:
-                groups.append({"params": params, "weight_decay": group["weight_decay"],
-                               "lr": lr * head_lr_multiplier, "depth": 0, "head": True})
-    for depth, modules in enumerate(layer_groups(model)):
+    for modules, rate, depth, marks in tiers:
         for group in param_groups(modules, weight_decay):
             params = [p for p in group["params"] if id(p) not in seen]
             seen.update(id(p) for p in params)
             if params:
                 groups.append({"params": params, "weight_decay": group["weight_decay"],
-                               "lr": lr / lr_decay ** depth, "depth": depth})
+                               "lr": rate, "depth": depth, **marks})
     return groups
 
 
