@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lmlab.text.corpus import SPLITS, Document, split_path
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, json_record, read_json, sha256_file
@@ -57,8 +59,6 @@ def plain_engine(tokenizer: Any) -> Any:
 def encode_sentences(engine: Any, sentences: list[str]) -> tuple[Any, Any, Any]:
     """Token ids (N,) uint32, word-start flags (N,) uint8 and lengths (S,) int64 of
     ``sentences`` encoded without special tokens; a sentence's first token starts a word."""
-    import numpy as np
-
     encodings = engine.encode_batch(sentences, add_special_tokens=False)
     lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
     total = int(lengths.sum())
@@ -75,8 +75,6 @@ def encode_sentences(engine: Any, sentences: list[str]) -> tuple[Any, Any, Any]:
 
 def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk:
     """Encode corpus lines (JSON documents) sentence by sentence, without special tokens."""
-    import numpy as np
-
     sentences: list[str] = []
     lines_of: list[int] = []
     index_of: list[int] = []
@@ -101,9 +99,6 @@ class _SplitWriter:
 
     def __init__(self, out: Path, split: str, dtype: str, shard_tokens: int,
                  finished: list[dict], on_shard: Any):
-        import numpy as np
-
-        self.np = np
         self.out, self.split, self.dtype, self.shard_tokens = out, split, dtype, shard_tokens
         self.shards = list(finished)
         self.on_shard = on_shard
@@ -134,7 +129,6 @@ class _SplitWriter:
 
     def write(self, chunk: EncodedChunk, skip: int = 0) -> None:
         """Append ``chunk`` from token ``skip`` on (the rest was written before a resume)."""
-        np = self.np
         doc_start = np.ones(len(chunk.sent_line), dtype=bool)
         if len(doc_start):
             doc_start[1:] = chunk.sent_line[1:] != chunk.sent_line[:-1]
@@ -205,8 +199,6 @@ class _SplitWriter:
 def _write_int64_npy(target: Path, count: int, blocks: Iterable[bytes]) -> dict[str, str]:
     """Write ``count`` int64 values, given as raw byte blocks, atomically as a ``.npy`` file
     (plain writes, no memmap: resident memory does not grow with the corpus); its entry."""
-    import numpy as np
-
     with atomic_path(target) as tmp, open(tmp, "wb") as handle:
         np.lib.format.write_array_header_1_0(
             handle, {"descr": np.dtype(np.int64).str, "fortran_order": False, "shape": (count,)})
@@ -218,8 +210,6 @@ def _write_int64_npy(target: Path, count: int, blocks: Iterable[bytes]) -> dict[
 def _consolidate(out: Path, split: str, shards: list[dict], total: int) -> dict[str, Any]:
     """Concatenate the per-shard boundary pieces into ``SPLIT.documents.npy`` /
     ``SPLIT.sentences.npy``, with the end offset appended, one piece at a time."""
-    import numpy as np
-
     result = {}
     for kind, name in (("docs", "documents"), ("sents", "sentences")):
         pieces = [out / s["files"][kind]["file"] for s in shards]
@@ -375,8 +365,6 @@ def _split_entry(out: Path, split: str, shards: list[dict], corpus_dir: Path) ->
 def _resume_offset(chunk: EncodedChunk, line: int, sentence: int, tokens: int) -> int:
     """Offset in ``chunk`` (which starts at document ``line``) of the first token not yet
     written: after ``tokens`` tokens of sentence ``sentence`` of that document."""
-    import numpy as np
-
     rows = np.nonzero((chunk.sent_line == line) & (chunk.sent_index == sentence))[0]
     if len(rows) == 0:
         raise LmlabError(f"the corpus changed since the shards were written (document {line} "
