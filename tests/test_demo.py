@@ -229,3 +229,17 @@ def test_ablation_levers_merge():
         ablation.throughput(probes, "seq64+mask40")
     with pytest.raises(SystemExit):
         ablation.resolve("base+nosuchlever")
+
+
+def test_html_page_renders_the_markdown_and_escapes_raw_html(tmp_path):
+    """The page is the markdown rendered (tables, emphasis, images inlined from the run folder);
+    text from the run that looks like HTML is shown, never run."""
+    from lmlab.demo.report import markdown_to_html
+
+    (tmp_path / "plot.png").write_bytes(b"\x89PNG fake")
+    page = markdown_to_html("# Title\n\n| a | b |\n|---|---|\n| **1** | `2` |\n\n"
+                            "a <script>alert(1)</script> *word*\n\n![loss](plot.png)\n", tmp_path)
+    assert "<h1>Title</h1>" in page and "<td><strong>1</strong></td>" in page
+    assert "<code>2</code>" in page and "<em>word</em>" in page
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert 'src="data:image/png;base64,iVBORyBmYWtl"' in page

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from markupsafe import Markup, escape
+from markdown_it import MarkdownIt
+from markupsafe import Markup
 
 from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_text
@@ -125,19 +125,11 @@ def _scored(items: list) -> str:
     return ", ".join(f"{word} ({score:.2f})" for word, score in pairs)
 
 
-def _inline(text: str) -> Markup:
-    """The report's inline markdown (bold, code, italics) as HTML, the text escaped first."""
-    text = str(escape(text))
-    text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
-    text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
-    return Markup(re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<i>\1</i>", text))
-
-
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("lmlab.demo", "templates"), undefined=jinja2.StrictUndefined,
     autoescape=jinja2.select_autoescape(["html.j2"]), trim_blocks=True, lstrip_blocks=True,
     keep_trailing_newline=True)
-_TEMPLATES.filters.update(fmt=format, cell=_cell, scored=_scored, inline=_inline,
+_TEMPLATES.filters.update(fmt=format, cell=_cell, scored=_scored,
                           dumps=json.dumps, epochs=epochs_text)
 
 
@@ -161,50 +153,21 @@ def build_markdown(summary: dict[str, Any], plot: Path | None,
         host=summary.get("host") or describe_host(), settings_json=json.dumps(s, indent=2))
 
 
-def markdown_blocks(markdown: str, out: Path) -> list[dict[str, Any]]:
-    """The report's own markdown as blocks for templates/report.html.j2: headings, tables,
-    lists, images (inlined from ``out``), code and paragraphs."""
-    blocks: list[dict[str, Any]] = []
-    code: list[str] | None = None
-    open_block = False
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            if code is not None:
-                blocks.append({"kind": "code", "lines": code})
-            code = [] if code is None else None
-            continue
-        last = blocks[-1]["kind"] if blocks else None
-        if code is not None:
-            code.append(line)
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            blocks.append({"kind": "heading", "level": level, "text": line[level:].strip()})
-        elif line.startswith("|"):
-            cells = [cell.strip() for cell in line.strip("|").split("|")]
-            if all(set(cell) <= set("-: ") for cell in cells):  # the header's rule
-                continue
-            if last != "table" or not open_block:
-                blocks.append({"kind": "table", "rows": []})
-            blocks[-1]["rows"].append(cells)
-        elif line.startswith("- "):
-            if last != "list" or not open_block:
-                blocks.append({"kind": "list", "items": []})
-            blocks[-1]["items"].append(line[2:])
-        elif line.startswith("![") and "](" in line:
-            image = out / line.split("](", 1)[1].rstrip(")")
-            if image.exists():
-                blocks.append({"kind": "image", "name": image.name,
-                               "data": base64.b64encode(image.read_bytes()).decode()})
-        elif line.strip():
-            blocks.append({"kind": "paragraph", "text": line})
-        open_block = line.startswith(("|", "- "))
-    return blocks
-
-
 def markdown_to_html(markdown: str, out: Path) -> str:
-    """The self-contained HTML page (templates/report.html.j2) of the report's markdown."""
-    return _TEMPLATES.get_template("report.html.j2").render(
-        blocks=markdown_blocks(markdown, out))
+    """The self-contained HTML page (templates/report.html.j2) of the report's markdown: CommonMark
+    with tables (markdown-it-py), raw HTML escaped, images inlined from ``out``."""
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
+    render_image = parser.renderer.rules["image"]
+
+    def inline_image(renderer, tokens, idx, options, env) -> str:
+        image = out / tokens[idx].attrGet("src")
+        if image.is_file():
+            data = base64.b64encode(image.read_bytes()).decode()
+            tokens[idx].attrSet("src", f"data:image/png;base64,{data}")
+        return render_image(tokens, idx, options, env)
+
+    parser.add_render_rule("image", inline_image)
+    return _TEMPLATES.get_template("report.html.j2").render(body=Markup(parser.render(markdown)))
 
 
 def write_report(out: Path, summary: dict[str, Any]) -> Path:
