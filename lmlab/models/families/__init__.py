@@ -47,11 +47,13 @@ class Rule:
         return (self.ours,) if isinstance(self.ours, str) else self.ours
 
 
-def paired_rules(ours: str, theirs: str, pairs, params=("weight", "bias"), **options: Any
-                 ) -> list[Rule]:
-    """A Rule per (our module, their module) in ``pairs`` and parameter in ``params``, the
-    names under the prefixes ``ours`` and ``theirs``."""
-    return [Rule(f"{ours}{a}.{p}", f"{theirs}{b}.{p}", **options) for a, b in pairs for p in params]
+def paired_rules(ours: str, theirs: str, pairs, params=("weight", "bias"), gguf: str | None = None,
+                 **options: Any) -> list[Rule]:
+    """A Rule per (our module, their module[, llama.cpp's module]) in ``pairs`` and parameter
+    in ``params``, the names under the prefixes ``ours``, ``theirs`` (and ``gguf``)."""
+    return [Rule(f"{ours}{a}.{p}", f"{theirs}{b}.{p}",
+                 gguf=None if gguf is None else f"{gguf}{more[0]}.{p}", **options)
+            for a, b, *more in pairs for p in params]
 
 
 def stack_size(hidden: int, layers: int, **fields: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import FamilySpec, Rule, stack_size
+from lmlab.models.families import FamilySpec, Rule, paired_rules, stack_size
 from lmlab.utils.errors import LmlabError
 
 CPU_SIZES = ((2, 128), (4, 256), (6, 384), (8, 512))  # (layers, hidden) of the CPU presets
@@ -44,21 +44,14 @@ def _base_rules(config: TransformerConfig) -> list[Rule]:
         Rule(tuple(f"{n}.bias" for n in qkv), f"{theirs}attn.c_attn.bias", split=0,
              gguf=f"{blk}attn_qkv.bias"),
     ]
-    for ours_name, theirs_name, gguf_name in (
-            ("attention.o_proj", "attn.c_proj", "attn_output"),
-            ("feed_forward.up_proj", "mlp.c_fc", "ffn_up"),
-            ("feed_forward.down_proj", "mlp.c_proj", "ffn_down")):
-        rules += [Rule(f"{ours}{ours_name}.weight", f"{theirs}{theirs_name}.weight",
-                       transpose=True, gguf=f"{blk}{gguf_name}.weight"),
-                  Rule(f"{ours}{ours_name}.bias", f"{theirs}{theirs_name}.bias",
-                       gguf=f"{blk}{gguf_name}.bias")]
-    rules += [Rule(f"transformer.final_norm.{p}", f"ln_f.{p}", gguf=f"output_norm.{p}")
-              for p in ("weight", "bias")]
-    for ours_norm, theirs_norm, gguf_norm in (("attention_norm", "ln_1", "attn_norm"),
-                                              ("ffn_norm", "ln_2", "ffn_norm")):
-        rules += [Rule(f"{ours}{ours_norm}.{p}", f"{theirs}{theirs_norm}.{p}",
-                       gguf=f"{blk}{gguf_norm}.{p}") for p in ("weight", "bias")]
-    return rules
+    for conv in (("attention.o_proj", "attn.c_proj", "attn_output"),
+                 ("feed_forward.up_proj", "mlp.c_fc", "ffn_up"),
+                 ("feed_forward.down_proj", "mlp.c_proj", "ffn_down")):  # Conv1D: (in, out)
+        rules += paired_rules(ours, theirs, [conv], ("weight",), gguf=blk, transpose=True)
+        rules += paired_rules(ours, theirs, [conv], ("bias",), gguf=blk)
+    rules += paired_rules("transformer.", "", [("final_norm", "ln_f", "output_norm")], gguf="")
+    return rules + paired_rules(ours, theirs, [("attention_norm", "ln_1", "attn_norm"),
+                                               ("ffn_norm", "ln_2", "ffn_norm")], gguf=blk)
 
 
 def clm_rules(config: TransformerConfig) -> list[Rule]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import FamilySpec, Rule
+from lmlab.models.families import FamilySpec, Rule, paired_rules
 from lmlab.models.families.gpt2 import CPU_SIZES, clm_rules  # the same lm_head, tied or not
 from lmlab.utils.errors import LmlabError
 
@@ -34,20 +34,17 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
 
 def _base_rules(config: TransformerConfig) -> list[Rule]:
     ours, theirs, gguf = "transformer.layers.{i}.", "layers.{i}.", "blk.{i}."
-    pairs = [(f"attention.{p}_proj", f"self_attn.{p}_proj", f"attn_{g}", config.attention_bias)
-             for p, g in zip("qkvo", ("q", "k", "v", "output"))]
-    pairs += [(f"feed_forward.{p}_proj", f"mlp.{p}_proj", f"ffn_{p}", config.mlp_bias)
-              for p in ("gate", "up", "down")]
+    norms = [("attention_norm", "input_layernorm", "attn_norm"),
+             ("ffn_norm", "post_attention_layernorm", "ffn_norm")]
+    attention = [(f"attention.{p}_proj", f"self_attn.{p}_proj", f"attn_{g}")
+                 for p, g in zip("qkvo", ("q", "k", "v", "output"))]
+    mlp = [(f"feed_forward.{p}_proj", f"mlp.{p}_proj", f"ffn_{p}") for p in ("gate", "up", "down")]
     rules = [Rule("transformer.embeddings.word_embeddings.weight", "embed_tokens.weight",
                   gguf="token_embd.weight"),
-             Rule("transformer.final_norm.weight", "norm.weight", gguf="output_norm.weight"),
-             Rule(f"{ours}attention_norm.weight", f"{theirs}input_layernorm.weight",
-                  gguf=f"{gguf}attn_norm.weight"),
-             Rule(f"{ours}ffn_norm.weight", f"{theirs}post_attention_layernorm.weight",
-                  gguf=f"{gguf}ffn_norm.weight")]
-    for a, b, g, bias in pairs:
-        for p in ("weight", "bias") if bias else ("weight",):
-            rules.append(Rule(f"{ours}{a}.{p}", f"{theirs}{b}.{p}", gguf=f"{gguf}{g}.{p}"))
+             Rule("transformer.final_norm.weight", "norm.weight", gguf="output_norm.weight")]
+    rules += paired_rules(ours, theirs, norms, ("weight",), gguf)
+    for pairs, bias in ((attention, config.attention_bias), (mlp, config.mlp_bias)):
+        rules += paired_rules(ours, theirs, pairs, ("weight", "bias") if bias else ("weight",), gguf)
     return rules
 
 

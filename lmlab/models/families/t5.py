@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import FamilySpec, Rule
+from lmlab.models.families import FamilySpec, Rule, paired_rules
 from lmlab.utils.errors import LmlabError
 
 
@@ -72,16 +72,13 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
 
 
 def _feed_forward_rules(ours: str, theirs: str, gated: bool) -> list[Rule]:
-    if gated:
-        return [Rule(f"{ours}feed_forward.gate_proj.weight", f"{theirs}DenseReluDense.wi_0.weight"),
-                Rule(f"{ours}feed_forward.up_proj.weight", f"{theirs}DenseReluDense.wi_1.weight"),
-                Rule(f"{ours}feed_forward.down_proj.weight", f"{theirs}DenseReluDense.wo.weight")]
-    return [Rule(f"{ours}feed_forward.up_proj.weight", f"{theirs}DenseReluDense.wi.weight"),
-            Rule(f"{ours}feed_forward.down_proj.weight", f"{theirs}DenseReluDense.wo.weight")]
+    inner = [("gate_proj", "wi_0"), ("up_proj", "wi_1")] if gated else [("up_proj", "wi")]
+    return paired_rules(f"{ours}feed_forward.", f"{theirs}DenseReluDense.",
+                        inner + [("down_proj", "wo")], ("weight",))
 
 
 def _attention_rules(ours: str, theirs: str) -> list[Rule]:
-    return [Rule(f"{ours}{p}_proj.weight", f"{theirs}{p}.weight") for p in "qkvo"]
+    return paired_rules(ours, theirs, [(f"{p}_proj", p) for p in "qkvo"], ("weight",))
 
 
 def base_rules(config: TransformerConfig) -> list[Rule]:
