@@ -87,42 +87,33 @@ def pooled_layer_states(model: nn.Module, batch: dict[str, torch.Tensor],
     return pooled.view(states.shape[0], states.shape[1], -1)  # (B, L+1, H)
 
 
-@torch.no_grad()
-def layer_features(model: nn.Module, batches, pooling: str = "mean",
-                   precision: str = "fp32") -> tuple[list[int], torch.Tensor]:
-    """Per-layer sentence vectors of a frozen encoder: (N, L+1, H) on the CPU, in the order of
-    ``batches``' indices. The encoder runs where its weights are (batches are moved there);
-    ``pooling`` ``mean`` (real tokens) or ``cls`` (first token)."""
-    model.eval()
-    device = next(model.parameters()).device
-    order: list[int] = []
-    chunks = []
-    for indices, batch in batches:
-        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        with precision_autocast(precision, device.type):
-            chunks.append(pooled_layer_states(model, batch, pooling).cpu())
-        order += list(indices)
-    features = torch.cat(chunks)
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[torch.tensor(order)] = torch.arange(len(order))
-    return sorted(order), features[inverse]
-
-
 def feature_pooling(rec: Recipe) -> str:
     """The sentence pooling of the feature recipe ``rec``: ``cls`` or ``mean``."""
     return "cls" if rec.pooling in ("cls", "family") else "mean"
 
 
+@torch.no_grad()
 def task_features(task: Task, split: str, model: nn.Module, tokenizer: Any, rec: Recipe,
                   precision: str = "fp32", encoded: list | None = None) -> torch.Tensor:
-    """Per-layer sentence vectors (N, L+1, H) of one split of ``task``, as
-    :func:`train_feature_based` computes them (``rec``'s max length and pooling); ``encoded``:
-    the split's examples already encoded."""
+    """Per-layer sentence vectors (N, L+1, H) on the CPU of one split of ``task``, as
+    :func:`train_feature_based` computes them (``rec``'s max length and pooling, the encoder
+    where its weights are); ``encoded``: the split's examples already encoded."""
     if encoded is None:
         encoded = fdata.encode_examples(task, task.split(split), tokenizer, rec.max_length,
                                         split=split)
-    batches = fdata.eval_batches(encoded, 64, fdata.pad_id_of(tokenizer))
-    return layer_features(model, batches, feature_pooling(rec), precision)[1]
+    model.eval()
+    device = next(model.parameters()).device
+    order: list[int] = []
+    chunks = []
+    for indices, batch in fdata.eval_batches(encoded, 64, fdata.pad_id_of(tokenizer)):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with precision_autocast(precision, device.type):
+            chunks.append(pooled_layer_states(model, batch, feature_pooling(rec)).cpu())
+        order += indices
+    pooled = torch.cat(chunks)  # (N, L+1, H) in batch order
+    features = torch.empty_like(pooled)
+    features[torch.tensor(order)] = pooled  # back in example order
+    return features
 
 
 # -- the head's training on the Trainer: stream and objective --------------------------------------
