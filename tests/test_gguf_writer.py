@@ -220,7 +220,7 @@ def test_refusals_before_any_work(tmp_path, tokenizer, minilm_dir):
 
     model = tiny_llama(tied=True)
     out = tmp_path / "x.gguf"
-    with pytest.raises(LmlabError, match="GGUF type 'Q4_K' is not one lmlab writes"):
+    with pytest.raises(LmlabError, match="unknown GGUF type 'Q4_K'"):
         write_gguf(model, out, tokenizer, "Q4_K")
     with pytest.raises(LmlabError, match="does not write GGUF files of bert"):
         write_gguf(LanguageModel(family_config("bert", vocab_size=64, hidden_size=32,

@@ -32,14 +32,6 @@ QUANTIZATION_VERSION = 2  # ggml's block layout version (llama.cpp's GGML_QUANT_
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5  # llama.cpp's token types
 
 
-def _check_type(qtype: str) -> str:
-    name = str(qtype).upper()
-    if name not in GGUF_TYPES:
-        raise LmlabError(f"GGUF type {qtype!r} is not one lmlab writes",
-                         f"use one of {', '.join(GGUF_TYPES)}")
-    return name
-
-
 def check_writable_family(family: str | None) -> None:
     """Refuse a family lmlab cannot write as GGUF (the CLI asks before loading any weights)."""
     if family not in WRITABLE_FAMILIES:
@@ -230,9 +222,9 @@ def write_gguf(model: Any, path: str | Path, tokenizer: Any, qtype: str = "F16",
     file (atomically) that llama.cpp, :func:`lmlab.interop.gguf.load_gguf_model` and
     transformers read; ``qtype``: F32, F16, Q8_0 or Q4_0; ``name``: ``general.name`` (default:
     the file's stem). Everything is checked before any tensor is converted."""
-    from lmlab.utils.checks import check_output_file
+    from lmlab.utils.checks import check_choice, check_output_file
 
-    qtype = _check_type(qtype)
+    qtype = check_choice(str(qtype).upper(), GGUF_TYPES, "qtype", "GGUF type")
     path = check_output_file(path, overwrite, "output")
     _check_model(model)
     config = model.config
