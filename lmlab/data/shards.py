@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer as Engine
 
 from lmlab.text.corpus import SPLITS, Document, split_path
+from lmlab.text.textfile import check_encoding_errors, iter_lines
+from lmlab.tokenization.tokenizer import Tokenizer
+from lmlab.utils.checks import check_at_least, check_output_folder
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, json_record, read_json, sha256_file
+from lmlab.utils.progress import progress
 
 FORMAT = "lmlab-token-shards"
 VERSION = 1
@@ -48,8 +53,6 @@ class EncodedChunk:
 def plain_engine(tokenizer: Any) -> Any:
     """A copy of the tokenizer's engine (an ``lmlab.Tokenizer``'s or a ``tokenizers.Tokenizer``)
     with truncation and padding off; the caller's keeps its settings."""
-    from tokenizers import Tokenizer as Engine
-
     engine = Engine.from_str(getattr(tokenizer, "backend_tokenizer", tokenizer).to_str())
     engine.no_truncation()
     engine.no_padding()
@@ -239,8 +242,6 @@ _WORKER_ENGINE = None
 def _init_worker(serialized: str) -> None:
     global _WORKER_ENGINE
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
-    from tokenizers import Tokenizer as Engine
-
     _WORKER_ENGINE = Engine.from_str(serialized)
 
 
@@ -254,8 +255,6 @@ def _encoded_chunks(engine: Any, path: Path, start_line: int, workers: int,
     from document ``start_line`` on, in corpus order; with ``workers > 1`` a process pool
     encodes them, with at most ``2 * workers`` chunks in flight (Pool.imap would read the whole
     corpus ahead). A byte that is not UTF-8 is an error or U+FFFD (``encoding_errors``)."""
-    from lmlab.text.textfile import iter_lines
-
     lines = (line for _, line in iter_lines(path, sys.maxsize, errors=encoding_errors))
     documents = itertools.islice((line for line in lines if line.strip()), start_line, None)
     batches = iter(lambda: list(itertools.islice(documents, _CHUNK_DOCS)), [])
@@ -287,10 +286,6 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
     into ``shard_tokens``-token shards in ``out_dir``; return the manifest plus
     ``"resumed_shards"``. Resuming, refusing another run's shards (unless ``overwrite``) and
     ``encoding_errors`` are described in docs/shards.md."""
-    from lmlab.text.textfile import check_encoding_errors
-    from lmlab.tokenization.tokenizer import Tokenizer
-    from lmlab.utils.checks import check_at_least, check_output_folder
-
     if not isinstance(tokenizer, Tokenizer):
         tokenizer = Tokenizer.from_pretrained(tokenizer)
     check_at_least(shard_tokens, 1, "shard_tokens")
@@ -414,6 +409,4 @@ def _progress(show: bool, split: str) -> Any:
     """A token-count progress bar for tokenizing ``split``, or None."""
     if not show:
         return None
-    from lmlab.utils.progress import progress
-
     return progress(desc=f"tokenize {split}", unit="tok", unit_scale=True)

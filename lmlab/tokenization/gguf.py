@@ -9,6 +9,9 @@ import os
 from functools import lru_cache
 from typing import Any
 
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, processors
+from tokenizers.models import BPE
+
 from lmlab.utils.errors import LmlabError
 
 CONTROL, USER_DEFINED = 3, 4
@@ -47,9 +50,6 @@ def bytes_to_unicode() -> dict[int, str]:
 
 def build_engine(metadata: dict[str, Any]) -> Any:
     """A ``tokenizers.Tokenizer`` from GGUF tokenizer metadata (byte-level BPE only)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, processors
-    from tokenizers.models import BPE
-
     kind = metadata.get("tokenizer.ggml.model")
     if kind != "gpt2":
         raise LmlabError(f"GGUF tokenizer model {kind!r} is not supported",

@@ -11,6 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tokenizers import AddedToken, models
+from tokenizers import Tokenizer as Engine
+
 from lmlab.tokenization.templates import (
     CLASS_TO_FAMILY,
     FAMILIES,
@@ -79,8 +82,6 @@ def model_max_length(config: dict[str, Any]) -> int | None:
 
 def load_folder(folder: Path) -> dict[str, Any]:
     """Load a Hugging Face tokenizer folder into the parts a :class:`Tokenizer` is made of."""
-    from tokenizers import Tokenizer as Engine
-
     if not folder.is_dir():
         raise LmlabError(f"tokenizer path {folder} does not exist",
                          "pass a folder holding tokenizer.json, vocab.txt or vocab.json + "
@@ -136,8 +137,6 @@ def check_special_tokens(engine: Any, special: dict[str, str], extra: list[str],
         raise LmlabError(f"special tokens {missing} of {where} are not in its vocabulary",
                          "add them to the vocabulary (vocab.txt / tokenizer.json) or remove "
                          "them from tokenizer_config.json / special_tokens_map.json")
-    from tokenizers import AddedToken
-
     known = {t.content for t in engine.get_added_tokens_decoder().values() if t.special}
     new = [tok for tok in dict.fromkeys([*special.values(), *extra]) if tok not in known]
     if new:
@@ -148,8 +147,6 @@ def _bert_from_vocab_txt(path: Path, special: dict[str, str], lowercase: bool,
                          strip_accents: bool | None, chinese: bool) -> Any:
     """The engine ``BertTokenizerFast`` builds from a bare ``vocab.txt``: the WordPiece
     pipeline :func:`~lmlab.tokenization.training.build_engine` trains, with this vocabulary."""
-    from tokenizers import models
-
     vocab: dict[str, int] = {}
     with open(path, encoding="utf-8") as handle:
         for index, line in enumerate(handle):
@@ -169,8 +166,6 @@ def _bert_from_vocab_txt(path: Path, special: dict[str, str], lowercase: bool,
 def _bpe_from_vocab_merges(folder: Path, special: dict[str, str], family: str) -> Any:
     """The engine ``GPT2TokenizerFast`` / ``RobertaTokenizerFast`` build from vocab + merges:
     the byte-level pipeline :func:`~lmlab.tokenization.training.build_engine` trains."""
-    from tokenizers import models
-
     engine = build_engine("bpe")
     engine.model = models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
     check_special_tokens(engine, special, [], folder)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tokenizers import Tokenizer as Engine
+from tokenizers import models, pre_tokenizers
+
 from lmlab.tokenization.templates import build_post_processor, get_family
 from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.utils.errors import LmlabError
@@ -15,9 +18,6 @@ from lmlab.utils.errors import LmlabError
 def symbol_tokenizer(symbols: Iterable[str], model_max_length: int = 512) -> Tokenizer:
     """A word-level :class:`Tokenizer` whose vocabulary is T5's special tokens, then
     ``symbols`` (sorted, duplicates dropped)."""
-    from tokenizers import Tokenizer as Engine
-    from tokenizers import models, pre_tokenizers
-
     family = get_family("t5")
     special = family.ordered_tokens()
     vocabulary = sorted(set(symbols) - set(special))

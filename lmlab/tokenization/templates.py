@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenizers import processors
+
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
@@ -71,8 +73,6 @@ def build_post_processor(family: str, special: dict[str, str], token_to_id: Any,
     """The engine post-processor adding ``family``'s special tokens (``special``: role -> the
     tokenizer's token; ``token_to_id`` gives None for a missing one). ``byte_level``: a
     byte-level BPE, whose offsets then drop the leading space."""
-    from tokenizers import processors
-
     get_family(family)
 
     def ident(role: str) -> tuple[str, int]:

@@ -18,7 +18,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tokenizers import AddedToken
+
 from lmlab.tokenization.encoding import BatchEncoding
+from lmlab.tokenization.hf_files import load_folder, save_folder
 from lmlab.tokenization.templates import (
     DEFAULT_FAMILY,
     FAMILIES,
@@ -26,6 +29,8 @@ from lmlab.tokenization.templates import (
     build_post_processor,
     get_family,
 )
+from lmlab.tokenization.training import KINDS, train_engine
+from lmlab.utils.catalog import resolve_short_name
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
@@ -81,8 +86,6 @@ class Tokenizer:
         vocabulary. ``encoding_errors="replace"`` reads a non-UTF-8 byte as U+FFFD instead
         of refusing the file.
         """
-        from lmlab.tokenization.training import KINDS, train_engine
-
         check_choice(kind, KINDS, "kind", "tokenizer kind")
         family = get_family(template or DEFAULT_FAMILY[kind])
         roles = dict(family.special_tokens)
@@ -97,8 +100,6 @@ class Tokenizer:
                               limit_alphabet, lowercase, strip_accents, show_progress,
                               encoding_errors)
         extra = [f"<extra_id_{i}>" for i in range(extra_ids)]
-        from tokenizers import AddedToken
-
         if extra:
             engine.add_special_tokens([AddedToken(t, special=True, normalized=False)
                                        for t in reversed(extra)])
@@ -114,9 +115,6 @@ class Tokenizer:
         """Load a tokenizer folder (ours or Hugging Face's) or, for a ``.gguf`` path, the
         tokenizer embedded in a GGUF checkpoint. ``path`` may also be a short name from
         ``lmlab models list`` (``"minilm"``, ``"smollm2"``)."""
-        from lmlab.tokenization.hf_files import load_folder
-        from lmlab.utils.catalog import resolve_short_name
-
         path = resolve_short_name(path)
         if path.suffix.lower() == ".gguf":
             from lmlab.tokenization.gguf import load_gguf
@@ -139,8 +137,6 @@ class Tokenizer:
         """Write ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` and
         the vocabulary files into folder ``path`` (each atomically). The folder loads with
         :meth:`from_pretrained` and with ``transformers.AutoTokenizer``."""
-        from lmlab.tokenization.hf_files import save_folder
-
         extra = ({"additional_special_tokens": list(self.additional_special_tokens)}
                  if self.additional_special_tokens else {})
         config: dict[str, Any] = {

@@ -9,6 +9,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from lmlab.text.corpus import read_corpus
+from lmlab.text.textfile import check_encoding_errors, iter_lines
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
@@ -47,9 +51,6 @@ def iter_training_texts(source: TextSource | list[str | os.PathLike],
     A byte that is not UTF-8 in a text file is an error naming the file and its byte offset
     (``encoding_errors="strict"``) or is read as U+FFFD with one warning (``"replace"``).
     """
-    from lmlab.text.corpus import read_corpus
-    from lmlab.text.textfile import iter_lines
-
     paths = check_training_source(source)
     if paths is None:
         for text in source:
@@ -100,8 +101,6 @@ def build_engine(kind: str, lowercase: bool = True, strip_accents: bool | None =
                  unk_token: str = "[UNK]", chinese_chars: bool = True) -> Any:
     """An untrained engine ``tokenizers.Tokenizer`` with ``kind``'s normaliser, pre-tokeniser,
     model and decoder (``chinese_chars``: WordPiece splits CJK characters apart, as BERT)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-
     check_choice(kind, KINDS, "kind", "tokenizer kind")
     if kind == "wordpiece":
         engine = Tokenizer(models.WordPiece(unk_token=unk_token, continuing_subword_prefix="##",
@@ -133,10 +132,6 @@ def train_engine(kind: str, source: TextSource, vocab_size: int, min_frequency: 
                  lowercase: bool, strip_accents: bool | None, show_progress: bool,
                  encoding_errors: str = "strict") -> Any:
     """Train an engine tokenizer of ``kind`` on the streamed ``source``; checks the result."""
-    from tokenizers import pre_tokenizers, trainers
-
-    from lmlab.text.textfile import check_encoding_errors
-
     check_encoding_errors(encoding_errors)
     check_training_source(source)
 

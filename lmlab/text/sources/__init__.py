@@ -7,9 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmlab.text.sources.base import Source, SourceCounts
+from lmlab.text.sources.folder import FolderSource
 from lmlab.text.sources.fortunes import FortunesSource
 from lmlab.text.sources.gcide import GCIDESource
+from lmlab.text.sources.huggingface import HuggingFaceSource
 from lmlab.text.sources.jargon import JargonSource
+from lmlab.text.sources.jsonl import DEFAULT_FIELD, JsonlSource
 from lmlab.text.sources.kjv import KJVSource
 from lmlab.text.sources.pydocs import PyDocsSource
 from lmlab.text.sources.wordnet import WordNetSource
@@ -55,14 +58,8 @@ def get_source(spec: str) -> Source:
     if not rest or kind not in ("folder", "jsonl", "hf"):
         check_choice(spec, [*BUILTIN_SOURCES, *USER_SOURCE_FORMS], "--sources", "corpus source")
     if kind == "folder":
-        from lmlab.text.sources.folder import FolderSource
-
         return FolderSource(rest)
     path_or_name, field = _split_field(rest)
     if kind == "jsonl":
-        from lmlab.text.sources.jsonl import DEFAULT_FIELD, JsonlSource
-
         return JsonlSource(path_or_name, field or DEFAULT_FIELD)
-    from lmlab.text.sources.huggingface import HuggingFaceSource
-
     return HuggingFaceSource(path_or_name, field or "text")
