@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,6 +70,18 @@ class WordFeatures:
 
     def row(self, text: int, word: int) -> int:
         return int(self.offsets[text]) + word
+
+
+def word_rows(words: Iterable[tuple[str, tuple[int, int]]]
+              ) -> tuple[list[WordRequest], dict[tuple[str, tuple[int, int]], int]]:
+    """One request per distinct text of ``words`` ((text, span) pairs), its distinct spans in
+    text order, and each word's row among the requests' rows (a word asked twice: one row)."""
+    spans: dict[str, set[tuple[int, int]]] = {}
+    for text, span in words:
+        spans.setdefault(text, set()).add(span)
+    requests = [WordRequest(text, sorted(found)) for text, found in spans.items()]
+    pairs = [(request.text, span) for request in requests for span in request.spans]
+    return requests, {pair: row for row, pair in enumerate(pairs)}
 
 
 def model_fingerprint(model: torch.nn.Module, tokenizer) -> str:

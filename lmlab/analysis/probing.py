@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lmlab.analysis.layer_cache import WordFeatures, WordRequest, cached_word_features
+from lmlab.analysis.layer_cache import WordFeatures, WordRequest, cached_word_features, word_rows
 from lmlab.analysis.report import pyplot, save_png, template, write_files
 from lmlab.tasks.builtin import hash_unit
 from lmlab.tasks.probing import ProbingTask
@@ -209,23 +209,17 @@ def train_probes(x: dict[str, torch.Tensor], y: dict[str, torch.Tensor], classes
 
 
 # -- features of a task's targets -----------------------------------------------------------------
-def word_requests(tasks: Sequence[ProbingTask]) -> tuple[list[WordRequest], dict]:
-    """One request per distinct (text, word spans) over ``tasks``, holding only the words some
-    target uses, and the map ``(task index, sentence, word) -> (request, position)``."""
-    needed: dict[tuple, set[int]] = {}
+def word_requests(tasks: Sequence[ProbingTask]
+                  ) -> tuple[list[WordRequest], dict[tuple[str, tuple[int, int]], int]]:
+    """The requests for the words some target of ``tasks`` uses (:func:`word_rows`), and each
+    (text, span)'s row."""
+    words = []
     for task in tasks:
         for target in task.targets:
             sentence = task.sentences[target.sentence]
-            key = (sentence.text, tuple(sentence.spans))
-            words = needed.setdefault(key, set())
-            for first, last in target.spans:
-                words.update(range(first, last))
-    requests, where = [], {}
-    for (text, spans), words in needed.items():
-        ordered = sorted(words)
-        where[(text, spans)] = (len(requests), {w: i for i, w in enumerate(ordered)})
-        requests.append(WordRequest(text, [spans[w] for w in ordered]))
-    return requests, where
+            words += [(sentence.text, sentence.spans[w]) for first, last in target.spans
+                      for w in range(first, last)]
+    return word_rows(words)
 
 
 @dataclass
@@ -239,15 +233,14 @@ class TaskData:
     dropped: int
 
 
-def task_data(task: ProbingTask, features: WordFeatures, where: dict) -> TaskData:
+def task_data(task: ProbingTask, features: WordFeatures, row_of: dict) -> TaskData:
     """Each target's vector in every layer: each span the mean of its words' rows, spans
     concatenated; targets touching a word without a vector (truncated) are dropped."""
     rows_of: dict[str, list] = {"train": [], "dev": [], "test": []}
     dropped = 0
     for target in task.targets:
         sentence = task.sentences[target.sentence]
-        request, position = where[(sentence.text, tuple(sentence.spans))]
-        spans = [[features.row(request, position[w]) for w in range(a, b)]
+        spans = [[row_of[(sentence.text, sentence.spans[w])] for w in range(a, b)]
                  for a, b in target.spans]
         if not all(features.valid[r] for rows in spans for r in rows):
             dropped += 1
@@ -341,7 +334,7 @@ def run_probing(model, tokenizer, tasks: Sequence[ProbingTask], kinds: Sequence[
     from lmlab.utils.paths import cache_dir
 
     cache_root = Path(cache_root) if cache_root else cache_dir() / FEATURE_CACHE
-    requests, where = word_requests(tasks)
+    requests, row_of = word_requests(tasks)
     extraction = {}
     features = {}
     for name, encoder in (("model", model), ("random_init", random_model)):
@@ -363,8 +356,8 @@ def run_probing(model, tokenizer, tasks: Sequence[ProbingTask], kinds: Sequence[
               "layers": model.config.num_hidden_layers + 1, "kinds": list(kinds),
               "seed": seed, "control": control, "random_init": random_model is not None}
     for number, task in enumerate(tasks):
-        data = task_data(task, features["model"], where)
-        random_data = (task_data(task, features["random_init"], where)
+        data = task_data(task, features["model"], row_of)
+        random_data = (task_data(task, features["random_init"], row_of)
                        if "random_init" in features else None)
         counts = {s: len(v) for s, v in data.y.items()}
         log(f"{task.name}: {sum(counts.values())} targets ({counts['train']} train, "

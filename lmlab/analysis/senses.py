@@ -207,25 +207,19 @@ def target_vectors(model, tokenizer, examples: Sequence[SenseExample], batch_siz
     span, for every hidden state (:func:`lmlab.analysis.layer_cache.extract_word_features`: each
     distinct sentence runs through the model once, one forward pass giving every layer).
     Examples whose target was cut off by truncation are left out (missing from ``kept``)."""
-    from lmlab.analysis.layer_cache import WordRequest, extract_word_features
+    from lmlab.analysis.layer_cache import extract_word_features, word_rows
 
-    users: dict[str, list[int]] = defaultdict(list)  # sentence -> the examples in it
-    for index, example in enumerate(examples):
-        users[example.sentence].append(index)
-    for indices in users.values():
-        indices.sort(key=lambda i: examples[i].span)  # the extractor wants spans in text order
-    requests = [WordRequest(text, [examples[i].span for i in indices])
-                for text, indices in users.items()]
-    order = [i for indices in users.values() for i in indices]  # row r holds example order[r]
-    out = np.zeros((len(order), model.config.num_hidden_layers + 1, model.config.hidden_size),
-                   dtype=np.float32)  # (N, L+1, H)
-    valid = np.ones(len(order), dtype=bool)
+    requests, row_of = word_rows((example.sentence, example.span) for example in examples)
+    out = np.zeros((len(row_of), model.config.num_hidden_layers + 1, model.config.hidden_size),
+                   dtype=np.float32)  # (rows, L+1, H)
+    valid = np.ones(len(row_of), dtype=bool)
     extract_word_features(model, tokenizer, requests, out, batch_size, valid=valid)
-    rows = sorted((order[r], r) for r in range(len(order)) if valid[r])
-    if not rows:
+    rows = [row_of[(example.sentence, example.span)] for example in examples]
+    kept = [index for index, row in enumerate(rows) if valid[row]]
+    if not kept:
         raise LmlabError("no example's target word survived tokenization",
                          "check the model's tokenizer and maximum length")
-    return torch.from_numpy(out[[r for _, r in rows]]), [i for i, _ in rows]
+    return torch.from_numpy(out[[rows[i] for i in kept]]), kept
 
 
 # -- the measurement -----------------------------------------------------------------------------
