@@ -41,9 +41,6 @@ class JsonlSource(Source):
                              "with PATH a file of JSON objects, one per line")
         return [self.path]
 
-    def is_available(self) -> bool:
-        return self.path.is_file()
-
     def iter_documents(self) -> Iterator[Document]:
         self.files()
         for number, line in iter_lines(self.path, max_line_chars=self.max_line_chars,
