@@ -290,8 +290,6 @@ class PretrainingStream:
                              "use more data or a shorter --seq-len")
         self.num_blocks = -(-self.num_units // self.block_units)
         self._position = _Position()
-        self._order_cache: tuple[int, np.ndarray] | None = None
-        self._block_cache: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
 
     # -- set-up ---------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -361,13 +359,9 @@ class PretrainingStream:
 
     # -- examples -------------------------------------------------------------------------------
     def _order(self, epoch: int) -> np.ndarray:
-        if self._order_cache is None or self._order_cache[0] != epoch:
-            if self.shuffle:
-                order = np.random.default_rng([self.seed, epoch, 1]).permutation(self.num_units)
-            else:
-                order = np.arange(self.num_units)
-            self._order_cache = (epoch, order)
-        return self._order_cache[1]
+        if self.shuffle:
+            return np.random.default_rng([self.seed, epoch, 1]).permutation(self.num_units)
+        return np.arange(self.num_units)
 
     def _wrap(self, ids: np.ndarray, starts: np.ndarray, example_id: int,
               epoch: int) -> dict[str, Any]:
@@ -425,23 +419,21 @@ class PretrainingStream:
                              "example_id": (doc << _PAIR_ID_BITS) | index})
         return examples
 
-    def _block(self, epoch: int, block: int) -> list[dict[str, Any]]:
-        key = (epoch, block)
-        if self._block_cache is not None and self._block_cache[0] == key:
-            return self._block_cache[1]
-        units = self._order(epoch)[block * self.block_units:(block + 1) * self.block_units]
+    def _block(self, order: np.ndarray, epoch: int, block: int) -> list[dict[str, Any]]:
+        """The examples of block ``block`` of an epoch whose units come in ``order``."""
+        units = order[block * self.block_units:(block + 1) * self.block_units]
         if self.format == "segment_pairs":
             examples = [e for doc in units.tolist() for e in self._pair_examples(doc, epoch)]
             if self.shuffle:
                 random.Random(_seed_of(self.seed, epoch, block, 3)).shuffle(examples)
         else:
             examples = [self._packed_example(unit, epoch) for unit in units.tolist()]
-        self._block_cache = (key, examples)
         return examples
 
     def _raw_batches(self, position: _Position) -> Iterator[tuple[list[dict[str, Any]], _Position]]:
         """Lists of examples with the position after each list, from ``position`` on."""
         position = replace(position)
+        order, examples = self._order(position.epoch), None  # examples: of position.block
         while True:
             batch: list[dict[str, Any]] = []
             while len(batch) < self.batch_size:
@@ -450,13 +442,16 @@ class PretrainingStream:
                         break
                     position.epoch += 1
                     position.block = position.offset = 0
-                examples = self._block(position.epoch, position.block)
+                    order = self._order(position.epoch)
+                if examples is None:
+                    examples = self._block(order, position.epoch, position.block)
                 take = examples[position.offset:position.offset + self.batch_size - len(batch)]
                 batch.extend(take)
                 position.offset += len(take)
                 if position.offset >= len(examples):
                     position.block += 1
                     position.offset = 0
+                    examples = None
             if not batch:
                 return
             position.batches += 1
