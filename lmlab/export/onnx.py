@@ -129,9 +129,8 @@ def export_onnx(model: nn.Module, out: str | Path, head: str | None = None,
     head = check_exportable(model, head)
     out = Path(out)
     check_output_folder(out, overwrite, "ONNX export", ignore=(".*.tmp",))
-    require("onnx")
-    require("onnxscript")
-    require("onnxruntime")
+    for module in ("onnx", "onnxscript", "onnxruntime"):
+        require(module)
     model = model.eval()
     names = input_names(model)
     limit = model.config.max_position_embeddings - model.config.position_offset

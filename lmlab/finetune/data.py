@@ -307,8 +307,6 @@ class TaskStream(ResumableBatches):
         self.pad_id = pad_id
         self.seed = seed
         self.group_by_length = group_by_length
-        self.epoch = 0
-        self.position = 0
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         rng = random.Random(f"{self.seed}:{epoch}")

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmlab.finetune.data import Feature, TaskStream, pad_id_of
+from lmlab.finetune.data import Feature, TaskStream, collate, pad_id_of
 from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
 
@@ -145,11 +145,9 @@ def predict_texts(model: nn.Module, tokenizer: Any, sources: Sequence[str], num_
     for start in progress(starts, desc="decoding", unit="batch") if show_progress else starts:
         indices = order[start:start + batch_size]
         encoded = [encode_source(sources[i], tokenizer, limit or 1 << 30) for i in indices]
-        width = max(map(len, encoded))
-        ids = torch.tensor([row + [pad] * (width - len(row)) for row in encoded], device=device)
-        mask = (torch.arange(width, device=device)[None, :]
-                < torch.tensor([len(row) for row in encoded], device=device)[:, None]).long()
-        out = generate(model, ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams,
+        batch = {k: v.to(device) for k, v in collate([Feature(row, None) for row in encoded],
+                                                      pad).items()}  # (B, S), right-padded
+        out = generate(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens, num_beams=num_beams,
                        num_return_sequences=num_return_sequences,
                        length_penalty=length_penalty, eos_token_id=tokenizer.eos_token_id,
                        pad_token_id=pad)
@@ -264,13 +262,12 @@ def _fresh_model_settings(family: str, size: str | None, layers: int | None,
                           hidden: int | None) -> dict[str, Any]:
     """A fresh model's settings, checked (the family an encoder-decoder, the size known)."""
     from lmlab.models.families import get_family
+    from lmlab.utils.checks import check_choice
 
     spec = get_family(family)
     if not spec.shape.get("is_encoder_decoder"):
         raise LmlabError(f"{family} is not an encoder-decoder family", "use marian, bart or t5")
-    size = size or next(iter(spec.sizes))
-    if size not in spec.sizes:
-        raise LmlabError(f"{family} has no size {size!r}", f"sizes: {', '.join(spec.sizes)}")
+    size = check_choice(size or next(iter(spec.sizes)), spec.sizes, "--size", f"{family} size")
     return {"family": family, "size": size, "layers": layers, "hidden": hidden}
 
 
