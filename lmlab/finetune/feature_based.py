@@ -170,17 +170,11 @@ def train_feature_based(task: Task, model: nn.Module, tokenizer: Any, rec: Recip
                         out_dir: str | Path, run: RunOptions = RunOptions(), *,
                         features: dict[str, torch.Tensor] | None = None) -> TaskRun:
     """Train a feature head on the frozen ``model`` for the sentence task ``task`` with recipe
-    ``rec`` (:func:`lmlab.finetune.train.train_task`) into ``out_dir``; ``run`` says on what and
-    for how long. Rerun on ``out_dir`` it resumes exactly; a run
-    there with other settings (task, recipe, training data, encoder, tokenizer) is refused
-    before the encoder runs, which it does once over train and dev (``encode_seconds``, outside
-    the Trainer's budget). The report adds ``cost`` (the encoder's pass), ``encode_seconds`` and
-    ``scalar_mix`` (softmaxed layer weights; None with one layer); ``save`` writes a
-    :class:`FeatureClassifier` folder.
-
-    ``features`` (``{split: (N, L+1, H)}``, from :func:`task_features` with the same recipe) skips
-    the encoder's pass for those splits (scripts/feature_strategies.py trains many heads on them).
-    """
+    ``rec`` into ``out_dir`` (resumed exactly; other settings there are refused before the
+    encoder's one pass over train and dev, which is outside the Trainer's budget). The report
+    adds ``cost`` and ``encode_seconds`` of that pass and ``scalar_mix`` (softmaxed layer
+    weights); ``save`` writes a :class:`FeatureClassifier` folder. ``features`` (``{split:
+    (N, L+1, H)}`` from :func:`task_features`, same recipe) skip the encoder for those splits."""
     from dataclasses import replace
 
     from lmlab.finetune.train import plan_task, train_task

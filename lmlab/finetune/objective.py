@@ -16,13 +16,9 @@ from lmlab.utils.checks import check_choice
 
 
 class TaskObjective(nn.Module):
-    """Loss of one task head (cross-entropy, MSE for regression, start/end CE for QA).
-
-    Args:
-        task_type: a :data:`lmlab.tasks.TASK_TYPES` value (picks the head).
-        num_labels: classes (1 for regression; tag set size for tagging).
-        id2label: label names written into the saved config.
-    """
+    """Loss of the head of ``task_type`` (cross-entropy, MSE for regression, start/end CE for
+    QA) over ``num_labels`` outputs (1 for regression, the tag set for tagging); ``id2label``
+    goes into the saved config."""
 
     name = "task"
     flops_head = "none"  # task heads are small: the FLOP count is the stack's

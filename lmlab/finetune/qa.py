@@ -51,16 +51,9 @@ def best_spans(start_logits: Sequence[float], end_logits: Sequence[float],
 def decode_answers(windows: Sequence[dict[str, Any]], contexts: Sequence[str],
                    n_best: int = 20, max_answer_length: int = 30, allow_null: bool = False,
                    null_threshold: float = 0.0) -> list[dict[str, Any]]:
-    """One answer per question from its windows.
-
-    Args:
-        windows: ``{"example_index", "start_logits", "end_logits", "offsets"}`` per window
-            (offsets None outside the context).
-        contexts: the context of each question.
-        allow_null: SQuAD 2.0 (answer "" when the null score wins by ``null_threshold``).
-
-    Returns ``[{"answer", "start", "end", "score", "null_score"}]`` in question order.
-    """
+    """``[{"answer", "start", "end", "score", "null_score"}]`` in question order from the
+    windows' ``{"example_index", "start_logits", "end_logits", "offsets"}`` (offsets None outside
+    the context); ``allow_null``: SQuAD 2.0 (see the module doc)."""
     best: dict[int, Span] = {}
     null: dict[int, float] = {}
     for window in windows:
