@@ -75,9 +75,6 @@ class FeatureExtractor:
         self.max_length = input_limit(model, tokenizer, max_length)
 
     @torch.inference_mode()
-    def _hidden(self, texts: Sequence[str]):
-        return run_texts(self.model, self.tokenizer, texts, self.max_length)
-
     def encode(self, texts: Sequence[str]) -> list[EncodedText]:
         """Per-token vectors (of the configured layer/strategy) for each text. With
         ``layer="all"`` every hidden state is kept: vectors (T, L+1, H), one pass for all layers
@@ -85,7 +82,7 @@ class FeatureExtractor:
         results = []
         for start in range(0, len(texts), self.batch_size):
             chunk = list(texts[start:start + self.batch_size])
-            batch, hidden = self._hidden(chunk)
+            batch, hidden = run_texts(self.model, self.tokenizer, chunk, self.max_length)
             features = (torch.stack(hidden, dim=2) if self.layer == "all"  # (B, T, L+1, H)
                         else combine_layers(hidden, self.layer)).float().cpu()
             for row, text in enumerate(chunk):
@@ -107,7 +104,8 @@ class FeatureExtractor:
         check_choice(pooling, ("cls", "mean", "max"), "pooling", "sentence pooling")
         vectors = []
         for start in range(0, len(texts), self.batch_size):
-            batch, hidden = self._hidden(texts[start:start + self.batch_size])
+            chunk = texts[start:start + self.batch_size]
+            batch, hidden = run_texts(self.model, self.tokenizer, chunk, self.max_length)
             features = combine_layers(hidden, self.layer).float()
             mask = batch["attention_mask"].to(features.device)  # (B, T)
             if pooling == "cls":

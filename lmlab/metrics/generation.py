@@ -30,25 +30,20 @@ def _reference_streams(predictions: Sequence[str],
     return [list(stream) for stream in zip(*per_example)]
 
 
-def _sacrebleu():
-    try:
-        import sacrebleu
-    except ImportError as error:  # pragma: no cover - a dependency of lmlab
-        raise LmlabError("BLEU and chrF need the sacrebleu package",
-                         "pip install sacrebleu (it is one of lmlab's dependencies)") from error
-    return sacrebleu
-
-
 def bleu(predictions: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]) -> float:
     """Corpus BLEU (sacrebleu's defaults) as a fraction."""
+    import sacrebleu  # a dependency of lmlab, imported when used
+
     streams = _reference_streams(predictions, references)
-    return _sacrebleu().corpus_bleu(list(predictions), streams).score / 100.0
+    return sacrebleu.corpus_bleu(list(predictions), streams).score / 100.0
 
 
 def chrf(predictions: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]) -> float:
     """Corpus chrF (sacrebleu's defaults: character 6-grams, beta 2) as a fraction."""
+    import sacrebleu
+
     streams = _reference_streams(predictions, references)
-    return _sacrebleu().corpus_chrf(list(predictions), streams).score / 100.0
+    return sacrebleu.corpus_chrf(list(predictions), streams).score / 100.0
 
 
 def sequence_accuracy(predictions: Sequence[str],

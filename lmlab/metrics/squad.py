@@ -23,10 +23,6 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
-def _tokens(text: str) -> list[str]:
-    return normalize_answer(text).split() if text else []
-
-
 def exact_match(prediction: str, gold: str) -> float:
     """1.0 when the normalised strings are equal, else 0.0."""
     return float(normalize_answer(prediction) == normalize_answer(gold))
@@ -35,8 +31,8 @@ def exact_match(prediction: str, gold: str) -> float:
 def token_f1(prediction: str, gold: str) -> float:
     """Bag-of-tokens F1 between normalised prediction and gold (SQuAD 2.0 rule for empties:
     if either side has no tokens, 1.0 when both are empty, else 0.0)."""
-    pred_tokens = _tokens(prediction)
-    gold_tokens = _tokens(gold)
+    pred_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
     if not pred_tokens or not gold_tokens:
         return float(pred_tokens == gold_tokens)
     common = Counter(pred_tokens) & Counter(gold_tokens)
