@@ -322,7 +322,8 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
         writer = _SplitWriter(out, split, header["dtype"], shard_tokens, finished, on_shard)
         chunks = _encoded_chunks(engine, split_path(corpus_dir, split), writer.resume_at[0],
                                  workers, encoding_errors)
-        writer.write_all(chunks, _progress(show_progress, split))
+        writer.write_all(chunks, progress(desc=f"tokenize {split}", unit="tok", unit_scale=True)
+                         if show_progress else None)
         manifest["splits"][split] = _split_entry(out, split, writer.shards, corpus_dir)
         atomic_write_json(out / MANIFEST, manifest)
     atomic_write_json(out / MANIFEST, manifest)
@@ -403,10 +404,3 @@ def _corpus_hash(corpus_dir: Path) -> str | None:
         return None
     return next((manifest[key] for key in ("content_hash", "hash", "sha256")
                  if isinstance(manifest.get(key), str)), None)
-
-
-def _progress(show: bool, split: str) -> Any:
-    """A token-count progress bar for tokenizing ``split``, or None."""
-    if not show:
-        return None
-    return progress(desc=f"tokenize {split}", unit="tok", unit_scale=True)

@@ -86,7 +86,7 @@ class Source:
         """Remember counts for these files (called by :meth:`counts` and by full builds)."""
         cache = _load_count_cache()
         cache[self.name] = {"key": stable_hash(self.fingerprint()), "counts": asdict(counts)}
-        _save_count_cache(cache)
+        atomic_write_json(_count_cache_path(), cache)
 
     def counts(self) -> SourceCounts:
         """Documents, sentences and words: read once, then cached until the files change."""
@@ -110,7 +110,3 @@ def _load_count_cache() -> dict:
     except (OSError, json.JSONDecodeError):
         return {}  # a missing or damaged cache is recomputed, never fatal
     return data if isinstance(data, dict) else {}
-
-
-def _save_count_cache(cache: dict) -> None:
-    atomic_write_json(_count_cache_path(), cache)
