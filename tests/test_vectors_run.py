@@ -21,6 +21,7 @@ from conftest import FakeClock, assert_clean_refusal, disk_snapshot, run_lmlab
 from lmlab.training.loop_run import LoopRun
 from lmlab.training.run_dir import list_checkpoints
 from lmlab.vectors import glove, word2vec
+from lmlab.vectors.loop import loop_hparams
 
 WORDS = [f"w{i}" for i in range(60)]
 
@@ -45,10 +46,10 @@ from lmlab.training.loop_run import LoopRun
 from lmlab.training.run_dir import list_checkpoints
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors import glove, word2vec
+from lmlab.vectors.loop import loop_hparams
 
 method, out, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
 budget = float(sys.argv[4]) if len(sys.argv) > 4 else None
-module = glove if method == "glove" else word2vec
 if method == "glove":  # a slow step, so that the kill falls mid-run
     step = glove.GloveModel.step
     glove.GloveModel.step = lambda self, *a: (time.sleep(delay), step(self, *a))[1]
@@ -57,7 +58,7 @@ else:
     word2vec._train_chunk = lambda *a: (time.sleep(delay), chunk(*a))[1]
 config = CONFIGS[method]
 try:
-    run = LoopRun(out, module.loop_hparams(config), budget_seconds=budget, checkpoint_seconds=0)
+    run = LoopRun(out, loop_hparams(config), budget_seconds=budget, checkpoint_seconds=0)
     train = glove.train_glove if method == "glove" else word2vec.train_word2vec
     vectors, summary = train(corpus(), config, show_progress=False, run=run)
 except LmlabError as error:
@@ -156,7 +157,7 @@ def test_a_budget_ends_word2vec_with_its_learning_rate_decayed(tmp_path, monkeyp
     sentences = corpus()
 
     def train(budget: float):
-        run = LoopRun(tmp_path / "run", word2vec.loop_hparams(config), budget_seconds=budget)
+        run = LoopRun(tmp_path / "run", loop_hparams(config), budget_seconds=budget)
         return word2vec.train_word2vec(sentences, config, show_progress=False, run=run)[1]
 
     summary = train(10.0)

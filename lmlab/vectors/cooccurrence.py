@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmlab.utils.errors import LmlabError
+from lmlab.utils.checks import check_at_least
 from lmlab.vectors.sentences import word_chunks
 
 
@@ -78,10 +78,9 @@ def count_cooccurrences(sentences: Iterable[list[str]], index: dict[str, int], w
                         ) -> Cooccurrences:
     """The distance-weighted symmetric co-occurrence counts of ``sentences`` (word lists) over
     the words of ``index`` (word -> row), streamed: one pass, memory as the module says."""
-    if window < 1:
-        raise LmlabError(f"window must be at least 1, not {window}", "give a positive window")
-    if buffer_pairs < 1 or chunk_words < 1:
-        raise LmlabError("buffer_pairs and chunk_words must be positive", "give positive sizes")
+    check_at_least(window, 1, "window")
+    check_at_least(buffer_pairs, 1, "buffer_pairs")
+    check_at_least(chunk_words, 1, "chunk_words")
     size = len(index)
     table = _SparseSum(buffer_pairs)
     for ids, sentence_of, _ in word_chunks(sentences, index, chunk_words):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ from lmlab.vectors.sentences import Vocabulary
 @dataclass
 class GloveConfig:
     """What changes the vectors (see the module docstring for where each default comes from)."""
+
+    METHOD: ClassVar[str] = "glove"  # a run folder's names (vectors.loop.loop_hparams)
+    SCHEDULE: ClassVar[str] = "constant"  # AdaGrad at a constant rate
 
     dim: int = 100
     window: int = 10
@@ -136,13 +139,6 @@ def train_glove(sentences: Iterable[list[str]], config: GloveConfig | None = Non
     config.validate()
     with threads_for_training(config.threads):
         return _train(sentences, config, show_progress, vocabulary, cooccurrences, run)
-
-
-def loop_hparams(config: GloveConfig) -> dict[str, Any]:
-    """What a run folder records and compares on resume: every setting but ``threads`` (speed),
-    with the learning-rate schedule named (AdaGrad at a constant rate)."""
-    return {**{k: v for k, v in asdict(config).items() if k != "threads"}, "method": "glove",
-            "schedule": "constant"}
 
 
 def _train(sentences, config, show_progress, vocabulary, cooccurrences, run):

@@ -8,12 +8,20 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict
 from typing import Any
 
 from lmlab.training.loop_run import LoopModel, LoopState
 from lmlab.utils.checks import check_at_least
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors.sentences import Vocabulary, count_words
+
+
+def loop_hparams(config: Any) -> dict[str, Any]:
+    """What a run folder records and compares on resume: every setting of ``config`` but
+    ``threads`` (speed), with its ``METHOD`` and learning-rate ``SCHEDULE`` named."""
+    return {**{k: v for k, v in asdict(config).items() if k != "threads"},
+            "method": config.METHOD, "schedule": config.SCHEDULE}
 
 
 def check_training_counts(config: Any, names: tuple[str, ...]) -> None:

@@ -13,6 +13,7 @@ from lmlab.utils.durations import parse_duration
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors import glove, word2vec
 from lmlab.vectors.keyed import WordVectors, save_vectors
+from lmlab.vectors.loop import loop_hparams
 from lmlab.vectors.sentences import sentences_from
 
 METHODS = ("skipgram", "cbow", "glove")
@@ -54,8 +55,7 @@ def train_vectors_file(method: str, corpus: list[str], out: str, settings: dict[
         raise LmlabError(f"the corpus file{'s' if len(files) > 1 else ''} "
                          f"{', '.join(map(str, files))} {'are' if len(files) > 1 else 'is'} "
                          "empty", "give text with one sentence per line")
-    hparams = (glove if method == "glove" else word2vec).loop_hparams(config)
-    run = LoopRun(run_dir, hparams, speed={"threads": config.threads},
+    run = LoopRun(run_dir, loop_hparams(config), speed={"threads": config.threads},
                   budget_seconds=budget_seconds, checkpoint_seconds=checkpoint_seconds,
                   overwrite=overwrite, what=f"{method} run", option="--run",
                   outputs={"vectors": str(Path(out).resolve())})

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -70,6 +70,9 @@ def draw_noise(cdf: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator
 class Word2VecConfig:
     """What changes the vectors; the defaults are gensim's ``Word2Vec`` defaults (skip-gram
     instead of gensim's CBOW)."""
+
+    METHOD: ClassVar[str] = "word2vec"  # a run folder's names (vectors.loop.loop_hparams)
+    SCHEDULE: ClassVar[str] = "linear"  # the rate decays linearly over the run's horizon
 
     architecture: str = "skipgram"
     dim: int = 100
@@ -203,13 +206,6 @@ def train_word2vec(sentences: Iterable[list[str]], config: Word2VecConfig | None
     refuse_one_shot(sentences)
     with threads_for_training(config.threads):
         return _train(sentences, config, show_progress, vocabulary, run)
-
-
-def loop_hparams(config: Word2VecConfig) -> dict[str, Any]:
-    """What a run folder records and compares on resume: every setting but ``threads`` (speed),
-    with the learning-rate schedule named (a linear decay over the run's horizon)."""
-    return {**{k: v for k, v in asdict(config).items() if k != "threads"}, "method": "word2vec",
-            "schedule": "linear"}
 
 
 def _train(sentences, config, show_progress, vocabulary, run):
