@@ -55,6 +55,7 @@ class TrainingConfig:
     threads: int | None = _speed(None)
     workers: int = _speed(0)
     skip_padding: bool = _speed(True)  # False: the stack computes padding positions too
+    activation_checkpointing: bool = _speed(False)  # recompute layers in backward: less memory
     strategy: str = _speed("auto")  # auto: DDP when launched by torchrun; fsdp on request
     device: str = _speed("auto")
     log_every: int = _speed(10)
@@ -84,6 +85,9 @@ class TrainingConfig:
             if kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):
                 raise LmlabError(f"{f.name} must be a whole number, got {value!r}",
                                  f"write {f.name} as a whole number, e.g. 1")
+            if kind.startswith("bool") and not isinstance(value, bool):
+                raise LmlabError(f"{f.name} must be true or false, got {value!r}",
+                                 f"write {f.name}: true or {f.name}: false")
 
     def validate(self) -> None:
         """Raise :class:`LmlabError` on values that cannot work."""

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from lmlab.cost.precision import precision_autocast
+from lmlab.models.core.transformer import Transformer
 from lmlab.training import checkpoint as ckpt
 from lmlab.training.config import TrainingConfig
 from lmlab.training.distributed import (
@@ -137,6 +138,10 @@ class Trainer:
         self.save_model = save_model
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
+        self.stacks = [m for m in model.modules() if isinstance(m, Transformer)]
+        if cfg.activation_checkpointing and not self.stacks:
+            raise LmlabError(f"activation_checkpointing recomputes Transformer layers, and this "
+                             f"{type(model).__name__} has none", "turn activation_checkpointing off")
         self.device = process_device(cfg.device)
         self.dist: DistInfo = init_distributed(self.device)
         self.precision_reason = "chosen by the caller"
@@ -261,6 +266,19 @@ class Trainer:
             yield
         finally:
             handle.remove()
+
+    @contextlib.contextmanager
+    def _activation_checkpointing(self) -> Iterator[None]:
+        """``cfg.activation_checkpointing``: the model's stacks recompute each layer's
+        activations in the backward pass instead of keeping them (for the training steps)."""
+        on = self.cfg.activation_checkpointing
+        for stack in self.stacks:
+            stack.checkpoint_layers = on
+        try:
+            yield
+        finally:
+            for stack in self.stacks:
+                stack.checkpoint_layers = False
 
     def _forward(self, batch: dict[str, torch.Tensor], module: nn.Module | None = None):
         """(loss, metrics, predictions) of ``module`` (default: the wrapped LossModule, the
@@ -452,7 +470,7 @@ class Trainer:
         stop = self._stop_reason(elapsed)
         for hook in self.hooks:  # a resumed run that a hook had stopped stays stopped
             stop = hook.on_train_start(self) or stop
-        with self._padding_setting():
+        with self._padding_setting(), self._activation_checkpointing():
             try:
                 while stop is None:
                     for hook in self.hooks:

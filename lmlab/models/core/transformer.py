@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
@@ -18,7 +21,13 @@ from lmlab.models.outputs import TransformerOutput
 
 class Transformer(nn.Module):
     """Embeddings, ``num_hidden_layers`` layers (one shared under ``share_layers``) and an
-    optional final norm; ``forward`` takes the Hugging Face argument names."""
+    optional final norm; ``forward`` takes the Hugging Face argument names.
+
+    ``checkpoint_layers`` (off; a memory setting, not saved): while training with gradients and
+    no cache, each layer's activations are recomputed in the backward pass instead of stored
+    (``torch.utils.checkpoint``; dropout draws the same masks again)."""
+
+    checkpoint_layers: bool = False
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -103,8 +112,12 @@ class Transformer(nn.Module):
         hidden_states = [repad(x)] if output_hidden_states else None
         attentions = [] if output_attentions else None
         cross_attentions = [] if output_attentions and encoder_hidden_states is not None else None
+        recompute = (self.checkpoint_layers and self.training and torch.is_grad_enabled()
+                     and cache is None)  # a cache is appended to: no second forward
         for index in range(self.config.num_hidden_layers):
-            x, probs, cross_probs = self.layer(index)(
+            layer = self.layer(index)
+            run = partial(checkpoint, layer, use_reentrant=False) if recompute else layer
+            x, probs, cross_probs = run(
                 x, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
                 layer_index=index, encoder_hidden_states=encoder_hidden_states,
                 encoder_mask=encoder_mask, cross_cache=cross_cache,
