@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from lmlab.models.config import TransformerConfig
     from lmlab.models.model import LanguageModel
     from lmlab.tasks.types import Task
+    from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.training.pretrain import PretrainConfig
     from lmlab.training.trainer import TrainResult
 
@@ -205,48 +206,39 @@ def distil(settings: DistilSettings, config: PretrainConfig) -> TrainResult:
     """
     from lmlab.objectives.distillation import Distillation, check_teacher
     from lmlab.objectives.special_tokens import SpecialTokens
-    from lmlab.training.distributed import barrier, init_distributed, process_device
     from lmlab.training.pretrain import (
         ModelSettings,
         ObjectiveSettings,
-        _data_record,
-        find_tokenizer,
         load_init,
+        start_run,
         train_on_shards,
     )
-    from lmlab.training.run_dir import RunRecord, prepare_run_folder, run_config
-    from lmlab.training.trainer import seed_everything
     from lmlab.utils.catalog import resolve_short_name
 
     teacher_cfg, layers = settings.validate()
     config = dataclasses.replace(
         config, model=ModelSettings(init=str(settings.teacher)),
         objective=ObjectiveSettings("distil", settings.objective_args()))
-    config.validate()
-    cfg, out = config.training, Path(config.out)
-    device = process_device(cfg.device)  # a GPU that is not there: refused before any work
-    if cfg.seq_len > teacher_cfg.max_position_embeddings:
-        raise LmlabError(f"--seq-len {cfg.seq_len} exceeds the teacher's "
-                         f"{teacher_cfg.max_position_embeddings} positions",
-                         f"use --seq-len {teacher_cfg.max_position_embeddings} or less")
-    tokenizer, tokenizer_dir = find_tokenizer(Path(config.data.shards),  # type: ignore[arg-type]
-                                              config.data.tokenizer)
-    if len(tokenizer) != teacher_cfg.vocab_size:
-        raise LmlabError(f"the shards' tokenizer has {len(tokenizer)} tokens, the teacher "
-                         f"{teacher_cfg.vocab_size}", "tokenize the corpus with the teacher's "
-                         "tokenizer: lmlab data tokenize --tokenizer TEACHER ...")
-    record = RunRecord(hparams={**config.run_hparams(), "student_layers": list(layers)},
-                       data=_data_record(config, tokenizer, tokenizer_dir))
-    teacher = load_init(resolve_short_name(settings.teacher), len(tokenizer))
-    # what the loss needs of the teacher (an MLM head for the soft targets), checked before the
-    # run folder is touched: --overwrite removes the run there (the student is of its shape)
-    check_teacher(teacher, teacher, settings.alpha_ce, settings.alpha_cos)
-    prepare_run_folder(out, config.overwrite, run_config(cfg, record), what="distillation run")
-    # under torchrun: no rank writes into --out before every rank has checked it
-    barrier(init_distributed(device))
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
+
+    def load_teacher(tokenizer: Tokenizer) -> LanguageModel:
+        """The teacher, checked against the run: its positions, its vocabulary and what the
+        loss needs of it (an MLM head for the soft targets), before the run folder is touched
+        (--overwrite removes the run there; the student is of the teacher's shape)."""
+        seq_len = config.training.seq_len
+        if seq_len > teacher_cfg.max_position_embeddings:
+            raise LmlabError(f"--seq-len {seq_len} exceeds the teacher's "
+                             f"{teacher_cfg.max_position_embeddings} positions",
+                             f"use --seq-len {teacher_cfg.max_position_embeddings} or less")
+        if len(tokenizer) != teacher_cfg.vocab_size:
+            raise LmlabError(f"the shards' tokenizer has {len(tokenizer)} tokens, the teacher "
+                             f"{teacher_cfg.vocab_size}", "tokenize the corpus with the "
+                             "teacher's tokenizer: lmlab data tokenize --tokenizer TEACHER ...")
+        teacher = load_init(resolve_short_name(settings.teacher), len(tokenizer))
+        check_teacher(teacher, teacher, settings.alpha_ce, settings.alpha_cos)
+        return teacher
+
+    tokenizer, tokenizer_dir, record, teacher = start_run(
+        config, {"student_layers": list(layers)}, load_teacher, what="distillation run")
     student = make_student(teacher, layers)
     objective = Distillation(SpecialTokens.from_tokenizer(tokenizer), teacher=teacher,
                              **{k: v for k, v in settings.objective_args().items()

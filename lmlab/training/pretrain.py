@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -399,32 +400,41 @@ def _streams(config: PretrainConfig, objective: Any) -> tuple[Any, list[dict[str
         return stream, []
 
 
-def pretrain(config: PretrainConfig) -> TrainResult:
-    """Pretrain as ``config`` says (every setting and the run folder checked first); returns
-    how the run ended. Under torchrun every rank calls this."""
+def start_run(config: PretrainConfig, hparams: dict[str, Any] | None = None,
+              check: Callable[[Tokenizer], Any] | None = None, what: str = "run"
+              ) -> tuple[Tokenizer, Path, RunRecord, Any]:
+    """The start of a run on shards (:func:`pretrain`, distillation): check ``config``, find the
+    shards' tokenizer, call ``check(tokenizer)`` (a caller's own checks, before the run folder
+    is touched), prepare the run folder, wait for every rank, set threads and seed. Returns the
+    tokenizer, its folder, the run's record (``hparams`` added) and what ``check`` returned."""
+    import torch
+
     from lmlab.training.distributed import barrier, init_distributed, process_device
     from lmlab.training.run_dir import prepare_run_folder, run_config
+    from lmlab.training.trainer import seed_everything
 
     config.validate()
-    out, cfg = Path(config.out), config.training
+    cfg = config.training
     device = process_device(cfg.device)  # a GPU that is not there: refused before any work
     tokenizer, tokenizer_dir = find_tokenizer(Path(config.data.shards),  # type: ignore[arg-type]
                                               config.data.tokenizer)
-    record = RunRecord(hparams=config.run_hparams(),
+    record = RunRecord(hparams={**config.run_hparams(), **(hparams or {})},
                        data=_data_record(config, tokenizer, tokenizer_dir))
-    prepare_run_folder(out, config.overwrite, run_config(cfg, record))
-
-    import torch
-
-    from lmlab.training.trainer import seed_everything
-
-    # under torchrun: no rank writes into --out (rank 0 copies the tokenizer below, or has
-    # removed the old run with overwrite) before every rank has checked it
+    checked = None if check is None else check(tokenizer)
+    prepare_run_folder(Path(config.out), config.overwrite, run_config(cfg, record), what=what)
+    # under torchrun: no rank writes into --out (rank 0 copies the tokenizer in
+    # train_on_shards, or has removed the old run with overwrite) before every rank has checked it
     barrier(init_distributed(device))
-
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
+    return tokenizer, tokenizer_dir, record, checked
+
+
+def pretrain(config: PretrainConfig) -> TrainResult:
+    """Pretrain as ``config`` says (every setting and the run folder checked first); returns
+    how the run ended. Under torchrun every rank calls this."""
+    tokenizer, tokenizer_dir, record, _ = start_run(config)
     model, objective = _model_and_objective(config, tokenizer)
     return train_on_shards(config, model, objective, record, tokenizer_dir)
 
