@@ -167,3 +167,45 @@ def test_bad_values_are_refused(tmp_path):
     with pytest.raises(LmlabError, match="recomputes Transformer layers"):
         Trainer(lstm, torch.nn.Module(), [], TrainingConfig(max_steps=1,
                 activation_checkpointing=True), tmp_path / "run")
+
+
+def test_the_commands_flags(tiny_bert_folder):
+    from lmlab.cli import _register_all
+    from lmlab.cli._common import build_parser, pretrain_config
+    from lmlab.cli.finetune import config_flags
+    from lmlab.finetune.settings import FinetuneConfig
+
+    parser, registry = build_parser()
+    _register_all(registry)
+    common = ["--out", "o", "--activation-checkpointing"]
+    args = parser.parse_args(["pretrain", "--family", "bert", "--size", "tiny", "--steps", "1",
+                              *common])
+    assert pretrain_config(args).training.to_sections()["speed"]["activation_checkpointing"]
+    args = parser.parse_args(["finetune", "--task", "toy", "--model", "m", *common])
+    assert FinetuneConfig.from_sections({}, **config_flags(args)).activation_checkpointing
+    args = parser.parse_args(["finetune", "--task", "toy", "--model", "m", "--out", "o"])
+    assert not FinetuneConfig.from_sections({}, **config_flags(args)).activation_checkpointing
+
+
+@pytest.mark.filterwarnings("ignore:.*collapsed onto one class")  # two steps: not trained yet
+def test_finetuning_with_it_trains_the_same(tiny_bert_folder, tmp_path, monkeypatch):
+    from test_finetune import toy_task
+
+    import lmlab.models.core.transformer as core
+    from lmlab.finetune.runner import finetune
+
+    calls = []
+    original = core.checkpoint
+    monkeypatch.setattr(core, "checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k))
+    runs = {on: finetune(toy_task(16, 4), tiny_bert_folder, tmp_path / str(on), epochs=1,
+                         batch_size=8, show_progress=False, activation_checkpointing=on)
+            for on in (False, True)}
+    assert calls  # two steps of a two-layer BERT: recomputed
+    assert len(losses(tmp_path / "False")) == 2
+    assert_close_rounding(losses(tmp_path / "True"), losses(tmp_path / "False"), depth=4)
+    assert runs[True]["dev"] == runs[False]["dev"]
+    with pytest.raises(LmlabError, match="feature recipe trains a head on frozen features"):
+        finetune(toy_task(16, 4), tiny_bert_folder, tmp_path / "f", recipe="feature",
+                 activation_checkpointing=True)
+    with pytest.raises(LmlabError, match="must be true or false"):
+        finetune(toy_task(16, 4), tiny_bert_folder, tmp_path / "f", activation_checkpointing=1)

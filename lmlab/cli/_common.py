@@ -121,6 +121,10 @@ FLAGS: dict[str, dict[str, Any]] = {
     "json": {"action": "store_true", "help": "print JSON"},
     "tokenizer": {"help": "tokenizer folder (default: the one the shards record)"},
     "no_cost": {"action": "store_true", "help": "do not track FLOPs/energy/cost"},
+    "activation_checkpointing": {"action": "store_true", "default": None,
+                                 "help": "recompute each Transformer layer's activations in the "
+                                 "backward pass: less memory, about a third more compute "
+                                 "(docs/training.md)"},
     "calibrate": {"action": "store_true", "help": "few-shot: contextual calibration (subtract "
                   "each label's log-likelihood after the content-free text 'N/A'; Zhao et al. "
                   "2021)"},
@@ -183,6 +187,7 @@ def add_training_flags(p: argparse.ArgumentParser) -> None:
     add_flag(p, "precision", default=None, help=AUTO_PRECISION_HELP)  # unless --config sets one
     add_flags(p, "threads", "tokenizer", "no_cost")
     add_flag(p, "device", default=None, help="auto | cpu | cuda")
+    add_flag(p, "activation_checkpointing")
 
 
 def settings_from(kind: type, args: argparse.Namespace, **given: Any) -> Any:

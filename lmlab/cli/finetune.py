@@ -43,6 +43,7 @@ def register(commands) -> None:
     _common.add_flags(p, "epochs", "lr", "batch_size", "max_train_examples", "min_updates",
                       device=None)
     _common.add_flag(p, "precision", default=None, help=_common.AUTO_PRECISION_HELP)
+    _common.add_flag(p, "activation_checkpointing")
     _common.add_flag(p, "max_length", help="tokens per sequence (default 128)")
     p.add_argument("--layer", type=int,
                    help="feature recipe: hidden state to use (-1 = last); default: scalar mix")

@@ -237,8 +237,12 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path,
         raise LmlabError(f"--method {cfg.method} decides what trains; the {rec.name} recipe "
                          "freezes or unfreezes layers itself", "use the bert recipe")
     out = Path(out_dir)
+    if cfg.activation_checkpointing and rec.frozen_encoder:
+        raise LmlabError("activation checkpointing recomputes the encoder's layers; the "
+                         "feature recipe trains a head on frozen features",
+                         "drop activation_checkpointing, or use the bert recipe")
     run = RunOptions(precision, cfg.device, cfg.budget_seconds, cfg.save_every,
-                     cfg.show_progress)
+                     cfg.show_progress, cfg.activation_checkpointing)
     started = time.perf_counter()
     if rec.frozen_encoder:
         from lmlab.finetune.feature_based import train_feature_based

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from lmlab.utils.checks import check_at_least, check_choice, check_names, check_positive
+from lmlab.utils.errors import LmlabError
 
 # setting -> (the option that sets it on the command line, smallest allowed value)
 MINIMUMS = {"epochs": ("--epochs", 1), "batch_size": ("--batch-size", 1),
@@ -43,6 +44,7 @@ class FinetuneConfig:
     save_model: bool = True
     show_progress: bool = True
     device: str = "auto"
+    activation_checkpointing: bool = False  # a speed setting (docs/training.md)
     save_every: int | None = None
     overwrite: bool = False
     head_lr_multiplier: float | None = None
@@ -60,6 +62,10 @@ class FinetuneConfig:
         for name, option in POSITIVE.items():
             check_positive(getattr(self, name), option)
         check_choice(self.precision, PRECISIONS, "--precision", "precision")
+        if not isinstance(self.activation_checkpointing, bool):
+            raise LmlabError(f"activation_checkpointing must be true or false, got "
+                             f"{self.activation_checkpointing!r}",
+                             "write activation_checkpointing: true (or false)")
         if self.recipe is not None:
             check_choice(self.recipe, RECIPES, "--recipe", "recipe")
         if self.method is not None or self.method_options:

@@ -43,6 +43,7 @@ class RunOptions:
     budget_seconds: float | None = None
     save_every: int | None = None  # optimizer steps; None: every epoch (every run's end)
     progress: bool = True
+    activation_checkpointing: bool = False
 
 
 @dataclass
@@ -135,7 +136,8 @@ def plan_task(task: Task, tokenizer: Any, rec: Recipe, seed: int,
         weight_decay=rec.weight_decay, eps=eps, clip_norm=rec.clip_norm, max_steps=total,
         budget_seconds=run.budget_seconds, batch_size=rec.batch_size, seq_len=rec.max_length,
         seed=seed, precision=run.precision, device=run.device, progress=run.progress,
-        save_every=run.save_every or (steps or len(stream)), keep_last=1, log_every=log_every)
+        save_every=run.save_every or (steps or len(stream)), keep_last=1, log_every=log_every,
+        activation_checkpointing=run.activation_checkpointing)
     return TaskPlan(task, rec, stream, config, epochs)
 
 
