@@ -84,11 +84,15 @@ class JobSettings:
         return magnitude.task_metric(task, tokenizer, self.eval_split, self.max_length,
                                      self.eval_examples)
 
-    def results(self, title: str, **values) -> dict[str, Any]:
+    def results(self, title: str, task=None, **values) -> dict[str, Any]:
+        """results.json's fields: the title, model, host and command, then for a job measured
+        on ``task`` its name, metric and split, then ``values``."""
         from lmlab.utils.host import describe_host
 
+        measured = {} if task is None else {"task": task.name, "metric": task.metrics[0],
+                                            "split": self.eval_split}
         return {"title": title, "model": self.source, "host": describe_host(),
-                "command": self.command, **values}
+                "command": self.command, **measured, **values}
 
     def write(self, results: dict, rows: list[dict], columns: list[tuple[str, str]], model,
               tokenizer, x: str | None = None, xlabel: str = "weights removed (%)",
@@ -206,8 +210,8 @@ def prune_heads_job(model, tokenizer, task, job: JobSettings, settings: HeadPrun
                                   job.metric(task, tokenizer), settings.step,
                                   settings.max_fraction, recompute=settings.recompute,
                                   on_step=show)
-    results = job.results(f"Head pruning on {task.name}", task=task.name, metric=metric,
-                          split=job.eval_split, eval_examples=job.eval_examples, steps=rows,
+    results = job.results(f"Head pruning on {task.name}", task,
+                          eval_examples=job.eval_examples, steps=rows,
                           finetune_steps=settings.finetune_steps)
     return job.write(results, rows, [
         ("heads_removed", "heads removed"), ("fraction_removed", "fraction"),
@@ -271,8 +275,7 @@ def magnitude_job(model, tokenizer, task, job: JobSettings, settings: MagnitudeP
         log(f"sparsity {row['sparsity']:.3f}: {task.metrics[0]} {row['metric']:.4f}")
         rows.append(row)
     how = f"{steps} steps, {settings.schedule} schedule" if steps else "one shot"
-    results = job.results(f"Magnitude pruning on {task.name} ({settings.scope}, {how})",
-                          task=task.name, metric=task.metrics[0], split=job.eval_split,
+    results = job.results(f"Magnitude pruning on {task.name} ({settings.scope}, {how})", task,
                           scope=settings.scope, schedule=settings.schedule, steps=steps,
                           rows=rows)
     return job.write(results, rows, [
@@ -321,8 +324,7 @@ def lottery_job(model, tokenizer, task, job: JobSettings, settings: Lottery,
                           settings.prune_fraction, settings.rewind_step, settings.scope, show)
     results = job.results(f"Lottery ticket on {task.name} (rewind to step "
                           f"{settings.rewind_step}, {settings.prune_fraction:.0%} per round)",
-                          task=task.name, metric=task.metrics[0], split=job.eval_split,
-                          rounds=rows, steps_per_round=settings.steps)
+                          task, rounds=rows, steps_per_round=settings.steps)
     return job.write(results, rows, [
         ("round", "round"), ("sparsity", "sparsity"),
         ("metric", f"{job.eval_split} {task.metrics[0]}")], model, tokenizer, "sparsity")
