@@ -44,17 +44,17 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from lmlab.analysis.layer_cache import extract_word_features, max_text_length
+    from lmlab.analysis.layer_cache import extract_word_features
     from lmlab.analysis.probing import word_requests
     from lmlab.load import load_model_and_tokenizer
-    from lmlab.models.inputs import model_inputs
+    from lmlab.models.inputs import input_limit, model_inputs
     from lmlab.tasks.probing import load_probing_task
     from lmlab.utils.host import describe_host
 
     model, tokenizer = load_model_and_tokenizer(args.model)
     tasks = [load_probing_task(name, args.max_examples) for name in args.tasks.split(",")]
     requests, _ = word_requests(tasks)
-    max_length = max_text_length(model, tokenizer)
+    max_length = input_limit(model, tokenizer)
     texts = sorted((r.text for r in requests), key=len)  # extraction's batch order
     batches = [texts[i:i + args.batch_size] for i in range(0, len(texts), args.batch_size)]
     rows = sum(len(r.spans) for r in requests)
