@@ -90,52 +90,36 @@ class _AnyOptions(dict):
 
 
 class _Body(Directive):
-    """An API description or other Sphinx block: its argument is dropped, its body kept."""
+    """A Sphinx block: dropped when it is code, a table or the like (DROPPED_DIRECTIVES); else
+    its body is kept and its argument dropped (an API signature, a title), except the text
+    after a version directive's version number(s)."""
 
     optional_arguments = 1
     final_argument_whitespace = True
     has_content = True
     option_spec = _AnyOptions()
 
-    def prose(self) -> list[nodes.Node]:
-        """The directive's argument as a paragraph (none here: an argument is a signature)."""
-        return []
-
     def run(self) -> list[nodes.Node]:
+        if self.name.lower() in DROPPED_DIRECTIVES:
+            return []
         body = nodes.container()
         self.state.nested_parse(self.content, self.content_offset, body)
-        return [*self.prose(), body]
+        return [*self.version_text(), body]
 
-
-class _Prose(_Body):
-    """``.. note:: text``: the argument is the first paragraph of the body."""
-
-    optional_arguments = 0  # docutils then reads the argument lines as content
-
-
-class _Version(_Body):
-    """``.. versionchanged:: 3.2 text``: the version number(s) dropped, the text kept."""
-
-    def prose(self) -> list[nodes.Node]:
-        versions = VERSION_DIRECTIVES[self.name]
-        parts = self.arguments[0].split(None, versions) if self.arguments else []
+    def version_text(self) -> list[nodes.Node]:
+        """``.. versionchanged:: 3.2 text``: the text as a paragraph (none for other blocks)."""
+        versions = VERSION_DIRECTIVES.get(self.name.lower(), 0)
+        parts = self.arguments[0].split(None, versions) if versions and self.arguments else []
         if len(parts) <= versions:
             return []
         inline, _messages = self.state.inline_text(parts[versions], self.lineno)
         return [nodes.paragraph(parts[versions], "", *inline)]
 
 
-class _Dropped(_Body):
-    def run(self) -> list[nodes.Node]:
-        return []
+class _Prose(_Body):
+    """``.. note:: text``: the argument is the first paragraph of the body."""
 
-
-def _directive_class(name: str) -> type[Directive]:
-    if name in DROPPED_DIRECTIVES:
-        return _Dropped
-    if name in PROSE_DIRECTIVES:
-        return _Prose
-    return _Version if name in VERSION_DIRECTIVES else _Body
+    optional_arguments = 0  # docutils then reads the argument lines as content
 
 
 def _role_text(role: str, inner: str) -> str:
@@ -158,7 +142,7 @@ def parse_rst(text: str) -> nodes.document:
     """The docutils tree of one page, with every Sphinx directive and role it uses registered
     (docutils' registries are global: registering a name again is harmless)."""
     for name in {name.lower() for name in _DIRECTIVE_NAME.findall(text)}:
-        directives.register_directive(name, _directive_class(name))
+        directives.register_directive(name, _Prose if name in PROSE_DIRECTIVES else _Body)
     for name in {name.lower() for name in _ROLE_NAME.findall(text)}:
         roles.register_local_role(name, _role)
     document = utils.new_document("<rst>", _SETTINGS)
