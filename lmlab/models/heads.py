@@ -22,8 +22,8 @@ DEFAULT_SBO_POSITIONS = 32  # SpanBERT's relative-position table for the boundar
 #: added with ``HEADS[name] = "module:Class"``.
 HEADS: dict[str, str | type[nn.Module]] = {
     "mlm": f"{__name__}:MaskedLMHead",
-    "nsp": f"{__name__}:NextSentenceHead",
-    "sop": f"{__name__}:SentenceOrderHead",
+    "nsp": f"{__name__}:SentencePairHead",
+    "sop": f"{__name__}:SentencePairHead",
     "rtd": f"{__name__}:ReplacedTokenDetectionHead",
     "clm": f"{__name__}:CausalLMHead",
     "sequence-classification": "lmlab.models.task_heads:SequenceClassificationHead",
@@ -98,8 +98,9 @@ class MaskedLMHead(nn.Module):
         return token_cross_entropy(logits, labels)
 
 
-class _SentencePairHead(nn.Module):
-    """Binary classifier over the pooled [CLS] vector (NSP or SOP)."""
+class SentencePairHead(nn.Module):
+    """Binary classifier over the pooled [CLS] vector: next-sentence prediction (BERT: label
+    0 = B follows A, 1 = B is random) or sentence order (ALBERT: 0 = A, B in order, 1 = swapped)."""
 
     needs_pooler = True
 
@@ -113,14 +114,6 @@ class _SentencePairHead(nn.Module):
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float(), labels.reshape(-1))
-
-
-class NextSentenceHead(_SentencePairHead):
-    """Next-sentence prediction (BERT): label 0 = B follows A, 1 = B is random."""
-
-
-class SentenceOrderHead(_SentencePairHead):
-    """Sentence-order prediction (ALBERT): label 0 = A, B in order, 1 = swapped."""
 
 
 class ReplacedTokenDetectionHead(nn.Module):
