@@ -35,6 +35,22 @@ class HeadedModel(nn.Module):
         head.apply(self._init_weights)
         return head
 
+    def get_target_embeddings(self) -> nn.Embedding | None:
+        """The token table a tied vocabulary projection shares (an encoder-decoder's target
+        side; ``get_input_embeddings`` otherwise)."""
+        return self.get_input_embeddings()
+
+    def tie_weights(self) -> None:
+        """Share that table with the heads' vocabulary projections (``decoder``) when
+        ``config.tie_word_embeddings`` is set."""
+        table = self.get_target_embeddings()
+        if not self.config.tie_word_embeddings or table is None:
+            return
+        for head in self.heads.values():
+            decoder = getattr(head, "decoder", None)
+            if isinstance(decoder, nn.Linear) and decoder.weight.shape == table.weight.shape:
+                decoder.weight = table.weight
+
     def run_head(self, name: str, hidden: torch.Tensor, pooled: torch.Tensor | None,
                  attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         """Logits of head ``name`` from the stack's last hidden state (or pooled vector)."""
@@ -92,16 +108,6 @@ class LanguageModel(HeadedModel):
     def get_input_embeddings(self) -> nn.Embedding:
         """The token embedding table (what a tied vocabulary projection shares)."""
         return self.transformer.embeddings.word_embeddings
-
-    def tie_weights(self) -> None:
-        """Share the input embedding matrix with the vocabulary projections when configured."""
-        if not self.config.tie_word_embeddings:
-            return
-        embedding = self.transformer.embeddings.word_embeddings.weight
-        for head in self.heads.values():
-            decoder = getattr(head, "decoder", None)
-            if isinstance(decoder, nn.Linear) and decoder.weight.shape == embedding.shape:
-                decoder.weight = embedding
 
     def _new_head(self, name: str) -> nn.Module:
         """The head, and the pooler it reads if the model has none yet."""

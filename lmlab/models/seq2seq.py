@@ -119,15 +119,6 @@ class EncoderDecoderModel(HeadedModel):
         """The target side's token table, which a tied output projection shares."""
         return self.decoder.embeddings.word_embeddings
 
-    def tie_weights(self) -> None:
-        """Share the target table with the output projection when configured."""
-        if not self.config.tie_word_embeddings:
-            return
-        for head in self.heads.values():
-            decoder = getattr(head, "decoder", None)
-            if isinstance(decoder, nn.Linear):
-                decoder.weight = self.get_target_embeddings().weight
-
     @property
     def max_length(self) -> int | None:
         """The longest source (and target, start token included) the position tables hold;

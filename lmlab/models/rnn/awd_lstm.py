@@ -54,11 +54,6 @@ class AWDLSTMModel(RecurrentModel):
     def lm_width(self) -> int:
         return self.config.last_size
 
-    def tie_weights(self) -> None:
-        head = self.heads["clm"] if "clm" in self.heads else None
-        if head is not None and self.config.tie_word_embeddings:
-            head.decoder.weight = self.embeddings.weight
-
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Left to right: right padding never changes a real position's vectors."""

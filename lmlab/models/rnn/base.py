@@ -66,9 +66,6 @@ class RecurrentModel(HeadedModel):
         """Width of the vectors the LM head reads."""
         return self.config.hidden_size
 
-    def tie_weights(self) -> None:
-        """Share matrices between the input and the LM head where the family does."""
-
     # -- forward ---------------------------------------------------------------------------------
     def encode(self, input_ids: torch.Tensor,
                attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -74,6 +74,10 @@ class ElmoModel(RecurrentModel):
         for name in heads:
             self.add_head(name)
 
+    def get_input_embeddings(self) -> None:
+        """None: ELMo reads characters, it has no token table to tie."""
+        return None
+
     @torch.no_grad()
     def token_vectors(self, chunk: int = 4096) -> torch.Tensor:
         """(V, P) context-free vector of every token (the character CNN's output), in chunks."""
