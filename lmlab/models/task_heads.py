@@ -118,7 +118,10 @@ class _PooledHead(nn.Module):
             return self.dropout(self.act(self.summary(first)))
         return self.dropout(self.act(self.pre_classifier(first)))  # pre-classifier
 
-    def project(self, vector: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, outputs)."""
+        vector = self.represent(hidden, pooled, attention_mask)
         return self.out_proj(vector) if self.style.startswith("dense-") \
             else self.classifier(vector)
 
@@ -129,11 +132,6 @@ class SequenceClassificationHead(_PooledHead):
     def __init__(self, config: TransformerConfig):
         super().__init__(config, num_labels(config), SEQUENCE_CLASSIFICATION)
         self.num_labels = num_labels(config)
-
-    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, num_labels)."""
-        return self.project(self.represent(hidden, pooled, attention_mask))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor,
              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -151,7 +149,7 @@ class MultipleChoiceHead(_PooledHead):
     def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 num_choices: int | None = None) -> torch.Tensor:
-        scores = self.project(self.represent(hidden, pooled, attention_mask))  # (B*C, 1)
+        scores = super().forward(hidden, pooled, attention_mask)  # (B*C, 1)
         if num_choices is None:
             return scores.squeeze(-1)  # (B*C,)
         return scores.view(-1, num_choices)  # (B, C)
