@@ -68,7 +68,7 @@ def _architecture(source: str | Path):
 
 def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
     """(model, tokenizer, folder): a checkpoint, or its architecture with random weights."""
-    from lmlab.interop.hf import load_config
+    from lmlab.interop.hf import load_config, saved_heads
     from lmlab.interop.native import is_native_folder, read_native_config
     from lmlab.models.model import LanguageModel
     from lmlab.utils.catalog import resolve_model_dir
@@ -92,9 +92,7 @@ def load_model(source: str | Path, random_init: bool = False, seed: int = 0):
             config, heads = read_native_config(folder)
         else:
             config, family, hf = load_config(folder)
-            heads = ()
-            for arch in hf.get("architectures") or []:
-                heads = family.architectures.get(arch, ())
+            heads = saved_heads(family, hf)
         _refuse_encoder_decoder(config, folder)
         torch.manual_seed(seed)
         model = LanguageModel(config, heads=heads)

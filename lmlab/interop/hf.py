@@ -283,6 +283,12 @@ def _ignorable(name: str) -> bool:
     return name.endswith(("position_ids", "attn.bias", "attn.masked_bias", "rotary_emb.inv_freq"))
 
 
+def saved_heads(family: FamilySpec, hf: dict[str, Any]) -> tuple[str, ...]:
+    """The heads of the first class in config.json's ``architectures`` that lmlab maps."""
+    return next((family.architectures[arch] for arch in hf.get("architectures") or []
+                 if arch in family.architectures), ())
+
+
 def load_pretrained(path: str | Path, head: str | list[str] | None = None,
                     allow_pickle: bool = False, dtype: torch.dtype | None = None):
     """A model from a Hugging Face folder. ``head``: None = the heads config.json's
@@ -297,11 +303,7 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
     try:
         config, family, hf = load_config(path, tensors)
         if head is None:
-            heads: tuple[str, ...] = ()
-            for arch in hf.get("architectures") or []:
-                if arch in family.architectures:
-                    heads = family.architectures[arch]
-                    break
+            heads = saved_heads(family, hf)
         else:
             heads = (head,) if isinstance(head, str) else tuple(head)
         keys = tensors.keys()
