@@ -225,21 +225,19 @@ class _Decoder:
 
 class _Seq2SeqDecoder(_Decoder):
     """The decoder of an encoder-decoder on a growing target sequence: the source is encoded
-    once, its states (and the cross-attention keys, in the cache) reused at every step."""
+    once, its states (and the cross-attention keys, in the cache) reused at every step;
+    ``copies`` of each source's states, one per beam."""
 
     def __init__(self, model: Any, use_cache: bool, input_ids: torch.Tensor,
-                 attention_mask: torch.Tensor):
+                 attention_mask: torch.Tensor, copies: int):
         super().__init__(model, use_cache)
-        self.encoded = model.encode(input_ids, attention_mask)
-        self.source_mask = attention_mask
+        encoded = model.encode(input_ids, attention_mask)
+        hidden = encoded.last_hidden_state.repeat_interleave(copies, dim=0)
+        self.encoded = replace(encoded, last_hidden_state=hidden)
+        self.source_mask = attention_mask.repeat_interleave(copies, dim=0)
 
     def _forward(self, sequences: torch.Tensor, mask: torch.Tensor, past: int
                  ) -> tuple[Any, torch.Tensor]:
-        if sequences.shape[0] != self.source_mask.shape[0]:  # beam search: one copy per beam
-            copies = sequences.shape[0] // self.source_mask.shape[0]
-            hidden = self.encoded.last_hidden_state.repeat_interleave(copies, dim=0)
-            self.encoded = replace(self.encoded, last_hidden_state=hidden)
-            self.source_mask = self.source_mask.repeat_interleave(copies, dim=0)
         out = self.model(attention_mask=self.source_mask, encoder_outputs=self.encoded,
                          decoder_input_ids=sequences[:, past:], past_key_values=self.cache,
                          use_cache=self.use_cache, heads=[])
@@ -392,7 +390,7 @@ def generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
     try:
         if seq2seq:  # the source is encoded; the target starts from the decoder start token
             decoder: _Decoder = _Seq2SeqDecoder(model, config.use_cache, input_ids,
-                                                attention_mask)
+                                                attention_mask, config.num_beams)
             input_ids = input_ids.new_full((input_ids.shape[0], 1),
                                            model.decoder_start_token_id)
             attention_mask = torch.ones_like(input_ids)
