@@ -217,11 +217,7 @@ def cpu_peaks(refresh: bool = False, measure: bool = True,
         data.setdefault("machines", {})[key] = entry
         data["version"] = _CACHE_VERSION
         atomic_write_json(path, data)
-    return CpuPeaks(key=key, cpu_model=entry["cpu_model"], threads=int(entry["threads"]),
-                    torch_version=entry["torch_version"],
-                    peaks={k: float(v) for k, v in entry["peaks"].items()},
-                    sizes=list(entry.get("sizes", [])), measured_at=entry.get("measured_at", ""),
-                    load_average=entry.get("load_average"))
+    return CpuPeaks(key=key, **entry)  # a cache entry holds every other field
 
 
 def _loaded(load_average: float | None, threads: int) -> bool:
