@@ -52,9 +52,7 @@ class RunEstimate:
         return self.energy_joules / 3.6e6
 
     def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        values.update(hours=self.hours, energy_kwh=self.energy_kwh)
-        return values
+        return {**asdict(self), "hours": self.hours, "energy_kwh": self.energy_kwh}
 
     def to_text(self) -> str:
         """The estimate, then its assumptions, for the terminal."""

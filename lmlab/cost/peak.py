@@ -170,10 +170,6 @@ def measure_cpu_peaks(sizes: Sequence[int] = (2048, 3072), reps: int = 3) -> dic
     return results
 
 
-def _cache_path() -> Path:
-    return cache_dir() / "cost" / "peaks.json"
-
-
 def read_cache(path: Path, version: int = _CACHE_VERSION) -> dict[str, Any]:
     """A per-host measurement cache, or {} when missing, unreadable or of another version."""
     try:
@@ -191,7 +187,7 @@ def cpu_peaks(refresh: bool = False, measure: bool = True,
     ``refresh`` measures again; ``measure=False`` returns None where nothing is cached."""
     import torch
 
-    path = _cache_path()
+    path = cache_dir() / "cost" / "peaks.json"
     key = describe_host()  # the host line every report prints: CPU, ISA, threads, torch
     data = read_cache(path)
     entry = data.get("machines", {}).get(key)

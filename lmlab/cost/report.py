@@ -118,10 +118,7 @@ class CostReport:
         return None if self.energy_joules is None else self.energy_joules / J_PER_KWH
 
     def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        values["energy_kwh"] = self.energy_kwh
-        values["total_flops"] = self.total_flops
-        return values
+        return {**asdict(self), "energy_kwh": self.energy_kwh, "total_flops": self.total_flops}
 
     def _rows(self) -> list[tuple[str, str]]:
         mfu = "n/a (no peak)" if self.mfu is None else f"{100 * self.mfu:.1f}%"

@@ -62,10 +62,6 @@ def measure_linear_times(shapes: Counter[tuple[int, int]], tokens: int,
     return totals
 
 
-def _cache_path():
-    return cache_dir() / "cost" / "linear-shapes.json"
-
-
 def model_linear_times(model: nn.Module, tokens: int, refresh: bool = False,
                        measure: Callable[[Counter[tuple[int, int]], int], dict[str, float]]
                        | None = None) -> LinearTimes:
@@ -75,7 +71,7 @@ def model_linear_times(model: nn.Module, tokens: int, refresh: bool = False,
     shapes = linear_shapes(model)
     signature = f"{tokens}:" + ",".join(f"{i}x{o}*{n}" for (i, o), n in sorted(shapes.items()))
     host = describe_host()
-    path = _cache_path()
+    path = cache_dir() / "cost" / "linear-shapes.json"
     data = read_cache(path, _CACHE_VERSION)
     entry = data.get("hosts", {}).get(host, {}).get(signature)
     if entry is not None and not refresh:
