@@ -197,16 +197,7 @@ class EncoderDecoderModel(HeadedModel):
             encoder_attention_mask=attention_mask,
             output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         hidden = decoded.last_hidden_state
-        head_logits, logits, _ = self.run_heads(heads, hidden, None, None, None)
-        loss = None
-        if labels is not None:
-            if logits is None:
-                raise ValueError("labels were given but no head runs")
-            # label smoothing shapes the training loss only: evaluated, the loss (and its
-            # perplexity) is the plain cross-entropy
-            smoothing = float(self.config.extra.get("label_smoothing", 0.0)) \
-                if self.training else 0.0
-            loss = token_cross_entropy(logits, labels, smoothing)
+        head_logits, logits, loss = self.run_heads(heads, hidden, None, None, labels)
         return ModelOutput(
             last_hidden_state=hidden, logits=logits, loss=loss,
             hidden_states=decoded.hidden_states, attentions=decoded.attentions,
@@ -227,9 +218,16 @@ class Seq2SeqLMHead(nn.Module):
         self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
         self.scale = (config.hidden_size ** -0.5 if config.extra.get("scale_decoder_outputs")
                       else 1.0)
+        self.extra = config.extra  # label_smoothing may be set after the head is built
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, V)."""
         if self.scale != 1.0:
             hidden = hidden * self.scale
         return self.decoder(hidden) + self.final_logits_bias.to(hidden.dtype)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Token cross-entropy; label smoothing (``extra["label_smoothing"]``) shapes the
+        training loss only: evaluated, the loss (and its perplexity) is the plain one."""
+        smoothing = float(self.extra.get("label_smoothing", 0.0)) if self.training else 0.0
+        return token_cross_entropy(logits, labels, smoothing)
