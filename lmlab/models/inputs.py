@@ -19,10 +19,7 @@ def max_input_length(model, tokenizer) -> int | None:
     """The longest input the model takes: the tokenizer's limit and the position table's
     (None: no limit, T5's relative positions with an unlimited tokenizer)."""
     limits = [tokenizer.model_max_length] if tokenizer.model_max_length else []
-    if getattr(model.config, "is_encoder_decoder", False):
-        if getattr(model, "max_length", None) is not None:
-            limits.append(model.max_length)
-    else:
+    if model.config.position_embedding != "relative":  # T5's relative positions: no limit
         limits.append(model.config.max_position_embeddings - model.config.position_offset)
     return min(limits) if limits else None
 
