@@ -21,7 +21,7 @@ class AWDLSTMModel(RecurrentModel):
     def __init__(self, config: RecurrentConfig, heads: tuple[str, ...] | list[str] = ()):
         if config.family != "awd-lstm":
             raise LmlabError(f"AWDLSTMModel needs an awd-lstm config, not {config.family!r}",
-                             "build the model with lmlab.models.rnn.build_model(config)")
+                             "build the model with lmlab.interop.recurrent.build_model(config)")
         super().__init__(config)
         self.embeddings = nn.Embedding(config.vocab_size, config.embedding_size,
                                        padding_idx=config.pad_token_id)

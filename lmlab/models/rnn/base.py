@@ -102,11 +102,3 @@ class RecurrentModel(HeadedModel):
         """Modules from the top (the heads) down to the token representation: ULMFiT's layer
         groups (:func:`lmlab.finetune.recipes.layer_groups`)."""
         raise NotImplementedError
-
-
-def lengths_of(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """(B,) real tokens per row (right padding), every position when there is no mask."""
-    if attention_mask is None:
-        return torch.full((input_ids.shape[0],), input_ids.shape[1], dtype=torch.long,
-                          device=input_ids.device)
-    return attention_mask.long().sum(1)

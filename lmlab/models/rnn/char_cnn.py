@@ -57,9 +57,6 @@ class Highway(nn.Module):
         super().__init__()
         self.width = width
         self.layers = nn.ModuleList(nn.Linear(width, 2 * width) for _ in range(num_layers))
-        self.reset_gates()
-
-    def reset_gates(self) -> None:
         for layer in self.layers:
             nn.init.zeros_(layer.bias)
             with torch.no_grad():

@@ -88,9 +88,7 @@ class RecurrentConfig:
         return self.output_size if self.output_size is not None else self.embedding_size
 
     def layer_sizes(self) -> list[tuple[int, int]]:
-        """AWD-LSTM: (input, hidden) of each LSTM layer; ELMo: (input, cells) per direction."""
-        if self.family == "elmo":
-            return [(self.projection_size, self.lstm_size)] * self.num_layers
+        """AWD-LSTM: (input, hidden) of each LSTM layer."""
         sizes = []
         for layer in range(self.num_layers):
             inp = self.embedding_size if layer == 0 else self.lstm_size

@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lmlab.models.heads import IGNORE_INDEX
-from lmlab.models.rnn.base import LMHead, RecurrentModel, lengths_of
+from lmlab.models.rnn.base import LMHead, RecurrentModel
 from lmlab.models.rnn.char_cnn import CharCNNEncoder
 from lmlab.models.rnn.config import RecurrentConfig
 from lmlab.models.rnn.layers import WeightDropLSTM, reverse_padded
@@ -55,7 +55,7 @@ class ElmoModel(RecurrentModel):
                  char_table: torch.Tensor | None = None):
         if config.family != "elmo":
             raise LmlabError(f"ElmoModel needs an elmo config, not {config.family!r}",
-                             "build the model with lmlab.models.rnn.build_model(config)")
+                             "build the model with lmlab.interop.recurrent.build_model(config)")
         super().__init__(config)
         self.token_encoder = CharCNNEncoder(config)
         if char_table is not None:
@@ -93,7 +93,9 @@ class ElmoModel(RecurrentModel):
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        lengths = lengths_of(input_ids, attention_mask)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        lengths = attention_mask.long().sum(1)  # (B,) real tokens per row (right padding)
         tokens = self.token_encoder(input_ids)  # (B, T, P)
         states = [torch.cat([tokens, tokens], dim=-1)]  # (B, T, 2P)
         forward_in, backward_in = tokens, reverse_padded(tokens, lengths)
