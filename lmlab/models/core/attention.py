@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
+from lmlab.models.core.masks import causal_mask
 from lmlab.models.core.positions import apply_rotary
 from lmlab.models.core.unpad import PaddingIndex
 
@@ -89,8 +90,7 @@ class Attention(nn.Module):
         if output_attentions:
             scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, nh, Tq, Tk)
             if is_causal:
-                tq, tk = scores.shape[-2:]
-                causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
+                causal = causal_mask(*scores.shape[-2:], q.device)  # (Tq, Tk)
                 scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
             if mask is not None and mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
