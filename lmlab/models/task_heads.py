@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
-from lmlab.models.families import task_layout
+from lmlab.models.families import get_family
 from lmlab.models.heads import token_cross_entropy
 from lmlab.models.pooling import concat_pool, masked_mean
 from lmlab.utils.checks import check_choice
@@ -73,8 +73,8 @@ class _PooledHead(nn.Module):
                 raise LmlabError(f"a {config.family} model has no [CLS] token to pool",
                                  "use pooling 'mean' or 'concat' (ULMFiT's [last, max, mean])")
             style = RECURRENT_POOLING[config.family] if style == "family" else style
-        if style in ("family", "cls"):
-            style = task_layout(config.family, head)
+        if style in ("family", "cls"):  # the family's layout; the pooled [CLS] if it has none
+            style = get_family(config.family).task_heads.get(head, "pooler")
         self.style = style
         h = config.hidden_size
         if style in ("dense-tanh", "dense-gelu"):  # classifier.dense -> act -> out_proj

@@ -262,8 +262,3 @@ def get_family(model_type: str) -> FamilySpec:
                          f"supported model types: {', '.join(KNOWN_FAMILIES)}")
     return resolve_entry(KNOWN_FAMILIES, model_type)
 
-
-def task_layout(family: str, head: str) -> str:
-    """The layout of task head ``head`` in ``family`` (the pooled [CLS] one, ``"pooler"``,
-    where the family declares none)."""
-    return get_family(family).task_heads.get(head, "pooler")
