@@ -131,13 +131,10 @@ def task_info(folder: str | Path) -> dict[str, Any]:
 def read_task_data(folder: str | Path) -> tuple[str, dict[str, list[TextPair]]]:
     """The task name and splits written by :func:`write_task_data`."""
     folder = Path(folder)
-    task = task_info(folder)["task"]
-    splits = {}
-    for split in SPLITS:
-        splits[split] = [TextPair(r["input"], tuple(r["references"]), r.get("key", ""),
-                                  r.get("tag", ""))
-                         for _, r in iter_jsonl(folder / f"{split}.jsonl")]
-    return task, splits
+    task = task_info(folder)["task"]  # a folder without task.json is refused first
+    return task, {split: [TextPair(r["input"], tuple(r["references"]), r.get("key", ""),
+                                   r.get("tag", ""))
+                          for _, r in iter_jsonl(folder / f"{split}.jsonl")] for split in SPLITS}
 
 
 def score(task: str, pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[str]],
