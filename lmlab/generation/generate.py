@@ -555,8 +555,7 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
     if truncate not in (None, "left"):
         raise LmlabError(f"truncate={truncate!r}", "use truncate='left' (keep the end of a "
                          "prompt that is too long) or None (refuse it)")
-    single = isinstance(prompts, str)
-    texts = [prompts] if single else list(prompts)
+    texts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not texts:
         return []
     if generator is None and seed is not None:

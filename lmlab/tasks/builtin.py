@@ -239,13 +239,11 @@ def _sizes_file(cache_file: Path) -> Path:
 
 def _row(full: Task) -> dict[str, Any]:
     """The ``list_tasks`` row of a full task (sizes of both the full and the cpu splits)."""
-    row: dict[str, Any] = {"name": full.name, "type": full.type, "classes": len(full.labels)}
     sizes = {split: len(full.splits.get(split, [])) for split in SPLITS}
-    row.update({f"cpu_{split}": min(n, CPU_SIZES[split]) for split, n in sizes.items()})
-    row.update({f"full_{split}": n for split, n in sizes.items()})
-    row["metrics"] = ",".join(full.metrics)
-    row["description"] = full.description
-    return row
+    return {"name": full.name, "type": full.type, "classes": len(full.labels),
+            **{f"cpu_{split}": min(n, CPU_SIZES[split]) for split, n in sizes.items()},
+            **{f"full_{split}": n for split, n in sizes.items()},
+            "metrics": ",".join(full.metrics), "description": full.description}
 
 
 def cpu_subset(task: Task, sizes: dict[str, int] | None = None) -> Task:
