@@ -10,18 +10,15 @@ from torch import nn
 from lmlab.models.rnn.base import RecurrentModel
 from lmlab.models.rnn.config import RecurrentConfig
 from lmlab.models.rnn.layers import LockedDropout, WeightDropLSTM, embedding_dropout
-from lmlab.utils.errors import LmlabError
 
 
 class AWDLSTMModel(RecurrentModel):
     """The AWD-LSTM stack with named heads (``"clm"``: the tied decoder; task heads)."""
 
+    family = "awd-lstm"
     lm_head = "clm"
 
     def __init__(self, config: RecurrentConfig, heads: tuple[str, ...] | list[str] = ()):
-        if config.family != "awd-lstm":
-            raise LmlabError(f"AWDLSTMModel needs an awd-lstm config, not {config.family!r}",
-                             "build the model with lmlab.interop.recurrent.build_model(config)")
         super().__init__(config)
         self.embeddings = nn.Embedding(config.vocab_size, config.embedding_size,
                                        padding_idx=config.pad_token_id)
@@ -50,9 +47,6 @@ class AWDLSTMModel(RecurrentModel):
     def token_vectors(self) -> torch.Tensor:
         """(V, E) context-free vector of every token: the embedding table."""
         return self.embeddings.weight
-
-    def lm_width(self) -> int:
-        return self.config.last_size
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
                ) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -40,9 +40,14 @@ class RecurrentModel(HeadedModel):
     """Base class: heads and the forward frame; subclasses define
     :meth:`encode` (the hidden states), :meth:`layer_groups` and their LM head's name."""
 
+    family = ""  # the config family the class builds ("awd-lstm", "elmo")
     lm_head = ""  # the family's language-model head ("clm", "bilm")
 
     def __init__(self, config: RecurrentConfig):
+        if config.family != self.family:
+            raise LmlabError(f"{type(self).__name__} needs a config of family {self.family!r}, "
+                             f"not {config.family!r}",
+                             "build the model with lmlab.interop.recurrent.build_model(config)")
         super().__init__()
         self.config = config
         self.pooler = None  # no [CLS] pooler: classifiers pool over tokens

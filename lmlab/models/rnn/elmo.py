@@ -49,13 +49,11 @@ class BiLMHead(LMHead):
 class ElmoModel(RecurrentModel):
     """The ELMo biLM with named heads (``"bilm"``: the shared softmax; task heads)."""
 
+    family = "elmo"
     lm_head = "bilm"
 
     def __init__(self, config: RecurrentConfig, heads: tuple[str, ...] | list[str] = (),
                  char_table: torch.Tensor | None = None):
-        if config.family != "elmo":
-            raise LmlabError(f"ElmoModel needs an elmo config, not {config.family!r}",
-                             "build the model with lmlab.interop.recurrent.build_model(config)")
         super().__init__(config)
         self.token_encoder = CharCNNEncoder(config)
         if char_table is not None:
