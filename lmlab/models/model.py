@@ -154,14 +154,9 @@ class LanguageModel(HeadedModel):
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
-    """Parameters of ``module``, a tied tensor counted once (trainable ones only on request)."""
-    seen, total = set(), 0
-    for parameter in module.parameters():
-        if id(parameter) in seen or (trainable_only and not parameter.requires_grad):
-            continue
-        seen.add(id(parameter))
-        total += parameter.numel()
-    return total
+    """Parameters of ``module``, a tied tensor counted once (``parameters()`` yields each
+    tensor once), trainable ones only on request."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
 def init_normal(module: nn.Module, std: float) -> None:
