@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 
 FAMILIES = ("awd-lstm", "elmo")
@@ -102,9 +102,7 @@ class RecurrentConfig:
         check_choice(self.family, FAMILIES, "family", "recurrent family")
         for name in ("vocab_size", "embedding_size", "lstm_size", "num_layers", "projection_size",
                      "char_embedding_size", "max_chars"):
-            if int(getattr(self, name)) < 1:
-                raise LmlabError(f"{name} must be at least 1, not {getattr(self, name)}",
-                                 f"set {name} to a positive size")
+            check_at_least(getattr(self, name), 1, name)
         for name in ("embed_p", "input_p", "hidden_p", "weight_p", "output_p", "dropout"):
             if not 0.0 <= float(getattr(self, name)) < 1.0:
                 raise LmlabError(f"{name} {getattr(self, name)} is not a dropout probability",
