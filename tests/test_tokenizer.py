@@ -225,3 +225,12 @@ def test_cli_train_and_encode(texts, tmp_path, capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["tokens"][0] == "[CLS]" and record["token_type_ids"][-1] == 1
     assert main(["tokenizer", "encode", "--tokenizer", str(tmp_path), "x"]) == 2
+
+
+def test_pair_cut_without_room_for_the_stride_is_a_clear_error(minilm_dir):
+    """The tokenizers engine panics (a BaseException, not an Exception) when a pair's share of
+    max_length is no longer than the stride; transformers lets the panic through, we refuse."""
+    tokenizer = Tokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(LmlabError, match="smaller stride"):
+        tokenizer(["a long sentence with many words here"], ["another long sentence with words"],
+                  truncation=True, max_length=8, stride=2, return_overflowing_tokens=True)

@@ -316,8 +316,16 @@ class Tokenizer:
         self._configure(trunc, length, stride if trunc else 0, pad, pad_to_multiple_of,
                         _side(padding_side or self.padding_side, "padding_side"),
                         _side(truncation_side or self.truncation_side, "truncation_side"))
-        encodings = self._engine.encode_batch(inputs, is_pretokenized=is_split_into_words,
-                                              add_special_tokens=add_special_tokens)
+        try:
+            encodings = self._engine.encode_batch(inputs, is_pretokenized=is_split_into_words,
+                                                  add_special_tokens=add_special_tokens)
+        except BaseException as error:  # the engine panics when a pair's cut leaves no room
+            if type(error).__name__ != "PanicException":  # for the stride (pyo3: not Exception)
+                raise
+            raise LmlabError(f"cannot cut these texts to max_length={length} with "
+                             f"stride={stride}: {error}",
+                             "use a smaller stride or a larger max_length (a pair shares "
+                             "max_length between its two texts)") from None
         mapping = None
         if return_overflowing_tokens:
             flat, mapping = [], []
