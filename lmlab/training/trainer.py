@@ -270,15 +270,16 @@ class Trainer:
     @contextlib.contextmanager
     def _activation_checkpointing(self) -> Iterator[None]:
         """``cfg.activation_checkpointing``: the model's stacks recompute each layer's
-        activations in the backward pass instead of keeping them (for the training steps)."""
-        on = self.cfg.activation_checkpointing
+        activations in the backward pass instead of keeping them (for the training steps; the
+        stacks' own setting afterwards)."""
+        before = [stack.checkpoint_layers for stack in self.stacks]
         for stack in self.stacks:
-            stack.checkpoint_layers = on
+            stack.checkpoint_layers = stack.checkpoint_layers or self.cfg.activation_checkpointing
         try:
             yield
         finally:
-            for stack in self.stacks:
-                stack.checkpoint_layers = False
+            for stack, setting in zip(self.stacks, before):
+                stack.checkpoint_layers = setting
 
     def _forward(self, batch: dict[str, torch.Tensor], module: nn.Module | None = None):
         """(loss, metrics, predictions) of ``module`` (default: the wrapped LossModule, the
