@@ -8,29 +8,11 @@ from typing import Any
 import torch
 
 
-class _KeyAccess:
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def keys(self) -> list[str]:
-        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
-
-
 @dataclass
-class TransformerOutput(_KeyAccess):
-    """What the bare stack returns; on request the L + 1 hidden states (the last after a final
-    norm) and each layer's (cross-)attention probabilities (B, nh, Tq, Tk)."""
-
-    last_hidden_state: torch.Tensor
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-    cross_attentions: tuple[torch.Tensor, ...] | None = None
-    past_key_values: Any = None
-
-
-@dataclass
-class ModelOutput(_KeyAccess):
-    """What a model with heads returns: the stack's output plus the heads' logits and a loss."""
+class ModelOutput:
+    """What a model returns: the stack's output (the bare stack fills only that: on request the
+    L + 1 hidden states, the last after a final norm, and each layer's (cross-)attention
+    probabilities (B, nh, Tq, Tk)), plus the heads' logits and a loss."""
 
     last_hidden_state: torch.Tensor
     logits: torch.Tensor | None = None
@@ -43,3 +25,9 @@ class ModelOutput(_KeyAccess):
     encoder_last_hidden_state: torch.Tensor | None = None  # encoder-decoders: the source side
     encoder_attentions: tuple[torch.Tensor, ...] | None = None  # encoder-decoders, on request
     cross_attentions: tuple[torch.Tensor, ...] | None = None  # (B, nh, Tq, S) per decoder layer
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]

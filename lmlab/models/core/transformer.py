@@ -16,7 +16,7 @@ from lmlab.models.core.masks import additive_mask, build_attention_mask
 from lmlab.models.core.norms import make_norm
 from lmlab.models.core.positions import RelativePositionBias, RotaryEmbedding
 from lmlab.models.core.unpad import PaddingIndex
-from lmlab.models.outputs import TransformerOutput
+from lmlab.models.outputs import ModelOutput
 
 
 class Transformer(nn.Module):
@@ -63,7 +63,7 @@ class Transformer(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         skip_padding: bool = True,
-    ) -> TransformerOutput:
+    ) -> ModelOutput:
         """Embed and run the layers: the last hidden state (B, T, H) and, on request, every
         layer's hidden states, attention probabilities and the key/value cache.
 
@@ -134,7 +134,7 @@ class Transformer(nn.Module):
             if output_hidden_states:
                 hidden_states[-1] = repad(x)
         x = repad(x)
-        return TransformerOutput(
+        return ModelOutput(
             last_hidden_state=x,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
