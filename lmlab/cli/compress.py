@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lmlab.cli import _common
 from lmlab.cli._task_options import add_task_arguments
-from lmlab.compress.jobs import parse_fractions
+from lmlab.compress.settings import parse_fractions
 
 GROUP = "compress"
 
@@ -112,7 +112,8 @@ def _training(p: argparse.ArgumentParser) -> None:
     _common.add_flags(p, "max_train_examples", "seed", lr=5e-5, batch_size=32)
 
 
-# command -> its settings in lmlab.compress.jobs, the job that runs them, what it writes
+# command -> its settings in lmlab.compress.settings, its job in lmlab.compress.jobs, what
+# it writes
 JOBS = {"prune-heads": ("HeadPruning", "prune_heads_job", "head-pruning results"),
         "magnitude": ("MagnitudePruning", "magnitude_job", "magnitude-pruning results"),
         "lottery": ("Lottery", "lottery_job", "lottery-ticket results"),
@@ -123,10 +124,11 @@ def _run(args: argparse.Namespace) -> int:
     """The command's settings and the ones every job shares from its flags (checked when
     made), the output folder checked, the task, model and tokenizer loaded; then the job."""
     from lmlab.compress import jobs
+    from lmlab.compress import settings as job_settings
     from lmlab.utils.checks import check_output_folder
 
     kind, run, what = JOBS[args.job]
-    settings = _common.settings_from(getattr(jobs, kind), args)
+    settings = _common.settings_from(getattr(job_settings, kind), args)
     command = "lmlab " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["compress"] else ""
     job = _common.settings_from(jobs.JobSettings, args, out=Path(args.out),
                                 source=str(args.model), command=command)

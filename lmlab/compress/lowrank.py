@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from lmlab.compress.jobs import LowRank
+from lmlab.compress.settings import LowRank
 from lmlab.models.variants import LOW_RANK_KEY, LowRankLinear
 from lmlab.utils.errors import LmlabError
 

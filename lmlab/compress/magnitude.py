@@ -16,7 +16,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from lmlab.compress.jobs import check_fraction
+from lmlab.compress.settings import check_fraction
 from lmlab.training.hooks import TrainerHook
 from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
