@@ -14,9 +14,6 @@ class KVCache:
         self.values: list[torch.Tensor | None] = []
         self.cross: KVCache | None = None  # a decoder's cross-attention keys (encoder side)
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
     def seq_len(self, layer: int = 0) -> int:
         """Number of cached positions (0 before the first step)."""
         if layer >= len(self.keys) or self.keys[layer] is None:
