@@ -92,10 +92,7 @@ class MaskedLMHead(nn.Module):
             hidden = hidden[positions]  # (N, H): only the predicted positions
         return self.decoder(self.norm(self.act(self.dense(hidden))))
 
-    @staticmethod
-    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy where the label is not -100 (labels already selected when sparse)."""
-        return token_cross_entropy(logits, labels)
+    loss = staticmethod(token_cross_entropy)  # labels already selected when sparse
 
 
 class SentencePairHead(nn.Module):
@@ -189,4 +186,4 @@ class SpanBoundaryHead(nn.Module):
         y = self.norm2(self.act2(self.dense2(h1)))
         return self.decoder(y)
 
-    loss = staticmethod(MaskedLMHead.loss)
+    loss = staticmethod(token_cross_entropy)
