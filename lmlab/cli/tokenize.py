@@ -11,14 +11,15 @@ from lmlab.cli import _common
 
 def register(commands: _common.CommandRegistry) -> None:
     p = commands.command(
-        "train", help="train a WordPiece, byte-level BPE or Unigram tokenizer",
+        "train", help="train a WordPiece, byte-level BPE or Unigram tokenizer (or write ByT5's "
+                      "byte tokenizer, which learns nothing: --kind byt5 without text)",
         example="lmlab tokenizer train --corpus corpus/ --kind wordpiece --vocab-size 8000 "
                 "--out tok/",
         handler=_train, group="tokenizer")
-    source = p.add_mutually_exclusive_group(required=True)
+    source = p.add_mutually_exclusive_group()
     source.add_argument("--corpus", help="lmlab corpus folder (its train split is used)")
     source.add_argument("--files", nargs="+", type=Path, help="text files, one text per line")
-    p.add_argument("--kind", choices=("wordpiece", "bpe", "unigram"), default="wordpiece")
+    p.add_argument("--kind", choices=("wordpiece", "bpe", "unigram", "byt5"), default="wordpiece")
     p.add_argument("--vocab-size", type=int, default=30522)
     p.add_argument("--min-frequency", type=int, default=2)
     p.add_argument("--limit-alphabet", type=int, default=None)
@@ -27,8 +28,9 @@ def register(commands: _common.CommandRegistry) -> None:
     p.add_argument("--template", choices=("bert", "roberta", "gpt2", "t5"), default=None,
                    help="special-token template (default: bert/roberta/t5 by kind)")
     p.add_argument("--cased", action="store_true", help="keep case (no lower-casing)")
-    p.add_argument("--extra-ids", type=int, default=0,
-                   help="add <extra_id_0..N-1> sentinels for T5's span corruption (T5: 100)")
+    p.add_argument("--extra-ids", type=int, default=None,
+                   help="add <extra_id_0..N-1> sentinels for T5's span corruption (T5: 100; "
+                        "default 0, byt5: 125)")
     _common.add_out(p, "folder to save the tokenizer in",
                     overwrite="save into an --out folder that already holds something")
     _encoding_errors_option(p)
@@ -67,17 +69,29 @@ def _train(args: argparse.Namespace) -> None:
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.tokenization.training import check_training_source
     from lmlab.utils.checks import check_at_least, check_output_folder
+    from lmlab.utils.errors import LmlabError
 
     source = args.corpus or args.files
     check_at_least(args.extra_ids, 0, "--extra-ids")
-    check_training_source(source)  # before the (long) training, like the output check
+    if args.kind == "byt5":
+        if source:
+            raise LmlabError("--kind byt5 learns nothing from text (its vocabulary is the 256 "
+                             "bytes)", "drop --corpus / --files")
+    elif not source:
+        raise LmlabError(f"--kind {args.kind} is trained on text", "pass --corpus DIR or "
+                         "--files FILE ...")
+    else:
+        check_training_source(source)  # before the (long) training, like the output check
     check_output_folder(args.out, args.overwrite, "tokenizer")
-    tok = Tokenizer.train(source, kind=args.kind, vocab_size=args.vocab_size,
-                          min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
-                          special_tokens=args.special_tokens, template=args.template,
-                          lowercase=not args.cased, extra_ids=args.extra_ids,
-                          show_progress=True,
-                          encoding_errors=args.encoding_errors)
+    if args.kind == "byt5":
+        tok = Tokenizer.byt5(**({} if args.extra_ids is None else {"extra_ids": args.extra_ids}))
+    else:
+        tok = Tokenizer.train(source, kind=args.kind, vocab_size=args.vocab_size,
+                              min_frequency=args.min_frequency,
+                              limit_alphabet=args.limit_alphabet,
+                              special_tokens=args.special_tokens, template=args.template,
+                              lowercase=not args.cased, extra_ids=args.extra_ids or 0,
+                              show_progress=True, encoding_errors=args.encoding_errors)
     tok.save_pretrained(args.out)
     print(f"{tok} saved to {args.out} (fingerprint {tok.fingerprint()[:12]})")
 

@@ -1,7 +1,7 @@
-"""Reading and writing Hugging Face tokenizer folders: ``tokenizer.json`` (with the special
-tokens, ``do_lower_case`` and ``model_max_length`` of ``tokenizer_config.json`` /
-``special_tokens_map.json``), else a bare ``vocab.txt`` (BERT WordPiece), else ``vocab.json`` +
-``merges.txt`` (byte-level BPE). Writing adds the model's own vocabulary files; every file is
+"""Reading and writing Hugging Face tokenizer folders: ByT5's (no vocabulary file), else
+``tokenizer.json`` (with the special tokens, ``do_lower_case`` and ``model_max_length`` of
+``tokenizer_config.json`` / ``special_tokens_map.json``), else a bare ``vocab.txt`` (BERT
+WordPiece), else ``vocab.json`` + ``merges.txt`` (byte-level BPE). Writing adds the model's own vocabulary files; every file is
 written atomically."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from tokenizers import AddedToken, models
 from tokenizers import Tokenizer as Engine
 
+from lmlab.tokenization.byte_level import byt5_parts, is_byt5_folder
 from lmlab.tokenization.templates import (
     CLASS_TO_FAMILY,
     FAMILIES,
@@ -87,6 +88,8 @@ def load_folder(folder: Path) -> dict[str, Any]:
                          "pass a folder holding tokenizer.json, vocab.txt or vocab.json + "
                          "merges.txt (or a .gguf file)")
     config = read_folder_config(folder)
+    if is_byt5_folder(folder, config):  # no vocabulary file: the bytes are the vocabulary
+        return byt5_parts(config, folder)
     special, extra = special_tokens_from_config(config)
     lowercase = bool(config.get("do_lower_case", True))
     if (folder / "tokenizer.json").exists():

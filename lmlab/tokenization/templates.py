@@ -47,6 +47,9 @@ FAMILIES: dict[str, Family] = {
     # tokenizer.json, so saved Unigram folders name the generic class that loads the file as is.
     "t5": Family("t5", {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
                  "PreTrainedTokenizerFast"),
+    # ByT5: T5's tokens and template over UTF-8 bytes (lmlab.tokenization.byte_level)
+    "byt5": Family("byt5", {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
+                   "ByT5Tokenizer"),
 }
 
 # Hugging Face tokenizer_class names (slow and fast) -> our family.
@@ -58,6 +61,7 @@ CLASS_TO_FAMILY = {
     "BartTokenizer": "roberta", "BartTokenizerFast": "roberta",
     "GPT2Tokenizer": "gpt2", "GPT2TokenizerFast": "gpt2",
     "T5Tokenizer": "t5", "T5TokenizerFast": "t5", "AlbertTokenizer": "t5",
+    "ByT5Tokenizer": "byt5",
 }
 
 DEFAULT_FAMILY = {"wordpiece": "bert", "bpe": "roberta", "unigram": "t5"}
@@ -92,7 +96,7 @@ def build_post_processor(family: str, special: dict[str, str], token_to_id: Any,
     if family == "roberta":
         return processors.RobertaProcessing(ident("sep_token"), ident("cls_token"),
                                             trim_offsets=True, add_prefix_space=False)
-    if family == "t5":
+    if family in ("t5", "byt5"):
         eos = ident("eos_token")
         return processors.TemplateProcessing(single=f"$A:0 {eos[0]}:0",
                                              pair=f"$A:0 {eos[0]}:0 $B:0 {eos[0]}:0",

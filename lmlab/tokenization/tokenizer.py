@@ -20,6 +20,7 @@ from typing import Any
 
 from tokenizers import AddedToken
 
+from lmlab.tokenization.byte_level import DEFAULT_EXTRA_IDS, byt5_parts, decode_bytes, saved_entries
 from lmlab.tokenization.encoding import BatchEncoding
 from lmlab.tokenization.hf_files import load_folder, save_folder
 from lmlab.tokenization.templates import (
@@ -31,11 +32,11 @@ from lmlab.tokenization.templates import (
 )
 from lmlab.tokenization.training import KINDS, train_engine
 from lmlab.utils.catalog import resolve_short_name
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 
 _TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
-_DEFAULT_MAX_LENGTH = {"bert": 512, "roberta": 512, "gpt2": 1024, "t5": 512}
+_DEFAULT_MAX_LENGTH = {"bert": 512, "roberta": 512, "gpt2": 1024, "t5": 512, "byt5": 1024}
 
 
 class Tokenizer:
@@ -87,6 +88,9 @@ class Tokenizer:
         of refusing the file.
         """
         check_choice(kind, KINDS, "kind", "tokenizer kind")
+        if template == "byt5":
+            raise LmlabError("the byt5 template belongs to ByT5's byte tokenizer, which is not "
+                             "trained", "use Tokenizer.byt5() (or pick another template)")
         family = get_family(template or DEFAULT_FAMILY[kind])
         roles = dict(family.special_tokens)
         ordered = list(special_tokens) if special_tokens is not None else family.ordered_tokens()
@@ -109,6 +113,17 @@ class Tokenizer:
         return cls(engine, family=family.name, special_tokens=roles,
                    additional_special_tokens=[*others, *extra],
                    model_max_length=model_max_length, do_lower_case=lowercase)
+
+    @classmethod
+    def byt5(cls, extra_ids: int = DEFAULT_EXTRA_IDS, model_max_length: int | None = None) -> Tokenizer:
+        """ByT5's byte tokenizer, nothing to train: id = UTF-8 byte + 3 after ``<pad>``,
+        ``</s>``, ``<unk>``, then ``extra_ids`` sentinels ``<extra_id_0>`` (id 259), ...; ids
+        equal transformers' ``ByT5Tokenizer`` (google/byt5-*: the default 125, 384 ids)."""
+        check_at_least(extra_ids, 0, "extra_ids")
+        parts = byt5_parts({"extra_ids": extra_ids, "model_max_length": model_max_length})
+        return cls(parts["engine"], family="byt5", special_tokens=parts["special"],
+                   additional_special_tokens=parts["extra"],
+                   model_max_length=parts["model_max_length"], do_lower_case=False)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> Tokenizer:
@@ -151,7 +166,9 @@ class Tokenizer:
             **extra,
             **FAMILIES[self.family].config,
         }
-        if self.family == "t5":
+        if self.family == "byt5":
+            config.update(saved_entries(self._engine))
+        elif self.family == "t5":
             config["extra_ids"] = sum(t.startswith("<extra_id_")
                                       for t in self.additional_special_tokens)
         return save_folder(Path(path), self._engine, config, {**self._special, **extra})
@@ -362,12 +379,17 @@ class Tokenizer:
 
     def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
         """Text of a sequence of ids (list, tensor or array)."""
-        return self._engine.decode([int(i) for i in _to_list(ids)],
-                                   skip_special_tokens=skip_special_tokens)
+        ids = [int(i) for i in _to_list(ids)]
+        if self.family == "byt5":
+            return decode_bytes(self._engine, ids,
+                                set(self.all_special_ids) if skip_special_tokens else set())
+        return self._engine.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def batch_decode(self, sequences: Any, skip_special_tokens: bool = False) -> list[str]:
         """Texts of a batch of id sequences (list of lists, 2-D tensor or array)."""
         rows = [[int(i) for i in _to_list(row)] for row in _to_list(sequences)]
+        if self.family == "byt5":
+            return [self.decode(row, skip_special_tokens) for row in rows]
         return self._engine.decode_batch(rows, skip_special_tokens=skip_special_tokens)
 
     def __repr__(self) -> str:
