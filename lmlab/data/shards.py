@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer as Engine
 
-from lmlab.text.corpus import SPLITS, Document, split_path
+from lmlab.text.corpus import REBUILD, SPLITS, Document, split_path
 from lmlab.text.textfile import check_encoding_errors, iter_lines
 from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.utils.checks import check_at_least, check_output_folder
@@ -83,7 +83,7 @@ def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk
     index_of: list[int] = []
     for offset, line in enumerate(lines):
         where = f"corpus line {first_line + offset + 1}"
-        document = Document.from_record(json_record(line, where), where)
+        document = Document.from_record(json_record(line, where, REBUILD), where)
         for index, sentence in enumerate(document.sentences):
             sentences.append(sentence)
             lines_of.append(first_line + offset)

@@ -96,14 +96,14 @@ def stable_hash(obj: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def json_record(line: str, where: str) -> Any:
+def json_record(line: str, where: str,
+                fix: str = "write one JSON object per line (JSON lines)") -> Any:
     """``line`` parsed as JSON; a line that is not JSON is refused naming ``where``
-    (``path:line``)."""
+    (``path:line``), with ``fix``."""
     try:
         return json.loads(line)
     except json.JSONDecodeError as error:
-        raise LmlabError(f"{where} is not JSON ({error.msg})",
-                         "write one JSON object per line (JSON lines)") from None
+        raise LmlabError(f"{where} is not JSON ({error.msg})", fix) from None
 
 
 def iter_jsonl(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[tuple[int, dict]]:
