@@ -200,7 +200,8 @@ def test_tiny_t5_v11_with_the_byte_tokenizer_end_to_end(tmp_path):
     """A random T5 v1.1 (gated GELU, untied head) with ByT5's 384 ids, saved by transformers
     with ByT5Tokenizer's files: lmlab loads both, encodes padded multilingual batches with the
     same ids and gives the same logits; greedy generation gives the same ids and text."""
-    config = transformers.T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2,
+    # heads x d_kv != d_model, as in google/byt5-* (1472 wide, 6 heads of 64)
+    config = transformers.T5Config(d_model=32, d_kv=16, d_ff=64, num_layers=2,
                                    num_decoder_layers=2, num_heads=4, vocab_size=384,
                                    relative_attention_num_buckets=8,
                                    relative_attention_max_distance=20,
