@@ -9,6 +9,7 @@ recipe's default" and always passes.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from lmlab.utils.checks import check_at_least, check_choice, check_names, check_positive
@@ -90,3 +91,10 @@ class FinetuneConfig:
         if "eval_splits" in values:
             values["eval_splits"] = tuple(values["eval_splits"])
         return cls(**values)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> FinetuneConfig:
+        """A config from a YAML or JSON file (see :meth:`from_sections`)."""
+        from lmlab.training.config import load_config_file
+
+        return cls.from_sections(load_config_file(path), **overrides)
