@@ -185,11 +185,11 @@ class DistilSettings:
         if not self.teacher:
             raise LmlabError("no teacher given", "pass --teacher MODEL (a folder, a run "
                              "directory or a short name such as minilm)")
-        check_positive(self.temperature, "--temperature")
+        check_positive(self.temperature, "--temperature", "use 2.0 (DistilBERT's)")
         weights = {"--alpha-ce": self.alpha_ce, "--alpha-mlm": self.alpha_mlm,
                    "--alpha-cos": self.alpha_cos}
         for option, value in weights.items():
-            check_at_least(value, 0, option)
+            check_at_least(value, 0, option, "use DistilBERT's 5, 2, 1")
         if not any(float(value) > 0 for value in weights.values()):
             raise LmlabError("--alpha-ce, --alpha-mlm and --alpha-cos are all 0: nothing to "
                              "learn", "give at least one a positive weight (DistilBERT: 5, 2, 1)")
@@ -293,7 +293,7 @@ class TaskDistillation:
         if not 0.0 <= float(self.alpha) <= 1.0:
             raise LmlabError(f"--distil-alpha {self.alpha} is not in [0, 1]",
                              "use 0.5 (half soft targets, half labels)")
-        check_positive(self.temperature, "--temperature")
+        check_positive(self.temperature, "--temperature", "use 2.0")
         if task.type not in TASK_TYPES:
             raise LmlabError(f"task-specific distillation does not support {task.type} tasks "
                              f"({task.name})", f"use a {', '.join(TASK_TYPES)} task")

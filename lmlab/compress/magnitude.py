@@ -16,7 +16,12 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from lmlab.compress.settings import check_fraction
+from lmlab.compress.settings import (
+    PRUNE_FRACTION_FIX,
+    REWIND_FIX,
+    SPARSITY_FIX,
+    check_fraction,
+)
 from lmlab.training.hooks import TrainerHook
 from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
@@ -47,7 +52,7 @@ def magnitude_masks(modules: dict[str, nn.Linear], sparsity: float, scope: Scope
     """Boolean keep-masks (True = kept) that remove the ``sparsity`` fraction of smallest
     |weights|, over all ``modules`` (``"global"``) or in each (``"layer"``). Weights that
     ``current`` already removed stay removed (they rank lowest)."""
-    check_fraction(sparsity, "sparsity", allow_zero=True)
+    check_fraction(sparsity, "sparsity", allow_zero=True, fix=SPARSITY_FIX)
     check_choice(scope, SCOPES, "scope", "pruning scope")
     scores = {}
     for name, module in modules.items():
@@ -141,8 +146,8 @@ class MagnitudePruningHook(MaskHook):
 
     def __init__(self, model: nn.Module, final: float, start: int, end: int, every: int = 10,
                  scope: Scope = "global", kind: Schedule = "cubic", initial: float = 0.0):
-        check_fraction(final, "sparsity", allow_zero=True)
-        check_fraction(initial, "initial sparsity", allow_zero=True)
+        check_fraction(final, "sparsity", allow_zero=True, fix=SPARSITY_FIX)
+        check_fraction(initial, "initial sparsity", allow_zero=True, fix=SPARSITY_FIX)
         if initial > final:  # the masks only grow: a removed weight is never restored
             raise LmlabError(f"initial sparsity {initial} is above the final {final}",
                              "give an initial sparsity at most the final one")
@@ -207,8 +212,8 @@ def lottery_ticket(model: nn.Module, train_fn: Callable[[nn.Module, Sequence[Tra
         rewind_step: ``k``, the optimizer step whose weights the survivors return to.
     """
     check_at_least(rounds, 1, "rounds")
-    check_fraction(prune_fraction, "prune fraction")
-    check_at_least(rewind_step, 0, "rewind step")
+    check_fraction(prune_fraction, "prune fraction", fix=PRUNE_FRACTION_FIX)
+    check_at_least(rewind_step, 0, "rewind step", REWIND_FIX)
     modules = prunable_linears(model)
     rewind = RewindPoint(model, rewind_step)
     masks: dict[str, torch.Tensor] = {}

@@ -10,12 +10,18 @@ from dataclasses import dataclass
 from lmlab.utils.checks import check_at_least
 from lmlab.utils.errors import LmlabError
 
+#: the advice of the pruning settings' range errors (also raised by lmlab.compress.magnitude)
+SPARSITY_FIX = "give the fraction of weights to remove, e.g. 0.5 for half"
+PRUNE_FRACTION_FIX = "give the fraction of surviving weights each round removes, e.g. 0.2"
+REWIND_FIX = "use 0 (the initial weights) or an early optimizer step"
 
-def check_fraction(value: float, option: str, allow_zero: bool = False) -> None:
+
+def check_fraction(value: float, option: str, allow_zero: bool = False,
+                   fix: str | None = None) -> None:
     """``value`` in (0, 1), or [0, 1) with ``allow_zero``."""
     if not ((0 <= value if allow_zero else 0 < value) and value < 1):
         raise LmlabError(f"{option} {value} is outside {'[0' if allow_zero else '(0'}, 1)",
-                         f"give {option} as a fraction, e.g. 0.2")
+                         fix or f"give {option} as a fraction, e.g. 0.2")
 
 
 def parse_fractions(text: str, option: str) -> tuple[float, ...]:
@@ -65,7 +71,7 @@ class MagnitudePruning:
 
     def __post_init__(self) -> None:
         for value in self.sparsities:
-            check_fraction(value, "--sparsity", allow_zero=True)
+            check_fraction(value, "--sparsity", allow_zero=True, fix=SPARSITY_FIX)
         check_at_least(self.steps, 0, "--steps")
         check_at_least(self.every, 1, "--every")
 
@@ -85,8 +91,8 @@ class Lottery:
     def __post_init__(self) -> None:
         check_at_least(self.rounds, 1, "--rounds")
         check_at_least(self.steps, 1, "--steps")
-        check_at_least(self.rewind_step, 0, "--rewind-step")
-        check_fraction(self.prune_fraction, "--prune-fraction")
+        check_at_least(self.rewind_step, 0, "--rewind-step", REWIND_FIX)
+        check_fraction(self.prune_fraction, "--prune-fraction", fix=PRUNE_FRACTION_FIX)
         if self.rewind_step >= self.steps:
             raise LmlabError(f"--rewind-step {self.rewind_step} is not before the end of "
                              f"training (--steps {self.steps})",
@@ -104,7 +110,9 @@ class LowRank:
 
     def __post_init__(self) -> None:
         if (self.rank is None) == (self.energy is None):
-            raise LmlabError("give exactly one of --rank and --energy", "e.g. --energy 0.9")
+            raise LmlabError("give exactly one of --rank and --energy",
+                             "e.g. --rank 64 or --energy 0.9")
         check_at_least(self.rank, 1, "--rank")
         if self.energy is not None and not 0 < self.energy <= 1:
-            raise LmlabError(f"--energy {self.energy} is outside (0, 1]", "e.g. --energy 0.9")
+            raise LmlabError(f"--energy {self.energy} is outside (0, 1]",
+                             "give the fraction of squared singular values to keep, e.g. 0.9")

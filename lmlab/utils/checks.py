@@ -40,24 +40,26 @@ def _check_number(value: object, option: str) -> None:
                          f"give {option} a finite number")
 
 
-def check_at_least(value: float | None, minimum: float, option: str) -> None:
-    """``value >= minimum`` (``None`` means "not given" and passes)."""
+def check_at_least(value: float | None, minimum: float, option: str,
+                   fix: str | None = None) -> None:
+    """``value >= minimum`` (``None`` means "not given" and passes); ``fix``: advice more
+    specific than "give it ``minimum`` or more"."""
     if value is None:
         return
     _check_number(value, option)
     if value < minimum:
         raise LmlabError(f"{option} must be at least {minimum:g}, got {value:g}",
-                         f"give {option} {minimum:g} or more")
+                         fix or f"give {option} {minimum:g} or more")
 
 
-def check_positive(value: float | None, option: str) -> None:
-    """``value > 0`` (``None`` passes)."""
+def check_positive(value: float | None, option: str, fix: str | None = None) -> None:
+    """``value > 0`` (``None`` passes); ``fix`` as :func:`check_at_least`'s."""
     if value is None:
         return
     _check_number(value, option)
     if not value > 0:
         raise LmlabError(f"{option} must be positive, got {value:g}",
-                         f"give {option} a number greater than 0")
+                         fix or f"give {option} a number greater than 0")
 
 
 def check_names(names: list[str] | tuple[str, ...], known: list[str] | tuple[str, ...],
