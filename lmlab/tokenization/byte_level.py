@@ -38,7 +38,8 @@ def is_byt5_folder(folder: Path, config: dict[str, Any]) -> bool:
         return config["tokenizer_class"] == CLASS_NAME
     model_config = folder / "config.json"
     try:
-        return model_config.is_file() and read_json(model_config).get("tokenizer_class") == CLASS_NAME
+        return (model_config.is_file()
+                and read_json(model_config).get("tokenizer_class") == CLASS_NAME)
     except ValueError:
         return False
 

@@ -1,8 +1,8 @@
 """Reading and writing Hugging Face tokenizer folders: ByT5's (no vocabulary file), else
 ``tokenizer.json`` (with the special tokens, ``do_lower_case`` and ``model_max_length`` of
 ``tokenizer_config.json`` / ``special_tokens_map.json``), else a bare ``vocab.txt`` (BERT
-WordPiece), else ``vocab.json`` + ``merges.txt`` (byte-level BPE). Writing adds the model's own vocabulary files; every file is
-written atomically."""
+WordPiece), else ``vocab.json`` + ``merges.txt`` (byte-level BPE). Writing adds the model's own
+vocabulary files; every file is written atomically."""
 
 from __future__ import annotations
 

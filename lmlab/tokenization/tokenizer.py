@@ -1,7 +1,7 @@
 """``lmlab.Tokenizer``: train, load, save and apply WordPiece, byte-level BPE and Unigram
-tokenizers. The Rust ``tokenizers`` engine does the work; this class keeps what the engine does
-not know (token roles, the family's template, the model's maximum length) and speaks the Hugging
-Face calling convention (docs/tokenizers.md).
+tokenizers, and ByT5's byte tokenizer. The Rust ``tokenizers`` engine does the work; this class
+keeps what the engine does not know (token roles, the family's template, the model's maximum
+length) and speaks the Hugging Face calling convention (docs/tokenizers.md).
 
 Example:
     >>> tok = Tokenizer.train("corpus/", kind="wordpiece", vocab_size=8000)
@@ -20,7 +20,12 @@ from typing import Any
 
 from tokenizers import AddedToken
 
-from lmlab.tokenization.byte_level import DEFAULT_EXTRA_IDS, byt5_parts, decode_bytes, saved_entries
+from lmlab.tokenization.byte_level import (
+    DEFAULT_EXTRA_IDS,
+    byt5_parts,
+    decode_bytes,
+    saved_entries,
+)
 from lmlab.tokenization.encoding import BatchEncoding
 from lmlab.tokenization.hf_files import load_folder, save_folder
 from lmlab.tokenization.templates import (
@@ -42,9 +47,9 @@ _DEFAULT_MAX_LENGTH = {"bert": 512, "roberta": 512, "gpt2": 1024, "t5": 512, "by
 class Tokenizer:
     """A subword tokenizer (WordPiece, byte-level BPE or Unigram) over a ``tokenizers.Tokenizer``
     ``engine``, with a ``family``'s special-token template (``"bert"``, ``"roberta"``,
-    ``"gpt2"``, ``"t5"``) and its ``special_tokens`` (role -> token). Build one with
-    :meth:`train` or :meth:`from_pretrained`; call it on texts to encode. ``do_lower_case`` is
-    only recorded (the engine's normaliser decides).
+    ``"gpt2"``, ``"t5"``, ``"byt5"``) and its ``special_tokens`` (role -> token). Build one
+    with :meth:`train`, :meth:`byt5` or :meth:`from_pretrained`; call it on texts to encode.
+    ``do_lower_case`` is only recorded (the engine's normaliser decides).
     """
 
     def __init__(self, engine: Any, family: str = "bert", special_tokens: dict[str, str] | None = None,
@@ -115,7 +120,8 @@ class Tokenizer:
                    model_max_length=model_max_length, do_lower_case=lowercase)
 
     @classmethod
-    def byt5(cls, extra_ids: int = DEFAULT_EXTRA_IDS, model_max_length: int | None = None) -> Tokenizer:
+    def byt5(cls, extra_ids: int = DEFAULT_EXTRA_IDS,
+             model_max_length: int | None = None) -> Tokenizer:
         """ByT5's byte tokenizer, nothing to train: id = UTF-8 byte + 3 after ``<pad>``,
         ``</s>``, ``<unk>``, then ``extra_ids`` sentinels ``<extra_id_0>`` (id 259), ...; ids
         equal transformers' ``ByT5Tokenizer`` (google/byt5-*: the default 125, 384 ids)."""
