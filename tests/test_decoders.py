@@ -151,16 +151,6 @@ def test_gpt2_config_round_trip_and_names(tmp_path):
         assert getattr(loaded, name) == getattr(config, name), name
 
 
-def test_llama_rejects_rope_scaling():
-    from lmlab.models.families import get_family
-    from lmlab.utils.errors import LmlabError
-
-    with pytest.raises(LmlabError, match="RoPE scaling"):
-        get_family("llama").config_from_hf({
-            "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
-            "intermediate_size": 16, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
-
-
 def test_presets():
     from lmlab.models.presets import list_presets, preset
 

@@ -283,7 +283,9 @@ def context_length(model: Any) -> int | None:
     config = model.config
     if getattr(config, "position_embedding", None) not in ("learned", "sinusoidal", "rotary"):
         return None
-    return config.max_position_embeddings - config.position_offset
+    scaling = getattr(config, "rope_scaling", None) or {}  # dynamic NTK: max positions is the
+    stretch = scaling["factor"] if scaling.get("rope_type") == "dynamic" else 1  # trained context
+    return int((config.max_position_embeddings - config.position_offset) * stretch)
 
 
 def check_context(model: Any, prompt_tokens: int, max_new_tokens: int) -> None:

@@ -54,6 +54,7 @@ class TransformerConfig:
     position_embedding: PositionKind = "learned"
     position_offset: int = 0  # RoBERTa numbers positions from padding_idx + 1
     rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None  # linear | dynamic | yarn | llama3 (core/rope.py)
     embedding_size: int | None = None  # ALBERT/ELECTRA factorised embeddings (E != H)
     scale_embedding: bool = False  # token embeddings times sqrt(hidden) (Vaswani, Marian)
     norm_type: NormKind = "layernorm"
@@ -92,6 +93,13 @@ class TransformerConfig:
                     "choose a head count that divides the hidden size, or set head_dim",
                 )
             self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.rope_scaling:
+            from lmlab.models.core.rope import check_rope_scaling
+
+            if self.position_embedding != "rotary":
+                raise LmlabError(f"rope_scaling with {self.position_embedding!r} positions",
+                                 "RoPE scaling needs position_embedding='rotary'")
+            self.rope_scaling = check_rope_scaling(self.rope_scaling, self.max_position_embeddings)
         if self.is_encoder_decoder and self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_hidden_layers
         if self.num_attention_heads % self.num_key_value_heads:

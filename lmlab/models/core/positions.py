@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
+
+from lmlab.models.core.rope import ROPE_TYPES, rope_frequencies
 
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 
@@ -30,17 +33,36 @@ def sinusoidal_table(num_positions: int, dim: int, layout: str = "interleaved") 
 
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (Su et al. 2021) in Llama's "rotate half" layout: cos and sin
-    (B, T, head_dim) for :func:`apply_rotary`."""
+    (B, T, head_dim) for :func:`apply_rotary`, at the frequencies of ``scaling`` (a checked
+    ``rope_scaling``, :mod:`lmlab.models.core.rope`). Dynamic NTK recomputes them as
+    transformers does: when a forward's positions pass the longest seen (kept until one fits
+    within ``max_positions`` again)."""
 
-    def __init__(self, head_dim: int, theta: float = 10000.0):
+    def __init__(self, head_dim: int, theta: float = 10000.0,
+                 scaling: dict[str, Any] | None = None, max_positions: int = 2048):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.head_dim, self.theta, self.scaling = head_dim, theta, scaling
+        self.max_positions = self.longest = max_positions
+        inv_freq, self.attention_factor = rope_frequencies(head_dim, theta, scaling, max_positions)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
+        self.per_length = scaling is not None and ROPE_TYPES[scaling["rope_type"]].per_length
+
+    def _dynamic_update(self, position_ids: torch.Tensor) -> None:
+        length = position_ids.max() + 1
+        if length > self.longest:  # a longer sequence: a larger base
+            inv_freq, _ = rope_frequencies(self.head_dim, self.theta, self.scaling,
+                                           self.max_positions, seq_len=length)
+            self.inv_freq, self.longest = inv_freq.to(self.inv_freq.device), int(length)
+        if length < self.max_positions < self.longest:  # back within the trained context
+            self.inv_freq, self.longest = self.original_inv_freq.clone(), self.max_positions
 
     def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.per_length:
+            self._dynamic_update(position_ids)
         freqs = position_ids.float().unsqueeze(-1) * self.inv_freq  # (B, T, hd/2)
         angles = torch.cat([freqs, freqs], dim=-1)  # (B, T, hd)
-        return angles.cos(), angles.sin()
+        return angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

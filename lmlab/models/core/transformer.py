@@ -37,7 +37,8 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(count))
         self.final_norm = (make_norm(config.norm_type, config.hidden_size, config.norm_eps)
                            if config.final_norm else None)
-        self.rotary = (RotaryEmbedding(config.head_dim, config.rope_theta)
+        self.rotary = (RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling,
+                                       config.max_position_embeddings)
                        if config.position_embedding == "rotary" else None)
         self.relative_bias = (RelativePositionBias(config.relative_attention_num_buckets,
                                                    config.relative_attention_max_distance,

@@ -228,6 +228,9 @@ class FamilySpec:
                 else getattr(config, name)
         if self.to_hf is not None:
             self.to_hf(config, hf)
+        if config.rope_scaling and (hf.get("rope_parameters") or {}).get("rope_type") is None:
+            raise LmlabError(f"{self.model_type}'s config.json has no RoPE scaling",
+                             "save it in lmlab's own format (lmlab.save_pretrained does)")
         if "num_labels" in extra:
             count = int(extra["num_labels"])
             id2label = extra.get("id2label") or {i: f"LABEL_{i}" for i in range(count)}

@@ -10,26 +10,31 @@ from typing import Any
 from lmlab.models.config import TransformerConfig
 from lmlab.models.families import FamilySpec, Rule, paired_rules
 from lmlab.models.families.gpt2 import CPU_SIZES, clm_rules  # the same lm_head, tied or not
-from lmlab.utils.errors import LmlabError
 
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size")
 
 
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
-    """``rope_theta`` from a config.json of transformers 4 (top level) or 5 (rope_parameters)."""
-    params = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling") or {}
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind != "default":
-        raise LmlabError(f"RoPE scaling {kind!r} is not supported",
-                         "use a checkpoint with plain rotary embeddings (rope_type 'default')")
-    values["rope_theta"] = float(params.get("rope_theta") or hf.get("rope_theta") or 10000.0)
+    """``rope_theta`` and ``rope_scaling`` from a config.json of transformers 4 (``rope_theta``,
+    ``rope_scaling`` with ``type`` or ``rope_type``) or 5 (``rope_parameters``); as there,
+    ``rope_scaling`` wins, and keys its rope type does not read are dropped."""
+    from lmlab.models.core.rope import ROPE_TYPES, rope_type_of  # torch: not on CLI checks
+
+    params = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
+    values["rope_theta"] = float(params.pop("rope_theta", None) or hf.get("rope_theta")
+                                 or 10000.0)
+    kind = rope_type_of(params)
+    spec = ROPE_TYPES.get(kind)
+    values["rope_scaling"] = {"rope_type": kind, **{
+        k: v for k, v in params.items() if spec is None or k in spec.required + spec.optional}}
 
 
 def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
+    """transformers 5's ``rope_parameters`` (theta and scaling), ``rope_theta`` for 4."""
     hf.update(rope_theta=config.rope_theta,
-              rope_parameters={"rope_theta": config.rope_theta, "rope_type": "default"})
+              rope_parameters={"rope_theta": config.rope_theta,
+                               **(config.rope_scaling or {"rope_type": "default"})})
 
 
 def _base_rules(config: TransformerConfig) -> list[Rule]:
