@@ -85,7 +85,7 @@ class EncoderDecoderModel(HeadedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         """BART's init (normal(0, initializer_range), zero biases), or T5's (below)."""
-        if self.config.family == "t5":
+        if self.config.family in ("t5", "mt5"):
             self._init_t5(module)
         else:
             init_normal(module, self.config.initializer_range)
