@@ -373,8 +373,10 @@ class TeacherLogitStream(TaskStream):
     def make_batch(self, indices: list[int]) -> dict[str, Any]:
         # (C,) each -> (B, C); tagging: (T_i, C) each -> (B, T, C), zero-padded to the longest,
         # which is the batch's length (the logits cover each example's tokens)
-        return {**super().make_batch(indices), "teacher_logits": nn.utils.rnn.pad_sequence(
-            [self.logits[i] for i in indices], batch_first=True)}
+        batch = super().make_batch(indices)
+        batch["teacher_logits"] = nn.utils.rnn.pad_sequence([self.logits[i] for i in indices],
+                                                            batch_first=True)
+        return batch
 
 
 class TaskDistillationObjective(nn.Module):

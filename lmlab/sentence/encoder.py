@@ -31,8 +31,8 @@ def _sentence_transformers_settings(folder: Path) -> tuple[int | None, bool]:
     """(max_seq_length or None, normalize) recorded in a sentence-transformers folder."""
     config, modules = folder / "sentence_bert_config.json", folder / "modules.json"
     max_length = read_json(config).get("max_seq_length") if config.is_file() else None
-    return max_length, modules.is_file() and any(
-        str(m.get("type", "")).endswith(".Normalize") for m in read_json(modules))
+    module_types = [str(m.get("type", "")) for m in read_json(modules)] if modules.is_file() else []
+    return max_length, any(kind.endswith(".Normalize") for kind in module_types)
 
 
 class SentenceEncoder:

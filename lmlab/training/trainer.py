@@ -574,7 +574,7 @@ class Trainer:
             self.last_eval = results
             if self._writer is not None:
                 self._writer.write({"kind": "eval", "step": self.step, "tokens": self.tokens,
-                              "elapsed": self.elapsed(), **results})
+                                    "elapsed": self.elapsed(), **results})
 
     # -- progress, cost, final outputs ----------------------------------------------------------
     def _progress_bar(self):
