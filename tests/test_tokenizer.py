@@ -234,3 +234,11 @@ def test_pair_cut_without_room_for_the_stride_is_a_clear_error(minilm_dir):
     with pytest.raises(LmlabError, match="smaller stride"):
         tokenizer(["a long sentence with many words here"], ["another long sentence with words"],
                   truncation=True, max_length=8, stride=2, return_overflowing_tokens=True)
+
+
+def test_only_second_cut_with_no_room_is_a_clear_error(minilm_dir):
+    """The first text alone is longer than max_length: only_second cannot make room."""
+    tokenizer = Tokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(LmlabError, match="larger max_length"):
+        tokenizer(["a very long first sentence with many many words in it"], ["x"],
+                  truncation="only_second", max_length=8)

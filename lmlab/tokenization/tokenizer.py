@@ -342,13 +342,15 @@ class Tokenizer:
         try:
             encodings = self._engine.encode_batch(inputs, is_pretokenized=is_split_into_words,
                                                   add_special_tokens=add_special_tokens)
-        except BaseException as error:  # the engine panics when a pair's cut leaves no room
-            if type(error).__name__ != "PanicException":  # for the stride (pyo3: not Exception)
+        except BaseException as error:  # the engine's refusals: a cut with no room (Exception),
+            # or no room for the stride (a panic: pyo3's PanicException is not an Exception)
+            if type(error).__name__ != "PanicException" and "Truncation" not in str(error):
                 raise
             raise LmlabError(f"cannot cut these texts to max_length={length} with "
-                             f"stride={stride}: {error}",
-                             "use a smaller stride or a larger max_length (a pair shares "
-                             "max_length between its two texts)") from None
+                             f"truncation={trunc!r} and stride={stride}: {error}",
+                             "use a larger max_length, a smaller stride, or truncation=True "
+                             "(longest_first: a pair shares max_length between its two "
+                             "texts)") from None
         mapping = None
         if return_overflowing_tokens:
             flat, mapping = [], []
