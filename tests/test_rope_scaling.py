@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import assert_close_rounding
 from test_decoders import randomise
+from test_gguf_writer import tiny_llama
 
 import lmlab
 from lmlab.models.core.rope import check_rope_scaling, rope_frequencies
@@ -23,8 +24,8 @@ MAX_POSITIONS = 32  # the trained context; the inputs are twice as long
 SCALINGS = {  # head_dim 16 at theta 100: each type's regions (kept, ramped, scaled) all occur
     "linear": {"rope_type": "linear", "factor": 2.0},
     "dynamic": {"rope_type": "dynamic", "factor": 2.0},
-    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
-    "yarn-mscale": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+    "yarn": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16},
+    "yarn-mscale": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16,
                     "beta_fast": 16, "beta_slow": 2, "mscale": 0.8, "mscale_all_dim": 0.5,
                     "truncate": False},
     "llama3": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
@@ -166,3 +167,50 @@ def test_refusals():
         {**hf, "rope_theta": 500.0, "rope_scaling": {"type": "linear", "factor": 2.0}})
     assert (config.rope_theta, config.rope_scaling) == (500.0, {"rope_type": "linear",
                                                                 "factor": 2.0})
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_gguf):
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained(smollm2_gguf)
+
+
+@pytest.mark.parametrize("name", ["linear", "yarn"])
+def test_gguf_round_trip(tmp_path, tokenizer, name):
+    """llama.cpp's rope.scaling keys (type, factor, original_context_length, YaRN's betas):
+    written, read back as the same rope_scaling, the same logits (past YaRN's original 16)."""
+    from lmlab.formats.gguf import read_metadata
+    from lmlab.interop.gguf import load_gguf_model
+    from lmlab.interop.gguf_writer import write_gguf
+
+    scaling = {**SCALINGS[name], "beta_fast": 16.0, "beta_slow": 2.0} if name == "yarn" \
+        else SCALINGS[name]
+    model = tiny_llama(False, rope_scaling=scaling)
+    path = write_gguf(model, tmp_path / "tiny.gguf", tokenizer, "F32", show_progress=False)
+    assert read_metadata(path)["llama.rope.scaling.type"] == name
+    loaded = load_gguf_model(path)
+    assert loaded.config.rope_scaling == model.config.rope_scaling
+    ids = torch.arange(3, 3 + 2 * MAX_POSITIONS).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits,
+                           model(input_ids=ids).logits)  # exact: F32 copies, the same ops
+
+
+@pytest.mark.parametrize("name", ["dynamic", "llama3", "yarn-mscale"])
+def test_gguf_refuses_what_llama_cpp_cannot_say(tmp_path, tokenizer, name):
+    from lmlab.interop.gguf import config_from_gguf
+    from lmlab.interop.gguf_writer import write_gguf
+
+    model = tiny_llama(False, rope_scaling=SCALINGS[name])
+    with pytest.raises(LmlabError, match="no GGUF keys"):
+        write_gguf(model, tmp_path / "tiny.gguf", tokenizer, "F32", show_progress=False)
+    assert not (tmp_path / "tiny.gguf").exists()
+    metadata = {"general.architecture": "llama", "llama.vocab_size": 97,
+                "llama.embedding_length": 64, "llama.block_count": 1,
+                "llama.attention.head_count": 4, "llama.feed_forward_length": 64}
+    with pytest.raises(LmlabError, match="rope_freqs tensor"):  # Llama 3.1's, converted
+        config_from_gguf(metadata, {"rope_freqs.weight", "token_embd.weight"})
+    with pytest.raises(LmlabError, match="yarn_log_multiplier"):
+        config_from_gguf({**metadata, "llama.rope.scaling.type": "yarn",
+                          "llama.rope.scaling.yarn_log_multiplier": 0.1})

@@ -34,20 +34,63 @@ def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | None = N
     spec = _family(metadata)
     arch = spec.model_type
     tensors = tensor_names or set()
-    if metadata.get(f"{arch}.rope.scaling.type") not in (None, "none", "linear") \
-            or metadata.get(f"{arch}.rope.scaling.factor", 1.0) not in (1.0, None) \
-            or "rope_freqs.weight" in tensors:
-        raise LmlabError("this GGUF uses RoPE scaling, which lmlab does not implement",
-                         "use a model with plain rotary embeddings (e.g. SmolLM2, Llama 2)")
+    if "rope_freqs.weight" in tensors:  # per-frequency factors (Llama 3.1's converted)
+        raise LmlabError("this GGUF scales RoPE by a rope_freqs tensor, which lmlab does not read "
+                         "(Llama 3's rope_scaling cannot be recovered from it exactly)",
+                         "load the model's Hugging Face folder (lmlab.from_pretrained) instead")
     tokens = metadata.get("tokenizer.ggml.tokens")
     if tokens is not None:
         metadata = {f"{arch}.vocab_size": len(tokens), **metadata}
     values = spec.read(spec.gguf_names, metadata, "the GGUF metadata", prefix=f"{arch}.")
+    values["rope_scaling"] = rope_scaling_from_gguf(metadata, arch)
     for name, key in (("pad", "padding"), ("bos", "bos"), ("eos", "eos")):
         values[f"{name}_token_id"] = metadata.get(f"tokenizer.ggml.{key}_token_id")
     values["tie_word_embeddings"] = tensor_names is not None and "output.weight" not in tensors
     values["attention_bias"] = bool({"blk.0.attn_q.bias", "blk.0.attn_qkv.bias"} & tensors)
     return TransformerConfig(**values)
+
+
+#: llama.cpp's ``<arch>.rope.scaling.*`` keys lmlab maps -> rope_scaling keys (linear, yarn)
+ROPE_SCALING_KEYS = {"factor": "factor",
+                     "original_context_length": "original_max_position_embeddings",
+                     "yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
+
+
+def rope_scaling_from_gguf(metadata: dict[str, Any], arch: str) -> dict[str, Any] | None:
+    """``rope_scaling`` from llama.cpp's RoPE scaling keys (none, linear or YaRN); keys that
+    would change the model in ways transformers' types cannot say are refused."""
+    prefix = f"{arch}.rope.scaling."
+    kind = metadata.get(prefix + "type") or "none"
+    given = {k.removeprefix(prefix): v for k, v in metadata.items() if k.startswith(prefix)}
+    odd = sorted(k for k, v in given.items() if k not in {"type", "finetuned", *ROPE_SCALING_KEYS}
+                 and not (k == "attn_factor" and v == 1.0))
+    if kind not in ("none", "linear", "yarn") or odd:
+        raise LmlabError(f"this GGUF's RoPE scaling ({kind}{', ' if odd else ''}"
+                         f"{', '.join(odd)}) has no transformers rope type lmlab implements",
+                         "lmlab reads GGUF RoPE scaling of type none, linear and yarn")
+    if kind == "none" or (kind == "linear" and given.get("factor", 1.0) == 1.0):
+        return None
+    return {"rope_type": kind, **{ROPE_SCALING_KEYS[k]: v for k, v in given.items()
+                                  if k in ROPE_SCALING_KEYS and (kind == "yarn" or k == "factor")}}
+
+
+def rope_scaling_to_gguf(config: TransformerConfig) -> dict[str, Any]:
+    """llama.cpp's ``<arch>.rope.scaling.*`` metadata of ``config.rope_scaling``; refused where
+    llama.cpp has no key for it (dynamic NTK, Llama 3's, YaRN's attention factor or mscale)."""
+    if config.rope_scaling is None:
+        return {}
+    scaling = dict(config.rope_scaling)
+    kind = scaling.pop("rope_type")
+    theirs = {ours: key for key, ours in ROPE_SCALING_KEYS.items()}
+    odd = sorted(k for k in scaling if k not in theirs and not (k == "truncate" and scaling[k]))
+    if kind not in ("linear", "yarn") or odd or scaling["factor"] is None:
+        raise LmlabError(f"RoPE scaling {kind!r}{' with ' if odd else ''}{', '.join(odd)} has "
+                         "no GGUF keys (llama.cpp: linear, yarn without attention factors)",
+                         "export it with save_pretrained (Hugging Face folder) instead")
+    prefix = f"{config.family}.rope.scaling."
+    return {prefix + "type": kind, **{  # llama.cpp's types: a uint32 length, float32 others
+        prefix + theirs[k]: int(v) if k.startswith("original") else float(v)
+        for k, v in scaling.items() if k in theirs}}
 
 
 def gguf_tensor_names(config: TransformerConfig) -> dict[str, str | tuple[str, ...]]:

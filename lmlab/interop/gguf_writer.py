@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lmlab.interop.gguf import gguf_tensor_names, rotary_paired
+from lmlab.interop.gguf import gguf_tensor_names, rope_scaling_to_gguf, rotary_paired
 from lmlab.models.families import get_family
 from lmlab.tokenization.gguf import PRE_TOKENIZER_SPLITS
 from lmlab.utils.errors import LmlabError
@@ -185,8 +185,9 @@ def model_metadata(config: Any) -> dict[str, Any]:
 
     spec = get_family(config.family)
     floats = {f.name for f in fields(config) if "float" in str(f.type)}
-    return {f"{spec.model_type}.{key}": float(getattr(config, name)) if name in floats
-            else getattr(config, name) for key, name in spec.gguf_names.items()}
+    return {**{f"{spec.model_type}.{key}": float(getattr(config, name)) if name in floats
+               else getattr(config, name) for key, name in spec.gguf_names.items()},
+            **rope_scaling_to_gguf(config)}
 
 
 def _tensor_type(shape: tuple[int, ...], qtype: str) -> str:

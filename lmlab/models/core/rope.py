@@ -13,8 +13,8 @@ import torch
 
 from lmlab.utils.errors import LmlabError
 
-#: keys that give transformers' originals (pre-training context) a default of max positions
-_ORIGINAL = "original_max_position_embeddings"
+#: the pre-training context of YaRN and Llama 3 (default: max_position_embeddings)
+ORIGINAL = "original_max_position_embeddings"
 
 
 def _powers(head_dim: int, theta: float | torch.Tensor) -> torch.Tensor:
@@ -41,7 +41,7 @@ def _yarn(head_dim: int, theta: float, s: dict[str, Any], max_positions: int,
           seq_len: torch.Tensor | None) -> tuple[torch.Tensor, float]:
     """YaRN (Peng et al. 2023): interpolate the low frequencies, keep the high ones, ramp in
     between (``beta_fast``/``beta_slow`` rotations); cos/sin scaled by the attention factor."""
-    original = s[_ORIGINAL]
+    original = s[ORIGINAL]
     factor = s.get("factor") or max_positions / original
 
     def mscale(scale: float, m: float = 1.0) -> float:
@@ -72,7 +72,7 @@ def _llama3(head_dim: int, theta: float, s: dict[str, Any], max_positions: int,
     original/high_freq_factor kept, a smooth blend between."""
     inv_freq = 1.0 / _powers(head_dim, theta)
     factor, low, high, original = (s["factor"], s["low_freq_factor"], s["high_freq_factor"],
-                                   s[_ORIGINAL])
+                                   s[ORIGINAL])
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
     smooth = (original / wavelen - low) / (high - low)
@@ -95,10 +95,10 @@ class RopeType:
 ROPE_TYPES: dict[str, RopeType] = {
     "linear": RopeType(_linear),
     "dynamic": RopeType(_dynamic, per_length=True),
-    "yarn": RopeType(_yarn, ("factor", _ORIGINAL), ("attention_factor", "beta_fast",
+    "yarn": RopeType(_yarn, ("factor", ORIGINAL), ("attention_factor", "beta_fast",
                                                     "beta_slow", "mscale", "mscale_all_dim",
                                                     "truncate")),
-    "llama3": RopeType(_llama3, ("factor", _ORIGINAL, "low_freq_factor", "high_freq_factor")),
+    "llama3": RopeType(_llama3, ("factor", ORIGINAL, "low_freq_factor", "high_freq_factor")),
 }
 
 
@@ -121,7 +121,7 @@ def check_rope_scaling(scaling: dict[str, Any] | None, max_positions: int
                          f"supported rope types: default, {', '.join(ROPE_TYPES)}")
     values = {k: v for k, v in scaling.items() if k not in ("rope_type", "type")}
     if kind in ("yarn", "llama3"):
-        values.setdefault(_ORIGINAL, max_positions)
+        values.setdefault(ORIGINAL, max_positions)
     missing = [key for key in spec.required if key not in values]
     unknown = sorted(set(values) - set(spec.required) - set(spec.optional))
     if missing or unknown:
