@@ -160,15 +160,21 @@ def _mt5_compare(ours, theirs, batch, what: str) -> None:
 
 
 @pytest.mark.numerics
-@pytest.mark.parametrize("case", ["untied", "tied", "bare"])
+@pytest.mark.parametrize("case", ["untied", "resaved", "tied", "bare"])
 def test_mt5_parity_both_ways(case, tmp_path):
+    """``resaved``: an untied mT5 loaded and saved again by transformers 5, whose config.json
+    then says tie_word_embeddings true beside an lm_head of its own (read untied, as there)."""
     class_name = "MT5Model" if case == "bare" else "MT5ForConditionalGeneration"
-    folder = _mt5_folder(tmp_path / "theirs", class_name, untied=case == "untied")
+    folder = _mt5_folder(tmp_path / "theirs", class_name, untied=case in ("untied", "resaved"))
+    if case == "resaved":
+        getattr(transformers, class_name).from_pretrained(folder).save_pretrained(tmp_path / "re")
+        folder = tmp_path / "re"
+        assert json.loads((folder / "config.json").read_text())["tie_word_embeddings"]
     theirs = getattr(transformers, class_name).from_pretrained(folder).eval()
     ours = lmlab.from_pretrained(folder)
     assert ours.config.family == "mt5" and ours.config.ffn_type == "glu"
     assert tuple(ours.heads) == (() if case == "bare" else ("seq2seq-lm",))
-    assert ours.config.tie_word_embeddings == (case != "untied")
+    assert ours.config.tie_word_embeddings == (case in ("tied", "bare"))
     assert not ours.config.extra["scale_decoder_outputs"]  # mT5 never rescales
     batch = _mt5_batch()
     _mt5_compare(ours, theirs, batch, "transformers -> lmlab")

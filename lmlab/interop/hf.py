@@ -52,7 +52,14 @@ def load_config(path: str | Path, tensors: CheckpointTensors | None = None
     family = get_family(model_type)
     if tensors is not None:
         check_embedding_table(Path(path), hf, family, tensors)
-    return family.config_from_hf(hf), family, hf
+    config = family.config_from_hf(hf)
+    if config.tie_word_embeddings and tensors is not None and "lm_head.weight" in tensors \
+            and "shared.weight" in tensors \
+            and not torch.equal(tensors.get("lm_head.weight"), tensors.get("shared.weight")):
+        # transformers 5 writes tie_word_embeddings true for every (m)T5 and leaves a head saved
+        # with values of its own untied (a T5 v1.1 or mT5 it loaded and saved again): so do we
+        config.tie_word_embeddings = False
+    return config, family, hf
 
 
 def check_embedding_table(path: Path, hf: dict[str, Any], family: FamilySpec,
@@ -267,10 +274,10 @@ def _targets(model) -> dict[str, torch.Tensor]:
 
 def _token_tables(model) -> list[torch.Tensor]:
     """The token embedding tables a head or a second stack may share (source, target)."""
-    tables = [model.get_input_embeddings().weight]
+    tables = [model.get_input_embeddings()]
     if hasattr(model, "get_target_embeddings"):
-        tables.append(model.get_target_embeddings().weight)
-    return tables
+        tables.append(model.get_target_embeddings())
+    return [table.weight for table in tables if table is not None]  # a ViT has none
 
 
 def _is_tied(model, name: str) -> bool:
