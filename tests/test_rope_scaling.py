@@ -214,3 +214,19 @@ def test_gguf_refuses_what_llama_cpp_cannot_say(tmp_path, tokenizer, name):
     with pytest.raises(LmlabError, match="yarn_log_multiplier"):
         config_from_gguf({**metadata, "llama.rope.scaling.type": "yarn",
                           "llama.rope.scaling.yarn_log_multiplier": 0.1})
+
+
+def test_a_family_without_rope_scaling_saves_in_lmlab_format(tmp_path):
+    """A rotary encoder (RoFormer's config.json has no RoPE scaling) with llama3 scaling: not
+    written as a RoFormer that would load as another model, but in lmlab's own format."""
+    config = family_config("roformer", vocab_size=50, hidden_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, intermediate_size=32,
+                           max_position_embeddings=32, rope_scaling=SCALINGS["llama3"])
+    from lmlab.interop.native import save_model
+
+    model = randomise(LanguageModel(config, heads=("mlm",)))
+    assert save_model(model, tmp_path)[1] == "lmlab"
+    ids = torch.arange(1, 49).unsqueeze(0)  # 1.5 x 32 positions
+    with torch.no_grad():
+        assert torch.equal(lmlab.from_pretrained(tmp_path)(input_ids=ids).logits,
+                           model(input_ids=ids).logits)  # exact: same weights and ops
