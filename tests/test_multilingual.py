@@ -191,6 +191,14 @@ def test_mt5_parity_both_ways(case, tmp_path):
     _mt5_compare(ours, bare, batch, "lmlab -> AutoModel")
 
 
+def test_mt5_encoder_alone_is_refused_clearly(tmp_path):
+    from lmlab.utils.errors import LmlabError
+
+    transformers.MT5EncoderModel(transformers.MT5Config(**MT5)).save_pretrained(tmp_path)
+    with pytest.raises(LmlabError, match=r"(?s)MT5EncoderModel .*fix: load an MT5ForConditional"):
+        lmlab.from_pretrained(tmp_path)
+
+
 def test_mt5_presets_are_t5_v11_sizes():
     """mt5-small/base/large's config.json values (T5 v1.1's shapes, vocabulary 250,112)."""
     from lmlab.models.presets import preset

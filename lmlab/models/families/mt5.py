@@ -9,6 +9,7 @@ from typing import Any
 
 from lmlab.models.families.t5 import FAMILY as T5
 from lmlab.models.families.t5 import from_hf as t5_from_hf
+from lmlab.utils.errors import LmlabError
 
 V11 = dict(ffn_type="glu", hidden_act="gelu_new", tie_word_embeddings=False,
            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # no dropout in pretraining
@@ -17,6 +18,10 @@ V11 = dict(ffn_type="glu", hidden_act="gelu_new", tie_word_embeddings=False,
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
     """T5's reading, then mT5's: transformers' MT5 never rescales the decoder's states (its
     config writes ``tie_word_embeddings`` true whether or not the head is tied)."""
+    if "MT5EncoderModel" in (hf.get("architectures") or ()):
+        raise LmlabError("this is an MT5EncoderModel (the encoder alone); lmlab reads mT5 as "
+                         "an encoder-decoder", "load an MT5ForConditionalGeneration or MT5Model "
+                         "folder (google/mt5-*)")
     t5_from_hf({"feed_forward_proj": "gated-gelu", **hf}, values)
     values["extra"]["scale_decoder_outputs"] = False
 
