@@ -29,6 +29,7 @@ import torch
 from conftest import assert_close_rounding
 
 from lmlab.interop.native import save_model
+from lmlab.models.core.image_embeddings import takes_images
 from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
 from lmlab.models.task_heads import POOLINGS, TASK_HEADS, add_task_head, task_logits
@@ -37,8 +38,9 @@ from lmlab.utils.errors import LmlabError
 transformers = pytest.importorskip("transformers")
 
 HIDDEN, LAYERS, FFN, VOCAB = 32, 2, 64, 99
-TRANSFORMER_FAMILIES = tuple(f for f in KNOWN_FAMILIES
-                             if not get_family(f).shape.get("is_encoder_decoder"))
+TRANSFORMER_FAMILIES = tuple(f for f in KNOWN_FAMILIES  # text stacks (no ViT: test_vit.py)
+                             if not get_family(f).shape.get("is_encoder_decoder")
+                             and not takes_images(get_family(f).config()))
 COMBINATIONS = [(family, head, pooling) for family in TRANSFORMER_FAMILIES + RECURRENT_FAMILIES
                 for head in TASK_HEADS for pooling in POOLINGS]
 AUTO = {"sequence-classification": "AutoModelForSequenceClassification",

@@ -155,6 +155,13 @@ class TransformerConfig:
             total += (layer + attn + norm) * self.num_decoder_layers
         if self.position_embedding == "relative":  # one bucket table per stack
             total += stacks * self.relative_attention_num_buckets * self.num_attention_heads
+        if include_embeddings and self.extra.get("patch_size"):  # ViT: core/image_embeddings.py
+            from lmlab.models.core.image_embeddings import pair, patch_grid
+
+            rows, columns = patch_grid(self)
+            kernel = int(self.extra.get("num_channels", 3)) * pair(self.extra["patch_size"])[0] \
+                * pair(self.extra["patch_size"])[1]
+            return total + (kernel + 1) * h + (2 + rows * columns) * h  # patches, [CLS], positions
         if include_embeddings:
             emb = self.vocab_size * e
             if self.is_encoder_decoder and not self.share_embeddings:

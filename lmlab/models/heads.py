@@ -32,6 +32,7 @@ HEADS: dict[str, str | type[nn.Module]] = {
     "multiple-choice": "lmlab.models.task_heads:MultipleChoiceHead",
     "sbo": f"{__name__}:SpanBoundaryHead",
     "seq2seq-lm": "lmlab.models.seq2seq:Seq2SeqLMHead",
+    "image-classification": "lmlab.models.image_head:ImageClassificationHead",
 }
 
 

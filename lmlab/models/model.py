@@ -105,9 +105,10 @@ class LanguageModel(HeadedModel):
     def _init_weights(self, module: nn.Module) -> None:
         init_normal(module, self.config.initializer_range)
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        """The token embedding table (what a tied vocabulary projection shares)."""
-        return self.transformer.embeddings.word_embeddings
+    def get_input_embeddings(self) -> nn.Embedding | None:
+        """The token embedding table (what a tied vocabulary projection shares); None for a
+        ViT, which embeds image patches."""
+        return getattr(self.transformer.embeddings, "word_embeddings", None)
 
     def _new_head(self, name: str) -> nn.Module:
         """The head, and the pooler it reads if the model has none yet."""
@@ -131,9 +132,12 @@ class LanguageModel(HeadedModel):
         output_attentions: bool = False,
         heads: Sequence[str] | None = None,
         skip_padding: bool = True,
+        pixel_values: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool = False,
     ) -> ModelOutput:
         """Run the stack and the heads (all, or those named in ``heads``). ``skip_padding``:
-        see :meth:`Transformer.forward`; labels that count a padding position switch it off."""
+        see :meth:`Transformer.forward`; labels that count a padding position switch it off.
+        A ViT takes ``pixel_values`` (B, C, H, W) instead of ids."""
         if skip_padding and _labels_read_padding(labels, attention_mask):
             skip_padding = False
         out = self.transformer(
@@ -141,7 +145,8 @@ class LanguageModel(HeadedModel):
             position_ids=position_ids, inputs_embeds=inputs_embeds,
             past_key_values=past_key_values, use_cache=use_cache,
             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-            skip_padding=skip_padding,
+            skip_padding=skip_padding, pixel_values=pixel_values,
+            interpolate_pos_encoding=interpolate_pos_encoding,
         )
         hidden = out.last_hidden_state
         pooled = self.pooler(hidden) if self.pooler is not None else None

@@ -5,6 +5,7 @@ the ``head`` its model is loaded with), imported on first use."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmlab.utils.checks import check_choice
@@ -22,6 +23,7 @@ PIPELINES = {
     "text-classification": "lmlab.pipelines.classification:TextClassificationPipeline",
     "token-classification": "lmlab.pipelines.classification:TokenClassificationPipeline",
     "question-answering": "lmlab.pipelines.question_answering:QuestionAnsweringPipeline",
+    "image-classification": "lmlab.pipelines.image_classification:ImageClassificationPipeline",
 }
 
 
@@ -47,9 +49,29 @@ def pipeline(task: str, model: Any, tokenizer: Any = None, dtype: torch.dtype | 
         raise LmlabError(f"the {task!r} pipeline has no option {', '.join(unknown)}",
                          f"its options: {', '.join(known) or 'none'} (and tokenizer, dtype, "
                          "device)")
+    if getattr(pipeline_class, "takes_images", False):  # a preprocessor, no tokenizer
+        return _image_pipeline(pipeline_class, model, tokenizer, dtype, device, options)
     model, tokenizer = load_model_and_tokenizer(model, tokenizer, head=pipeline_class.head,
                                                 dtype=dtype, device=device)
     return pipeline_class(model, tokenizer, **options)
+
+
+def _image_pipeline(pipeline_class, model: Any, processor: Any, dtype, device, options):
+    """An image pipeline: the model and the preprocessor_config.json of its folder."""
+    from lmlab.load import from_pretrained
+    from lmlab.utils.catalog import resolve_model_dir
+
+    source = resolve_model_dir(model) if isinstance(model, str | Path) else None
+    if source is not None:
+        model = from_pretrained(source, head=pipeline_class.head, dtype=dtype)
+        if pipeline_class.head in getattr(model, "fresh_heads", []):
+            raise LmlabError(f"{source} has no trained {pipeline_class.head!r} head",
+                             pipeline_class.fix)
+    elif dtype is not None:
+        model = model.to(dtype)
+    if isinstance(processor, str | Path) or (processor is None and source is not None):
+        processor = pipeline_class.load_processor(processor or source, model)
+    return pipeline_class((model.to(device) if device else model).eval(), processor, **options)
 
 
 class HeadPipeline:

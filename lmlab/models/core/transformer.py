@@ -11,12 +11,14 @@ from torch.utils.checkpoint import checkpoint
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.embeddings import Embeddings
+from lmlab.models.core.image_embeddings import ImageEmbeddings, takes_images
 from lmlab.models.core.layer import TransformerLayer
 from lmlab.models.core.masks import additive_mask, build_attention_mask
 from lmlab.models.core.norms import make_norm
 from lmlab.models.core.positions import RelativePositionBias, RotaryEmbedding
 from lmlab.models.core.unpad import PaddingIndex
 from lmlab.models.outputs import ModelOutput
+from lmlab.utils.errors import LmlabError
 
 
 class Transformer(nn.Module):
@@ -32,7 +34,7 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = config
-        self.embeddings = Embeddings(config)
+        self.embeddings = ImageEmbeddings(config) if takes_images(config) else Embeddings(config)
         count = 1 if config.share_layers else config.num_hidden_layers
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(count))
         self.final_norm = (make_norm(config.norm_type, config.hidden_size, config.norm_eps)
@@ -50,6 +52,25 @@ class Transformer(nn.Module):
         """The module computing layer ``index`` (the same one for all under sharing)."""
         return self.layers[0 if self.config.share_layers else index]
 
+    def embed(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None,
+              position_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+              past_length: int, pixel_values: torch.Tensor | None = None,
+              interpolate_pos_encoding: bool = False) -> torch.Tensor:
+        """The first hidden states (B, T, H): the tokens', or a ViT's [CLS] and image patches
+        (positions resized to another image size with ``interpolate_pos_encoding``)."""
+        images = takes_images(self.config)
+        if images != (pixel_values is not None):
+            raise LmlabError("this model takes " + ("pixel_values, not token ids" if images else
+                                                    "token ids, not pixel_values"),
+                             "pass " + ("pixel_values=" if images else "input_ids="))
+        if images:
+            return self.embeddings(pixel_values, interpolate_pos_encoding)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        return self.embeddings(input_ids, token_type_ids=token_type_ids,
+                               position_ids=position_ids, inputs_embeds=inputs_embeds,
+                               past_length=past_length)
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -64,22 +85,23 @@ class Transformer(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         skip_padding: bool = True,
+        pixel_values: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool = False,
     ) -> ModelOutput:
         """Embed and run the layers: the last hidden state (B, T, H) and, on request, every
-        layer's hidden states, attention probabilities and the key/value cache.
+        layer's hidden states, attention probabilities and the key/value cache. A ViT takes
+        ``pixel_values`` (B, C, H, W) instead of ids (:meth:`embed`).
 
         ``skip_padding`` (a speed setting) computes only the real tokens of a right-padded batch
         (zeros at padding positions); it falls back by itself where it cannot give the same
         outputs: a cache being filled, probabilities requested, cross-attention, T5's bias, a
         3-D mask, left padding (docs/models.md).
         """
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids and inputs_embeds")
         cache = past_key_values if past_key_values is not None else (KVCache() if use_cache else None)
         past_length = cache.seq_len() if cache is not None else 0
 
-        x = self.embeddings(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
-                            inputs_embeds=inputs_embeds, past_length=past_length)
+        x = self.embed(input_ids, token_type_ids, position_ids, inputs_embeds, past_length,
+                       pixel_values, interpolate_pos_encoding)
         batch, length = x.shape[:2]
         rotary = None
         if self.rotary is not None:

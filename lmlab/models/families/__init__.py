@@ -20,7 +20,8 @@ KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
     name: f"{__name__}.{name}:FAMILY"
     for name in ("bert", "roberta", "albert", "electra", "distilbert", "roformer", "gpt2",
                  "llama", "bart", "marian", "t5")} | {
-    "xlm-roberta": f"{__name__}.xlm_roberta:FAMILY", "mt5": f"{__name__}.mt5:FAMILY"}
+    "xlm-roberta": f"{__name__}.xlm_roberta:FAMILY", "mt5": f"{__name__}.mt5:FAMILY",
+    "vit": f"{__name__}.vit:FAMILY"}
 
 
 @dataclass(frozen=True)
