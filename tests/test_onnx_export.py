@@ -138,6 +138,7 @@ def test_cli_refuses_existing_output_and_unknown_head(tiny_llama, tmp_path):
 def test_refusals_before_any_work(tmp_path):
     from lmlab.compress.quantize import quantize_int8
     from lmlab.models.config import TransformerConfig
+    from lmlab.models.model import LanguageModel
     from lmlab.models.seq2seq import EncoderDecoderModel
 
     model = tiny_bert()
@@ -154,6 +155,12 @@ def test_refusals_before_any_work(tmp_path):
                                intermediate_size=64, vocab_size=100, is_encoder_decoder=True)
     with pytest.raises(LmlabError, match="EncoderDecoderModel"):
         export_onnx(EncoderDecoderModel(config), tmp_path / "a")
+    dynamic = LanguageModel(TransformerConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        vocab_size=100, position_embedding="rotary", causal=True, max_position_embeddings=32,
+        rope_scaling={"rope_type": "dynamic", "factor": 2.0}), heads=["clm"])
+    with pytest.raises(LmlabError, match="dynamic NTK"):
+        export_onnx(dynamic, tmp_path / "a")
     assert not (tmp_path / "a").exists()
 
 

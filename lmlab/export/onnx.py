@@ -71,6 +71,7 @@ def check_exportable(model: nn.Module, head: str | None) -> str:
     """The head to export (``head``, else the first head, else ``"none"``), after refusing what
     the export cannot express."""
     from lmlab.compress.quantize import quantized_layers
+    from lmlab.models.core.rope import rope_type_of
     from lmlab.models.model import LanguageModel
     from lmlab.models.task_heads import MULTIPLE_CHOICE
 
@@ -82,6 +83,10 @@ def check_exportable(model: nn.Module, head: str | None) -> str:
     if quantized_layers(model):
         raise LmlabError("the model has int8 layers (lmlab quantize); their kernels have no "
                          "ONNX form here", "export the fp32 model")
+    if rope_type_of(model.config.rope_scaling) == "dynamic":
+        raise LmlabError("dynamic NTK RoPE scaling recomputes its frequencies from each input's "
+                         "length, which an exported graph would freeze at one length",
+                         "export a model with linear, yarn or llama3 scaling, or none")
     if next(model.parameters()).dtype != torch.float32:
         raise LmlabError(f"the model holds {next(model.parameters()).dtype} weights",
                          "export in fp32: load without dtype=... or call model.float()")
