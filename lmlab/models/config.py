@@ -74,7 +74,16 @@ class TransformerConfig:
     share_embeddings: bool = True  # encoder-decoder: one token table for source and target
     relative_attention_num_buckets: int = 32  # T5's relative position buckets
     relative_attention_max_distance: int = 128
-    attention_scale: float | None = None  # None = 1/sqrt(head_dim); T5 uses 1.0
+    attention_scale: float | None = None  # None = 1/sqrt(head_dim * (1 + len(pos_att_type)))
+    # DeBERTa's disentangled attention (core/disentangled.py): its terms "c2p" and/or "p2c",
+    # the relative distances (-1: max_position_embeddings), v2's log buckets (-1: none), the
+    # content maps reused for positions, the table's norm ("layer_norm" or "none")
+    relative_attention: bool = False
+    pos_att_type: list[str] | None = None
+    max_relative_positions: int = -1
+    position_buckets: int = -1
+    share_att_key: bool = False
+    norm_rel_ebd: str = "none"
     tie_word_embeddings: bool = True
     initializer_range: float = 0.02
     pad_token_id: int | None = 0
@@ -100,6 +109,11 @@ class TransformerConfig:
                 raise LmlabError(f"rope_scaling with {self.position_embedding!r} positions",
                                  "RoPE scaling needs position_embedding='rotary'")
             self.rope_scaling = check_rope_scaling(self.rope_scaling, self.max_position_embeddings)
+        if self.pos_att_type is not None:
+            from lmlab.utils.checks import check_choice
+
+            self.pos_att_type = [check_choice(t, ("c2p", "p2c"), "pos_att_type entry",
+                                              "pos_att_type") for t in self.pos_att_type]
         if self.is_encoder_decoder and self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_hidden_layers
         if self.num_attention_heads % self.num_key_value_heads:
@@ -113,6 +127,17 @@ class TransformerConfig:
     def input_embedding_size(self) -> int:
         """Width of the token embedding table (E in ALBERT; H otherwise)."""
         return self.embedding_size or self.hidden_size
+
+    @property
+    def relative_max_distance(self) -> int:
+        """DeBERTa's largest relative distance (``max_relative_positions``, else the context)."""
+        return self.max_relative_positions if self.max_relative_positions > 0 \
+            else self.max_position_embeddings
+
+    @property
+    def relative_span(self) -> int:
+        """Half the rows of DeBERTa's distance table: the buckets, else the largest distance."""
+        return self.position_buckets if self.position_buckets > 0 else self.relative_max_distance
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -155,6 +180,10 @@ class TransformerConfig:
             total += (layer + attn + norm) * self.num_decoder_layers
         if self.position_embedding == "relative":  # one bucket table per stack
             total += stacks * self.relative_attention_num_buckets * self.num_attention_heads
+        if self.relative_attention:  # the distance table (and norm), per-layer position maps
+            total += 2 * self.relative_span * h + (norm if "layer_norm" in self.norm_rel_ebd else 0)
+            maps = 0 if self.share_att_key else len(self.pos_att_type or ())
+            total += maps * (h * q + q) * self.num_hidden_layers
         if include_embeddings and self.extra.get("patch_size"):  # ViT: core/image_embeddings.py
             from lmlab.models.core.image_embeddings import pair, patch_grid
 

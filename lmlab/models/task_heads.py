@@ -29,6 +29,8 @@ POOLINGS = ("family", "cls", "mean", "concat")
 #: what "family" pooling means for the recurrent families: ULMFiT's concat pooling for an
 #: AWD-LSTM, the mean over tokens for ELMo (Peters et al. pool the scalar mix per task)
 RECURRENT_POOLING = {"awd-lstm": "concat", "elmo": "mean"}
+#: layouts [CLS] -> dense -> act -> out_proj, and their activation (DeBERTa's: pooler_hidden_act)
+DENSE_LAYOUTS = {"dense-tanh": "tanh", "dense-gelu": "gelu", "context-pooler": "gelu"}
 
 # task type (lmlab.tasks) -> head name
 HEAD_FOR_TASK = {
@@ -77,10 +79,10 @@ class _PooledHead(nn.Module):
             style = get_family(config.family).task_heads.get(head, "pooler")
         self.style = style
         h = config.hidden_size
-        if style in ("dense-tanh", "dense-gelu"):  # classifier.dense -> act -> out_proj
+        if style in DENSE_LAYOUTS:  # classifier.dense -> act -> out_proj
             self.dense = nn.Linear(h, h)
             # RoFormer's head applies the model's own activation where ELECTRA's is fixed GELU
-            self.act = activation(config.extra.get("classifier_act", style.removeprefix("dense-")))
+            self.act = activation(config.extra.get("classifier_act", DENSE_LAYOUTS[style]))
             self.out_proj = nn.Linear(h, outputs)
             self.dropout = _dropout(config, "classifier_dropout")
         elif style == "summary":
@@ -112,7 +114,7 @@ class _PooledHead(nn.Module):
         if style == "concat":
             return self.dropout(concat_pool(hidden, attention_mask))
         first = hidden[:, 0]  # (B, H): [CLS] / <s>
-        if style in ("dense-tanh", "dense-gelu"):
+        if style in DENSE_LAYOUTS:
             return self.dropout(self.act(self.dense(self.dropout(first))))
         if style == "summary":
             return self.dropout(self.act(self.summary(first)))
@@ -122,7 +124,7 @@ class _PooledHead(nn.Module):
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, outputs)."""
         vector = self.represent(hidden, pooled, attention_mask)
-        return self.out_proj(vector) if self.style.startswith("dense-") \
+        return self.out_proj(vector) if self.style in DENSE_LAYOUTS \
             else self.classifier(vector)
 
 

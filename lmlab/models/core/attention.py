@@ -12,7 +12,8 @@ from torch.nn import functional as F
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
-from lmlab.models.core.masks import causal_mask
+from lmlab.models.core.disentangled import DisentangledBias
+from lmlab.models.core.masks import additive_mask, causal_mask
 from lmlab.models.core.positions import apply_rotary
 from lmlab.models.core.unpad import PaddingIndex
 
@@ -33,8 +34,10 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
         self.dropout_p = config.attention_probs_dropout_prob
+        terms = 1 + len(config.pos_att_type or ())  # DeBERTa scales by its score terms
         self.scale = (config.attention_scale if config.attention_scale is not None
-                      else 1.0 / math.sqrt(self.head_dim))
+                      else 1.0 / math.sqrt(self.head_dim * terms))
+        self.disentangled = DisentangledBias(config) if config.relative_attention else None
 
     def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -59,9 +62,11 @@ class Attention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         output_attentions: bool = False,
         padding: PaddingIndex | None = None,
+        relative: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend; returns (output (B, T, H), probabilities (B, nh, Tq, Tk) or None). With
-        ``padding``, ``hidden_states`` and the output are the real tokens only (N, H)."""
+        ``padding``, ``hidden_states`` and the output are the real tokens only (N, H);
+        ``relative``: DeBERTa's distance table and index (:mod:`~lmlab.models.core.disentangled`)."""
         if padding is not None:
             batch, q_len = padding.batch, padding.length
             layout = padding.pad  # (N, D) -> (B, T, D), zeros at padding positions
@@ -84,6 +89,9 @@ class Attention(nn.Module):
                 k, v = cache.update(layer_index, k, v)
 
         k, v = self._share_kv_heads(k, v)
+        if self.disentangled is not None and relative is not None:  # joined with the mask
+            bias = self.disentangled(q, k, *relative, self.q_proj, self.k_proj)
+            mask, is_causal = additive_mask(bias, mask, is_causal, q.dtype), False
 
         dropout_p = self.dropout_p if self.training else 0.0
         probs = None

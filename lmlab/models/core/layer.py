@@ -46,11 +46,13 @@ class TransformerLayer(nn.Module):
         cross_cache: KVCache | None = None,
         output_attentions: bool = False,
         padding: PaddingIndex | None = None,
+        relative: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Returns (hidden (B, T, H), self-attention probs or None, cross-attention probs or None)."""
         x, self_probs = self._sublayer(x, self.attention_norm, lambda h: self.attention(
             h, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
-            layer_index=layer_index, output_attentions=output_attentions, padding=padding))
+            layer_index=layer_index, output_attentions=output_attentions, padding=padding,
+            relative=relative))
         cross_probs = None
         if self.cross_attention is not None and encoder_hidden_states is not None:
             x, cross_probs = self._sublayer(x, self.cross_attention_norm,

@@ -10,6 +10,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
+from lmlab.models.core.disentangled import RelativePositions
 from lmlab.models.core.embeddings import Embeddings
 from lmlab.models.core.image_embeddings import ImageEmbeddings, takes_images
 from lmlab.models.core.layer import TransformerLayer
@@ -47,6 +48,7 @@ class Transformer(nn.Module):
                                                    config.num_attention_heads,
                                                    bidirectional=not config.causal)
                               if config.position_embedding == "relative" else None)
+        self.relative_positions = RelativePositions(config) if config.relative_attention else None
 
     def layer(self, index: int) -> TransformerLayer:
         """The module computing layer ``index`` (the same one for all under sharing)."""
@@ -116,6 +118,8 @@ class Transformer(nn.Module):
             mask = additive_mask(self.relative_bias(length, past_length + length, x.device),
                                  mask, is_causal, x.dtype)
             is_causal = False
+        relative = (self.relative_positions(length, past_length + length, x.device)
+                    if self.relative_positions is not None else None)  # DeBERTa's
         encoder_mask = None
         if encoder_hidden_states is not None and encoder_attention_mask is not None:
             encoder_mask, _ = build_attention_mask(encoder_attention_mask, length,
@@ -144,7 +148,7 @@ class Transformer(nn.Module):
                 x, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
                 layer_index=index, encoder_hidden_states=encoder_hidden_states,
                 encoder_mask=encoder_mask, cross_cache=cross_cache,
-                output_attentions=output_attentions, padding=padding,
+                output_attentions=output_attentions, padding=padding, relative=relative,
             )
             if output_hidden_states:
                 hidden_states.append(repad(x))

@@ -21,7 +21,8 @@ KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
     for name in ("bert", "roberta", "albert", "electra", "distilbert", "roformer", "gpt2",
                  "llama", "bart", "marian", "t5")} | {
     "xlm-roberta": f"{__name__}.xlm_roberta:FAMILY", "mt5": f"{__name__}.mt5:FAMILY",
-    "vit": f"{__name__}.vit:FAMILY"}
+    "vit": f"{__name__}.vit:FAMILY",
+    "deberta-v2": f"{__name__}.deberta_v2:FAMILY"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ TASK_LAYOUTS: dict[str, dict[str, str]] = {
     "pooler": {"classifier": "classifier"},  # pooled [CLS] (tanh) -> dropout -> classifier
     "dense-tanh": {"dense": "classifier.dense", "out_proj": "classifier.out_proj"},
     "dense-gelu": {"dense": "classifier.dense", "out_proj": "classifier.out_proj"},
+    "context-pooler": {"dense": "pooler.dense", "out_proj": "classifier"},  # DeBERTa's
     "summary": {"summary": "sequence_summary.summary", "classifier": "classifier"},
     "pre-classifier": {"pre_classifier": "pre_classifier", "classifier": "classifier"},
     "tokens": {"classifier": "classifier"},  # per token: dropout -> classifier
