@@ -305,3 +305,19 @@ def test_lm_evaluation_refuses_an_encoder_decoder(trained, tmp_path):
     text.write_text("mul INT+ 2 x\n")
     result = run_lmlab("perplexity", trained / "run" / "model", text)
     assert_clean_refusal(result, "encoder-decoder", fix="lmlab seq2seq evaluate")
+
+
+@pytest.mark.parametrize("family", ["t5", "mt5"])
+def test_a_fresh_t5_family_model_keeps_64_dim_heads(family):
+    """``lmlab seq2seq train --family t5|mt5 --hidden H``: T5's heads stay 64 wide, mT5 is T5
+    v1.1 (gated GELU, untied head) under its own model_type."""
+    from lmlab.finetune.text_to_text import build_seq2seq_model
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    model = build_seq2seq_model(family, Tokenizer.byt5(), layers=1, hidden=128)
+    config = model.config
+    assert (config.family, config.head_dim, config.num_attention_heads) == (family, 64, 2)
+    assert config.vocab_size == 384 and config.num_decoder_layers == 1
+    if family == "mt5":
+        assert (config.ffn_type, config.hidden_act) == ("glu", "gelu_new")  # gated GELU
+        assert not config.tie_word_embeddings

@@ -32,7 +32,7 @@ def register(commands) -> None:
     p.add_argument("--data", required=True, help="folder written by `lmlab seq2seq data`")
     _common.add_out(p, "run folder (model/, metrics, checkpoints)")
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--family", choices=("marian", "bart", "t5"), default="marian",
+    model.add_argument("--family", choices=("marian", "bart", "t5", "mt5"), default="marian",
                        help="architecture trained from scratch (marian: the original "
                             "Transformer's layout)")
     model.add_argument("--init", help="start from this encoder-decoder folder (its tokenizer)")

@@ -176,7 +176,7 @@ def build_seq2seq_model(family: str, tokenizer: Any, size: str | None = None,
     if hidden is not None:
         values.update(hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
                       intermediate_size=4 * hidden)
-        if family == "t5":
+        if family in ("t5", "mt5"):
             values["head_dim"] = 64
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     if pad is None or eos is None:
@@ -266,7 +266,7 @@ def _fresh_model_settings(family: str, size: str | None, layers: int | None,
 
     spec = get_family(family)
     if not spec.shape.get("is_encoder_decoder"):
-        raise LmlabError(f"{family} is not an encoder-decoder family", "use marian, bart or t5")
+        raise LmlabError(f"{family} is not an encoder-decoder family", "use marian, bart, t5 or mt5")
     size = check_choice(size or next(iter(spec.sizes)), spec.sizes, "--size", f"{family} size")
     return {"family": family, "size": size, "layers": layers, "hidden": hidden}
 
