@@ -11,8 +11,9 @@ from typing import Any
 from lmlab.models.config import TransformerConfig
 from lmlab.models.families import FamilySpec, Rule, paired_rules, stack_size
 from lmlab.models.families.bert import LAYER_MODULES
-from lmlab.models.image_head import IMAGE_CLASSIFICATION
 from lmlab.utils.errors import LmlabError
+
+IMAGE_CLASSIFICATION = "image-classification"  # the head (lmlab/models/image_head.py)
 
 
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
