@@ -192,7 +192,7 @@ _RELOAD = textwrap.dedent("""
 
 @pytest.mark.parametrize("kind", ["native", "hf"])
 def test_saved_model_loads_in_a_fresh_process(kind, tmp_path):
-    from lmlab.interop.hf import save_pretrained as save_hf
+    from lmlab.interop.native import save_native
     from lmlab.models.model import LanguageModel
     from lmlab.models.presets import preset
 
@@ -202,7 +202,8 @@ def test_saved_model_loads_in_a_fresh_process(kind, tmp_path):
                                           intermediate_size=64, position_buckets=8),
                                    heads=["mlm"]))
     batch = _padded((3, 20))
-    folder = (lmlab.save_pretrained if kind == "native" else save_hf)(model, tmp_path / kind)
+    folder = (save_native if kind == "native" else lmlab.save_pretrained)(model, tmp_path / kind)
+    assert (kind == "native") == ("lmlab_heads" in (folder / "config.json").read_text())
     with torch.no_grad():
         expected = model(**batch).head_logits["mlm"][0, :3]
     result = subprocess.run([sys.executable, "-c", _RELOAD, str(folder),
