@@ -102,6 +102,7 @@ def test_bad_input_is_refused_before_any_work(shards, tmp_path):
     out = tmp_path / "run"
     for changes, problem in (({"training": {"seq_len": 4096}}, "512 positions"),
                              ({"model": ModelSettings("bert", "huge")}, "huge"),
+                             ({"model": ModelSettings("vit", "tiny")}, "reads images"),
                              ({"objective": ObjectiveSettings("mlm,sopp")}, "sopp"),
                              ({"data": DataSettings(tmp_path / "none")}, "does not exist"),
                              ({"out": ""}, "no run directory")):

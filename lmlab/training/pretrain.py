@@ -182,6 +182,11 @@ class PretrainConfig:
 
             check_family_objective(family, self.objective.spec)  # elmo: bilm; awd-lstm: clm
             config = preset(family, size, **self.model.model_args)
+            if config.extra.get("patch_size"):  # ViT: models/core/image_embeddings.py
+                raise LmlabError(f"{family} reads images (pixel values), and lmlab pretrain "
+                                 "trains on token shards with a text objective",
+                                 "pretrain a text family; for images load a ViT checkpoint "
+                                 "(docs/vision.md)")
             positions = config.max_position_embeddings
             if config.is_encoder_decoder:  # the offset rows hold no position; </s> is added
                 positions -= config.position_offset + 1
