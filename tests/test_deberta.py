@@ -1,5 +1,5 @@
-"""DeBERTa-v2/v3 (issue 31): disentangled attention on the one core against transformers (test
-reference) both ways, on perturbed random weights and padded batches, for every head the family
+"""DeBERTa-v2/v3 and v1 (issue 31): disentangled attention on the one core against transformers
+(test reference) both ways, on perturbed random weights and padded batches, for every head the family
 maps and the attention's options (log buckets or clamped distances, shared or own position maps,
 c2p/p2c, the normalised table, absolute positions at the input, token types, both MLM heads);
 the refusals; the v3 presets' parameter counts; a fresh-process reload; MLM pretraining.
@@ -90,9 +90,10 @@ def _logits(model, head: str, batch, ours: bool) -> torch.Tensor:
 
 
 def _check_both_ways(theirs, head: str, class_name: str, tmp_path, batch) -> None:
+    family = theirs.config.model_type
     theirs.save_pretrained(tmp_path / "theirs")
     ours = lmlab.from_pretrained(tmp_path / "theirs")
-    assert ours.config.family == "deberta-v2" and list(ours.heads) == [head]
+    assert ours.config.family == family and list(ours.heads) == [head]
     expected = _logits(theirs, head, batch, ours=False)
     got = _logits(ours, head, batch, ours=True)
     # per-token logits at the real tokens (transformers attends from padding too, lmlab skips it)
@@ -102,12 +103,12 @@ def _check_both_ways(theirs, head: str, class_name: str, tmp_path, batch) -> Non
 
     saved = lmlab.save_pretrained(ours, tmp_path / "ours")
     written = json.loads((saved / "config.json").read_text())
-    assert written["model_type"] == "deberta-v2" and written["architectures"] == [class_name]
+    assert written["model_type"] == family and written["architectures"] == [class_name]
     back = getattr(transformers, class_name).from_pretrained(saved).eval()
     _close(got, _logits(back, head, batch, ours=False), f"{head} logits (lmlab -> hf)", where)
     if head != "multiple-choice":
         bare = transformers.AutoModel.from_pretrained(saved).eval()
-        assert type(bare).__name__ == "DebertaV2Model"
+        assert type(bare).__name__ == class_name.split("For")[0] + "Model"
         with torch.no_grad():
             _close(ours(**batch).last_hidden_state, bare(**batch).last_hidden_state,
                    "AutoModel states", batch["attention_mask"].bool())
@@ -140,6 +141,31 @@ def test_task_heads_parity_both_ways(head, tmp_path):
     _check_both_ways(theirs, head, class_name, tmp_path, batch)
 
 
+#: microsoft/deberta-base's attention at a small size (no buckets: the whole table)
+V1 = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+          intermediate_size=64, max_position_embeddings=64, relative_attention=True,
+          pos_att_type="c2p|p2c", position_biased_input=False)
+V1_VARIANTS = {"base": {}, "p2c-only": dict(pos_att_type=["p2c"]),
+               "clamped-distances": dict(max_relative_positions=6, position_biased_input=True,
+                                         type_vocab_size=2),
+               "non-legacy-mlm": dict(legacy=False)}
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("variant,head", [
+    (variant, head) for variant in V1_VARIANTS for head in list(CLASSES)[:4]
+    if head == "mlm" or variant != "non-legacy-mlm"])
+def test_v1_parity_both_ways(variant, head, tmp_path):
+    """DeBERTa v1's classes (fused per-head in_proj, q_bias/v_bias, unbiased keys and pos_proj)
+    -> lmlab -> the same class and AutoModel."""
+    class_name = "Deberta" + CLASSES[head]
+    config = transformers.DebertaConfig(**{**V1, **V1_VARIANTS[variant]},
+                                        num_labels=2 if head == "question-answering" else 3)
+    torch.manual_seed(0)
+    theirs = _perturb(getattr(transformers, class_name)(config))
+    _check_both_ways(theirs, head, class_name, tmp_path, _padded((3, 20)))
+
+
 def test_microsoft_v3_config_reads_as_the_preset():
     """microsoft/deberta-v3-base's config.json is preset("deberta-v2", "base"), whose parameter
     count equals transformers' DebertaV2Model (184M with the 128,100-token table)."""
@@ -164,19 +190,44 @@ def test_microsoft_v3_config_reads_as_the_preset():
             ours = LanguageModel(config, heads=[])
         assert ours.num_parameters() == config.num_parameters() == theirs.num_parameters(), size
     assert preset("deberta-v2", "base").num_parameters() == 183_831_552
+    for size in ("base", "large"):  # v1: microsoft/deberta-base and -large
+        config = preset("deberta", size)
+        with torch.device("meta"):
+            theirs = transformers.DebertaModel(transformers.DebertaConfig(
+                **get_family("deberta").config_to_hf(config)))
+            ours = LanguageModel(config, heads=[])
+        assert ours.num_parameters() == config.num_parameters() == theirs.num_parameters(), size
 
 
 @pytest.mark.parametrize("change,problem", [
     ({"conv_kernel_size": 3}, "convolution after its first layer"),
     ({"embedding_size": 16}, "embedding_size 16 != hidden_size 32"),
     ({"pos_att_type": "c2p|p2p"}, "pos_att_type"),
+    ({"talking_head": True}, "talking_head"),
 ])
 def test_what_lmlab_does_not_build_is_refused(change, problem):
     from lmlab.models.families import get_family
 
-    config = transformers.DebertaV2Config(**{**V3, **change}).to_dict()
+    v1 = "talking_head" in change
+    config = (transformers.DebertaConfig(**{**V1, **change}) if v1 else
+              transformers.DebertaV2Config(**{**V3, **change})).to_dict()
     with pytest.raises(LmlabError, match=problem):
-        get_family("deberta-v2").config_from_hf(config)
+        get_family("deberta" if v1 else "deberta-v2").config_from_hf(config)
+
+
+def test_v1_and_v2_configs_are_not_saved_as_each_other():
+    """v1's keys have no bias, v2's do: a config of one family is refused under the other."""
+    from dataclasses import replace
+
+    from lmlab.models.families import get_family
+    from lmlab.models.presets import preset
+
+    with pytest.raises(LmlabError, match="key_bias"):
+        get_family("deberta-v2").config_to_hf(replace(preset("deberta", "base"),
+                                                      family="deberta-v2"))
+    with pytest.raises(LmlabError, match="not deberta shaped"):
+        get_family("deberta").config_to_hf(replace(preset("deberta-v2", "base"),
+                                                   family="deberta"))
 
 
 # -- a fresh process ----------------------------------------------------------------------------
@@ -190,17 +241,19 @@ _RELOAD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kind", ["native", "hf"])
-def test_saved_model_loads_in_a_fresh_process(kind, tmp_path):
+@pytest.mark.parametrize("family,kind", [("deberta-v2", "native"), ("deberta-v2", "hf"),
+                                         ("deberta", "hf")])
+def test_saved_model_loads_in_a_fresh_process(family, kind, tmp_path):
     from lmlab.interop.native import save_native
     from lmlab.models.model import LanguageModel
     from lmlab.models.presets import preset
 
     torch.manual_seed(0)
-    model = _perturb(LanguageModel(preset("deberta-v2", "xsmall", vocab_size=99, hidden_size=32,
-                                          num_hidden_layers=2, num_attention_heads=4,
-                                          intermediate_size=64, position_buckets=8),
-                                   heads=["mlm"]))
+    small = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=64, max_position_embeddings=64)
+    if family == "deberta-v2":
+        small["position_buckets"] = 8
+    model = _perturb(LanguageModel(preset(family, "base", **small), heads=["mlm"]))
     batch = _padded((3, 20))
     folder = (save_native if kind == "native" else lmlab.save_pretrained)(model, tmp_path / kind)
     assert (kind == "native") == ("lmlab_heads" in (folder / "config.json").read_text())
@@ -210,7 +263,7 @@ def test_saved_model_loads_in_a_fresh_process(kind, tmp_path):
                              json.dumps({k: v.tolist() for k, v in batch.items()})],
                             capture_output=True, text=True, check=True)
     name, logits = json.loads(result.stdout.strip().splitlines()[-1])
-    assert name == "deberta-v2"
+    assert name == family
     assert torch.equal(torch.tensor(logits), expected)  # exact: same weights, same batch
 
 

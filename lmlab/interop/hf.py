@@ -184,11 +184,21 @@ def model_rules(family: FamilySpec, model, prefix: str) -> list[Rule]:
     return rules
 
 
+def _swap_heads_and_parts(tensor: torch.Tensor, head_dim: int, parts: int, to_ours: bool
+                          ) -> torch.Tensor:
+    """Rows grouped per head, each head's ``parts`` in turn, <-> grouped per part."""
+    heads = tensor.shape[0] // (parts * head_dim)
+    shape = (heads, parts) if to_ours else (parts, heads)
+    return tensor.reshape(*shape, head_dim, *tensor.shape[1:]).transpose(0, 1).reshape(tensor.shape)
+
+
 def _to_ours(rule: Rule, tensor: torch.Tensor, head_dim: int) -> list[torch.Tensor]:
     if rule.transpose:
         tensor = tensor.t()
     if rule.rotary_pairs:
         tensor = rotary_rows_from_pairs(tensor, head_dim)
+    if rule.per_head:  # (nh, parts, hd, ...) -> (parts, nh, hd, ...)
+        tensor = _swap_heads_and_parts(tensor, head_dim, len(rule.ours_names), to_ours=True)
     if rule.split is not None:
         return list(tensor.chunk(len(rule.ours_names), dim=rule.split))
     return [tensor]
@@ -360,6 +370,8 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
             continue  # a tied copy (a head, a second stack's table): transformers re-ties it
         tensor = torch.cat([v.detach() for v in values], dim=rule.split) if rule.split is not None \
             else values[0].detach()
+        if rule.per_head:
+            tensor = _swap_heads_and_parts(tensor, model.config.head_dim, len(values), False)
         if rule.rotary_pairs:
             tensor = rotary_rows_to_pairs(tensor, model.config.head_dim)
         if rule.transpose:

@@ -163,7 +163,8 @@ class TransformerConfig:
         kv = self.num_key_value_heads * self.head_dim
         ab, mb = int(self.attention_bias), int(self.mlp_bias)
         norm = 2 * h if self.norm_type == "layernorm" else h
-        attn = h * q + q * ab + 2 * (h * kv + kv * ab) + q * h + h * ab
+        kb = ab * int(self.extra.get("key_bias", True))  # DeBERTa v1's keys have no bias
+        attn = h * q + q * ab + 2 * h * kv + kv * (ab + kb) + q * h + h * ab
         ffn_in = 2 if self.ffn_type == "glu" else 1
         ffn = ffn_in * (h * f + f * mb) + f * h + h * mb
         layer = attn + ffn + 2 * norm
@@ -182,8 +183,8 @@ class TransformerConfig:
             total += stacks * self.relative_attention_num_buckets * self.num_attention_heads
         if self.relative_attention:  # the distance table (and norm), per-layer position maps
             total += 2 * self.relative_span * h + (norm if "layer_norm" in self.norm_rel_ebd else 0)
-            maps = 0 if self.share_att_key else len(self.pos_att_type or ())
-            total += maps * (h * q + q) * self.num_hidden_layers
+            maps = [] if self.share_att_key else self.pos_att_type or []  # c2p's key map: kb
+            total += sum(h * q + (kb if t == "c2p" else 1) * q for t in maps) * self.num_hidden_layers
         if include_embeddings and self.extra.get("patch_size"):  # ViT: core/image_embeddings.py
             from lmlab.models.core.image_embeddings import pair, patch_grid
 

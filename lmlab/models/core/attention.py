@@ -30,7 +30,8 @@ class Attention(nn.Module):
         bias = config.attention_bias
         hidden = config.hidden_size
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        key_bias = bias and config.extra.get("key_bias", True)  # DeBERTa v1: keys unbiased
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=key_bias)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
         self.dropout_p = config.attention_probs_dropout_prob

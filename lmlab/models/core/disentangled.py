@@ -65,7 +65,8 @@ class DisentangledBias(nn.Module):
         self.shared = config.share_att_key
         width = config.num_attention_heads * config.head_dim
         if not self.shared and "c2p" in self.types:
-            self.pos_key_proj = nn.Linear(config.hidden_size, width)
+            self.pos_key_proj = nn.Linear(config.hidden_size, width,
+                                          bias=config.extra.get("key_bias", True))
         if not self.shared and "p2c" in self.types:
             self.pos_query_proj = nn.Linear(config.hidden_size, width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)

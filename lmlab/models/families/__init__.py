@@ -22,7 +22,7 @@ KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
                  "llama", "bart", "marian", "t5")} | {
     "xlm-roberta": f"{__name__}.xlm_roberta:FAMILY", "mt5": f"{__name__}.mt5:FAMILY",
     "vit": f"{__name__}.vit:FAMILY",
-    "deberta-v2": f"{__name__}.deberta_v2:FAMILY"}
+    "deberta": f"{__name__}.deberta:FAMILY", "deberta-v2": f"{__name__}.deberta_v2:FAMILY"}
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ class Rule:
     decoder layer). ``transpose``: theirs is stored (in, out) (GPT-2's Conv1D). ``split``: theirs
     is ours' tensors concatenated along that dim (GPT-2's c_attn). ``optional``: the file may
     omit it (a tied decoder). ``gguf``: llama.cpp's name. ``rotary_pairs``: theirs holds
-    query/key rows in adjacent-pair order, ours in rotate-half order.
+    query/key rows in adjacent-pair order, ours in rotate-half order. ``per_head`` (with
+    ``split=0``): theirs holds each head's rows of every ours in turn (DeBERTa's ``in_proj``).
     """
 
     ours: str | tuple[str, ...]
@@ -44,6 +45,7 @@ class Rule:
     optional: bool = False
     gguf: str | None = None
     rotary_pairs: bool = False
+    per_head: bool = False
 
     @property
     def ours_names(self) -> tuple[str, ...]:

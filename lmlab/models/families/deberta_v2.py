@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from lmlab.models.config import TransformerConfig
 from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules, stack_size
 from lmlab.models.families.bert import (
@@ -63,8 +61,12 @@ def check_from_hf(hf: dict[str, Any], values: dict[str, Any], what: str = "DeBER
                              f"lmlab builds {what} with {key} equal to the hidden size")
 
 
-def check_to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
-    """``position_biased_input`` from the position kind; a non-legacy MLM head must be tied."""
+def check_to_hf(config: TransformerConfig, hf: dict[str, Any], key_bias: bool = True) -> None:
+    """``position_biased_input`` from the position kind; a non-legacy MLM head must be tied;
+    keys biased (v2) or not (v1) as the family's checkpoints are."""
+    if config.extra.get("key_bias", True) != key_bias:
+        raise LmlabError(f"this DeBERTa config has key_bias {not key_bias}, its checkpoints "
+                         f"{key_bias}", "save v1 (unbiased keys) as deberta, v2 as deberta-v2")
     if config.position_embedding not in ("learned", "none"):
         raise LmlabError(f"DeBERTa has learned or no input positions, not "
                          f"{config.position_embedding!r}", "build it from a DeBERTa preset")
@@ -107,6 +109,8 @@ def unused_table_norm(config: TransformerConfig) -> dict[str, Any]:
     written as initialised, not read."""
     if config.relative_attention or "layer_norm" not in config.norm_rel_ebd:
         return {}
+    import torch  # family specs load without torch (`lmlab --help`)
+
     return {"encoder.LayerNorm.weight": torch.ones(config.hidden_size),
             "encoder.LayerNorm.bias": torch.zeros(config.hidden_size)}
 
