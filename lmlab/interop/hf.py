@@ -311,8 +311,7 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
     """A model from a Hugging Face folder. ``head``: None = the heads config.json's
     ``architectures`` names; a name or list = those heads (fresh weights where the checkpoint
     has none: ``model.fresh_heads``)."""
-    from lmlab.models.model import LanguageModel
-    from lmlab.models.seq2seq import EncoderDecoderModel
+    from lmlab.models.classes import model_class
 
     path = Path(path)
     read_hf_config(path)  # a folder without config.json is refused before its weights are read
@@ -326,8 +325,7 @@ def load_pretrained(path: str | Path, head: str | list[str] | None = None,
         keys = tensors.keys()
         has_pooler = any(r.theirs in keys or f"{family.base_prefix}.{r.theirs}" in keys
                          for r in family.pooler_rules)
-        model_class = EncoderDecoderModel if config.is_encoder_decoder else LanguageModel
-        model = model_class(config, heads=heads, with_pooler=has_pooler or None)
+        model = model_class(config)(config, heads=heads, with_pooler=has_pooler or None)
         model.fresh_heads = load_weights(model, tensors, family)
     finally:
         tensors.close()

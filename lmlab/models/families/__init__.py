@@ -21,7 +21,7 @@ KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
     for name in ("bert", "roberta", "albert", "electra", "distilbert", "roformer", "gpt2",
                  "llama", "bart", "marian", "t5")} | {
     "xlm-roberta": f"{__name__}.xlm_roberta:FAMILY", "mt5": f"{__name__}.mt5:FAMILY",
-    "vit": f"{__name__}.vit:FAMILY",
+    "vit": f"{__name__}.vit:FAMILY", "canine": f"{__name__}.canine:FAMILY",
     "deberta": f"{__name__}.deberta:FAMILY", "deberta-v2": f"{__name__}.deberta_v2:FAMILY"}
 
 
