@@ -298,3 +298,41 @@ def test_mlm_pretraining_through_the_cli(tmp_path):
     config = json.loads((model_dir / "config.json").read_text())
     assert config["model_type"] == "deberta-v2" and config["position_biased_input"] is False
     transformers.DebertaV2ForMaskedLM.from_pretrained(model_dir)
+
+
+def test_finetune_through_the_cli(tiny_bert_folder, tmp_path):
+    """`lmlab finetune` on a DeBERTa-v3-shaped folder (MiniLM's WordPiece tokenizer): the
+    ContextPooler head trains (loss falls) and the saved model is DebertaV2ForSequenceClassification."""
+    import shutil
+
+    from conftest import run_lmlab
+
+    from lmlab.models.model import LanguageModel
+    from lmlab.models.presets import preset
+
+    torch.manual_seed(0)
+    model = LanguageModel(preset("deberta-v2", "xsmall", vocab_size=30522, hidden_size=32,
+                                 num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=64, max_position_embeddings=128,
+                                 position_buckets=16))
+    folder = lmlab.save_pretrained(model, tmp_path / "deberta")
+    for name in tiny_bert_folder.iterdir():
+        if name.name.startswith(("tokenizer", "vocab", "special_tokens")):
+            shutil.copy(name, folder / name.name)
+    words = [("dog", "animal"), ("hammer", "tool"), ("cat", "animal"), ("saw", "tool"),
+             ("horse", "animal"), ("drill", "tool")]
+    for split, count in (("train", 24), ("dev", 8)):
+        lines = ["sentence,kind"] + [f'"the {w} is here, look",{k}'
+                                     for w, k in (words[i % 6] for i in range(count))]
+        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
+                       tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
+                       "kind", "--model", folder, "--out", tmp_path / "run", "--epochs", 6,
+                       "--patience", 6, "--batch-size", 4, "--lr", 1e-2, "--precision", "fp32",
+                       "--pooling", "family")
+    assert result.returncode == 0, result.stderr[-3000:]
+    history = json.loads((tmp_path / "run" / "finetune.json").read_text())["history"]
+    losses = [row["train_loss"] for row in history]
+    assert losses[-1] < 0.9 * losses[0], losses
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert saved["architectures"] == ["DebertaV2ForSequenceClassification"]
