@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from lmlab.interop.folders import adapter_folder, folder_kind, load_model
-from lmlab.tokenization.tokenizer import Tokenizer
+from lmlab.tokenization.characters import load_tokenizer
 from lmlab.utils.catalog import resolve_model_dir
 from lmlab.utils.errors import LmlabError
 
@@ -63,9 +63,9 @@ def load_model_and_tokenizer(model: Any, tokenizer: Any = None, head: str | None
         if source is None:
             raise LmlabError("a loaded model was given without a tokenizer",
                              "pass tokenizer=... (an lmlab Tokenizer or a folder)")
-        tokenizer = Tokenizer.from_pretrained(source)
+        tokenizer = load_tokenizer(source)
     elif isinstance(tokenizer, str | Path):
-        tokenizer = Tokenizer.from_pretrained(tokenizer)
+        tokenizer = load_tokenizer(tokenizer)
     if device is not None:
         model = model.to(device)
     if tokenizer is not None and len(tokenizer) > model.config.vocab_size:

@@ -16,6 +16,7 @@ from conftest import assert_close_rounding
 import lmlab
 from lmlab.models.canine import CanineModel
 from lmlab.models.presets import preset
+from lmlab.models.task_heads import task_logits
 from lmlab.tokenization.characters import CharacterTokenizer
 from lmlab.utils.errors import LmlabError
 
@@ -92,6 +93,16 @@ def test_task_classes_load_with_the_same_logits(tmp_path, cls, head):
         _close(got.logits[..., 1], want.end_logits)
     else:
         _close(got.logits, want.logits)
+
+
+def test_multiple_choice_logits_equal_transformers(tmp_path):
+    theirs = _hf_model("CanineForMultipleChoice")
+    theirs.save_pretrained(tmp_path)
+    ours = lmlab.from_pretrained(tmp_path)
+    batch = {k: v.view(len(TEXTS) // 5, 5, -1) for k, v in _batch(pairs=True).items()}  # (B, C, T)
+    with torch.no_grad():
+        want, got = theirs(**batch).logits, task_logits(ours, "multiple-choice", batch)
+    _close(got, want)
 
 
 def test_lmlab_model_saves_for_transformers(tmp_path):
@@ -195,3 +206,33 @@ def test_tokenizer_ids_equal_canine_tokenizers(tmp_path):
     assert loaded(texts, padding=True) == ours(texts, padding=True)
     with pytest.raises(LmlabError, match="cannot cut to max_length=3"):
         ours("abc", "def", truncation="only_first", max_length=3)
+
+
+def test_finetune_through_the_cli(tmp_path):
+    """`lmlab finetune` on a CANINE folder (its codepoint tokenizer beside it): the classifier
+    trains (loss falls) and the saved model is CanineForSequenceClassification."""
+    from conftest import run_lmlab
+
+    torch.manual_seed(0)
+    model = CanineModel(preset("canine", "small", **SMALL, max_position_embeddings=64,
+                               extra=SETTINGS), with_pooler=True)
+    folder = lmlab.save_pretrained(model, tmp_path / "canine")
+    CharacterTokenizer(model_max_length=64).save_pretrained(folder)
+    words = [("chien", "animal"), ("marteau", "tool"), ("кошка", "animal"), ("пила", "tool"),
+             ("馬", "animal"), ("ドリル", "tool")]
+    for split, count in (("train", 24), ("dev", 8)):
+        lines = ["sentence,kind"] + [f"{w} ici,{k}" for w, k in (words[i % 6]
+                                                                 for i in range(count))]
+        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
+                       tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
+                       "kind", "--model", folder, "--out", tmp_path / "run", "--epochs", 6,
+                       "--patience", 6, "--batch-size", 4, "--lr", 1e-2, "--precision", "fp32",
+                       "--pooling", "family")
+    assert result.returncode == 0, result.stderr[-3000:]
+    history = json.loads((tmp_path / "run" / "finetune.json").read_text())["history"]
+    losses = [row["train_loss"] for row in history]
+    assert losses[-1] < 0.9 * losses[0], losses
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert saved["architectures"] == ["CanineForSequenceClassification"]
+    transformers.CanineForSequenceClassification.from_pretrained(tmp_path / "run" / "model")

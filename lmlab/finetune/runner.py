@@ -53,10 +53,10 @@ def parse_model_source(source: str | Path, random_init: bool = False) -> tuple[P
 
 
 def load_tokenizer(path: Path):
-    from lmlab.tokenization.tokenizer import Tokenizer
+    from lmlab.tokenization.characters import load_tokenizer as load_folder_tokenizer
     from lmlab.utils.catalog import resolve_model_dir
 
-    return Tokenizer.from_pretrained(resolve_model_dir(path))
+    return load_folder_tokenizer(resolve_model_dir(path))
 
 
 def _architecture(source: str | Path):

@@ -130,6 +130,16 @@ class CanineModel(HeadedModel):
         """None: codepoints are hashed, there is no token table to share."""
         return None
 
+    def layer_groups(self) -> list[list[nn.Module]]:
+        """Modules from the top, for layer-wise learning rates: heads, pooler and the final
+        character layer with the upsampling; each deep layer; the downsampling with the
+        initial layer; the embeddings."""
+        stack = self.transformer
+        top = [*self.heads.values(), *([self.pooler] if self.pooler is not None else []),
+               stack.final_layer, stack.upsample]
+        return [top, *([layer] for layer in reversed(list(stack.layers))),
+                [stack.downsample, stack.initial_layer], [stack.embeddings]]
+
     def _new_head(self, name: str) -> nn.Module:
         head = super()._new_head(name)
         if needs_pooler(name) and self.pooler is None:

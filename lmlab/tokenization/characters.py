@@ -6,6 +6,8 @@ folder (``tokenizer_config.json``) loads in both (docs/characters.md).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 
 from lmlab.tokenization.encoding import BatchEncoding
 from lmlab.tokenization.tokenizer import (
+    Tokenizer,
     _as_tensors,
     _is_batched,
     _padding_arg,
@@ -20,6 +23,7 @@ from lmlab.tokenization.tokenizer import (
     _to_list,
     _truncation_args,
 )
+from lmlab.utils.catalog import resolve_short_name
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, read_json
 
@@ -71,6 +75,12 @@ class CharacterTokenizer:
             "padding_side": self.padding_side, "truncation_side": self.truncation_side,
             **{role: chr(codepoint) for role, codepoint in SPECIAL_CODEPOINTS.items()}})
         return [folder / "tokenizer_config.json"]
+
+    def fingerprint(self) -> str:
+        """A hash of what decides the ids (codepoints, this max length, these sides), which
+        runs record to tell whether two tokenizers encode alike."""
+        state = [TOKENIZER_CLASS, self.model_max_length, self.padding_side, self.truncation_side]
+        return hashlib.sha256(json.dumps(state).encode()).hexdigest()[:16]
 
     def tokenize(self, text: str) -> list[str]:
         return list(text)
@@ -176,3 +186,13 @@ def _cut(parts: list[list[int]], budget: int, strategy: str) -> list[int] | None
         return None if sum(sizes) > budget else sizes
     sizes[index] -= max(0, sum(sizes) - budget)
     return sizes if sizes[index] >= 0 else None
+
+
+def load_tokenizer(path: str | os.PathLike) -> Any:
+    """The tokenizer of a model folder: a :class:`CharacterTokenizer` where its
+    ``tokenizer_config.json`` names CanineTokenizer, else ``lmlab.Tokenizer``'s."""
+    folder = resolve_short_name(path)
+    config = folder / "tokenizer_config.json"
+    if config.is_file() and read_json(config).get("tokenizer_class") == TOKENIZER_CLASS:
+        return CharacterTokenizer.from_pretrained(folder)
+    return Tokenizer.from_pretrained(folder)
