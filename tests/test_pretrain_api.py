@@ -103,6 +103,8 @@ def test_bad_input_is_refused_before_any_work(shards, tmp_path):
     for changes, problem in (({"training": {"seq_len": 4096}}, "512 positions"),
                              ({"model": ModelSettings("bert", "huge")}, "huge"),
                              ({"model": ModelSettings("vit", "tiny")}, "reads images"),
+                             ({"model": ModelSettings("canine", "small")},
+                              "no CANINE pretraining objective"),
                              ({"objective": ObjectiveSettings("mlm,sopp")}, "sopp"),
                              ({"data": DataSettings(tmp_path / "none")}, "does not exist"),
                              ({"out": ""}, "no run directory")):

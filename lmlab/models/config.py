@@ -185,6 +185,13 @@ class TransformerConfig:
             total += 2 * self.relative_span * h + (norm if "layer_norm" in self.norm_rel_ebd else 0)
             maps = [] if self.share_att_key else self.pos_att_type or []  # c2p's key map: kb
             total += sum(h * q + (kb if t == "c2p" else 1) * q for t in maps) * self.num_hidden_layers
+        if self.extra.get("num_hash_buckets"):  # CANINE: two character layers, convolutions
+            rate = self.extra.get("downsampling_rate", 4)
+            kernel = self.extra.get("upsampling_kernel_size", 4)
+            total += 2 * layer + (rate * h + 2 * kernel * h + 2) * h + 4 * h
+            if include_embeddings:  # hash shards (H columns in all), positions, types, norm
+                total += (2 * self.extra["num_hash_buckets"] + self.type_vocab_size + 2) * h
+            return total
         if include_embeddings and self.extra.get("patch_size"):  # ViT: core/image_embeddings.py
             from lmlab.models.core.image_embeddings import pair, patch_grid
 

@@ -187,6 +187,10 @@ class PretrainConfig:
                                  "trains on token shards with a text objective",
                                  "pretrain a text family; for images load a ViT checkpoint "
                                  "(docs/vision.md)")
+            if family == "canine":  # no objective predicts its characters (models/canine.py)
+                raise LmlabError("lmlab has no CANINE pretraining objective (its character "
+                                 "and subword prediction are not built)",
+                                 "fine-tune a CANINE checkpoint (docs/characters.md)")
             positions = config.max_position_embeddings
             if config.is_encoder_decoder:  # the offset rows hold no position; </s> is added
                 positions -= config.position_offset + 1
