@@ -84,6 +84,9 @@ class TransformerConfig:
     position_buckets: int = -1
     share_att_key: bool = False
     norm_rel_ebd: str = "none"
+    # sliding-window attention (core/local_attention.py): keys seen per query, one value or one
+    # per layer, 0 = dense; bidirectional: window/2 each side (even), causal: window keys back
+    attention_window: int | list[int] | None = None
     tie_word_embeddings: bool = True
     initializer_range: float = 0.02
     pad_token_id: int | None = 0
@@ -116,12 +119,39 @@ class TransformerConfig:
                                               "pos_att_type") for t in self.pos_att_type]
         if self.is_encoder_decoder and self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_hidden_layers
+        if self.attention_window is not None:
+            self._check_attention_window()
         if self.num_attention_heads % self.num_key_value_heads:
             raise LmlabError(
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads {self.num_key_value_heads}",
                 "use a key/value head count that divides the query head count",
             )
+
+    def _check_attention_window(self) -> None:
+        windows = self.attention_window
+        per_layer = isinstance(windows, list)
+        if per_layer and len(windows) != self.num_hidden_layers:
+            raise LmlabError(f"attention_window has {len(windows)} entries for "
+                             f"{self.num_hidden_layers} layers", "give one window per layer")
+        for w in windows if per_layer else [windows]:
+            if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+                raise LmlabError(f"attention_window entry {w!r} is not a whole number >= 0",
+                                 "give the keys each query sees (0: dense attention)")
+            if w % 2 and not self.causal:
+                raise LmlabError(f"attention_window {w} is odd in a bidirectional stack",
+                                 "use an even window: window/2 keys on each side")
+        if self.relative_attention or self.position_embedding == "relative" \
+                or self.is_encoder_decoder or (per_layer and self.share_layers
+                                              and len(set(windows)) > 1):
+            raise LmlabError("attention_window with relative position biases, an encoder-decoder "
+                             "or shared layers of different windows is not supported",
+                             "use learned, sinusoidal or rotary positions in one stack")
+
+    def layer_window(self, index: int) -> int:
+        """Layer ``index``'s attention window (0: dense)."""
+        windows = self.attention_window or 0
+        return windows[index] if isinstance(windows, list) else windows
 
     @property
     def input_embedding_size(self) -> int:

@@ -134,10 +134,12 @@ class LanguageModel(HeadedModel):
         skip_padding: bool = True,
         pixel_values: torch.Tensor | None = None,
         interpolate_pos_encoding: bool = False,
+        global_attention_mask: torch.Tensor | None = None,
     ) -> ModelOutput:
         """Run the stack and the heads (all, or those named in ``heads``). ``skip_padding``:
         see :meth:`Transformer.forward`; labels that count a padding position switch it off.
-        A ViT takes ``pixel_values`` (B, C, H, W) instead of ids."""
+        A ViT takes ``pixel_values`` (B, C, H, W) instead of ids; ``global_attention_mask``: the
+        global tokens of windowed attention."""
         if skip_padding and _labels_read_padding(labels, attention_mask):
             skip_padding = False
         out = self.transformer(
@@ -147,6 +149,7 @@ class LanguageModel(HeadedModel):
             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
             skip_padding=skip_padding, pixel_values=pixel_values,
             interpolate_pos_encoding=interpolate_pos_encoding,
+            global_attention_mask=global_attention_mask,
         )
         hidden = out.last_hidden_state
         pooled = self.pooler(hidden) if self.pooler is not None else None

@@ -1,5 +1,6 @@
 """Multi-head / grouped-query attention, self or cross, written once for every family: the fused
-SDPA path by default, the math path when probabilities are requested (``output_attentions``).
+SDPA path by default, the math path when probabilities are requested (``output_attentions``),
+the blocked sliding-window path for a layer with an attention window.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torch.nn import functional as F
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.disentangled import DisentangledBias
+from lmlab.models.core.local_attention import WindowInputs, local_attention, window_mask
 from lmlab.models.core.masks import additive_mask, causal_mask
 from lmlab.models.core.positions import apply_rotary
 from lmlab.models.core.unpad import PaddingIndex
@@ -21,8 +23,10 @@ from lmlab.models.core.unpad import PaddingIndex
 class Attention(nn.Module):
     """Self- or cross-attention with ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj``."""
 
-    def __init__(self, config: TransformerConfig, cross: bool = False):
+    def __init__(self, config: TransformerConfig, cross: bool = False, window: int = 0):
         super().__init__()
+        self.window = 0 if cross else window  # keys seen per query (0: all)
+        self.causal = config.causal
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -64,10 +68,12 @@ class Attention(nn.Module):
         output_attentions: bool = False,
         padding: PaddingIndex | None = None,
         relative: tuple[torch.Tensor, torch.Tensor] | None = None,
+        window_inputs: WindowInputs | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend; returns (output (B, T, H), probabilities (B, nh, Tq, Tk) or None). With
         ``padding``, ``hidden_states`` and the output are the real tokens only (N, H);
-        ``relative``: DeBERTa's distance table and index (:mod:`~lmlab.models.core.disentangled`)."""
+        ``relative``: DeBERTa's distance table and index (:mod:`~lmlab.models.core.disentangled`);
+        ``window_inputs``: real and global tokens for a windowed layer."""
         if padding is not None:
             batch, q_len = padding.batch, padding.length
             layout = padding.pad  # (N, D) -> (B, T, D), zeros at padding positions
@@ -96,6 +102,15 @@ class Attention(nn.Module):
 
         dropout_p = self.dropout_p if self.training else 0.0
         probs = None
+        if self.window:
+            inputs = window_inputs or WindowInputs(blocked=False)
+            if inputs.blocked and cache is None and not output_attentions:
+                context = local_attention(q, k, v, self.window, self.causal, inputs, self.scale,
+                                          dropout_p)
+                return self._output(context, batch, q_len, padding), None
+            mask = window_mask(self.window, self.causal, mask, is_causal, q.shape[2], k.shape[2],
+                               inputs, q.device)
+            is_causal = False
         if output_attentions:
             scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, nh, Tq, Tk)
             if is_causal:
@@ -112,10 +127,15 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
                 scale=self.scale,
             )
+        return self._output(context, batch, q_len, padding), probs
+
+    def _output(self, context: torch.Tensor, batch: int, q_len: int,
+                padding: PaddingIndex | None) -> torch.Tensor:
+        """The heads' context (B, nh, Tq, hd) joined and projected: (B, Tq, H) or (N, H)."""
         context = context.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)
         if padding is not None:
             context = padding.unpad(context)  # (N, nh*hd): real tokens only
-        return self.o_proj(context), probs
+        return self.o_proj(context)
 
 
 def _unchanged(x: torch.Tensor) -> torch.Tensor:

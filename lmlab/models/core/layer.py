@@ -9,16 +9,17 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.attention import Attention
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.feedforward import FeedForward
+from lmlab.models.core.local_attention import WindowInputs
 from lmlab.models.core.norms import make_norm
 from lmlab.models.core.unpad import PaddingIndex
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, window: int = 0):
         super().__init__()
         self.pre_norm = config.pre_norm
         norm = lambda: make_norm(config.norm_type, config.hidden_size, config.norm_eps)  # noqa: E731
-        self.attention = Attention(config)
+        self.attention = Attention(config, window=window)
         self.attention_norm = norm()
         self.cross_attention = Attention(config, cross=True) if config.add_cross_attention else None
         self.cross_attention_norm = norm() if config.add_cross_attention else None
@@ -47,12 +48,13 @@ class TransformerLayer(nn.Module):
         output_attentions: bool = False,
         padding: PaddingIndex | None = None,
         relative: tuple[torch.Tensor, torch.Tensor] | None = None,
+        window_inputs: WindowInputs | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Returns (hidden (B, T, H), self-attention probs or None, cross-attention probs or None)."""
         x, self_probs = self._sublayer(x, self.attention_norm, lambda h: self.attention(
             h, mask=mask, is_causal=is_causal, rotary=rotary, cache=cache,
             layer_index=layer_index, output_attentions=output_attentions, padding=padding,
-            relative=relative))
+            relative=relative, window_inputs=window_inputs))
         cross_probs = None
         if self.cross_attention is not None and encoder_hidden_states is not None:
             x, cross_probs = self._sublayer(x, self.cross_attention_norm,

@@ -53,7 +53,7 @@ def build_attention_mask(
         mask = attention_mask.bool()
         if mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, 1, Tq, Tk)
-        return _open_empty_rows(mask), False
+        return open_empty_rows(mask), False
 
     has_padding = attention_mask is not None and not bool(attention_mask.all())
     if not has_padding:
@@ -66,11 +66,12 @@ def build_attention_mask(
     keys = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
     if causal:
         mask = keys & causal_mask(q_len, k_len, device)[None, None]  # (B, 1, Tq, Tk)
-        return _open_empty_rows(mask), False
+        return open_empty_rows(mask), False
     return keys, False
 
 
-def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
+def open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` with its rows that see no key opened up (never read; softmax would give NaN)."""
     # No branch on the data (``if empty.any()``): torch.export / ONNX export cannot trace one.
     empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
     return mask | empty

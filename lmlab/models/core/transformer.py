@@ -14,6 +14,7 @@ from lmlab.models.core.disentangled import RelativePositions
 from lmlab.models.core.embeddings import Embeddings
 from lmlab.models.core.image_embeddings import ImageEmbeddings, takes_images
 from lmlab.models.core.layer import TransformerLayer
+from lmlab.models.core.local_attention import WindowInputs
 from lmlab.models.core.masks import additive_mask, build_attention_mask
 from lmlab.models.core.norms import make_norm
 from lmlab.models.core.positions import RelativePositionBias, RotaryEmbedding
@@ -37,7 +38,8 @@ class Transformer(nn.Module):
         self.config = config
         self.embeddings = ImageEmbeddings(config) if takes_images(config) else Embeddings(config)
         count = 1 if config.share_layers else config.num_hidden_layers
-        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(count))
+        self.layers = nn.ModuleList(TransformerLayer(config, config.layer_window(i))
+                                    for i in range(count))
         self.final_norm = (make_norm(config.norm_type, config.hidden_size, config.norm_eps)
                            if config.final_norm else None)
         self.rotary = (RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling,
@@ -89,6 +91,7 @@ class Transformer(nn.Module):
         skip_padding: bool = True,
         pixel_values: torch.Tensor | None = None,
         interpolate_pos_encoding: bool = False,
+        global_attention_mask: torch.Tensor | None = None,
     ) -> ModelOutput:
         """Embed and run the layers: the last hidden state (B, T, H) and, on request, every
         layer's hidden states, attention probabilities and the key/value cache. A ViT takes
@@ -97,7 +100,8 @@ class Transformer(nn.Module):
         ``skip_padding`` (a speed setting) computes only the real tokens of a right-padded batch
         (zeros at padding positions); it falls back by itself where it cannot give the same
         outputs: a cache being filled, probabilities requested, cross-attention, T5's bias, a
-        3-D mask, left padding (docs/models.md).
+        3-D mask, left padding (docs/models.md). ``global_attention_mask`` (B, T), 1 at global
+        tokens: they see and are seen by all tokens in windowed layers (``attention_window``).
         """
         cache = past_key_values if past_key_values is not None else (KVCache() if use_cache else None)
         past_length = cache.seq_len() if cache is not None else 0
@@ -120,6 +124,7 @@ class Transformer(nn.Module):
             is_causal = False
         relative = (self.relative_positions(length, past_length + length, x.device)
                     if self.relative_positions is not None else None)  # DeBERTa's
+        window_inputs = self._window_inputs(attention_mask, global_attention_mask, cache, length)
         encoder_mask = None
         if encoder_hidden_states is not None and encoder_attention_mask is not None:
             encoder_mask, _ = build_attention_mask(encoder_attention_mask, length,
@@ -149,6 +154,7 @@ class Transformer(nn.Module):
                 layer_index=index, encoder_hidden_states=encoder_hidden_states,
                 encoder_mask=encoder_mask, cross_cache=cross_cache,
                 output_attentions=output_attentions, padding=padding, relative=relative,
+                window_inputs=window_inputs,
             )
             if output_hidden_states:
                 hidden_states.append(repad(x))
@@ -168,6 +174,24 @@ class Transformer(nn.Module):
             cross_attentions=tuple(cross_attentions) if cross_attentions is not None else None,
             past_key_values=cache if use_cache else None,
         )
+
+    def _window_inputs(self, attention_mask: torch.Tensor | None,
+                       global_attention_mask: torch.Tensor | None, cache: KVCache | None,
+                       length: int) -> WindowInputs | None:
+        """Real and global tokens for the windowed layers; the blocked path needs no cache and a
+        (B, T) or no mask."""
+        if not self.config.attention_window:
+            if global_attention_mask is not None:
+                raise LmlabError("global_attention_mask given to a model without an "
+                                 "attention window", "set attention_window in the config")
+            return None
+        two_d = attention_mask is None or attention_mask.dim() == 2
+        keys = attention_mask.shape[-1] if attention_mask is not None else length
+        if global_attention_mask is not None and global_attention_mask.shape[-1] != keys:
+            raise LmlabError(f"global_attention_mask has {global_attention_mask.shape[-1]} "
+                             f"columns for {keys} tokens", "give one column per token")
+        return WindowInputs(attention_mask if two_d else None, global_attention_mask,
+                            blocked=two_d and cache is None)
 
 
 def _new_tokens_mask(attention_mask: torch.Tensor | None, past_length: int, length: int

@@ -237,6 +237,10 @@ class FamilySpec:
         if config.rope_scaling and (hf.get("rope_parameters") or {}).get("rope_type") is None:
             raise LmlabError(f"{self.model_type}'s config.json has no RoPE scaling",
                              "save it in lmlab's own format (lmlab.save_pretrained does)")
+        windowed = any(config.layer_window(i) for i in range(config.num_hidden_layers))
+        if windowed and not (hf.get("attention_types") or hf.get("attention_window")):
+            raise LmlabError(f"{self.model_type}'s config.json has no attention window",
+                             "save it in lmlab's own format (lmlab.save_pretrained does)")
         if "num_labels" in extra:
             count = int(extra["num_labels"])
             id2label = extra.get("id2label") or {i: f"LABEL_{i}" for i in range(count)}
