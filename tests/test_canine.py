@@ -238,3 +238,20 @@ def test_finetune_through_the_cli(tmp_path):
     saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
     assert saved["architectures"] == ["CanineForSequenceClassification"]
     transformers.CanineForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+
+
+def test_lmlab_format_folder_rebuilds_a_canine(tmp_path):
+    """lmlab's own format (written where a config.json for transformers cannot say the model,
+    e.g. after compression) rebuilds CANINE's own class, not the one-stack LanguageModel."""
+    from lmlab.interop.native import save_native
+
+    config = preset("canine", "small", **SMALL, max_position_embeddings=64,
+                    extra=dict(SETTINGS, num_labels=4))
+    ours = _perturb(CanineModel(config, heads=["sequence-classification"], with_pooler=True))
+    folder = save_native(ours, tmp_path / "native")
+    again = lmlab.from_pretrained(folder)
+    assert type(again) is CanineModel
+    batch = _batch(pairs=True)
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batch).logits, ours.eval()(**batch).logits,
+                                   rtol=0, atol=0)  # exact: the same weights, the same ops

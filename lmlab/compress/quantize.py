@@ -314,17 +314,14 @@ def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,
 def _not_rebuilt(model: nn.Module, layers: list[str]) -> list[str]:
     """The state-dict entries of ``model`` (outside its int8 layers) that :func:`load_quantized`
     would not find in the model it builds from the config and heads, or that it would miss."""
-    from lmlab.models.model import LanguageModel
-    from lmlab.models.seq2seq import EncoderDecoderModel
+    from lmlab.models.classes import build_model
 
     def outside(keys: Any) -> set[str]:
         return {k for k in keys if not any(k.startswith(f"{layer}.") for layer in layers)}
 
     ours = outside(model.state_dict().keys())
-    model_class = EncoderDecoderModel if model.config.is_encoder_decoder else LanguageModel
     with torch.device("meta"):
-        fresh = model_class(model.config, heads=list(model.heads),
-                            with_pooler=any(k.startswith("pooler.") for k in ours) or None)
+        fresh = build_model(model.config, list(model.heads), ours)
     return sorted(ours ^ outside(fresh.state_dict().keys()))
 
 
@@ -335,8 +332,7 @@ def load_quantized(path: str | Path, engine: str | None = None, head: Any = None
     holds no activation width: this process's CPU decides it (:func:`full_range_exact`)."""
     from lmlab.formats.safetensors_io import load_state
     from lmlab.interop.native import read_native_config
-    from lmlab.models.model import LanguageModel
-    from lmlab.models.seq2seq import EncoderDecoderModel
+    from lmlab.models.classes import build_model
     from lmlab.utils.io import read_json
 
     path = Path(path)
@@ -363,9 +359,7 @@ def load_quantized(path: str | Path, engine: str | None = None, head: Any = None
             else default_engine()
     check_options(engine, info.get("granularity", "per-tensor"))
     state = load_state(weights)
-    model_class = EncoderDecoderModel if config.is_encoder_decoder else LanguageModel
-    model = model_class(config, heads=heads,
-                        with_pooler=any(name.startswith("pooler.") for name in state) or None)
+    model = build_model(config, heads, state)
     for name in info["layers"]:  # the structure: int8 layers where the saved model had them
         linear = model.get_submodule(name)
         model.set_submodule(name, Int8Linear(linear.in_features, linear.out_features, None,

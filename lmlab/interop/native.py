@@ -75,15 +75,13 @@ def load_native(path: str | Path, head: str | Sequence[str] | None = None,
                 dtype: torch.dtype | None = None):
     """Load an lmlab-format folder. ``head``: None = the saved heads; a name or list = those
     heads, freshly initialised where the folder has none (``model.fresh_heads``)."""
-    from lmlab.models.model import LanguageModel
-    from lmlab.models.seq2seq import EncoderDecoderModel
+    from lmlab.models.classes import build_model
 
     config, saved_heads = read_native_config(path)
     heads = saved_heads if head is None else [head] if isinstance(head, str) else list(head)
     state = read_state(path, "an lmlab", heads)
     saved_pooler = any(name.startswith("pooler.") for name in state)
-    model_class = EncoderDecoderModel if config.is_encoder_decoder else LanguageModel
-    model = model_class(config, heads=heads, with_pooler=saved_pooler or None)
+    model = build_model(config, heads, state)
     model = load_checked(model, state, [name for name in heads if name not in saved_heads],
                          str(Path(path) / "model.safetensors"),
                          () if saved_pooler else ("pooler.",))  # a new head's pooler

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from lmlab.models.config import TransformerConfig
 from lmlab.utils.lazy import resolve_entry
 
@@ -21,3 +23,10 @@ def model_class(config: TransformerConfig) -> type:
     from lmlab.models.model import LanguageModel
 
     return LanguageModel
+
+
+def build_model(config: TransformerConfig, heads: Sequence[str], state_keys: Iterable[str] = ()):
+    """The model of ``config`` with ``heads``, and BERT's pooler when the saved state it will
+    load (``state_keys``) holds one: how every reader of a saved config rebuilds the model."""
+    has_pooler = any(key.startswith("pooler.") for key in state_keys)
+    return model_class(config)(config, heads=list(heads), with_pooler=has_pooler or None)

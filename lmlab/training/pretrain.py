@@ -314,8 +314,8 @@ def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> 
 def load_init(path: Path, vocab_size: int) -> LanguageModel:
     """Weights to start from: a checkpoint folder, a run directory or a model folder."""
     from lmlab.interop.folders import load_model
+    from lmlab.models.classes import build_model
     from lmlab.models.config import TransformerConfig
-    from lmlab.models.model import LanguageModel
     from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
     from lmlab.models.rnn.config import RecurrentConfig
     from lmlab.training import checkpoint as ckpt
@@ -337,12 +337,7 @@ def load_init(path: Path, vocab_size: int) -> LanguageModel:
             model = build_recurrent(RecurrentConfig.from_dict(run_config["model"]), heads)
             add_zero_softmax_bias(model, state)  # a run saved before the softmax had its bias
         else:
-            config = TransformerConfig.from_dict(run_config["model"])
-            model_class = LanguageModel
-            if config.is_encoder_decoder:
-                from lmlab.models.seq2seq import EncoderDecoderModel as model_class
-            model = model_class(config, heads=heads,
-                                with_pooler=any(k.startswith("pooler.") for k in state))
+            model = build_model(TransformerConfig.from_dict(run_config["model"]), heads, state)
         ckpt.load_into(model, state, path)
     else:
         target = path / "model" if (path / "model" / "config.json").is_file() else path
