@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything lmlab needs on a fresh machine: the Python environment (.venv), the offline
-# checkpoints the tests and demo read, and the Debian data packages of the default corpus.
+# checkpoints the tests and demo read, and the Debian data packages of the default corpus (and
+# Fashion-MNIST, docs/vision.md).
 # Idempotent: a second run with nothing changed takes about a second (a stamp file records what
 # was installed from which pyproject.toml).
 set -euo pipefail
@@ -10,7 +11,7 @@ PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.lmlab-setup-stamp
 DATA_ROOT=${LMLAB_DEBIAN_ROOT:-$HOME/.cache/lmlab/debian}
-APT_PACKAGES="bible-kjv bible-kjv-text wordnet-base wordnet-sense-index fortunes fortunes-min jargon-text"
+APT_PACKAGES="bible-kjv bible-kjv-text wordnet-base wordnet-sense-index fortunes fortunes-min jargon-text dataset-fashion-mnist"
 # Packages unpacked rather than installed: dict-gcide would pull in the dictd server, and
 # python3-doc may upgrade system Python packages. Only their data files are read.
 EXTRACT_PACKAGES="dict-gcide python3-doc"

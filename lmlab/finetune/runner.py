@@ -15,6 +15,7 @@ import torch
 
 from lmlab.cost.precision import auto_precision, precision_autocast
 from lmlab.finetune import data as fdata
+from lmlab.finetune.images import IMAGE_TASK, check_modality, images_hash, predict_images
 from lmlab.finetune.pooling import resolve_pooling
 from lmlab.finetune.recipes import Recipe, default_recipe, discriminative_groups, get_recipe
 from lmlab.finetune.results import (
@@ -53,10 +54,13 @@ def parse_model_source(source: str | Path, random_init: bool = False) -> tuple[P
 
 
 def load_tokenizer(path: Path):
+    """The folder's tokenizer; an image model's ImageProcessor."""
+    from lmlab.finetune.images import image_processor, is_image_folder
     from lmlab.tokenization.characters import load_tokenizer as load_folder_tokenizer
     from lmlab.utils.catalog import resolve_model_dir
 
-    return load_folder_tokenizer(resolve_model_dir(path))
+    folder = resolve_model_dir(path)
+    return image_processor(folder) if is_image_folder(folder) else load_folder_tokenizer(folder)
 
 
 def _architecture(source: str | Path):
@@ -157,6 +161,8 @@ def predict(model, tokenizer, task: Task, split: str, batch_size: int = 64,
     from lmlab.finetune.qa import decode_answers
 
     examples = task.split(split) if examples is None else examples
+    if task.type == IMAGE_TASK:  # tokenizer: the model's ImageProcessor
+        return predict_images(model, tokenizer, task, examples, split, batch_size, precision)
     head = HEAD_FOR_TASK[task.type]
     features = fdata.encode_examples(task, examples, tokenizer, max_length, stride, split=split)
     pad_id = fdata.pad_id_of(tokenizer)
@@ -221,6 +227,7 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path,
     if not is_random:
         _refuse_wrapped(model_source)
     rec, recipe_reason = _recipe(cfg, is_random)
+    _check_images(task, model_source, cfg, rec)
     process_device(cfg.device)  # --device cuda without a GPU: refused before any work
     precision, precision_reason = _precision(cfg, model_source, rec)
     task = _subset(task, cfg.max_train_examples)
@@ -269,6 +276,22 @@ def finetune(task: Task, model_source: str | Path, out_dir: str | Path,
     atomic_write_json(out / "finetune.json", {k: v for k, v in result.items()
                                               if k != "confusion"})
     return result
+
+
+def _check_images(task: Task, model_source: str | Path, cfg: FinetuneConfig,
+                  rec: Recipe) -> None:
+    """Image tasks for image models only, trained whole (no features, PEFT method or teacher)."""
+    from lmlab.utils.catalog import resolve_model_dir
+
+    check_modality(task, resolve_model_dir(parse_model_source(model_source)[0]))
+    if task.type != IMAGE_TASK:
+        return
+    for given, what in ((rec.frozen_encoder, f"the {rec.name} recipe"),
+                        (cfg.method is not None, f"--method {cfg.method}"),
+                        (cfg.distil is not None, "distillation")):
+        if given:
+            raise LmlabError(f"{what} is not built for image tasks ({task.name})",
+                             "fine-tune the whole model: --recipe bert or scratch")
 
 
 def _refuse_wrapped(model_source: str | Path) -> None:
@@ -411,13 +434,15 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
 
     path, random_init = parse_model_source(model_source, cfg.random_init)
     seed, method, distil = cfg.seed, cfg.method, cfg.distil
-    tokenizer = load_tokenizer(path)
+    tokenizer = load_tokenizer(path)  # an image model: its ImageProcessor
+    images = task.type == IMAGE_TASK
     plan = plan_task(task, tokenizer, rec, seed, run,
                      eps=1e-6 if rec.name.startswith("bert") else 1e-8)
     record = RunRecord(hparams={"task": task.name, "model_source": str(path),
                                 "random_init": random_init, "recipe": rec.to_dict(),
-                                "train_data": stable_hash([(f.input_ids, f.label)
-                                                           for f in plan.features]),
+                                "train_data": images_hash(plan.stream.examples)
+                                if images else stable_hash([(f.input_ids, f.label)
+                                                            for f in plan.features]),
                                 "distil": distil.to_dict() if distil is not None else None,
                                 **({"method": method_record(method, cfg.method_options)}
                                    if method else {})},
@@ -425,9 +450,9 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
                        data={"tokenizer_fingerprint": tokenizer.fingerprint()})
     _prepare_out(out, cfg.overwrite, run_config(plan.config, record))
     model, _, folder = load_model(path, random_init, seed)
-    pooling, pooling_reason = resolve_pooling(rec.pooling, folder, model.pooler is not None,
-                                              random_init)
-    if run.progress and rec.pooling == "auto":
+    pooling, pooling_reason = (None, "an image head reads [CLS]") if images else \
+        resolve_pooling(rec.pooling, folder, model.pooler is not None, random_init)
+    if run.progress and rec.pooling == "auto" and not images:
         print(f"lmlab finetune: pooling {pooling}: {pooling_reason}", flush=True)
     seed_everything(seed)  # the new head's initial weights
     objective = task_objective(task, pooling)

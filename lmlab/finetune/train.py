@@ -118,6 +118,11 @@ def plan_task(task: Task, tokenizer: Any, rec: Recipe, seed: int,
     """The training batches (``stream``, else ``examples`` or the train split encoded at
     ``rec.max_length``) and the config: ``steps`` optimizer steps, else ``rec``'s epochs (more
     to make ``rec.min_updates``); a checkpoint every epoch unless ``run.save_every``."""
+    if stream is None and task.type == "image-classification":  # tokenizer: the processor
+        from lmlab.finetune.images import ImageStream
+
+        examples = task.split("train") if examples is None else examples
+        stream = ImageStream(task, examples, tokenizer, rec.batch_size, seed=seed)
     if stream is None:
         examples = task.split("train") if examples is None else examples
         features = fdata.encode_examples(task, examples, tokenizer, rec.max_length,

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from lmlab.utils.errors import LmlabError
-from lmlab.utils.io import atomic_write_json, read_json
+from lmlab.utils.io import atomic_write_json, read_json, stable_hash
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 BILINEAR = 2  # PIL.Image.Resampling.BILINEAR, ViT's resample
@@ -33,12 +33,15 @@ class ImageProcessor:
     image_std: list[float] = field(default_factory=lambda: [0.5, 0.5, 0.5])
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, image_size: int | None = None) -> ImageProcessor:
-        """The folder's preprocessor_config.json; without one, ViT's defaults at ``image_size``."""
+    def from_pretrained(cls, path: str | Path, image_size: int | None = None,
+                        num_channels: int = 3) -> ImageProcessor:
+        """The folder's preprocessor_config.json; without one, ViT's defaults at ``image_size``
+        (mean and std 0.5 on each of ``num_channels``)."""
         file = Path(path) / PREPROCESSOR_FILE
         if not file.exists():
             side = image_size or 224
-            return cls(size={"height": side, "width": side})
+            return cls(size={"height": side, "width": side}, image_mean=[0.5] * num_channels,
+                       image_std=[0.5] * num_channels)
         values = read_json(file)
         size = values.get("size", {"height": 224, "width": 224})
         if isinstance(size, int):
@@ -59,6 +62,10 @@ class ImageProcessor:
                           {**asdict(self), "image_processor_type": "ViTImageProcessor"})
         return Path(path)
 
+    def fingerprint(self) -> str:
+        """A hash of the settings (a run records what prepared its images)."""
+        return stable_hash(asdict(self))
+
     def __call__(self, images: Any) -> torch.Tensor:
         """``pixel_values`` (B, C, height, width) float32 of one image or a list: PIL images
         (made RGB) or arrays (H, W, C) / (C, H, W) of uint8 or floats in [0, 1]."""
@@ -67,6 +74,8 @@ class ImageProcessor:
 
     def _one(self, image: Any) -> np.ndarray:
         array = _channels_first(image)  # (C, H, W)
+        if array.shape[0] == 1 and len(self.image_mean) == 3:  # grayscale as RGB, as PIL's
+            array = np.repeat(array, 3, axis=0)  # convert("RGB") does: (3, H, W)
         if self.do_resize:
             array = _pil_resize(array, (self.size["height"], self.size["width"]), self.resample)
         if self.do_rescale:

@@ -16,6 +16,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
 from lmlab.models.families import get_family
 from lmlab.models.heads import token_cross_entropy
+from lmlab.models.image_head import IMAGE_CLASSIFICATION
 from lmlab.models.pooling import concat_pool, masked_mean
 from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
@@ -40,6 +41,7 @@ HEAD_FOR_TASK = {
     "tagging": TOKEN_CLASSIFICATION,
     "qa": QUESTION_ANSWERING,
     "multiple-choice": MULTIPLE_CHOICE,
+    "image-classification": IMAGE_CLASSIFICATION,
 }
 
 
@@ -203,7 +205,7 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
                   problem_type: str | None = None) -> nn.Module:
     """Add a task head to ``model``, replacing one of the same name whose width or pooling
     differs; ``config.extra`` records what it predicts, for the saved checkpoint."""
-    check_choice(head, TASK_HEADS, "head", "task head")
+    check_choice(head, (*TASK_HEADS, IMAGE_CLASSIFICATION), "head", "task head")
     extra = model.config.extra
     if num_labels_ is not None:
         if head in model.heads and int(extra.get("num_labels", 2)) != num_labels_:
@@ -223,7 +225,10 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
 
 def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
     """Run the stack and one task head on a batch (multiple choice: (B, C, T) in, (B, C) out;
-    a model with ``forward_gives_task_logits``, a feature run, is called as it is)."""
+    a model with ``forward_gives_task_logits``, a feature run, is called as it is; an image
+    batch's ``pixel_values`` go to an image model's head)."""
+    if "pixel_values" in batch:
+        return model(pixel_values=batch["pixel_values"], heads=[head]).logits
     input_ids = batch["input_ids"]
     num_choices = None
     flat = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")

@@ -1,5 +1,6 @@
 """The classical baseline beside every task: TF-IDF word 1-2-grams + logistic or ridge regression
-(scikit-learn), its setting picked on dev (docs/tasks.md). A fine-tuned Transformer should beat
+(scikit-learn), its setting picked on dev (docs/tasks.md); for an image task, logistic regression
+on the pixels (scaled to [0, 1]). A fine-tuned Transformer should beat
 it; if it does not, suspect the fine-tuning.
 """
 
@@ -15,10 +16,23 @@ from lmlab.utils.errors import LmlabError
 
 C_GRID = (0.1, 1.0, 10.0, 100.0)
 ALPHA_GRID = (0.1, 1.0, 10.0, 100.0)
-SUPPORTED_TYPES = ("classification", "pair-classification", "regression")
+SUPPORTED_TYPES = ("classification", "pair-classification", "regression", "image-classification")
+
+
+def _pixels(examples: list[Example]):
+    """(N, pixels) floats in [0, 1] of the examples' images (one size per task)."""
+    import numpy as np
+
+    shapes = {np.shape(e.image) for e in examples}
+    if len(shapes) != 1:
+        raise LmlabError(f"the pixel baseline needs images of one size, got {sorted(shapes)}",
+                         "resize the task's images to one size")
+    return np.stack([np.asarray(e.image, dtype=np.float32).reshape(-1) for e in examples]) / 255
 
 
 def _features(task: Task, train: list[Example], others: list[list[Example]]):
+    if task.type == "image-classification":
+        return _pixels(train), [_pixels(examples) for examples in others]
     from scipy import sparse
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -55,7 +69,7 @@ def _check(task: Task, train: list[Example]) -> None:
 
 def run_tfidf_baseline(task: Task, seed: int = 0, grid: tuple[float, ...] | None = None,
                        return_predictions: bool = False) -> dict[str, Any]:
-    """Train TF-IDF + logistic/ridge regression on ``train``, pick the C (alpha) of ``grid``
+    """Train TF-IDF (an image task: pixels) + logistic/ridge regression on ``train``, pick the C (alpha) of ``grid``
     best on ``dev``, score ``test`` (if labelled): ``{"task", "model", "param", "selected_by",
     "chosen", "grid": {value: dev score}, "dev", "test", "sizes"}`` (+ ``predictions``)."""
     import numpy as np
@@ -75,6 +89,8 @@ def run_tfidf_baseline(task: Task, seed: int = 0, grid: tuple[float, ...] | None
     def make(value: float):
         if regression:
             return Ridge(alpha=value, random_state=seed)
+        if task.type == "image-classification":  # dense pixels: lbfgs beats saga here
+            return LogisticRegression(C=value, max_iter=300, random_state=seed)
         # saga converges in seconds here where lbfgs takes minutes on 40-class TF-IDF problems
         return LogisticRegression(C=value, solver="saga", tol=1e-3, max_iter=1000,
                                   random_state=seed)
@@ -93,7 +109,8 @@ def run_tfidf_baseline(task: Task, seed: int = 0, grid: tuple[float, ...] | None
             best_value, best_score, best_model = value, score, model
     predictions = {"dev": predict(best_model, x_dev)}
     result: dict[str, Any] = {
-        "task": task.name, "model": "tfidf+" + ("ridge" if regression else "logreg"),
+        "task": task.name, "model": ("pixels" if task.type == "image-classification" else
+                                     "tfidf") + ("+ridge" if regression else "+logreg"),
         "param": param, "chosen": best_value, "selected_by": f"dev {metric}",
         "grid": scores, "seed": seed,
         "dev": task.evaluate("dev", predictions["dev"]),

@@ -80,6 +80,9 @@ def _load_files(name: str, files: dict[str, str | os.PathLike], task_type: str |
         task_type = "multiple-choice" if choices_column else (
             "pair-classification" if text_pair_column else "classification")
     _check_options(task_type, text_pair_column, choices_column, tag_column, iob1)
+    if task_type not in READERS:
+        raise LmlabError(f"lmlab reads no {task_type} task from files",
+                         "use a built-in image task (fashion-mnist, digits)")
     reader = READERS[task_type]
     if reader == "conll":
         return load_conll_task(name, files, to_iob2=iob1,
@@ -111,9 +114,12 @@ def _load_glue(name: str, glue_dir: str | os.PathLike, task_type: str | None,
 def _load_builtin(name: str, size: str) -> Task:
     from lmlab.tasks.builtin import BUILTIN_TASKS, load_builtin_task
     from lmlab.tasks.glue import GLUE_FORMATS, glue_key
+    from lmlab.tasks.images import IMAGE_TASKS, load_image_task
 
     if name in BUILTIN_TASKS:
         return load_builtin_task(name, size=size)
+    if name in IMAGE_TASKS:
+        return load_image_task(name, size=size)
     try:
         glue_key(name)
     except LmlabError:
@@ -122,6 +128,6 @@ def _load_builtin(name: str, size: str) -> Task:
         raise LmlabError(f"{name!r} is a GLUE task, whose data is not built in",
                          f"give the GLUE data folder: --glue-dir glue_data (tasks: "
                          f"{', '.join(GLUE_FORMATS)})")
-    raise LmlabError(f"unknown task {name!r}",
-                     f"use a built-in task ({', '.join(BUILTIN_TASKS)}), a GLUE task with "
+    raise LmlabError(f"unknown task {name!r}", f"use a built-in task "
+                     f"({', '.join([*BUILTIN_TASKS, *IMAGE_TASKS])}), a GLUE task with "
                      "--glue-dir, or give --train/--dev files (see docs/tasks.md)")

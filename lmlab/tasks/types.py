@@ -12,7 +12,7 @@ from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 TASK_TYPES = ("classification", "pair-classification", "regression", "tagging", "qa",
-              "multiple-choice")
+              "multiple-choice", "image-classification")
 SPLITS = ("train", "dev", "test")
 
 
@@ -30,6 +30,7 @@ class Example:
     context: str | None = None
     answers: list[dict[str, Any]] | None = None
     choices: list[str] | None = None
+    image: Any = None  # image tasks: a uint8 array (H, W) or (H, W, C)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
