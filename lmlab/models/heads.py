@@ -31,6 +31,7 @@ HEADS: dict[str, str | type[nn.Module]] = {
     "question-answering": "lmlab.models.task_heads:QuestionAnsweringHead",
     "multiple-choice": "lmlab.models.task_heads:MultipleChoiceHead",
     "sbo": f"{__name__}:SpanBoundaryHead",
+    "emd": "lmlab.models.mask_decoder:EnhancedMaskDecoderHead",
     "seq2seq-lm": "lmlab.models.seq2seq:Seq2SeqLMHead",
     "image-classification": "lmlab.models.image_head:ImageClassificationHead",
 }

@@ -57,6 +57,8 @@ class HeadedModel(nn.Module):
         head = self.heads[name]
         if getattr(head, "takes_attention_mask", False):
             kwargs["attention_mask"] = attention_mask
+        if getattr(head, "reruns_last_layer", False):  # DeBERTa's EMD: ``hidden`` = its input
+            kwargs["stack"] = self.transformer
         if not getattr(head, "needs_pooler", False):
             return head(hidden, **kwargs)
         if getattr(head, "takes_hidden", False):
@@ -65,11 +67,14 @@ class HeadedModel(nn.Module):
 
     def run_heads(self, heads: Sequence[str] | None, hidden: torch.Tensor,
                   pooled: torch.Tensor | None, attention_mask: torch.Tensor | None,
-                  labels: torch.Tensor | None
+                  labels: torch.Tensor | None, layer_input: torch.Tensor | None = None
                   ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
-        """(every named head's logits, the primary head's, its loss on ``labels`` or None)."""
+        """(every named head's logits, the primary head's, its loss on ``labels`` or None);
+        ``layer_input``: the last layer's input, which a head that reruns that layer reads."""
         names = list(self.heads.keys()) if heads is None else list(heads)
-        head_logits = {name: self.run_head(name, hidden, pooled, attention_mask) for name in names}
+        head_logits = {name: self.run_head(
+            name, layer_input if _reruns_last_layer(self, [name]) else hidden, pooled,
+            attention_mask) for name in names}
         logits = head_logits[names[0]] if names else None
         if labels is None:
             return head_logits, logits, None
@@ -142,23 +147,32 @@ class LanguageModel(HeadedModel):
         global tokens of windowed attention."""
         if skip_padding and _labels_read_padding(labels, attention_mask):
             skip_padding = False
+        rerun = _reruns_last_layer(self, heads)  # a head reads the last layer's input
         out = self.transformer(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds,
             past_key_values=past_key_values, use_cache=use_cache,
-            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states or rerun, output_attentions=output_attentions,
             skip_padding=skip_padding, pixel_values=pixel_values,
             interpolate_pos_encoding=interpolate_pos_encoding,
             global_attention_mask=global_attention_mask,
         )
         hidden = out.last_hidden_state
         pooled = self.pooler(hidden) if self.pooler is not None else None
-        head_logits, logits, loss = self.run_heads(heads, hidden, pooled, attention_mask, labels)
+        head_logits, logits, loss = self.run_heads(heads, hidden, pooled, attention_mask, labels,
+                                                   out.hidden_states[-2] if rerun else None)
         return ModelOutput(
             last_hidden_state=hidden, logits=logits, loss=loss, pooler_output=pooled,
-            hidden_states=out.hidden_states, attentions=out.attentions,
+            hidden_states=out.hidden_states if output_hidden_states else None,
+            attentions=out.attentions,
             past_key_values=out.past_key_values, head_logits=head_logits,
         )
+
+
+def _reruns_last_layer(model: HeadedModel, heads: Sequence[str] | None) -> bool:
+    """Whether a head among ``heads`` (None: all) reruns the last layer (DeBERTa's EMD)."""
+    names = model.heads.keys() if heads is None else heads
+    return any(getattr(model.heads[n], "reruns_last_layer", False) for n in names if n in model.heads)
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:

@@ -1,15 +1,17 @@
 """Masked language modelling (BERT, RoBERTa) and whole-word masking, with static or dynamic
-masking and sparse prediction (docs/objectives.md)."""
+masking, sparse prediction and DeBERTa's enhanced mask decoder (docs/objectives.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from lmlab.objectives.base import Objective, ObjectiveResult, require_labels
+from lmlab.cost.flops import flops_per_token
+from lmlab.objectives.base import Objective, ObjectiveResult, require_labels, stack_inputs
 from lmlab.objectives.masking import (
     IGNORE_INDEX,
     candidate_mask,
@@ -30,7 +32,8 @@ class MaskedLM(Objective):
     """BERT's masked-LM objective (token-level masking). Arguments: the share of tokens
     predicted, the (mask, random, keep) split, ``"dynamic"``/``"static"`` masking with its
     ``dupe_factor`` and ``seed``, BERT's ``max_predictions`` cap per sequence, sparse
-    prediction and the weight in a combination (docs/objectives.md's table)."""
+    prediction, the weight in a combination and ``enhanced_mask_decoder`` (DeBERTa's: the
+    ``emd`` head instead of ``mlm``; docs/objectives.md's table)."""
 
     name = "mlm"
     head_names = ("mlm",)
@@ -44,8 +47,13 @@ class MaskedLM(Objective):
     def __init__(self, special: SpecialTokens, mask_prob: float = 0.15,
                  replacement: tuple[float, float, float] = (0.8, 0.1, 0.1),
                  masking: str = "dynamic", dupe_factor: int = 10, seed: int = 0,
-                 max_predictions: int | None = None, sparse: bool = True, weight: float = 1.0):
+                 max_predictions: int | None = None, sparse: bool = True, weight: float = 1.0,
+                 enhanced_mask_decoder: bool = False):
         super().__init__(special, weight)
+        self.enhanced_mask_decoder = bool(enhanced_mask_decoder)
+        if self.enhanced_mask_decoder:  # it reads the last layer's input: its own forward pass
+            self.head_names, self.shares_forward_pass = ("emd",), False
+        self._decoder_config = None
         special.require_mask()
         check_choice(masking, MASKING_MODES, "masking", "masking mode")
         check_at_least(dupe_factor, 1, "dupe_factor")
@@ -70,6 +78,19 @@ class MaskedLM(Objective):
 
     def data_epoch(self, epoch: int) -> int:
         return epoch % self.dupe_factor if self.static else epoch
+
+    def prepare(self, model: nn.Module) -> None:
+        super().prepare(model)
+        self._decoder_config = model.config if self.enhanced_mask_decoder else None
+
+    def side_flops(self, tokens: int, seq_len: int) -> dict[str, float]:
+        """The enhanced mask decoder's extra passes of the last layer (trained: with their
+        backward pass), which the cost report lists beside the stack's FLOPs."""
+        config = self._decoder_config
+        if config is None:
+            return {}
+        steps = dataclasses.replace(config, num_hidden_layers=int(config.extra.get("emd_layers", 2)))
+        return {"enhanced mask decoder": tokens * flops_per_token(steps, seq_len, head="none")}
 
     def choose(self, candidates: np.ndarray, word_starts: np.ndarray | None,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, Any]:
@@ -108,17 +129,27 @@ class MaskedLM(Objective):
         corrupted, labels, _ = self.mask_rows(batch, rng)
         return dict(batch, input_ids=torch.from_numpy(corrupted), labels=torch.from_numpy(labels))
 
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        """One forward pass; the enhanced mask decoder reads the last layer's input."""
+        if not self.enhanced_mask_decoder:
+            return super().compute_loss(model, batch)
+        out = model(**stack_inputs(model, batch), heads=[], output_hidden_states=True)
+        result = self.losses(model, batch, out.hidden_states[-2], out.pooler_output)
+        return ObjectiveResult(result.loss * self.weight, result.metrics, result.num_predictions)
+
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:
         labels = require_labels(batch, self.name)
         positions = labels != IGNORE_INDEX  # (B, T)
         count = int(positions.sum())
-        head = model.heads["mlm"]
+        name = self.head_names[0]  # "mlm", or "emd" reading the last layer's input as hidden
+        head = model.heads[name]
+        mask = batch.get("attention_mask")
         if self.sparse:
-            logits = model.run_head("mlm", hidden, pooled, positions=positions)  # (N, V)
+            logits = model.run_head(name, hidden, pooled, mask, positions=positions)  # (N, V)
             targets = labels[positions]  # (N,)
         else:
-            logits = model.run_head("mlm", hidden, pooled)  # (B, T, V)
+            logits = model.run_head(name, hidden, pooled, mask)  # (B, T, V)
             targets = labels
         if count == 0:
             loss = logits.sum() * 0.0

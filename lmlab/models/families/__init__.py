@@ -22,7 +22,8 @@ KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
                  "llama", "bart", "marian", "t5")} | {
     "xlm-roberta": f"{__name__}.xlm_roberta:FAMILY", "mt5": f"{__name__}.mt5:FAMILY",
     "vit": f"{__name__}.vit:FAMILY", "canine": f"{__name__}.canine:FAMILY",
-    "deberta": f"{__name__}.deberta:FAMILY", "deberta-v2": f"{__name__}.deberta_v2:FAMILY"}
+    "deberta": f"{__name__}.deberta:FAMILY", "deberta-v2": f"{__name__}.deberta_v2:FAMILY",
+    "gpt_neo": f"{__name__}.gpt_neo:FAMILY"}
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class FamilySpec:
         architectures: HF class name -> lmlab heads, primary first (``()`` = bare model).
         task_heads: task head -> its :data:`TASK_LAYOUTS` layout; adds their rules and classes.
         fixed_tensors: tensors with no learned values (RoFormer's sinusoids): written, not read.
+        saved_as: heads written under another head's class (DeBERTa's ``emd``: its MLM class).
     """
 
     model_type: str
@@ -156,6 +158,7 @@ class FamilySpec:
     task_heads: dict[str, str] = field(default_factory=dict)
     fixed_tensors: Callable[[TransformerConfig], dict[str, Any]] | None = None
     display_name: str = ""
+    saved_as: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.display_name = self.display_name or self.model_type
@@ -258,6 +261,7 @@ class FamilySpec:
 
     def architecture_for(self, heads: tuple[str, ...]) -> str:
         """The HF class name whose heads are exactly ``heads`` (bare model when none match)."""
+        heads = tuple(self.saved_as.get(head, head) for head in heads)
         for name, arch_heads in self.architectures.items():
             if tuple(arch_heads) == tuple(heads):
                 return name

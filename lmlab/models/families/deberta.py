@@ -11,7 +11,13 @@ from typing import Any
 from lmlab.models.config import TransformerConfig
 from lmlab.models.families import BERT_TASK_HEADS, FamilySpec, Rule, paired_rules, stack_size
 from lmlab.models.families.bert import ENCODER_HF_NAMES, ENCODER_REQUIRED, bert_embedding_rules
-from lmlab.models.families.deberta_v2 import SHAPE, check_from_hf, check_to_hf, deberta_mlm_rules
+from lmlab.models.families.deberta_v2 import (
+    SHAPE,
+    check_from_hf,
+    check_to_hf,
+    deberta_mlm_rules,
+    emd_rules,
+)
 from lmlab.utils.errors import LmlabError
 
 HF_NAMES = {**ENCODER_HF_NAMES, **{name: name for name in (
@@ -73,8 +79,9 @@ FAMILY = FamilySpec(
     from_hf=from_hf,
     to_hf=lambda config, hf: check_to_hf(config, hf, key_bias=False),
     base_rules=v1_rules,
-    head_rules={"mlm": deberta_mlm_rules},
+    head_rules={"mlm": deberta_mlm_rules, "emd": emd_rules},
     architectures={"DebertaModel": (), "DebertaForMaskedLM": ("mlm",)},
+    saved_as={"emd": "mlm"},
     task_heads={head: layout for head, layout in BERT_TASK_HEADS.items()
                 if head != "multiple-choice"} | {"sequence-classification": "context-pooler"},
 )

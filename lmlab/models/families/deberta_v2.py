@@ -3,11 +3,14 @@
 (``position_biased_input`` false), log-bucketed relative distances; docs/deberta.md.
 
 Not here: the convolution after the first layer (``conv_kernel_size``, deberta-v2-xlarge/xxlarge:
-refused), the enhanced mask decoder and v3's gradient-disentangled ELECTRA pretraining.
+refused). The enhanced mask decoder is the ``emd`` head (:mod:`lmlab.models.mask_decoder`),
+written as the MLM class plus the absolute table microsoft's checkpoints hold and transformers
+ignores.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
@@ -83,6 +86,15 @@ def deberta_mlm_rules(config: TransformerConfig) -> list[Rule]:
     return mlm_rules("lm_predictions.lm_head.", transform="dense", norm="LayerNorm")
 
 
+def emd_rules(config: TransformerConfig) -> list[Rule]:
+    """The ``emd`` head: the MLM head's names and the absolute table
+    (``deberta.embeddings.position_embeddings``, which transformers skips on loading)."""
+    rules = [replace(rule, ours=rule.ours.replace("heads.mlm.", "heads.emd."))
+             for rule in deberta_mlm_rules(config)]
+    return rules + [Rule("heads.emd.position_embeddings.weight",
+                         "deberta.embeddings.position_embeddings.weight")]
+
+
 def relative_rules(config: TransformerConfig, layer_names: tuple[str, ...],
                    pos_names: dict[str, str]) -> list[Rule]:
     """Layers (``layer_names`` in :data:`~lmlab.models.families.bert.LAYER_MODULES` order), the
@@ -134,9 +146,10 @@ FAMILY = FamilySpec(
     to_hf=check_to_hf,
     base_rules=lambda config: bert_embedding_rules(config) + relative_rules(
         config, V2_LAYER, {"pos_key_proj": "pos_key_proj", "pos_query_proj": "pos_query_proj"}),
-    head_rules={"mlm": deberta_mlm_rules},
+    head_rules={"mlm": deberta_mlm_rules, "emd": emd_rules},
     fixed_tensors=unused_table_norm,
     architectures={"DebertaV2Model": (), "DebertaV2ForMaskedLM": ("mlm",)},
+    saved_as={"emd": "mlm"},
     task_heads={**BERT_TASK_HEADS, "sequence-classification": "context-pooler",
                 "multiple-choice": "context-pooler"},
 )
