@@ -66,6 +66,7 @@ class TransformerConfig:
     attention_probs_dropout_prob: float = 0.1
     share_layers: bool = False  # ALBERT: one set of layer weights reused by every layer
     attention_bias: bool = True
+    attention_out_bias: bool | None = None  # the output map's bias; None = attention_bias
     mlp_bias: bool = True
     causal: bool = False  # decoder: each position attends only to itself and the past
     add_cross_attention: bool = False  # encoder-decoder decoders (T5, BART, Transformer)
@@ -194,7 +195,8 @@ class TransformerConfig:
         ab, mb = int(self.attention_bias), int(self.mlp_bias)
         norm = 2 * h if self.norm_type == "layernorm" else h
         kb = ab * int(self.extra.get("key_bias", True))  # DeBERTa v1's keys have no bias
-        attn = h * q + q * ab + 2 * h * kv + kv * (ab + kb) + q * h + h * ab
+        ob = int(self.attention_bias if self.attention_out_bias is None else self.attention_out_bias)
+        attn = h * q + q * ab + 2 * h * kv + kv * (ab + kb) + q * h + h * ob
         ffn_in = 2 if self.ffn_type == "glu" else 1
         ffn = ffn_in * (h * f + f * mb) + f * h + h * mb
         layer = attn + ffn + 2 * norm

@@ -37,7 +37,8 @@ class Attention(nn.Module):
         key_bias = bias and config.extra.get("key_bias", True)  # DeBERTa v1: keys unbiased
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=key_bias)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
+        out_bias = bias if config.attention_out_bias is None else config.attention_out_bias
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=out_bias)
         self.dropout_p = config.attention_probs_dropout_prob
         terms = 1 + len(config.pos_att_type or ())  # DeBERTa scales by its score terms
         self.scale = (config.attention_scale if config.attention_scale is not None
