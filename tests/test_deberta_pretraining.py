@@ -221,3 +221,86 @@ def test_emd_does_not_share_a_forward_pass():
     special = SpecialTokens(vocab_size=99, pad_id=0, cls_id=2, sep_id=3, mask_id=4)
     with pytest.raises(LmlabError, match="cannot share a forward pass"):
         build_objective("mlm,sop", special, enhanced_mask_decoder=True)
+
+
+# -- DeBERTa-v3's gradient-disentangled embedding sharing ---------------------------------------
+def _electra(sharing: str, **fields):
+    """A v3-shaped discriminator with token types, its ELECTRA objective prepared, a batch."""
+    from lmlab.objectives import SpecialTokens, build_objective
+
+    special = SpecialTokens(vocab_size=99, pad_id=0, cls_id=2, sep_id=3, mask_id=4)
+    objective = build_objective("electra", special, embedding_sharing=sharing,
+                                generator_size=0.5, mask_prob=0.3)
+    model = _model(heads=(), type_vocab_size=2, **fields).train()
+    objective.prepare(model)
+    batch = objective.corrupt(dict(_batch(), token_type_ids=torch.zeros(3, 14, dtype=torch.long)),
+                              torch.Generator().manual_seed(0))
+    return objective, model, batch
+
+
+def test_gdes_stops_the_discriminators_gradient_at_the_generators_embeddings():
+    """E_D = sg(E_G) + E_Delta: the discriminator's loss reaches E_Delta, not E_G, while with
+    ELECTRA's sharing it reaches the one table; the generator's loss reaches E_G only."""
+    objective, model, batch = _electra("gdes")
+    own = objective.generator.transformer.embeddings
+    assert set(objective.embedding_delta) == {"word_embeddings", "token_type_embeddings"}
+    assert all(not d.any() for d in objective.embedding_delta.values())  # zero at the start
+    assert torch.equal(own.word_embeddings.weight, model.transformer.embeddings.word_embeddings
+                       .weight)  # exact: a copy
+    assert own.word_embeddings.weight is not model.transformer.embeddings.word_embeddings.weight
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], heads=[])
+    with torch.no_grad():  # zero delta: the discriminator is the model as it was
+        model.eval()
+        plain = model(**inputs).last_hidden_state
+        split = torch.func.functional_call(model, objective.discriminator_tables(), (), inputs)
+        model.train()
+    assert torch.equal(split.last_hidden_state, plain)  # exact: E_G + 0 is E_G's copy, same ops
+    torch.manual_seed(0)
+    objective.generator_weight = 0.0  # the discriminator's loss alone
+    objective.compute_loss(model, batch).loss.backward()
+    assert own.word_embeddings.weight.grad is None or not own.word_embeddings.weight.grad.any()
+    assert objective.embedding_delta["word_embeddings"].grad.abs().sum() > 0
+    assert model.transformer.embeddings.word_embeddings.weight.grad is None  # frozen: folded
+    objective.zero_grad()
+    objective.generator_weight, objective.discriminator_weight = 1.0, 0.0
+    objective.compute_loss(model, batch).loss.backward()
+    assert own.word_embeddings.weight.grad.abs().sum() > 0
+    assert not objective.embedding_delta["word_embeddings"].grad.any()
+
+    shared, model, batch = _electra("shared")
+    shared.generator_weight = 0.0
+    shared.compute_loss(model, batch).loss.backward()
+    assert shared.generator.transformer.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+def test_embedding_sharing_choices():
+    objective, model, _ = _electra("none")
+    own = objective.generator.transformer.embeddings.word_embeddings.weight
+    assert own is not model.transformer.embeddings.word_embeddings.weight
+    assert not objective.embedding_delta and model.transformer.embeddings.word_embeddings \
+        .weight.requires_grad
+    with pytest.raises(LmlabError, match="embedding_sharing"):
+        _electra("partial")
+
+
+@pytest.mark.parametrize("sharing", ["shared", "gdes", "none"])
+def test_electra_pretraining_with_each_embedding_sharing(sharing, shards, tmp_path):
+    """`--objective electra` with ``embedding_sharing``: the loss falls; the run's model is a
+    plain DebertaV2Model folder, under gdes holding E_G + E_Delta from the last checkpoint."""
+    from safetensors.torch import load_file
+
+    rows = _pretrain(shards, tmp_path / "run", "electra",
+                     {"embedding_sharing": sharing, "generator_size": 0.5})
+    losses = [r["loss"] for r in rows if r["kind"] == "train"]
+    assert losses[-1] < losses[0] - 1.0, losses
+    model_dir = tmp_path / "run" / "model"
+    theirs = transformers.AutoModel.from_pretrained(model_dir)
+    assert type(theirs).__name__ == "DebertaV2Model"
+    if sharing != "gdes":
+        return
+    state = load_file(tmp_path / "run" / "checkpoints" / "step-30" / "objective.safetensors")
+    folded = (state["generator.transformer.embeddings.word_embeddings.weight"]
+              + state["embedding_delta.word_embeddings"])
+    assert state["embedding_delta.word_embeddings"].abs().max() > 0  # the delta trained
+    # exact: the same float32 sum the run wrote into the model's table before saving
+    assert torch.equal(theirs.embeddings.word_embeddings.weight.detach(), folded)

@@ -1,10 +1,14 @@
 """ELECTRA's replaced-token detection (Clark et al. 2020): a small MLM generator sharing the
 model's embeddings fills the masked positions; the model labels every token original or
-replaced. Loss: generator MLM + 50 x discriminator loss (docs/objectives.md)."""
+replaced. Loss: generator MLM + 50 x discriminator loss. DeBERTa-v3's gradient-disentangled
+sharing (He et al. 2023) instead gives the model (the discriminator) ``sg(E_G) + E_Delta``
+(docs/objectives.md)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import weakref
 
 import torch
 from torch import nn
@@ -14,8 +18,11 @@ from lmlab.objectives.base import SEED_MOD, Objective, ObjectiveResult, require_
 from lmlab.objectives.masking import IGNORE_INDEX
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.special_tokens import SpecialTokens
-from lmlab.utils.checks import check_positive
+from lmlab.utils.checks import check_choice, check_positive
 from lmlab.utils.errors import LmlabError
+
+EMBEDDING_SHARING = ("shared", "gdes", "none")
+TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
 
 
 def generator_config(config, size: float = 0.25, layers: float = 1.0):
@@ -39,7 +46,11 @@ class ReplacedTokenDetection(MaskedLM):
     """ELECTRA: generator MLM + discriminator replaced-token detection. Beyond MaskedLM's
     arguments (replacement split (0.85, 0, 0.15) by default): the generator's width and depth
     as fractions of the model's, the loss weights ``generator_weight * L_gen +
-    discriminator_weight * L_disc`` (1, 50) and the sampling ``temperature``."""
+    discriminator_weight * L_disc`` (1, 50), the sampling ``temperature`` and
+    ``embedding_sharing``: ``"shared"`` (ELECTRA: one set of embeddings), ``"gdes"``
+    (DeBERTa-v3: the model's tables are the generator's, stop-gradient, plus a learned delta,
+    zero at the start; the model's own tables hold that sum whenever its state is read, so a
+    saved model is a plain one) or ``"none"`` (the generator has its own)."""
 
     name = "rtd"
     head_names = ("rtd",)
@@ -54,7 +65,7 @@ class ReplacedTokenDetection(MaskedLM):
                  max_predictions: int | None = None, weight: float = 1.0,
                  generator_size: float = 0.25, generator_layers: float = 1.0,
                  discriminator_weight: float = 50.0, generator_weight: float = 1.0,
-                 temperature: float = 1.0):
+                 temperature: float = 1.0, embedding_sharing: str = "shared"):
         super().__init__(special, mask_prob, replacement, masking, dupe_factor, seed,
                          max_predictions, sparse=True, weight=weight)
         self.generator_size = float(generator_size)
@@ -63,7 +74,10 @@ class ReplacedTokenDetection(MaskedLM):
         self.generator_weight = float(generator_weight)
         check_positive(temperature, "temperature")
         self.temperature = float(temperature)
+        self.embedding_sharing = check_choice(embedding_sharing, EMBEDDING_SHARING,
+                                              "embedding_sharing", "embedding sharing")
         self.generator: LanguageModel | None = None
+        self.embedding_delta = nn.ParameterDict()  # gdes: E_Delta per table the model has
 
     # -- set-up -----------------------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> None:
@@ -79,13 +93,44 @@ class ReplacedTokenDetection(MaskedLM):
         generator = LanguageModel(generator_config(config, self.generator_size,
                                                    self.generator_layers), heads=("mlm",))
         shared, own = model.transformer.embeddings, generator.transformer.embeddings
-        for part in ("word_embeddings", "position_embeddings", "token_type_embeddings", "norm",
-                     "sinusoids"):  # the same config kind: the same parts are None on both
-            if getattr(shared, part, None) is not None:
-                setattr(own, part, getattr(shared, part))
+        if self.embedding_sharing == "shared":
+            for part in (*TABLES, "norm", "sinusoids"):  # the same parts are None on both
+                if getattr(shared, part, None) is not None:
+                    setattr(own, part, getattr(shared, part))
+        elif self.embedding_sharing == "gdes":
+            self._disentangle(shared, own)
         generator.tie_weights()
         generator.to(next(model.parameters()).device)
         self.generator = generator
+
+    def _disentangle(self, shared: nn.Module, own: nn.Module) -> None:
+        """GDES: the generator starts from copies of the model's tables, each delta from zero;
+        the model's tables stop training and are refreshed to ``E_G + E_Delta`` before any
+        read of its state (saving, checkpoints)."""
+        for part in TABLES:
+            table = getattr(shared, part, None)
+            if table is None:
+                continue
+            setattr(own, part, copy.deepcopy(table))
+            self.embedding_delta[part] = nn.Parameter(torch.zeros_like(table.weight))
+            table.weight.requires_grad_(False)
+        this = weakref.ref(self)
+        shared.register_state_dict_pre_hook(
+            lambda *_: this() is not None and this().fold_embeddings(shared))
+
+    def discriminator_tables(self) -> dict[str, torch.Tensor]:
+        """GDES: the model's tables ``sg(E_G) + E_Delta`` by the model's parameter names."""
+        own = self.generator.transformer.embeddings
+        return {f"transformer.embeddings.{part}.weight": getattr(own, part).weight.detach() + delta
+                for part, delta in self.embedding_delta.items()}
+
+    @torch.no_grad()
+    def fold_embeddings(self, shared: nn.Module) -> None:
+        """Write ``E_G + E_Delta`` into the tables of ``shared`` (the model's embeddings):
+        done before every loss and every read of the model's state."""
+        own = self.generator.transformer.embeddings
+        for part, delta in self.embedding_delta.items():
+            getattr(shared, part).weight.copy_(getattr(own, part).weight + delta)
 
     # -- corruption / sampling ------------------------------------------------------------------
     def corrupt(self, batch: dict[str, torch.Tensor],
@@ -132,8 +177,12 @@ class ReplacedTokenDetection(MaskedLM):
         gen_loss = (self.generator.heads["mlm"].loss(gen_logits, targets) if count
                     else gen_logits.sum() * 0.0)
         disc_ids, replaced, sampled = self.replace(gen_logits, batch)
-        disc_inputs = dict(inputs, input_ids=disc_ids)
-        out = model(**disc_inputs, heads=[])
+        disc_inputs = dict(inputs, input_ids=disc_ids, heads=[])
+        if self.embedding_delta:  # gdes: no gradient reaches E_G through this pass
+            self.fold_embeddings(model.transformer.embeddings)
+            out = torch.func.functional_call(model, self.discriminator_tables(), (), disc_inputs)
+        else:
+            out = model(**disc_inputs)
         disc_logits = model.run_head("rtd", out.last_hidden_state, out.pooler_output)  # (B, T)
         attention = batch.get("attention_mask")
         disc_loss = model.heads["rtd"].loss(disc_logits, replaced, attention)
