@@ -201,6 +201,9 @@ class TransformerConfig:
         ffn = ffn_in * (h * f + f * mb) + f * h + h * mb
         layer = attn + ffn + 2 * norm
         layers = layer * (1 if self.share_layers else self.num_hidden_layers)
+        if self.extra.get("global_projections"):  # Longformer: q, k, v maps of global tokens
+            layers += 3 * (h * q + q * ab) * sum(map(bool, map(self.layer_window,
+                                                             range(self.num_hidden_layers))))
         for count in self.extra.get("attention_heads_per_layer", ()):  # pruned heads' weights
             layers -= (self.num_attention_heads - count) * self.head_dim * (4 * h + 3 * ab)
         if self.extra.get("low_rank"):  # factorised maps (lmlab.compress.lowrank): r (in + out)

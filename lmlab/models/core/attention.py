@@ -14,7 +14,12 @@ from torch.nn import functional as F
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.disentangled import DisentangledBias
-from lmlab.models.core.local_attention import WindowInputs, local_attention, window_mask
+from lmlab.models.core.local_attention import (
+    WindowInputs,
+    global_rows,
+    local_attention,
+    window_mask,
+)
 from lmlab.models.core.masks import additive_mask, causal_mask
 from lmlab.models.core.positions import apply_rotary
 from lmlab.models.core.unpad import PaddingIndex
@@ -44,6 +49,10 @@ class Attention(nn.Module):
         self.scale = (config.attention_scale if config.attention_scale is not None
                       else 1.0 / math.sqrt(self.head_dim * terms))
         self.disentangled = DisentangledBias(config) if config.relative_attention else None
+        self.global_proj = None  # Longformer: the global tokens' own q, k, v maps
+        if self.window and config.extra.get("global_projections"):
+            self.global_proj = nn.ModuleList(
+                nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias) for _ in "qkv")
 
     def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -102,12 +111,15 @@ class Attention(nn.Module):
             mask, is_causal = additive_mask(bias, mask, is_causal, q.dtype), False
 
         dropout_p = self.dropout_p if self.training else 0.0
-        probs = None
+        probs = global_qkv = None
         if self.window:
             inputs = window_inputs or WindowInputs(blocked=False)
+            if self.global_proj is not None and inputs.global_tokens is not None:
+                global_qkv = [self._split_heads(layout(proj(hidden_states)), self.num_heads)
+                              for proj in self.global_proj]  # 3 x (B, nh, T, hd)
             if inputs.blocked and cache is None and not output_attentions:
                 context = local_attention(q, k, v, self.window, self.causal, inputs, self.scale,
-                                          dropout_p)
+                                          dropout_p, global_qkv)
                 return self._output(context, batch, q_len, padding), None
             mask = window_mask(self.window, self.causal, mask, is_causal, q.shape[2], k.shape[2],
                                inputs, q.device)
@@ -128,6 +140,8 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
                 scale=self.scale,
             )
+        if global_qkv is not None:  # the global rows from their own maps (no cache: encoders)
+            context = global_rows(context, *global_qkv, inputs, self.causal, self.scale, dropout_p)
         return self._output(context, batch, q_len, padding), probs
 
     def _output(self, context: torch.Tensor, batch: int, q_len: int,

@@ -52,20 +52,20 @@ def window_mask(window: int, causal: bool, mask: torch.Tensor | None, is_causal:
 
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
-                    causal: bool, inputs: WindowInputs, scale: float, dropout_p: float = 0.0
-                    ) -> torch.Tensor:
+                    causal: bool, inputs: WindowInputs, scale: float, dropout_p: float = 0.0,
+                    global_qkv: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
     """Attention of q, k, v (B, nh, T, hd) inside the window, plus global tokens: the context
     (B, nh, T, hd). Queries go in blocks of the window's reach; each block's scores cover its
-    keys only, (B, nh, T / b, b, b + reach) in all, and the global keys' columns (B, nh, T, G)."""
+    keys only, (B, nh, T / b, b, b + reach) in all, and the global keys' columns (B, nh, T, G).
+    ``global_qkv``: the global tokens' own q, k, v (B, nh, T, hd) for their rows (Longformer's
+    ``query_global`` ...); default q, k, v."""
     batch, heads, length, dim = q.shape
     before, after = window_reach(window, causal)
     block = max(before, after, 1)
     blocks = -(-length // block)
     pad = blocks * block - length
     span = before + block + after
-    real = inputs.keys.bool() if inputs.keys is not None else q.new_ones(batch, length, dtype=torch.bool)
-    glob = (inputs.global_tokens.bool() if inputs.global_tokens is not None
-            else torch.zeros_like(real))
+    real, glob = _tokens(inputs, q)
 
     # Each block's keys: the rows [b * block - before, (b + 1) * block + after) of padded k, v.
     frame = (0, 0, before, pad + after)
@@ -97,11 +97,37 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: i
     if count:
         context = context + torch.matmul(probs[..., :count], global_values[:, :, None])
     context = context.view(batch, heads, blocks * block, dim)[:, :, :length]  # (B, nh, T, hd)
-    if count:  # global queries attend to every (real, and for a decoder earlier) key
-        sees = real[:, None, :] & ~(causal & (torch.arange(length, device=q.device) > order[..., None]))
-        every = F.scaled_dot_product_attention(  # (B, nh, G, hd)
-            q.gather(2, index), k, v, attn_mask=open_empty_rows(sees[:, None]),
-            dropout_p=dropout_p, scale=scale)
-        every = torch.where(is_global[:, None, :, None], every, context.gather(2, index))
-        context = context.scatter(2, index, every)
-    return context
+    return global_rows(context, *(global_qkv or (q, k, v)), inputs, causal, scale, dropout_p)
+
+
+def global_rows(context: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                inputs: WindowInputs, causal: bool, scale: float, dropout_p: float = 0.0
+                ) -> torch.Tensor:
+    """``context`` (B, nh, T, hd) with the global tokens' rows replaced: their queries ``q``
+    attend to every real (for a decoder, earlier) key of ``k``, ``v`` (B, nh, T, hd)."""
+    if inputs.global_tokens is None:
+        return context
+    batch, heads, length, dim = q.shape
+    real, glob = _tokens(inputs, q)
+    count = int(glob.sum(1).max())
+    if not count:
+        return context
+    order = glob.int().argsort(dim=1, descending=True, stable=True)[:, :count]  # (B, G)
+    is_global = glob.gather(1, order) & real.gather(1, order)  # (B, G)
+    index = order[:, None, :, None].expand(batch, heads, count, dim)  # (B, nh, G, hd)
+    later = torch.arange(length, device=q.device) > order[..., None]  # (B, G, T)
+    sees = real[:, None, :] & ~(causal & later)
+    every = F.scaled_dot_product_attention(  # (B, nh, G, hd)
+        q.gather(2, index), k, v, attn_mask=open_empty_rows(sees[:, None]),
+        dropout_p=dropout_p, scale=scale)
+    every = torch.where(is_global[:, None, :, None], every, context.gather(2, index))
+    return context.scatter(2, index, every)
+
+
+def _tokens(inputs: WindowInputs, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(real, global) (B, T) bool."""
+    batch, length = q.shape[0], q.shape[2]
+    real = inputs.keys.bool() if inputs.keys is not None else q.new_ones(batch, length, dtype=torch.bool)
+    glob = (inputs.global_tokens.bool() if inputs.global_tokens is not None
+            else torch.zeros_like(real))
+    return real, glob
