@@ -60,7 +60,7 @@ def preset(family: str, size: str, **overrides: Any) -> TransformerConfig:
         if "num_attention_heads" in overrides and "num_key_value_heads" not in overrides:
             values["num_key_value_heads"] = None
         if "pad_token_id" in overrides and "position_offset" not in overrides \
-                and config.family in ("roberta", "xlm-roberta"):
+                and config.family in ("roberta", "xlm-roberta", "longformer"):
             # RoBERTa numbers positions from pad_token_id + 1: keep that tied to the new pad id
             pad = overrides["pad_token_id"]
             values["position_offset"] = pad + 1 if pad is not None else 0

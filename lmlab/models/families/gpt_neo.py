@@ -63,7 +63,9 @@ FAMILY = FamilySpec(
                   norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=None,
                   bos_token_id=50256, eos_token_id=50256, hidden_dropout_prob=0.0,
                   attention_probs_dropout_prob=0.0),
-    sizes={"125m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+    sizes={"tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=512, attention_window=[0, 32]),  # CPU runs
+           "125m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                         intermediate_size=3072, attention_window=[0, 256] * 6),
            "1.3b": dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16,
                         intermediate_size=8192, attention_window=[0, 256] * 12)},

@@ -45,7 +45,8 @@ FAMILY = FamilySpec(
                   type_vocab_size=1, norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
                   eos_token_id=2, attention_window=512,
                   extra={"mlm_head_act": "gelu", "global_projections": True}),
-    sizes={"base": stack_size(768, 12), "large": stack_size(1024, 24)},
+    sizes={"tiny": stack_size(128, 2, attention_window=32),  # CPU runs
+           "base": stack_size(768, 12), "large": stack_size(1024, 24)},
     hf_names={**ENCODER_HF_NAMES, "attention_window": "attention_window"},
     hf_defaults=dict(max_position_embeddings=512, norm_eps=1e-12, type_vocab_size=2),
     required=ENCODER_REQUIRED,
