@@ -261,6 +261,11 @@ def test_gdes_stops_the_discriminators_gradient_at_the_generators_embeddings():
     assert own.word_embeddings.weight.grad is None or not own.word_embeddings.weight.grad.any()
     assert objective.embedding_delta["word_embeddings"].grad.abs().sum() > 0
     assert model.transformer.embeddings.word_embeddings.weight.grad is None  # frozen: folded
+    delta = objective.embedding_delta["word_embeddings"]
+    with torch.no_grad():  # an optimiser step on the delta; reading the state folds it in
+        delta.sub_(delta.grad)
+    table = model.state_dict()["transformer.embeddings.word_embeddings.weight"]
+    assert torch.equal(table, own.word_embeddings.weight + delta)  # exact: the fold is this sum
     objective.zero_grad()
     objective.generator_weight, objective.discriminator_weight = 1.0, 0.0
     objective.compute_loss(model, batch).loss.backward()

@@ -114,9 +114,9 @@ class ReplacedTokenDetection(MaskedLM):
             setattr(own, part, copy.deepcopy(table))
             self.embedding_delta[part] = nn.Parameter(torch.zeros_like(table.weight))
             table.weight.requires_grad_(False)
-        this = weakref.ref(self)
+        this = weakref.ref(self)  # the hook keeps no objective alive; a copied model folds its own
         shared.register_state_dict_pre_hook(
-            lambda *_: this() is not None and this().fold_embeddings(shared))
+            lambda module, *_: this() is not None and this().fold_embeddings(module))
 
     def discriminator_tables(self) -> dict[str, torch.Tensor]:
         """GDES: the model's tables ``sg(E_G) + E_Delta`` by the model's parameter names."""
