@@ -177,7 +177,8 @@ def shards(tmp_path_factory):
     return root / "shards"
 
 
-def _pretrain(shards, out, objective: str, objective_args: dict, steps: int = 30) -> list[dict]:
+def _pretrain(shards, out, objective: str, objective_args: dict, steps: int = 30,
+              *more: object) -> list[dict]:
     """`lmlab pretrain --family deberta-v2` at a tiny size; returns the metrics rows."""
     from conftest import run_lmlab
 
@@ -190,7 +191,7 @@ def _pretrain(shards, out, objective: str, objective_args: dict, steps: int = 30
                        "deberta-v2", "--size", "xsmall", "--objective", objective, "--shards",
                        shards, "--out", out, "--seq-len", 64, "--batch-size", 8, "--lr", 3e-3,
                        "--steps", steps, "--log-every", 10, "--eval-every", steps, "--seed", 0,
-                       "--threads", 1)
+                       "--threads", 1, *more)
     assert result.returncode == 0, result.stderr[-2000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").open()]
 
@@ -309,3 +310,20 @@ def test_electra_pretraining_with_each_embedding_sharing(sharing, shards, tmp_pa
     assert state["embedding_delta.word_embeddings"].abs().max() > 0  # the delta trained
     # exact: the same float32 sum the run wrote into the model's table before saving
     assert torch.equal(theirs.embeddings.word_embeddings.weight.detach(), folded)
+
+
+def test_a_gdes_run_resumes_exactly(shards, tmp_path):
+    """E_G and E_Delta live in the objective's checkpoint, the folded table in the model's: a
+    run stopped at step 4 and resumed ends as the run that never stopped."""
+    from safetensors.torch import load_file
+
+    same = ("--save-every", 4, "--schedule", "constant", "--log-every", 1)
+    args = {"embedding_sharing": "gdes", "generator_size": 0.5}
+    whole = _pretrain(shards, tmp_path / "whole", "electra", args, 8, *same)
+    _pretrain(shards, tmp_path / "split", "electra", args, 4, *same)
+    split = _pretrain(shards, tmp_path / "split", "electra", args, 8, *same)  # resumes
+    losses = lambda rows: [r["loss"] for r in rows if r["kind"] == "train"]  # noqa: E731
+    assert losses(split) == losses(whole)
+    a = load_file(tmp_path / "whole" / "model" / "model.safetensors")
+    b = load_file(tmp_path / "split" / "model" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)  # exact: a resumed run repeats the run's ops
