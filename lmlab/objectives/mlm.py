@@ -3,14 +3,12 @@ masking, sparse prediction and DeBERTa's enhanced mask decoder (docs/objectives.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from lmlab.cost.flops import flops_per_token
 from lmlab.objectives.base import Objective, ObjectiveResult, require_labels, stack_inputs
 from lmlab.objectives.masking import (
     IGNORE_INDEX,
@@ -53,7 +51,6 @@ class MaskedLM(Objective):
         self.enhanced_mask_decoder = bool(enhanced_mask_decoder)
         if self.enhanced_mask_decoder:  # it reads the last layer's input: its own forward pass
             self.head_names, self.shares_forward_pass = ("emd",), False
-        self._decoder_config = None
         special.require_mask()
         check_choice(masking, MASKING_MODES, "masking", "masking mode")
         check_at_least(dupe_factor, 1, "dupe_factor")
@@ -79,18 +76,6 @@ class MaskedLM(Objective):
     def data_epoch(self, epoch: int) -> int:
         return epoch % self.dupe_factor if self.static else epoch
 
-    def prepare(self, model: nn.Module) -> None:
-        super().prepare(model)
-        self._decoder_config = model.config if self.enhanced_mask_decoder else None
-
-    def side_flops(self, tokens: int, seq_len: int) -> dict[str, float]:
-        """The enhanced mask decoder's extra passes of the last layer (trained: with their
-        backward pass), which the cost report lists beside the stack's FLOPs."""
-        config = self._decoder_config
-        if config is None:
-            return {}
-        steps = dataclasses.replace(config, num_hidden_layers=int(config.extra.get("emd_layers", 2)))
-        return {"enhanced mask decoder": tokens * flops_per_token(steps, seq_len, head="none")}
 
     def choose(self, candidates: np.ndarray, word_starts: np.ndarray | None,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, Any]:
