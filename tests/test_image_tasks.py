@@ -106,6 +106,15 @@ def test_evaluate_scores_the_saved_vit_again(digits_run, tmp_path):
     assert again == json.loads((digits_run / "metrics.json").read_text())["dev"]
 
 
+def test_finetune_continues_from_a_trained_vit(digits_run, tmp_path):
+    """A pretrained image model (the saved folder) fine-tunes with the default recipe."""
+    task = load_task("digits")
+    result = finetune(task, digits_run / "model", tmp_path / "again", epochs=1, lr=1e-3,
+                      show_progress=False, precision="fp32")
+    assert result["recipe"]["name"] == "bert" and not result["random_init"]
+    assert result["dev"]["accuracy"] > 0.5
+
+
 def _text_task() -> Task:
     rows = [Example(id=str(i), text=f"text {i}", label="ab"[i % 2]) for i in range(4)]
     return Task(name="texts", type="classification", labels=["a", "b"], metrics=["accuracy"],
