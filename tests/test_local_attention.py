@@ -111,7 +111,7 @@ def test_per_layer_windows_blocked_equal_their_dense_fallback(causal):
     assert_close_rounding(blocked[real], dense.logits[real], terms=length, depth=2)
     probs = dense.attentions[0][0, 0]  # layer 0 (window 4), row 0, head 0: (T, T)
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
-    band = ((j <= i) & (j > i - 4)) if causal else (j - i).abs() <= 2
+    band = ((j <= i) & (j > i - 4)) if causal else ((j >= i - 2) & (j <= i + 2))  # window 4
     seen = band | glob[0][None, :] | glob[0][:, None]
     assert bool((probs[~(seen & ((j <= i) if causal else True))] == 0).all())
     grads = [torch.autograd.grad(out[real].square().sum(), model.transformer.layers[0]

@@ -176,11 +176,13 @@ from lmlab.models.presets import list_presets
 assert {"bert", "gpt2", "llama"} <= {family for family, _ in list_presets()}
 config = TransformerConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                            num_attention_heads=2, intermediate_size=32)
+from lmlab.models.families import get_family
+deberta = get_family("deberta-v2").config(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=32)
 for name in available_heads():
-    build_head(name, config)
+    build_head(name, deberta if name == "emd" else config)  # the EMD is DeBERTa's own
 assert needs_pooler("sequence-classification")
 assert not needs_pooler("token-classification")
-from lmlab.models.families import get_family
 for family, prefix in (("bert", "Bert"), ("roberta", "Roberta"), ("albert", "Albert"),
                        ("electra", "Electra"), ("distilbert", "DistilBert")):
     spec = get_family(family)

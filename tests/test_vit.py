@@ -47,7 +47,7 @@ def _pixels(*shape: int) -> torch.Tensor:
 def _close(ours: torch.Tensor, theirs: torch.Tensor) -> None:
     assert ours.shape == theirs.shape
     assert_close_rounding(ours, theirs, terms=SMALL["intermediate_size"], depth=3)
-    assert float((ours - theirs).abs().max()) <= 1e-4
+    assert float((ours - theirs).abs().max()) <= 1e-4  # tol: issue 31's parity bound on outputs
 
 
 @pytest.mark.parametrize("cls", ["ViTForImageClassification", "ViTModel"])
