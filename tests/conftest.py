@@ -234,6 +234,47 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
                    "special_tokens_map.json")
 
 
+def perturb(model, scale: float = 0.05, seed: int = 2):
+    """Every weight of ``model`` moved off its initialisation by ``scale`` x N(0, 1) (unit norms,
+    zero biases and tied copies hide swapped or missing tensors in a parity test); eval mode."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * scale)
+    return model.eval()
+
+
+def assert_parity(got, ref, what: str = "", where=None, *, terms: int = 64,
+                  depth: int = 6) -> float:
+    """Issue 31's parity check: max |got - ref| (at positions ``where``) within float32 rounding
+    of ``depth`` reductions of ``terms`` and at most 1e-4; returns the difference."""
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    if where is not None:
+        got, ref = got[where], ref[where]
+    diff = (got.float() - ref.float()).abs().max().item()
+    tolerance = min(rounding_tolerance(terms=terms, depth=depth, scale=float(ref.abs().max())),
+                    1e-4)  # tol: the rounding bound, capped at issue 31's 1e-4
+    assert diff <= tolerance, f"{what}: max |diff| {diff:.3g} > {tolerance:.3g}"
+    return diff
+
+
+def unigram_kjv_shards(tmp_path_factory, name: str):
+    """KJV chapters (24 train, 6 validation) as token shards of a 600-piece unigram tokenizer
+    with BERT's template: a corpus for a few pretraining steps of any family."""
+    from lmlab.data.shards import build_shards
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    root = tmp_path_factory.mktemp(name)
+    corpus = write_kjv_corpus(root / "corpus", 24, 6)
+    Tokenizer.train(corpus, kind="unigram", vocab_size=600, template="bert").save_pretrained(
+        root / "tok")
+    build_shards(Tokenizer.from_pretrained(root / "tok"), corpus, root / "shards",
+                 shard_tokens=8192, show_progress=False)
+    return root / "shards"
+
+
 def tiny_bert(hidden: int = 32, layers: int = 2, ffn: int = 64, with_pooler: bool | None = True):
     """A randomly initialised BERT on MiniLM's vocabulary (30,522 pieces), seeded: small enough
     that fine-tuning tests train it in seconds, real enough to tokenize real text."""

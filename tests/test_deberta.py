@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import rounding_tolerance, write_kjv_corpus
+from conftest import assert_parity, perturb, write_kjv_corpus
 
 import lmlab
 from lmlab.models.task_heads import task_logits
@@ -45,24 +45,8 @@ CLASSES = {"mlm": "ForMaskedLM", "sequence-classification": "ForSequenceClassifi
            "question-answering": "ForQuestionAnswering", "multiple-choice": "ForMultipleChoice"}
 
 
-def _close(got: torch.Tensor, ref: torch.Tensor, what: str, where=None) -> float:
-    """Max |got - ref| (at positions ``where``), within float32 rounding and 1e-4."""
-    assert got.shape == ref.shape, (what, got.shape, ref.shape)
-    if where is not None:
-        got, ref = got[where], ref[where]
-    diff = (got.float() - ref.float()).abs().max().item()
-    tolerance = min(rounding_tolerance(terms=64, depth=6, scale=float(ref.abs().max())), 1e-4)
-    assert diff <= tolerance, f"{what}: max |diff| {diff:.3g} > {tolerance:.3g}"
-    return diff
 
 
-def _perturb(model, seed: int = 2):
-    """Every weight moved off its initialisation (unit norms and zero biases hide swaps)."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
-    return model.eval()
 
 
 def _padded(shape, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -99,18 +83,18 @@ def _check_both_ways(theirs, head: str, class_name: str, tmp_path, batch) -> Non
     # per-token logits at the real tokens (transformers attends from padding too, lmlab skips it)
     where = None if head in ("sequence-classification", "multiple-choice") else \
         batch["attention_mask"].bool()
-    _close(got, expected, f"{head} logits (transformers -> lmlab)", where)
+    assert_parity(got, expected, f"{head} logits (transformers -> lmlab)", where)
 
     saved = lmlab.save_pretrained(ours, tmp_path / "ours")
     written = json.loads((saved / "config.json").read_text())
     assert written["model_type"] == family and written["architectures"] == [class_name]
     back = getattr(transformers, class_name).from_pretrained(saved).eval()
-    _close(got, _logits(back, head, batch, ours=False), f"{head} logits (lmlab -> hf)", where)
+    assert_parity(got, _logits(back, head, batch, ours=False), f"{head} logits (lmlab -> hf)", where)
     if head != "multiple-choice":
         bare = transformers.AutoModel.from_pretrained(saved).eval()
         assert type(bare).__name__ == class_name.split("For")[0] + "Model"
         with torch.no_grad():
-            _close(ours(**batch).last_hidden_state, bare(**batch).last_hidden_state,
+            assert_parity(ours(**batch).last_hidden_state, bare(**batch).last_hidden_state,
                    "AutoModel states", batch["attention_mask"].bool())
 
 
@@ -124,7 +108,7 @@ def test_attention_options_parity_both_ways(variant, head, tmp_path):
     class_name = "DebertaV2" + CLASSES[head]
     config = transformers.DebertaV2Config(**{**V3, **VARIANTS[variant]}, num_labels=3)
     torch.manual_seed(0)
-    theirs = _perturb(getattr(transformers, class_name)(config))
+    theirs = perturb(getattr(transformers, class_name)(config))
     _check_both_ways(theirs, head, class_name, tmp_path, _padded((3, 20)))
 
 
@@ -136,7 +120,7 @@ def test_task_heads_parity_both_ways(head, tmp_path):
     config = transformers.DebertaV2Config(**V3, num_labels=2 if head == "question-answering"
                                           else 3, pooler_hidden_act="tanh", cls_dropout=0.2)
     torch.manual_seed(0)
-    theirs = _perturb(getattr(transformers, class_name)(config))
+    theirs = perturb(getattr(transformers, class_name)(config))
     batch = _padded((2, 3, 20) if head == "multiple-choice" else (3, 20))
     _check_both_ways(theirs, head, class_name, tmp_path, batch)
 
@@ -162,7 +146,7 @@ def test_v1_parity_both_ways(variant, head, tmp_path):
     config = transformers.DebertaConfig(**{**V1, **V1_VARIANTS[variant]},
                                         num_labels=2 if head == "question-answering" else 3)
     torch.manual_seed(0)
-    theirs = _perturb(getattr(transformers, class_name)(config))
+    theirs = perturb(getattr(transformers, class_name)(config))
     _check_both_ways(theirs, head, class_name, tmp_path, _padded((3, 20)))
 
 
@@ -253,7 +237,7 @@ def test_saved_model_loads_in_a_fresh_process(family, kind, tmp_path):
                  intermediate_size=64, max_position_embeddings=64)
     if family == "deberta-v2":
         small["position_buckets"] = 8
-    model = _perturb(LanguageModel(preset(family, "base", **small), heads=["mlm"]))
+    model = perturb(LanguageModel(preset(family, "base", **small), heads=["mlm"]))
     batch = _padded((3, 20))
     folder = (save_native if kind == "native" else lmlab.save_pretrained)(model, tmp_path / kind)
     assert (kind == "native") == ("lmlab_heads" in (folder / "config.json").read_text())

@@ -162,19 +162,9 @@ def test_emd_refusals():
 # -- pretraining through the command line --------------------------------------------------------
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    """KJV chapters as token shards of a 600-piece unigram tokenizer."""
-    from conftest import write_kjv_corpus
+    from conftest import unigram_kjv_shards
 
-    from lmlab.data.shards import build_shards
-    from lmlab.tokenization.tokenizer import Tokenizer
-
-    root = tmp_path_factory.mktemp("deberta-corpus")
-    corpus = write_kjv_corpus(root / "corpus", 24, 6)
-    Tokenizer.train(corpus, kind="unigram", vocab_size=600, template="bert").save_pretrained(
-        root / "tok")
-    build_shards(Tokenizer.from_pretrained(root / "tok"), corpus, root / "shards",
-                 shard_tokens=8192, show_progress=False)
-    return root / "shards"
+    return unigram_kjv_shards(tmp_path_factory, "deberta-corpus")
 
 
 def _pretrain(shards, out, objective: str, objective_args: dict, steps: int = 30,

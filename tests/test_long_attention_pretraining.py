@@ -13,19 +13,9 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    """KJV chapters as token shards of a 600-piece unigram tokenizer."""
-    from conftest import write_kjv_corpus
+    from conftest import unigram_kjv_shards
 
-    from lmlab.data.shards import build_shards
-    from lmlab.tokenization.tokenizer import Tokenizer
-
-    root = tmp_path_factory.mktemp("long-corpus")
-    corpus = write_kjv_corpus(root / "corpus", 24, 6)
-    Tokenizer.train(corpus, kind="unigram", vocab_size=600, template="bert").save_pretrained(
-        root / "tok")
-    build_shards(Tokenizer.from_pretrained(root / "tok"), corpus, root / "shards",
-                 shard_tokens=8192, show_progress=False)
-    return root / "shards"
+    return unigram_kjv_shards(tmp_path_factory, "long-corpus")
 
 
 @pytest.mark.parametrize("family,objective,architecture", [

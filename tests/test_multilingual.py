@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import rounding_tolerance, write_kjv_corpus
+from conftest import assert_parity, perturb, write_kjv_corpus
 
 import lmlab
 from lmlab.models.task_heads import task_logits
@@ -43,24 +43,8 @@ PROBES = [*TEXTS, "未知的字 ok", "Привет, мир! مرحبا بالع�
           "  spaces\tand\nnewlines  ", "Ёжик, ٣ ١٢ and १२३ digits"]
 
 
-def _close(got: torch.Tensor, ref: torch.Tensor, what: str, where=None) -> float:
-    """Max |got - ref| (at positions ``where``), within float32 rounding and 1e-4."""
-    assert got.shape == ref.shape, (what, got.shape, ref.shape)
-    if where is not None:
-        got, ref = got[where], ref[where]
-    diff = (got.float() - ref.float()).abs().max().item()
-    tolerance = min(rounding_tolerance(terms=64, depth=6, scale=float(ref.abs().max())), 1e-4)
-    assert diff <= tolerance, f"{what}: max |diff| {diff:.3g} > {tolerance:.3g}"
-    return diff
 
 
-def _perturb(model, seed: int = 2):
-    """Every weight moved off its initialisation (unit norms and zero biases hide swaps)."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
-    return model.eval()
 
 
 def _padded(shape, pad: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -96,7 +80,7 @@ def test_xlm_roberta_parity_both_ways(head, tmp_path):
                                            layer_norm_eps=1e-5,
                                            num_labels=2 if head == "question-answering" else 3)
     torch.manual_seed(0)
-    theirs = _perturb(getattr(transformers, class_name)(config))
+    theirs = perturb(getattr(transformers, class_name)(config))
     theirs.save_pretrained(tmp_path / "theirs")
     ours = lmlab.from_pretrained(tmp_path / "theirs")
     assert ours.config.family == "xlm-roberta" and list(ours.heads) == [head]
@@ -106,7 +90,7 @@ def test_xlm_roberta_parity_both_ways(head, tmp_path):
     # per-token logits at the real tokens (lmlab skips padding: docs/models.md)
     where = None if head in ("sequence-classification", "multiple-choice") else \
         batch["attention_mask"].bool()
-    _close(got, expected, f"{head} logits (transformers -> lmlab)", where)
+    assert_parity(got, expected, f"{head} logits (transformers -> lmlab)", where)
 
     saved = lmlab.save_pretrained(ours, tmp_path / "ours")
     written = json.loads((saved / "config.json").read_text())
@@ -114,12 +98,12 @@ def test_xlm_roberta_parity_both_ways(head, tmp_path):
     again = transformers.AutoConfig.from_pretrained(saved)
     assert type(again) is transformers.XLMRobertaConfig
     back = getattr(transformers, class_name).from_pretrained(saved).eval()
-    _close(got, _xlmr_logits(back, head, batch, ours=False), f"{head} logits (lmlab -> hf)", where)
+    assert_parity(got, _xlmr_logits(back, head, batch, ours=False), f"{head} logits (lmlab -> hf)", where)
     if head != "multiple-choice":
         bare = transformers.AutoModel.from_pretrained(saved).eval()
         assert type(bare).__name__ == "XLMRobertaModel"
         with torch.no_grad():
-            _close(ours(**batch).last_hidden_state, bare(**batch).last_hidden_state,
+            assert_parity(ours(**batch).last_hidden_state, bare(**batch).last_hidden_state,
                    "AutoModel states", batch["attention_mask"].bool())
 
 
@@ -130,7 +114,7 @@ def _mt5_folder(folder, class_name: str, untied: bool):
     from safetensors.torch import load_file, save_file
 
     torch.manual_seed(0)
-    model = _perturb(getattr(transformers, class_name)(transformers.MT5Config(**MT5)))
+    model = perturb(getattr(transformers, class_name)(transformers.MT5Config(**MT5)))
     model.save_pretrained(folder)
     if untied:
         tensors = load_file(str(folder / "model.safetensors"))
@@ -152,10 +136,10 @@ def _mt5_compare(ours, theirs, batch, what: str) -> None:
         got, ref = ours(**batch), theirs(**batch)
     where = batch["decoder_attention_mask"].bool()
     if hasattr(ref, "logits"):
-        _close(got.logits, ref.logits, f"{what} logits", where)
+        assert_parity(got.logits, ref.logits, f"{what} logits", where)
     else:
-        _close(got.last_hidden_state, ref.last_hidden_state, f"{what} decoder states", where)
-    _close(got.encoder_last_hidden_state, ref.encoder_last_hidden_state, f"{what} encoder states",
+        assert_parity(got.last_hidden_state, ref.last_hidden_state, f"{what} decoder states", where)
+    assert_parity(got.encoder_last_hidden_state, ref.encoder_last_hidden_state, f"{what} encoder states",
            batch["attention_mask"].bool())
 
 
@@ -258,17 +242,17 @@ def test_mbert_config_and_parity(tmp_path):
     small = {**MBERT, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
              "intermediate_size": 64}
     torch.manual_seed(0)
-    theirs = _perturb(transformers.BertForMaskedLM(transformers.BertConfig(**small)))
+    theirs = perturb(transformers.BertForMaskedLM(transformers.BertConfig(**small)))
     theirs.save_pretrained(tmp_path / "theirs")
     ours = lmlab.from_pretrained(tmp_path / "theirs")
     batch = _padded((3, 9), pad=0)
     batch["input_ids"][0, :3] = torch.tensor([119546, 100000, 50000])  # the far rows too
     with torch.no_grad():
         got = ours(**batch).head_logits["mlm"]
-        _close(got, theirs(**batch).logits, "mBERT logits", batch["attention_mask"].bool())
+        assert_parity(got, theirs(**batch).logits, "mBERT logits", batch["attention_mask"].bool())
         saved = lmlab.save_pretrained(ours, tmp_path / "ours")
         back = transformers.BertForMaskedLM.from_pretrained(saved).eval()
-        _close(got, back(**batch).logits, "mBERT logits back", batch["attention_mask"].bool())
+        assert_parity(got, back(**batch).logits, "mBERT logits back", batch["attention_mask"].bool())
 
 
 def test_mbert_wordpiece_folder_gives_transformers_ids(tmp_path):
@@ -355,7 +339,7 @@ def test_saved_models_load_in_a_fresh_process(tmp_path):
               "mt5": (EncoderDecoderModel(preset("mt5", "tiny", **small, num_decoder_layers=2,
                                                  head_dim=8)), _mt5_batch())}
     for family, (model, batch) in models.items():
-        folder = lmlab.save_pretrained(_perturb(model), tmp_path / family)
+        folder = lmlab.save_pretrained(perturb(model), tmp_path / family)
         with torch.no_grad():
             out = model(**batch)
             expected = (out.logits if family == "mt5" else out.head_logits["mlm"])[0, :3]
