@@ -11,15 +11,21 @@ import time
 from collections.abc import Callable
 
 
+def rss_kib(field: str) -> int:
+    """A memory figure of this process from ``/proc/self/status`` (``VmRSS``: resident now,
+    ``VmHWM``: its peak), in KiB."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident set (``VmHWM``), in MiB. Not ``ru_maxrss``: Linux keeps the
     parent's peak in it across fork + exec, so every child of a large parent would report at
     least the parent's peak."""
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    return rss_kib("VmHWM") / 1024
 
 
 def cpu_model() -> str:

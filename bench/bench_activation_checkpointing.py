@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import cpu_model, other_cpu_seconds  # noqa: E402
+from bench._common import cpu_model, other_cpu_seconds, rss_kib  # noqa: E402
 
 SIDES = ("off", "on")
 # glibc hands a freed block of 128 KiB or more back to the system (a fixed threshold: by
@@ -36,13 +36,6 @@ SIDES = ("off", "on")
 # the resident set after the warm-up step is the loaded model's and the peak is the steps'
 CHILD_ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
 
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
 
 
 def build(size: str, seq_len: int, on: bool):
@@ -107,7 +100,7 @@ def child(side: str, args: argparse.Namespace) -> None:
     step = step_fn(model, args.batch, args.seq_len)
     step()  # warm-up: one-time costs (thread pools, kernels' buffers), not timed or counted
     gc.collect()
-    loaded = _rss_kib("VmRSS")
+    loaded = rss_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as handle:
         handle.write("5")  # reset the high-water mark (Linux >= 4.0)
     times = []
@@ -115,7 +108,7 @@ def child(side: str, args: argparse.Namespace) -> None:
         started = time.perf_counter()
         step()
         times.append(time.perf_counter() - started)
-    peak = (_rss_kib("VmHWM") - loaded) / 1024
+    peak = (rss_kib("VmHWM") - loaded) / 1024
     print(json.dumps({"peak_added_mib": peak, "step_s": statistics.median(times),
                       "saved_mib": saved_mib(model, step)}))
 

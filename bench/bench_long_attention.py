@@ -24,19 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import cpu_model  # noqa: E402
+from bench._common import cpu_model, rss_kib  # noqa: E402
 
 SIDES = ("local", "dense")
 CHILD_ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}  # freed blocks go back (see
 # bench_activation_checkpointing.py): the peak is the steps', not a previous step's leftovers
 
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
 
 
 def child(side: str, length: int, args: argparse.Namespace) -> None:
@@ -66,7 +59,7 @@ def child(side: str, length: int, args: argparse.Namespace) -> None:
 
     step()  # warm-up
     gc.collect()
-    loaded = _rss_kib("VmRSS")
+    loaded = rss_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as handle:
         handle.write("5")  # reset the high-water mark (Linux >= 4.0)
     times = []
@@ -74,7 +67,7 @@ def child(side: str, length: int, args: argparse.Namespace) -> None:
         started = time.perf_counter()
         step()
         times.append(time.perf_counter() - started)
-    print(json.dumps({"peak_added_mib": (_rss_kib("VmHWM") - loaded) / 1024,
+    print(json.dumps({"peak_added_mib": (rss_kib("VmHWM") - loaded) / 1024,
                       "step_s": statistics.median(times)}))
 
 

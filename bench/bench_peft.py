@@ -30,6 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import rss_kib  # noqa: E402
+
 OURS = ("full", "lora", "adapter", "bitfit", "prompt", "prefix")
 THEIRS = ("hf-full", "peft-lora", "peft-prompt", "peft-prefix")
 OPTIONS = {"lora": {"r": 8, "alpha": 16}, "adapter": {"bottleneck": 64}, "bitfit": {},
@@ -117,13 +121,6 @@ def build(side: str, task):
     return model, step, sum(p.numel() for p in params), size
 
 
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
-
 
 def child(side: str, steps: int) -> None:
     """Peak resident memory that ``steps`` training steps add to the loaded model (KiB)."""
@@ -132,13 +129,13 @@ def child(side: str, steps: int) -> None:
     task, data = batches(steps)
     _, step, _, _ = build(side, task)
     gc.collect()
-    loaded = _rss_kib("VmRSS")
+    loaded = rss_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as handle:
         handle.write("5")  # reset the high-water mark (Linux >= 4.0)
     for batch in data:  # gradients, optimizer states and activations all count
         step(batch)
-    print(json.dumps({"peak_added_mib": (_rss_kib("VmHWM") - loaded) / 1024,
-                      "resident_mib": _rss_kib("VmHWM") / 1024}))
+    print(json.dumps({"peak_added_mib": (rss_kib("VmHWM") - loaded) / 1024,
+                      "resident_mib": rss_kib("VmHWM") / 1024}))
 
 
 def accuracy(method: str, budget: float, out: Path) -> dict:
