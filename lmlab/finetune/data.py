@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmlab.models.heads import IGNORE_INDEX
+from lmlab.models.image_head import IMAGE_CLASSIFICATION
 from lmlab.tasks.types import Example, Task
 from lmlab.utils.errors import LmlabError
 
@@ -46,18 +47,25 @@ class Feature:
         return len(self.input_ids)
 
 
+#: task types whose examples carry one label of the task's label set
+LABELLED = ("classification", "pair-classification", IMAGE_CLASSIFICATION)
+
+
 def check_examples(task: Task, examples: Sequence[Example], split: str) -> None:
-    """Raise a clear error for a label outside the label set or a pair task without pairs."""
+    """Raise a clear error for a label outside the label set, a pair task without pairs, an
+    image task example without its image, or a tagging or QA example that does not add up."""
     if not examples:
         raise LmlabError(f"the {split} split of task {task.name!r} is empty",
                          f"give a {split} set with at least one example")
     valid = set(task.labels)
     for example in examples:
-        if task.type in ("classification", "pair-classification") and example.label is not None \
-                and example.label not in valid:
+        if task.type in LABELLED and example.label is not None and example.label not in valid:
             raise LmlabError(f"{split} example {example.id}: label {example.label!r} is not in "
                              f"the label set of {task.name!r} ({len(valid)} labels)",
                              "fix the label or give the full label list")
+        if task.type == IMAGE_CLASSIFICATION and example.image is None:
+            raise LmlabError(f"{split} example {example.id} of {task.name!r} has no image",
+                             "give every example of an image task its image")
         if task.type == "pair-classification" and not example.text_pair:
             raise LmlabError(f"{split} example {example.id}: the pair task {task.name!r} got a "
                              "single text", "give both texts of every pair "

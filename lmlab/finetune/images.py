@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from lmlab.cost.precision import precision_autocast
-from lmlab.finetune.data import ResumableBatches
+from lmlab.finetune.data import ResumableBatches, check_examples
 from lmlab.models.image_head import IMAGE_CLASSIFICATION
 from lmlab.models.images import ImageProcessor
 from lmlab.tasks.types import Example, Task
@@ -58,21 +58,6 @@ def check_modality(task: Task, folder: Path) -> None:
                          "digits) or a text model")
 
 
-def check_images(task: Task, examples: Sequence[Example], split: str) -> None:
-    """Every example has an image and a label of the task's label set (or none)."""
-    if not examples:
-        raise LmlabError(f"the {split} split of task {task.name!r} is empty",
-                         f"give a {split} set with at least one example")
-    valid = set(task.labels)
-    for example in examples:
-        if example.image is None:
-            raise LmlabError(f"{split} example {example.id} of {task.name!r} has no image",
-                             "give every example of an image task its image")
-        if example.label is not None and example.label not in valid:
-            raise LmlabError(f"{split} example {example.id}: label {example.label!r} is not in "
-                             f"the label set of {task.name!r}", "fix the label")
-
-
 def image_batch(task: Task, examples: Sequence[Example], processor: ImageProcessor) -> dict:
     """``pixel_values`` (B, C, H, W), and ``labels`` (B,) when every example has one."""
     batch = {"pixel_values": processor([e.image for e in examples])}
@@ -94,7 +79,7 @@ class ImageStream(ResumableBatches):
 
     def __init__(self, task: Task, examples: Sequence[Example], processor: ImageProcessor,
                  batch_size: int, seed: int = 0):
-        check_images(task, examples, "train")
+        check_examples(task, examples, "train")
         self.task, self.examples, self.processor = task, list(examples), processor
         self.batch_size, self.seed = batch_size, seed
 
@@ -120,7 +105,7 @@ class ImageStream(ResumableBatches):
 def predict_images(model, processor: ImageProcessor, task: Task, examples: Sequence[Example],
                    split: str, batch_size: int = 64, precision: str = "fp32") -> list[str]:
     """The predicted label of each example's image."""
-    check_images(task, examples, split)
+    check_examples(task, examples, split)
     model.eval()
     device = next(model.parameters()).device
     labels = []
