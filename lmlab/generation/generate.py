@@ -189,6 +189,19 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return positions.masked_fill(mask == 0, 1)
 
 
+def decoder_step(model: Any, new_ids: torch.Tensor, mask: torch.Tensor, cache: Any = None,
+                 use_cache: bool = True) -> tuple[Any, torch.Tensor]:
+    """A decoder on ``new_ids`` (B, n), the tokens after the ``past`` its ``cache`` holds, under
+    the (B, past + n) left-padded ``mask``: its output (with the grown cache) and the last
+    position's logits (B, V) (the vocabulary projection runs there only: nobody reads the
+    prompt's). Also the step of ``lmlab serve``'s continuous batching."""
+    past = mask.shape[1] - new_ids.shape[1]
+    out = model(input_ids=new_ids, attention_mask=mask, position_ids=_positions(mask)[:, past:],
+                past_key_values=cache, use_cache=use_cache, heads=[])
+    last = out.last_hidden_state[:, -1:]  # (B, 1, H)
+    return out, model.run_head("clm", last, None, mask[:, -1:])[:, -1]
+
+
 class _Decoder:
     """Runs the model on a growing sequence, with or without the key/value cache (with it, only
     the tokens the cache has not seen are fed)."""
@@ -210,13 +223,7 @@ class _Decoder:
 
     def _forward(self, sequences: torch.Tensor, mask: torch.Tensor, past: int
                  ) -> tuple[Any, torch.Tensor]:
-        """The model's output on the tokens after ``past``, and the last position's logits
-        (B, V) (the vocabulary projection runs there only: nobody reads the prompt's)."""
-        out = self.model(input_ids=sequences[:, past:], attention_mask=mask,
-                         position_ids=_positions(mask)[:, past:], past_key_values=self.cache,
-                         use_cache=self.use_cache, heads=[])
-        last = out.last_hidden_state[:, -1:]  # (B, 1, H)
-        return out, self.model.run_head("clm", last, None, mask[:, -1:])[:, -1]
+        return decoder_step(self.model, sequences[:, past:], mask, self.cache, self.use_cache)
 
     def reorder(self, index: torch.Tensor) -> None:
         if self.cache is not None:
