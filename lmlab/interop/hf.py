@@ -193,6 +193,8 @@ def _swap_heads_and_parts(tensor: torch.Tensor, head_dim: int, parts: int, to_ou
 
 
 def _to_ours(rule: Rule, tensor: torch.Tensor, head_dim: int) -> list[torch.Tensor]:
+    if rule.head_axes:  # (H, nh, hd) -> (H, nh * hd)
+        tensor = tensor.flatten(1)
     if rule.transpose:
         tensor = tensor.t()
     if rule.rotary_pairs:
@@ -374,6 +376,8 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
             tensor = rotary_rows_to_pairs(tensor, model.config.head_dim)
         if rule.transpose:
             tensor = tensor.t()
+        if rule.head_axes:  # (H, nh * hd) -> (H, nh, hd)
+            tensor = tensor.unflatten(1, (-1, model.config.head_dim))
         tensors[rule.theirs] = tensor.contiguous().cpu()
     if family.fixed_tensors is not None:
         tensors.update({prefix + name: value.contiguous().cpu()

@@ -9,7 +9,8 @@ from lmlab.models.config import TransformerConfig
 from lmlab.utils.lazy import resolve_entry
 
 #: family -> "module:Class" of the families that are not one core stack
-OWN_CLASSES: dict[str, object] = {"canine": "lmlab.models.canine:CanineModel"}
+OWN_CLASSES: dict[str, object] = {"canine": "lmlab.models.canine:CanineModel",
+                                   "xlnet": "lmlab.models.xlnet:XLNetModel"}
 
 
 def model_class(config: TransformerConfig) -> type:

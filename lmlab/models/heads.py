@@ -26,6 +26,7 @@ HEADS: dict[str, str | type[nn.Module]] = {
     "sop": f"{__name__}:SentencePairHead",
     "rtd": f"{__name__}:ReplacedTokenDetectionHead",
     "clm": f"{__name__}:CausalLMHead",
+    "plm": "lmlab.models.xlnet:PermutationLMHead",
     "sequence-classification": "lmlab.models.task_heads:SequenceClassificationHead",
     "token-classification": "lmlab.models.task_heads:TokenClassificationHead",
     "question-answering": "lmlab.models.task_heads:QuestionAnsweringHead",

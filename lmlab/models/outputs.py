@@ -25,6 +25,7 @@ class ModelOutput:
     encoder_last_hidden_state: torch.Tensor | None = None  # encoder-decoders: the source side
     encoder_attentions: tuple[torch.Tensor, ...] | None = None  # encoder-decoders, on request
     cross_attentions: tuple[torch.Tensor, ...] | None = None  # (B, nh, Tq, S) per decoder layer
+    mems: tuple[torch.Tensor, ...] | None = None  # XLNet: each layer's memory (B, M, H)
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)

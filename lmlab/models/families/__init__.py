@@ -23,7 +23,8 @@ KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
     "xlm-roberta": f"{__name__}.xlm_roberta:FAMILY", "mt5": f"{__name__}.mt5:FAMILY",
     "vit": f"{__name__}.vit:FAMILY", "canine": f"{__name__}.canine:FAMILY",
     "deberta": f"{__name__}.deberta:FAMILY", "deberta-v2": f"{__name__}.deberta_v2:FAMILY",
-    "gpt_neo": f"{__name__}.gpt_neo:FAMILY", "longformer": f"{__name__}.longformer:FAMILY"}
+    "gpt_neo": f"{__name__}.gpt_neo:FAMILY", "longformer": f"{__name__}.longformer:FAMILY",
+    "xlnet": f"{__name__}.xlnet:FAMILY"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Rule:
     omit it (a tied decoder). ``gguf``: llama.cpp's name. ``rotary_pairs``: theirs holds
     query/key rows in adjacent-pair order, ours in rotate-half order. ``per_head`` (with
     ``split=0``): theirs holds each head's rows of every ours in turn (DeBERTa's ``in_proj``).
+    ``head_axes``: theirs is (H, nh, hd), ours its (H, nh * hd) view (XLNet's einsum weights).
     """
 
     ours: str | tuple[str, ...]
@@ -47,6 +49,7 @@ class Rule:
     gguf: str | None = None
     rotary_pairs: bool = False
     per_head: bool = False
+    head_axes: bool = False
 
     @property
     def ours_names(self) -> tuple[str, ...]:
@@ -100,6 +103,7 @@ TASK_LAYOUTS: dict[str, dict[str, str]] = {
     "context-pooler": {"dense": "pooler.dense", "out_proj": "classifier"},  # DeBERTa's
     "summary": {"summary": "sequence_summary.summary", "classifier": "classifier"},
     "pre-classifier": {"pre_classifier": "pre_classifier", "classifier": "classifier"},
+    "summary-last": {"summary": "sequence_summary.summary", "classifier": "logits_proj"},  # XLNet
     "tokens": {"classifier": "classifier"},  # per token: dropout -> classifier
     "span": {"qa_outputs": "qa_outputs"},  # per token: start and end logits
 }
