@@ -88,6 +88,9 @@ class TransformerConfig:
     # sliding-window attention (core/local_attention.py): keys seen per query, one value or one
     # per layer, 0 = dense; bidirectional: window/2 each side (even), causal: window keys back
     attention_window: int | list[int] | None = None
+    # BigBird's block-sparse attention in every layer (core/block_sparse.py): None = dense, else
+    # {"block_size": b, "num_random_blocks": r}; inputs too short for the pattern attend densely
+    block_sparse: dict[str, int] | None = None
     tie_word_embeddings: bool = True
     initializer_range: float = 0.02
     pad_token_id: int | None = 0
@@ -122,6 +125,10 @@ class TransformerConfig:
             self.num_decoder_layers = self.num_hidden_layers
         if self.attention_window is not None:
             self._check_attention_window()
+        if self.block_sparse is not None:
+            from lmlab.models.core.block_sparse import check_block_sparse
+
+            self.block_sparse = check_block_sparse(self)
         if self.num_attention_heads % self.num_key_value_heads:
             raise LmlabError(
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of "
@@ -200,6 +207,9 @@ class TransformerConfig:
         ffn_in = 2 if self.ffn_type == "glu" else 1
         ffn = ffn_in * (h * f + f * mb) + f * h + h * mb
         layer = attn + ffn + 2 * norm
+        if self.family == "xlnet":  # q, k, v, o, r maps, three biases and the segment table
+            layer = 5 * h * q + 5 * q + ffn + 2 * norm
+            return layer * self.num_hidden_layers + (self.vocab_size + 1) * h * include_embeddings
         layers = layer * (1 if self.share_layers else self.num_hidden_layers)
         if self.extra.get("global_projections"):  # Longformer: q, k, v maps of global tokens
             layers += 3 * (h * q + q * ab) * sum(map(bool, map(self.layer_window,

@@ -1,6 +1,7 @@
 """Multi-head / grouped-query attention, self or cross, written once for every family: the fused
 SDPA path by default, the math path when probabilities are requested (``output_attentions``),
-the blocked sliding-window path for a layer with an attention window.
+the blocked sliding-window path for a layer with an attention window, BigBird's block-sparse
+path for a long enough input.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lmlab.models.config import TransformerConfig
+from lmlab.models.core.block_sparse import block_sparse_attention, sparse_applies
 from lmlab.models.core.cache import KVCache
 from lmlab.models.core.disentangled import DisentangledBias
 from lmlab.models.core.local_attention import (
@@ -31,6 +33,7 @@ class Attention(nn.Module):
     def __init__(self, config: TransformerConfig, cross: bool = False, window: int = 0):
         super().__init__()
         self.window = 0 if cross else window  # keys seen per query (0: all)
+        self.block_sparse = None if cross else config.block_sparse  # BigBird's pattern
         self.causal = config.causal
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -111,6 +114,13 @@ class Attention(nn.Module):
             mask, is_causal = additive_mask(bias, mask, is_causal, q.dtype), False
 
         dropout_p = self.dropout_p if self.training else 0.0
+        sparse = window_inputs is not None and window_inputs.blocked and cache is None
+        if self.block_sparse and sparse and sparse_applies(q_len, **self.block_sparse):
+            context, probs = block_sparse_attention(  # random blocks fixed per layer in training
+                q, k, v, window_inputs.keys, **self.block_sparse, scale=self.scale,
+                dropout_p=dropout_p, seed=layer_index if self.training else None,
+                probabilities=output_attentions)
+            return self._output(context, batch, q_len, padding), probs
         probs = global_qkv = None
         if self.window:
             inputs = window_inputs or WindowInputs(blocked=False)

@@ -178,13 +178,14 @@ class Transformer(nn.Module):
     def _window_inputs(self, attention_mask: torch.Tensor | None,
                        global_attention_mask: torch.Tensor | None, cache: KVCache | None,
                        length: int) -> WindowInputs | None:
-        """Real and global tokens for the windowed layers; the blocked path needs no cache and a
-        (B, T) or no mask."""
+        """Real and global tokens for the windowed (or block-sparse) layers; the blocked path
+        needs no cache and a (B, T) or no mask."""
         if not self.config.attention_window:
             if global_attention_mask is not None:
                 raise LmlabError("global_attention_mask given to a model without an "
                                  "attention window", "set attention_window in the config")
-            return None
+            if not self.config.block_sparse:
+                return None
         two_d = attention_mask is None or attention_mask.dim() == 2
         keys = attention_mask.shape[-1] if attention_mask is not None else length
         if global_attention_mask is not None and global_attention_mask.shape[-1] != keys:

@@ -22,6 +22,7 @@ KNOWN_FAMILIES: dict[str, str | FamilySpec] = {
                  "llama", "bart", "marian", "t5")} | {
     "xlm-roberta": f"{__name__}.xlm_roberta:FAMILY", "mt5": f"{__name__}.mt5:FAMILY",
     "vit": f"{__name__}.vit:FAMILY", "canine": f"{__name__}.canine:FAMILY",
+    "big_bird": f"{__name__}.big_bird:FAMILY",
     "deberta": f"{__name__}.deberta:FAMILY", "deberta-v2": f"{__name__}.deberta_v2:FAMILY",
     "gpt_neo": f"{__name__}.gpt_neo:FAMILY", "longformer": f"{__name__}.longformer:FAMILY",
     "xlnet": f"{__name__}.xlnet:FAMILY"}
