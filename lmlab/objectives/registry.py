@@ -21,13 +21,15 @@ _REGISTRY: dict[str, Callable[..., Any] | str] = {
     "rtd": "lmlab.objectives.electra:ReplacedTokenDetection",
     "clm": "lmlab.objectives.causal:CausalLM",
     "prefix-lm": "lmlab.objectives.causal:PrefixLM",
+    "plm": "lmlab.objectives.permutation:PermutationLM",
     "t5": "lmlab.objectives.seq2seq:T5SpanCorruption",
     "bart": "lmlab.objectives.seq2seq:BartDenoising",
     "distil": "lmlab.objectives.distillation:Distillation",
     "bilm": "lmlab.objectives.bilm:BidirectionalLM",
 }
 _ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "wwm",
-            "span-corruption": "t5", "denoising": "bart"}
+            "span-corruption": "t5", "denoising": "bart",
+            "permutation": "plm", "xlnet": "plm"}
 
 
 def register_objective(name: str, factory: Callable[..., Any] | str) -> None:
