@@ -1,0 +1,280 @@
+"""``lmlab serve`` driven by the real ``openai`` client over 127.0.0.1: completions equal
+``lmlab generate``'s greedy output, alone and under concurrency (continuous batching), streams
+equal whole answers, chat uses the template transformers applies, embeddings equal
+``lmlab embed``'s; the key, the limits, bad input, abandoned streams and a full queue."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from conftest import assert_close_rounding, run_lmlab
+
+openai = pytest.importorskip("openai")
+uvicorn = pytest.importorskip("uvicorn")
+
+PROMPTS = ["Once upon a time", "The capital of France is", "def add(a, b):",
+           "A list of fruits: apples, pears,"]
+
+
+def _start(app) -> tuple[str, object, threading.Thread]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    return f"http://127.0.0.1:{port}", server, thread
+
+
+@pytest.fixture(scope="module")
+def served(smollm2_gguf, minilm_dir):
+    """smollm2 (decoder), minilm (encoder) and 'narrow': smollm2 again with one row and one
+    waiting place (the full-queue test)."""
+    from lmlab.serve.api import Served
+    from lmlab.serve.engine import Engine
+    from lmlab.serve.server import load_served
+
+    decoder, encoder = load_served("smollm2"), load_served("minilm")
+    narrow = Served("narrow", decoder.model, decoder.tokenizer,
+                    engine=Engine(decoder.model, decoder.tokenizer, max_batch=1, max_waiting=1))
+    yield [decoder, encoder, narrow]
+    for one in (decoder, narrow):
+        one.engine.close()
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    from lmlab.serve.api import Limits, create_app
+
+    url, server, thread = _start(create_app(served, Limits(max_tokens=256, max_body_bytes=200_000)))
+    yield url
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """``lmlab generate``'s greedy continuations (8 new tokens) of PROMPTS, in a fresh process."""
+    result = run_lmlab("generate", "smollm2", *PROMPTS, "--max-new-tokens", "8", "--json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line)["generated"] for line in result.stdout.splitlines()]
+
+
+def test_models_are_listed(client):
+    assert [m.id for m in client.models.list().data] == ["smollm2", "minilm", "narrow"]
+
+
+def test_completion_equals_lmlab_generate_greedy(client, reference):
+    answer = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=8,
+                                       temperature=0)
+    assert answer.choices[0].text == reference[0]
+    assert answer.choices[0].finish_reason == "length"
+    assert (answer.usage.completion_tokens, answer.usage.total_tokens) == (8, 8 + 4)
+
+
+def test_concurrent_requests_share_steps_and_equal_each_alone(client, served, reference):
+    engine = served[0].engine
+    steps, shared = engine.steps, engine.shared_steps
+
+    def ask(prompt: str) -> str:
+        return client.completions.create(model="smollm2", prompt=prompt, max_tokens=8,
+                                         temperature=0).choices[0].text
+
+    with concurrent.futures.ThreadPoolExecutor(len(PROMPTS) * 2) as pool:
+        answers = list(pool.map(ask, PROMPTS * 2))
+    assert answers == reference * 2  # token for token what each gives alone
+    assert engine.shared_steps > shared, "no decoding step ran more than one request"
+    assert engine.steps - steps < 8 * 8 - 8, "the requests ran one after another"
+
+
+def test_a_batch_of_prompts_in_one_request(client, reference):
+    answer = client.completions.create(model="smollm2", prompt=PROMPTS, max_tokens=8,
+                                       temperature=0)
+    assert [c.text for c in sorted(answer.choices, key=lambda c: c.index)] == reference
+
+
+def test_streamed_text_equals_the_whole_answer_with_a_stop_string(client):
+    options = dict(model="smollm2", prompt=PROMPTS[3], max_tokens=24, temperature=0, stop=[","])
+    whole = client.completions.create(**options).choices[0]
+    pieces = list(client.completions.create(stream=True, **options))
+    assert "".join(p.choices[0].text for p in pieces) == whole.text
+    assert "," not in whole.text and whole.finish_reason == "stop"
+    assert pieces[-1].choices[0].finish_reason == "stop"
+
+
+def test_chat_uses_the_template_transformers_applies(client, smollm2_gguf):
+    import transformers
+
+    hf = transformers.AutoTokenizer.from_pretrained(str(smollm2_gguf.parent),
+                                                    gguf_file=smollm2_gguf.name)
+    messages = [{"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    prompt = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    chat = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=8,
+                                          temperature=0)
+    plain = client.completions.create(model="smollm2", prompt=prompt, max_tokens=8,
+                                      temperature=0)
+    assert chat.choices[0].message.content == plain.choices[0].text
+    assert chat.usage.prompt_tokens == plain.usage.prompt_tokens
+    stream = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=8,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == \
+        chat.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == chat.usage.completion_tokens
+
+
+def test_seeded_sampling_n_and_logprobs(client, served):
+    from lmlab.generation.generate import generate_text
+
+    decoder = served[0]
+    options = dict(model="smollm2", prompt=PROMPTS[0], max_tokens=6, temperature=0.8,
+                   top_p=0.9, seed=7, n=2, logprobs=3)
+    first, again = (client.completions.create(**options) for _ in range(2))
+    texts = [c.text for c in sorted(first.choices, key=lambda c: c.index)]
+    assert texts == [c.text for c in sorted(again.choices, key=lambda c: c.index)]
+    alone = generate_text(decoder.model, decoder.tokenizer, PROMPTS[0], max_new_tokens=6,
+                          do_sample=True, temperature=0.8, top_p=0.9, seed=7)[0]
+    assert texts[0] == alone  # choice i samples with seed + i
+    logprobs = first.choices[0].logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 6
+    assert all(len(top) <= 3 and max(top.values()) <= 0 for top in logprobs.top_logprobs)
+    chat = client.chat.completions.create(model="smollm2", max_tokens=3, temperature=0,
+                                          logprobs=True, top_logprobs=2,
+                                          messages=[{"role": "user", "content": "Hi"}])
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens and len(content[0].top_logprobs) == 2
+    assert content[0].logprob == pytest.approx(content[0].top_logprobs[0].logprob)  # greedy
+
+
+def test_embeddings_equal_lmlab_embed(client, served, tmp_path):
+    texts = ["The vase broke.", "Dawn broke over the hills."]
+    assert (served[1].embed.pooling, served[1].embed.normalize) == ("mean", True)
+    result = run_lmlab("embed", "minilm", *texts, "--pooling", "mean", "--normalize",
+                       "--out", tmp_path / "v.npy")
+    assert result.returncode == 0, result.stderr
+    expected = torch.from_numpy(np.load(tmp_path / "v.npy"))
+    for fmt in ("float", "base64"):  # the client asks for base64 unless told
+        answer = client.embeddings.create(model="minilm", input=texts, encoding_format=fmt) \
+            if fmt == "float" else client.embeddings.create(model="minilm", input=texts)
+        got = torch.tensor([d.embedding for d in answer.data])
+        assert_close_rounding(got, expected, terms=384, depth=6)
+    assert answer.usage.prompt_tokens == sum(len(served[1].tokenizer.encode(t)) for t in texts)
+
+
+def test_an_api_key_is_required_when_set(served):
+    from lmlab.serve.api import Limits, create_app
+
+    url, server, thread = _start(create_app(served[:2], Limits(api_key="s3cret")))
+    try:
+        for key in ("wrong", None):
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            response = httpx.get(url + "/v1/models", headers=headers)
+            assert response.status_code == 401
+            assert response.json()["error"]["code"] == "invalid_api_key"
+        good = openai.OpenAI(base_url=url + "/v1", api_key="s3cret", max_retries=0)
+        assert [m.id for m in good.models.list().data] == ["smollm2", "minilm"]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("body, status, code", [
+    ('{"model": "smollm2", "prompt": "a", ', 400, "invalid_json"),
+    ('[1, 2]', 400, "invalid_json"),
+    ('{"model": "gpt-4", "prompt": "a"}', 404, "model_not_found"),
+    ('{"model": "smollm2", "prompt": "a", "max_tokens": -1}', 400, "invalid_value"),
+    ('{"model": "smollm2", "prompt": "a", "max_tokens": 100000}', 400, "invalid_value"),
+    ('{"model": "smollm2", "prompt": "a", "max_tokens": "5"}', 400, "invalid_type"),
+    ('{"model": "smollm2", "prompt": "a", "temperature": "hot"}', 400, "invalid_type"),
+    ('{"model": "smollm2", "prompt": "a", "n": true}', 400, "invalid_type"),
+    ('{"model": "smollm2", "prompt": 5}', 400, "invalid_type"),
+    ('{"model": "smollm2", "prompt": [' + ", ".join(["9"] * 8190) + ']}', 400,
+     "context_length_exceeded"),
+    ('{"model": "smollm2", "prompt": "a", "frequency_penalty": 1}', 400,
+     "unsupported_parameter"),
+    ('{"model": "minilm", "prompt": "a"}', 400, "wrong_model_kind"),
+    ('{"model": "smollm2", "prompt": "' + "x" * 300_000 + '"}', 413, "request_too_large"),
+])
+def test_bad_requests_get_openai_errors_and_the_server_goes_on(server, client, body, status,
+                                                               code):
+    response = httpx.post(server + "/v1/completions", content=body,
+                          headers={"Content-Type": "application/json"})
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+    assert client.completions.create(model="smollm2", prompt="a", max_tokens=1).choices
+
+
+def test_errors_reach_the_openai_client_as_its_exceptions(client):
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="a")
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        client.chat.completions.create(model="smollm2", messages=[{"role": "user"}])
+    with pytest.raises(openai.BadRequestError, match="encoder"):
+        client.embeddings.create(model="smollm2", input="a")
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_row(server, served, client):
+    engine = served[0].engine
+    body = {"model": "smollm2", "prompt": "Once", "max_tokens": 200, "temperature": 0,
+            "stream": True}
+    with httpx.stream("POST", server + "/v1/completions", json=body) as response:
+        assert response.status_code == 200
+        next(response.iter_lines())
+    deadline = time.time() + 20
+    while engine.busy and time.time() < deadline:
+        time.sleep(0.05)
+    assert engine.busy == 0 and engine.cache is None  # the row left; nothing kept
+    assert client.completions.create(model="smollm2", prompt="a", max_tokens=1).choices
+
+
+def test_a_full_queue_answers_503(server, served):
+    body = {"model": "narrow", "prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(lambda _: httpx.post(server + "/v1/completions", json=body,
+                                                      timeout=120), range(4)))
+    codes = sorted(r.status_code for r in statuses)
+    assert 503 in codes and 200 in codes, codes
+    refused = next(r for r in statuses if r.status_code == 503)
+    assert refused.json()["error"]["code"] == "server_busy"
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+
+def test_a_soak_of_requests_leaves_nothing_behind(server, served):
+    """Three hundred short requests from a bounded loop (six at a time): every one answered,
+    the engine empty afterwards, the process's memory flat."""
+    engine = served[0].engine
+    body = {"model": "smollm2", "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+    with httpx.Client(base_url=server, timeout=60) as http, \
+            concurrent.futures.ThreadPoolExecutor(6) as pool:
+        def ask(_):
+            return http.post("/v1/completions", json=body).status_code
+
+        assert set(pool.map(ask, range(60))) == {200}
+        before = _rss_mib()
+        assert set(pool.map(ask, range(240))) == {200}
+        grown = _rss_mib() - before
+    assert engine.busy == 0 and engine.cache is None and engine.rows == []
+    assert grown < 64, f"memory grew by {grown:.0f} MiB over 240 requests"
