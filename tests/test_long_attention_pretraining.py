@@ -1,6 +1,6 @@
-"""`lmlab pretrain` of the windowed families (GPT-Neo with clm, Longformer with mlm) on real
-KJV shards: the loss falls, the cost report is written, the run's model is the family's
-transformers class with its windows."""
+"""`lmlab pretrain` of the long-attention families (GPT-Neo with clm, Longformer and BigBird with
+mlm) on real KJV shards: the loss falls, the cost report is written, the run's model is the
+family's transformers class with its windows (BigBird: its block-sparse pattern)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def shards(tmp_path_factory):
 
 
 @pytest.mark.parametrize("family,objective,architecture", [
-    ("gpt_neo", "clm", "GPTNeoForCausalLM"), ("longformer", "mlm", "LongformerForMaskedLM")])
+    ("gpt_neo", "clm", "GPTNeoForCausalLM"), ("longformer", "mlm", "LongformerForMaskedLM"),
+    ("big_bird", "mlm", "BigBirdForMaskedLM")])
 def test_pretraining_a_windowed_family(shards, tmp_path, family, objective, architecture):
     from conftest import run_lmlab
 
@@ -35,7 +36,10 @@ def test_pretraining_a_windowed_family(shards, tmp_path, family, objective, arch
     assert (out / "cost.md").is_file()
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["architectures"] == [architecture]
-    theirs = getattr(transformers, architecture).from_pretrained(out / "model")
-    assert (theirs.config.attention_layers if family == "gpt_neo"
-            else theirs.config.attention_window) == (["global", "local"] if family == "gpt_neo"
-                                                     else [32, 32])
+    theirs = getattr(transformers, architecture).from_pretrained(out / "model").config
+    if family == "gpt_neo":
+        assert theirs.attention_layers == ["global", "local"]
+    elif family == "longformer":
+        assert theirs.attention_window == [32, 32]
+    else:  # 128 tokens in blocks of 16 with one random block: the sparse path (> 7 blocks)
+        assert (theirs.attention_type, theirs.block_size) == ("block_sparse", 16)
