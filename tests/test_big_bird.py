@@ -256,3 +256,39 @@ def test_decoders_windows_and_global_tokens_are_refused():
     with pytest.raises(LmlabError, match="is a decoder"):
         lmlab.models.families.get_family("big_bird").config_from_hf(
             {**_hf_config().to_dict(), "is_decoder": True})
+
+
+def test_finetune_through_the_cli(tiny_bert_folder, tmp_path):
+    """`lmlab finetune` of a BigBird folder (MiniLM's WordPiece) on 20-token sentences, past the
+    sparse threshold of blocks of 2 (14 tokens): the classification head trains (loss falls),
+    the saved model is BigBirdForSequenceClassification with its block-sparse pattern."""
+    import shutil
+
+    from conftest import run_lmlab
+
+    torch.manual_seed(0)
+    sparse = {"block_size": 2, "num_random_blocks": 1}
+    config = family_config("big_bird", **{**SHAPE, "vocab_size": 30522}, block_sparse=sparse)
+    folder = lmlab.save_pretrained(LanguageModel(config), tmp_path / "bigbird")
+    for name in tiny_bert_folder.iterdir():
+        if name.name.startswith(("tokenizer", "vocab", "special_tokens")):
+            shutil.copy(name, folder / name.name)
+    words = [("dog", "animal"), ("hammer", "tool"), ("cat", "animal"), ("saw", "tool"),
+             ("horse", "animal"), ("drill", "tool")]
+    for split, count in (("train", 24), ("dev", 8)):
+        lines = ["sentence,kind"] + [f'"the {w} is here, look at the {w} over there by the old '
+                                     f'wall near the road",{k}'
+                                     for w, k in (words[i % 6] for i in range(count))]
+        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
+                       tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
+                       "kind", "--model", folder, "--out", tmp_path / "run", "--epochs", 6,
+                       "--patience", 6, "--batch-size", 4, "--lr", 1e-2, "--precision", "fp32",
+                       "--pooling", "family")
+    assert result.returncode == 0, result.stderr[-3000:]
+    history = json.loads((tmp_path / "run" / "finetune.json").read_text())["history"]
+    losses = [row["train_loss"] for row in history]
+    assert losses[-1] < 0.9 * losses[0], losses
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert saved["architectures"] == ["BigBirdForSequenceClassification"]
+    assert (saved["attention_type"], saved["block_size"]) == ("block_sparse", 2)
