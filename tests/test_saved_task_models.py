@@ -79,9 +79,12 @@ def _model(family: str, head: str, pooling: str):
         table = char_table([f"w{i}" for i in range(VOCAB)], set(), config.max_chars)
         model = build_model(config, [], char_table=table if family == "elmo" else None)
     else:
+        last_token = get_family(family).task_heads.get(head) == "last-token"
         config = get_family(family).config(
             vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-            num_attention_heads=4, intermediate_size=FFN, max_position_embeddings=64)
+            num_attention_heads=4, intermediate_size=FFN, max_position_embeddings=64,
+            # GPT-Neo's classifier: transformers batches it only with a padding id
+            **({"pad_token_id": 0} if last_token else {}))
         model = LanguageModel(config)
     add_task_head(model, head, None if head in ("question-answering", "multiple-choice") else 3,
                   pooling=pooling)
@@ -93,13 +96,16 @@ def _model(family: str, head: str, pooling: str):
 
 def _batch(family: str, head: str) -> dict[str, torch.Tensor]:
     """Right-padded ids, (2, 9) or (2, 3, 9) for multiple choice; the first row (of every
-    choice) has 3 padding positions."""
+    choice) has 3 padding positions; a Longformer's hold three separators."""
     generator = torch.Generator().manual_seed(1)
     shape = (2, 3, 9) if head == "multiple-choice" else (2, 9)
     ids = torch.randint(5, VOCAB, shape, generator=generator)
     mask = torch.ones(shape, dtype=torch.long)
     mask[0, ..., 6:] = 0
-    pad = 1 if family == "roberta" else 0  # RoBERTa numbers positions after its padding id
+    pad = 1 if family in ("roberta", "longformer") else 0  # positions after the padding id
+    if family == "longformer":  # <s> q </s></s> c </s>: its QA and choice classes find q
+        ids[..., 2:4] = 2
+        ids[0, ..., 5] = ids[1, ..., 8] = 2
     return {"input_ids": ids.masked_fill(mask == 0, pad), "attention_mask": mask}
 
 

@@ -12,6 +12,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.transformer import Transformer
 from lmlab.models.heads import IGNORE_INDEX, Pooler, build_head, needs_pooler
 from lmlab.models.outputs import ModelOutput
+from lmlab.models.task_heads import default_global_tokens
 from lmlab.models.variants import build_low_rank_layout, build_pruned_layout
 from lmlab.utils.errors import LmlabError
 
@@ -148,6 +149,9 @@ class LanguageModel(HeadedModel):
         if skip_padding and _labels_read_padding(labels, attention_mask):
             skip_padding = False
         rerun = _reruns_last_layer(self, heads)  # a head reads the last layer's input
+        if global_attention_mask is None and self.config.attention_window:  # Longformer's tasks
+            primary = next(iter(self.heads if heads is None else heads), None)
+            global_attention_mask = default_global_tokens(self.config, primary, input_ids)
         out = self.transformer(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds,

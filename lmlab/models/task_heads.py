@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
-from lmlab.models.families import get_family
+from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.models.heads import token_cross_entropy
 from lmlab.models.image_head import IMAGE_CLASSIFICATION
 from lmlab.models.pooling import concat_pool, masked_mean
@@ -87,11 +87,13 @@ class _PooledHead(nn.Module):
             self.act = activation(config.extra.get("classifier_act", DENSE_LAYOUTS[style]))
             self.out_proj = nn.Linear(h, outputs)
             self.dropout = _dropout(config, "classifier_dropout")
-        elif style == "summary":
+        elif style in ("summary", "summary-last"):  # the first / last real token (XLNet's)
             self.summary = nn.Linear(h, h)
             self.act = activation(config.extra.get("summary_activation", "gelu"))
             self.classifier = nn.Linear(h, outputs)
             self.dropout = _dropout(config, "summary_last_dropout")
+        elif style == "last-token":  # GPT's: no transform, no dropout, a bias-free score
+            self.score = nn.Linear(h, outputs, bias=False)
         elif style == "pre-classifier":
             self.pre_classifier = nn.Linear(h, h)
             self.act = nn.ReLU()
@@ -115,6 +117,13 @@ class _PooledHead(nn.Module):
             return self.dropout(masked_mean(hidden, attention_mask))
         if style == "concat":
             return self.dropout(concat_pool(hidden, attention_mask))
+        if style == "last-token":
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device),
+                          last_real_token(attention_mask, hidden.shape[1])]  # (B, H)
+        if style == "summary-last":
+            last = hidden[torch.arange(hidden.shape[0], device=hidden.device),
+                          last_real_token(attention_mask, hidden.shape[1])]  # (B, H)
+            return self.dropout(self.act(self.summary(last)))
         first = hidden[:, 0]  # (B, H): [CLS] / <s>
         if style in DENSE_LAYOUTS:
             return self.dropout(self.act(self.dense(self.dropout(first))))
@@ -126,8 +135,50 @@ class _PooledHead(nn.Module):
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, outputs)."""
         vector = self.represent(hidden, pooled, attention_mask)
+        if self.style == "last-token":
+            return self.score(vector)
         return self.out_proj(vector) if self.style in DENSE_LAYOUTS \
             else self.classifier(vector)
+
+
+def last_real_token(attention_mask: torch.Tensor | None, length: int) -> torch.Tensor | int:
+    """Index (B,) of each row's rightmost token the mask keeps (right or left padding); the
+    last position without a mask. transformers finds the rightmost id that is not
+    ``pad_token_id``: the same wherever the padding is masked."""
+    if attention_mask is None:
+        return length - 1
+    positions = torch.arange(length, device=attention_mask.device)  # (T,)
+    return (positions * attention_mask.ne(0)).argmax(-1)  # (B,)
+
+
+def default_global_tokens(config: TransformerConfig, head: str | None,
+                          input_ids: torch.Tensor | None) -> torch.Tensor | None:
+    """The ``global_attention_mask`` (.., T) a windowed family's task class sets when given none
+    (FamilySpec.global_tokens; Longformer's): ``"first"`` the <s> token, ``"before-sep"`` the
+    question before the first separator, ``"after-sep"`` the tokens after the first two; None
+    when the head has no such rule."""
+    windowed = getattr(config, "attention_window", None)  # a recurrent config has none
+    rule = get_family(config.family).global_tokens.get(head) \
+        if windowed and config.family in KNOWN_FAMILIES and head else None
+    if rule is None or input_ids is None:
+        return None
+    glob = torch.zeros_like(input_ids)
+    if rule == "first":
+        glob[..., 0] = 1
+        return glob
+    sep = config.extra.get("sep_token_id", config.eos_token_id)
+    counts = (input_ids == sep).sum(-1)
+    if not bool((counts == 3).all()):
+        side = rule.removesuffix("-sep")
+        raise LmlabError(f"the {head} head makes the tokens {side} the first separator ({sep}) "
+                         f"global, which needs exactly three per sequence; found "
+                         f"{sorted(set(counts.flatten().tolist()))}",
+                         "pass global_attention_mask yourself, or encode question and "
+                         "context as <s> q </s></s> c </s>")
+    positions = torch.arange(input_ids.shape[-1], device=input_ids.device)  # (T,)
+    first = (input_ids == sep).int().argmax(-1, keepdim=True)  # (.., 1)
+    keep = positions < first if rule == "before-sep" else positions > first + 1
+    return keep.to(input_ids.dtype)
 
 
 class SequenceClassificationHead(_PooledHead):
@@ -244,6 +295,11 @@ def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
                              f"{tuple(input_ids.shape)}", "encode one sequence per choice")
         num_choices = input_ids.shape[1]
         flat = {k: v.reshape(-1, v.shape[-1]) for k, v in flat.items()}  # (B*C, T)
+    glob = batch.get("global_attention_mask")
+    if glob is None:
+        glob = default_global_tokens(model.config, head, input_ids)
+    if glob is not None:
+        flat["global_attention_mask"] = glob.reshape(-1, glob.shape[-1])
     out = model(**flat, heads=[])
     kwargs = {"num_choices": num_choices} if num_choices is not None else {}
     return model.run_head(head, out.last_hidden_state, out.pooler_output,

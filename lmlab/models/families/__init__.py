@@ -92,7 +92,8 @@ def expand_rules(rules: list[Rule], num_layers: int, num_decoder_layers: int = 0
 
 
 # Task heads (lmlab.models.task_heads builds them): Hugging Face class suffix of each, and each
-# layout's modules as lmlab name -> checkpoint name (every module has a weight and a bias).
+# layout's modules as lmlab name -> checkpoint name (a weight and a bias each, but in
+# BIAS_FREE_LAYOUTS).
 TASK_CLASS_SUFFIX = {"sequence-classification": "ForSequenceClassification",
                      "token-classification": "ForTokenClassification",
                      "question-answering": "ForQuestionAnswering",
@@ -103,11 +104,13 @@ TASK_LAYOUTS: dict[str, dict[str, str]] = {
     "dense-gelu": {"dense": "classifier.dense", "out_proj": "classifier.out_proj"},
     "context-pooler": {"dense": "pooler.dense", "out_proj": "classifier"},  # DeBERTa's
     "summary": {"summary": "sequence_summary.summary", "classifier": "classifier"},
-    "pre-classifier": {"pre_classifier": "pre_classifier", "classifier": "classifier"},
     "summary-last": {"summary": "sequence_summary.summary", "classifier": "logits_proj"},  # XLNet
+    "pre-classifier": {"pre_classifier": "pre_classifier", "classifier": "classifier"},
     "tokens": {"classifier": "classifier"},  # per token: dropout -> classifier
     "span": {"qa_outputs": "qa_outputs"},  # per token: start and end logits
+    "last-token": {"score": "score"},  # the last real token's state -> score (no bias): GPT's
 }
+BIAS_FREE_LAYOUTS = ("last-token",)
 #: The BERT layouts; a family declares its own as a copy with some entries changed.
 BERT_TASK_HEADS = {"sequence-classification": "pooler", "multiple-choice": "pooler",
                    "token-classification": "tokens", "question-answering": "span"}
@@ -121,7 +124,8 @@ def task_head_rules(head: str, layout: str, config: TransformerConfig) -> list[R
     ``"concat"``) have a single ``classifier``."""
     if layout not in ("tokens", "span") and config.extra.get("pooling") in ("mean", "concat"):
         layout = "pooler"
-    return paired_rules(f"heads.{head}.", "", TASK_LAYOUTS[layout].items())
+    params = ("weight",) if layout in BIAS_FREE_LAYOUTS else ("weight", "bias")
+    return paired_rules(f"heads.{head}.", "", TASK_LAYOUTS[layout].items(), params)
 
 
 @dataclass
@@ -142,6 +146,9 @@ class FamilySpec:
         task_heads: task head -> its :data:`TASK_LAYOUTS` layout; adds their rules and classes.
         fixed_tensors: tensors with no learned values (RoFormer's sinusoids): written, not read.
         saved_as: heads written under another head's class (DeBERTa's ``emd``: its MLM class).
+        global_tokens: task head -> the tokens its class makes global when no
+            ``global_attention_mask`` is given (Longformer's: ``"first"``, ``"before-sep"``,
+            ``"after-sep"``; :func:`lmlab.models.task_heads.default_global_tokens`).
     """
 
     model_type: str
@@ -164,6 +171,7 @@ class FamilySpec:
     fixed_tensors: Callable[[TransformerConfig], dict[str, Any]] | None = None
     display_name: str = ""
     saved_as: dict[str, str] = field(default_factory=dict)
+    global_tokens: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.display_name = self.display_name or self.model_type

@@ -84,4 +84,6 @@ FAMILY = FamilySpec(
     base_rules=_base_rules,
     head_rules={"clm": clm_rules},
     architectures={"GPTNeoModel": (), "GPTNeoForCausalLM": ("clm",)},
+    task_heads={"sequence-classification": "last-token", "token-classification": "tokens",
+                "question-answering": "span"},
 )

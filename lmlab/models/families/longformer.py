@@ -8,7 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from lmlab.models.config import TransformerConfig
-from lmlab.models.families import FamilySpec, Rule, paired_rules, stack_size
+from lmlab.models.families import (
+    BERT_TASK_HEADS,
+    FamilySpec,
+    Rule,
+    paired_rules,
+    stack_size,
+)
 from lmlab.models.families import roberta as _roberta
 from lmlab.models.families.bert import (
     ENCODER_HF_NAMES,
@@ -44,10 +50,12 @@ FAMILY = FamilySpec(
     defaults=dict(vocab_size=50265, max_position_embeddings=4098, position_offset=2,
                   type_vocab_size=1, norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
                   eos_token_id=2, attention_window=512,
-                  extra={"mlm_head_act": "gelu", "global_projections": True}),
+                  extra={"mlm_head_act": "gelu", "global_projections": True,
+                         "sep_token_id": 2}),
     sizes={"tiny": stack_size(128, 2, attention_window=32),  # CPU runs
            "base": stack_size(768, 12), "large": stack_size(1024, 24)},
-    hf_names={**ENCODER_HF_NAMES, "attention_window": "attention_window"},
+    hf_names={**ENCODER_HF_NAMES, "attention_window": "attention_window",
+              "sep_token_id": "extra.sep_token_id"},
     hf_defaults=dict(max_position_embeddings=512, norm_eps=1e-12, type_vocab_size=2),
     required=ENCODER_REQUIRED,
     from_hf=_roberta.from_hf,
@@ -57,4 +65,8 @@ FAMILY = FamilySpec(
     head_rules={"mlm": lambda config: mlm_rules("lm_head.", transform="dense", norm="layer_norm",
                                                 tied=config.tie_word_embeddings)},
     architectures={"LongformerModel": (), "LongformerForMaskedLM": ("mlm",)},
+    task_heads={**BERT_TASK_HEADS, "sequence-classification": "dense-tanh"},
+    # what transformers' task classes make global when given no global_attention_mask
+    global_tokens={"sequence-classification": "first", "question-answering": "before-sep",
+                   "multiple-choice": "after-sep"},
 )
