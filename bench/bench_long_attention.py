@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--sides", default=",".join(SIDES), help="which of " + ", ".join(SIDES))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
@@ -93,9 +94,10 @@ def main() -> None:
 
     from lmlab.utils.host import describe_host
 
-    rows: dict[str, dict[int, dict]] = {side: {} for side in SIDES}
+    sides = [side for side in SIDES if side in args.sides.split(",")]
+    rows: dict[str, dict[int, dict]] = {side: {} for side in sides}
     for length in lengths:
-        for side in SIDES:
+        for side in sides:
             done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child",
                                    f"{side}:{length}"], capture_output=True, text=True,
                                   check=True, env=CHILD_ENV)
@@ -105,16 +107,16 @@ def main() -> None:
                        f"blocks of {args.block} with {args.random} random",
               "rows": rows}
     print(json.dumps(report, indent=2))
-    print("\n| tokens | " + " | ".join(f"{side} peak (MiB) | x per doubling" for side in SIDES)
-          + " | " + " | ".join(f"{side} step (s)" for side in SIDES) + " |\n|---:|"
-          + "---:|" * (3 * len(SIDES)))
+    print("\n| tokens | " + " | ".join(f"{side} peak (MiB) | x per doubling" for side in sides)
+          + " | " + " | ".join(f"{side} step (s)" for side in sides) + " |\n|---:|"
+          + "---:|" * (3 * len(sides)))
     for i, length in enumerate(lengths):
         cells = [f"{length:,}"]
-        for side in SIDES:
+        for side in sides:
             peak = rows[side][length]["peak_added_mib"]
             growth = peak / rows[side][lengths[i - 1]]["peak_added_mib"] if i else None
             cells += [f"{peak:.0f}", f"{growth:.2f}" if growth else "-"]
-        cells += [f"{rows[side][length]['step_s']:.2f}" for side in SIDES]
+        cells += [f"{rows[side][length]['step_s']:.2f}" for side in sides]
         print("| " + " | ".join(cells) + " |")
 
 
