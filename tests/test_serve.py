@@ -40,17 +40,27 @@ def _start(app) -> tuple[str, object, threading.Thread]:
 
 @pytest.fixture(scope="module")
 def served(smollm2_gguf, minilm_dir):
-    """smollm2 (decoder), minilm (encoder) and 'narrow': smollm2 again with one row and one
-    waiting place (the full-queue test)."""
+    """smollm2 (decoder), minilm (encoder), 'tiny': a random 2-layer Llama on smollm2's
+    tokenizer (the load tests), and 'narrow': the tiny one with one row and one waiting place
+    (the full-queue test)."""
+    from lmlab.models.model import LanguageModel
+    from lmlab.models.presets import family_config
     from lmlab.serve.api import Served
     from lmlab.serve.engine import Engine
     from lmlab.serve.server import load_served
 
     decoder, encoder = load_served("smollm2"), load_served("minilm")
-    narrow = Served("narrow", decoder.model, decoder.tokenizer,
-                    engine=Engine(decoder.model, decoder.tokenizer, max_batch=1, max_waiting=1))
-    yield [decoder, encoder, narrow]
-    for one in (decoder, narrow):
+    tokenizer = decoder.tokenizer
+    torch.manual_seed(0)
+    model = LanguageModel(family_config(
+        "llama", vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+        max_position_embeddings=256, eos_token_id=tokenizer.eos_token_id), heads=("clm",)).eval()
+    tiny = Served("tiny", model, tokenizer, engine=Engine(model, tokenizer))
+    narrow = Served("narrow", model, tokenizer,
+                    engine=Engine(model, tokenizer, max_batch=1, max_waiting=1))
+    yield [decoder, encoder, tiny, narrow]
+    for one in (decoder, tiny, narrow):
         one.engine.close()
 
 
@@ -70,42 +80,65 @@ def client(server):
 
 
 @pytest.fixture(scope="module")
-def reference():
-    """``lmlab generate``'s greedy continuations (8 new tokens) of PROMPTS, in a fresh process."""
-    result = run_lmlab("generate", "smollm2", *PROMPTS, "--max-new-tokens", "8", "--json")
-    assert result.returncode == 0, result.stderr
-    return [json.loads(line)["generated"] for line in result.stdout.splitlines()]
+def reference(served):
+    """The tiny decoder's greedy continuations (12 new tokens) of PROMPTS, each alone, by
+    ``generate_text`` (what ``lmlab generate`` runs)."""
+    from lmlab.generation.generate import generate_text
+
+    tiny = served[2]
+    return [generate_text(tiny.model, tiny.tokenizer, p, max_new_tokens=12)[0] for p in PROMPTS]
 
 
 def test_models_are_listed(client):
-    assert [m.id for m in client.models.list().data] == ["smollm2", "minilm", "narrow"]
+    assert [m.id for m in client.models.list().data] == ["smollm2", "minilm", "tiny", "narrow"]
 
 
-def test_completion_equals_lmlab_generate_greedy(client, reference):
-    answer = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=8,
+def test_completion_equals_generate_greedy(client, served):
+    from lmlab.generation.generate import generate_text
+
+    decoder = served[0]
+    answer = client.completions.create(model="smollm2", prompt=PROMPTS[1], max_tokens=8,
                                        temperature=0)
-    assert answer.choices[0].text == reference[0]
+    expected = generate_text(decoder.model, decoder.tokenizer, PROMPTS[1], max_new_tokens=8)[0]
+    assert answer.choices[0].text == expected and expected.strip()
     assert answer.choices[0].finish_reason == "length"
-    assert (answer.usage.completion_tokens, answer.usage.total_tokens) == (8, 8 + 4)
+    assert (answer.usage.completion_tokens, answer.usage.total_tokens) == (8, 8 + 5)
+
+
+@pytest.mark.slow
+def test_completion_and_embeddings_equal_the_cli_in_a_fresh_process(client, tmp_path):
+    result = run_lmlab("generate", "smollm2", PROMPTS[1], "--max-new-tokens", "8", "--json")
+    assert result.returncode == 0, result.stderr
+    answer = client.completions.create(model="smollm2", prompt=PROMPTS[1], max_tokens=8,
+                                       temperature=0)
+    assert answer.choices[0].text == json.loads(result.stdout)["generated"]
+    texts = ["The vase broke.", "Dawn broke over the hills."]
+    result = run_lmlab("embed", "minilm", *texts, "--pooling", "mean", "--normalize",
+                       "--out", tmp_path / "v.npy")
+    assert result.returncode == 0, result.stderr
+    got = torch.tensor([d.embedding for d in client.embeddings.create(model="minilm",
+                                                                      input=texts).data])
+    assert_close_rounding(got, torch.from_numpy(np.load(tmp_path / "v.npy")), terms=384,
+                          depth=6)
 
 
 def test_concurrent_requests_share_steps_and_equal_each_alone(client, served, reference):
-    engine = served[0].engine
+    engine = served[2].engine
     steps, shared = engine.steps, engine.shared_steps
 
     def ask(prompt: str) -> str:
-        return client.completions.create(model="smollm2", prompt=prompt, max_tokens=8,
+        return client.completions.create(model="tiny", prompt=prompt, max_tokens=12,
                                          temperature=0).choices[0].text
 
     with concurrent.futures.ThreadPoolExecutor(len(PROMPTS) * 2) as pool:
         answers = list(pool.map(ask, PROMPTS * 2))
     assert answers == reference * 2  # token for token what each gives alone
     assert engine.shared_steps > shared, "no decoding step ran more than one request"
-    assert engine.steps - steps < 8 * 8 - 8, "the requests ran one after another"
+    assert engine.steps - steps < 8 * 11, "the requests ran one after another"
 
 
 def test_a_batch_of_prompts_in_one_request(client, reference):
-    answer = client.completions.create(model="smollm2", prompt=PROMPTS, max_tokens=8,
+    answer = client.completions.create(model="tiny", prompt=PROMPTS, max_tokens=12,
                                        temperature=0)
     assert [c.text for c in sorted(answer.choices, key=lambda c: c.index)] == reference
 
@@ -119,21 +152,23 @@ def test_streamed_text_equals_the_whole_answer_with_a_stop_string(client):
     assert pieces[-1].choices[0].finish_reason == "stop"
 
 
-def test_chat_uses_the_template_transformers_applies(client, smollm2_gguf):
-    import transformers
+def test_chat_uses_the_template_transformers_applies(client, served):
+    from transformers.utils.chat_template_utils import render_jinja_template
 
-    hf = transformers.AutoTokenizer.from_pretrained(str(smollm2_gguf.parent),
-                                                    gguf_file=smollm2_gguf.name)
+    tokenizer = served[0].tokenizer  # its template is the GGUF file's (test_gguf: = transformers')
     messages = [{"role": "system", "content": "Answer briefly."},
                 {"role": "user", "content": "What is the capital of France?"}]
-    prompt = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    chat = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=8,
+    prompt = render_jinja_template([messages], chat_template=tokenizer.chat_template,
+                                   add_generation_prompt=True, bos_token=tokenizer.bos_token,
+                                   eos_token=tokenizer.eos_token)
+    prompt = prompt[0][0] if isinstance(prompt, tuple) else prompt
+    chat = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=4,
                                           temperature=0)
-    plain = client.completions.create(model="smollm2", prompt=prompt, max_tokens=8,
+    plain = client.completions.create(model="smollm2", prompt=prompt, max_tokens=4,
                                       temperature=0)
     assert chat.choices[0].message.content == plain.choices[0].text
     assert chat.usage.prompt_tokens == plain.usage.prompt_tokens
-    stream = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=8,
+    stream = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=4,
                                             temperature=0, stream=True,
                                             stream_options={"include_usage": True})
     chunks = list(stream)
@@ -145,8 +180,8 @@ def test_chat_uses_the_template_transformers_applies(client, smollm2_gguf):
 def test_seeded_sampling_n_and_logprobs(client, served):
     from lmlab.generation.generate import generate_text
 
-    decoder = served[0]
-    options = dict(model="smollm2", prompt=PROMPTS[0], max_tokens=6, temperature=0.8,
+    decoder = served[2]
+    options = dict(model="tiny", prompt=PROMPTS[0], max_tokens=6, temperature=0.8,
                    top_p=0.9, seed=7, n=2, logprobs=3)
     first, again = (client.completions.create(**options) for _ in range(2))
     texts = [c.text for c in sorted(first.choices, key=lambda c: c.index)]
@@ -157,7 +192,7 @@ def test_seeded_sampling_n_and_logprobs(client, served):
     logprobs = first.choices[0].logprobs
     assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 6
     assert all(len(top) <= 3 and max(top.values()) <= 0 for top in logprobs.top_logprobs)
-    chat = client.chat.completions.create(model="smollm2", max_tokens=3, temperature=0,
+    chat = client.chat.completions.create(model="tiny", max_tokens=3, temperature=0,
                                           logprobs=True, top_logprobs=2,
                                           messages=[{"role": "user", "content": "Hi"}])
     content = chat.choices[0].logprobs.content
@@ -165,13 +200,13 @@ def test_seeded_sampling_n_and_logprobs(client, served):
     assert content[0].logprob == pytest.approx(content[0].top_logprobs[0].logprob)  # greedy
 
 
-def test_embeddings_equal_lmlab_embed(client, served, tmp_path):
+def test_embeddings_equal_lmlab_embed(client, served):
+    from lmlab.pipelines import pipeline
+
     texts = ["The vase broke.", "Dawn broke over the hills."]
     assert (served[1].embed.pooling, served[1].embed.normalize) == ("mean", True)
-    result = run_lmlab("embed", "minilm", *texts, "--pooling", "mean", "--normalize",
-                       "--out", tmp_path / "v.npy")
-    assert result.returncode == 0, result.stderr
-    expected = torch.from_numpy(np.load(tmp_path / "v.npy"))
+    embed = pipeline("feature-extraction", model="minilm")  # what `lmlab embed` runs
+    expected = embed(texts, pooling="mean", normalize=True)
     for fmt in ("float", "base64"):  # the client asks for base64 unless told
         answer = client.embeddings.create(model="minilm", input=texts, encoding_format=fmt) \
             if fmt == "float" else client.embeddings.create(model="minilm", input=texts)
@@ -220,7 +255,7 @@ def test_bad_requests_get_openai_errors_and_the_server_goes_on(server, client, b
                           headers={"Content-Type": "application/json"})
     assert response.status_code == status, response.text
     assert response.json()["error"]["code"] == code
-    assert client.completions.create(model="smollm2", prompt="a", max_tokens=1).choices
+    assert client.completions.create(model="tiny", prompt="a", max_tokens=1).choices
 
 
 def test_errors_reach_the_openai_client_as_its_exceptions(client):
@@ -233,8 +268,8 @@ def test_errors_reach_the_openai_client_as_its_exceptions(client):
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_row(server, served, client):
-    engine = served[0].engine
-    body = {"model": "smollm2", "prompt": "Once", "max_tokens": 200, "temperature": 0,
+    engine = served[2].engine
+    body = {"model": "tiny", "prompt": "Once", "max_tokens": 250, "temperature": 0,
             "stream": True}
     with httpx.stream("POST", server + "/v1/completions", json=body) as response:
         assert response.status_code == 200
@@ -243,14 +278,15 @@ def test_a_client_that_leaves_mid_stream_frees_its_row(server, served, client):
     while engine.busy and time.time() < deadline:
         time.sleep(0.05)
     assert engine.busy == 0 and engine.cache is None  # the row left; nothing kept
-    assert client.completions.create(model="smollm2", prompt="a", max_tokens=1).choices
+    assert client.completions.create(model="tiny", prompt="a", max_tokens=1).choices
 
 
 def test_a_full_queue_answers_503(server, served):
-    body = {"model": "narrow", "prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    body = {"model": "narrow", "prompt": "Once upon a time", "max_tokens": 200,
+            "temperature": 0, "stop": ["never in tiny's output"]}
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
         statuses = list(pool.map(lambda _: httpx.post(server + "/v1/completions", json=body,
-                                                      timeout=120), range(4)))
+                                                      timeout=120), range(6)))
     codes = sorted(r.status_code for r in statuses)
     assert 503 in codes and 200 in codes, codes
     refused = next(r for r in statuses if r.status_code == 503)
@@ -265,8 +301,8 @@ def _rss_mib() -> float:
 def test_a_soak_of_requests_leaves_nothing_behind(server, served):
     """Three hundred short requests from a bounded loop (six at a time): every one answered,
     the engine empty afterwards, the process's memory flat."""
-    engine = served[0].engine
-    body = {"model": "smollm2", "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+    engine = served[2].engine
+    body = {"model": "tiny", "prompt": "Hello", "max_tokens": 2, "temperature": 0}
     with httpx.Client(base_url=server, timeout=60) as http, \
             concurrent.futures.ThreadPoolExecutor(6) as pool:
         def ask(_):
