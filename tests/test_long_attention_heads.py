@@ -214,3 +214,14 @@ def test_finetune_through_the_cli(tiny_bert_folder, tmp_path, family):
     saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
     prefix = "GPTNeo" if family == "gpt_neo" else "Longformer"
     assert saved["architectures"] == [prefix + "ForSequenceClassification"]
+    if family == "gpt_neo":  # the tokenizer's padding id, which transformers' classifier reads
+        assert saved["pad_token_id"] == 0
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "run" / "model").eval()
+    ours = lmlab.from_pretrained(tmp_path / "run" / "model")
+    batch = {"input_ids": torch.tensor([[101, 1996, 3899, 102, 0, 0], [101, 1996, 2387, 2003, 2182,
+                                                                       102]]),
+             "attention_mask": torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6])}
+    with torch.no_grad():
+        _check(task_logits(ours, "sequence-classification", batch), theirs(**batch).logits,
+               batch, "sequence-classification", f"{family} fine-tuned")

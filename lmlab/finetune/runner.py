@@ -459,6 +459,9 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
     for name in [h for h in model.heads if h != objective.head]:
         del model.heads[name]  # pretraining heads are not part of the fine-tuned model
     objective.prepare(model)
+    if getattr(model.heads[objective.head], "style", None) == "last-token" \
+            and model.config.pad_token_id is None:  # transformers finds the last token by it
+        model.config.pad_token_id = fdata.pad_id_of(tokenizer)
     stream = None
     if distil is not None:  # the teacher's logits, once per training example, in the batches
         from lmlab.training.distributed import process_device
