@@ -6,6 +6,7 @@ equal whole answers, chat uses the template transformers applies, embeddings equ
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import json
 import socket
 import threading
@@ -314,3 +315,65 @@ def test_a_soak_of_requests_leaves_nothing_behind(server, served):
         grown = _rss_mib() - before
     assert engine.busy == 0 and engine.cache is None and engine.rows == []
     assert grown < 64, f"memory grew by {grown:.0f} MiB over 240 requests"
+
+
+@pytest.mark.parametrize("method", [None, "prompt", "prefix"])
+def test_rows_that_join_mid_decode_equal_each_alone(served, method):
+    """Each request joins while the others decode (submitted from the previous one's third
+    token), with prompts of other lengths: every row's tokens are the ones it gives alone, also
+    with the virtual tokens of prompt and prefix tuning at the cache's front."""
+    from lmlab.adapt import apply_method
+    from lmlab.generation.generate import generate, make_config
+    from lmlab.serve.engine import Engine, Request
+
+    tokenizer = served[2].tokenizer
+    model = copy.deepcopy(served[2].model)
+    if method:
+        apply_method(model, method, num_virtual_tokens=3)
+    model.eval()
+    config = make_config(None, model, max_new_tokens=10, eos_token_id=tokenizer.eos_token_id)
+    prompts = [tokenizer.encode(p) for p in PROMPTS]
+    alone = [generate(model, torch.tensor([p]), config=config)[0, len(p):].tolist()
+             for p in prompts]
+    engine = Engine(model, tokenizer, max_batch=4)
+    got: list[list[int]] = [[] for _ in prompts]
+    done = threading.Semaphore(0)
+
+    def emit(index: int):
+        def on_event(event):
+            got[index].append(event.token)
+            if len(got[index]) == 3 and index + 1 < len(prompts):
+                engine.submit(Request(prompts[index + 1], config, emit(index + 1)))
+            if event.finish:
+                done.release()
+        return on_event
+
+    try:
+        engine.submit(Request(prompts[0], config, emit(0)))
+        for _ in prompts:
+            assert done.acquire(timeout=60)
+    finally:
+        engine.close()
+    assert got == [tokens[:len(g)] for tokens, g in zip(alone, got)] and got == alone
+    assert engine.shared_steps > 0  # and fewer steps than one request after another:
+    assert engine.steps < sum(len(tokens) - 1 for tokens in alone)
+
+
+def test_the_server_stack_is_optional_and_exposure_warns(monkeypatch):
+    import sys
+    import warnings
+
+    from lmlab.serve.server import check_exposure, require_server_stack
+    from lmlab.utils.errors import LmlabError
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # as if the extra were not installed
+    with pytest.raises(LmlabError, match="FastAPI") as refused:
+        require_server_stack()
+    assert "pip install 'lmlab[serve]'" in refused.value.fix
+    with pytest.warns(UserWarning, match="no API key"):
+        check_exposure("0.0.0.0", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_exposure("127.0.0.1", None)
+        check_exposure("localhost", None)
+        check_exposure("0.0.0.0", "key")
