@@ -11,7 +11,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import assert_parity, perturb
 
 transformers = pytest.importorskip("transformers")

@@ -12,7 +12,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_lmlab
 
 transformers = pytest.importorskip("transformers")
