@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lmlab.utils.checks import check_choice
+from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 
-Head = Literal["mlm", "clm", "none"]
+Head = Literal["mlm", "clm", "emd", "none"]
 CausalCounting = Literal["full", "half"]
 
-_HEADS = ("mlm", "clm", "none")
+_HEADS = ("mlm", "clm", "emd", "none")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class FlopBreakdown:
     output_projection: float
     seq_len: int
     training: bool
+    mask_decoder: float = 0.0  # DeBERTa's enhanced mask decoder: its passes of the last layer
 
     @property
     def total(self) -> float:
@@ -47,7 +48,7 @@ class FlopBreakdown:
             "feed-forward": self.ffn,
             "head transform": self.head_transform,
             "output projection": self.output_projection,
-        }
+        } | ({"enhanced mask decoder": self.mask_decoder} if self.mask_decoder else {})
 
     def to_markdown(self) -> str:
         """A table: component, FLOPs per token, share of the total."""
@@ -75,12 +76,15 @@ def parts_markdown(parts: dict[str, float], training: bool, where: str) -> str:
 
 def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "mlm",
                     sparse_prediction_fraction: float | None = None,
-                    causal_attention: CausalCounting = "full") -> FlopBreakdown:
+                    causal_attention: CausalCounting = "full",
+                    global_tokens: int = 0) -> FlopBreakdown:
     """FLOPs per token of a :class:`~lmlab.models.config.TransformerConfig` at ``seq_len``, by
     component: training (x3) or forward only, through the ``head`` ("mlm": transform and
-    decoder, "clm": decoder, "none") on ``sparse_prediction_fraction`` passes per position
-    (None: each position once), attention scores counted ``causal_attention`` ("full" or
-    Kaplan et al.'s "half"); docs/cost.md, "FLOP conventions"."""
+    decoder, "clm": decoder, "emd": DeBERTa's enhanced mask decoder then "mlm", "none") on
+    ``sparse_prediction_fraction`` passes per position (None: each position once), dense
+    attention scores counted ``causal_attention`` ("full" or Kaplan et al.'s "half"), windowed
+    layers by the band their blocks compute plus ``global_tokens`` per sequence; docs/cost.md,
+    "FLOP conventions"."""
     if seq_len < 1:
         raise LmlabError(f"seq_len must be at least 1, got {seq_len}", "pass a positive length")
     check_choice(head, _HEADS, "head", "prediction head")
@@ -103,16 +107,26 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
     e = config.input_embedding_size
     v = config.vocab_size
 
-    q_all, kv_all = layers * q, layers * kv  # summed over the layers
+    check_at_least(global_tokens, 0, "global_tokens")
     pruned = config.extra.get("attention_heads_per_layer")
-    if pruned:  # heads removed unevenly (lmlab.compress.heads): k, v keep each layer's heads
-        q_all = kv_all = sum(int(count) for count in pruned) * config.head_dim
+    # each layer's query width: heads removed unevenly (lmlab.compress.heads) keep their k, v
+    widths = [int(n) * config.head_dim for n in pruned] if pruned else [q] * layers
+    q_all = sum(widths)
+    kv_all = q_all if pruned else layers * kv
     embedding_projection = 2.0 * e * h if e != h else 0.0
     attention_projections = 2.0 * h * q_all + 2.0 * 2 * h * kv_all + 2.0 * q_all * h
-    scores = 4.0 * seq_len * q_all
-    if config.causal and causal_attention == "half":
-        scores /= 2
-    ffn = layers * 2.0 * h * f * (3 if config.ffn_type == "glu" else 2)
+    scores = 0.0
+    for index, width in enumerate(widths):
+        window = config.layer_window(index)
+        if window:
+            layer_scores, global_maps = _window_scores(config, window, seq_len, global_tokens)
+            scores += layer_scores * width
+            attention_projections += global_maps * h * width
+        else:
+            dense = 4.0 * seq_len * width
+            scores += dense / 2 if config.causal and causal_attention == "half" else dense
+    ffn_layer = 2.0 * h * f * (3 if config.ffn_type == "glu" else 2)
+    ffn = layers * ffn_layer
     if config.extra.get("low_rank"):  # factorised maps (lmlab.compress.lowrank): 2 r (in + out)
         from lmlab.models.variants import factorised_shapes
 
@@ -123,7 +137,13 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
                 attention_projections -= saved
             else:
                 ffn -= saved
-    if head == "mlm":
+    mask_decoder = 0.0
+    if head == "emd":  # the last layer again per step, queries and keys over all tokens
+        last = widths[-1]
+        last_kv = last if pruned else kv
+        mask_decoder = int(config.extra.get("emd_layers", 2)) * (
+            2.0 * h * last + 4.0 * h * last_kv + 2.0 * last * h + 4.0 * seq_len * last + ffn_layer)
+    if head in ("mlm", "emd"):
         head_transform = 2.0 * h * e * fraction
         output_projection = 2.0 * e * v * fraction
     elif head == "clm":
@@ -142,19 +162,38 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
         output_projection=scale * output_projection,
         seq_len=int(seq_len),
         training=training,
+        mask_decoder=scale * mask_decoder,
     )
+
+
+def _window_scores(config, window: int, seq_len: int, global_tokens: int
+                   ) -> tuple[float, float]:
+    """A windowed layer's (score FLOPs per token and query dimension, global maps per token):
+    the blocks of b queries each score b + reach keys and the G global keys, QK and PV
+    (``lmlab.models.core.local_attention``; the length padded to whole blocks); the G global
+    rows score every key; Longformer's three global maps (``query_global`` ...) run over every
+    token once there are global tokens."""
+    from lmlab.models.core.local_attention import window_reach
+
+    before, after = window_reach(window, config.causal)
+    block = max(before, after, 1)
+    rows = -(-seq_len // block) * block
+    span = before + block + after
+    per_sequence = 4.0 * rows * (span + global_tokens) + 4.0 * global_tokens * seq_len
+    maps = 3 * 2.0 if global_tokens and config.extra.get("global_projections") else 0.0
+    return per_sequence / seq_len, maps
 
 
 def flops_per_token(config, seq_len: int, training: bool = True, head: Head = "mlm",
                     sparse_prediction_fraction: float | None = None,
-                    causal_attention: CausalCounting = "full") -> float:
+                    causal_attention: CausalCounting = "full", global_tokens: int = 0) -> float:
     """Total FLOPs per token; see :func:`flops_breakdown` for the arguments. A config that counts
     its own (the recurrent models' :class:`~lmlab.models.rnn.config.RecurrentConfig`) does."""
     if hasattr(config, "flops_per_token"):
         return config.flops_per_token(seq_len, training=training, head=head,
                                       sparse_prediction_fraction=sparse_prediction_fraction)
     return flops_breakdown(config, seq_len, training, head, sparse_prediction_fraction,
-                           causal_attention).total
+                           causal_attention, global_tokens).total
 
 
 def seq2seq_step_flops(config, source_tokens: int, source_len: int, target_tokens: int,

@@ -51,6 +51,7 @@ class MaskedLM(Objective):
         self.enhanced_mask_decoder = bool(enhanced_mask_decoder)
         if self.enhanced_mask_decoder:  # it reads the last layer's input: its own forward pass
             self.head_names, self.shares_forward_pass = ("emd",), False
+            self.flops_head = "emd"  # the cost report counts its passes of the last layer
         special.require_mask()
         check_choice(masking, MASKING_MODES, "masking", "masking mode")
         check_at_least(dupe_factor, 1, "dupe_factor")
