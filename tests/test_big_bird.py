@@ -197,10 +197,12 @@ with torch.no_grad():
 
 
 @pytest.mark.numerics
-def test_loads_in_a_fresh_process(theirs_folders):
+def test_saved_model_loads_in_a_fresh_process(theirs_folders, tmp_path):
+    """transformers' folder read by lmlab, saved again by lmlab, read in a new process."""
     theirs = transformers.BigBirdForMaskedLM.from_pretrained(theirs_folders / "mlm").eval()
+    lmlab.save_pretrained(lmlab.from_pretrained(theirs_folders / "mlm"), tmp_path)
     batch = _inputs(50)
-    result = subprocess.run([sys.executable, "-c", _RELOAD, str(theirs_folders / "mlm"),
+    result = subprocess.run([sys.executable, "-c", _RELOAD, str(tmp_path),
                              json.dumps({k: v.tolist() for k, v in batch.items()})],
                             capture_output=True, text=True, check=True)
     logits = torch.tensor(json.loads(result.stdout.strip().splitlines()[-1]))
