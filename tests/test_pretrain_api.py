@@ -104,7 +104,7 @@ def test_bad_input_is_refused_before_any_work(shards, tmp_path):
                              ({"model": ModelSettings("bert", "huge")}, "huge"),
                              ({"model": ModelSettings("vit", "tiny")}, "reads images"),
                              ({"model": ModelSettings("canine", "small")},
-                              "no CANINE pretraining objective"),
+                              "objective canine-c"),  # mlm over 1.1M codepoints: refused
                              ({"objective": ObjectiveSettings("mlm,sopp")}, "sopp"),
                              ({"data": DataSettings(tmp_path / "none")}, "does not exist"),
                              ({"out": ""}, "no run directory")):

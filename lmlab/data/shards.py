@@ -20,6 +20,7 @@ from tokenizers import Tokenizer as Engine
 
 from lmlab.text.corpus import REBUILD, SPLITS, Document, split_path
 from lmlab.text.textfile import check_encoding_errors, iter_lines
+from lmlab.tokenization.characters import engine_from_str
 from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.utils.checks import check_at_least, check_output_folder
 from lmlab.utils.errors import LmlabError
@@ -53,6 +54,8 @@ class EncodedChunk:
 def plain_engine(tokenizer: Any) -> Any:
     """A copy of the tokenizer's engine (an ``lmlab.Tokenizer``'s or a ``tokenizers.Tokenizer``)
     with truncation and padding off; the caller's keeps its settings."""
+    if hasattr(tokenizer, "plain_engine"):  # CANINE's codepoints: no Rust engine
+        return tokenizer.plain_engine()
     engine = Engine.from_str(getattr(tokenizer, "backend_tokenizer", tokenizer).to_str())
     engine.no_truncation()
     engine.no_padding()
@@ -242,7 +245,7 @@ _WORKER_ENGINE = None
 def _init_worker(serialized: str) -> None:
     global _WORKER_ENGINE
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
-    _WORKER_ENGINE = Engine.from_str(serialized)
+    _WORKER_ENGINE = engine_from_str(serialized)
 
 
 def _encode_in_worker(first: int, lines: list[str]) -> EncodedChunk:
@@ -286,7 +289,7 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
     into ``shard_tokens``-token shards in ``out_dir``; return the manifest plus
     ``"resumed_shards"``. Resuming, refusing another run's shards (unless ``overwrite``) and
     ``encoding_errors`` are described in docs/shards.md."""
-    if not isinstance(tokenizer, Tokenizer):
+    if isinstance(tokenizer, str | os.PathLike):
         tokenizer = Tokenizer.from_pretrained(tokenizer)
     check_at_least(shard_tokens, 1, "shard_tokens")
     check_encoding_errors(encoding_errors)

@@ -26,6 +26,7 @@ _REGISTRY: dict[str, Callable[..., Any] | str] = {
     "bart": "lmlab.objectives.seq2seq:BartDenoising",
     "distil": "lmlab.objectives.distillation:Distillation",
     "bilm": "lmlab.objectives.bilm:BidirectionalLM",
+    "canine-c": "lmlab.objectives.characters:AutoregressiveCharacters",
 }
 _ALIASES = {"electra": "rtd", "spanbert": "span", "sbo": "span", "whole-word": "wwm",
             "span-corruption": "t5", "denoising": "bart",

@@ -82,7 +82,8 @@ class SpecialTokens:
                        mask_id=tokenizer.mask_token_id, bos_id=tokenizer.bos_token_id,
                        eos_id=tokenizer.eos_token_id,
                        special_ids=tuple(i for i in tokenizer.all_special_ids if i is not None),
-                       sentinel_ids=sentinel_ids(tokenizer.get_vocab().get))
+                       sentinel_ids=sentinel_ids(tokenizer.get_vocab().get)
+                       if hasattr(tokenizer, "get_vocab") else ())  # CANINE: no vocabulary
         if hasattr(tokenizer, "token_to_id"):  # tokenizers.Tokenizer
             found = {role: _first(*(tokenizer.token_to_id(t) for t in tokens))
                      for role, tokens in _ROLE_TOKENS.items()}

@@ -23,7 +23,6 @@ from lmlab.tokenization.tokenizer import (
     _to_list,
     _truncation_args,
 )
-from lmlab.utils.catalog import resolve_short_name
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, read_json
 
@@ -54,6 +53,15 @@ class CharacterTokenizer:
 
     def __len__(self) -> int:
         return UNICODE_SIZE
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """Role -> token, as transformers' ``CanineTokenizer`` reports them."""
+        return {role: chr(codepoint) for role, codepoint in SPECIAL_CODEPOINTS.items()}
+
+    def plain_engine(self) -> CodepointEngine:
+        """What token shards encode sentences with (``lmlab data tokenize``)."""
+        return CodepointEngine()
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> CharacterTokenizer:
@@ -170,6 +178,50 @@ class CharacterTokenizer:
         return f"CharacterTokenizer(codepoints, max_length={self.model_max_length})"
 
 
+class _Encoding:
+    """One text's ``ids`` (codepoints) and ``word_ids`` (each whitespace character a word of
+    its own, each run between them one word), as a ``tokenizers.Encoding`` offers them."""
+
+    def __init__(self, text: str):
+        self.ids = [ord(c) for c in text]
+        word, self.word_ids, space = -1, [], True
+        for char in text:
+            word += 1 if char.isspace() or space else 0
+            self.word_ids.append(word)
+            space = char.isspace()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class CodepointEngine:
+    """The codepoint tokenizer in the shape of a ``tokenizers.Tokenizer`` as token shards use
+    one: ``encode_batch`` without special tokens, and ``to_str`` (:data:`CODEPOINTS`) for the
+    workers, which rebuild it with :func:`engine_from_str`."""
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = False
+                     ) -> list[_Encoding]:
+        if add_special_tokens:
+            raise LmlabError("the codepoint engine encodes without special tokens",
+                             "call the CharacterTokenizer for [CLS] ... [SEP]")
+        return [_Encoding(text) for text in texts]
+
+    def to_str(self) -> str:
+        return CODEPOINTS
+
+
+CODEPOINTS = json.dumps({"lmlab": "codepoints"})
+
+
+def engine_from_str(serialized: str) -> Any:
+    """A shards engine from its ``to_str()``: codepoints, or a ``tokenizers.Tokenizer``."""
+    if serialized == CODEPOINTS:
+        return CodepointEngine()
+    from tokenizers import Tokenizer as Engine
+
+    return Engine.from_str(serialized)
+
+
 def _cut(parts: list[list[int]], budget: int, strategy: str) -> list[int] | None:
     """How many ids each part keeps within ``budget`` (None: the strategy cannot fit it):
     ``longest_first`` takes one from the longer part at a time (the second on a tie)."""
@@ -189,10 +241,6 @@ def _cut(parts: list[list[int]], budget: int, strategy: str) -> list[int] | None
 
 
 def load_tokenizer(path: str | os.PathLike) -> Any:
-    """The tokenizer of a model folder: a :class:`CharacterTokenizer` where its
-    ``tokenizer_config.json`` names CanineTokenizer, else ``lmlab.Tokenizer``'s."""
-    folder = resolve_short_name(path)
-    config = folder / "tokenizer_config.json"
-    if config.is_file() and read_json(config).get("tokenizer_class") == TOKENIZER_CLASS:
-        return CharacterTokenizer.from_pretrained(folder)
-    return Tokenizer.from_pretrained(folder)
+    """The tokenizer of a model folder: ``lmlab.Tokenizer.from_pretrained``, which hands a
+    CanineTokenizer's folder to :class:`CharacterTokenizer`."""
+    return Tokenizer.from_pretrained(path)

@@ -39,8 +39,14 @@ from lmlab.tokenization.training import KINDS, train_engine
 from lmlab.utils.catalog import resolve_short_name
 from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.io import read_json
+from lmlab.utils.lazy import resolve_entry
 
 _TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
+#: tokenizer_config.json's tokenizer_class -> "module:Class" of the tokenizers with no
+#: vocabulary engine, which :meth:`Tokenizer.from_pretrained` hands such a folder to
+OWN_TOKENIZERS: dict[str, object] = {
+    "CanineTokenizer": "lmlab.tokenization.characters:CharacterTokenizer"}
 _DEFAULT_MAX_LENGTH = {"bert": 512, "roberta": 512, "gpt2": 1024, "t5": 512, "byt5": 1024}
 
 
@@ -132,11 +138,15 @@ class Tokenizer:
                    model_max_length=parts["model_max_length"], do_lower_case=False)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> Tokenizer:
+    def from_pretrained(cls, path: str | os.PathLike) -> Any:
         """Load a tokenizer folder (ours or Hugging Face's) or, for a ``.gguf`` path, the
         tokenizer embedded in a GGUF checkpoint. ``path`` may also be a short name from
-        ``lmlab models list`` (``"minilm"``, ``"smollm2"``)."""
+        ``lmlab models list`` (``"minilm"``, ``"smollm2"``). A folder whose class has no
+        vocabulary (:data:`OWN_TOKENIZERS`: CANINE's codepoints) loads as that class."""
         path = resolve_short_name(path)
+        own = _own_tokenizer_class(path)
+        if own is not None:
+            return resolve_entry(OWN_TOKENIZERS, own).from_pretrained(path)
         if path.suffix.lower() == ".gguf":
             from lmlab.tokenization.gguf import load_gguf
 
@@ -478,3 +488,12 @@ def _as_tensors(data: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 __all__ = ["Tokenizer", "BatchEncoding", "SPECIAL_ROLES"]
+
+
+def _own_tokenizer_class(path: Path) -> str | None:
+    """The folder's ``tokenizer_class`` where :data:`OWN_TOKENIZERS` has it, else None."""
+    config = path / "tokenizer_config.json"
+    if not (path.is_dir() and config.is_file()):
+        return None
+    name = read_json(config).get("tokenizer_class")
+    return name if name in OWN_TOKENIZERS else None

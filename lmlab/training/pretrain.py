@@ -187,10 +187,10 @@ class PretrainConfig:
                                  "trains on token shards with a text objective",
                                  "pretrain a text family; for images load a ViT checkpoint "
                                  "(docs/vision.md)")
-            if family == "canine":  # no objective predicts its characters (models/canine.py)
-                raise LmlabError("lmlab has no CANINE pretraining objective (its character "
-                                 "and subword prediction are not built)",
-                                 "fine-tune a CANINE checkpoint (docs/characters.md)")
+            if family == "canine" and check_objective_spec(self.objective.spec) != ["canine-c"]:
+                raise LmlabError(f"CANINE reads characters and a {self.objective.spec!r} head "
+                                 "would predict 1.1M codepoints", "pretrain it with --objective "
+                                 "canine-c, its autoregressive character loss (docs/characters.md)")
             positions = config.max_position_embeddings
             if config.is_encoder_decoder:  # the offset rows hold no position; </s> is added
                 positions -= config.position_offset + 1
@@ -282,7 +282,7 @@ def find_tokenizer(shards: Path, override: str | None) -> tuple[Tokenizer, Path]
 def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> LanguageModel:
     """A fresh preset model sized to the tokenizer, or the ``init`` weights (refused when
     ``seq_len`` exceeds their positions)."""
-    from lmlab.models.model import LanguageModel
+    from lmlab.models.classes import model_class
     from lmlab.models.presets import preset
 
     if settings.init:
@@ -308,7 +308,7 @@ def build_model(settings: ModelSettings, tokenizer: Tokenizer, seq_len: int) -> 
             config.eos_token_id = tokenizer.eos_token_id
         config.extra["decoder_start_token_id"] = decoder_start_token(config.family, tokenizer)
         return EncoderDecoderModel(config, heads=())
-    return LanguageModel(config, heads=())
+    return model_class(config)(config, heads=())  # CANINE: a stack of its own
 
 
 def load_init(path: Path, vocab_size: int) -> LanguageModel:

@@ -51,15 +51,16 @@ class HashEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
+    def codepoint_vectors(self, ids: torch.Tensor) -> torch.Tensor:
+        """(...) codepoints -> (..., H): the hash shards concatenated, no position or type."""
+        return torch.cat([table((ids + 1) * prime % self.buckets)
+                          for table, prime in zip(self.hash_tables, self.primes)], dim=-1)
+
     def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T) codepoints (or (B, T, H) ``inputs_embeds``) -> (B, T, H)."""
-        if inputs_embeds is None:
-            x = torch.cat([table((input_ids + 1) * prime % self.buckets)
-                           for table, prime in zip(self.hash_tables, self.primes)], dim=-1)
-        else:
-            x = inputs_embeds
+        x = self.codepoint_vectors(input_ids) if inputs_embeds is None else inputs_embeds
         batch, length = x.shape[:2]
         if position_ids is None:
             if length > self.max_length:
