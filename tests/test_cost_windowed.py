@@ -102,3 +102,18 @@ def test_the_mlm_objective_counts_its_decoder():
     special = SpecialTokens(vocab_size=50, pad_id=0, cls_id=2, sep_id=3, mask_id=1)
     assert MaskedLM(special, enhanced_mask_decoder=True).flops_head == "emd"
     assert MaskedLM(special).flops_head == "mlm"
+
+
+def test_the_cli_counts_global_tokens(capsys):
+    """`lmlab cost flops|estimate --global-tokens G` on a windowed preset: the table's scores
+    are flops_breakdown's with G, and the assumptions say how windows are counted."""
+    from lmlab.cli import main
+    from lmlab.cost.presets import preset_config
+
+    assert main(["cost", "flops", "--model", "longformer-base", "--seq-len", "4096",
+                 "--global-tokens", "1"]) in (0, None)
+    want = flops_breakdown(preset_config("longformer-base"), 4096, global_tokens=1)
+    assert f"| attention scores | {want.attention_scores:,.0f} |" in capsys.readouterr().out
+    assert main(["cost", "estimate", "--model", "gpt_neo-125m", "--tokens", "1e9",
+                 "--device", "a100"]) == 0
+    assert "windowed layers by their band" in capsys.readouterr().out

@@ -27,7 +27,7 @@ def _estimate(args: argparse.Namespace) -> int:
         args.model, args.tokens, device=args.device, devices=args.count,
         precision=args.precision, mfu=args.mfu, seq_len=args.seq_len, head=args.head,
         sparse_prediction_fraction=args.sparse_prediction, causal_attention=args.causal_attention,
-        price_per_hour=args.price_per_hour, grid_g_per_kwh=args.grid, pue=args.pue,
+        global_tokens=args.global_tokens, price_per_hour=args.price_per_hour, grid_g_per_kwh=args.grid, pue=args.pue,
         peak_flops_per_s=None if args.peak_tflops is None else args.peak_tflops * 1e12,
         power_watts=args.power_watts,
     )
@@ -51,7 +51,8 @@ def _flops(args: argparse.Namespace) -> int:
     else:
         table = flops_breakdown(config, args.seq_len, training=not args.forward, head=head,
                                 sparse_prediction_fraction=args.sparse_prediction,
-                                causal_attention=args.causal_attention).to_markdown()
+                                causal_attention=args.causal_attention,
+                                global_tokens=args.global_tokens).to_markdown()
         without = "without embeddings"
     print(f"{args.model}: {config.num_parameters():,} parameters "
           f"({config.num_parameters(include_embeddings=False):,} {without})")
@@ -88,12 +89,14 @@ def _peak(args: argparse.Namespace) -> int:
 
 
 def _add_flop_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--head", choices=["mlm", "clm", "none"], default=None,
+    parser.add_argument("--head", choices=["mlm", "clm", "emd", "none"], default=None,
                         help="prediction head (default: clm for causal models, else mlm)")
     parser.add_argument("--sparse-prediction", type=float, default=None, metavar="FRACTION",
                         help="only this fraction of positions goes through the head (e.g. 0.15)")
     parser.add_argument("--causal-attention", choices=["full", "half"], default="full",
                         help="count causal attention scores in full (default) or half")
+    parser.add_argument("--global-tokens", type=int, default=0, metavar="G",
+                        help="global tokens per sequence of windowed attention (Longformer's)")
 
 
 def register(commands) -> None:

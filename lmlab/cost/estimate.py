@@ -89,7 +89,7 @@ def estimate_run(model: str, tokens: float, device: str = "v100", devices: int =
                  causal_attention: str = "full", price_per_hour: float | None = None,
                  grid_g_per_kwh: float | None = None, pue: float = 1.0,
                  peak_flops_per_s: float | None = None, power_watts: float | None = None,
-                 cpu_threads: int | None = None) -> RunEstimate:
+                 cpu_threads: int | None = None, global_tokens: int = 0) -> RunEstimate:
     """Estimate the cost of training ``model`` (a :func:`~lmlab.cost.presets.preset_names`
     name) on ``tokens`` tokens on ``devices`` x ``device`` (``"cpu"``: the measured peak, or a
     GPU table key) at an assumed ``mfu``. ``seq_len`` is a length or a schedule of step
@@ -113,7 +113,8 @@ def estimate_run(model: str, tokens: float, device: str = "v100", devices: int =
 
     fpt = schedule_flops_per_token(config, schedule, training=True, head=head,
                                    sparse_prediction_fraction=sparse_prediction_fraction,
-                                   causal_attention=causal_attention)
+                                   causal_attention=causal_attention,
+                                   global_tokens=global_tokens)
     total = fpt * tokens
     if peak_flops_per_s is not None:
         peak, peak_label = peak_flops_per_s, "given on the command line"

@@ -57,7 +57,10 @@ class FlopBreakdown:
 
 def counting_note(config) -> str:
     """What the FLOP count of ``config``'s model leaves in or out, for reports: a recurrent
-    config says so itself (``flop_counting``); a Transformer's counts attention in full."""
+    config says so itself (``flop_counting``); a Transformer's counts attention in full, a
+    windowed layer's by its band."""
+    if any(config.layer_window(i) for i in range(getattr(config, "num_hidden_layers", 0))):
+        return "attention counted in full, windowed layers by their band"
     return getattr(config, "flop_counting", "attention counted in full")
 
 
@@ -282,7 +285,8 @@ def parse_seq_len_schedule(spec: str | int) -> list[tuple[int, float]]:
 
 def schedule_flops_per_token(config, schedule: list[tuple[int, float]], training: bool = True,
                              head: Head = "mlm", sparse_prediction_fraction: float | None = None,
-                             causal_attention: CausalCounting = "full") -> float:
+                             causal_attention: CausalCounting = "full",
+                             global_tokens: int = 0) -> float:
     """Token-weighted FLOPs per token over a schedule of (seq_len, fraction of steps).
 
     With a fixed number of sequences per step, a step at length S holds S tokens per
@@ -292,6 +296,7 @@ def schedule_flops_per_token(config, schedule: list[tuple[int, float]], training
     total = sum(weights)
     return sum(
         weight / total * flops_per_token(config, length, training, head,
-                                         sparse_prediction_fraction, causal_attention)
+                                         sparse_prediction_fraction, causal_attention,
+                                         global_tokens)
         for (length, _), weight in zip(schedule, weights)
     )
