@@ -294,3 +294,25 @@ def test_finetune_through_the_cli(tiny_bert_folder, tmp_path):
     saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
     assert saved["architectures"] == ["BigBirdForSequenceClassification"]
     assert (saved["attention_type"], saved["block_size"]) == ("block_sparse", 2)
+
+
+def test_cost_counts_the_blocks_the_pattern_computes():
+    """flops_breakdown by hand (S = 45 pads to 12 blocks of 4: 2 global blocks' 4 rows x 48
+    keys, 10 blocks' 4 rows x (5 + 2) x 4 keys, QK and PV), dense at 30 tokens; and a
+    training pass of lmlab's BigBird counts what the formula says (FlopCounterMode)."""
+    from lmlab.cost.flop_counter import measure_flops
+    from lmlab.cost.flops import flops_breakdown, flops_per_token
+
+    config = family_config("big_bird", **SHAPE, block_sparse={"block_size": BLOCK,
+                                                              "num_random_blocks": RANDOM})
+    got = flops_breakdown(config, 45, training=False, head="none").attention_scores
+    per_sequence = 4 * (2 * 4 * 48 + 10 * 4 * 7 * 4) * 32  # x 2 layers / 45 tokens
+    assert got == pytest.approx(2 * per_sequence / 45, rel=1e-12)
+    short = flops_breakdown(config, 30, training=False, head="none").attention_scores
+    assert short == 2 * 4 * 30 * 32
+    torch.manual_seed(0)
+    model = LanguageModel(config, heads=["mlm"]).train()
+    for length in (45, 30):
+        ids = torch.randint(3, 97, (2, length))
+        measured, _ = measure_flops(model, {"input_ids": ids, "labels": ids})
+        assert measured == pytest.approx(flops_per_token(config, length) * ids.numel(), rel=1e-9)

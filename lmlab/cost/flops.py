@@ -61,6 +61,8 @@ def counting_note(config) -> str:
     windowed layer's by its band."""
     if any(config.layer_window(i) for i in range(getattr(config, "num_hidden_layers", 0))):
         return "attention counted in full, windowed layers by their band"
+    if getattr(config, "block_sparse", None):
+        return "attention counted by the blocks BigBird's pattern computes (in full when short)"
     return getattr(config, "flop_counting", "attention counted in full")
 
 
@@ -125,6 +127,8 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
             layer_scores, global_maps = _window_scores(config, window, seq_len, global_tokens)
             scores += layer_scores * width
             attention_projections += global_maps * h * width
+        elif config.block_sparse:
+            scores += _block_sparse_scores(seq_len, **config.block_sparse) * width
         else:
             dense = 4.0 * seq_len * width
             scores += dense / 2 if config.causal and causal_attention == "half" else dense
@@ -185,6 +189,19 @@ def _window_scores(config, window: int, seq_len: int, global_tokens: int
     per_sequence = 4.0 * rows * (span + global_tokens) + 4.0 * global_tokens * seq_len
     maps = 3 * 2.0 if global_tokens and config.extra.get("global_projections") else 0.0
     return per_sequence / seq_len, maps
+
+
+def _block_sparse_scores(seq_len: int, block_size: int, num_random_blocks: int) -> float:
+    """BigBird's score FLOPs per token and query dimension (``lmlab.models.core.block_sparse``;
+    the length padded to whole blocks): the two global blocks' rows score every key, each other
+    block's rows its 5 + r gathered blocks, QK and PV; dense below the sparse threshold."""
+    from lmlab.models.core.block_sparse import sparse_applies
+
+    if not sparse_applies(seq_len, block_size, num_random_blocks):
+        return 4.0 * seq_len
+    b, blocks = block_size, -(-seq_len // block_size)
+    rows_keys = 2 * b * blocks * b + (blocks - 2) * b * (5 + num_random_blocks) * b
+    return 4.0 * rows_keys / seq_len
 
 
 def flops_per_token(config, seq_len: int, training: bool = True, head: Head = "mlm",
