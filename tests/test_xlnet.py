@@ -64,7 +64,7 @@ OPTIONS = [dict(), dict(attn_type="uni"), dict(attn_type="uni", same_length=True
            dict(bi_data=True, clamp_len=5)]
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(map(str, o)) or "bi")
+@pytest.mark.parametrize("options", OPTIONS, ids=["bi", "uni", "uni-same_length", "bi_data-clamp"])
 def test_lm_head_parity_lmlab_to_transformers(tmp_path, options):
     ours = tiny(**options)
     lmlab.save_pretrained(ours, tmp_path)

@@ -180,8 +180,8 @@ def test_pretrain_and_finetune(shards, tmp_path):
         (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
     result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
                        tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
-                       "kind", "--model", out, "--out", tmp_path / "tuned", "--epochs", 4,
-                       "--patience", 4, "--batch-size", 4, "--lr", 1e-3, "--precision", "fp32",
+                       "kind", "--model", out, "--out", tmp_path / "tuned", "--epochs", 3,
+                       "--patience", 3, "--batch-size", 4, "--lr", 1e-3, "--precision", "fp32",
                        "--pooling", "family")
     assert result.returncode == 0, result.stderr[-3000:]
     history = json.loads((tmp_path / "tuned" / "finetune.json").read_text())["history"]

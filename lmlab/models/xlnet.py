@@ -202,10 +202,11 @@ class XLNetTransformer(nn.Module):
                 perm_mask: torch.Tensor | None = None,
                 target_mapping: torch.Tensor | None = None,
                 mems: Sequence[torch.Tensor] | None = None, use_mems: bool = False,
-                output_hidden_states: bool = False, output_attentions: bool = False
-                ) -> ModelOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                **ignored: Any) -> ModelOutput:
         """Last state (B, T, H), or the query stream's (B, M, H) with ``target_mapping``;
-        ``mems``: each layer's new memory (B, mem, H) when ``use_mems``."""
+        ``mems``: each layer's new memory (B, mem, H) when ``use_mems``; ``ignored``: settings
+        of the core stack (``skip_padding``: every position is computed here)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise LmlabError("pass exactly one of input_ids and inputs_embeds",
                              "XLNet reads token ids (or their embeddings)")
