@@ -316,3 +316,16 @@ def test_cost_counts_the_blocks_the_pattern_computes():
         ids = torch.randint(3, 97, (2, length))
         measured, _ = measure_flops(model, {"input_ids": ids, "labels": ids})
         assert measured == pytest.approx(flops_per_token(config, length) * ids.numel(), rel=1e-9)
+
+
+def test_original_full_reads_as_dense_and_writes_back():
+    family = lmlab.models.families.get_family("big_bird")
+    config = family.config_from_hf({**_hf_config().to_dict(), "attention_type": "original_full"})
+    assert config.block_sparse is None and config.extra["classifier_act"] == "gelu_new"
+    assert family.config_to_hf(config)["attention_type"] == "original_full"
+    written = family.config_to_hf(family.config_from_hf(_hf_config().to_dict()))
+    assert (written["attention_type"], written["block_size"], written["num_random_blocks"]) == (
+        "block_sparse", BLOCK, RANDOM)
+    relu = family_config("big_bird", **SHAPE, hidden_act="relu")  # its head would apply relu
+    with pytest.raises(LmlabError, match="classification head applies hidden_act"):
+        family.config_to_hf(relu)
