@@ -175,12 +175,42 @@ def test_mt5_parity_both_ways(case, tmp_path):
     _mt5_compare(ours, bare, batch, "lmlab -> AutoModel")
 
 
-def test_mt5_encoder_alone_is_refused_clearly(tmp_path):
-    from lmlab.utils.errors import LmlabError
-
-    transformers.MT5EncoderModel(transformers.MT5Config(**MT5)).save_pretrained(tmp_path)
-    with pytest.raises(LmlabError, match=r"(?s)MT5EncoderModel .*fix: load an MT5ForConditional"):
-        lmlab.from_pretrained(tmp_path)
+@pytest.mark.numerics
+@pytest.mark.parametrize("family", ["mt5", "t5"])
+def test_encoder_alone_parity_both_ways(family, tmp_path):
+    """MT5EncoderModel / T5EncoderModel: one bidirectional stack (a LanguageModel) with
+    transformers' states on a padded batch, both ways; saved back as the same class."""
+    prefix, config_class = ("MT5", transformers.MT5Config) if family == "mt5" else \
+        ("T5", transformers.T5Config)
+    class_name = f"{prefix}EncoderModel"
+    settings = MT5 if family == "mt5" else {**MT5, "feed_forward_proj": "relu"}
+    torch.manual_seed(0)
+    perturb(getattr(transformers, class_name)(config_class(**settings))).save_pretrained(
+        tmp_path / "theirs")
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path / "theirs").eval()
+    ours = lmlab.from_pretrained(tmp_path / "theirs")
+    assert (ours.config.family, ours.config.is_encoder_decoder, type(ours).__name__,
+            ours.config.num_hidden_layers) == (family, False, "LanguageModel", 2)
+    batch = _padded((3, 9), pad=0, seed=3)
+    where = batch["attention_mask"].bool()
+    with torch.no_grad():
+        got = ours(**batch, output_hidden_states=True)
+        ref = theirs(**batch, output_hidden_states=True)
+        assert_parity(got.last_hidden_state, ref.last_hidden_state, "transformers -> lmlab", where)
+        saved = lmlab.save_pretrained(ours, tmp_path / "ours")
+        written = json.loads((saved / "config.json").read_text())
+        assert (written["architectures"], written["model_type"], written["is_encoder_decoder"]) \
+            == ([class_name], family, False)
+        back = getattr(transformers, class_name).from_pretrained(saved).eval()
+        assert_parity(got.last_hidden_state, back(**batch).last_hidden_state,
+                      "lmlab -> transformers", where)
+    script = _RELOAD.replace("out.logits[0, :3]", "out.last_hidden_state[0, :3]")
+    result = subprocess.run([sys.executable, "-c", script, str(saved),  # a fresh process
+                             json.dumps({k: v.tolist() for k, v in batch.items()})],
+                            capture_output=True, text=True, check=True)
+    name, states = json.loads(result.stdout.strip().splitlines()[-1])
+    assert name == family
+    assert torch.equal(torch.tensor(states), got.last_hidden_state[0, :3])  # exact: same weights
 
 
 def test_mt5_presets_are_t5_v11_sizes():

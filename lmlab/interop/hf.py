@@ -358,7 +358,8 @@ def save_pretrained(model, path: str | Path, architecture: str | None = None,
     hf_config = family.config_to_hf(model.config)  # refuses a config transformers cannot express
     path.mkdir(parents=True, exist_ok=True)  # only once the config is known to be writable
     heads = tuple(model.heads.keys())
-    architecture = architecture or family.architecture_for(heads)
+    architecture = architecture or family.architecture_for(
+        heads, encoder_only=bool(family.encoder_class) and not model.config.is_encoder_decoder)
     prefix = checkpoint_prefix(family, bool(heads))
     params = _targets(model)
     tables = _token_tables(model)

@@ -149,6 +149,8 @@ class FamilySpec:
         global_tokens: task head -> the tokens its class makes global when no
             ``global_attention_mask`` is given (Longformer's: ``"first"``, ``"before-sep"``,
             ``"after-sep"``; :func:`lmlab.models.task_heads.default_global_tokens`).
+        encoder_class: an encoder-decoder's class of the encoder alone (``T5EncoderModel``),
+            which a config that is not an encoder-decoder is saved as.
     """
 
     model_type: str
@@ -172,6 +174,7 @@ class FamilySpec:
     display_name: str = ""
     saved_as: dict[str, str] = field(default_factory=dict)
     global_tokens: dict[str, str] = field(default_factory=dict)
+    encoder_class: str = ""
 
     def __post_init__(self) -> None:
         self.display_name = self.display_name or self.model_type
@@ -272,8 +275,11 @@ class FamilySpec:
             hf["lmlab_pruned_heads"] = extra["pruned_heads"]  # keeps no record, lmlab reads this
         return hf
 
-    def architecture_for(self, heads: tuple[str, ...]) -> str:
-        """The HF class name whose heads are exactly ``heads`` (bare model when none match)."""
+    def architecture_for(self, heads: tuple[str, ...], encoder_only: bool = False) -> str:
+        """The HF class name whose heads are exactly ``heads`` (bare model when none match;
+        :attr:`encoder_class` for an encoder-decoder family's encoder alone)."""
+        if encoder_only and self.encoder_class:
+            return self.encoder_class
         heads = tuple(self.saved_as.get(head, head) for head in heads)
         for name, arch_heads in self.architectures.items():
             if tuple(arch_heads) == tuple(heads):

@@ -9,19 +9,15 @@ from typing import Any
 
 from lmlab.models.families.t5 import FAMILY as T5
 from lmlab.models.families.t5 import from_hf as t5_from_hf
-from lmlab.utils.errors import LmlabError
 
 V11 = dict(ffn_type="glu", hidden_act="gelu_new", tie_word_embeddings=False,
            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # no dropout in pretraining
 
 
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
-    """T5's reading, then mT5's: transformers' MT5 never rescales the decoder's states (its
+    """T5's reading (an ``MT5EncoderModel`` folder: the encoder alone), then mT5's:
+    transformers' MT5 never rescales the decoder's states (its
     config writes ``tie_word_embeddings`` true whether or not the head is tied)."""
-    if "MT5EncoderModel" in (hf.get("architectures") or ()):
-        raise LmlabError("this is an MT5EncoderModel (the encoder alone); lmlab reads mT5 as "
-                         "an encoder-decoder", "load an MT5ForConditionalGeneration or MT5Model "
-                         "folder (google/mt5-*)")
     t5_from_hf({"feed_forward_proj": "gated-gelu", **hf}, values)
     values["extra"]["scale_decoder_outputs"] = False
 
@@ -43,4 +39,5 @@ FAMILY = replace(
            "large": _size(1024, 24, 16, 2816)},
     from_hf=from_hf,
     architectures={"MT5Model": (), "MT5ForConditionalGeneration": ("seq2seq-lm",)},
+    encoder_class="MT5EncoderModel",
 )

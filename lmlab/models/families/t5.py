@@ -37,10 +37,17 @@ def projection_name(ffn_type: str, act: str) -> str:
     return name
 
 
+def is_encoder_alone(hf: dict[str, Any]) -> bool:
+    """Whether config.json is a ``T5EncoderModel``'s (``MT5EncoderModel``'s): the encoder only."""
+    return any(str(name).endswith("EncoderModel") for name in hf.get("architectures") or ())
+
+
 def from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
     values["ffn_type"], values["hidden_act"] = feed_forward(hf.get("feed_forward_proj", "relu"))
     values["attention_probs_dropout_prob"] = values["hidden_dropout_prob"]  # one dropout_rate
-    if hf.get("num_decoder_layers") is None:
+    if is_encoder_alone(hf):  # one bidirectional stack: a LanguageModel (models/classes.py)
+        values["is_encoder_decoder"], values["num_decoder_layers"] = False, None
+    elif hf.get("num_decoder_layers") is None:
         values["num_decoder_layers"] = values["num_hidden_layers"]
     extra = values.setdefault("extra", {})
     extra.setdefault("decoder_start_token_id", values["pad_token_id"])
@@ -67,7 +74,7 @@ def to_hf(config: TransformerConfig, hf: dict[str, Any]) -> None:
     hf["feed_forward_proj"] = projection
     hf["is_gated_act"] = config.ffn_type == "glu"
     hf["dense_act_fn"] = config.hidden_act
-    hf["is_encoder_decoder"] = True
+    hf["is_encoder_decoder"] = config.is_encoder_decoder  # False: T5EncoderModel
     hf["scale_decoder_outputs"] = scaled
 
 
@@ -81,8 +88,25 @@ def _attention_rules(ours: str, theirs: str) -> list[Rule]:
     return paired_rules(ours, theirs, [(f"{p}_proj", p) for p in "qkvo"], ("weight",))
 
 
+def encoder_rules(config: TransformerConfig) -> list[Rule]:
+    """``T5EncoderModel``'s tensors on a :class:`~lmlab.models.model.LanguageModel`'s stack."""
+    ours, theirs = "transformer.layers.{i}.", "encoder.block.{i}.layer."
+    return [Rule("transformer.embeddings.word_embeddings.weight", "shared.weight"),
+            Rule("transformer.embeddings.word_embeddings.weight", "encoder.embed_tokens.weight",
+                 optional=True),
+            Rule("transformer.relative_bias.embedding.weight",
+                 "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+            *_attention_rules(f"{ours}attention.", f"{theirs}0.SelfAttention."),
+            Rule(f"{ours}attention_norm.weight", f"{theirs}0.layer_norm.weight"),
+            *_feed_forward_rules(ours, f"{theirs}1.", config.ffn_type == "glu"),
+            Rule(f"{ours}ffn_norm.weight", f"{theirs}1.layer_norm.weight"),
+            Rule("transformer.final_norm.weight", "encoder.final_layer_norm.weight")]
+
+
 def base_rules(config: TransformerConfig) -> list[Rule]:
     """The bare model's tensors: shared table, bucket tables, every block, final norms."""
+    if not config.is_encoder_decoder:
+        return encoder_rules(config)
     gated = config.ffn_type == "glu"
     rules = [Rule("encoder.embeddings.word_embeddings.weight", "shared.weight"),
              Rule("encoder.embeddings.word_embeddings.weight", "encoder.embed_tokens.weight",
@@ -120,11 +144,11 @@ FAMILY = FamilySpec(
     model_type="t5",
     display_name="T5",
     base_prefix="",
-    shape=dict(is_encoder_decoder=True, position_embedding="relative", type_vocab_size=0,
+    shape=dict(position_embedding="relative", type_vocab_size=0,
                norm_type="rmsnorm", pre_norm=True, embedding_norm=False, final_norm=True,
                attention_bias=False, mlp_bias=False, attention_scale=1.0, causal=False,
                scale_embedding=False, share_embeddings=True),
-    defaults=dict(vocab_size=32128, hidden_act="relu", ffn_type="mlp", norm_eps=1e-6,
+    defaults=dict(is_encoder_decoder=True, vocab_size=32128, hidden_act="relu", ffn_type="mlp", norm_eps=1e-6,
                   pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=True,
                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                   max_position_embeddings=512,
@@ -155,4 +179,5 @@ FAMILY = FamilySpec(
     base_rules=base_rules,
     head_rules={"seq2seq-lm": lm_rules},
     architectures={"T5Model": (), "T5ForConditionalGeneration": ("seq2seq-lm",)},
+    encoder_class="T5EncoderModel",
 )
