@@ -329,3 +329,12 @@ def test_original_full_reads_as_dense_and_writes_back():
     relu = family_config("big_bird", **SHAPE, hidden_act="relu")  # its head would apply relu
     with pytest.raises(LmlabError, match="classification head applies hidden_act"):
         family.config_to_hf(relu)
+
+
+def test_a_bert_with_block_sparse_attention_is_saved_in_lmlabs_format(tmp_path, capsys):
+    """BERT's config.json cannot say block_sparse: lmlab's own format, which reads it back."""
+    sparse = {"block_size": BLOCK, "num_random_blocks": RANDOM}
+    model = LanguageModel(family_config("bert", **SHAPE, block_sparse=sparse), heads=["mlm"])
+    lmlab.save_pretrained(model, tmp_path)
+    assert "no block-sparse attention" in capsys.readouterr().out
+    assert lmlab.from_pretrained(tmp_path).config.block_sparse == sparse

@@ -16,9 +16,9 @@ from lmlab.models.core.masks import causal_mask, open_empty_rows
 
 @dataclass
 class WindowInputs:
-    """What a windowed layer reads besides q, k, v: which keys are real tokens and which are
-    global ((B, Tk) bool each, None: all real / none global); ``blocked``: the blocked path may
-    run (no cache, no explicit 3-D mask)."""
+    """What a windowed (or BigBird's block-sparse) layer reads besides q, k, v: which keys are
+    real tokens and which are global ((B, Tk) bool each, None: all real / none global);
+    ``blocked``: the blocked path may run (no cache, no explicit 3-D mask)."""
 
     keys: torch.Tensor | None = None
     global_tokens: torch.Tensor | None = None

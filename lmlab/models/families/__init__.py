@@ -260,6 +260,9 @@ class FamilySpec:
         if windowed and not (hf.get("attention_types") or hf.get("attention_window")):
             raise LmlabError(f"{self.model_type}'s config.json has no attention window",
                              "save it in lmlab's own format (lmlab.save_pretrained does)")
+        if config.block_sparse and hf.get("attention_type") != "block_sparse":  # BigBird's
+            raise LmlabError(f"{self.model_type}'s config.json has no block-sparse attention",
+                             "save it in lmlab's own format (lmlab.save_pretrained does)")
         if "num_labels" in extra:
             count = int(extra["num_labels"])
             id2label = extra.get("id2label") or {i: f"LABEL_{i}" for i in range(count)}
