@@ -377,3 +377,14 @@ def test_the_server_stack_is_optional_and_exposure_warns(monkeypatch):
         check_exposure("127.0.0.1", None)
         check_exposure("localhost", None)
         check_exposure("0.0.0.0", "key")
+
+
+def test_the_command_refuses_bad_settings_before_loading(capsys):
+    from lmlab.cli import main
+
+    assert main(["serve", "smollm2", "smollm2"]) == 2
+    assert "named twice" in capsys.readouterr().err
+    assert main(["serve", "smollm2", "--max-batch", "0"]) == 2
+    assert "--max-batch" in capsys.readouterr().err
+    assert main(["serve", "smollm2", "--max-tokens", "0"]) == 2
+    assert "--max-tokens" in capsys.readouterr().err

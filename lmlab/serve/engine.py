@@ -98,10 +98,18 @@ class Engine:
                         self._admit(self.waiting.get(timeout=0.05))
                     while len(self.rows) < self.max_batch and not self.waiting.empty():
                         self._admit(self.waiting.get_nowait())
+                    if self.rows:
+                        self._step()
                 except queue.Empty:
                     continue
-                if self.rows:
-                    self._step()
+                except Exception as error:  # noqa: BLE001 -- the rows fail, the thread goes on
+                    self._fail(error)
+
+    def _fail(self, error: Exception) -> None:
+        """End every row with ``error`` and empty the batch."""
+        for request in self.rows:
+            request.emit(Event(finish="error", error=str(error)))
+        self.rows, self.cache, self.mask, self.next = [], None, None, None
 
     def _admit(self, request: Request) -> None:
         """Run the request's prompt alone, choose its first token, and add its row."""
@@ -152,9 +160,7 @@ class Engine:
             self.shared_steps += len(self.rows) > 1
             chosen = [self._choose(r, logits[i:i + 1].float()) for i, r in enumerate(self.rows)]
         except Exception as error:  # noqa: BLE001 -- these rows fail, the server goes on
-            for request in self.rows:
-                request.emit(Event(finish="error", error=str(error)))
-            self._leave(list(range(len(self.rows))))
+            self._fail(error)
             return
         self.next = self.next.new_tensor([token for token, _ in chosen])
         self._leave([i for i, (_, done) in enumerate(chosen) if done])
