@@ -388,3 +388,24 @@ def test_the_command_refuses_bad_settings_before_loading(capsys):
     assert "--max-batch" in capsys.readouterr().err
     assert main(["serve", "smollm2", "--max-tokens", "0"]) == 2
     assert "--max-tokens" in capsys.readouterr().err
+
+
+def test_a_failing_forward_pass_is_a_500_and_the_server_goes_on(client, monkeypatch):
+    from lmlab.serve import engine as engine_module
+
+    real_step, calls = engine_module.decoder_step, []
+
+    def failing_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("out of memory (simulated)")
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "decoder_step", failing_once)
+    with pytest.raises(openai.InternalServerError, match="simulated"):
+        client.completions.create(model="tiny", prompt="a", max_tokens=3)
+    calls.clear()
+    stream = client.completions.create(model="tiny", prompt="a", max_tokens=3, stream=True)
+    with pytest.raises(openai.APIError, match="simulated"):  # the stream's error chunk
+        list(stream)
+    assert client.completions.create(model="tiny", prompt="a", max_tokens=3).choices
