@@ -289,7 +289,7 @@ def test_registry_and_composition(special):
     with pytest.raises(LmlabError, match="not used"):
         build_objective("mlm", special, mask_probability=0.2)
     with pytest.raises(LmlabError, match="unknown objective"):
-        build_objective("xlnet", special)
+        build_objective("reformer", special)
     with pytest.raises(LmlabError, match="both corrupt"):
         build_objective("mlm,span", special)
     with pytest.raises(LmlabError, match="both classify"):

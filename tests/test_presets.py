@@ -52,8 +52,8 @@ def test_unknown_names_are_clear_errors():
     with pytest.raises(LmlabError, match="no bert preset named 'huge'") as info:
         preset("bert", "huge")
     assert "tiny" in str(info.value)
-    with pytest.raises(LmlabError, match="no presets for family 'xlnet'"):
-        preset("xlnet", "base")
+    with pytest.raises(LmlabError, match="no presets for family 'reformer'"):
+        preset("reformer", "base")
     with pytest.raises(LmlabError, match="callable or a dict"):
         register_preset("bert", "bad", 3)
 
@@ -138,5 +138,5 @@ def test_config_json_without_sizes_is_refused():
     with pytest.raises(LmlabError, match="lacks vocab_size, intermediate_size"):
         get_family("llama").config_from_hf({"hidden_size": 8, "num_hidden_layers": 1,
                                             "num_attention_heads": 2})
-    with pytest.raises(LmlabError, match="no model family 'xlnet'"):
-        get_family("xlnet")
+    with pytest.raises(LmlabError, match="no model family 'reformer'"):
+        get_family("reformer")
