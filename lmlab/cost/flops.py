@@ -59,7 +59,8 @@ def counting_note(config) -> str:
     """What the FLOP count of ``config``'s model leaves in or out, for reports: a recurrent
     config says so itself (``flop_counting``); a Transformer's counts attention in full, a
     windowed layer's by its band."""
-    if any(config.layer_window(i) for i in range(getattr(config, "num_hidden_layers", 0))):
+    windows = getattr(config, "attention_window", None) or 0  # a recurrent config has none
+    if any(windows) if isinstance(windows, list) else windows:
         return "attention counted in full, windowed layers by their band"
     if getattr(config, "block_sparse", None):
         return "attention counted by the blocks BigBird's pattern computes (in full when short)"
