@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from conftest import assert_close_rounding, run_lmlab
+from conftest import assert_close_rounding, perturb, run_lmlab
 
 openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
@@ -56,7 +56,8 @@ def served(smollm2_gguf, minilm_dir):
     model = LanguageModel(family_config(
         "llama", vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-        max_position_embeddings=256, eos_token_id=tokenizer.eos_token_id), heads=("clm",)).eval()
+        max_position_embeddings=256, eos_token_id=tokenizer.eos_token_id), heads=("clm",))
+    model = perturb(model, scale=0.2)  # off its initialisation: varied, not repeated, tokens
     tiny = Served("tiny", model, tokenizer, engine=Engine(model, tokenizer))
     narrow = Served("narrow", model, tokenizer,
                     engine=Engine(model, tokenizer, max_batch=1, max_waiting=1))
@@ -409,3 +410,35 @@ def test_a_failing_forward_pass_is_a_500_and_the_server_goes_on(client, monkeypa
     with pytest.raises(openai.APIError, match="simulated"):  # the stream's error chunk
         list(stream)
     assert client.completions.create(model="tiny", prompt="a", max_tokens=3).choices
+
+
+def test_an_adapter_folder_is_served_as_generate_gives_it(served, tmp_path):
+    """A prompt-tuned adapter folder on a saved base, loaded by name as every model is: its
+    completion is the adapted model's own greedy output."""
+    import lmlab
+    from lmlab.adapt import apply_method, save_adapter
+    from lmlab.generation.generate import generate_text
+    from lmlab.serve.api import Limits, create_app
+    from lmlab.serve.server import load_served
+
+    tokenizer = served[2].tokenizer
+    base, adapter = tmp_path / "base", tmp_path / "adapter"
+    lmlab.save_pretrained(served[2].model, base)
+    tokenizer.save_pretrained(base)
+    adapted = copy.deepcopy(served[2].model)
+    apply_method(adapted, "prompt", num_virtual_tokens=3)
+    perturb(adapted.transformer.prompt_embeddings, scale=1.0)
+    save_adapter(adapted.eval(), adapter, base_model=base)
+    tokenizer.save_pretrained(adapter)
+    one = load_served(str(adapter))
+    url, server, thread = _start(create_app([one], Limits()))
+    try:
+        answer = openai.OpenAI(base_url=url + "/v1", api_key="-", max_retries=0).completions \
+            .create(model=str(adapter), prompt=PROMPTS[2], max_tokens=8, temperature=0)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        one.engine.close()
+    expected = generate_text(adapted, tokenizer, PROMPTS[2], max_new_tokens=8)[0]
+    assert answer.choices[0].text == expected
+    assert expected != generate_text(served[2].model, tokenizer, PROMPTS[2], max_new_tokens=8)[0]
