@@ -217,10 +217,13 @@ def test_embeddings_equal_lmlab_embed(client, served):
     assert answer.usage.prompt_tokens == sum(len(served[1].tokenizer.encode(t)) for t in texts)
 
 
-def test_an_api_key_is_required_when_set(served):
-    from lmlab.serve.api import Limits, create_app
+def test_an_api_key_is_required_when_set(served, monkeypatch):
+    from lmlab.serve.api import create_app
+    from lmlab.serve.server import server_limits
 
-    url, server, thread = _start(create_app(served[:2], Limits(api_key="s3cret")))
+    monkeypatch.setenv("LMLAB_API_KEY", "s3cret")  # as --api-key s3cret
+    assert server_limits("other").api_key == "other"
+    url, server, thread = _start(create_app(served[:2], server_limits()))
     try:
         for key in ("wrong", None):
             headers = {"Authorization": f"Bearer {key}"} if key else {}

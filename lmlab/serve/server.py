@@ -84,6 +84,18 @@ def embedder(model: Any, tokenizer: Any, source: Path):
     return embed
 
 
+def server_limits(api_key: str | None = None, **limits: Any):
+    """The checked :class:`lmlab.serve.api.Limits`; the key from ``$LMLAB_API_KEY`` unless
+    given."""
+    from lmlab.serve.api import Limits
+    from lmlab.utils.checks import check_at_least
+
+    settings = Limits(api_key=api_key or os.environ.get(API_KEY_ENV) or None, **limits)
+    for name in ("max_body_bytes", "max_tokens", "max_n"):
+        check_at_least(getattr(settings, name), 1, "--" + name.replace("_", "-"))
+    return settings
+
+
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000,
           api_key: str | None = None, max_batch: int = 16, max_waiting: int = 64,
           **limits: Any) -> None:
@@ -92,18 +104,15 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000,
     require_server_stack()
     import uvicorn
 
-    from lmlab.serve.api import Limits, create_app
+    from lmlab.serve.api import create_app
     from lmlab.utils.checks import check_at_least
 
     check_at_least(max_batch, 1, "--max-batch")
     check_at_least(max_waiting, 1, "--max-waiting")
     if len(set(models)) != len(models):
         raise LmlabError(f"a model is named twice: {models}", "name each model once")
-    api_key = api_key or os.environ.get(API_KEY_ENV) or None
-    settings = Limits(api_key=api_key, **limits)
-    for name in ("max_body_bytes", "max_tokens", "max_n"):
-        check_at_least(getattr(settings, name), 1, "--" + name.replace("_", "-"))
-    check_exposure(host, api_key)
+    settings = server_limits(api_key, **limits)
+    check_exposure(host, settings.api_key)
     served = [load_served(m, max_batch, max_waiting) for m in models]
     try:
         uvicorn.run(create_app(served, settings), host=host, port=port, log_level="info")
