@@ -247,6 +247,10 @@ def test_an_api_key_is_required_when_set(served, monkeypatch):
     ('{"model": "smollm2", "prompt": "a", "temperature": "hot"}', 400, "invalid_type"),
     ('{"model": "smollm2", "prompt": "a", "n": true}', 400, "invalid_type"),
     ('{"model": "smollm2", "prompt": 5}', 400, "invalid_type"),
+    ('{"model": "smollm2", "prompt": "a", "seed": 1e3}', 400, "invalid_type"),
+    ('{"model": "smollm2", "prompt": "a", "seed": -1}', 400, "invalid_value"),
+    ('{"model": "smollm2", "prompt": "a", "stop": ["", "x"]}', 400, "invalid_value"),
+    ('{"model": "smollm2", "prompt": [99999999]}', 400, "invalid_value"),
     ('{"model": "smollm2", "prompt": [' + ", ".join(["9"] * 8190) + ']}', 400,
      "context_length_exceeded"),
     ('{"model": "smollm2", "prompt": "a", "frequency_penalty": 1}', 400,
@@ -445,3 +449,22 @@ def test_an_adapter_folder_is_served_as_generate_gives_it(served, tmp_path):
     expected = generate_text(adapted, tokenizer, PROMPTS[2], max_new_tokens=8)[0]
     assert answer.choices[0].text == expected
     assert expected != generate_text(served[2].model, tokenizer, PROMPTS[2], max_new_tokens=8)[0]
+
+
+@pytest.mark.parametrize("route, body, code", [
+    ("embeddings", {"model": "minilm", "input": []}, "invalid_type"),
+    ("embeddings", {"model": "minilm", "input": ["a", 3]}, "invalid_type"),
+    ("embeddings", {"model": "minilm", "input": "a", "encoding_format": "int8"}, "invalid_value"),
+    ("embeddings", {"model": "minilm", "input": "a", "dimensions": 16}, "invalid_value"),
+    ("chat/completions", {"model": "tiny", "messages": "hi"}, "invalid_type"),
+    ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": 5}]},
+     "invalid_type"),
+    ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "a"}],
+                          "top_logprobs": 2}, None),
+    ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "a"}],
+                          "tools": [{"type": "function"}]}, "unsupported_parameter"),
+])
+def test_bad_embedding_and_chat_requests(server, route, body, code):
+    response = httpx.post(f"{server}/v1/{route}", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == code

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from lmlab.generation.chat import apply_chat_template
-from lmlab.generation.generate import check_context, make_config
+from lmlab.generation.generate import check_context, context_length, make_config
 from lmlab.serve import protocol
 from lmlab.serve.engine import Engine, Event, QueueFull, Request
 from lmlab.serve.protocol import ApiError
@@ -199,8 +199,6 @@ def _requests(served: Served, body: dict, limits: Limits, chat: bool
     for prompt in prompts:
         max_tokens = sampling.max_tokens
         if max_tokens is None:  # OpenAI's defaults: 16 for a completion, a chat the room left
-            from lmlab.generation.generate import context_length
-
             room = (context_length(model) or limits.max_tokens) - len(prompt)
             max_tokens = max(1, min(limits.max_tokens, room)) if chat else 16
         protocol.in_range("max_tokens", max_tokens, 1, limits.max_tokens)

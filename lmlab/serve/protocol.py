@@ -106,7 +106,10 @@ def sampling(body: dict, chat: bool, max_n: int) -> Sampling:
         if logprobs is not None:
             in_range("logprobs", logprobs, 0, MAX_TOP_LOGPROBS)
     options = get(body, "stream_options", (dict,), {})
-    return Sampling(max_tokens, temperature, top_p, get(body, "seed", (int,)), n, stop,
+    seed = get(body, "seed", (int,))
+    if seed is not None:
+        in_range("seed", seed, 0, 2 ** 63 - 1 - max_n)
+    return Sampling(max_tokens, temperature, top_p, seed, n, stop,
                     logprobs, bool(get(body, "stream", (bool,), False)),
                     bool(options.get("include_usage")))
 
