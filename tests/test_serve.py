@@ -369,22 +369,18 @@ def test_rows_that_join_mid_decode_equal_each_alone(served, method):
 
 def test_the_server_stack_is_optional_and_exposure_warns(monkeypatch):
     import sys
-    import warnings
 
-    from lmlab.serve.server import check_exposure, require_server_stack
+    from lmlab.serve.server import exposure_warning, require_server_stack
     from lmlab.utils.errors import LmlabError
 
     monkeypatch.setitem(sys.modules, "fastapi", None)  # as if the extra were not installed
     with pytest.raises(LmlabError, match="FastAPI") as refused:
         require_server_stack()
     assert "pip install 'lmlab[serve]'" in refused.value.fix
-    with pytest.warns(UserWarning, match="no API key"):
-        check_exposure("0.0.0.0", None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_exposure("127.0.0.1", None)
-        check_exposure("localhost", None)
-        check_exposure("0.0.0.0", "key")
+    assert "no API key" in exposure_warning("0.0.0.0", None)
+    assert "no API key" in exposure_warning("192.168.1.5", None)
+    assert [exposure_warning(*args) for args in (("127.0.0.1", None), ("localhost", None),
+                                                 ("::1", None), ("0.0.0.0", "key"))] == [None] * 4
 
 
 def test_the_command_refuses_bad_settings_before_loading(capsys):

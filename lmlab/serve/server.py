@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import warnings
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, api_key: str | None) -> None:
-    """Warn when the server listens beyond this machine with no key: anyone who reaches the
-    address can use the models."""
-    if not api_key and not is_loopback(host):
-        warnings.warn(f"lmlab serve listens on {host} with no API key: anyone who can reach "
-                      f"this address can use the models. Set --api-key or {API_KEY_ENV}, or "
-                      "bind 127.0.0.1.", UserWarning, stacklevel=2)
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The warning for a server that listens beyond this machine with no key (anyone who
+    reaches the address can use the models), else None."""
+    if api_key or is_loopback(host):
+        return None
+    return (f"lmlab serve listens on {host} with no API key: anyone who can reach this address "
+            f"can use the models. Set --api-key or {API_KEY_ENV}, or bind 127.0.0.1.")
 
 
 def load_served(name: str, max_batch: int = 16, max_waiting: int = 64, dtype: Any = None):
@@ -112,7 +112,9 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000,
     if len(set(models)) != len(models):
         raise LmlabError(f"a model is named twice: {models}", "name each model once")
     settings = server_limits(api_key, **limits)
-    check_exposure(host, settings.api_key)
+    warning = exposure_warning(host, settings.api_key)
+    if warning:
+        print(f"lmlab: warning: {warning}", file=sys.stderr, flush=True)
     served = [load_served(m, max_batch, max_waiting) for m in models]
     try:
         uvicorn.run(create_app(served, settings), host=host, port=port, log_level="info")
