@@ -464,3 +464,15 @@ def test_bad_embedding_and_chat_requests(server, route, body, code):
     response = httpx.post(f"{server}/v1/{route}", json=body)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == code
+
+
+def test_echo_and_streamed_choices_by_index(client):
+    whole = client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=5,
+                                      temperature=0.7, seed=3, n=2, echo=True)
+    texts = {c.index: c.text for c in whole.choices}
+    assert all(t.startswith(PROMPTS[1]) for t in texts.values())
+    pieces = {0: "", 1: ""}
+    for chunk in client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=5,
+                                           temperature=0.7, seed=3, n=2, stream=True):
+        pieces[chunk.choices[0].index] += chunk.choices[0].text
+    assert {i: PROMPTS[1] + p for i, p in pieces.items()} == texts
