@@ -235,3 +235,29 @@ def test_refusals(tmp_path):
     transformers.XLNetModel(config).save_pretrained(tmp_path)
     with pytest.raises(LmlabError, match="summary_type 'last'"):
         lmlab.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("attn_type", ["bi", "uni"])
+def test_flop_count_equals_the_counted_one(attn_type):
+    """The cost report's analytic FLOPs (content stream with its position and segment terms,
+    the query stream at M of T positions, the plm head on its rows) equal FlopCounterMode's
+    count of a forward pass, exactly."""
+    from lmlab.cost.flop_counter import measure_flops
+    from lmlab.cost.flops import flops_per_token
+
+    model = tiny(attn_type=attn_type).requires_grad_(False)  # the counter's module tracker
+    ids, _, segments, perm, mapping = batch()  # trips on parameters under no_grad
+    inputs = dict(input_ids=ids, token_type_ids=segments, perm_mask=perm,
+                  target_mapping=mapping, use_mems=False)
+    measured, _ = measure_flops(model, inputs, training=False)
+    tokens = ids.numel()
+    config = model.config
+    rows = 2 * LENGTH if attn_type == "bi" else LENGTH + 1  # relative distances, once a batch
+    table = 2 * rows * config.hidden_size ** 2 * config.num_hidden_layers
+    analytic = flops_per_token(config, LENGTH, training=False, head="plm",
+                               sparse_prediction_fraction=mapping.shape[1] / LENGTH) * tokens
+    assert measured == analytic + table, (measured, analytic)  # tol: integers, exact counts
+    content, _ = measure_flops(model, dict(input_ids=ids, token_type_ids=segments,
+                                           use_mems=False), training=False)
+    assert content == flops_per_token(config, LENGTH, training=False, head="clm") * tokens \
+        + table  # tol: integers, both exact counts

@@ -89,7 +89,7 @@ def _peak(args: argparse.Namespace) -> int:
 
 
 def _add_flop_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--head", choices=["mlm", "clm", "emd", "none"], default=None,
+    parser.add_argument("--head", choices=["mlm", "clm", "emd", "plm", "none"], default=None,
                         help="prediction head (default: clm for causal models, else mlm)")
     parser.add_argument("--sparse-prediction", type=float, default=None, metavar="FRACTION",
                         help="only this fraction of positions goes through the head (e.g. 0.15)")

@@ -14,10 +14,10 @@ from typing import Literal
 from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
 
-Head = Literal["mlm", "clm", "emd", "none"]
+Head = Literal["mlm", "clm", "emd", "plm", "none"]
 CausalCounting = Literal["full", "half"]
 
-_HEADS = ("mlm", "clm", "emd", "none")
+_HEADS = ("mlm", "clm", "emd", "plm", "none")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class FlopBreakdown:
     seq_len: int
     training: bool
     mask_decoder: float = 0.0  # DeBERTa's enhanced mask decoder: its passes of the last layer
+    query_stream: float = 0.0  # XLNet's query stream (the plm head's inputs)
 
     @property
     def total(self) -> float:
@@ -48,7 +49,8 @@ class FlopBreakdown:
             "feed-forward": self.ffn,
             "head transform": self.head_transform,
             "output projection": self.output_projection,
-        } | ({"enhanced mask decoder": self.mask_decoder} if self.mask_decoder else {})
+        } | ({"enhanced mask decoder": self.mask_decoder} if self.mask_decoder else {}) \
+            | ({"query stream": self.query_stream} if self.query_stream else {})
 
     def to_markdown(self) -> str:
         """A table: component, FLOPs per token, share of the total."""
@@ -145,6 +147,10 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
                 attention_projections -= saved
             else:
                 ffn -= saved
+    query_stream = 0.0
+    if config.family == "xlnet":
+        scores, query_stream = _xlnet_streams(config, seq_len, q_all, scores, ffn_layer,
+                                              fraction if head == "plm" else 0.0)
     mask_decoder = 0.0
     if head == "emd":  # the last layer again per step, queries and keys over all tokens
         last = widths[-1]
@@ -154,7 +160,7 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
     if head in ("mlm", "emd"):
         head_transform = 2.0 * h * e * fraction
         output_projection = 2.0 * e * v * fraction
-    elif head == "clm":
+    elif head in ("clm", "plm"):
         head_transform = 0.0
         output_projection = 2.0 * h * v * fraction
     else:
@@ -171,7 +177,25 @@ def flops_breakdown(config, seq_len: int, training: bool = True, head: Head = "m
         seq_len=int(seq_len),
         training=training,
         mask_decoder=scale * mask_decoder,
+        query_stream=scale * query_stream,
     )
+
+
+def _xlnet_streams(config, seq_len: int, q_all: float, scores: float, ffn_layer: float,
+                   fraction: float) -> tuple[float, float]:
+    """XLNet (lmlab/models/xlnet.py), per token: the position and segment terms beside the
+    content scores (R = T + T distances, T + 1 causal); with ``fraction`` > 0 the query stream:
+    its maps and feed-forward at those rows, the moves to and from positions
+    (``target_mapping``), its attention at every position. The distance table's map runs once
+    per batch (2 R H q a layer, whatever the batch size), so no token is charged for it."""
+    rows = seq_len + (seq_len if config.extra.get("attn_type", "bi") == "bi" else 1)
+    relative = 2.0 * rows * q_all + 4.0 * q_all  # q . r over R distances, q . seg_embed
+    query = 0.0
+    if fraction:
+        query = fraction * (4.0 * config.hidden_size * q_all + 4.0 * seq_len * q_all
+                            + config.num_hidden_layers * ffn_layer) \
+            + 4.0 * seq_len * q_all + relative
+    return scores + relative, query
 
 
 def _window_scores(config, window: int, seq_len: int, global_tokens: int

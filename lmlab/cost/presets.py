@@ -40,7 +40,9 @@ def preset_config(name: str):
 
 def default_head(config) -> str:
     """The pretraining head a config's family uses: ``"clm"`` for causal stacks and the
-    recurrent LMs (ELMo's two directions' softmax), else ``"mlm"``."""
+    recurrent LMs (ELMo's two directions' softmax), ``"plm"`` for XLNet, else ``"mlm"``."""
     from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
 
+    if config.family == "xlnet":
+        return "plm"
     return "clm" if config.family in RECURRENT_FAMILIES or config.causal else "mlm"

@@ -48,7 +48,7 @@ class PermutationLM(Objective):
     name = "plm"
     head_names = ("plm",)
     salt = 11
-    flops_head = "clm"  # one biased projection per predicted token
+    flops_head = "plm"  # the query stream and one projection per predicted token
     reports_perplexity = True
     shares_forward_pass = False  # it runs the query stream (perm_mask, target_mapping)
     shown = ("plm_probability", "max_span_length")
