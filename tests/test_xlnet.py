@@ -106,11 +106,14 @@ def test_memory_across_two_segments(tmp_path, memory, kept):
     ids, mask, segments, perm, mapping = batch()
     half = LENGTH // 2
     with torch.no_grad():
-        first = ours(ids[:, :half], token_type_ids=segments[:, :half], use_mems=True)
-        reference = theirs(ids[:, :half], token_type_ids=segments[:, :half], use_mems=True)
+        first = ours(ids[:, :half], attention_mask=mask[:, :half],
+                     token_type_ids=segments[:, :half], use_mems=True)
+        reference = theirs(ids[:, :half], attention_mask=mask[:, :half],
+                           token_type_ids=segments[:, :half], use_mems=True)
         for mine, their in zip(first.mems, reference.mems):
             assert_parity(mine, their.transpose(0, 1), "memory")  # theirs is (M, B, H)
-        second = dict(input_ids=ids[:, half:], token_type_ids=segments[:, half:],
+        second = dict(input_ids=ids[:, half:], attention_mask=mask[:, half:],
+                      token_type_ids=segments[:, half:],
                       perm_mask=perm[:, half:, half:], target_mapping=mapping[:, 2:, half:],
                       use_mems=True)
         got = ours(**second, mems=first.mems)
