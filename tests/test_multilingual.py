@@ -339,9 +339,48 @@ def test_xlm_roberta_tokenizer_ids_equal_transformers(xlmr_tokenizer_folder, tmp
     ref = theirs(TEXTS[:4], padding=True)
     assert batch["input_ids"] == ref["input_ids"]
     assert batch["attention_mask"] == ref["attention_mask"]
+    assert ours.family == "xlm-roberta"
     ours.save_pretrained(tmp_path / "ours")  # and back: transformers reads lmlab's folder
-    again = transformers.AutoTokenizer.from_pretrained(tmp_path / "ours")
-    assert all(again(text)["input_ids"] == theirs(text)["input_ids"] for text in PROBES)
+    texts = _parity_texts()
+    for cls in ("AutoTokenizer", "PreTrainedTokenizerFast", "XLMRobertaTokenizerFast"):
+        again = getattr(transformers, cls).from_pretrained(tmp_path / "ours")
+        assert again.is_fast, cls
+        assert [again(t)["input_ids"] for t in texts] == [theirs(t)["input_ids"] for t in texts]
+        assert again(PROBES[0], PROBES[6])["input_ids"] == ours.encode(PROBES[0], PROBES[6])
+    assert Tokenizer.from_pretrained(tmp_path / "ours").family == "xlm-roberta"
+
+
+def _parity_texts() -> list[str]:
+    """The private tokenizer parity texts (WordNet glosses, KJV verses, the hard cases; a
+    sample) and the non-Latin probes."""
+    from test_tokenizer_parity import HARD_CASES, _kjv_verses, _wordnet_glosses
+
+    return [*_wordnet_glosses(300), *_kjv_verses(300), *HARD_CASES, *PROBES]
+
+
+def test_xlm_roberta_tokenizer_lmlab_trains_loads_as_the_fast_tokenizer(tmp_path):
+    """A Unigram trained with RoBERTa's tokens (XLM-R's layout) is saved for the generic fast
+    class, which reads tokenizer.json as it is: transformers' ids equal lmlab's. (It was saved
+    as a RobertaTokenizer, which transformers rebuilt as a byte-level BPE: [0, 2] for Chinese.)"""
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    ours = Tokenizer.train(TEXTS * 20, kind="unigram", vocab_size=300, template="roberta",
+                           special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    assert ours.family == "xlm-roberta"
+    ours.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["tokenizer_class"] == \
+        "PreTrainedTokenizerFast"
+    texts = _parity_texts()
+    for cls in ("AutoTokenizer", "PreTrainedTokenizerFast"):
+        theirs = getattr(transformers, cls).from_pretrained(tmp_path)
+        assert theirs.is_fast and len(theirs) == len(ours), cls
+        assert [theirs(t)["input_ids"] for t in texts] == [ours.encode(t) for t in texts], cls
+        assert theirs(TEXTS[:4], padding=True)["input_ids"] == \
+            ours(TEXTS[:4], padding=True)["input_ids"]
+        assert theirs(TEXTS[0], TEXTS[6])["input_ids"] == ours.encode(TEXTS[0], TEXTS[6])
+        assert theirs.mask_token_id == ours.mask_token_id
+    again = Tokenizer.from_pretrained(tmp_path)
+    assert again.family == "xlm-roberta" and again.encode(PROBES[1]) == ours.encode(PROBES[1])
 
 
 # -- a fresh process ----------------------------------------------------------------------------

@@ -69,11 +69,20 @@ def family_from_config(config: dict[str, Any], engine: Any) -> str:
     model = (state.get("model") or {}).get("type")
     if post == "BertProcessing" or model == "WordPiece":
         return "bert"
+    if model == "Unigram" and (post == "RobertaProcessing" or _starts_with(state, "<s>")):
+        return "xlm-roberta"  # SentencePiece with RoBERTa's <s> ... </s>
     if post == "RobertaProcessing":
         return "roberta"
     if model == "Unigram":
         return "t5"
     return "gpt2"
+
+
+def _starts_with(state: dict[str, Any], token: str) -> bool:
+    """Whether the engine's template puts ``token`` first in a single text."""
+    post = state.get("post_processor") or {}
+    first = (post.get("single") or [{}])[0] if post.get("type") == "TemplateProcessing" else {}
+    return (first.get("SpecialToken") or {}).get("id") == token
 
 
 def model_max_length(config: dict[str, Any]) -> int | None:

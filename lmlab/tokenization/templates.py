@@ -40,6 +40,13 @@ FAMILIES: dict[str, Family] = {
                                   "unk_token": "<unk>", "mask_token": "<mask>",
                                   "cls_token": "<s>", "sep_token": "</s>"}, "RobertaTokenizer",
                       {"add_prefix_space": False, "errors": "replace", "trim_offsets": True}),
+    # XLM-R: RoBERTa's tokens and template over a SentencePiece Unigram. transformers 5's
+    # XLMRobertaTokenizer rebuilds its own normaliser and pre-tokeniser from the vocabulary, so
+    # saved folders name the generic fast class, which loads tokenizer.json as it is.
+    "xlm-roberta": Family("xlm-roberta", {"bos_token": "<s>", "pad_token": "<pad>",
+                                          "eos_token": "</s>", "unk_token": "<unk>",
+                                          "mask_token": "<mask>", "cls_token": "<s>",
+                                          "sep_token": "</s>"}, "PreTrainedTokenizerFast"),
     "gpt2": Family("gpt2", {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
                             "unk_token": "<|endoftext|>"}, "GPT2Tokenizer",
                    {"add_prefix_space": False, "errors": "replace"}),
@@ -60,6 +67,7 @@ CLASS_TO_FAMILY = {
     "RobertaTokenizer": "roberta", "RobertaTokenizerFast": "roberta",
     "BartTokenizer": "roberta", "BartTokenizerFast": "roberta",
     "GPT2Tokenizer": "gpt2", "GPT2TokenizerFast": "gpt2",
+    "XLMRobertaTokenizer": "xlm-roberta", "XLMRobertaTokenizerFast": "xlm-roberta",
     "T5Tokenizer": "t5", "T5TokenizerFast": "t5", "AlbertTokenizer": "t5",
     "ByT5Tokenizer": "byt5",
 }
@@ -93,7 +101,7 @@ def build_post_processor(family: str, special: dict[str, str], token_to_id: Any,
         return processors.TemplateProcessing(
             single=f"{cls[0]} $A:0 {sep[0]}:0", pair=f"{cls[0]} $A:0 {sep[0]}:0 $B:1 {sep[0]}:1",
             special_tokens=[cls, sep])
-    if family == "roberta":
+    if family in ("roberta", "xlm-roberta"):
         return processors.RobertaProcessing(ident("sep_token"), ident("cls_token"),
                                             trim_offsets=True, add_prefix_space=False)
     if family in ("t5", "byt5"):

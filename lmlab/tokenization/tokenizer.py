@@ -47,7 +47,7 @@ _TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
 #: vocabulary engine, which :meth:`Tokenizer.from_pretrained` hands such a folder to
 OWN_TOKENIZERS: dict[str, object] = {
     "CanineTokenizer": "lmlab.tokenization.characters:CharacterTokenizer"}
-_DEFAULT_MAX_LENGTH = {"bert": 512, "roberta": 512, "gpt2": 1024, "t5": 512, "byt5": 1024}
+_DEFAULT_MAX_LENGTH = {"bert": 512, "roberta": 512, "xlm-roberta": 512, "gpt2": 1024, "t5": 512, "byt5": 1024}
 
 
 class Tokenizer:
@@ -103,6 +103,8 @@ class Tokenizer:
             raise LmlabError("the byt5 template belongs to ByT5's byte tokenizer, which is not "
                              "trained", "use Tokenizer.byt5() (or pick another template)")
         family = get_family(template or DEFAULT_FAMILY[kind])
+        if kind == "unigram" and family.name == "roberta":  # RoBERTa's tokens on SentencePiece
+            family = get_family("xlm-roberta")
         roles = dict(family.special_tokens)
         ordered = list(special_tokens) if special_tokens is not None else family.ordered_tokens()
         missing = [tok for tok in family.ordered_tokens() if tok not in ordered]
