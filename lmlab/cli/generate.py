@@ -85,6 +85,13 @@ def register(commands) -> None:
     p = commands.command(
         "lm-eval", help="evaluate a causal LM without fine-tuning: k-shot classification or "
                         "last-word cloze",
+        description="Evaluate a causal LM without fine-tuning, on lmlab's own tasks. It mirrors\n"
+                    "two lm-evaluation-harness task kinds: k-shot classification is a\n"
+                    "multiple_choice task's acc (the label with the highest summed\n"
+                    "log-likelihood, as glue's sst2); --task cloze is lambada_openai's acc (is\n"
+                    "the last word the greedy continuation; here decoded greedily, compared as\n"
+                    "a word). For the harness's own tasks: lm_eval --model lmlab --model_args\n"
+                    "pretrained=MODEL (docs/lm-eval.md).",
         example="lmlab lm-eval --task fortunes-topic --model smollm2 "
                 "--few-shot 0,1,8 --max-examples 100",
         handler=_lm_eval)
