@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import assert_clean_refusal, assert_close_rounding, run_lmlab
+from conftest import assert_clean_refusal, assert_close_rounding, run_lmlab_here
 from test_finetune import toy_task
 
 import lmlab
@@ -70,11 +70,11 @@ def test_bad_method_settings_are_refused(tiny_bert_folder, tmp_path):
 def test_cli_method_options_refused_before_work(tiny_bert_folder, tmp_path):
     common = ["finetune", "--task", "wordnet-supersense", "--model", tiny_bert_folder,
               "--out", tmp_path / "run"]
-    assert_clean_refusal(run_lmlab(*common, "--lora-r", "4"),
+    assert_clean_refusal(run_lmlab_here(*common, "--lora-r", "4"),
                          "--lora-r is an option of --method lora", fix="--method")
-    assert_clean_refusal(run_lmlab(*common, "--method", "adapter", "--lora-r", "4"),
+    assert_clean_refusal(run_lmlab_here(*common, "--method", "adapter", "--lora-r", "4"),
                          "--lora-r is an option of --method lora")
-    assert_clean_refusal(run_lmlab(*common, "--method", "lora", "--lora-targets", "query"),
+    assert_clean_refusal(run_lmlab_here(*common, "--method", "lora", "--lora-targets", "query"),
                          "unknown LoRA target")
     assert not (tmp_path / "run").exists()
 
@@ -115,6 +115,6 @@ def test_cli_adapter_merge_and_peft_round_trip(tiny_bert_folder, tmp_path):
     assert torch.equal(back(**batch).logits, expected)  # exact: the same adapter, same ops
     assert main(["adapter", "merge", str(tmp_path / "adapter"), "--out",
                  str(tmp_path / "merged")]) == 2  # refused: --out holds the merged model
-    assert_clean_refusal(run_lmlab("adapter", "from-peft", tmp_path / "adapter", "--out",
+    assert_clean_refusal(run_lmlab_here("adapter", "from-peft", tmp_path / "adapter", "--out",
                                    tmp_path / "x"), "is not a PEFT folder")
     assert not (tmp_path / "x").exists()

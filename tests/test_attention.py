@@ -25,6 +25,7 @@ from conftest import (
     assert_close_rounding,
     rounding_tolerance,
     run_lmlab,
+    run_lmlab_here,
 )
 from test_decoders import randomise
 
@@ -395,33 +396,33 @@ def test_api_refusals(minilm, gpt2_folder):
 
 def test_cli_refuses_bad_input_before_work(tmp_path, gpt2_folder):
     out = tmp_path / "view.html"
-    assert_clean_refusal(run_lmlab("attention", tmp_path / "nope", "a text", "--out", out),
+    assert_clean_refusal(run_lmlab_here("attention", tmp_path / "nope", "a text", "--out", out),
                          "does not exist")
-    assert_clean_refusal(run_lmlab("attention", "minilm", "a text", "--out", tmp_path / "v.txt"),
+    assert_clean_refusal(run_lmlab_here("attention", "minilm", "a text", "--out", tmp_path / "v.txt"),
                          "not an .html file", fix=".html")
     out.write_text("mine")
-    assert_clean_refusal(run_lmlab("attention", "minilm", "a text", "--out", out),
+    assert_clean_refusal(run_lmlab_here("attention", "minilm", "a text", "--out", out),
                          "already exists", fix="--overwrite")
     assert out.read_text() == "mine"
     fresh = tmp_path / "fresh.html"
-    assert_clean_refusal(run_lmlab("attention", gpt2_folder, "a text", "--pair", "b",
+    assert_clean_refusal(run_lmlab_here("attention", gpt2_folder, "a text", "--pair", "b",
                                    "--out", fresh), "decoder-only model reads one text")
-    assert_clean_refusal(run_lmlab("attention", "minilm", "a text", "--target", "b",
+    assert_clean_refusal(run_lmlab_here("attention", "minilm", "a text", "--target", "b",
                                    "--out", fresh), "no decoder reading a source")
-    assert_clean_refusal(run_lmlab("attention", "minilm", "a text", "--layer", "6",
+    assert_clean_refusal(run_lmlab_here("attention", "minilm", "a text", "--layer", "6",
                                    "--out", fresh), "--layer 6 does not exist", fix="0 to 5")
-    assert_clean_refusal(run_lmlab("attention", "minilm", "a text", "--head", "12",
+    assert_clean_refusal(run_lmlab_here("attention", "minilm", "a text", "--head", "12",
                                    "--out", fresh), "--head 12 does not exist")
-    assert_clean_refusal(run_lmlab("attention", "minilm", "a text", "--corpus", tmp_path,
+    assert_clean_refusal(run_lmlab_here("attention", "minilm", "a text", "--corpus", tmp_path,
                                    "--out", fresh), "--corpus is only read for --stats-sample")
     assert not fresh.exists()
     folder = tmp_path / "stats"
     folder.mkdir()
     (folder / "keep.txt").write_text("x")
-    assert_clean_refusal(run_lmlab("head-stats", "minilm", "--out", folder), "already holds")
-    assert_clean_refusal(run_lmlab("head-stats", "minilm", "--text-file", tmp_path / "no.txt",
+    assert_clean_refusal(run_lmlab_here("head-stats", "minilm", "--out", folder), "already holds")
+    assert_clean_refusal(run_lmlab_here("head-stats", "minilm", "--text-file", tmp_path / "no.txt",
                                    "--out", tmp_path / "s2"), "does not exist")
-    assert_clean_refusal(run_lmlab("head-stats", "minilm", "--sample", "0", "--out",
+    assert_clean_refusal(run_lmlab_here("head-stats", "minilm", "--sample", "0", "--out",
                                    tmp_path / "s2"), "--sample must be at least 1")
     assert not (tmp_path / "s2").exists()
 

@@ -11,7 +11,12 @@ import sys
 
 import pytest
 import torch
-from conftest import assert_clean_refusal, assert_close_rounding, kjv_shards, run_lmlab
+from conftest import (
+    assert_clean_refusal,
+    assert_close_rounding,
+    kjv_shards,
+    run_lmlab_here,
+)
 from torch import nn
 
 import lmlab
@@ -227,7 +232,7 @@ def test_pretrain_reports_perplexity_and_resumes_exactly(shards, tmp_path):
 
 
 def test_pretrain_command_refuses_a_wrong_objective_before_any_work(shards, tmp_path):
-    result = run_lmlab("pretrain", "--family", "awd-lstm", "--size", "tiny", "--objective",
+    result = run_lmlab_here("pretrain", "--family", "awd-lstm", "--size", "tiny", "--objective",
                        "mlm", "--shards", shards, "--out", tmp_path / "run", "--steps", 2)
     assert_clean_refusal(result, "--family awd-lstm trains with --objective clm",
                          fix="--objective clm")

@@ -1,12 +1,13 @@
 """Bad input is refused before any work starts, by every command but the data ones
 (tests/test_bad_input_data.py has those).
 
-Each case runs ``python -m lmlab ...`` in a fresh process (cwd = the test's own folder) and
-asserts: exit code 2, "lmlab: error:" naming the problem, "lmlab: fix:", no traceback, and not
-one file or folder created, removed or modified, in the working folder or in the shared
-workspace (token shards, a corpus, a finished pretraining run). Validation happens before any
-work, so a case costs about a Python start-up (plus a torch import where the command needs one
-to check its input).
+Each case runs ``lmlab ...`` through the CLI's ``main`` in this process (conftest's
+``run_lmlab_here``, cwd = the test's own folder) and asserts: exit code 2, "lmlab: error:"
+naming the problem, "lmlab: fix:", no traceback, and not one file or folder created, removed
+or modified, in the working folder or in the shared workspace (token shards, a corpus, a
+finished pretraining run). Validation happens before any
+work, so a case costs milliseconds (plus loading a model where the command needs one to check
+its input).
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_clean_refusal, disk_snapshot, run_lmlab, write_kjv_corpus
+from conftest import (
+    assert_clean_refusal,
+    disk_snapshot,
+    run_lmlab_here,
+    write_kjv_corpus,
+)
 
 from lmlab.utils.errors import LmlabError
 
@@ -27,7 +33,7 @@ def assert_refused(args: list[str], cwd: Path, names: tuple[str, ...],
     """Run ``lmlab args``; assert a clean refusal whose error line contains every one of
     ``names`` and that nothing on disk changed. Returns stderr."""
     before = disk_snapshot(cwd, *watched)
-    result = run_lmlab(*args, cwd=cwd)
+    result = run_lmlab_here(*args, cwd=cwd)
     after = disk_snapshot(cwd, *watched)
     assert_clean_refusal(result, *names)
     changed = sorted(set(before) ^ set(after)

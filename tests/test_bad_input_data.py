@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
+from conftest import assert_clean_refusal, disk_snapshot, run_lmlab, run_lmlab_here
 
 from lmlab.utils.paths import find_system_path
 
@@ -54,7 +54,7 @@ def corpus(tmp_path_factory) -> Path:
 
 def test_tokenizer_train_on_a_missing_file_is_refused(tmp_path):
     out = tmp_path / "tok"
-    result = run_lmlab("tokenizer", "train", "--files", tmp_path / "missing.txt",
+    result = run_lmlab_here("tokenizer", "train", "--files", tmp_path / "missing.txt",
                        "--vocab-size", 200, "--out", out)
     assert_clean_refusal(result, "not found", "missing.txt", fix="check the paths")
     assert not out.exists()
@@ -73,7 +73,7 @@ def test_tokenizer_train_names_file_and_byte_offset_of_a_bad_byte(tmp_path, text
     bad.write_bytes(data)
     out = tmp_path / "tok"
     before = disk_snapshot(tmp_path)
-    result = run_lmlab("tokenizer", "train", "--files", bad, "--vocab-size", 300, "--out", out)
+    result = run_lmlab_here("tokenizer", "train", "--files", bad, "--vocab-size", 300, "--out", out)
     assert_clean_refusal(result, f"{bad}: byte {offset} ", "is not UTF-8",
                          fix="--encoding-errors replace")
     assert disk_snapshot(tmp_path) == before
@@ -89,7 +89,7 @@ def test_tokenizer_train_into_a_folder_holding_something_is_refused(tmp_path, te
     out.mkdir()
     (out / "notes.md").write_text("mine\n")
     before = disk_snapshot(out)
-    result = run_lmlab("tokenizer", "train", "--files", text_file, "--vocab-size", 300,
+    result = run_lmlab_here("tokenizer", "train", "--files", text_file, "--vocab-size", 300,
                        "--out", out)
     assert_clean_refusal(result, str(out), "notes.md", fix="--overwrite")
     assert disk_snapshot(out) == before
@@ -112,7 +112,7 @@ def test_data_tokenize_refuses_to_delete_shards_of_another_tokenizer(tmp_path, c
     other = tmp_path / "other-tok"
     Tokenizer.train(text_file, vocab_size=400).save_pretrained(other)
     before, contents = disk_snapshot(out), disk_snapshot(out, times=False)
-    result = run_lmlab("data", "tokenize", "--tokenizer", other, "--corpus", corpus,
+    result = run_lmlab_here("data", "tokenize", "--tokenizer", other, "--corpus", corpus,
                        "--out", out, "--shard-tokens", 4096)
     assert_clean_refusal(result, str(out), "another tokenizer", fix="--overwrite")
     assert disk_snapshot(out) == before
@@ -135,7 +135,7 @@ def test_data_tokenize_into_a_folder_holding_other_files_is_refused(tmp_path, co
     out.mkdir()
     (out / "results.csv").write_text("a,b\n")
     before = disk_snapshot(out)
-    result = run_lmlab("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", corpus,
+    result = run_lmlab_here("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", corpus,
                        "--out", out)
     assert_clean_refusal(result, str(out), "results.csv", fix="--overwrite")
     assert disk_snapshot(out) == before
@@ -152,7 +152,7 @@ def test_data_tokenize_names_file_and_offset_of_a_bad_byte(tmp_path, corpus, min
     offset = data.index(marker, data.index(b"\n")) + len(marker) + 5  # in document 2's text
     train.write_bytes(data[:offset] + b"\xe9" + data[offset + 1:])
     out = tmp_path / "shards"
-    result = run_lmlab("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", broken,
+    result = run_lmlab_here("data", "tokenize", "--tokenizer", minilm_dir, "--corpus", broken,
                        "--out", out)
     assert_clean_refusal(result, f"{train}: byte {offset} ", fix="--encoding-errors replace")
     assert "manifest.json" not in {p.name for p in out.glob("*")}
@@ -173,7 +173,7 @@ def test_data_build_into_a_folder_holding_something_is_refused(tmp_path, text_fi
     before = disk_snapshot(out)
     args = ("data", "build", "--sources", f"folder:{users}", "--out", out,
             "--exclude-tasks", "none")
-    result = run_lmlab(*args)
+    result = run_lmlab_here(*args)
     assert_clean_refusal(result, str(out), "draft.txt", fix="--overwrite")
     assert disk_snapshot(out) == before
     result = run_lmlab(*args, "--overwrite")
@@ -190,7 +190,7 @@ def test_data_build_names_file_and_offset_of_a_bad_byte(tmp_path, text_file):
     out = tmp_path / "corpus"
     args = ("data", "build", "--sources", f"folder:{users}", "--out", out,
             "--exclude-tasks", "none")
-    result = run_lmlab(*args)
+    result = run_lmlab_here(*args)
     assert_clean_refusal(result, f"{users / 'latin1.txt'}: byte {len(good) + 2} ",
                          fix="--encoding-errors replace")
     assert not (out / "manifest.json").exists()
@@ -206,7 +206,7 @@ def test_data_build_with_a_jsonl_line_over_16m_characters_is_an_error(tmp_path):
         handle.write(json.dumps({"text": "A first short document."}) + "\n")
         handle.write('{"text": "' + "lorem ipsum dolor sit amet. " * 600_000 + '"}\n')
     out = tmp_path / "corpus"
-    result = run_lmlab("data", "build", "--sources", f"jsonl:{path}", "--out", out,
+    result = run_lmlab_here("data", "build", "--sources", f"jsonl:{path}", "--out", out,
                        "--exclude-tasks", "none")
     assert_clean_refusal(result, f"{path}:2 is longer than 16,000,000 characters",
                          fix="split that record")

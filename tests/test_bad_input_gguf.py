@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
+from conftest import assert_clean_refusal, disk_snapshot, run_lmlab_here
 
 from lmlab.formats.gguf import read_metadata
 from lmlab.interop.gguf import load_gguf_model
@@ -76,9 +76,9 @@ def test_the_cli_refuses_a_cut_file_and_writes_nothing(tmp_path, whole, where):
     keep, part, needs = cuts(whole)[where]
     path = cut_file(tmp_path, whole, keep)
     before = disk_snapshot(tmp_path)
-    assert_clean_refusal(run_lmlab("generate", path, "Hello", "--max-new-tokens", "2"),
+    assert_clean_refusal(run_lmlab_here("generate", path, "Hello", "--max-new-tokens", "2"),
                          str(path), f"it has {keep:,} bytes", f"its {part} {needs}",
                          fix="download it again")
     out = tmp_path / "out.gguf"
-    assert_clean_refusal(run_lmlab("export", "gguf", path, out), str(path), "is truncated")
+    assert_clean_refusal(run_lmlab_here("export", "gguf", path, out), str(path), "is truncated")
     assert disk_snapshot(tmp_path) == before

@@ -2,9 +2,9 @@
 refused before any work with an ``lmlab: error:`` and an ``lmlab: fix:`` line, exit code 2,
 and nothing on disk created, changed or removed; the library raises the same LmlabError.
 
-Each CLI case runs ``python -m lmlab ...`` in a fresh process, as a user would, on tiny real
-inputs (a 16-position GPT-2 with a BPE tokenizer trained on the spot, a few-line task file):
-the refusal comes before any training or decoding, so a case costs about a process start.
+Each CLI case runs ``lmlab ...`` through the CLI's ``main`` in this process (conftest's
+``run_lmlab_here``) on tiny real inputs (a 16-position GPT-2 with a BPE tokenizer trained on the
+spot, a few-line task file): the refusal comes before any training or decoding.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
+from conftest import assert_clean_refusal, disk_snapshot, run_lmlab, run_lmlab_here
 
 import lmlab
 from lmlab.utils.errors import LmlabError
@@ -25,7 +25,7 @@ def assert_refused(args: list[object], cwd: Path, names: tuple[str, ...], fix: s
     ``names`` (and whose fix holds ``fix``), with ``cwd`` and ``watched`` unchanged on disk.
     Returns stderr."""
     before = disk_snapshot(cwd, *watched)
-    result = run_lmlab(*args, cwd=cwd)
+    result = run_lmlab_here(*args, cwd=cwd)
     assert_clean_refusal(result, *names, fix=fix)
     assert disk_snapshot(cwd, *watched) == before, f"{args} changed files on disk"
     return result.stderr
@@ -310,7 +310,7 @@ def test_data_build_that_finds_no_text_leaves_no_folder_behind(tmp_path):
     texts.mkdir()
     (texts / "blank.txt").write_text("\n\n   \n")
     before = disk_snapshot(tmp_path, times=False)
-    result = run_lmlab("data", "build", "--sources", "folder:texts", "--exclude-tasks", "none",
+    result = run_lmlab_here("data", "build", "--sources", "folder:texts", "--exclude-tasks", "none",
                        "--out", "runs/corpus", cwd=tmp_path)
     assert_clean_refusal(result, "the corpus is empty")
     assert disk_snapshot(tmp_path, times=False) == before

@@ -21,7 +21,7 @@ from conftest import (
     assert_close_rounding,
     disk_snapshot,
     kjv_shards,
-    run_lmlab,
+    run_lmlab_here,
 )
 
 import lmlab
@@ -391,7 +391,7 @@ def test_a_teacher_without_mlm_head_is_refused_before_overwrite_removes_a_run(sh
 def test_the_command_refuses_a_student_deeper_than_its_teacher_before_any_work(
         shards, teacher_folder, tmp_path):
     before = disk_snapshot(tmp_path)
-    result = run_lmlab("distil", "--teacher", teacher_folder, "--student-layers", 9,
+    result = run_lmlab_here("distil", "--teacher", teacher_folder, "--student-layers", 9,
                        "--shards", shards, "--steps", 2, "--out", tmp_path / "run")
     assert_clean_refusal(result, "student (9 layers) is deeper than its teacher (4 layers)",
                          fix="--student-layers between 1 and 4")
@@ -600,7 +600,7 @@ def test_distil_task_refuses_a_teacher_of_another_task_before_any_work(small_tas
     add_task_head(wrong, "sequence-classification", 3, {0: "a", 1: "b", 2: "c"})
     teacher_dir = save_with_tokenizer(wrong, tmp_path / "teacher")
     before = disk_snapshot(tmp_path)
-    result = run_lmlab("distil-task", "--task", "fortunes-topic", "--teacher", teacher_dir,
+    result = run_lmlab_here("distil-task", "--task", "fortunes-topic", "--teacher", teacher_dir,
                        "--student", teacher_dir, "--epochs", 1, "--out", tmp_path / "run")
     assert_clean_refusal(result, "predicts 3 labels")
     assert disk_snapshot(tmp_path) == before

@@ -12,7 +12,12 @@ import sys
 
 import pytest
 import torch
-from conftest import assert_clean_refusal, assert_close_rounding, kjv_shards, run_lmlab
+from conftest import (
+    assert_clean_refusal,
+    assert_close_rounding,
+    kjv_shards,
+    run_lmlab_here,
+)
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -252,7 +257,7 @@ def test_pretrain_elmo_with_bilm_then_reload_in_a_fresh_process(shards, tmp_path
 
 
 def test_pretrain_command_refuses_clm_for_elmo_before_any_work(shards, tmp_path):
-    result = run_lmlab("pretrain", "--family", "elmo", "--size", "tiny", "--objective", "clm",
+    result = run_lmlab_here("pretrain", "--family", "elmo", "--size", "tiny", "--objective", "clm",
                        "--shards", shards, "--out", tmp_path / "run", "--steps", 2)
     assert_clean_refusal(result, "--family elmo trains with --objective bilm",
                          fix="--objective bilm")

@@ -10,7 +10,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import assert_clean_refusal, assert_close_rounding, run_lmlab
+from conftest import assert_clean_refusal, assert_close_rounding, run_lmlab, run_lmlab_here
 
 import lmlab
 from lmlab.formats.gguf import GGUFFile, read_metadata
@@ -272,10 +272,10 @@ def test_cli_writes_a_file_another_process_reads(tmp_path, tokenizer, tiny_bert_
     assert read_metadata(out)["tokenizer.ggml.pre"] == "gpt-2"  # a tokenizer.json's ByteLevel
 
     before = out.read_bytes()
-    assert_clean_refusal(run_lmlab("export", "gguf", folder, out), "already exists",
+    assert_clean_refusal(run_lmlab_here("export", "gguf", folder, out), "already exists",
                          fix="--overwrite")
     assert out.read_bytes() == before
-    assert_clean_refusal(run_lmlab("export", "gguf", tiny_bert_folder, tmp_path / "b.gguf"),
+    assert_clean_refusal(run_lmlab_here("export", "gguf", tiny_bert_folder, tmp_path / "b.gguf"),
                          "does not write GGUF files of bert")
     assert not (tmp_path / "b.gguf").exists()
 

@@ -106,6 +106,30 @@ def test_generate_until_stops_as_hf_greedy(backends):
     assert got[1] == free[1].split(stop)[0] and len(got[1]) < len(free[1])
 
 
+def test_chat_template_is_the_one_transformers_renders(smollm2_gguf):
+    """``--apply_chat_template``: SmolLM2's template (its GGUF's) as transformers renders it,
+    with the generation prompt, and without it the last assistant message left open."""
+    from types import SimpleNamespace
+
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from lmlab.harness.adapter import LmlabLM
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_pretrained(smollm2_gguf)
+    history = [{"role": "system", "content": "Be brief."},
+               {"role": "user", "content": "What is the capital of France?"}]
+    for messages, prompt in ((history, True),
+                             (history + [{"role": "assistant", "content": "It is "}], False)):
+        want = render_jinja_template([messages], chat_template=tokenizer.chat_template,
+                                     add_generation_prompt=prompt, continue_final_message=not prompt,
+                                     bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token)
+        want = want[0][0] if isinstance(want, tuple) else want
+        got = LmlabLM.apply_chat_template(SimpleNamespace(tokenizer=tokenizer), messages, prompt)
+        assert got == want
+    assert got.endswith("assistant\nIt is ")  # open: its trailing space kept, as transformers
+
+
 def _write_tasks(root: Path) -> Path:
     """Three local tasks over JSONL files: multiple choice, rolling perplexity, generation."""
     tasks = root / "tasks"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lmlab.utils.errors import LmlabError
-from tests.conftest import assert_clean_refusal, run_lmlab, tiny_bert
+from tests.conftest import assert_clean_refusal, run_lmlab, run_lmlab_here, tiny_bert
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -128,9 +128,9 @@ def test_decoder_logits_equal_lmlab(tiny_llama):
 
 def test_cli_refuses_existing_output_and_unknown_head(tiny_llama, tmp_path):
     folder, out = tiny_llama
-    assert_clean_refusal(run_lmlab("export", "onnx", folder, out), "already holds",
+    assert_clean_refusal(run_lmlab_here("export", "onnx", folder, out), "already holds",
                          fix="--overwrite")
-    assert_clean_refusal(run_lmlab("export", "onnx", folder, tmp_path / "x", "--task-head",
+    assert_clean_refusal(run_lmlab_here("export", "onnx", folder, tmp_path / "x", "--task-head",
                                    "sequence-classification"), "no head")
     assert not (tmp_path / "x").exists()
 

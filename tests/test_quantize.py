@@ -31,6 +31,7 @@ from tests.conftest import (
     TESTS_DIR,
     assert_clean_refusal,
     run_lmlab,
+    run_lmlab_here,
     save_tiny_bert_folder,
     tiny_bert,
 )
@@ -248,7 +249,7 @@ def test_cli_quantize_then_evaluate_format(tmp_path):
     assert quantized_layers(model) and model.get_submodule(quantized_layers(model)[0]).engine == "x86"
     # never over an existing folder without --overwrite, and nothing is rewritten
     before = (out / "model.safetensors").stat().st_mtime_ns
-    again = run_lmlab("quantize", folder, out, "--int8")
+    again = run_lmlab_here("quantize", folder, out, "--int8")
     assert_clean_refusal(again, "already holds", fix="--overwrite")
     assert (out / "model.safetensors").stat().st_mtime_ns == before
 
@@ -297,7 +298,7 @@ def test_refuses_bf16_already_quantised_and_bad_options():
 
 def test_cli_refuses_unsupported_model_cleanly(tmp_path):
     """A bf16 cast is not asked for by the CLI; an unknown engine is refused before loading."""
-    result = run_lmlab("quantize", tmp_path / "missing", tmp_path / "out", "--int8",
+    result = run_lmlab_here("quantize", tmp_path / "missing", tmp_path / "out", "--int8",
                        "--engine", "tpu")
     assert_clean_refusal(result, "engine 'tpu'")
     assert not (tmp_path / "out").exists()
@@ -331,7 +332,7 @@ def test_pretraining_from_an_int8_model_is_refused_before_any_work(tmp_path, tmp
                             data=DataSettings(shards, None, 1), track_cost=False)
     with pytest.raises(LmlabError, match="int8-quantised"):
         config.validate()
-    result = run_lmlab("pretrain", "--init", out, "--objective", "mlm", "--shards", shards,
+    result = run_lmlab_here("pretrain", "--init", out, "--objective", "mlm", "--shards", shards,
                        "--steps", 1, "--out", tmp_path / "run")
     assert_clean_refusal(result, "int8-quantised")
     assert not (tmp_path / "run").exists()

@@ -19,6 +19,7 @@ from tests.conftest import (
     assert_clean_refusal,
     assert_close_rounding,
     run_lmlab,
+    run_lmlab_here,
     save_tiny_bert_folder,
 )
 
@@ -113,7 +114,7 @@ def test_cli_evaluates_a_run_folder_with_f_and_g(f_and_g, tmp_path):
     assert written == {"model": str(run), "concat": str(run / "context_model"),
                        "retrieval": expected}
     # the run directory itself resolves to model/: f beside f is refused, nothing written
-    result = run_lmlab("sentence", "evaluate", run, "--concat", run, "--tasks", "retrieval",
+    result = run_lmlab_here("sentence", "evaluate", run, "--concat", run, "--tasks", "retrieval",
                        "--pairs", pairs, "--out", tmp_path / "ff.json")
     assert_clean_refusal(result, "one model folder", fix="context_model")
     assert not (tmp_path / "ff.json").exists()

@@ -27,7 +27,13 @@ from lmlab.sentence.evaluate import best_threshold
 from lmlab.sentence.objectives import MultipleNegativesRanking, PairClassification, mnrl_loss
 from lmlab.sentence.pairs import SentencePair, read_pairs
 from lmlab.utils.errors import LmlabError
-from tests.conftest import assert_clean_refusal, assert_close_rounding, disk_snapshot, run_lmlab
+from tests.conftest import (
+    assert_clean_refusal,
+    assert_close_rounding,
+    disk_snapshot,
+    run_lmlab,
+    run_lmlab_here,
+)
 
 ANCHORS = ["A man is playing a guitar.", "The cat sleeps on the warm windowsill.",
            "Stock markets fell sharply today", "to move fast on foot"]
@@ -392,7 +398,7 @@ def test_pair_file_with_a_missing_field_is_refused(tmp_path):
 def test_cli_refuses_bad_pairs_before_any_work(tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text(json.dumps({"sentence2": "b", "label": 1}) + "\n", encoding="utf-8")
-    result = run_lmlab("sentence", "train", "--objective", "mnrl", "--data", path, "--steps", 1,
+    result = run_lmlab_here("sentence", "train", "--objective", "mnrl", "--data", path, "--steps", 1,
                        "--out", tmp_path / "run")
     assert_clean_refusal(result, "pairs.jsonl:1 has no sentence1", fix="sentence1, sentence2")
     assert not (tmp_path / "run").exists()
@@ -409,25 +415,25 @@ def test_cli_refuses_an_unknown_or_absent_device_before_any_work(tmp_path):
     if not torch.cuda.is_available():
         devices.append(("cuda", "CUDA is not available", "--device cpu"))
     for device, problem, fix in devices:
-        result = run_lmlab(*train, "--device", device, "--out", tmp_path / "new")
+        result = run_lmlab_here(*train, "--device", device, "--out", tmp_path / "new")
         assert_clean_refusal(result, problem, fix=fix)
         assert not (tmp_path / "new").exists()
     assert run_lmlab(*train, "--device", "cpu", "--out", tmp_path / "run").returncode == 0
     before = disk_snapshot(tmp_path / "run")
     for device, problem, fix in devices:
-        result = run_lmlab(*train, "--device", device, "--overwrite", "--out", tmp_path / "run")
+        result = run_lmlab_here(*train, "--device", device, "--overwrite", "--out", tmp_path / "run")
         assert_clean_refusal(result, problem, fix=fix)
         assert disk_snapshot(tmp_path / "run") == before
 
 
 def test_cli_refuses_a_corpus_without_neighbours_and_a_missing_lee_folder(tmp_path):
     corpus = _tiny_corpus(tmp_path / "corpus", documents=4, sentences=2)
-    result = run_lmlab("sentence", "train", "--objective", "skip-thought", "--data", corpus,
+    result = run_lmlab_here("sentence", "train", "--objective", "skip-thought", "--data", corpus,
                        "--steps", 1, "--out", tmp_path / "run")
     assert_clean_refusal(result, "no sentence with a previous and a next sentence",
                          fix="three or more sentences")
     assert not (tmp_path / "run").exists()
     (tmp_path / "lee").mkdir()
-    result = run_lmlab("sentence", "evaluate", "minilm", "--tasks", "lee", "--lee-dir",
+    result = run_lmlab_here("sentence", "evaluate", "minilm", "--tasks", "lee", "--lee-dir",
                        tmp_path / "lee")
     assert_clean_refusal(result, "has no lee.cor, similarities0-1.txt", fix="--lee-dir")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import assert_clean_refusal, disk_snapshot, run_lmlab
+from conftest import assert_clean_refusal, disk_snapshot, run_lmlab, run_lmlab_here
 
 from lmlab.finetune.text_to_text import encode_pairs
 from lmlab.tasks.integration import prefix_depth
@@ -133,7 +133,7 @@ def test_train_and_evaluate_commands(trained):
 def test_evaluate_refuses_to_overwrite_its_output(trained, tmp_path):
     out = tmp_path / "metrics.json"
     out.write_text("{}")
-    result = run_lmlab("seq2seq", "evaluate", "--model", trained / "run" / "model", "--data",
+    result = run_lmlab_here("seq2seq", "evaluate", "--model", trained / "run" / "model", "--data",
                        trained / "data", "--max-examples", "2", "--out", out)
     assert_clean_refusal(result, str(out), fix="--overwrite")
     assert out.read_text() == "{}"
@@ -160,7 +160,7 @@ def test_generate_command_prints_the_decoders_output(trained):
 
 def test_bad_train_arguments_are_refused_before_work(trained, tmp_path):
     data = trained / "data"
-    no_stop = run_lmlab("seq2seq", "train", "--data", data, "--out", tmp_path / "a")
+    no_stop = run_lmlab_here("seq2seq", "train", "--data", data, "--out", tmp_path / "a")
     assert_clean_refusal(no_stop, "neither --steps nor --budget")
     assert not (tmp_path / "a").exists()
     text_task = tmp_path / "defs"
@@ -169,12 +169,12 @@ def test_bad_train_arguments_are_refused_before_work(trained, tmp_path):
     for split in ("train", "dev", "test"):
         (text_task / f"{split}.jsonl").write_text(json.dumps(
             {"input": "a: a b", "references": ["c"]}) + "\n")
-    no_tokenizer = run_lmlab("seq2seq", "train", "--data", text_task, "--steps", "2", "--out",
+    no_tokenizer = run_lmlab_here("seq2seq", "train", "--data", text_task, "--steps", "2", "--out",
                              tmp_path / "b")
     assert_clean_refusal(no_tokenizer, "needs a tokenizer", fix="--tokenizer")
     # the same run folder with another model: refused, naming the difference, nothing touched
     before = disk_snapshot(trained / "run")
-    again = run_lmlab("seq2seq", "train", "--data", data, "--family", "marian", "--layers", "1",
+    again = run_lmlab_here("seq2seq", "train", "--data", data, "--family", "marian", "--layers", "1",
                       "--hidden", "32", "--steps", "30", "--batch-size", "16", "--lr", "2e-3",
                       "--precision", "fp32", "--out", trained / "run")
     assert_clean_refusal(again, "hidden")
@@ -184,7 +184,7 @@ def test_bad_train_arguments_are_refused_before_work(trained, tmp_path):
     if not torch.cuda.is_available():
         devices.append(("cuda", "CUDA is not available"))
     for device, problem in devices:
-        wrong = run_lmlab("seq2seq", "train", "--data", data, "--steps", "2", "--overwrite",
+        wrong = run_lmlab_here("seq2seq", "train", "--data", data, "--steps", "2", "--overwrite",
                           "--device", device, "--out", trained / "run")
         assert_clean_refusal(wrong, problem, fix="cpu")
         assert disk_snapshot(trained / "run") == before
@@ -295,7 +295,7 @@ def test_a_sequence_beyond_the_positions_is_refused():
 
 
 def test_finetune_points_an_encoder_decoder_to_text_to_text(trained, tmp_path):
-    result = run_lmlab("finetune", "--task", "fortunes-topic", "--model",
+    result = run_lmlab_here("finetune", "--task", "fortunes-topic", "--model",
                        trained / "run" / "model", "--out", tmp_path / "ft")
     assert_clean_refusal(result, "is an encoder-decoder", fix="lmlab seq2seq train")
 
@@ -303,7 +303,7 @@ def test_finetune_points_an_encoder_decoder_to_text_to_text(trained, tmp_path):
 def test_lm_evaluation_refuses_an_encoder_decoder(trained, tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("mul INT+ 2 x\n")
-    result = run_lmlab("perplexity", trained / "run" / "model", text)
+    result = run_lmlab_here("perplexity", trained / "run" / "model", text)
     assert_clean_refusal(result, "encoder-decoder", fix="lmlab seq2seq evaluate")
 
 

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TOKENIZER_FILES, assert_clean_refusal, assert_close_rounding, run_lmlab
+from conftest import (
+    TOKENIZER_FILES,
+    assert_clean_refusal,
+    assert_close_rounding,
+    run_lmlab_here,
+)
 
 import lmlab
 from lmlab.finetune.recipes import discriminative_groups, unfreeze_to
@@ -160,7 +165,7 @@ def test_other_families_are_refused_before_any_work(general, tiny_bert_folder, t
     with pytest.raises(LmlabError, match="lm_steps -1 is negative"):
         run_ulmfit(small_task(), general, tmp_path / "out", lm_steps=-1)
     assert not (tmp_path / "out").exists()
-    result = run_lmlab("ulmfit", "--general", tiny_bert_folder, "--task", "fortunes-topic",
+    result = run_lmlab_here("ulmfit", "--general", tiny_bert_folder, "--task", "fortunes-topic",
                        "--out", tmp_path / "cli")
     assert_clean_refusal(result, "is not an AWD-LSTM language model", fix="--family awd-lstm")
     assert not (tmp_path / "cli").exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FakeClock, assert_clean_refusal, disk_snapshot, run_lmlab
+from conftest import FakeClock, assert_clean_refusal, disk_snapshot, run_lmlab, run_lmlab_here
 
 from lmlab.training.loop_run import LoopRun
 from lmlab.training.run_dir import list_checkpoints
@@ -207,9 +207,9 @@ def test_cli_run_folder_resumes_and_refuses_other_settings(tmp_path):
             (["--method", "glove"], "method: 'word2vec' -> 'glove'")):
         flags = list(map(str, args))
         flags[flags.index(changed[0]) + 1] = str(changed[1])
-        assert_clean_refusal(run_lmlab(*flags), str(run), problem, fix="--run folder")
+        assert_clean_refusal(run_lmlab_here(*flags), str(run), problem, fix="--run folder")
         assert disk_snapshot(tmp_path) == before, changed
     elsewhere = [*args[:args.index("--out") + 1], tmp_path / "new.txt",
                  *args[args.index("--out") + 2:-1], tmp_path]  # --run: a folder of other files
-    assert_clean_refusal(run_lmlab(*elsewhere), "already holds", fix="--run")
+    assert_clean_refusal(run_lmlab_here(*elsewhere), "already holds", fix="--run")
     assert disk_snapshot(tmp_path) == before
