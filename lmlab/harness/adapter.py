@@ -28,12 +28,14 @@ except ImportError as error:  # tests/test_harness.py: a process without lm-eval
                      "pip install 'lmlab[eval]' (or: pip install lm_eval==0.4.13)") from error
 
 from lmlab.evaluation.scoring import score_pairs
+from lmlab.generation.chat import apply_chat_template
 from lmlab.generation.generate import check_causal_lm, context_length, generate
 from lmlab.load import load_model_and_tokenizer
 from lmlab.utils.checks import check_at_least
 
 DEFAULT_MAX_LENGTH = 2048  # the hf backend's, for models without a position limit
 SAMPLING = ("temperature", "top_p", "top_k")
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' marker of the message's end
 
 
 def _device(name: str | None) -> str | None:
@@ -72,6 +74,7 @@ class LmlabLM(TemplateLM):
         check_at_least(self._max_length, 2, "max_length")
         self.add_bos_token = add_bos_token
         self._device = next(self.model.parameters()).device
+        self._name = str(pretrained)
 
     @property
     def eot_token_id(self) -> int:
@@ -89,6 +92,22 @@ class LmlabLM(TemplateLM):
     @property
     def device(self) -> torch.device:
         return self._device
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self._name.replace("/", "__")
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]],
+                            add_generation_prompt: bool = True) -> str:
+        """``--apply_chat_template``: the model's chat template; without a generation prompt
+        the last (assistant) message is left open to be continued, cut where transformers'
+        ``continue_final_message`` cuts it (at a tag appended to its content)."""
+        if add_generation_prompt or not chat_history:
+            return apply_chat_template(self.tokenizer, chat_history, add_generation_prompt)
+        last = dict(chat_history[-1], content=chat_history[-1]["content"] + CONTINUE_TAG)
+        text = apply_chat_template(self.tokenizer, [*chat_history[:-1], last], False)
+        cut = text.rindex(CONTINUE_TAG.strip())
+        return text[:cut] if text[cut:].startswith(CONTINUE_TAG) else text[:cut].rstrip()
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None,
                    **kwargs: Any) -> list[int]:
