@@ -2,8 +2,10 @@
 one ``auto`` resolved to) and, before the run has ended, the limits its learning-rate schedule
 is built on. Extending a finished run stays allowed.
 
-The CLI cases run ``lmlab pretrain`` in fresh processes and check a clean refusal (exit 2, the
-problem and the fix) with the run folder byte for byte and time for time unchanged.
+The CLI cases run ``lmlab pretrain`` through the CLI's ``main`` in this process (conftest's
+``run_lmlab_here``: two-step runs, where a Python and torch start-up would be most of the cost)
+and check a clean refusal (exit 2, the problem and the fix) with the run folder byte for byte
+and time for time unchanged.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import assert_clean_refusal, disk_snapshot, kjv_shards, run_lmlab
+from conftest import assert_clean_refusal, disk_snapshot, kjv_shards, run_lmlab_here
 
 from lmlab.utils.errors import LmlabError
 
@@ -24,7 +26,7 @@ def shards(tmp_path_factory) -> Path:
 
 
 def _pretrain(shards: Path, out: Path, *flags: str):
-    return run_lmlab("pretrain", "--family", "bert", "--size", "tiny", "--objective", "mlm",
+    return run_lmlab_here("pretrain", "--family", "bert", "--size", "tiny", "--objective", "mlm",
                      "--shards", shards, "--seq-len", 32, "--batch-size", 2, "--lr", "1e-3",
                      "--eval-batches", 1, "--no-cost", "--out", out, *flags)
 
