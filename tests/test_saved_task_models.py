@@ -41,7 +41,7 @@ transformers = pytest.importorskip("transformers")
 HIDDEN, LAYERS, FFN, VOCAB = 32, 2, 64, 99
 # one-stack text families (ViT: test_vit.py; CANINE builds its own class: test_canine.py)
 TRANSFORMER_FAMILIES = tuple(f for f in KNOWN_FAMILIES
-                             if not get_family(f).shape.get("is_encoder_decoder")
+                             if not get_family(f).config().is_encoder_decoder
                              and not takes_images(get_family(f).config())
                              and f not in OWN_CLASSES)
 COMBINATIONS = [(family, head, pooling) for family in TRANSFORMER_FAMILIES + RECURRENT_FAMILIES

@@ -265,7 +265,7 @@ def _fresh_model_settings(family: str, size: str | None, layers: int | None,
     from lmlab.utils.checks import check_choice
 
     spec = get_family(family)
-    if not spec.shape.get("is_encoder_decoder"):
+    if not {**spec.defaults, **spec.shape}.get("is_encoder_decoder"):  # T5's is a default
         raise LmlabError(f"{family} is not an encoder-decoder family", "use marian, bart, t5 or mt5")
     size = check_choice(size or next(iter(spec.sizes)), spec.sizes, "--size", f"{family} size")
     return {"family": family, "size": size, "layers": layers, "hidden": hidden}
