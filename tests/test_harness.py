@@ -30,25 +30,35 @@ CAPITALS = [{"country": "France", "choices": [" Paris", " London", " Rome"], "an
             {"country": "England", "choices": [" Paris", " London", " Rome"], "answer": 1}]
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory, smollm2_gguf):
-    """A random Llama (moved off its initialisation) saved as an HF folder with its tokenizer."""
+def save_tiny(path: Path, tokenizer, family: str, positions: int, **extra) -> Path:
+    """A random 2-layer decoder (moved off its initialisation) as an HF folder with its
+    tokenizer."""
     import lmlab
     from lmlab.models.model import LanguageModel
     from lmlab.models.presets import family_config
-    from lmlab.tokenization.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.from_pretrained(smollm2_gguf)
     torch.manual_seed(0)
     model = LanguageModel(family_config(
-        "llama", vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-        max_position_embeddings=64, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id), heads=("clm",))
-    path = tmp_path_factory.mktemp("harness") / "tiny"
+        family, vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=64, max_position_embeddings=positions,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **extra),
+        heads=("clm",))
     lmlab.save_pretrained(perturb(model, scale=0.2), path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer(smollm2_gguf):
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained(smollm2_gguf)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, smol_tokenizer):
+    return save_tiny(tmp_path_factory.mktemp("harness") / "tiny", smol_tokenizer, "llama", 64,
+                     num_key_value_heads=2)
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +101,21 @@ def test_loglikelihood_rolling_over_windows_equals_hf(backends):
     want = hf.loglikelihood_rolling(_requests("loglikelihood_rolling", texts))
     got = ours.loglikelihood_rolling(_requests("loglikelihood_rolling", texts))
     _assert_scores_equal(got, want)
+
+
+def test_learned_positions_windows_of_every_length_equal_hf(tmp_path, smol_tokenizer):
+    """GPT-2 (a table of 48 positions): windows of different lengths share a batch (the last
+    rolling window is short, its context long) and never look past the table."""
+    path = save_tiny(tmp_path / "gpt2", smol_tokenizer, "gpt2", 48)
+    hf = get_model("hf")(pretrained=str(path), batch_size=3, device="cpu", dtype="float32")
+    ours = get_model("lmlab")(pretrained=str(path), batch_size=3)
+    texts = [("word " * 150,), (LONG_TEXT,)]
+    _assert_scores_equal(ours.loglikelihood_rolling(_requests("loglikelihood_rolling", texts)),
+                         hf.loglikelihood_rolling(_requests("loglikelihood_rolling", texts)))
+    pairs = [("x y z " * 40, " w"), ("The capital of France is", " Paris, a city")]
+    want = hf.loglikelihood(_requests("loglikelihood", pairs))
+    _assert_scores_equal([s for s, _ in ours.loglikelihood(_requests("loglikelihood", pairs))],
+                         [s for s, _ in want])
 
 
 def test_generate_until_stops_as_hf_greedy(backends):

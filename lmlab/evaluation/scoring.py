@@ -80,10 +80,12 @@ def _score_batch(model: Any, contexts: list[tuple[int, ...]], continuations: lis
     if targets.shape[1] > 1:
         cache = out.past_key_values
         cache.reorder(index)  # (N, ...) a copy of the context's keys and values per row
-        fed = targets[:, :-1]  # (N, W-1): each continuation but its last token
-        full = torch.cat([mask.index_select(0, index), real[:, :-1]], dim=1)
+        fed = targets[:, :-1]  # (N, W-1): the tokens that predict a next one
+        needed = real[:, 1:]  # (N, W-1): 1 where a next token exists (not a row's last one)
+        full = torch.cat([mask.index_select(0, index), needed], dim=1)
         positions = mask.sum(1).index_select(0, index)[:, None] + torch.arange(
             fed.shape[1], device=device)  # (N, W-1) continuing each context's count
+        positions = positions.masked_fill(needed == 0, 0)  # the rest: inside any table
         rest = model(input_ids=fed, attention_mask=full, position_ids=positions,
                      past_key_values=cache, use_cache=True, heads=["clm"]).logits
         logits = torch.cat([logits, rest.float()], dim=1)  # (N, W, V)
