@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 from torch.nn import functional as F
-from torch.nn.utils.rnn import pad_sequence
 
+from lmlab.evaluation.scoring import score_pairs
 from lmlab.generation.generate import check_causal_lm, generate
 from lmlab.tasks.sampling import sample_examples
 from lmlab.utils.checks import parse_int_list
@@ -173,32 +173,14 @@ def label_text(label: str) -> str:
     return label.replace("_", " ").replace("-", " ")
 
 
-@torch.no_grad()
 def score_continuations(model: Any, prompt_ids: list[int], continuations: list[list[int]]
                         ) -> torch.Tensor:
     """Total log-likelihood of each continuation after the prompt: (C,). The prompt runs once,
-    its key/value cache copied to every continuation; the continuations run as one batch."""
-    device = next(model.parameters()).device
-    prompt = torch.tensor([prompt_ids], device=device)
-    out = model(input_ids=prompt, use_cache=True, heads=["clm"])
-    first = F.log_softmax(out.logits[0, -1].float(), dim=-1)  # (V,) next after the prompt
-    cache = out.past_key_values
-    ids = pad_sequence([torch.tensor(c) for c in continuations], batch_first=True).to(device)
-    mask = pad_sequence([torch.ones(len(c), dtype=torch.long) for c in continuations],
-                        batch_first=True).to(device)  # (C, W) each, zeros after the end
-    n, width = ids.shape
-    cache.reorder(torch.zeros(n, dtype=torch.long, device=device))  # (C, ...) copies
-    scores = first[ids[:, 0]]  # (C,)
-    if width > 1:
-        past = len(prompt_ids)
-        full_mask = torch.cat([torch.ones(n, past, dtype=torch.long, device=device), mask], 1)
-        positions = torch.arange(past, past + width, device=device).expand(n, width)
-        logits = model(input_ids=ids, attention_mask=full_mask, position_ids=positions,
-                       past_key_values=cache, use_cache=True, heads=["clm"]).logits
-        log_probs = F.log_softmax(logits[:, :-1].float(), dim=-1)  # (C, W-1, V)
-        picked = log_probs.gather(2, ids[:, 1:, None]).squeeze(2)  # (C, W-1)
-        scores = scores + (picked * mask[:, 1:]).sum(dim=1)
-    return scores
+    its key/value cache copied to every continuation; the continuations run as one batch
+    (:func:`lmlab.evaluation.scoring.score_pairs`, whole: no window cuts the prompt)."""
+    whole = len(prompt_ids) + max(len(c) for c in continuations)
+    pairs = [(prompt_ids, continuation) for continuation in continuations]
+    return torch.tensor([score for score, _ in score_pairs(model, pairs, whole)])
 
 
 def render_prompt(shots: Sequence[Any], text: str, fmt: FewShotFormat) -> str:
