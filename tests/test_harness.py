@@ -278,3 +278,20 @@ def test_lmlab_imports_without_the_harness():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "lmlab[eval]" in done.stdout
+
+
+def test_the_pth_line_activates_the_hook(tmp_path):
+    """``install`` writes a .pth whose line, run as site-packages' are at start-up, imports the
+    hook (and nothing heavy); without lmlab the line does nothing."""
+    from lmlab.harness.hook import PTH_FILE, install
+
+    assert install(str(tmp_path)) == tmp_path / PTH_FILE
+    root = str(Path(__file__).resolve().parent.parent)
+    code = ("import site, sys\nsys.path.insert(0, {root!r})\nsite.addsitedir({site!r})\n"
+            "print('lmlab.harness.hook' in sys.modules, 'torch' in sys.modules)")
+    for path, want in ((root, "True False"), ("/nonexistent", "False False")):
+        done = subprocess.run([sys.executable, "-S", "-c", code.format(root=path,
+                                                                      site=str(tmp_path))],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        assert done.stdout.split() == want.split()

@@ -1,10 +1,14 @@
 """``python -m lmlab.harness ARGS``: the harness's own command line (``lm_eval ARGS``) with the
-``lmlab`` backend registered, for an environment without the start-up hook (docs/lm-eval.md)."""
+``lmlab`` backend registered, for an environment without the start-up hook; ``python -m
+lmlab.harness --install-hook`` writes that hook (docs/lm-eval.md)."""
 
 import sys
 
-from lmlab.harness.hook import register
+from lmlab.harness.hook import install, register
 
+if sys.argv[1:] == ["--install-hook"]:
+    print(f"wrote {install()}: `lm_eval --model lmlab` now finds lmlab's backend")
+    sys.exit(0)
 try:
     from lm_eval.__main__ import cli_evaluate
 except ImportError:
