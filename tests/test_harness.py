@@ -263,6 +263,10 @@ def test_bad_input_is_refused(folder, minilm_dir, backends):
         get_model("lmlab")(pretrained=str(folder), temperature=1)
     with pytest.raises(LmlabError, match="decoder"):
         get_model("lmlab")(pretrained=str(minilm_dir))
+    with pytest.raises(LmlabError, match="batch_size"):
+        get_model("lmlab")(pretrained=str(folder), batch_size="many")
+    with pytest.raises(LmlabError, match="exceeds the model's 64 positions"):
+        get_model("lmlab")(pretrained=str(folder), max_length=65)
     with pytest.raises(LmlabError, match="no room for a context"):
         ours.generate_until(_requests("generate_until", [("Hi", {"max_gen_toks": 64})]))
     with pytest.raises(LmlabError, match="does not read"):

@@ -51,7 +51,8 @@ def _device(name: str | None) -> str | None:
 @register_model("lmlab")
 class LmlabLM(TemplateLM):
     """An lmlab decoder (a short name, a folder or a ``.gguf`` file: ``pretrained=``) for the
-    harness. ``max_length`` defaults to the model's context, ``batch_size`` counts contexts."""
+    harness. ``max_length`` defaults to the model's context, ``batch_size`` counts contexts;
+    ``max_batch_size`` (which the harness's command line always passes) is not used."""
 
     def __init__(self, pretrained: str, batch_size: int | str = 8, device: str | None = None,
                  dtype: str | None = None, max_length: int | None = None,
@@ -62,16 +63,22 @@ class LmlabLM(TemplateLM):
             raise LmlabError(f"unknown lmlab model_args: {', '.join(sorted(unused))}",
                              "use pretrained, batch_size, device, dtype, max_length, "
                              "add_bos_token")
-        self.batch_size = 8 if str(batch_size).startswith("auto") else int(batch_size)
-        check_at_least(self.batch_size, 1, "batch_size")
+        size = "8" if str(batch_size).startswith("auto") else str(batch_size)
+        if not size.isdigit() or int(size) < 1:
+            raise LmlabError(f"batch_size={batch_size!r}", "use a positive whole number, e.g. 8")
+        self.batch_size = int(size)
+        check_at_least(max_length, 2, "max_length")
         torch_dtype = None if dtype in (None, "auto") else getattr(torch, str(dtype), None)
         if dtype not in (None, "auto") and not isinstance(torch_dtype, torch.dtype):
             raise LmlabError(f"dtype={dtype!r}", "use float32, bfloat16 or float16")
         self.model, self.tokenizer = load_model_and_tokenizer(
             str(pretrained), dtype=torch_dtype, device=_device(device))
         check_causal_lm(self.model)
-        self._max_length = int(max_length or context_length(self.model) or DEFAULT_MAX_LENGTH)
-        check_at_least(self._max_length, 2, "max_length")
+        limit = context_length(self.model)
+        if max_length and limit and max_length > limit:
+            raise LmlabError(f"max_length={max_length} exceeds the model's {limit} positions",
+                             f"use max_length={limit} or less (the default)")
+        self._max_length = int(max_length or limit or DEFAULT_MAX_LENGTH)
         self.add_bos_token = add_bos_token
         self._device = next(self.model.parameters()).device
         self._name = str(pretrained)
