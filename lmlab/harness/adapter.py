@@ -139,16 +139,21 @@ class LmlabLM(TemplateLM):
         return results
 
     def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
-        """Each text scored whole in the harness's disjoint windows of ``max_length``."""
-        totals = []
-        for (text,) in [request.args for request in requests]:
-            windows = [harness_utils.make_disjoint_window(window)
-                       for window in harness_utils.get_rolling_token_windows(
-                           token_list=self.tok_encode(text), prefix_token=self.prefix_token_id,
-                           max_seq_len=self.max_length, context_len=1)]
-            scores = score_pairs(self.model, windows, self.max_length, self.batch_size)
-            totals.append(sum(score for score, _ in scores))
-            self.cache_hook.add_partial("loglikelihood_rolling", (text,), totals[-1])
+        """Each text scored whole in the harness's disjoint windows of ``max_length``; the
+        windows of all texts share batches."""
+        owners, windows = [], []
+        for i, (text,) in enumerate(request.args for request in requests):
+            for window in harness_utils.get_rolling_token_windows(
+                    token_list=self.tok_encode(text), prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length, context_len=1):
+                owners.append(i)
+                windows.append(harness_utils.make_disjoint_window(window))
+        totals = [0.0] * len(requests)
+        for i, (score, _) in zip(owners, score_pairs(self.model, windows, self.max_length,
+                                                     self.batch_size), strict=True):
+            totals[i] += score
+        for request, total in zip(requests, totals, strict=True):
+            self.cache_hook.add_partial("loglikelihood_rolling", request.args, total)
         return totals
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
