@@ -165,6 +165,7 @@ class LmlabLM(TemplateLM):
             groups.setdefault(repr(sorted(request.args[1].items())), []).append(i)
         for rows in groups.values():
             settings = requests[rows[0]].args[1]
+            rows.sort(key=lambda i: -len(requests[i].args[0]))  # similar lengths: less padding
             for start in range(0, len(rows), self.batch_size):
                 chunk = rows[start:start + self.batch_size]
                 texts = self._generate([requests[i].args[0] for i in chunk], settings)
