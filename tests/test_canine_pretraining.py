@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_lmlab, write_kjv_corpus
+from conftest import assert_parity, run_lmlab, write_kjv_corpus
 
 import lmlab
 from lmlab.objectives.characters import WHITESPACE, AutoregressiveCharacters
@@ -181,7 +181,7 @@ def test_lmlab_pretrain_family_canine(shards, tmp_path):
         ["In the beginning", "Ἐν ἀρχῇ"], padding=True, return_tensors="pt")
     with torch.no_grad():
         got, ref = ours(**batch).last_hidden_state, theirs(**batch).last_hidden_state
-    assert (got - ref).abs().max() < 1e-4
+    assert_parity(got, ref, "the pretrained CANINE's last hidden states")
 
 
 def test_other_objectives_are_refused_for_canine(shards, tmp_path):
