@@ -278,7 +278,10 @@ def test_embedding_sharing_choices():
         _electra("partial")
 
 
-@pytest.mark.parametrize("sharing", ["shared", "gdes", "none"])
+# gdes (DeBERTa-v3's own) in the default suite; shared and none are ELECTRA's
+# (test_objectives_training.py)
+@pytest.mark.parametrize("sharing", [pytest.param("shared", marks=pytest.mark.slow), "gdes",
+                                     pytest.param("none", marks=pytest.mark.slow)])
 def test_electra_pretraining_with_each_embedding_sharing(sharing, shards, tmp_path):
     """`--objective electra` with ``embedding_sharing``: the loss falls; the run's model is a
     plain DebertaV2Model folder, under gdes holding E_G + E_Delta from the last checkpoint."""

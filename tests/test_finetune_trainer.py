@@ -47,7 +47,9 @@ def _outcome(run: Path) -> dict:
             "stop": metrics["stop_reason"], "history": history}
 
 
-@pytest.mark.parametrize("recipe", ["bert", "ulmfit"])
+# ULMFiT's resume (its unfreezing and per-layer rates) is slow-marked: the default suite kills and
+# resumes the BERT recipe here and a distributed run in test_distributed_cli.py
+@pytest.mark.parametrize("recipe", ["bert", pytest.param("ulmfit", marks=pytest.mark.slow)])
 def test_sigkill_and_rerun_equals_an_uninterrupted_run(tiny_bert_folder, tmp_path, recipe):
     """Checkpoints every epoch; kill -9 after the first; the same command again resumes and
     ends with the weights, dev/test metrics and epoch history of an uninterrupted run."""
