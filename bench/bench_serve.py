@@ -1,7 +1,8 @@
 """``lmlab serve`` under load: throughput (generated tokens per second) and request latency at 1,
 4 and 16 concurrent clients, continuous batching (``--max-batch 16``) against sequential serving
 (the same server with ``--max-batch 1``: one request decodes at a time) and, with
-``--transformers``, against ``transformers serve`` on the same Hugging Face folder.
+``--transformers``, against ``transformers serve`` on the same Hugging Face folder, with its
+defaults and with ``--continuous-batching``.
 
 The model (default smollm2) is written once as a Hugging Face folder that every server loads.
 Each server runs in its own process; the clients are threads of this one, each sending
@@ -133,8 +134,9 @@ def main() -> None:
                           "--max-batch", "16", "--max-waiting", "256"],
                 "lmlab-sequential": [sys.executable, "-m", "lmlab", "serve", str(folder),
                                      "--max-batch", "1", "--max-waiting", "256"]}
-    if args.transformers:
+    if args.transformers:  # its default (one request at a time) and its continuous batching
         commands["transformers"] = [str(bin_dir / "transformers"), "serve", str(folder)]
+        commands["transformers-cb"] = [*commands["transformers"], "--continuous-batching"]
     servers, urls = {}, {}
     try:
         for side, command in commands.items():
