@@ -1,7 +1,8 @@
 """Log-likelihoods of token continuations after contexts, batched: each distinct context runs
 once (left-padded with the others, :func:`lmlab.generation.generate.decoder_step`) and its
 key/value cache is copied to every continuation that follows it, which then run as one
-right-padded batch. What lm-evaluation-harness's ``loglikelihood`` asks of a backend
+right-padded batch; a batch whose contexts own one continuation each (rolling windows) runs as
+whole right-padded sequences instead. What lm-evaluation-harness's ``loglikelihood`` asks of a backend
 (:mod:`lmlab.harness`), with its left truncation to a window of ``max_length`` tokens.
 """
 
@@ -53,10 +54,35 @@ def score_pairs(model: Any, pairs: Sequence[Pair], max_length: int, batch_size: 
         contexts = order[start:start + batch_size]
         rows = [i for context in contexts for i in groups[context]]
         owner = [g for g, context in enumerate(contexts) for _ in groups[context]]
-        scores = _score_batch(model, contexts, [fitted[i][1] for i in rows], owner)
+        continuations = [fitted[i][1] for i in rows]
+        scores = (_score_whole(model, contexts, continuations) if len(rows) == len(contexts)
+                  else _score_batch(model, contexts, continuations, owner))
         for i, score in zip(rows, scores, strict=True):
             results[i] = score
     return results
+
+
+def _score_whole(model: Any, contexts: list[tuple[int, ...]],
+                 continuations: list[tuple[int, ...]]) -> list[tuple[float, bool]]:
+    """Contexts that each own one continuation (rolling windows): context + continuation as one
+    right-padded sequence, no cache to copy. Right padding needs no mask in a causal model (no
+    real token sees the padding after it), so attention takes its fast causal path."""
+    device = next(model.parameters()).device
+    rows = [context + continuation for context, continuation in zip(contexts, continuations)]
+    width = max(len(row) for row in rows) - 1  # the last token predicts nothing
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    targets = torch.zeros_like(ids)  # (N, width): the token each position predicts
+    scored = torch.zeros(len(rows), width, dtype=torch.bool)  # the continuation's predictions
+    for r, (row, context) in enumerate(zip(rows, contexts)):
+        ids[r, :len(row) - 1] = torch.tensor(row[:-1])
+        targets[r, :len(row) - 1] = torch.tensor(row[1:])
+        scored[r, len(context) - 1:len(row) - 1] = True
+    ids, targets, scored = ids.to(device), targets.to(device), scored.to(device)
+    log_probs = F.log_softmax(model(input_ids=ids, heads=["clm"]).logits.float(), dim=-1)
+    picked = log_probs.gather(2, targets[:, :, None]).squeeze(2).masked_fill(~scored, 0.0)
+    greedy = ((log_probs.argmax(-1) == targets) | ~scored).all(dim=1)  # (N,)
+    return [(float(s), bool(g)) for s, g in zip(picked.sum(1).tolist(), greedy.tolist(),
+                                                strict=True)]
 
 
 def _score_batch(model: Any, contexts: list[tuple[int, ...]], continuations: list[tuple[int, ...]],
