@@ -362,6 +362,42 @@ def run_lmlab(*args: object, cwd=None, timeout: int = 300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+KIND_WORDS = (("dog", "animal"), ("hammer", "tool"), ("cat", "animal"), ("saw", "tool"),
+              ("horse", "animal"), ("drill", "tool"))
+
+
+def finetune_kinds(folder, out, *, sentence: str = "the {w} is here, look", words=KIND_WORDS,
+                   train: int = 24, dev: int = 8, epochs: int = 6, lr: float = 1e-2,
+                   fall: float = 0.9) -> dict:
+    """``lmlab finetune`` (a fresh process) of the model ``folder`` into ``out`` on a two-class
+    CSV task: ``sentence`` around one of ``words`` (animals against tools), the family's
+    pooling. Asserts that it ran and that the last epoch's train loss is below ``fall`` times
+    the first's; returns the saved model's config.json."""
+    import csv
+    import json
+    from pathlib import Path
+
+    out = Path(out)
+    data = out.parent / f"{out.name}-data"
+    data.mkdir(parents=True)
+    for split, count in (("train", train), ("dev", dev)):
+        with open(data / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
+            rows = csv.writer(handle)
+            rows.writerow(["sentence", "kind"])
+            rows.writerows([sentence.format(w=word), kind]
+                           for word, kind in (words[i % len(words)] for i in range(count)))
+    result = run_lmlab("finetune", "--task", "kinds", "--train", data / "train.csv", "--dev",
+                       data / "dev.csv", "--text-column", "sentence", "--label-column", "kind",
+                       "--model", folder, "--out", out, "--epochs", epochs, "--patience", epochs,
+                       "--batch-size", 4, "--lr", lr, "--precision", "fp32", "--pooling",
+                       "family")
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = [row["train_loss"]
+              for row in json.loads((out / "finetune.json").read_text())["history"]]
+    assert losses[-1] < fall * losses[0], losses
+    return json.loads((out / "model" / "config.json").read_text())
+
+
 def run_lmlab_here(*args: object, cwd=None):
     """``lmlab ARGS`` through ``lmlab.cli.main`` in this process, returned as :func:`run_lmlab`
     returns it (exit code, stdout, stderr; an uncaught exception is a traceback and exit 1).

@@ -266,7 +266,7 @@ def test_finetune_through_the_cli(tiny_bert_folder, tmp_path):
     the saved model is BigBirdForSequenceClassification with its block-sparse pattern."""
     import shutil
 
-    from conftest import run_lmlab
+    from conftest import finetune_kinds
 
     torch.manual_seed(0)
     sparse = {"block_size": 2, "num_random_blocks": 1}
@@ -275,23 +275,8 @@ def test_finetune_through_the_cli(tiny_bert_folder, tmp_path):
     for name in tiny_bert_folder.iterdir():
         if name.name.startswith(("tokenizer", "vocab", "special_tokens")):
             shutil.copy(name, folder / name.name)
-    words = [("dog", "animal"), ("hammer", "tool"), ("cat", "animal"), ("saw", "tool"),
-             ("horse", "animal"), ("drill", "tool")]
-    for split, count in (("train", 24), ("dev", 8)):
-        lines = ["sentence,kind"] + [f'"the {w} is here, look at the {w} over there by the old '
-                                     f'wall near the road",{k}'
-                                     for w, k in (words[i % 6] for i in range(count))]
-        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
-    result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
-                       tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
-                       "kind", "--model", folder, "--out", tmp_path / "run", "--epochs", 6,
-                       "--patience", 6, "--batch-size", 4, "--lr", 1e-2, "--precision", "fp32",
-                       "--pooling", "family")
-    assert result.returncode == 0, result.stderr[-3000:]
-    history = json.loads((tmp_path / "run" / "finetune.json").read_text())["history"]
-    losses = [row["train_loss"] for row in history]
-    assert losses[-1] < 0.9 * losses[0], losses
-    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    saved = finetune_kinds(folder, tmp_path / "run", sentence="the {w} is here, look at the {w} "
+                           "over there by the old wall near the road")
     assert saved["architectures"] == ["BigBirdForSequenceClassification"]
     assert (saved["attention_type"], saved["block_size"]) == ("block_sparse", 2)
 

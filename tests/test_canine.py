@@ -213,29 +213,16 @@ def test_tokenizer_ids_equal_canine_tokenizers(tmp_path):
 def test_finetune_through_the_cli(tmp_path):
     """`lmlab finetune` on a CANINE folder (its codepoint tokenizer beside it): the classifier
     trains (loss falls) and the saved model is CanineForSequenceClassification."""
-    from conftest import run_lmlab
+    from conftest import finetune_kinds
 
     torch.manual_seed(0)
     model = CanineModel(preset("canine", "small", **SMALL, max_position_embeddings=64,
                                extra=SETTINGS), with_pooler=True)
     folder = lmlab.save_pretrained(model, tmp_path / "canine")
     CharacterTokenizer(model_max_length=64).save_pretrained(folder)
-    words = [("chien", "animal"), ("marteau", "tool"), ("кошка", "animal"), ("пила", "tool"),
-             ("馬", "animal"), ("ドリル", "tool")]
-    for split, count in (("train", 24), ("dev", 8)):
-        lines = ["sentence,kind"] + [f"{w} ici,{k}" for w, k in (words[i % 6]
-                                                                 for i in range(count))]
-        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
-                       tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
-                       "kind", "--model", folder, "--out", tmp_path / "run", "--epochs", 6,
-                       "--patience", 6, "--batch-size", 4, "--lr", 1e-2, "--precision", "fp32",
-                       "--pooling", "family")
-    assert result.returncode == 0, result.stderr[-3000:]
-    history = json.loads((tmp_path / "run" / "finetune.json").read_text())["history"]
-    losses = [row["train_loss"] for row in history]
-    assert losses[-1] < 0.9 * losses[0], losses
-    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    words = (("chien", "animal"), ("marteau", "tool"), ("кошка", "animal"), ("пила", "tool"),
+             ("馬", "animal"), ("ドリル", "tool"))
+    saved = finetune_kinds(folder, tmp_path / "run", sentence="{w} ici", words=words)
     assert saved["architectures"] == ["CanineForSequenceClassification"]
     transformers.CanineForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
 

@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import assert_parity, perturb, write_kjv_corpus
+from conftest import assert_parity, finetune_kinds, perturb, run_lmlab, write_kjv_corpus
 
 import lmlab
 from lmlab.models.task_heads import task_logits
@@ -255,7 +255,6 @@ def test_saved_model_loads_in_a_fresh_process(family, kind, tmp_path):
 def test_mlm_pretraining_through_the_cli(tmp_path):
     """`lmlab pretrain --family deberta-v2 --objective mlm`, 30 steps on KJV chapters: the
     loss falls and the run's model is a folder transformers loads as DebertaV2ForMaskedLM."""
-    from conftest import run_lmlab
 
     from lmlab.data.shards import build_shards
     from lmlab.tokenization.tokenizer import Tokenizer
@@ -289,8 +288,6 @@ def test_finetune_through_the_cli(tiny_bert_folder, tmp_path):
     ContextPooler head trains (loss falls) and the saved model is DebertaV2ForSequenceClassification."""
     import shutil
 
-    from conftest import run_lmlab
-
     from lmlab.models.model import LanguageModel
     from lmlab.models.presets import preset
 
@@ -303,20 +300,5 @@ def test_finetune_through_the_cli(tiny_bert_folder, tmp_path):
     for name in tiny_bert_folder.iterdir():
         if name.name.startswith(("tokenizer", "vocab", "special_tokens")):
             shutil.copy(name, folder / name.name)
-    words = [("dog", "animal"), ("hammer", "tool"), ("cat", "animal"), ("saw", "tool"),
-             ("horse", "animal"), ("drill", "tool")]
-    for split, count in (("train", 24), ("dev", 8)):
-        lines = ["sentence,kind"] + [f'"the {w} is here, look",{k}'
-                                     for w, k in (words[i % 6] for i in range(count))]
-        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
-    result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
-                       tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
-                       "kind", "--model", folder, "--out", tmp_path / "run", "--epochs", 6,
-                       "--patience", 6, "--batch-size", 4, "--lr", 1e-2, "--precision", "fp32",
-                       "--pooling", "family")
-    assert result.returncode == 0, result.stderr[-3000:]
-    history = json.loads((tmp_path / "run" / "finetune.json").read_text())["history"]
-    losses = [row["train_loss"] for row in history]
-    assert losses[-1] < 0.9 * losses[0], losses
-    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    saved = finetune_kinds(folder, tmp_path / "run")
     assert saved["architectures"] == ["DebertaV2ForSequenceClassification"]

@@ -6,12 +6,11 @@ tokens after the first two), and an explicit ``global_attention_mask``; ``lmlab 
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
 import torch
-from conftest import assert_parity, perturb, run_lmlab
+from conftest import assert_parity, finetune_kinds, perturb
 
 import lmlab
 from lmlab.models.model import LanguageModel
@@ -196,22 +195,8 @@ def test_finetune_through_the_cli(tiny_bert_folder, tmp_path, family):
     for name in tiny_bert_folder.iterdir():
         if name.name.startswith(("tokenizer", "vocab", "special_tokens")):
             shutil.copy(name, folder / name.name)
-    words = [("dog", "animal"), ("hammer", "tool"), ("cat", "animal"), ("saw", "tool"),
-             ("horse", "animal"), ("drill", "tool")]
-    for split, count in (("train", 16), ("dev", 4)):
-        lines = ["sentence,kind"] + [f'"the {w} is here, look at it now",{k}'
-                                     for w, k in (words[i % 6] for i in range(count))]
-        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
-    result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
-                       tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
-                       "kind", "--model", folder, "--out", tmp_path / "run", "--epochs", 5,
-                       "--patience", 5, "--batch-size", 4, "--lr", 1e-2, "--precision", "fp32",
-                       "--pooling", "family")
-    assert result.returncode == 0, result.stderr[-3000:]
-    history = json.loads((tmp_path / "run" / "finetune.json").read_text())["history"]
-    losses = [row["train_loss"] for row in history]
-    assert losses[-1] < 0.9 * losses[0], losses
-    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    saved = finetune_kinds(folder, tmp_path / "run", sentence="the {w} is here, look at it now",
+                           train=16, dev=4, epochs=5)
     prefix = "GPTNeo" if family == "gpt_neo" else "Longformer"
     assert saved["architectures"] == [prefix + "ForSequenceClassification"]
     if family == "gpt_neo":  # the tokenizer's padding id, which transformers' classifier reads

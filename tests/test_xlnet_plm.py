@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_lmlab
+from conftest import finetune_kinds, run_lmlab
 
 transformers = pytest.importorskip("transformers")
 
@@ -172,23 +172,8 @@ def test_pretrain_and_finetune(shards, tmp_path):
         "XLNetLMHeadModel"]
     transformers.XLNetLMHeadModel.from_pretrained(out / "model")
 
-    words = [("dog", "animal"), ("hammer", "tool"), ("cat", "animal"), ("saw", "tool"),
-             ("horse", "animal"), ("drill", "tool")]
-    for split, count in (("train", 24), ("dev", 8)):
-        lines = ["sentence,kind"] + [f'"the {w} is here, look",{k}'
-                                     for w, k in (words[i % 6] for i in range(count))]
-        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
-    result = run_lmlab("finetune", "--task", "kinds", "--train", tmp_path / "train.csv", "--dev",
-                       tmp_path / "dev.csv", "--text-column", "sentence", "--label-column",
-                       "kind", "--model", out, "--out", tmp_path / "tuned", "--epochs", 3,
-                       "--patience", 3, "--batch-size", 4, "--lr", 1e-3, "--precision", "fp32",
-                       "--pooling", "family")
-    assert result.returncode == 0, result.stderr[-3000:]
-    history = json.loads((tmp_path / "tuned" / "finetune.json").read_text())["history"]
-    losses = [row["train_loss"] for row in history]
-    assert losses[-1] < losses[0], losses
-    assert json.loads((tmp_path / "tuned" / "model" / "config.json").read_text())[
-        "architectures"] == ["XLNetForSequenceClassification"]
+    saved = finetune_kinds(out, tmp_path / "tuned", epochs=3, lr=1e-3, fall=1.0)
+    assert saved["architectures"] == ["XLNetForSequenceClassification"]
     transformers.XLNetForSequenceClassification.from_pretrained(tmp_path / "tuned" / "model")
 
 
