@@ -2,8 +2,8 @@
 once (left-padded with the others, :func:`lmlab.generation.generate.decoder_step`) and its
 key/value cache is copied to every continuation that follows it, which then run as one
 right-padded batch; a batch whose contexts own one continuation each (rolling windows) runs as
-whole right-padded sequences instead. What lm-evaluation-harness's ``loglikelihood`` asks of a backend
-(:mod:`lmlab.harness`), with its left truncation to a window of ``max_length`` tokens.
+whole right-padded sequences instead. What lm-evaluation-harness's ``loglikelihood`` asks of a
+backend (:mod:`lmlab.harness`), with its left truncation to a window of ``max_length`` tokens.
 """
 
 from __future__ import annotations
