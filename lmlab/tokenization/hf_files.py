@@ -137,7 +137,21 @@ def load_folder(folder: Path) -> dict[str, Any]:
     return {"engine": engine, "family": family, "special": special, "extra": extra,
             "lowercase": lowercase, "model_max_length": model_max_length(config),
             "padding_side": config.get("padding_side", "right"),
-            "truncation_side": config.get("truncation_side", "right")}
+            "truncation_side": config.get("truncation_side", "right"),
+            "attributes": {"chat_template": chat_template(folder, config)}}
+
+
+def chat_template(folder: Path, config: dict[str, Any]) -> str | None:
+    """The folder's chat template as transformers reads it: ``chat_template.jinja`` (what it
+    writes since 4.43), else ``tokenizer_config.json``'s ``chat_template`` (a string, or a list
+    of named templates: the one named "default"); None when there is none."""
+    if (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    template = config.get("chat_template")
+    if isinstance(template, list):
+        named = {entry.get("name"): entry.get("template") for entry in template}
+        template = named.get("default")
+    return template if isinstance(template, str) and template else None
 
 
 def check_special_tokens(engine: Any, special: dict[str, str], extra: list[str],

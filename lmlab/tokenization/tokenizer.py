@@ -163,7 +163,7 @@ class Tokenizer:
                         do_lower_case=parts["lowercase"], padding_side=parts["padding_side"],
                         truncation_side=parts["truncation_side"], name_or_path=str(path))
         for name, value in parts.get("attributes", {}).items():
-            setattr(tokenizer, name, value)  # a GGUF file's chat template and BOS rule
+            setattr(tokenizer, name, value)  # a chat template; a GGUF file's BOS rule
         return tokenizer
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
@@ -184,6 +184,8 @@ class Tokenizer:
             **extra,
             **FAMILIES[self.family].config,
         }
+        if getattr(self, "chat_template", None):  # a GGUF file's or a folder's, kept
+            config["chat_template"] = self.chat_template
         if self.family == "byt5":
             config.update(saved_entries(self._engine))
         elif self.family == "t5":
