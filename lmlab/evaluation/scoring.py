@@ -15,7 +15,7 @@ import torch
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from lmlab.generation.generate import check_causal_lm, decoder_step
+from lmlab.generation.generate import check_causal_lm, decoder_step, pad_left
 from lmlab.utils.checks import check_at_least
 from lmlab.utils.errors import LmlabError
 
@@ -90,13 +90,7 @@ def _score_batch(model: Any, contexts: list[tuple[int, ...]], continuations: lis
     """The contexts once (left-padded), then every continuation on a copy of its context's
     (``owner``'s) cache."""
     device = next(model.parameters()).device
-    width = max(len(c) for c in contexts)
-    ids = torch.zeros(len(contexts), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for g, context in enumerate(contexts):
-        ids[g, width - len(context):] = torch.tensor(context)
-        mask[g, width - len(context):] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    ids, mask = (t.to(device) for t in pad_left(contexts, 0))
     out, last = decoder_step(model, ids, mask)  # last: (G, V) the first continuation token's
     index = torch.tensor(owner, device=device)
     targets = pad_sequence([torch.tensor(c) for c in continuations], batch_first=True).to(device)

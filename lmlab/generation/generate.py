@@ -189,6 +189,19 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return positions.masked_fill(mask == 0, 1)
 
 
+def pad_left(sequences: Sequence[Sequence[int]], pad_id: int
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists as a decoder batch: ids (B, T) left-padded with ``pad_id`` to the longest,
+    and the (B, T) mask of real tokens."""
+    width = max(len(ids) for ids in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, tokens in enumerate(sequences):
+        ids[row, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+        mask[row, width - len(tokens):] = 1
+    return ids, mask
+
+
 def decoder_step(model: Any, new_ids: torch.Tensor, mask: torch.Tensor, cache: Any = None,
                  use_cache: bool = True) -> tuple[Any, torch.Tensor]:
     """A decoder on ``new_ids`` (B, n), the tokens after the ``past`` its ``cache`` holds, under
@@ -590,14 +603,14 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
                               f"{room} in the model's {limit} positions: kept its last {keep}",
                               UserWarning, stacklevel=2)
                 encoded[i] = ids[-keep:]
-    width = max(len(ids) for ids in encoded)
     device = next(model.parameters()).device
-    padded = [ids + [pad_id or 0] * (width - len(ids)) if seq2seq
-              else [pad_id or 0] * (width - len(ids)) + ids for ids in encoded]
-    input_ids = torch.tensor(padded, device=device)
-    mask = torch.tensor([[int(i < len(ids)) for i in range(width)] if seq2seq
-                         else [0] * (width - len(ids)) + [1] * len(ids) for ids in encoded],
-                        device=device)
+    if seq2seq:
+        width = max(len(ids) for ids in encoded)
+        input_ids = torch.tensor([ids + [pad_id or 0] * (width - len(ids)) for ids in encoded])
+        mask = torch.tensor([[int(i < len(ids)) for i in range(width)] for ids in encoded])
+    else:
+        input_ids, mask = pad_left(encoded, pad_id or 0)
+    input_ids, mask = input_ids.to(device), mask.to(device)
     if config.num_return_sequences > 1:
         raise LmlabError("generate_text returns one text per prompt",
                          "for several hypotheses per input use generate() (token ids) or "
@@ -613,7 +626,7 @@ def generate_text(model: Any, tokenizer: Any, prompts: str | Sequence[str],
     out = generate(model, input_ids, mask, config, generator=generator, streamer=streamer,
                    tokenizer=tokenizer)
     results = []
-    new_tokens = out[:, 1:] if seq2seq else out[:, width:]  # after the decoder start / prompt
+    new_tokens = out[:, 1:] if seq2seq else out[:, input_ids.shape[1]:]  # after the start / prompt
     for row in new_tokens.tolist():
         text = tokenizer.decode(row, skip_special_tokens=skip_special_tokens)
         results.append(cut_at_stop_strings(text, config.stop_strings))

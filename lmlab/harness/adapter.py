@@ -29,7 +29,7 @@ except ImportError as error:  # tests/test_harness.py: a process without lm-eval
 
 from lmlab.evaluation.scoring import score_pairs
 from lmlab.generation.chat import apply_chat_template
-from lmlab.generation.generate import check_causal_lm, context_length, generate
+from lmlab.generation.generate import check_causal_lm, context_length, generate, pad_left
 from lmlab.load import load_model_and_tokenizer
 from lmlab.utils.checks import check_at_least
 
@@ -191,14 +191,10 @@ class LmlabLM(TemplateLM):
             raise LmlabError(f"max_gen_toks {new_tokens} leaves no room for a context in "
                              f"{self.max_length} positions", "ask for fewer new tokens")
         encoded = [self.tok_encode(context)[-room:] for context in contexts]
-        width = max(len(ids) for ids in encoded)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.eot_token_id
-        ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, tokens in enumerate(encoded):  # left padding
-            ids[row, width - len(tokens):] = torch.tensor(tokens)
-            mask[row, width - len(tokens):] = 1
+        ids, mask = pad_left(encoded, pad)
+        width = ids.shape[1]
         out = generate(self.model, ids.to(self.device), mask.to(self.device),
                        max_new_tokens=new_tokens, do_sample=sample, eos_token_id=self.eot_token_id,
                        pad_token_id=pad, stop_strings=[s for s in until if s],
