@@ -402,8 +402,9 @@ def run_lmlab_here(*args: object, cwd=None):
     """``lmlab ARGS`` through ``lmlab.cli.main`` in this process, returned as :func:`run_lmlab`
     returns it (exit code, stdout, stderr; an uncaught exception is a traceback and exit 1).
     For refusals, which stop before any work: a case then costs milliseconds, not a Python and
-    torch start-up (~2.5 s). The working folder, environment, torch's thread count and the
-    random states are put back afterwards."""
+    torch start-up (~2.5 s). This process already runs offline and without progress bars (the
+    top of this file); the working folder, torch's thread count and the random states are put
+    back afterwards."""
     import contextlib
     import io
     import random
@@ -416,13 +417,10 @@ def run_lmlab_here(*args: object, cwd=None):
     from lmlab.cli import main
 
     argv = [str(arg) for arg in args]
-    quiet = {"LMLAB_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    saved_env = {name: os.environ.get(name) for name in quiet}
     here, threads = os.getcwd(), torch.get_num_threads()
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     out, err = io.StringIO(), io.StringIO()
     try:
-        os.environ.update(quiet)
         os.chdir(cwd or here)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -438,8 +436,6 @@ def run_lmlab_here(*args: object, cwd=None):
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
-        for name, value in saved_env.items():
-            os.environ.pop(name, None) if value is None else os.environ.update({name: value})
     return subprocess.CompletedProcess(["lmlab", *argv], code, out.getvalue(), err.getvalue())
 
 
