@@ -36,7 +36,8 @@ class InMemoryTokenSource(TokenSource):
     sentences (:meth:`from_sentences`) or text and a tokenizer (:meth:`from_texts`)."""
 
     def __init__(self, ids: np.ndarray, word_starts: np.ndarray, sentence_offsets: np.ndarray,
-                 document_offsets: np.ndarray, vocab_size: int | None = None):
+                 document_offsets: np.ndarray, vocab_size: int | None = None,
+                 sources: tuple[Sequence[int], Sequence[str]] | None = None):
         self._arrays = (np.asarray(ids, dtype=np.int64), np.asarray(word_starts, dtype=np.uint8))
         super().__init__([len(self._arrays[0])], np.asarray(document_offsets, dtype=np.int64),
                          np.asarray(sentence_offsets, dtype=np.int64))
@@ -44,18 +45,22 @@ class InMemoryTokenSource(TokenSource):
         if len(self._arrays[1]) != self.num_tokens or self._documents[-1] != self.num_tokens:
             raise LmlabError("token, word-start and document arrays disagree in length",
                              "build it with InMemoryTokenSource.from_sentences")
+        if sources is not None:  # (code of each document, names of the codes)
+            self._sources = (np.asarray(sources[0], dtype=np.int64), list(sources[1]))
 
     def _shard(self, index: int, words: bool) -> np.ndarray:
         return self._arrays[words]
 
     @classmethod
     def from_sentences(cls, documents: Sequence[Sequence[tuple[Sequence[int], Sequence[bool]]]],
-                       vocab_size: int | None = None) -> InMemoryTokenSource:
+                       vocab_size: int | None = None,
+                       sources: Sequence[str] | None = None) -> InMemoryTokenSource:
         """From documents given as lists of ``(ids, word_starts)`` sentences (empty ones are
-        dropped; documents left empty are dropped too)."""
+        dropped; documents left empty are dropped too), each from the source ``sources`` names
+        (optional)."""
         ids, words, sentence_offsets, document_offsets = [], [], [0], [0]
-        total = 0
-        for document in documents:
+        total, kept_sources = 0, []
+        for number, document in enumerate(documents):
             kept = 0
             for sentence_ids, starts in document:
                 if len(sentence_ids) == 0:
@@ -67,22 +72,27 @@ class InMemoryTokenSource(TokenSource):
                 kept += 1
             if kept:
                 document_offsets.append(total)
+                kept_sources.append(None if sources is None else sources[number])
         if total == 0:
             raise LmlabError("no tokens in the given documents", "pass non-empty documents")
+        names = sorted(set(kept_sources)) if sources is not None else []
         return cls(np.concatenate(ids), np.concatenate(words), np.asarray(sentence_offsets),
-                   np.asarray(document_offsets), vocab_size)
+                   np.asarray(document_offsets), vocab_size,
+                   None if sources is None else ([names.index(n) for n in kept_sources], names))
 
     @classmethod
-    def from_texts(cls, documents: Sequence[Sequence[str]], tokenizer: Any) -> InMemoryTokenSource:
+    def from_texts(cls, documents: Sequence[Sequence[str]], tokenizer: Any,
+                   sources: Sequence[str] | None = None) -> InMemoryTokenSource:
         """Tokenize documents (lists of sentences) with an ``lmlab.Tokenizer`` or a
-        ``tokenizers.Tokenizer``, without special tokens, as the shards are."""
+        ``tokenizers.Tokenizer``, without special tokens, as the shards are; ``sources``: each
+        document's source name (optional)."""
         engine = plain_engine(tokenizer)
         ids, starts, lengths = encode_sentences(engine, [s for d in documents for s in d])
         cuts = np.cumsum(lengths)[:-1]
         sentences = list(zip(np.split(ids, cuts), np.split(starts, cuts)))
         ends = np.cumsum([0, *(len(document) for document in documents)])
         return cls.from_sentences([sentences[a:b] for a, b in zip(ends[:-1], ends[1:])],
-                                  engine.get_vocab_size(with_added_tokens=True))
+                                  engine.get_vocab_size(with_added_tokens=True), sources)
 
 
 def open_source(source: str | os.PathLike | TokenSource, split: str) -> TokenSource:
@@ -230,13 +240,17 @@ def create_segment_pairs(document: Sequence[Sentence], document_index: int, num_
 @dataclass
 class _Position:
     """Where the stream is: the next example is example ``offset`` of block ``block`` of
-    epoch ``epoch``; ``batches`` batches and ``tokens_seen`` real tokens were yielded so far."""
+    epoch ``epoch``; ``batches`` batches and ``tokens_seen`` real tokens were yielded so far.
+    A mixed stream instead counts its ``drawn`` examples and, per source, the units taken and
+    the examples taken of the current one (``cursors``)."""
 
     epoch: int = 0
     block: int = 0
     offset: int = 0
     batches: int = 0
     tokens_seen: int = 0
+    drawn: int = 0
+    cursors: list[list[int]] | None = None
 
 
 def _seed_of(*parts: int) -> int:
@@ -255,7 +269,9 @@ class PretrainingStream:
                  seed: int = 0, workers: int = 0, packing: str = "full_sentences",
                  format: str | None = None, shuffle: bool | None = None,
                  infinite: bool | None = None, short_seq_prob: float = 0.1,
-                 shuffle_block: int = 64, token_type_ids: bool = True):
+                 shuffle_block: int = 64, token_type_ids: bool = True,
+                 mix: str | dict[str, float] | None = None,
+                 batch_ramp: tuple[int, int] | None = None, batch_multiple: int = 1):
         if objective is None:
             raise LmlabError("PretrainingStream needs an objective",
                              "build one: build_objective('mlm', SpecialTokens.from_tokenizer(tok))")
@@ -290,6 +306,10 @@ class PretrainingStream:
                              "use more data or a shorter --seq-len")
         self.num_blocks = -(-self.num_units // self.block_units)
         self._position = _Position()
+        self.mixture = self._mixture(mix) if mix else None
+        self.batch_ramp = None if batch_ramp is None else tuple(int(n) for n in batch_ramp)
+        self.batch_multiple = max(1, int(batch_multiple))
+        self.tokens_before = 0  # tokens of earlier phases (lmlab.data.phases), for the ramp
 
     # -- set-up ---------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -307,6 +327,36 @@ class PretrainingStream:
             raise LmlabError(f"the shards were written with a {vocab}-token vocabulary but the "
                              f"objective's tokenizer has {self.special.vocab_size}",
                              "build the objective from the tokenizer the shards were made with")
+
+    def _mixture(self, mix: str | dict[str, float]) -> Any:
+        """The :class:`~lmlab.data.mixture.SourceMixture` of the units' sources (a packed
+        window's is that of the document it starts in)."""
+        from lmlab.data.mixture import SourceMixture, check_mix, parse_mix
+
+        weights = parse_mix(mix)
+        recorded = self.source.document_sources()
+        check_mix(weights, None if recorded is None else recorded[1], f"the {self.split} split")
+        if not self.infinite:
+            raise LmlabError("a source mixture samples an endless stream",
+                             "mix the training split only (infinite=True)")
+        codes, names = recorded
+        if self.format == "segment_pairs":
+            units = np.arange(self.num_units)
+        elif self.packing == "full_sentences":  # the document of each window's first position
+            units = np.searchsorted(self._separators, np.arange(self.num_units)
+                                    * self.content_length, side="left")
+        else:
+            units = np.searchsorted(self._documents, self._unit_start, side="right") - 1
+        return SourceMixture(np.asarray(codes)[units], names, weights, self.seed)
+
+    def _batch_size_at(self, position: _Position) -> int:
+        """Sequences in the next batch: ``batch_size``, or GPT-3's ramp towards it."""
+        if self.batch_ramp is None:
+            return self.batch_size
+        from lmlab.data.phases import ramped_batch_size
+
+        return ramped_batch_size(self.tokens_before + position.tokens_seen, self.batch_size,
+                                 self.seq_len, *self.batch_ramp, self.batch_multiple)
 
     @property
     def content_length(self) -> int:
@@ -430,13 +480,52 @@ class PretrainingStream:
             examples = [self._packed_example(unit, epoch) for unit in units.tolist()]
         return examples
 
+    def _unit_examples(self, unit: int, epoch: int) -> list[dict[str, Any]]:
+        if self.format == "segment_pairs":
+            return self._pair_examples(unit, epoch)
+        return [self._packed_example(unit, epoch)]
+
+    def _mixed_raw_batches(self, position: _Position
+                           ) -> Iterator[tuple[list[dict[str, Any]], _Position]]:
+        """:meth:`_raw_batches` of a source mixture: each example from the source its draw
+        names, that source's next example (units in its own epochs' orders)."""
+        mixture = self.mixture
+        cursors = [list(c) for c in position.cursors or [[0, 0] for _ in mixture.pools]]
+        position = replace(position, cursors=cursors)
+        current: dict[int, tuple[int, list[dict[str, Any]]]] = {}  # source -> (unit #, examples)
+        while True:
+            batch: list[dict[str, Any]] = []
+            for _ in range(self._batch_size_at(position)):
+                source = mixture.source_of(position.drawn)
+                cursor = cursors[source]
+                for _ in range(len(mixture.pools[source]) + 1):
+                    if current.get(source, (None,))[0] != cursor[0]:
+                        current[source] = (cursor[0], self._unit_examples(
+                            *mixture.unit(source, cursor[0])))
+                    if cursor[1] < len(current[source][1]):
+                        break
+                    cursor[0], cursor[1] = cursor[0] + 1, 0
+                else:
+                    raise LmlabError(f"source {mixture.names[source]!r} yields no example",
+                                     "leave it out of --mix")
+                batch.append(current[source][1][cursor[1]])
+                cursor[1] += 1
+                position.drawn += 1
+            position.batches += 1
+            position.tokens_seen += sum(len(e["ids"]) for e in batch)
+            yield batch, replace(position, cursors=[list(c) for c in cursors])
+
     def _raw_batches(self, position: _Position) -> Iterator[tuple[list[dict[str, Any]], _Position]]:
         """Lists of examples with the position after each list, from ``position`` on."""
+        if self.mixture is not None:
+            yield from self._mixed_raw_batches(position)
+            return
         position = replace(position)
         order, examples = self._order(position.epoch), None  # examples: of position.block
         while True:
             batch: list[dict[str, Any]] = []
-            while len(batch) < self.batch_size:
+            size = self._batch_size_at(position)
+            while len(batch) < size:
                 if position.block >= self.num_blocks:
                     if not self.infinite:
                         break
@@ -445,7 +534,7 @@ class PretrainingStream:
                     order = self._order(position.epoch)
                 if examples is None:
                     examples = self._block(order, position.epoch, position.block)
-                take = examples[position.offset:position.offset + self.batch_size - len(batch)]
+                take = examples[position.offset:position.offset + size - len(batch)]
                 batch.extend(take)
                 position.offset += len(take)
                 if position.offset >= len(examples):
@@ -457,7 +546,7 @@ class PretrainingStream:
             position.batches += 1
             position.tokens_seen += sum(len(e["ids"]) for e in batch)
             yield batch, replace(position)
-            if len(batch) < self.batch_size:
+            if len(batch) < size:
                 return
 
     # -- collation ------------------------------------------------------------------------------
@@ -527,19 +616,24 @@ class PretrainingStream:
         """The exact position after the last yielded batch (JSON-able)."""
         return {**asdict(self._position), "seed": self.seed, "format": self.format,
                 "packing": self.packing, "batch_size": self.batch_size,
-                "seq_len": self.seq_len, "num_units": self.num_units}
+                "seq_len": self.seq_len, "num_units": self.num_units,
+                "mix": None if self.mixture is None else dict(zip(self.mixture.names,
+                                                                  self.mixture.p.tolist())),
+                "batch_ramp": None if self.batch_ramp is None else list(self.batch_ramp)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`; the next batches are those the saved stream
         would have yielded (same seed, data, format and sizes required)."""
-        for key in ("seed", "format", "packing", "seq_len", "num_units"):
-            if key in state and state[key] != getattr(self, key):
+        own = self.state_dict()
+        for key in ("seed", "format", "packing", "seq_len", "num_units", "mix", "batch_ramp"):
+            if key in state and state[key] != own[key]:
                 raise LmlabError(f"the saved stream state has {key}={state[key]!r}, this stream "
-                                 f"{getattr(self, key)!r}",
+                                 f"{own[key]!r}",
                                  "resume with the same data, seed, format and sequence length")
         self._position = _Position(int(state["epoch"]), int(state["block"]),
                                    int(state["offset"]), int(state["batches"]),
-                                   int(state.get("tokens_seen", 0)))
+                                   int(state.get("tokens_seen", 0)), int(state.get("drawn", 0)),
+                                   state.get("cursors"))
 
     def __repr__(self) -> str:
         return (f"PretrainingStream({self.split}, format={self.format}, packing={self.packing}, "

@@ -22,6 +22,7 @@ class TokenSource:
     into them (the last entry is the end); a document starts at a sentence start."""
 
     vocab_size: int | None = None
+    _sources: tuple[np.ndarray, list[str]] | None = None
 
     def __init__(self, shard_lengths: list[int], document_offsets: np.ndarray,
                  sentence_offsets: np.ndarray):
@@ -45,6 +46,11 @@ class TokenSource:
 
     def sentence_offsets(self) -> np.ndarray:
         return self._sentences
+
+    def document_sources(self) -> tuple[np.ndarray, list[str]] | None:
+        """Each document's source as a code (D,) and the codes' names (``kjv``, ``wordnet``):
+        what ``--mix`` samples by; None when the split does not record them."""
+        return self._sources
 
     def _read(self, start: int, stop: int, words: bool) -> np.ndarray:
         if not 0 <= start <= stop <= self.num_tokens:
@@ -157,6 +163,9 @@ class ShardReader(TokenSource):
         self.special_ids = dict(self.manifest["tokenizer"].get("special_ids", {}))
         size = self.manifest["tokenizer"].get("size")
         self.vocab_size = int(size) if size is not None else None
+        if info.get("sources"):
+            self._sources = (np.load(self.directory / info["sources"]["file"], mmap_mode="r"),
+                             list(info["sources"]["names"]))
 
     def __repr__(self) -> str:
         return (f"ShardReader({self.directory}, {self.split}: {self.num_documents} documents, "

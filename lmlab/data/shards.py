@@ -49,6 +49,7 @@ class EncodedChunk:
     sent_lengths: Any   # (S,) int64
     sent_line: Any      # (S,) int64 corpus line (document index) of each sentence
     sent_index: Any     # (S,) int64 sentence index within its document
+    line_sources: dict[int, str] | None = None  # corpus line (document index) -> source name
 
 
 def plain_engine(tokenizer: Any) -> Any:
@@ -84,9 +85,11 @@ def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk
     sentences: list[str] = []
     lines_of: list[int] = []
     index_of: list[int] = []
+    sources: dict[int, str] = {}
     for offset, line in enumerate(lines):
         where = f"corpus line {first_line + offset + 1}"
         document = Document.from_record(json_record(line, where, REBUILD), where)
+        sources[first_line + offset] = document.source
         for index, sentence in enumerate(document.sentences):
             sentences.append(sentence)
             lines_of.append(first_line + offset)
@@ -97,7 +100,7 @@ def encode_lines(engine: Any, lines: list[str], first_line: int) -> EncodedChunk
     starts = np.cumsum(lengths) - lengths
     return EncodedChunk(ids, word_starts, starts, lengths,
                         np.asarray(lines_of, dtype=np.int64)[keep],
-                        np.asarray(index_of, dtype=np.int64)[keep])
+                        np.asarray(index_of, dtype=np.int64)[keep], sources)
 
 
 class _SplitWriter:
@@ -112,6 +115,9 @@ class _SplitWriter:
         self.last_line = finished[-1]["resume"][0] if finished else -1
         # (document, sentence, tokens into it) where the finished shards end: writing resumes there
         self.resume_at = tuple(finished[-1]["resume"]) if finished else (0, 0, 0)
+        # each document's source, as a code into source_names (shards of an older lmlab lack it)
+        self.with_sources = all("srcs" in shard["files"] for shard in finished)
+        self.source_names: list[str] = list(finished[-1].get("sources", [])) if finished else []
         self._open = None
 
     def _start(self) -> None:
@@ -121,6 +127,8 @@ class _SplitWriter:
         # boundary offsets also stream to disk (raw int64), so memory does not grow with the
         # shard either; they become .npy files when the shard is finished
         boundaries = {"docs": f"{stem}.docs.npy", "sents": f"{stem}.sents.npy"}
+        if self.with_sources:
+            boundaries["srcs"] = f"{stem}.srcs.npy"
         self._open = {
             "stem": stem, "names": names, "boundaries": boundaries, "count": 0,
             "files": {k: open(self.out / f".{n}.partial", "wb")
@@ -152,6 +160,11 @@ class _SplitWriter:
             files["sents"].write((chunk.sent_starts[lo:hi] + base).astype(np.int64).tobytes())
             files["docs"].write((chunk.sent_starts[lo:hi][doc_start[lo:hi]] + base)
                                 .astype(np.int64).tobytes())
+            if self.with_sources:
+                files["srcs"].write(np.asarray(
+                    [self._source_code(chunk.line_sources[line])
+                     for line in chunk.sent_line[lo:hi][doc_start[lo:hi]].tolist()],
+                    dtype=np.int64).tobytes())
             self._append("tokens", chunk.ids[pos:pos + take].astype(self.dtype))
             self._append("words", chunk.word_starts[pos:pos + take])
             self._open["count"] += take
@@ -161,6 +174,11 @@ class _SplitWriter:
                 last = int(np.searchsorted(chunk.sent_starts, pos - 1, "right")) - 1
                 self._finish([int(chunk.sent_line[last]), int(chunk.sent_index[last]),
                               pos - int(chunk.sent_starts[last])])
+
+    def _source_code(self, name: str) -> int:
+        if name not in self.source_names:
+            self.source_names.append(name)
+        return self.source_names.index(name)
 
     def _finish(self, resume: list[int]) -> None:
         shard = self._open
@@ -180,7 +198,10 @@ class _SplitWriter:
                 files[kind] = _write_int64_npy(self.out / name, raw.stat().st_size // 8,
                                                iter(lambda: source.read(1 << 20), b""))
             raw.unlink()
-        self.shards.append({"num_tokens": shard["count"], "files": files, "resume": resume})
+        entry = {"num_tokens": shard["count"], "files": files, "resume": resume}
+        if self.with_sources:
+            entry["sources"] = list(self.source_names)
+        self.shards.append(entry)
         self.on_shard(self.shards)
 
     def write_all(self, chunks: Iterable[EncodedChunk], bar: Any = None) -> None:
@@ -225,6 +246,18 @@ def _consolidate(out: Path, split: str, shards: list[dict], total: int) -> dict[
         result[name] = {**_write_int64_npy(out / f"{split}.{name}.npy", count + 1, blocks),
                         "count": count}
     return result
+
+
+def _consolidate_sources(out: Path, split: str, shards: list[dict]) -> dict[str, Any] | None:
+    """``SPLIT.sources.npy``: each document's source code (int64, one per document) and the
+    code's names; None when a shard was written without sources (an older lmlab)."""
+    if not shards or not all("srcs" in shard["files"] for shard in shards):
+        return None
+    pieces = [out / shard["files"]["srcs"]["file"] for shard in shards]
+    count = sum(np.load(p, mmap_mode="r").shape[0] for p in pieces)
+    entry = _write_int64_npy(out / f"{split}.sources.npy", count,
+                             (np.load(p).astype(np.int64).tobytes() for p in pieces))
+    return {**entry, "names": list(shards[-1]["sources"])}
 
 
 def _intact(out: Path, entry: dict) -> bool:
@@ -310,7 +343,7 @@ def build_shards(tokenizer: Any, corpus_dir: str | os.PathLike, out_dir: str | o
         old = previous.get(split, {})
         verified = _verified_prefix(out, old.get("shards", []))
         if old.get("complete") and len(verified) == len(old["shards"]) and all(
-                _intact(out, old[k]) for k in ("documents", "sentences")):
+                _intact(out, old[k]) for k in ("documents", "sentences", "sources") if k in old):
             manifest["splits"][split] = old  # finished by an earlier run and intact
             resumed += len(verified)
             continue
@@ -355,10 +388,12 @@ def _split_entry(out: Path, split: str, shards: list[dict], corpus_dir: Path) ->
         raise LmlabError(f"the {split} split of {corpus_dir} holds no tokens",
                          "build the corpus again; check that its documents have sentences")
     index = _consolidate(out, split, shards, num_tokens)
+    sources = _consolidate_sources(out, split, shards)
     return {"complete": True, "num_tokens": num_tokens,
             "num_documents": index["documents"]["count"],
             "num_sentences": index["sentences"]["count"],
-            "documents": index["documents"], "sentences": index["sentences"], "shards": shards}
+            "documents": index["documents"], "sentences": index["sentences"],
+            **({"sources": sources} if sources else {}), "shards": shards}
 
 
 def _resume_offset(chunk: EncodedChunk, line: int, sentence: int, tokens: int) -> int:
@@ -392,7 +427,8 @@ def _previous_manifest(out: Path, header: dict[str, Any], overwrite: bool) -> di
                          f"{' and '.join(differs)}; writing there would delete them",
                          "choose a new --out folder, or pass --overwrite to replace them")
     for split in SPLITS:  # restart cleanly: our own files only
-        for pattern in (f"{split}-[0-9]*.*", f"{split}.documents.npy", f"{split}.sentences.npy"):
+        for pattern in (f"{split}-[0-9]*.*", f"{split}.documents.npy", f"{split}.sentences.npy",
+                        f"{split}.sources.npy"):
             for stale in out.glob(pattern):
                 stale.unlink()
     path.unlink()
