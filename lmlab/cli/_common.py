@@ -168,7 +168,16 @@ def add_training_flags(p: argparse.ArgumentParser) -> None:
     optimiser and schedule, how long, and the evaluation / checkpoint / log cadence): one list,
     each flag's dest the name of its ``PretrainConfig`` setting."""
     p.add_argument("--seq-len", type=int)
+    p.add_argument("--seq-len-schedule", help="BERT's schedule: lengths with fractions of the "
+                   "steps, e.g. 128:0.9,512:0.1 (--seq-len is its longest)")
     add_flag(p, "batch_size", help="global batch size (sequences per step)")
+    p.add_argument("--batch-ramp", dest="batch_ramp_tokens", help="GPT-3's batch ramp: grow the "
+                   "batch linearly from --batch-ramp-start tokens to the full batch over this "
+                   "many training tokens (e.g. 4B)")
+    p.add_argument("--batch-ramp-start", help="tokens in the ramp's first batch (default 32k, "
+                   "GPT-3's)")
+    p.add_argument("--mix", help="sample the shards' corpus sources with these weights, e.g. "
+                   "kjv=0.3,wordnet=0.7 (summing to 1; a source left out is not sampled)")
     add_flags(p, "lr", seed=None)
     add_flag(p, "warmup", type=None, help="warmup: steps (e.g. 500) or a fraction (e.g. 0.06)")
     p.add_argument("--schedule", help="linear | cosine | constant | inverse_sqrt | triangular")

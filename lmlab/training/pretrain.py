@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmlab.data.mixture import parse_mix
 from lmlab.training.config import TrainingConfig, load_config_file
 from lmlab.training.run_dir import RunRecord
 from lmlab.utils.errors import LmlabError
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 # keys of a config file's hparams: section that describe the model, objective and data (the
 # others are TrainingConfig fields); recorded in config.json and compared on resume
 RUN_HPARAMS = ("family", "size", "objective", "objective_args", "shards", "init", "model_args",
-               "eval_batches")
+               "eval_batches", "seq_len_schedule", "batch_ramp_tokens", "batch_ramp_start", "mix")
 # settings of the run itself, not of a config file's sections
 RUN_OWN = ("out", "tokenizer", "overwrite", "track_cost")
 
@@ -49,12 +50,19 @@ class ObjectiveSettings:
 
 @dataclass
 class DataSettings:
-    """The token-shard folder, its tokenizer (default: the one the shards record) and how many
-    validation batches to evaluate."""
+    """The token-shard folder, its tokenizer (default: the one the shards record), how many
+    validation batches to evaluate, and the stream's shape over the run (docs/training.md):
+    BERT's ``seq_len_schedule`` (``"128:0.9,512:0.1"``, fractions of steps; ``seq_len`` is its
+    longest), GPT-3's batch ramp (from ``batch_ramp_start`` tokens to the full batch over the
+    first ``batch_ramp_tokens``) and the ``mix`` of corpus sources (``"kjv=0.3,wordnet=0.7"``)."""
 
     shards: str | Path | None = None
     tokenizer: str | None = None
     eval_batches: int = 8
+    seq_len_schedule: str | None = None
+    batch_ramp_tokens: int | None = None
+    batch_ramp_start: int = 32768  # GPT-3's 32k tokens
+    mix: str | dict[str, float] | None = None
 
 
 @dataclass
@@ -94,6 +102,11 @@ class PretrainConfig:
         for key, value in given.items():
             merged[_section_of(key)][key] = value
         hparams = _parse_counts(merged["hparams"])
+        if hparams.get("seq_len_schedule") and "seq_len" not in hparams:  # its longest length
+            from lmlab.cost.flops import parse_seq_len_schedule
+
+            hparams["seq_len"] = max(n for n, _ in parse_seq_len_schedule(
+                hparams["seq_len_schedule"]))
         known = set(TrainingConfig.field_names())
         unknown = sorted((set(hparams) - known - set(RUN_HPARAMS)) | (set(merged["speed"]) - known))
         if unknown:
@@ -113,7 +126,9 @@ class PretrainConfig:
             objective=ObjectiveSettings(hparams.get("objective") or "mlm",
                                         dict(hparams.get("objective_args") or {})),
             data=DataSettings(hparams.get("shards"), own.get("tokenizer"),
-                              8 if hparams.get("eval_batches") is None else hparams["eval_batches"]),
+                              8 if hparams.get("eval_batches") is None else hparams["eval_batches"],
+                              hparams.get("seq_len_schedule"), hparams.get("batch_ramp_tokens"),
+                              hparams.get("batch_ramp_start") or 32768, hparams.get("mix")),
             cost=CostSettings(**cost_settings(merged["cost"])),
             overwrite=bool(own.get("overwrite", False)),
             track_cost=bool(own.get("track_cost", True)))
@@ -137,7 +152,11 @@ class PretrainConfig:
                 "objective": self.objective.spec, "objective_args": self.objective.args or None,
                 "shards": None if self.data.shards is None else str(self.data.shards),
                 "init": self.model.init, "model_args": self.model.model_args or None,
-                "eval_batches": self.data.eval_batches}
+                "eval_batches": self.data.eval_batches,
+                "seq_len_schedule": self.data.seq_len_schedule,
+                "batch_ramp_tokens": self.data.batch_ramp_tokens,
+                "batch_ramp_start": self.data.batch_ramp_tokens and self.data.batch_ramp_start,
+                "mix": None if not self.data.mix else parse_mix(self.data.mix)}
 
     # -- checks ----------------------------------------------------------------------------------
     def validate(self) -> None:
@@ -159,6 +178,7 @@ class PretrainConfig:
         _check_mapping("objective_args", self.objective.args)
         _check_mapping("model_args", self.model.model_args)
         check_at_least(self.data.eval_batches, 1, "--eval-batches")
+        self._check_stream_shape()
         tokenizer = self.data.tokenizer
         if tokenizer is not None and not resolve_short_name(tokenizer).exists():
             raise LmlabError(f"--tokenizer {tokenizer} does not exist",
@@ -203,6 +223,52 @@ class PretrainConfig:
             raise LmlabError(f"--out {self.out} is a file", "give the path of a run folder")
 
 
+    def _check_stream_shape(self) -> None:
+        """The sequence-length schedule, batch ramp and source mixture, against the run."""
+        from lmlab.data.mixture import check_mix
+        from lmlab.utils.checks import check_at_least
+        from lmlab.utils.io import read_json
+
+        cfg, data = self.training, self.data
+        for phase, steps in enumerate(self.phase_steps() or []):
+            if steps is not None and steps < 1:
+                raise LmlabError(f"phase {phase + 1} of --seq-len-schedule "
+                                 f"{data.seq_len_schedule} gets no step of {cfg.max_steps}",
+                                 "give more --steps or larger fractions")
+        check_at_least(data.batch_ramp_tokens, 1, "--batch-ramp")
+        check_at_least(data.batch_ramp_start, 1, "--batch-ramp-start")
+        if data.batch_ramp_tokens and data.batch_ramp_start >= cfg.batch_size * cfg.seq_len:
+            raise LmlabError(f"--batch-ramp-start {data.batch_ramp_start} tokens is not below "
+                             f"the full batch ({cfg.batch_size} x {cfg.seq_len} = "
+                             f"{cfg.batch_size * cfg.seq_len} tokens): nothing to ramp",
+                             "give a smaller --batch-ramp-start or a larger --batch-size")
+        if data.mix:
+            split = read_json(Path(data.shards) / "manifest.json").get("splits", {}).get(  # type: ignore[arg-type]
+                "train", {})
+            check_mix(parse_mix(data.mix), (split.get("sources") or {}).get("names"),
+                      f"{data.shards}'s train split")
+
+    def phase_steps(self) -> list[int | None] | None:
+        """Optimizer steps of each phase of the sequence-length schedule (None for the last,
+        which runs to the end), or None without a schedule; the schedule's longest length must
+        be ``training.seq_len`` and its fractions need ``max_steps``."""
+        from lmlab.cost.flops import parse_seq_len_schedule
+
+        if not self.data.seq_len_schedule:
+            return None
+        phases = parse_seq_len_schedule(self.data.seq_len_schedule)
+        longest, steps = max(n for n, _ in phases), self.training.max_steps
+        if longest != self.training.seq_len:
+            raise LmlabError(f"--seq-len {self.training.seq_len} is not the longest length of "
+                             f"--seq-len-schedule {self.data.seq_len_schedule}",
+                             f"leave --seq-len out (it is then {longest}) or give {longest}")
+        if len(phases) > 1 and steps is None:
+            raise LmlabError("--seq-len-schedule's fractions are of optimizer steps, and the run "
+                             "has no step count", "give --steps (e.g. --steps 1000)")
+        return [None if i == len(phases) - 1 else round(share * steps)  # type: ignore[operator]
+                for i, (_, share) in enumerate(phases)]
+
+
 def _section_of(key: str) -> str:
     """The config-file section a setting belongs to (an unknown name is refused)."""
     from lmlab.cost.report import COST_SETTINGS
@@ -223,7 +289,7 @@ def _parse_counts(hparams: dict[str, Any]) -> dict[str, Any]:
     from lmlab.utils.durations import parse_count, parse_duration
 
     hparams = dict(hparams)
-    for key in ("max_steps", "max_tokens"):
+    for key in ("max_steps", "max_tokens", "batch_ramp_tokens", "batch_ramp_start"):
         if hparams.get(key) is not None:
             hparams[key] = parse_count(hparams[key])
     if hparams.get("budget_seconds") is not None:
@@ -390,10 +456,25 @@ def _streams(config: PretrainConfig, objective: Any) -> tuple[Any, list[dict[str
     """The training stream and the fixed validation batches (none without a validation split)."""
     from lmlab.data.pretraining import PretrainingStream, validation_batches
 
-    cfg, shards = config.training, Path(config.data.shards)  # type: ignore[arg-type]
-    stream = PretrainingStream(shards, split="train", objective=objective,
-                               batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed,
-                               workers=cfg.workers)
+    cfg, data, shards = config.training, config.data, Path(config.data.shards)  # type: ignore[arg-type]
+    ramp = (data.batch_ramp_start, data.batch_ramp_tokens) if data.batch_ramp_tokens else None
+
+    def train_stream(seq_len: int) -> PretrainingStream:
+        return PretrainingStream(shards, split="train", objective=objective,
+                                 batch_size=cfg.batch_size, seq_len=seq_len, seed=cfg.seed,
+                                 workers=cfg.workers, mix=data.mix, batch_ramp=ramp,
+                                 batch_multiple=int(os.environ.get("WORLD_SIZE", 1)))
+
+    steps = config.phase_steps()
+    if steps is None:
+        stream = train_stream(cfg.seq_len)
+    else:  # BERT's schedule: one stream per length, each for its phase's micro-batches
+        from lmlab.cost.flops import parse_seq_len_schedule
+        from lmlab.data.phases import PhasedStream
+
+        lengths = [n for n, _ in parse_seq_len_schedule(data.seq_len_schedule)]  # type: ignore[arg-type]
+        stream = PhasedStream([train_stream(n) for n in lengths],
+                              [None if n is None else n * cfg.grad_accum for n in steps])
     try:
         return stream, validation_batches(shards, objective=objective, batch_size=cfg.batch_size,
                                           seq_len=cfg.seq_len, seed=1234,

@@ -533,8 +533,9 @@ class Trainer:
         self.last_loss = loss
         window["tokens"] += tokens
         window["seconds"] += seconds
-        if tracker is not None:
-            tracker.add_tokens(tokens, flops=self.step_flops or None)
+        if tracker is not None:  # at the stream's current length (BERT's schedule changes it)
+            tracker.add_tokens(tokens, seq_len=getattr(self.stream, "seq_len", None),
+                               flops=self.step_flops or None)
             side = getattr(self.objective, "side_flops", None)  # e.g. a teacher's
             if side is not None:
                 tracker.add_side_flops(side(tokens, self.cfg.seq_len))
