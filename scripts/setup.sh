@@ -11,7 +11,7 @@ PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.lmlab-setup-stamp
 DATA_ROOT=${LMLAB_DEBIAN_ROOT:-$HOME/.cache/lmlab/debian}
-APT_PACKAGES="bible-kjv bible-kjv-text wordnet-base wordnet-sense-index fortunes fortunes-min jargon-text dataset-fashion-mnist"
+APT_PACKAGES="bible-kjv bible-kjv-text wordnet-base wordnet-sense-index fortunes fortunes-min jargon-text dataset-fashion-mnist sword-text-kjv sword-text-sparv dict-freedict-eng-spa dict-freedict-spa-eng"
 # Packages unpacked rather than installed: dict-gcide would pull in the dictd server, and
 # python3-doc may upgrade system Python packages. Only their data files are read.
 EXTRACT_PACKAGES="dict-gcide python3-doc"
