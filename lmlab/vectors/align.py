@@ -38,6 +38,50 @@ def procrustes(source: np.ndarray, target: np.ndarray) -> np.ndarray:
     return orthogonal_procrustes(source, target)[0].astype(np.float32)  # U V^T of the SVD
 
 
+def least_squares(source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Mikolov et al. (2013)'s linear map: the (D, D) matrix W minimising ||source @ W - target||
+    over paired rows, any matrix rather than a rotation (least squares)."""
+    source, target = np.asarray(source, np.float64), np.asarray(target, np.float64)
+    return np.linalg.lstsq(source, target, rcond=None)[0].astype(np.float32)
+
+
+MAPPINGS = {"least-squares": least_squares, "procrustes": procrustes}
+
+
+def centred_unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """Rows scaled to length 1, mean-centred, scaled again: the normalisation Artetxe et al.
+    (2016, 2018) apply before mapping, so the dot products the map fits are cosines."""
+    rows = unit_rows(np.asarray(matrix, np.float32))
+    return unit_rows(rows - rows.mean(axis=0, keepdims=True))
+
+
+def self_learning(source: np.ndarray, target: np.ndarray, seed: Sequence[tuple[int, int]],
+                  retrieval: str = "nn", max_iterations: int = 50, tolerance: float = 1e-6,
+                  k: int = 10) -> tuple[np.ndarray, list[float]]:
+    """Artetxe et al. (2017)'s self-learning from a small seed dictionary of (source row,
+    target row) pairs: fit the orthogonal map on the dictionary, then replace the dictionary
+    by each source row's nearest target row under the map (``retrieval``), until the mean
+    similarity of the induced pairs improves by less than ``tolerance``. Rows should be
+    normalised (:func:`centred_unit_rows`). Returns the map and the objective per iteration."""
+    check_choice(retrieval, RETRIEVALS, "retrieval", "retrieval")
+    if not seed:
+        raise LmlabError("the seed dictionary is empty", "give at least one (source, target) pair")
+    rows, columns = np.array([s for s, _ in seed]), np.array([t for _, t in seed])
+    history: list[float] = []
+    for _ in range(max_iterations):
+        mapping = procrustes(source[rows], target[columns])
+        mapped = source @ mapping
+        columns = retrieve(mapped, target, retrieval, k)
+        rows = np.arange(len(source))
+        objective = float(np.einsum("ij,ij->i", unit_rows(mapped), unit_rows(target[columns]))
+                          .mean())
+        if history and objective - history[-1] < tolerance:
+            history.append(objective)
+            break
+        history.append(objective)
+    return mapping, history
+
+
 def mean_top_k_cosine(queries: np.ndarray, keys: np.ndarray, k: int, batch: int = 1024
                       ) -> np.ndarray:
     """For each unit row of ``queries``, the mean cosine of its ``k`` nearest unit ``keys``."""
@@ -50,10 +94,11 @@ def mean_top_k_cosine(queries: np.ndarray, keys: np.ndarray, k: int, batch: int 
 
 
 def retrieve(mapped: np.ndarray, target: np.ndarray, retrieval: str = "csls", k: int = 10,
-             source_for_hubness: np.ndarray | None = None) -> np.ndarray:
-    """The row of ``target`` retrieved for each row of ``mapped`` (both unit-normalised inside).
-    CSLS's r_S(y) is computed against ``source_for_hubness`` (the whole mapped source
-    vocabulary; ``mapped`` itself when None)."""
+             source_for_hubness: np.ndarray | None = None, best: int = 1) -> np.ndarray:
+    """The row of ``target`` retrieved for each row of ``mapped`` (both unit-normalised
+    inside), or with ``best`` > 1 the ``best`` rows, best first (Q, best). CSLS's r_S(y) is
+    computed against ``source_for_hubness`` (the whole mapped source vocabulary; ``mapped``
+    itself when None)."""
     check_choice(retrieval, RETRIEVALS, "retrieval", "retrieval")
     mapped, target = unit_rows(mapped), unit_rows(target)
     scores = mapped @ target.T  # (Q, T) cosines
@@ -62,7 +107,11 @@ def retrieve(mapped: np.ndarray, target: np.ndarray, retrieval: str = "csls", k:
         r_target = mean_top_k_cosine(mapped, target, k)       # (Q,) r_T(Wx)
         r_source = mean_top_k_cosine(target, hub_source, k)   # (T,) r_S(y)
         scores = 2 * scores - r_target[:, None] - r_source[None, :]
-    return scores.argmax(axis=1)
+    if best == 1:
+        return scores.argmax(axis=1)
+    top = np.argpartition(-scores, best - 1, axis=1)[:, :best]  # (Q, best), unordered
+    order = np.take_along_axis(scores, top, axis=1).argsort(axis=1)[:, ::-1]
+    return np.take_along_axis(top, order, axis=1)
 
 
 def identical_word_pairs(source: WordVectors, target: WordVectors, top: int = 5000
@@ -180,3 +229,59 @@ def align_files(source: str, target: str, dictionary: str | None = None, top: in
             np.save(handle, report.mapping)
         print(f"wrote {save_mapping}")
     return report
+
+
+METHODS = ("identity", "least-squares", "procrustes", "self-learning")
+
+
+def compare_alignments(source: WordVectors, target: WordVectors,
+                       train_pairs: Sequence[tuple[str, str]],
+                       test_pairs: Sequence[tuple[str, str]],
+                       seed_pairs: Sequence[tuple[str, str]], vocabulary: int = 20_000,
+                       k: int = 10) -> dict[str, dict[str, float]]:
+    """Precision@1 and @5 of translating the source words of ``test_pairs`` (any gold target
+    counts) among the first ``vocabulary`` target words, for each of :data:`METHODS` and both
+    retrievals: ``{"procrustes": {"nn@1": ..., "nn@5": ..., "csls@1": ..., "csls@5": ...}}``.
+    The supervised maps fit ``train_pairs``; self-learning starts from ``seed_pairs`` only;
+    ``identity`` compares the spaces directly (the floor). Both spaces are normalised with
+    :func:`centred_unit_rows` over their first ``vocabulary`` words."""
+    check_at_least(vocabulary, 2, "vocabulary")
+    if source.dim != target.dim:
+        raise LmlabError(f"the spaces have {source.dim} and {target.dim} dimensions",
+                         "a linear map between them needs equal dimensions")
+    x = centred_unit_rows(source.matrix[:vocabulary])
+    z = centred_unit_rows(target.matrix[:vocabulary])
+    source_row = {w: i for i, w in enumerate(source.words[:vocabulary])}
+    target_row = {w: i for i, w in enumerate(target.words[:vocabulary])}
+
+    def rows(pairs: Sequence[tuple[str, str]], what: str) -> list[tuple[int, int]]:
+        found = [(source_row[s], target_row[t]) for s, t in pairs
+                 if s in source_row and t in target_row]
+        if not found:
+            raise LmlabError(f"none of the {len(pairs)} {what} pairs has both words among the "
+                             f"first {vocabulary} of each space",
+                             "check the pairs' direction and case, or raise the vocabulary")
+        return found
+
+    train, test, seed = rows(train_pairs, "training"), rows(test_pairs, "test"), \
+        rows(seed_pairs, "seed")
+    gold: dict[int, set[int]] = {}
+    for s, t in test:
+        gold.setdefault(s, set()).add(t)
+    queries = np.array(sorted(gold))
+    pairs_x, pairs_z = x[[s for s, _ in train]], z[[t for _, t in train]]
+    maps = {"identity": np.eye(x.shape[1], dtype=np.float32),
+            "least-squares": least_squares(pairs_x, pairs_z),
+            "procrustes": procrustes(pairs_x, pairs_z),
+            "self-learning": self_learning(x, z, seed, "nn", k=k)[0]}
+    table: dict[str, dict[str, float]] = {}
+    for method, mapping in maps.items():
+        mapped = x @ mapping
+        table[method] = {}
+        for retrieval in RETRIEVALS:
+            top = retrieve(mapped[queries], z, retrieval, k, mapped, best=5)  # (Q, 5)
+            for at in (1, 5):
+                hits = sum(bool(gold[q] & set(found[:at].tolist())) for q, found in
+                           zip(queries.tolist(), top))
+                table[method][f"{retrieval}@{at}"] = hits / len(queries)
+    return table

@@ -1,6 +1,6 @@
 """Corpus sources: the offline Debian texts of the default corpus and readers for user data;
-``get_source("kjv")``, ``get_source("folder:notes/")``, ``get_source("jsonl:data.jsonl:body")``
-or ``get_source("hf:NAME")`` returns a :class:`~lmlab.text.sources.base.Source`."""
+``get_source("kjv")``, ``get_source("folder:notes/")``, ``get_source("jsonl:data.jsonl:body")``,
+``get_source("sword:spaRV1909eb")`` or ``get_source("hf:NAME")`` returns a :class:`~lmlab.text.sources.base.Source`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from lmlab.text.sources.jargon import JargonSource
 from lmlab.text.sources.jsonl import DEFAULT_FIELD, JsonlSource
 from lmlab.text.sources.kjv import KJVSource
 from lmlab.text.sources.pydocs import PyDocsSource
+from lmlab.text.sources.sword import SwordSource
 from lmlab.text.sources.wordnet import WordNetSource
 from lmlab.utils.checks import check_choice
 
@@ -27,7 +28,7 @@ BUILTIN_SOURCES: dict[str, type[Source]] = {
     "jargon": JargonSource,
     "pydocs": PyDocsSource,
 }
-USER_SOURCE_FORMS = ("folder:PATH", "jsonl:PATH[:FIELD]", "hf:NAME[:FIELD]")
+USER_SOURCE_FORMS = ("folder:PATH", "jsonl:PATH[:FIELD]", "hf:NAME[:FIELD]", "sword:MODULE")
 
 __all__ = ["BUILTIN_SOURCES", "Source", "SourceCounts", "builtin_sources", "get_source"]
 
@@ -50,15 +51,17 @@ def _split_field(spec: str) -> tuple[str, str | None]:
 
 def get_source(spec: str) -> Source:
     """The source named by ``spec``: a built-in name or one of ``folder:PATH``,
-    ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]``."""
+    ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]``, ``sword:MODULE``."""
     spec = spec.strip()
     if spec in BUILTIN_SOURCES:
         return BUILTIN_SOURCES[spec]()
     kind, _, rest = spec.partition(":")
-    if not rest or kind not in ("folder", "jsonl", "hf"):
+    if not rest or kind not in ("folder", "jsonl", "hf", "sword"):
         check_choice(spec, [*BUILTIN_SOURCES, *USER_SOURCE_FORMS], "--sources", "corpus source")
     if kind == "folder":
         return FolderSource(rest)
+    if kind == "sword":
+        return SwordSource(rest)
     path_or_name, field = _split_field(rest)
     if kind == "jsonl":
         return JsonlSource(path_or_name, field or DEFAULT_FIELD)

@@ -13,23 +13,15 @@ from pathlib import Path
 from lmlab.text.corpus import Document
 from lmlab.text.sentences import split_sentences
 from lmlab.text.sources.base import Source
+from lmlab.text.sources.dictd import dictd_number
 from lmlab.utils.paths import find_system_path
 
-_B64 = {c: i for i, c in
-        enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
 _PRONUNCIATION = re.compile(r"\s*\\[^\\\n]*\\")
 _BRACKETS = re.compile(r"\[[^\[\]]*\]")
 _ATTRIBUTION = re.compile(r"\s--\s*[A-Z][^\n]*$", re.MULTILINE)
 _BRACED = re.compile(r"\{([^{}]*)\}")
 _SENSE_NUMBER = re.compile(r"^[ \t]*(?:\d{1,2}\.|\([a-z]\))[ \t]+", re.MULTILINE)
 _SYLLABLE_MARKS = re.compile(r"(?<=\w)[*\"`'](?=\w)")
-
-
-def _b64(text: str) -> int:
-    value = 0
-    for char in text:
-        value = value * 64 + _B64[char]
-    return value
 
 
 class GCIDESource(Source):
@@ -52,7 +44,7 @@ class GCIDESource(Source):
                 parts = line.rstrip("\n").split("\t")
                 if len(parts) != 3 or parts[0].startswith("00-"):
                     continue
-                starts.setdefault(_b64(parts[1]), parts[0])
+                starts.setdefault(dictd_number(parts[1]), parts[0])
         with gzip.open(data_path, "rb") as handle:
             data = handle.read()  # 40 MB; a fixed dictionary, not user data
         offsets = sorted(starts)
