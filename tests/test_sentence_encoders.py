@@ -279,7 +279,7 @@ def test_sentence_streams_resume_exactly_across_epochs(minilm_encoder, kind):
     resumed = make()
     resumed.load_state_dict(state)
     got = _next(resumed, per_epoch)
-    assert all(a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert all(a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact: copies
                for a, b in zip(got, expected))
     assert resumed.state_dict() == first.state_dict()
     fresh = _next(make(), per_epoch)  # without the state: other batches (the test can fail)

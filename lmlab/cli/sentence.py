@@ -17,15 +17,16 @@ def register(commands) -> None:
                     overwrite="write into a non-empty --out")
 
     p = commands.command(
-        "train", help="train a sentence encoder: mnrl or softmax on pairs, skip-thought or "
+        "train", help="train a sentence encoder: mnrl, softmax, cosine or triplet on pairs, skip-thought or "
                       "quick-thought on a corpus",
         example="lmlab sentence train --objective mnrl --data pairs --init minilm --steps 100 "
                 "--out runs/sbert", handler=_train, group="sentence")
     p.add_argument("--objective", required=True,
-                   choices=("mnrl", "softmax", "skip-thought", "quick-thought"))
+                   choices=("mnrl", "softmax", "cosine", "triplet", "skip-thought",
+                            "quick-thought"))
     p.add_argument("--data", required=True,
                    help="a pair folder (`lmlab sentence pairs`) or JSON-lines pair file for "
-                        "mnrl/softmax; an lmlab corpus folder for skip-thought/quick-thought")
+                        "mnrl/softmax/cosine/triplet; an lmlab corpus folder for skip-thought/quick-thought")
     _common.add_out(p, "run folder (model/, metrics, checkpoints)")
     p.add_argument("--init", help="start from this encoder (folder or short name: minilm)")
     p.add_argument("--size", default="tiny", help="bert preset of a fresh encoder (no --init)")
@@ -37,6 +38,9 @@ def register(commands) -> None:
     p.add_argument("--max-sentences", type=int, help="corpus sentences read at most")
     p.add_argument("--scale", type=float, default=20.0, help="mnrl: cosine scale")
     p.add_argument("--num-labels", type=int, help="softmax: classes (default: from the pairs)")
+    p.add_argument("--margin", type=float, default=5.0, help="triplet: margin (SBERT's 5)")
+    p.add_argument("--distance", default="euclidean", choices=("euclidean", "cosine", "manhattan"),
+                   help="triplet: distance")
     p.add_argument("--decoder-hidden", type=int, default=256, help="skip-thought: GRU size")
     _common.add_overwrite(p, "replace an existing run in --out")
 
@@ -83,7 +87,7 @@ def _train(args: argparse.Namespace) -> int:
         args.objective, args.data, args.out, cfg, init=args.init, size=args.size,
         tokenizer=args.tokenizer, max_length=args.max_length, max_sentences=args.max_sentences,
         scale=args.scale, num_labels=args.num_labels, decoder_hidden=args.decoder_hidden,
-        overwrite=args.overwrite)
+        margin=args.margin, distance=args.distance, overwrite=args.overwrite)
     print_trained(result, args.out)
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +62,44 @@ class SentenceStream(ResumableBatches):
         return padded_rows(encode_texts(self.tokenizer, texts, self.max_length), self.pad_id)
 
 
+def triplets_of(pairs: Sequence[SentencePair]) -> list[SentencePair]:
+    """Label-1 pairs with a ``negative``: their own, else the second sentences of the label-0
+    pairs of the same first sentence, in turn (a WordNet pair folder's example, gloss and
+    other sense)."""
+    negatives: dict[str, list[str]] = {}
+    for p in pairs:
+        if p.label == 0:
+            negatives.setdefault(p.sentence1, []).append(p.sentence2)
+    rows, used = [], dict.fromkeys(negatives, 0)
+    for p in pairs:
+        if p.label != 1 or not (p.negative or negatives.get(p.sentence1)):
+            continue
+        if not p.negative:
+            choices = negatives[p.sentence1]
+            p = replace(p, negative=choices[used[p.sentence1] % len(choices)])
+            used[p.sentence1] += 1
+        rows.append(p)
+    return rows
+
+
 class PairStream(SentenceStream):
     """Endless shuffled batches of pairs (``positives_only``: label-1 pairs, the contrastive
-    objective's input)."""
+    objective's input; ``triplets``: (first, second, negative) columns of :func:`triplets_of`).
+    ``scores`` (B,) is each pair's score, else its label."""
 
     def __init__(self, pairs: Sequence[SentencePair], tokenizer: Any, batch_size: int,
-                 max_length: int, seed: int = 0, positives_only: bool = False):
-        rows = [p for p in pairs if p.label == 1] if positives_only else list(pairs)
+                 max_length: int, seed: int = 0, positives_only: bool = False,
+                 triplets: bool = False):
+        if triplets:
+            rows = triplets_of(pairs)
+            if not rows:
+                raise LmlabError("no triplet: no label-1 pair has a negative (its own "
+                                 "`negative` or a label-0 pair of the same sentence1)",
+                                 "give pairs with a `negative` field, or label-0 pairs beside "
+                                 "the label-1 pairs of each first sentence")
+        else:
+            rows = [p for p in pairs if p.label == 1] if positives_only else list(pairs)
+        self.triplets = triplets
         if len(rows) < 2:
             raise LmlabError(f"{len(rows)} usable pair(s)" + (" with label 1" if positives_only
                                                               else ""),
@@ -89,7 +121,15 @@ class PairStream(SentenceStream):
         # the first column's groups never match a candidate: -1 - row
         groups = [-1 - i for i in range(len(chosen))] + [self.group_index[p.group]
                                                           for p in chosen]
-        return collate_columns([first, second], [p.label for p in chosen], groups, self.pad_id)
+        columns = [first, second]
+        if self.triplets:
+            columns.append(encode_texts(self.tokenizer, [p.negative for p in chosen],
+                                        self.max_length))
+            groups += [-1 - len(chosen) - i for i in range(len(chosen))]  # matched by none
+        batch = collate_columns(columns, [p.label for p in chosen], groups, self.pad_id)
+        batch["scores"] = torch.tensor([float(p.label) if p.score is None else p.score
+                                        for p in chosen])
+        return batch
 
 
 def corpus_documents(corpus: str | Path, split: str = "train",

@@ -1,6 +1,7 @@
-"""Sentence-BERT's training objectives for a bi-encoder: in-batch contrastive ranking and pair
-classification ``softmax(W [u; v; |u - v|])``, on batches laid out column after column
-(:func:`lmlab.sentence.data.collate_columns`), as Trainer objectives."""
+"""Sentence-BERT's training objectives for a bi-encoder: in-batch contrastive ranking, pair
+classification ``softmax(W [u; v; |u - v|])``, cosine-similarity regression and the triplet
+loss, on batches laid out column after column (:func:`lmlab.sentence.data.collate_columns`), as
+Trainer objectives."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import nn
 
 from lmlab.objectives.base import ObjectiveResult
 from lmlab.sentence.encoder import embed_batch
+from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 
 
@@ -115,3 +117,56 @@ class PairClassification(_BiEncoderObjective):
         accuracy = float((logits.argmax(-1) == labels).float().mean())
         return ObjectiveResult(loss, {"loss": float(loss.detach()), "accuracy": accuracy},
                                int(labels.shape[0]))
+
+
+class CosineRegression(_BiEncoderObjective):
+    """SBERT's regression objective: mean squared error between ``cos(u, v)`` and the pair's
+    score (sentence-transformers' ``CosineSimilarityLoss``)."""
+
+    name = "cosine"
+
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        columns = self.columns(model, batch)
+        if len(columns) != 2:
+            raise LmlabError(f"the regression objective reads pairs, got {len(columns)} "
+                             "columns", "give sentence1 and sentence2 only")
+        u, v = columns
+        cosines = nn.functional.cosine_similarity(u, v)  # (B,)
+        loss = nn.functional.mse_loss(cosines, batch["scores"].to(cosines.dtype))
+        return ObjectiveResult(loss, {"loss": float(loss.detach())}, int(u.shape[0]))
+
+
+DISTANCES = {
+    "euclidean": lambda a, b: torch.linalg.vector_norm(a - b, dim=-1),
+    "cosine": lambda a, b: 1 - nn.functional.cosine_similarity(a, b),
+    "manhattan": lambda a, b: (a - b).abs().sum(-1),
+}
+
+
+class Triplet(_BiEncoderObjective):
+    """SBERT's triplet objective ``max(d(a, p) - d(a, n) + margin, 0)``, Euclidean distance and
+    margin 5 by default (sentence-transformers' ``TripletLoss``)."""
+
+    name = "triplet"
+
+    def __init__(self, margin: float = 5.0, distance: str = "euclidean",
+                 normalize: bool = False):
+        super().__init__(normalize)
+        check_choice(distance, DISTANCES, "--distance", "triplet distance")
+        if not margin >= 0:
+            raise LmlabError(f"margin {margin} is negative", "use e.g. 5 (SBERT's default)")
+        self.margin, self.distance = float(margin), distance
+
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        columns = self.columns(model, batch)
+        if len(columns) != 3:
+            raise LmlabError(f"the triplet objective reads (anchor, positive, negative), got "
+                             f"{len(columns)} columns",
+                             "build batches with PairStream(..., triplets=True)")
+        anchor, positive, negative = columns
+        measure = DISTANCES[self.distance]
+        closer, farther = measure(anchor, positive), measure(anchor, negative)  # (B,), (B,)
+        loss = nn.functional.relu(closer - farther + self.margin).mean()
+        accuracy = float((closer < farther).float().mean())
+        return ObjectiveResult(loss, {"loss": float(loss.detach()), "accuracy": accuracy},
+                               int(anchor.shape[0]))

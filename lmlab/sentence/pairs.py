@@ -21,12 +21,16 @@ REQUIRED_FIELDS = ("sentence1", "sentence2", "label")
 
 @dataclass(frozen=True)
 class SentencePair:
-    """Two texts, a label (1 = same meaning, 0 = not) and the group (synset) of the second."""
+    """Two texts, a label (1 = same meaning, 0 = not), the group (synset) of the second, and
+    optionally a similarity ``score`` in [-1, 1] (the regression target) and a ``negative``
+    (a third text unlike the first: the triplet objective's)."""
 
     sentence1: str
     sentence2: str
     label: int
     group: str = ""
+    score: float | None = None
+    negative: str = ""
 
 
 def build_wordnet_pairs(exclude_wic: bool = True) -> tuple[dict[str, list[SentencePair]],
@@ -92,7 +96,8 @@ def write_pairs(folder: str | Path, pairs: dict[str, list[SentencePair]], info: 
     folder.mkdir(parents=True, exist_ok=True)
     for split, rows in pairs.items():
         atomic_write_text(folder / f"{split}.jsonl", "".join(
-            json.dumps(asdict(row), ensure_ascii=False) + "\n" for row in rows))
+            json.dumps({k: v for k, v in asdict(row).items() if v not in (None, "")},
+                       ensure_ascii=False) + "\n" for row in rows))
     atomic_write_json(folder / "info.json", info)
     return folder
 
@@ -114,8 +119,15 @@ def read_pairs(path: str | Path) -> list[SentencePair]:
         if isinstance(label, bool) or not isinstance(label, int) or label < 0:
             raise LmlabError(f"{path}:{number}: label {label!r} is not a class number",
                              "use 0, 1, ... (1 = same meaning, 0 = not)")
+        score = record.get("score")
+        if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
+                                  or not -1 <= score <= 1):
+            raise LmlabError(f"{path}:{number}: score {score!r} is not a number in [-1, 1]",
+                             "give the similarity as a cosine target (STS's 0-5 divided by 5)")
         rows.append(SentencePair(str(record["sentence1"]), str(record["sentence2"]), label,
-                                 str(record.get("group") or record["sentence2"])))
+                                 str(record.get("group") or record["sentence2"]),
+                                 None if score is None else float(score),
+                                 str(record.get("negative") or "")))
     if not rows:
         raise LmlabError(f"pair file {path} is empty", "give at least two pairs")
     return rows

@@ -1,4 +1,4 @@
-"""Training a sentence encoder on the one Trainer: Sentence-BERT's two objectives on pairs,
+"""Training a sentence encoder on the one Trainer: Sentence-BERT's objectives on pairs,
 skip-thought and quick-thought on a corpus's sentence order. The run's ``model/`` is a
 sentence-transformers folder (quick-thought's ``g`` goes to ``context_model/``).
 """
@@ -15,6 +15,8 @@ from lmlab.utils.errors import LmlabError
 OBJECTIVES = {
     "mnrl": "pairs",           # contrastive, in-batch negatives (SBERT / MultipleNegativesRanking)
     "softmax": "pairs",        # SBERT's classification objective softmax(W[u; v; |u-v|])
+    "cosine": "pairs",         # SBERT's regression objective: MSE of cos(u, v) to the score
+    "triplet": "pairs",        # SBERT's triplet objective: max(|a-p| - |a-n| + margin, 0)
     "skip-thought": "corpus",  # Kiros et al. 2015
     "quick-thought": "corpus",  # Logeswaran & Lee 2018
 }
@@ -31,13 +33,16 @@ def _streams(objective: str, tok: Any, cfg: Any, data: str | Path, max_length: i
     if OBJECTIVES[objective] == "pairs":
         train_file = pair_file(data, "train")
         pairs = read_pairs(train_file)
-        positives_only = objective == "mnrl"
-        stream = sd.PairStream(pairs, tok, cfg.batch_size, max_length, cfg.seed, positives_only)
+        positives_only, triplets = objective == "mnrl", objective == "triplet"
+        if objective == "cosine":
+            _check_scores(pairs, train_file)
+        stream = sd.PairStream(pairs, tok, cfg.batch_size, max_length, cfg.seed, positives_only,
+                               triplets)
         dev_file = pair_file(data, "dev")
         eval_batches = []
         if dev_file != train_file and dev_file.is_file():
             dev = sd.PairStream(read_pairs(dev_file)[:EVAL_EXAMPLES], tok, cfg.batch_size,
-                                max_length, cfg.seed, positives_only)
+                                max_length, cfg.seed, positives_only, triplets)
             eval_batches = [dev.make_batch(b) for b in dev.epoch_batches(0)]
         return stream, eval_batches, {"pairs": str(train_file),
                                       "pairs_sha256": sha256_file(train_file)}
@@ -56,16 +61,30 @@ def _streams(objective: str, tok: Any, cfg: Any, data: str | Path, max_length: i
                                   "train_sha256": sha256_file(Path(data) / "train.jsonl")}
 
 
+def _check_scores(pairs: list[Any], path: Path) -> None:
+    """The regression objective's targets: a pair's score, else a label of 0 or 1."""
+    for number, pair in enumerate(pairs, 1):
+        if pair.score is None and pair.label > 1:
+            raise LmlabError(f"{path}: pair {number} has label {pair.label} and no score: the "
+                             "cosine objective regresses cos(u, v) on a score in [-1, 1]",
+                             "give each pair a `score` (or labels 0 and 1 only)")
+
+
 def build_objective(objective: str, model: Any, tok: Any, normalize: bool, scale: float,
-                    num_labels: int, embedding_dim: int, decoder_hidden: int) -> Any:
+                    num_labels: int, embedding_dim: int, decoder_hidden: int,
+                    margin: float = 5.0, distance: str = "euclidean") -> Any:
     """The objective module named ``objective`` for ``model``."""
-    from lmlab.sentence.objectives import MultipleNegativesRanking, PairClassification
+    from lmlab.sentence import objectives as so
 
     hidden = model.config.hidden_size
     if objective == "mnrl":
-        return MultipleNegativesRanking(scale, normalize)
+        return so.MultipleNegativesRanking(scale, normalize)
     if objective == "softmax":
-        return PairClassification(hidden, num_labels, normalize)
+        return so.PairClassification(hidden, num_labels, normalize)
+    if objective == "cosine":
+        return so.CosineRegression(normalize)
+    if objective == "triplet":
+        return so.Triplet(margin, distance, normalize)
     if objective == "skip-thought":
         from lmlab.objectives.skip_thought import SkipThought
 
@@ -80,9 +99,11 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
                            tokenizer: str | Path | None = None, max_length: int = 128,
                            max_sentences: int | None = None, scale: float = 20.0,
                            num_labels: int | None = None, embedding_dim: int = 128,
-                           decoder_hidden: int = 256, overwrite: bool = False) -> Any:
-    """Train a sentence encoder with ``objective`` on ``data`` (pairs for ``mnrl``/``softmax``,
-    a corpus for the others) under ``cfg``; returns the Trainer's result."""
+                           decoder_hidden: int = 256, margin: float = 5.0,
+                           distance: str = "euclidean", overwrite: bool = False) -> Any:
+    """Train a sentence encoder with ``objective`` on ``data`` (pairs for ``mnrl``, ``softmax``,
+    ``cosine`` and ``triplet``, a corpus for the others) under ``cfg``; returns the Trainer's
+    result."""
     from lmlab.sentence.encoder import (
         DEFAULT_MAX_LENGTH,
         _sentence_transformers_settings,
@@ -96,6 +117,10 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
     from lmlab.utils.checks import check_choice
 
     check_choice(objective, OBJECTIVES, "--objective", "sentence objective")
+    if objective == "triplet":
+        from lmlab.sentence.objectives import Triplet
+
+        Triplet(margin, distance)  # a bad margin or distance: refused before any work
     if max_length < 4:
         raise LmlabError(f"max_length {max_length}", "use at least 4 tokens")
     process_device(cfg.device)  # a GPU that is not there: refused before the run folder is touched
@@ -119,7 +144,8 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
                  "size": None if init else size, "max_length": max_length, "scale": scale,
                  "num_labels": num_labels, "normalize": normalize,
                  "embedding_dim": embedding_dim if objective == "skip-thought" else None,
-                 "decoder_hidden": decoder_hidden if objective == "skip-thought" else None},
+                 "decoder_hidden": decoder_hidden if objective == "skip-thought" else None,
+                 **({"margin": margin, "distance": distance} if objective == "triplet" else {})},
         data={**data_record, "tokenizer_fingerprint": tok.fingerprint()},
         objective={"spec": objective, "heads": []})
     cfg = replace(cfg, seq_len=max_length)
@@ -129,7 +155,7 @@ def train_sentence_encoder(objective: str, data: str | Path, out: str | Path, cf
     model = _build_model(init, size, tok)
     record.model = model.config.to_dict()
     module = build_objective(objective, model, tok, normalize, scale, num_labels or 2,
-                             embedding_dim, decoder_hidden)
+                             embedding_dim, decoder_hidden, margin, distance)
     with tempfile.TemporaryDirectory() as folder:
         tok.save_pretrained(folder)
         trainer = Trainer(model, module, stream, cfg, out, eval_batches=eval_batches,
