@@ -230,8 +230,11 @@ class PretrainConfig:
         from lmlab.utils.io import read_json
 
         cfg, data = self.training, self.data
-        for phase, steps in enumerate(self.phase_steps() or []):
-            if steps is not None and steps < 1:
+        phases = self.phase_steps() or []
+        for phase, steps in enumerate(phases):
+            if steps is None:  # the last phase: what the others leave of the run
+                steps = cfg.max_steps - sum(phases[:-1]) if cfg.max_steps else 1  # type: ignore[arg-type]
+            if steps < 1:
                 raise LmlabError(f"phase {phase + 1} of --seq-len-schedule "
                                  f"{data.seq_len_schedule} gets no step of {cfg.max_steps}",
                                  "give more --steps or larger fractions")
