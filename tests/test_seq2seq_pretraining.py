@@ -118,6 +118,44 @@ def test_a_tokenizer_without_sentinels_is_refused(tmp_path):
         build_objective("t5", special)
 
 
+@pytest.mark.parametrize("variant", ["bert_style", "mass_style"])
+def test_masking_variants_mask_with_the_first_sentinel(t5_shards, variant):
+    """A sentinel-only T5 tokenizer (no <mask>): bert_style and mass_style replace tokens by
+    <extra_id_0>, as T5's code does (about 15% of the tokens; BERT-style: 90% of those), and
+    reconstruct the whole window."""
+    from lmlab.data.pretraining import PretrainingStream
+
+    shards, tokenizer = t5_shards
+    special = SpecialTokens.from_tokenizer(tokenizer)
+    assert special.mask_id is None and tokenizer.convert_ids_to_tokens(
+        special.sentinel_ids[0]) == "<extra_id_0>"
+    stream = PretrainingStream(shards, split="train", batch_size=16, seq_len=100, seed=0,
+                               objective=build_objective("t5", special, variant=variant))
+    batch = next(iter(stream))
+    changed = masked = total = 0
+    for ids, mask, labels in zip(batch["input_ids"], batch["attention_mask"], batch["labels"]):
+        source, target = ids[mask.bool()], labels[labels != -100]
+        assert source.shape == target.shape and target[-1] == tokenizer.eos_token_id
+        differ = source != target
+        changed += int(differ.sum())
+        masked += int((source[differ] == special.sentinel_ids[0]).sum())
+        total += len(source) - 1
+        assert not set(source.tolist()) & set(special.sentinel_ids[1:])
+    assert 0.12 <= changed / total <= 0.18  # tol: sampling, 1,600 tokens
+    assert masked / changed == (pytest.approx(0.9, abs=0.06) if variant == "bert_style" else 1.0)
+
+
+def test_masking_variants_without_sentinel_or_mask_are_refused_up_front():
+    plain = SpecialTokens(vocab_size=50, pad_id=0, cls_id=1, sep_id=2, eos_id=2)
+    for variant in ("bert_style", "mass_style"):
+        with pytest.raises(LmlabError, match=f"neither sentinel tokens .* nor a mask token, one "
+                                             f"of which T5's {variant} masks with"):
+            build_objective("t5", plain, variant=variant)
+    with_mask = SpecialTokens(vocab_size=50, pad_id=0, cls_id=1, sep_id=2, eos_id=2, mask_id=3)
+    assert build_objective("t5", with_mask, variant="mass_style").tokens.mask_id == 3
+    assert build_objective("t5", plain, variant="deshuffling").tokens.mask_id is None
+
+
 def test_the_objective_refuses_an_encoder(t5_shards, tmp_path):
     shards, _ = t5_shards
     config = _config(tmp_path / "run", shards, "t5", "t5")

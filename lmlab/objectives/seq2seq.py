@@ -81,6 +81,9 @@ class _Seq2SeqObjective(Objective):
         return seq2seq_loss(model, batch, self.weight)
 
 
+MASKING_VARIANTS = ("bert_style", "mass_style")  # the rows that replace tokens by one mask
+
+
 class T5SpanCorruption(_Seq2SeqObjective):
     """T5's pretraining (Raffel et al. 2020): span corruption, or the row of the objective
     study named by ``variant`` (:data:`lmlab.objectives.t5_spans.OBJECTIVES`);
@@ -101,7 +104,15 @@ class T5SpanCorruption(_Seq2SeqObjective):
                              f"T5's {variant} needs",
                              "train the tokenizer with sentinels (lmlab tokenizer train "
                              "--extra-ids 100) or use a T5 checkpoint's own tokenizer")
-        self.tokens = Tokens(sentinels=special.sentinel_ids, mask_id=special.mask_id,
+        # bert_style/mass_style's mask: the first sentinel, as T5's code (its sentinel_id, the
+        # vocabulary's last id, is <extra_id_0>); a tokenizer without sentinels: its mask token
+        mask_id = special.sentinel_ids[0] if special.sentinel_ids else special.mask_id
+        if variant in MASKING_VARIANTS and mask_id is None:
+            raise LmlabError(f"the tokenizer has neither sentinel tokens (<extra_id_0>, ...) nor "
+                             f"a mask token, one of which T5's {variant} masks with",
+                             "train the tokenizer with sentinels (lmlab tokenizer train "
+                             "--extra-ids 100) or use a T5 checkpoint's own tokenizer")
+        self.tokens = Tokens(sentinels=special.sentinel_ids, mask_id=mask_id,
                              vocab_size=special.vocab_size)
         # every variant takes both (each reads the ones its rule has)
         self.options = {"noise_density": float(noise_density), "mean_span": float(mean_span)}

@@ -88,7 +88,8 @@ def corrupt_with_sentinels(ids: np.ndarray, mask: np.ndarray,
 @dataclass(frozen=True)
 class Tokens:
     """The special ids the objectives need: ``sentinels`` in order, the mask token (BERT- and
-    MASS-style), and the vocabulary size (random replacements)."""
+    MASS-style; T5's code uses its first sentinel), and the vocabulary size (random
+    replacements)."""
 
     sentinels: Sequence[int] = ()
     mask_id: int | None = None
@@ -134,7 +135,8 @@ def prefix_lm(ids: np.ndarray, tokens: Tokens, rng: np.random.Generator,
 
 def _need_mask(tokens: Tokens, name: str) -> int:
     if tokens.mask_id is None:
-        raise LmlabError(f"the {name} objective needs a mask token", "give Tokens(mask_id=...)")
+        raise LmlabError(f"the {name} objective needs a mask token",
+                         "give Tokens(mask_id=...): T5 masks with its first sentinel")
     return tokens.mask_id
 
 
