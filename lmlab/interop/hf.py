@@ -17,15 +17,20 @@ import torch
 from lmlab.formats.safetensors_io import SafetensorsFile
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.positions import rotary_rows_from_pairs, rotary_rows_to_pairs
-from lmlab.models.families import TASK_CLASS_SUFFIX, FamilySpec, Rule, expand_rules, get_family
+from lmlab.models.families import (
+    TASK_CLASS_SUFFIX,
+    TOKEN_LAYOUTS,
+    FamilySpec,
+    Rule,
+    expand_rules,
+    get_family,
+)
 from lmlab.utils.checks import refuse_adapted_checkpoint
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_path, atomic_write_json, read_json
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt")
-#: the task-head layouts that read every token, where the pooling of a sentence plays no part
-TOKEN_LAYOUTS = ("tokens", "span")
 #: the fix of every refusal to write a model transformers cannot build
 OWN_FORMAT = "save it in lmlab's own format (lmlab.interop.native.save_model does when this refuses)"
 

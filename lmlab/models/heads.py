@@ -30,6 +30,7 @@ HEADS: dict[str, str | type[nn.Module]] = {
     "sequence-classification": "lmlab.models.task_heads:SequenceClassificationHead",
     "token-classification": "lmlab.models.task_heads:TokenClassificationHead",
     "question-answering": "lmlab.models.task_heads:QuestionAnsweringHead",
+    "question-answering-beam": "lmlab.models.task_heads:BeamQuestionAnsweringHead",
     "multiple-choice": "lmlab.models.task_heads:MultipleChoiceHead",
     "sbo": f"{__name__}:SpanBoundaryHead",
     "emd": "lmlab.models.mask_decoder:EnhancedMaskDecoderHead",

@@ -12,7 +12,7 @@ from lmlab.models.config import TransformerConfig
 from lmlab.models.core.transformer import Transformer
 from lmlab.models.heads import IGNORE_INDEX, Pooler, build_head, needs_pooler
 from lmlab.models.outputs import ModelOutput
-from lmlab.models.task_heads import default_global_tokens
+from lmlab.models.task_heads import default_global_tokens, keeps_pooler, question_mask
 from lmlab.models.variants import build_low_rank_layout, build_pruned_layout
 from lmlab.utils.errors import LmlabError
 
@@ -53,9 +53,12 @@ class HeadedModel(nn.Module):
                 decoder.weight = table.weight
 
     def run_head(self, name: str, hidden: torch.Tensor, pooled: torch.Tensor | None,
-                 attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
-        """Logits of head ``name`` from the stack's last hidden state (or pooled vector)."""
+                 attention_mask: torch.Tensor | None = None,
+                 inputs: dict[str, Any] | None = None, **kwargs: Any) -> torch.Tensor:
+        """Logits of head ``name`` from the stack's last hidden state (or pooled vector);
+        ``inputs``: model inputs, of which the head gets those it names in ``head_inputs``."""
         head = self.heads[name]
+        kwargs.update(head_inputs(head, inputs))
         if getattr(head, "takes_attention_mask", False):
             kwargs["attention_mask"] = attention_mask
         if getattr(head, "reruns_last_layer", False):  # DeBERTa's EMD: ``hidden`` = its input
@@ -68,14 +71,17 @@ class HeadedModel(nn.Module):
 
     def run_heads(self, heads: Sequence[str] | None, hidden: torch.Tensor,
                   pooled: torch.Tensor | None, attention_mask: torch.Tensor | None,
-                  labels: torch.Tensor | None, layer_input: torch.Tensor | None = None
+                  labels: torch.Tensor | None, layer_input: torch.Tensor | None = None,
+                  inputs: dict[str, Any] | None = None
                   ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
         """(every named head's logits, the primary head's, its loss on ``labels`` or None);
-        ``layer_input``: the last layer's input, which a head that reruns that layer reads."""
+        ``layer_input``: the last layer's input, which a head that reruns that layer reads;
+        ``inputs``: see :meth:`run_head`. A head with ``loss_reads_hidden`` (XLNet's beam QA,
+        whose end logits depend on the labelled start) takes the states in its loss."""
         names = list(self.heads.keys()) if heads is None else list(heads)
         head_logits = {name: self.run_head(
             name, layer_input if _reruns_last_layer(self, [name]) else hidden, pooled,
-            attention_mask) for name in names}
+            attention_mask, inputs) for name in names}
         logits = head_logits[names[0]] if names else None
         if labels is None:
             return head_logits, logits, None
@@ -83,9 +89,19 @@ class HeadedModel(nn.Module):
             raise LmlabError("labels were given but the model has no head to train",
                              "add a head first (model.add_head(name))")
         head = self.heads[names[0]]
+        if getattr(head, "loss_reads_hidden", False):
+            return head_logits, logits, head.loss(hidden, labels, attention_mask,
+                                                  **head_inputs(head, inputs))
         if getattr(head, "loss_takes_attention_mask", False):
             return head_logits, logits, head.loss(logits, labels, attention_mask)
         return head_logits, logits, head.loss(logits, labels)
+
+
+def head_inputs(head: nn.Module, inputs: dict[str, Any] | None) -> dict[str, Any]:
+    """The model inputs (given, not None) that ``head`` names in ``head_inputs`` (BigBird's
+    QA: the question mask; XLNet's beam QA: ``p_mask``, ``cls_index``)."""
+    return {name: inputs[name] for name in getattr(head, "head_inputs", ())
+            if inputs and inputs.get(name) is not None}
 
 
 class LanguageModel(HeadedModel):
@@ -101,7 +117,7 @@ class LanguageModel(HeadedModel):
             build_pruned_layout(self.transformer, config.extra["attention_heads_per_layer"])
         if config.extra.get("low_rank"):  # factorised linear maps (lmlab.compress.lowrank)
             build_low_rank_layout(self, config.extra["low_rank"])
-        pooled = any(needs_pooler(name) for name in heads)
+        pooled = any(needs_pooler(name) or keeps_pooler(config, name) for name in heads)
         self.pooler = Pooler(config) if (with_pooler or pooled) else None
         self.heads = nn.ModuleDict({name: build_head(name, config) for name in heads})
         self.apply(self._init_weights)
@@ -119,7 +135,7 @@ class LanguageModel(HeadedModel):
     def _new_head(self, name: str) -> nn.Module:
         """The head, and the pooler it reads if the model has none yet."""
         head = super()._new_head(name)
-        if needs_pooler(name) and self.pooler is None:
+        if (needs_pooler(name) or keeps_pooler(self.config, name)) and self.pooler is None:
             self.pooler = Pooler(self.config)
             self.pooler.apply(self._init_weights)
         return head
@@ -141,17 +157,26 @@ class LanguageModel(HeadedModel):
         pixel_values: torch.Tensor | None = None,
         interpolate_pos_encoding: bool = False,
         global_attention_mask: torch.Tensor | None = None,
+        question_lengths: torch.Tensor | None = None,
     ) -> ModelOutput:
         """Run the stack and the heads (all, or those named in ``heads``). ``skip_padding``:
         see :meth:`Transformer.forward`; labels that count a padding position switch it off.
         A ViT takes ``pixel_values`` (B, C, H, W) instead of ids; ``global_attention_mask``: the
-        global tokens of windowed attention."""
+        global tokens of windowed attention; ``question_lengths`` (B, 1): the question a QA head
+        that masks it (BigBird's) leaves out, else found by the first separator."""
         if skip_padding and _labels_read_padding(labels, attention_mask):
             skip_padding = False
         rerun = _reruns_last_layer(self, heads)  # a head reads the last layer's input
         if global_attention_mask is None and self.config.attention_window:  # Longformer's tasks
             primary = next(iter(self.heads if heads is None else heads), None)
             global_attention_mask = default_global_tokens(self.config, primary, input_ids)
+        question = None
+        if any(getattr(self.heads[n], "masks_question", False)
+               for n in (self.heads if heads is None else heads)):
+            question = question_mask(self.config, input_ids, question_lengths,
+                                     None if inputs_embeds is None else inputs_embeds.shape[1])
+            if token_type_ids is None and question is not None:  # BigBird's QA class's types
+                token_type_ids = 1 - question
         out = self.transformer(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds,
@@ -164,7 +189,8 @@ class LanguageModel(HeadedModel):
         hidden = out.last_hidden_state
         pooled = self.pooler(hidden) if self.pooler is not None else None
         head_logits, logits, loss = self.run_heads(heads, hidden, pooled, attention_mask, labels,
-                                                   out.hidden_states[-2] if rerun else None)
+                                                   out.hidden_states[-2] if rerun else None,
+                                                   {"question_mask": question})
         return ModelOutput(
             last_hidden_state=hidden, logits=logits, loss=loss, pooler_output=pooled,
             hidden_states=out.hidden_states if output_hidden_states else None,

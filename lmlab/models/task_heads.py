@@ -6,7 +6,7 @@ extractive QA and multiple choice, each in its family's Hugging Face layout
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -14,6 +14,8 @@ from torch.nn import functional as F
 
 from lmlab.models.config import TransformerConfig
 from lmlab.models.core.activations import activation
+from lmlab.models.core.feedforward import FeedForward
+from lmlab.models.core.norms import make_norm
 from lmlab.models.families import KNOWN_FAMILIES, get_family
 from lmlab.models.heads import token_cross_entropy
 from lmlab.models.image_head import IMAGE_CLASSIFICATION
@@ -230,15 +232,43 @@ class TokenClassificationHead(nn.Module):
     loss = staticmethod(token_cross_entropy)
 
 
-class QuestionAnsweringHead(nn.Module):
-    """``qa_outputs``: (B, T, H) -> (B, T, 2); ``[..., 0]`` start, ``[..., 1]`` end logits."""
+class SpanTransform(nn.Module):
+    """BigBird's ``qa_classifier`` before its ``qa_outputs``: dropout, the core feed-forward
+    block (its intermediate and output maps) and the residual norm, as in a layer."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.feed_forward = FeedForward(config)
+        self.norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.qa_outputs(hidden)  # (B, T, 2)
+        return self.norm(hidden + self.dropout(self.feed_forward(self.dropout(hidden))))
+
+
+class QuestionAnsweringHead(nn.Module):
+    """``qa_outputs``: (B, T, H) -> (B, T, 2); ``[..., 0]`` start, ``[..., 1]`` end logits.
+    In BigBird's layout (``span-ffn``) a :class:`SpanTransform` comes first and the question's
+    tokens after [CLS] are pushed down by 1e6 (``question_mask``, :func:`question_mask`)."""
+
+    head_inputs = ("question_mask",)
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        layout = get_family(config.family).task_heads.get(QUESTION_ANSWERING) \
+            if config.family in KNOWN_FAMILIES else None
+        self.masks_question = layout == "span-ffn"
+        self.transform = SpanTransform(config) if self.masks_question else None
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, hidden: torch.Tensor, question_mask: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        logits = self.qa_outputs(hidden if self.transform is None else self.transform(hidden))
+        if question_mask is None or not self.masks_question:
+            return logits  # (B, T, 2)
+        question = question_mask.clone()
+        question[:, 0] = 0  # [CLS] stays a candidate (the no-answer span)
+        return logits - question[..., None].to(logits.dtype) * 1e6
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -249,6 +279,137 @@ class QuestionAnsweringHead(nn.Module):
         start = F.cross_entropy(logits[..., 0].float(), labels[:, 0], ignore_index=length)
         end = F.cross_entropy(logits[..., 1].float(), labels[:, 1], ignore_index=length)
         return (start + end) / 2
+
+
+class BeamSpans(NamedTuple):
+    """XLNetForQuestionAnswering's inference outputs, named as there (the "log_probs" are
+    softmax probabilities, as there): the top k starts (B, k), the top k' ends of each (B,
+    k' * k; end e of start s at e * k + s) and the answerability logit (B,)."""
+
+    start_top_log_probs: torch.Tensor
+    start_top_index: torch.Tensor
+    end_top_log_probs: torch.Tensor
+    end_top_index: torch.Tensor
+    cls_logits: torch.Tensor
+
+
+class BeamQuestionAnsweringHead(nn.Module):
+    """XLNet's SQuAD head (transformers' XLNetForQuestionAnswering): start logits; end logits
+    given a start's state; answerability from a start and the <cls> state. Inference keeps
+    ``extra['start_n_top']`` starts and ``end_n_top`` ends of each (:class:`BeamSpans`); the
+    loss conditions the ends on the labelled start. ``p_mask`` (B, T): 1 = never in an answer
+    (padding always); ``cls_index`` (B,): default each row's last real token."""
+
+    takes_attention_mask = True
+    loss_reads_hidden = True
+    head_inputs = ("p_mask", "cls_index")
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        h = config.hidden_size
+        self.start_n_top = int(config.extra.get("start_n_top", 5))
+        self.end_n_top = int(config.extra.get("end_n_top", 5))
+        self.start = nn.Linear(h, 1)
+        self.end_hidden, self.end_norm = nn.Linear(2 * h, h), nn.LayerNorm(h, eps=config.norm_eps)
+        self.end = nn.Linear(h, 1)
+        self.answer_hidden, self.answer = nn.Linear(2 * h, h), nn.Linear(h, 1, bias=False)
+
+    @staticmethod
+    def _masked(logits: torch.Tensor, p_mask: torch.Tensor | None) -> torch.Tensor:
+        if p_mask is None:
+            return logits
+        p_mask = p_mask.to(logits.dtype)
+        return logits * (1 - p_mask) - (65500 if logits.dtype == torch.float16 else 1e30) * p_mask
+
+    def _inputs(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+                p_mask: torch.Tensor | None, cls_index: torch.Tensor | None):
+        """(p_mask with the padding, cls_index (B,))."""
+        if attention_mask is not None:
+            pad = attention_mask.eq(0).to(hidden.dtype)
+            p_mask = pad if p_mask is None else torch.maximum(p_mask.to(hidden.dtype), pad)
+        if cls_index is None:
+            cls_index = last_real_token(attention_mask, hidden.shape[1])
+        return p_mask, torch.as_tensor(cls_index, device=hidden.device).reshape(-1).expand(
+            hidden.shape[0])
+
+    def end_logits(self, hidden: torch.Tensor, start_states: torch.Tensor,
+                   p_mask: torch.Tensor | None) -> torch.Tensor:
+        """(..., T) end logits of states (..., T, H) beside their start's states."""
+        x = self.end_norm(torch.tanh(self.end_hidden(torch.cat([hidden, start_states], -1))))
+        return self._masked(self.end(x).squeeze(-1), p_mask)
+
+    def answer_logits(self, hidden: torch.Tensor, start_states: torch.Tensor,
+                      cls_index: torch.Tensor) -> torch.Tensor:
+        """(B,) whether the question has no answer, from a start's state (B, H) and <cls>."""
+        cls = hidden[torch.arange(hidden.shape[0], device=hidden.device), cls_index]  # (B, H)
+        return self.answer(torch.tanh(self.answer_hidden(torch.cat([start_states, cls], -1))))\
+            .squeeze(-1)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                p_mask: torch.Tensor | None = None, cls_index: torch.Tensor | None = None
+                ) -> BeamSpans:
+        batch, length, width = hidden.shape
+        if max(self.start_n_top, self.end_n_top) > length:
+            raise LmlabError(f"the beam keeps {self.start_n_top} starts and {self.end_n_top} "
+                             f"ends of {length} tokens", "set extra['start_n_top'] and "
+                             "extra['end_n_top'] to at most the sequence length")
+        p_mask, cls_index = self._inputs(hidden, attention_mask, p_mask, cls_index)
+        start_probs = torch.softmax(self._masked(self.start(hidden).squeeze(-1), p_mask), -1)
+        start_top, start_index = start_probs.topk(self.start_n_top, -1)  # (B, k)
+        starts = hidden.gather(1, start_index[..., None].expand(-1, -1, width))  # (B, k, H)
+        starts = starts[:, None].expand(-1, length, -1, -1)  # (B, T, k, H)
+        ends = self.end_logits(hidden[:, :, None].expand_as(starts), starts,
+                               None if p_mask is None else p_mask[..., None])  # (B, T, k)
+        end_top, end_index = torch.softmax(ends, 1).topk(self.end_n_top, 1)  # (B, k', k)
+        weighted = torch.einsum("blh,bl->bh", hidden, start_probs)  # the expected start
+        return BeamSpans(start_top, start_index, end_top.reshape(batch, -1),
+                         end_index.reshape(batch, -1),
+                         self.answer_logits(hidden, weighted, cls_index))
+
+    def loss(self, hidden: torch.Tensor, labels: torch.Tensor,
+             attention_mask: torch.Tensor | None = None, p_mask: torch.Tensor | None = None,
+             cls_index: torch.Tensor | None = None) -> torch.Tensor:
+        """``labels`` (B, 2) start and end, or (B, 3) with is_impossible: the mean of the start
+        and end cross-entropies (ends given the labelled start), plus half the answerability's
+        binary cross-entropy."""
+        if labels.dim() != 2 or labels.shape[1] not in (2, 3):
+            raise LmlabError(f"beam QA labels have shape {tuple(labels.shape)}",
+                             "give (batch, 2) start and end, or (batch, 3) with is_impossible")
+        p_mask, cls_index = self._inputs(hidden, attention_mask, p_mask, cls_index)
+        start, end = labels[:, 0].long(), labels[:, 1].long()
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        start_states = hidden[rows, start]  # (B, H)
+        start_logits = self._masked(self.start(hidden).squeeze(-1), p_mask)
+        end_logits = self.end_logits(hidden, start_states[:, None].expand_as(hidden), p_mask)
+        loss = (F.cross_entropy(start_logits.float(), start)
+                + F.cross_entropy(end_logits.float(), end)) / 2
+        if labels.shape[1] == 3:
+            answer = self.answer_logits(hidden, start_states, cls_index)
+            loss = loss + 0.5 * F.binary_cross_entropy_with_logits(answer.float(),
+                                                                    labels[:, 2].float())
+        return loss
+
+
+def question_mask(config: TransformerConfig, input_ids: torch.Tensor | None,
+                  question_lengths: torch.Tensor | None = None,
+                  length: int | None = None) -> torch.Tensor | None:
+    """(B, T) 1 on each row's question, as BigBird's QA class finds it: ``question_lengths``
+    (B, 1) tokens, else [CLS] up to the first separator (``extra['sep_token_id']``); None
+    when there is nothing to find it by. Its token types default to 1 - this mask."""
+    if question_lengths is None:
+        if input_ids is None:
+            return None
+        sep = config.extra.get("sep_token_id", config.eos_token_id)
+        question_lengths = (input_ids == sep).int().argmax(-1) + 1  # (B,)
+    length = input_ids.shape[-1] if input_ids is not None else length
+    positions = torch.arange(length, device=question_lengths.device)  # (T,)
+    return (positions < question_lengths.reshape(-1, 1)).long()  # (B, T)
+
+
+def keeps_pooler(config: TransformerConfig, head: str) -> bool:
+    """Whether ``head``'s transformers class holds the pooler it does not read
+    (FamilySpec.keeps_pooler), so lmlab builds one too."""
+    return config.family in KNOWN_FAMILIES and head in get_family(config.family).keeps_pooler
 
 
 def add_task_head(model, head: str, num_labels_: int | None = None,
@@ -300,7 +461,13 @@ def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
         glob = default_global_tokens(model.config, head, input_ids)
     if glob is not None:
         flat["global_attention_mask"] = glob.reshape(-1, glob.shape[-1])
+    question = None
+    if getattr(model.heads[head] if head in model.heads else None, "masks_question", False):
+        question = question_mask(model.config, input_ids, batch.get("question_lengths"))
+        if question is not None and "token_type_ids" not in flat:  # BigBird's QA class's types
+            flat["token_type_ids"] = 1 - question
     out = model(**flat, heads=[])
     kwargs = {"num_choices": num_choices} if num_choices is not None else {}
     return model.run_head(head, out.last_hidden_state, out.pooler_output,
-                          flat.get("attention_mask"), **kwargs)
+                          flat.get("attention_mask"), inputs={"question_mask": question},
+                          **kwargs)

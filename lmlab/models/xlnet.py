@@ -297,10 +297,12 @@ class XLNetModel(HeadedModel):
                 mems: Sequence[torch.Tensor] | None = None, use_mems: bool | None = None,
                 labels: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                heads: Sequence[str] | None = None, **ignored: Any) -> ModelOutput:
+                heads: Sequence[str] | None = None, p_mask: torch.Tensor | None = None,
+                cls_index: torch.Tensor | None = None, **ignored: Any) -> ModelOutput:
         """Run the stack and the heads (all, or those named in ``heads``). ``use_mems``: None =
         the config's ``use_mems_train``/``use_mems_eval`` (transformers' defaults: off, on);
-        ``ignored``: settings of other stacks (a KV cache, ``skip_padding``)."""
+        ``p_mask``, ``cls_index``: the beam QA head's (BeamQuestionAnsweringHead); ``ignored``:
+        settings of other stacks (a KV cache, ``skip_padding``)."""
         if use_mems is None:
             key = "use_mems_train" if self.training else "use_mems_eval"
             use_mems = bool(self.config.extra.get(key, not self.training))
@@ -309,7 +311,8 @@ class XLNetModel(HeadedModel):
                                output_hidden_states, output_attentions)
         hidden = out.last_hidden_state
         mask = attention_mask if target_mapping is None else None  # rows are predictions
-        head_logits, logits, loss = self.run_heads(heads, hidden, None, mask, labels)
+        head_logits, logits, loss = self.run_heads(heads, hidden, None, mask, labels,
+                                                   inputs={"p_mask": p_mask, "cls_index": cls_index})
         return ModelOutput(last_hidden_state=hidden, logits=logits, loss=loss,
                            hidden_states=out.hidden_states, attentions=out.attentions,
                            mems=out.mems, head_logits=head_logits)

@@ -108,9 +108,16 @@ TASK_LAYOUTS: dict[str, dict[str, str]] = {
     "pre-classifier": {"pre_classifier": "pre_classifier", "classifier": "classifier"},
     "tokens": {"classifier": "classifier"},  # per token: dropout -> classifier
     "span": {"qa_outputs": "qa_outputs"},  # per token: start and end logits
+    # BigBird's qa_classifier: BERT's feed-forward block with its residual norm, then qa_outputs
+    "span-ffn": {"transform.feed_forward.up_proj": "qa_classifier.intermediate.dense",
+                 "transform.feed_forward.down_proj": "qa_classifier.output.dense",
+                 "transform.norm": "qa_classifier.output.LayerNorm",
+                 "qa_outputs": "qa_classifier.qa_outputs"},
     "last-token": {"score": "score"},  # the last real token's state -> score (no bias): GPT's
 }
 BIAS_FREE_LAYOUTS = ("last-token",)
+#: layouts that read every token's state (lmlab's sentence poolings do not apply)
+TOKEN_LAYOUTS = ("tokens", "span", "span-ffn")
 #: The BERT layouts; a family declares its own as a copy with some entries changed.
 BERT_TASK_HEADS = {"sequence-classification": "pooler", "multiple-choice": "pooler",
                    "token-classification": "tokens", "question-answering": "span"}
@@ -122,7 +129,7 @@ _LABEL_KEYS = ("problem_type", "pooling", "summary_activation", "classifier_drop
 def task_head_rules(head: str, layout: str, config: TransformerConfig) -> list[Rule]:
     """Checkpoint rules of task head ``head`` in ``layout``; lmlab's own poolings (``"mean"``,
     ``"concat"``) have a single ``classifier``."""
-    if layout not in ("tokens", "span") and config.extra.get("pooling") in ("mean", "concat"):
+    if layout not in TOKEN_LAYOUTS and config.extra.get("pooling") in ("mean", "concat"):
         layout = "pooler"
     params = ("weight",) if layout in BIAS_FREE_LAYOUTS else ("weight", "bias")
     return paired_rules(f"heads.{head}.", "", TASK_LAYOUTS[layout].items(), params)
@@ -151,6 +158,8 @@ class FamilySpec:
             ``"after-sep"``; :func:`lmlab.models.task_heads.default_global_tokens`).
         encoder_class: an encoder-decoder's class of the encoder alone (``T5EncoderModel``),
             which a config that is not an encoder-decoder is saved as.
+        keeps_pooler: task heads whose transformers class holds BERT's pooler without reading
+            it (BigBird's token classification): lmlab builds one, so the folder loads whole.
     """
 
     model_type: str
@@ -175,6 +184,7 @@ class FamilySpec:
     saved_as: dict[str, str] = field(default_factory=dict)
     global_tokens: dict[str, str] = field(default_factory=dict)
     encoder_class: str = ""
+    keeps_pooler: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.display_name = self.display_name or self.model_type
@@ -182,9 +192,12 @@ class FamilySpec:
         self.head_rules = {**self.head_rules, **{
             head: lambda config, head=head, layout=layout: task_head_rules(head, layout, config)
             for head, layout in self.task_heads.items()}}
+        named = {prefix.removesuffix("Model") + TASK_CLASS_SUFFIX[head]: (head,)
+                 for head in self.task_heads}
+        # a class the family names itself wins (XLNet's span QA: ...ForQuestionAnsweringSimple)
         self.architectures = {**self.architectures, **{
-            prefix.removesuffix("Model") + TASK_CLASS_SUFFIX[head]: (head,)
-            for head in self.task_heads}}
+            name: heads for name, heads in named.items()
+            if name not in self.architectures and heads not in self.architectures.values()}}
 
     def config(self, **fields: Any) -> TransformerConfig:
         """A config of this family's shape and defaults with ``fields`` (sizes, overrides)."""

@@ -72,7 +72,9 @@ FAMILY = FamilySpec(
     head_rules={"mlm": lambda config: mlm_rules("cls.predictions.",
                                                 tied=config.tie_word_embeddings)},
     architectures={"BigBirdModel": (), "BigBirdForMaskedLM": ("mlm",)},
-    # [CLS] -> dense -> hidden_act -> out_proj; multiple choice reads the pooler. Its token
-    # classes keep the pooler lmlab's per-token heads lack, its QA head is its own: not written
-    task_heads={"sequence-classification": "dense-gelu", "multiple-choice": "pooler"},
+    # [CLS] -> dense -> hidden_act -> out_proj; multiple choice reads the pooler; QA is its
+    # qa_classifier (span-ffn), which leaves the question out of the answer's logits
+    task_heads={"sequence-classification": "dense-gelu", "multiple-choice": "pooler",
+                "token-classification": "tokens", "question-answering": "span-ffn"},
+    keeps_pooler=("token-classification",),  # BigBirdForTokenClassification holds one
 )

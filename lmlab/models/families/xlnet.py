@@ -20,7 +20,7 @@ SHAPE: dict[str, Any] = dict(
 #: XLNetConfig's settings kept in ``extra`` (transformers' defaults; mem_len: none = keep all)
 SETTINGS = dict(attn_type="bi", bi_data=False, clamp_len=-1, same_length=False,
                 use_mems_eval=True, use_mems_train=False, summary_activation="tanh",
-                summary_last_dropout=0.1)
+                summary_last_dropout=0.1, start_n_top=5, end_n_top=5)
 HF_NAMES = {name: name for name in (
     "vocab_size", "initializer_range", "pad_token_id", "bos_token_id", "eos_token_id",
     "tie_word_embeddings")} | {
@@ -29,6 +29,10 @@ HF_NAMES = {name: name for name in (
     "dropout": "hidden_dropout_prob"} | {
     name: f"extra.{name}" for name in (*SETTINGS, "mem_len", "reuse_len")}
 _ATTENTION = "transformer.layers.{i}.attention."
+#: lmlab.models.task_heads.BeamQuestionAnsweringHead's modules and XLNetForQuestionAnswering's
+BEAM_QA = [("start", "start_logits.dense"), ("end_hidden", "end_logits.dense_0"),
+           ("end_norm", "end_logits.LayerNorm"), ("end", "end_logits.dense_1"),
+           ("answer_hidden", "answer_class.dense_0")]
 
 
 def check_from_hf(hf: dict[str, Any], values: dict[str, Any]) -> None:
@@ -82,8 +86,14 @@ FAMILY = FamilySpec(
     base_rules=xlnet_rules,
     head_rules={"plm": lambda config: [
         Rule("heads.plm.decoder.weight", "lm_loss.weight", optional=config.tie_word_embeddings),
-        Rule("heads.plm.decoder.bias", "lm_loss.bias")]},
-    architectures={"XLNetModel": (), "XLNetLMHeadModel": ("plm",)},
+        Rule("heads.plm.decoder.bias", "lm_loss.bias")],
+        "question-answering-beam": lambda config: paired_rules(
+            "heads.question-answering-beam.", "", BEAM_QA) + [
+            Rule("heads.question-answering-beam.answer.weight", "answer_class.dense_1.weight")]},
+    # span QA is XLNetForQuestionAnsweringSimple; XLNetForQuestionAnswering is the beam head
+    architectures={"XLNetModel": (), "XLNetLMHeadModel": ("plm",),
+                   "XLNetForQuestionAnsweringSimple": ("question-answering",),
+                   "XLNetForQuestionAnswering": ("question-answering-beam",)},
     task_heads={"sequence-classification": "summary-last", "multiple-choice": "summary-last",
-                "token-classification": "tokens"},
+                "token-classification": "tokens", "question-answering": "span"},
 )
