@@ -51,16 +51,22 @@ def tokenizer_char_table(tokenizer, max_chars: int) -> torch.Tensor:
 
 
 class Highway(nn.Module):
-    """Highway layers (Srivastava et al. 2015), the carry gate's bias starting at 1."""
+    """Highway layers (Srivastava et al. 2015): ``g * x + (1 - g) * relu(transform)``, the
+    carry gate ``g`` the second half of each layer's output. ``init``: ``"allennlp"`` (AllenNLP's
+    Highway: torch's Linear init, the gate's bias 1) or ``"bilm-tf"`` (weights N(0, 1/width),
+    transform bias 0, gate bias 2: bilm-tf's carry bias -2 on its gate, which scales the
+    transform)."""
 
-    def __init__(self, width: int, num_layers: int):
+    def __init__(self, width: int, num_layers: int, init: str = "allennlp"):
         super().__init__()
         self.width = width
         self.layers = nn.ModuleList(nn.Linear(width, 2 * width) for _ in range(num_layers))
-        for layer in self.layers:
-            nn.init.zeros_(layer.bias)
-            with torch.no_grad():
-                layer.bias[self.width:].fill_(1.0)
+        with torch.no_grad():
+            for layer in self.layers:
+                if init == "bilm-tf":
+                    nn.init.normal_(layer.weight, std=(1.0 / width) ** 0.5)
+                    nn.init.zeros_(layer.bias)
+                layer.bias[self.width:].fill_(2.0 if init == "bilm-tf" else 1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
@@ -83,7 +89,7 @@ class CharCNNEncoder(nn.Module):
             nn.Conv1d(config.char_embedding_size, count, kernel_size=width)
             for width, count in config.char_filters)
         width = sum(count for _, count in config.char_filters)
-        self.highway = Highway(width, config.num_highway)
+        self.highway = Highway(width, config.num_highway, config.highway_init)
         self.projection = nn.Linear(width, config.projection_size)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,10 @@ FORMAT_KEY = "lmlab_recurrent"
 #: begin-of-continuation (a "##" word piece) and special-token markers
 NUM_CHARS = 261
 ELMO_PAPER_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+#: ELMo's highway initialisations (docs/recurrent.md): AllenNLP's Highway (gate bias 1, torch's
+#: default Linear init) and bilm-tf's (weights N(0, 1/width), carry probability sigmoid(2))
+HIGHWAY_INITS = ("allennlp", "bilm-tf")
+ELMO_CLIPS = {"cell_clip": 3.0, "proj_clip": 3.0}  # bilm-tf's and AllenNLP's options file
 
 
 @dataclass
@@ -48,6 +52,11 @@ class RecurrentConfig:
     num_highway: int = 2
     max_chars: int = 50
     dropout: float = 0.1               # ELMo: dropout between layers
+    # ELMo's LSTM clipping (bilm-tf's and AllenNLP's 3.0, in every ELMo preset); None, as in a
+    # folder saved before these fields: no clipping, torch's fused kernel
+    cell_clip: float | None = None     # the memory cell clamped to [-cell_clip, cell_clip]
+    proj_clip: float | None = None     # the projected output clamped likewise
+    highway_init: str = "allennlp"     # ELMo's highway start: "allennlp" or "bilm-tf"
     # what the rest of lmlab reads
     pad_token_id: int | None = 0
     max_position_embeddings: int = 100_000  # no position table: only the longest input taken
@@ -103,6 +112,12 @@ class RecurrentConfig:
         for name in ("vocab_size", "embedding_size", "lstm_size", "num_layers", "projection_size",
                      "char_embedding_size", "max_chars"):
             check_at_least(getattr(self, name), 1, name)
+        check_choice(self.highway_init, HIGHWAY_INITS, "highway_init", "highway initialisation")
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            if value is not None and not float(value) > 0:
+                raise LmlabError(f"{name} {value} is not positive",
+                                 f"use e.g. {name}=3.0 (ELMo's), or null for no clipping")
         for name in ("embed_p", "input_p", "hidden_p", "weight_p", "output_p", "dropout"):
             if not 0.0 <= float(getattr(self, name)) < 1.0:
                 raise LmlabError(f"{name} {getattr(self, name)} is not a dropout probability",
@@ -209,12 +224,12 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "tiny": {"embedding_size": 32, "lstm_size": 64},
     },
     "elmo": {
-        "paper": {"projection_size": 512, "lstm_size": 4096, "num_layers": 2},
-        "small": {"projection_size": 256, "lstm_size": 1024, "num_layers": 2,
+        "paper": {"projection_size": 512, "lstm_size": 4096, "num_layers": 2, **ELMO_CLIPS},
+        "small": {"projection_size": 256, "lstm_size": 1024, "num_layers": 2, **ELMO_CLIPS,
                   "char_filters": ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256))},
-        "mini": {"projection_size": 128, "lstm_size": 512, "num_layers": 2,
+        "mini": {"projection_size": 128, "lstm_size": 512, "num_layers": 2, **ELMO_CLIPS,
                  "char_filters": ((1, 32), (2, 32), (3, 64), (4, 128))},
-        "tiny": {"projection_size": 16, "lstm_size": 32, "num_layers": 2,
+        "tiny": {"projection_size": 16, "lstm_size": 32, "num_layers": 2, **ELMO_CLIPS,
                  "char_embedding_size": 8, "char_filters": ((1, 8), (2, 8), (3, 16)),
                  "max_chars": 20},
     },

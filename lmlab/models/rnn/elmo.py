@@ -64,9 +64,10 @@ class ElmoModel(RecurrentModel):
                                  "with the config's max_chars")
             self.token_encoder.char_table.copy_(char_table)
         p, c = config.projection_size, config.lstm_size
-        self.forward_layers = nn.ModuleList(WeightDropLSTM(p, c, proj_size=p)
+        clips = {"cell_clip": config.cell_clip, "proj_clip": config.proj_clip}
+        self.forward_layers = nn.ModuleList(WeightDropLSTM(p, c, proj_size=p, **clips)
                                             for _ in range(config.num_layers))
-        self.backward_layers = nn.ModuleList(WeightDropLSTM(p, c, proj_size=p)
+        self.backward_layers = nn.ModuleList(WeightDropLSTM(p, c, proj_size=p, **clips)
                                              for _ in range(config.num_layers))
         self.dropout = nn.Dropout(config.dropout)
         for name in heads:

@@ -1,6 +1,7 @@
 """AWD-LSTM's regularisers (Merity et al. 2017), which leave torch's fused LSTM kernel in use:
 DropConnect on ``W_hh`` (:class:`WeightDropLSTM`), whole-word embedding dropout and locked
-(variational) dropout.
+(variational) dropout; and ELMo's cell and projection clipping (:func:`clipped_lstm`, a loop
+over time steps: no fused kernel clips).
 """
 
 from __future__ import annotations
@@ -40,18 +41,48 @@ def embedding_dropout(embedding: nn.Embedding, input_ids: torch.Tensor, p: float
     return F.embedding(input_ids, weight, embedding.padding_idx)
 
 
+def clipped_lstm(x: torch.Tensor, lstm: nn.LSTM, weight_hh: torch.Tensor,
+                 cell_clip: float | None, proj_clip: float | None
+                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """``lstm`` (one layer, batch first, zero start) on ``x`` (B, T, in) step by step, the cell
+    clamped to ``[-cell_clip, cell_clip]`` after each update and the (projected) output to
+    ``[-proj_clip, proj_clip]``, as bilm-tf's ``LSTMCell(cell_clip, proj_clip)`` and AllenNLP's
+    ``LstmCellWithProjection``; returns what ``nn.LSTM`` returns."""
+    batch, steps, _ = x.shape
+    projection = getattr(lstm, "weight_hr_l0", None) if lstm.proj_size else None
+    inputs = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)  # (B, T, 4C)
+    h = x.new_zeros(batch, lstm.proj_size or lstm.hidden_size)
+    c = x.new_zeros(batch, lstm.hidden_size)
+    outputs = []
+    for t in range(steps):
+        i, f, g, o = (inputs[:, t] + F.linear(h, weight_hh)).chunk(4, dim=-1)  # (B, C) each
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        if cell_clip is not None:
+            c = c.clamp(-cell_clip, cell_clip)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        if projection is not None:
+            h = F.linear(h, projection)
+        if proj_clip is not None:
+            h = h.clamp(-proj_clip, proj_clip)
+        outputs.append(h)
+    return torch.stack(outputs, dim=1), (h.unsqueeze(0), c.unsqueeze(0))  # (B, T, out)
+
+
 class WeightDropLSTM(nn.Module):
     """One LSTM layer (torch's fused kernel, ``self.lstm``) with DropConnect on ``W_hh``: in
     training a dropped copy of ``weight_hh_l0`` is substituted for one call
     (``torch.func.functional_call``), so the raw matrix gets the gradient and is never
-    overwritten."""
+    overwritten. ``cell_clip``/``proj_clip`` (ELMo's) run :func:`clipped_lstm` instead."""
 
     def __init__(self, input_size: int, hidden_size: int, weight_p: float = 0.0,
-                 proj_size: int = 0):
+                 proj_size: int = 0, cell_clip: float | None = None,
+                 proj_clip: float | None = None):
         super().__init__()
         self.lstm = nn.LSTM(input_size, hidden_size, num_layers=1, batch_first=True,
                             proj_size=proj_size)
         self.weight_p = float(weight_p)
+        self.cell_clip = None if cell_clip is None else float(cell_clip)
+        self.proj_clip = None if proj_clip is None else float(proj_clip)
 
     @property
     def output_size(self) -> int:
@@ -61,13 +92,21 @@ class WeightDropLSTM(nn.Module):
                 state: tuple[torch.Tensor, torch.Tensor] | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """``x`` (B, T, in) -> outputs (B, T, out) and the final (h, c)."""
+        weight_hh = self.lstm.weight_hh_l0
         if self.training and self.weight_p > 0.0:
-            dropped = F.dropout(self.lstm.weight_hh_l0, self.weight_p, training=True)
-            return functional_call(self.lstm, {"weight_hh_l0": dropped}, (x, state))
+            weight_hh = F.dropout(weight_hh, self.weight_p, training=True)
+        if self.cell_clip is not None or self.proj_clip is not None:
+            if state is not None:
+                raise ValueError("a clipped LSTM starts from a zero state")
+            return clipped_lstm(x, self.lstm, weight_hh, self.cell_clip, self.proj_clip)
+        if weight_hh is not self.lstm.weight_hh_l0:
+            return functional_call(self.lstm, {"weight_hh_l0": weight_hh}, (x, state))
         return self.lstm(x, state)
 
     def extra_repr(self) -> str:
-        return f"weight_p={self.weight_p}"
+        clips = "" if self.cell_clip is None and self.proj_clip is None else (
+            f", cell_clip={self.cell_clip}, proj_clip={self.proj_clip}")
+        return f"weight_p={self.weight_p}{clips}"
 
 
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
