@@ -462,6 +462,9 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
     if getattr(model.heads[objective.head], "style", None) == "last-token" \
             and model.config.pad_token_id is None:  # transformers finds the last token by it
         model.config.pad_token_id = fdata.pad_id_of(tokenizer)
+    if getattr(model.heads[objective.head], "masks_question", False) \
+            and getattr(tokenizer, "sep_token_id", None) is not None:  # BigBird's QA class
+        model.config.extra["sep_token_id"] = tokenizer.sep_token_id  # finds the question by it
     stream = None
     if distil is not None:  # the teacher's logits, once per training example, in the batches
         from lmlab.training.distributed import process_device
