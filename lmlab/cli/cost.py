@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from lmlab.cli import _common
 
@@ -88,6 +89,21 @@ def _peak(args: argparse.Namespace) -> int:
     return 0
 
 
+def _project(args: argparse.Namespace) -> int:
+    from lmlab.training.project import project_cost, write_project_report
+
+    project = project_cost(args.folder, final=args.final, price_per_hour=args.price_per_hour,
+                           grid_g_per_kwh=args.grid)
+    out = args.out or str(Path(args.folder) / "project-cost.png")
+    plot = write_project_report(project, out)
+    if args.json:
+        print(json.dumps(project.to_dict(), indent=2))
+    else:
+        print(project.to_markdown())
+        print(f"lmlab: plot {plot}; table {plot.with_suffix('.md')}")
+    return 0
+
+
 def _add_flop_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", choices=["mlm", "clm", "emd", "plm", "none"], default=None,
                         help="prediction head (default: clm for causal models, else mlm)")
@@ -136,6 +152,23 @@ def register(commands) -> None:
     p.add_argument("--seq-len", type=int, default=512, help="sequence length")
     p.add_argument("--forward", action="store_true", help="forward only (default: training)")
     _add_flop_options(p)
+
+    p = commands.command(
+        "project", group="cost",
+        help="what every run under a folder cost (sweeps, seeds, failed and resumed runs), "
+             "against the final run (Strubell et al.'s 'with tuning')",
+        example="lmlab cost project runs/ --final runs/final", handler=_project,
+    )
+    p.add_argument("folder", metavar="DIR", help="the folder holding the project's runs")
+    p.add_argument("--final", help="the final run's folder (default: the finished run that "
+                                   "ended last)")
+    p.add_argument("--price-per-hour", type=float, default=None,
+                   help="price every run at this price per device-hour (default: each run's own)")
+    p.add_argument("--grid", type=float, default=None,
+                   help="grid carbon intensity, g CO2e/kWh, for every run (default: each run's)")
+    p.add_argument("--out", help="the plot's path, with a .md table and a .json beside it "
+                                 "(default DIR/project-cost.png)")
+    _common.add_flags(p, "json")
 
     p = commands.command(
         "peak", group="cost",

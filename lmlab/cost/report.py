@@ -10,6 +10,7 @@ asks for ``report()``, a :class:`CostReport`. CO2 is ``kWh x PUE x grid intensit
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from lmlab.utils.io import atomic_write_json, atomic_write_text
 DEFAULT_GRID_G_PER_KWH: float = facts()["grid_g_per_kwh"]["value"]  # world average, 2023 (Ember)
 LB_PER_KG = 2.20462262
 J_PER_KWH = 3.6e6
+SESSIONS_FILE = "cost-sessions.jsonl"  # a run folder's cost, one record per session and update
 
 
 COST_SETTINGS = {  # key of a run's cost: section -> what it is
@@ -168,6 +170,21 @@ class CostReport:
         atomic_write_json(folder / "cost.json", self.to_dict())
         atomic_write_text(folder / "cost.md", self.to_markdown() + "\n")
         return folder / "cost.md"
+
+    def log_session(self, folder: str | Path, session: str, status: str, **extra: Any) -> None:
+        """Append this report to ``folder``'s :data:`SESSIONS_FILE` as the newest record of
+        ``session`` (``status``: running, finished or failed; ``extra``: e.g. the stop reason):
+        a resumed run's sessions, and a failed one's, all stay counted (``lmlab cost project``).
+        """
+        from datetime import UTC, datetime
+
+        record = {"session": session, "status": status,
+                  "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                  **extra, **self.to_dict()}
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / SESSIONS_FILE, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
 
     def summary_line(self) -> str:
         """One line for logs: tokens, FLOPs, time, MFU, energy, CO2, money."""

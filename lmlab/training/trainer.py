@@ -11,6 +11,7 @@ import contextlib
 import math
 import random
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -171,6 +172,8 @@ class Trainer:
         self._setup_done = False
         self.step_flops = 0.0  # the last step's FLOPs, where the Trainer counts them
         self._writer: MetricsWriter | None = None  # rank 0's metrics.jsonl, while training
+        self._tracker: Any = None  # this session's CostTracker (rank 0, when tracking cost)
+        self._session = ""
 
     # -- setup ----------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -412,6 +415,8 @@ class Trainer:
                 state["stop_reason"] = self.stop_reason
             ckpt.write_checkpoint(tmp, model_state, obj_state, optim_state, state)
             final = ckpt.commit(tmp, self.cfg.keep_last)
+            if self.stop_reason is None:  # the cost so far survives a kill after this point
+                self._log_cost("running", step=self.step)
         barrier(self.dist)
         self.last_checkpoint = final
         return final
@@ -443,8 +448,19 @@ class Trainer:
     def train(self) -> TrainResult:
         """Run to the first stop condition, then evaluate, checkpoint, save the model, report."""
         tracker = self._start_session()
-        stop = self._run_steps(tracker)
+        try:
+            stop = self._run_steps(tracker)
+        except BaseException as error:  # what the failed session spent stays on record
+            if tracker is not None:
+                tracker.stop()
+                self._log_cost("failed", error=f"{type(error).__name__}: {error}"[:300])
+            raise
         return self._end_session(stop, tracker)
+
+    def _log_cost(self, status: str, **extra: Any) -> None:
+        """This session's cost so far as its newest record in the run folder (rank 0)."""
+        if self._tracker is not None:
+            self._tracker.report().log_session(self.out_dir, self._session, status, **extra)
 
     def _start_session(self) -> Any:
         """Set up (once), write config.json, open metrics.jsonl and the cost tracker (rank 0)."""
@@ -456,6 +472,7 @@ class Trainer:
             self._writer = MetricsWriter(self.out_dir / "metrics.jsonl",
                                          self.out_dir / "tensorboard")
         tracker = self._cost_tracker() if self.dist.is_main else None
+        self._tracker, self._session = tracker, uuid.uuid4().hex[:12]  # not the seeded RNGs
         self._session_start = time.perf_counter()
         return tracker
 
@@ -557,6 +574,8 @@ class Trainer:
         if tracker is not None:
             tracker.stop()
             cost = tracker.report()
+            cost.log_session(self.out_dir, self._session, "finished", stop_reason=stop or "",
+                             step=self.step)
         if main:
             self._finish(cost)
             writer.close()

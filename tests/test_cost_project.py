@@ -1,0 +1,101 @@
+"""`lmlab cost project DIR`: a folder of small real runs (a sweep of seeds and learning rates, a
+diverged run, a resumed run, a killed run, an untracked run and the final run) summed by hand:
+each run counted once with all its sessions, beside the final run (Strubell et al.'s "with
+tuning")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import assert_clean_refusal, run_lmlab_here
+from test_trainer import TinyMLM, TinyStream, tiny_model
+
+from lmlab.cost.flops import flops_per_token
+from lmlab.cost.report import SESSIONS_FILE
+from lmlab.training.config import TrainingConfig
+from lmlab.training.project import project_cost
+from lmlab.training.trainer import Trainer
+from lmlab.utils.errors import LmlabError
+
+TOKENS_PER_STEP = 8 * 16  # TinyStream: 8 sequences of 16 tokens, no padding
+
+
+def _train(out: Path, steps: int, objective=None, track_cost: bool = True, **overrides):
+    cfg = TrainingConfig(**{"lr": 1e-3, "max_steps": steps, "batch_size": 8, "seq_len": 16,
+                            "progress": False, "log_every": 1, **overrides})
+    return Trainer(tiny_model(dropout=0.0), objective or TinyMLM(), TinyStream(), cfg, out,
+                   track_cost=track_cost, measure_peak=False, save_model=False).train()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """22 counted steps in 8 runs (one untracked), 5 of them the final run's."""
+    root = tmp_path_factory.mktemp("project")
+    for lr, seed in ((1e-3, 0), (1e-3, 1), (3e-3, 0)):  # a sweep: 3 steps each
+        _train(root / "sweep" / f"lr{lr:g}" / f"seed{seed}", 3, lr=lr, seed=seed)
+    with pytest.raises(LmlabError, match="diverged"):  # NaN loss at step 3: 2 steps counted
+        _train(root / "failed", 5, objective=TinyMLM(nan_at_call=3))
+    _train(root / "resumed", 2)  # two sessions: 2 steps, then extended to 4
+    _train(root / "resumed", 4)
+    _train(root / "killed", 3, save_every=1)  # killed after its step-2 checkpoint:
+    sessions = root / "killed" / SESSIONS_FILE  # the final record never written
+    sessions.write_text("".join(sessions.read_text().splitlines(keepends=True)[:-1]))
+    _train(root / "untracked", 2, track_cost=False)
+    _train(root / "final", 5)
+    return root
+
+
+def test_project_total_equals_the_hand_count(project):
+    config = tiny_model().config
+    per_token = flops_per_token(config, 16, head="mlm", sparse_prediction_fraction=0.15)
+    result = project_cost(project, final=project / "final", price_per_hour=3.6)
+    runs = {r.run: r for r in result.runs}
+    assert sorted(runs) == ["failed", "final", "killed", "resumed", "sweep/lr0.001/seed0",
+                            "sweep/lr0.001/seed1", "sweep/lr0.003/seed0", "untracked"]
+    steps = {"failed": 2, "final": 5, "killed": 2, "resumed": 4, "sweep/lr0.001/seed0": 3,
+             "sweep/lr0.001/seed1": 3, "sweep/lr0.003/seed0": 3, "untracked": 0}
+    for name, count in steps.items():
+        assert runs[name].tokens == count * TOKENS_PER_STEP, name
+        assert runs[name].flops == pytest.approx(count * TOKENS_PER_STEP * per_token, rel=1e-12)
+    assert [runs[n].status for n in ("failed", "killed", "untracked", "final")] == [
+        "failed", "interrupted", "untracked", "finished"]
+    assert runs["resumed"].sessions == 2 and runs["untracked"].sessions == 0
+    total = result.total()
+    assert total["tokens"] == 22 * TOKENS_PER_STEP
+    assert total["flops"] == pytest.approx(22 * TOKENS_PER_STEP * per_token, rel=1e-12)
+    assert result.final.run == "final" and result.tuning_factor("flops") == pytest.approx(22 / 5)
+    # time, money and energy: the sum of every session's own record, priced at $3.6/hour
+    records = [json.loads(line) for path in project.rglob(SESSIONS_FILE)
+               for line in path.read_text().splitlines()]
+    newest = {r["session"]: r for r in records}
+    seconds = sum(r["wall_seconds"] for r in newest.values())
+    assert len(newest) == 8 and total["seconds"] == pytest.approx(seconds, rel=1e-12)
+    assert total["money"] == pytest.approx(seconds / 1000, rel=1e-12)
+    assert total["energy_kwh"] == pytest.approx(
+        sum(r["energy_joules"] for r in newest.values()) / 3.6e6, rel=1e-12)
+    assert "untracked" in " ".join(result.notes)
+
+
+def test_cost_project_cli_writes_table_plot_and_json(project, tmp_path):
+    out = tmp_path / "report" / "cost.png"
+    result = run_lmlab_here("cost", "project", project, "--out", out, "--final", "resumed")
+    assert result.returncode == 0, result.stderr
+    assert "| final run: resumed |" in result.stdout and "With tuning" in result.stdout
+    assert out.stat().st_size > 5000 and out.with_suffix(".md").is_file()
+    saved = json.loads(out.with_suffix(".json").read_text())
+    assert saved["final"] == "resumed" and saved["with_tuning"]["flops"] == pytest.approx(22 / 4)
+    # without --final: the finished run that ended last
+    assert project_cost(project).final.run == "final"
+
+
+def test_cost_project_refusals(project, tmp_path):
+    assert_clean_refusal(run_lmlab_here("cost", "project", tmp_path / "none"), "DIR")
+    assert_clean_refusal(run_lmlab_here("cost", "project", project, "--final", "nope"),
+                         "not one of the runs")
+    (tmp_path / "empty").mkdir()
+    assert_clean_refusal(run_lmlab_here("cost", "project", tmp_path / "empty"),
+                         "holds no run folder")
+    assert_clean_refusal(run_lmlab_here("cost", "project", project, "--price-per-hour", "-1"),
+                         "price_per_hour")
