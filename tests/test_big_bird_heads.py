@@ -174,3 +174,18 @@ def test_saved_model_loads_in_a_fresh_process(tmp_path):
         # exact: the same weights and ops on the same inputs in another process
         assert torch.equal(torch.load(tmp_path / "out.pt"),
                            task_logits(ours, "question-answering", batch))
+
+
+@pytest.mark.slow  # ~10 s of export; the question mask itself is tested above
+def test_onnx_export_leaves_the_question_out(tmp_path):
+    """The exported QA graph finds the question by the separator as the model does."""
+    pytest.importorskip("onnxruntime")
+    from lmlab.export.onnx import OnnxModel, export_onnx
+
+    ours = _ours("question-answering")
+    export_onnx(ours, tmp_path / "onnx")
+    batch = _batch(30)  # the dense fallback: an exported graph takes one attention path
+    got = OnnxModel(tmp_path / "onnx").run(**{k: v.numpy() for k, v in batch.items()})
+    with torch.no_grad():
+        want = task_logits(ours, "question-answering", batch)
+    _compare(torch.from_numpy(got), want, batch, "question-answering", "onnx")

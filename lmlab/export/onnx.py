@@ -55,8 +55,13 @@ class ExportGraph(nn.Module):
                          heads=[], skip_padding=False)
         if self.head == HIDDEN:
             return out.last_hidden_state
+        question = None  # BigBird's QA head leaves the question (to the first separator) out
+        if getattr(self.model.heads[self.head], "masks_question", False):
+            from lmlab.models.task_heads import question_mask
+
+            question = question_mask(self.model.config, input_ids)
         return self.model.run_head(self.head, out.last_hidden_state, out.pooler_output,
-                                   attention_mask)
+                                   attention_mask, inputs={"question_mask": question})
 
 
 def input_names(model: nn.Module) -> list[str]:
