@@ -104,6 +104,14 @@ def _project(args: argparse.Namespace) -> int:
     return 0
 
 
+def _published(args: argparse.Namespace) -> int:
+    from lmlab.cost.published import published_costs, published_markdown
+
+    rows = published_costs()
+    print(json.dumps(rows, indent=2) if args.json else published_markdown(rows))
+    return 0
+
+
 def _add_flop_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", choices=["mlm", "clm", "emd", "plm", "none"], default=None,
                         help="prediction head (default: clm for causal models, else mlm)")
@@ -168,6 +176,14 @@ def register(commands) -> None:
                    help="grid carbon intensity, g CO2e/kWh, for every run (default: each run's)")
     p.add_argument("--out", help="the plot's path, with a .md table and a .json beside it "
                                  "(default DIR/project-cost.png)")
+    _common.add_flags(p, "json")
+
+    p = commands.command(
+        "published", group="cost",
+        help="the papers' published training compute (GPT-3, BERT, XLNet) recomputed by "
+             "`lmlab cost estimate`, beside the published figures",
+        example="lmlab cost published", handler=_published,
+    )
     _common.add_flags(p, "json")
 
     p = commands.command(

@@ -51,15 +51,22 @@ class RunEstimate:
     def energy_kwh(self) -> float:
         return self.energy_joules / 3.6e6
 
+    @property
+    def pf_days(self) -> float:
+        """The compute in PF-s-days (1e15 FLOP/s for a day, GPT-3's unit)."""
+        return self.total_flops / 8.64e19
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "hours": self.hours, "energy_kwh": self.energy_kwh}
+        return {**asdict(self), "hours": self.hours, "energy_kwh": self.energy_kwh,
+                "pf_days": self.pf_days}
 
     def to_text(self) -> str:
         """The estimate, then its assumptions, for the terminal."""
         lines = [
             f"Estimate for {self.model}: {self.tokens:.3g} tokens on {self.devices} x "
             f"{self.device} ({self.precision})",
-            f"  compute:  {self.total_flops:.3e} FLOPs ({self.flops_per_token:,.0f} per token)",
+            f"  compute:  {self.total_flops:.3e} FLOPs ({self.flops_per_token:,.0f} per token) "
+            f"= {self.pf_days:,.4g} PF-s-days",
             f"  time:     {self.hours:,.1f} h ({self.hours / 24:,.2f} days) wall clock",
             f"  energy:   {self.energy_kwh:,.1f} kWh at the devices (ESTIMATE: rated power x "
             f"time); {self.energy_kwh * self.pue:,.1f} kWh with PUE {self.pue:g}",
