@@ -33,9 +33,9 @@ def corpus(sentences: int = 300, seed: int = 0) -> list[list[str]]:
              for _ in range(rng.randint(4, 14))] for _ in range(sentences)]
 
 
-# small chunks and minibatches: many steps, so a kill falls between two of them
+# small jobs: many steps, so a kill falls between two of them
 CONFIGS = {"skipgram": word2vec.Word2VecConfig(dim=8, epochs=3, min_count=2, chunk_words=150),
-           "glove": glove.GloveConfig(dim=8, epochs=4, min_count=2, batch_entries=64)}
+           "glove": glove.GloveConfig(dim=8, epochs=4, min_count=2, chunk_entries=64)}
 
 SCRIPT = """
 import json, sys, time
@@ -51,8 +51,8 @@ from lmlab.vectors.loop import loop_hparams
 method, out, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
 budget = float(sys.argv[4]) if len(sys.argv) > 4 else None
 if method == "glove":  # a slow step, so that the kill falls mid-run
-    step = glove.GloveModel.step
-    glove.GloveModel.step = lambda self, *a: (time.sleep(delay), step(self, *a))[1]
+    step = glove.GloveModel.train
+    glove.GloveModel.train = lambda self, *a: (time.sleep(delay), step(self, *a))[1]
 else:
     chunk = word2vec._train_chunk
     word2vec._train_chunk = lambda *a: (time.sleep(delay), chunk(*a))[1]
@@ -138,21 +138,19 @@ def test_a_budget_ends_word2vec_with_its_learning_rate_decayed(tmp_path, monkeyp
     (the horizon extrapolated from the rate so far); a larger budget then extends it."""
     clock = FakeClock()
     monkeypatch.setattr("lmlab.training.loop_run.time", clock)
-    chunk = word2vec._train_chunk
+    chunk, loop = word2vec._train_chunk, word2vec.compiled.word2vec_chunk
+    rates: list[float] = []  # each job's learning rate at its first word
 
     def timed_chunk(*args):
         clock.now += 1.0
         return chunk(*args)
 
-    rates: list[float] = []
-    step = word2vec.Word2VecTables.step
-
-    def recorded_step(self, hidden, targets, negatives, lr):
-        rates.append(lr)
-        return step(self, hidden, targets, negatives, lr)
+    def recorded_loop(*args):
+        rates.append(args[11])  # alpha_from
+        return loop(*args)
 
     monkeypatch.setattr(word2vec, "_train_chunk", timed_chunk)
-    monkeypatch.setattr(word2vec.Word2VecTables, "step", recorded_step)
+    monkeypatch.setattr(word2vec.compiled, "word2vec_chunk", recorded_loop)
     config = word2vec.Word2VecConfig(dim=8, epochs=5, min_count=2, chunk_words=100)
     sentences = corpus()
 

@@ -1,8 +1,9 @@
-"""Training static word vectors: word2vec's subsampling and noise table (against the formulas
-and gensim's own tables), its init and whole passes (against gensim's compiled loop), its SGD
-step and GloVe's AdaGrad step (against autograd), GloVe's co-occurrence weights (by hand),
-planted structure recovered by every method, streaming, saved vectors reloading in a new
-process, bad input refused before any work."""
+"""Training static word vectors: word2vec's subsampling and noise tables (against the formulas
+and gensim's own tables), its init and whole passes of its compiled loop (against gensim's
+compiled loop), its step and GloVe's AdaGrad step (against autograd), GloVe's compiled loop
+(against a line-by-line rendering of glove.c's), its co-occurrence weights (by hand), planted
+structure recovered by every method and with two workers, streaming, saved vectors reloading
+in a new process, bad input refused before any work."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from conftest import assert_close_rounding
 
 from lmlab.cli import main
 from lmlab.utils.errors import LmlabError
-from lmlab.vectors import cooccurrence, glove, sentences, word2vec
+from lmlab.vectors import compiled, cooccurrence, glove, sentences, word2vec
 from lmlab.vectors.keyed import load_vectors
 
 gensim_models = pytest.importorskip("gensim.models")
@@ -62,11 +63,14 @@ def test_subsampling_and_noise_table_match_gensims():
     assert counts.tolist() == [ours[w] for w in words]
     assert np.all(np.diff(vocabulary.counts) <= 0)
     keep = word2vec.keep_probabilities(counts, 1e-3)
-    theirs = np.array([model.wv.get_vecattr(w, "sample_int") for w in words], dtype=np.float64)
-    np.testing.assert_allclose(keep * (2**32 - 1), theirs, atol=1.0)  # tol: they truncate to uint32
+    theirs = np.array([model.wv.get_vecattr(w, "sample_int") for w in words], dtype=np.int64)
+    # tol: the same formula with its operations in another order, truncated to an integer
+    np.testing.assert_allclose(word2vec.sample_integers(counts, 1e-3), theirs, rtol=0, atol=1)
     assert keep[0] < 0.2 and keep[-1] == 1.0  # frequent words dropped, rare ones kept
-    cdf = word2vec.noise_distribution(counts, 0.75)
-    np.testing.assert_allclose(cdf * (2**31 - 1), model.cum_table.astype(np.float64), atol=1.0)  # tol: gensim's integer table, truncated
+    assert len(word2vec.sample_integers(counts, 0)) == 0  # no subsampling: no draws (gensim's)
+    # tol: a float64 cumulative sum in another order, then rounded to an integer
+    np.testing.assert_allclose(word2vec.noise_table(counts, 0.75), model.cum_table, rtol=0,
+                               atol=1)
 
 
 def test_subsampling_and_noise_follow_the_formulas():
@@ -76,91 +80,70 @@ def test_subsampling_and_noise_follow_the_formulas():
     assert keep[0] == pytest.approx((np.sqrt(1000 / threshold) + 1) * threshold / 1000)
     assert keep[2:].tolist() == [1.0, 1.0]
     assert word2vec.keep_probabilities(counts, 0).tolist() == [1.0] * 4
-    cdf = word2vec.noise_distribution(counts, 0.75)
+    # noise draws through the guide table: gensim's bisection of its table, faster
+    table = word2vec.noise_table(counts, 0.75)
+    guide, shift = compiled.noise_guide(table)
+    states = np.random.default_rng(0).integers(0, 2**48, 200_000, dtype=np.uint64)
+    draws = np.array([compiled._draw(table, guide, shift, state) for state in states])
+    np.testing.assert_array_equal(draws, np.searchsorted(
+        table, (states >> np.uint64(16)) % np.uint64(table[-1]), side="left"))
     weights = counts ** 0.75 / (counts ** 0.75).sum()
-    draws = word2vec.draw_noise(cdf, (200_000,), np.random.default_rng(0))
     frequency = np.bincount(draws, minlength=4) / len(draws)
     sigma = np.sqrt(weights * (1 - weights) / len(draws))
     assert np.all(np.abs(frequency - weights) < 5 * sigma)
 
 
-def test_dynamic_window_pairs_stay_in_their_sentence():
-    sentence_of = np.repeat(np.arange(50), 7)  # 50 sentences of 7 words
-    centres, contexts = word2vec.pair_positions(sentence_of, 3, np.random.default_rng(0))
-    distance = np.abs(centres - contexts)
-    assert distance.min() >= 1 and distance.max() <= 3
-    assert np.all(sentence_of[centres] == sentence_of[contexts])
-    # each centre sees the same reach b on both sides: its pairs are the positions within b
-    for centre in range(0, 350, 17):
-        mine = contexts[centres == centre]
-        reach = np.abs(mine - centre).max()
-        inside = [p for p in range(centre - reach, centre + reach + 1)
-                  if p != centre and 0 <= p < 350 and sentence_of[p] == sentence_of[centre]]
-        assert sorted(mine.tolist()) == inside
-    # the reach is uniform on 1..window: distance-d pairs are (window - d + 1) / window as many
-    centres, contexts = word2vec.pair_positions(np.zeros(30_000, np.int64), 3,
-                                                np.random.default_rng(0))  # one long sentence
-    distance = np.abs(centres - contexts)
-    shares = np.bincount(distance)[1:] / np.bincount(distance)[1]
-    np.testing.assert_allclose(shares, [1, 2 / 3, 1 / 3], atol=0.02)  # tol: sampling, 90,000 pairs
-
-
-def test_step_size_shrinks_only_for_a_handful_of_words():
-    config = word2vec.Word2VecConfig(architecture="cbow", window=3, sample=0)
-    counts = np.full(16, 100)  # 16 equally frequent words: each 1/16 of the inputs and noise
-    keep = word2vec.keep_probabilities(counts, 0)
-    cdf = word2vec.noise_distribution(counts)
-    # the busiest row: a noise word (5 draws per example) before an input (4 per CBOW example)
-    assert word2vec.examples_per_step(counts, keep, cdf, config) == int(40 / (5 / 16))
-    config.window = 7  # now each CBOW example has up to 8 context words: inputs are busiest
-    assert word2vec.examples_per_step(counts, keep, cdf, config) == int(40 / (8 / 16))
-    zipf = (1e6 / np.arange(1, 25_001)).astype(np.int64)  # a real vocabulary's shape
-    config = word2vec.Word2VecConfig(sample=1e-3)
-    keep = word2vec.keep_probabilities(zipf, 1e-3)
-    cdf = word2vec.noise_distribution(zipf)
-    busiest_noise = 5 * cdf[0]  # the most frequent word is the busiest row: as a noise word
-    assert word2vec.examples_per_step(zipf, keep, cdf, config) == int(40 / busiest_noise)
-    assert 300 < int(40 / busiest_noise) <= 512  # hundreds of examples per step remain
-
-
 # -- the updates against autograd ----------------------------------------------------------------
 @pytest.mark.numerics
 def test_word2vec_step_is_sgd_on_the_negative_sampling_loss():
-    tables = word2vec.Word2VecTables(12, 6, seed=0)
-    tables.outputs = torch.randn(12, 6, dtype=torch.float32) * 0.3
-    hidden = torch.randn(4, 6) * 0.3
-    targets = torch.tensor([0, 1, 2, 3])
-    negatives = torch.tensor([[4, 5], [6, 7], [8, 9], [10, 11]])  # all rows distinct
-    outputs = tables.outputs.clone().requires_grad_(True)
-    h = hidden.clone().requires_grad_(True)
-    rows = torch.cat([targets[:, None], negatives], 1)
-    scores = torch.einsum("bd,bkd->bk", h, outputs[rows])
-    loss = -(torch.nn.functional.logsigmoid(scores[:, 0]).sum()
-             + torch.nn.functional.logsigmoid(-scores[:, 1:]).sum())
+    """One skip-gram example of the compiled loop (with a sigmoid table fine enough to stand for
+    the function) steps both tables by autograd's gradient of the negative-sampling loss."""
+    rng = np.random.default_rng(0)
+    syn0 = (rng.standard_normal((12, 6)) * 0.3).astype(np.float32)
+    syn1 = (rng.standard_normal((12, 6)) * 0.3).astype(np.float32)
+    table = word2vec.noise_table(np.ones(12, np.int64))  # uniform noise over the 12 rows
+    guide, shift = compiled.noise_guide(table)
+    sigmoid, log_sigmoid, scale = compiled.sigmoid_tables(2**22)
+
+    def draws(state: np.uint64) -> list[int]:  # the noise words the loop draws from ``state``
+        rows = []
+        for _ in range(3):
+            rows.append(int(compiled._draw(table, guide, shift, state)))
+            state = compiled._next(state)
+        return rows
+
+    seeds = np.random.default_rng(1).integers(0, 2**48, 100, dtype=np.uint64)
+    state = next(s for s in seeds if len({0, 1, *draws(s)}) == 5)
+    noise = draws(state)
+    h = torch.tensor(syn0[1], requires_grad=True)  # input word 1 predicts word 0
+    outputs = torch.tensor(syn1, requires_grad=True)
+    scores = outputs[[0, *noise]] @ h
+    loss = -(torch.nn.functional.logsigmoid(scores[0])
+             + torch.nn.functional.logsigmoid(-scores[1:]).sum())
     loss.backward()
-    before = tables.outputs.clone()
-    step, reported = tables.step(hidden, targets, negatives, lr=0.1)
-    # float32 both ways: dot products of 6, log-sigmoids, a sum over 4 x 3 pairs (each <= 1)
-    assert_close_rounding(reported, loss.item(), terms=12, depth=2, scale=1.0)
-    scale = 0.1 * float(torch.cat([hidden, before]).abs().max())  # lr x a vector's entries
-    assert_close_rounding(step, -0.1 * h.grad, terms=6, depth=2, scale=scale)
-    assert_close_rounding(tables.outputs - before, -0.1 * outputs.grad, terms=6, depth=2,
-                          scale=float(before.abs().max()))  # a row moved by a step: its size
-    # a noise word equal to the target is skipped (the C tool's rule): no step, no loss
-    alone = -torch.nn.functional.logsigmoid(hidden[0] @ tables.outputs[0]).item()
-    _, skipped = tables.step(hidden[:1], targets[:1], torch.tensor([[0, 0]]), lr=0.1)
-    assert_close_rounding(skipped, alone, terms=6, scale=1.0)  # one dot product of 6
+    before0, before1 = syn0.copy(), syn1.copy()
+    reported, examples, _ = compiled.word2vec_chunk(
+        syn0, syn1, np.array([1, 0]), np.zeros(2, np.int64), np.empty(0, np.uint32), table,
+        guide, shift, np.array([0, 1]), False, 3, 0.1, 0.1, state, sigmoid, log_sigmoid, scale)
+    assert examples == 1  # word 1's reach is 0; word 0's is 1: word 1 is its context
+    # float32: dot products of 6, a table step of 3e-6 in the sigmoid, sums of 4 terms
+    assert_close_rounding(reported, loss.item(), terms=24, depth=2, scale=1.0)
+    scale_ = 0.1 * float(np.abs(np.concatenate([before0, before1])).max())
+    assert_close_rounding(syn0[1] - before0[1], -0.1 * h.grad, terms=24, depth=2, scale=scale_)
+    assert_close_rounding(syn1 - before1, -0.1 * outputs.grad, terms=24, depth=2,
+                          scale=float(np.abs(before1).max()))
+    assert np.array_equal(syn0[0], before0[0])  # the centre's own row is not an input here
 
 
 # -- whole training passes against gensim's compiled loop ---------------------------------------
 def _gensim_draws(model, state, effective_words: int, draws: int, shrink: bool):
     """What gensim's ``train_batch_sg/cbow`` draws from ``model.random`` in state ``state``
-    (no subsampling): its 48-bit LCG's seed, each centre's window reach, and its noise words
-    (``bisect_left(cum_table, (next_random >> 16) % cum_table[-1])``, the LCG stepped after
-    each draw)."""
+    (no subsampling): each centre's window reach, its noise words (``bisect_left(cum_table,
+    (next_random >> 16) % cum_table[-1])``, the LCG stepped after each draw) and the seed of
+    its 48-bit LCG."""
     replay = np.random.RandomState()
     replay.set_state(state)
-    next_random = (2**24) * replay.randint(0, 2**24) + replay.randint(0, 2**24)
+    next_random = seed = (2**24) * replay.randint(0, 2**24) + replay.randint(0, 2**24)
     reduced = (replay.randint(0, model.window, effective_words) if shrink
                else np.zeros(effective_words, np.int64))
     cum_table = model.cum_table.astype(np.int64)
@@ -169,7 +152,7 @@ def _gensim_draws(model, state, effective_words: int, draws: int, shrink: bool):
         noise.append(int(np.searchsorted(cum_table, (next_random >> 16) % int(cum_table[-1]),
                                          side="left")))
         next_random = (next_random * 25214903917 + 11) & (2**48 - 1)
-    return model.window - reduced, np.array(noise)
+    return model.window - reduced, np.array(noise), seed
 
 
 _EXP_TABLE = np.exp((np.arange(1000) / 1000 * 2 - 1) * 6)  # gensim's EXP_TABLE, before 1/(1+e)
@@ -218,19 +201,20 @@ def _gensim_loop(architecture, sentence_ids, reach, noise, syn0, syn1, alpha, si
                     work = negative_sampling(syn0[row].copy(), ids[i], noise[example])
                     example += 1
                     syn0[row] += work
-    assert example * k == noise.size
+    assert example * k <= noise.size  # draws enough for the examples made
     return syn0, syn1
 
 
-@pytest.mark.parametrize("architecture,window", [("cbow", 3), ("skipgram", 1)])
-def test_word2vec_is_gensims_algorithm_with_gensims_init(monkeypatch, architecture, window):
-    """One pass over a few sentences with one example per step, lmlab against gensim's
-    compiled loop (``word2vec_inner``) from the same tables, windows and noise words. gensim's
-    sigmoid is a coarse table, so the comparison goes through ``_gensim_loop``: with gensim's
-    table it reproduces gensim's compiled pass to float32 rounding, and with the exact
-    sigmoid it must give lmlab's tables. The input vectors start as gensim 4's do, the same
+@pytest.mark.parametrize("architecture,window", [("cbow", 3), ("skipgram", 2)])
+def test_word2vec_is_gensims_algorithm_with_gensims_init(architecture, window):
+    """One pass over a few sentences, lmlab's compiled loop against gensim's (``word2vec_inner``)
+    from the same tables, random state and windows: fed gensim's sigmoid table (a coarse one,
+    read at ``int((x + 6) * 83)``) it gives gensim's tables to float32 rounding; with its own
+    table (read at each bin's centre) it gives ``_gensim_loop``, the line-by-line rendering of
+    gensim's loop, reading that table. The input vectors start as gensim 4's do, the same
     numbers for the same seed: the C tool's half-as-wide init cost CBOW half a point of
-    analogy accuracy against gensim (docs/vectors.md)."""
+    analogy accuracy against gensim (docs/vectors.md). Last, ``train_word2vec`` runs that loop
+    with its own draws: the pass equals the loop called with them."""
     from gensim.models import word2vec_inner
 
     corpus = [["a", "b", "c", "a", "d", "e"], ["b", "e", "a", "c"],
@@ -238,14 +222,11 @@ def test_word2vec_is_gensims_algorithm_with_gensims_init(monkeypatch, architectu
     dim, negative, alpha, seed = 8, 3, 0.05, 7
     model = gensim_models.Word2Vec(vector_size=dim, window=window, negative=negative,
                                    min_count=1, sample=0, sg=int(architecture == "skipgram"),
-                                   shrink_windows=architecture == "cbow", seed=seed, workers=1)
+                                   seed=seed, workers=1)
     model.build_vocab(corpus)
     words = list(model.wv.index_to_key)
     start = model.wv.vectors.copy()
-    # the init: gensim's numbers, not only its distribution
-    tables = word2vec.Word2VecTables(len(words), dim, seed)
-    np.testing.assert_array_equal(tables.inputs.numpy(), start)
-    assert not tables.outputs.any()
+    np.testing.assert_array_equal(word2vec.initial_inputs(len(words), dim, seed), start)
 
     state = model.random.get_state()
     work, hidden = model._get_thread_working_mem()
@@ -254,85 +235,130 @@ def test_word2vec_is_gensims_algorithm_with_gensims_init(monkeypatch, architectu
     else:
         word2vec_inner.train_batch_sg(model, corpus, alpha, work, False)
     sentence_ids = [[words.index(w) for w in s] for s in corpus]
-    effective = sum(map(len, corpus))
-    examples = (effective if architecture == "cbow"
-                else sum(2 * len(s) - 2 for s in corpus))  # window 1: both neighbours
-    reach, noise = _gensim_draws(model, state, effective, examples * negative,
-                                 shrink=architecture == "cbow")
-    noise = noise.reshape(examples, negative)
-
-    # the reference reproduces gensim's compiled pass
-    syn0, syn1 = _gensim_loop(architecture, sentence_ids, reach, noise, start.copy(),
-                              np.zeros_like(start), alpha, _gensim_table_sigmoid)
+    ids = np.array([i for s in sentence_ids for i in s])
+    sentence_of = np.repeat(np.arange(len(corpus)), [len(s) for s in corpus])
+    examples = (len(ids) if architecture == "cbow"
+                else sum(min(i, window) + min(len(s) - 1 - i, window)  # upper bound
+                         for s in sentence_ids for i in range(len(s))))
+    reach, noise, next_random = _gensim_draws(model, state, len(ids), examples * negative,
+                                              shrink=True)
     atol = 64 * 2**-24 * np.abs(model.wv.vectors).max()  # float32 rounding of the largest row
+    guide, shift = compiled.noise_guide(model.cum_table)
+
+    def lmlab_pass(sigmoid, log_sigmoid, scale):
+        syn0, syn1 = start.copy(), np.zeros_like(start)
+        compiled.word2vec_chunk(syn0, syn1, ids, sentence_of, np.empty(0, np.uint32),
+                                model.cum_table, guide, shift, reach, architecture == "cbow",
+                                negative, alpha, alpha, np.uint64(next_random), sigmoid,
+                                log_sigmoid, scale)
+        return syn0, syn1
+
+    syn0, syn1 = lmlab_pass(_EXP_TABLE, np.log(_EXP_TABLE), 83.0)  # gensim's table: its pass
+    assert np.abs(syn0 - start).max() > 1000 * atol  # the pass moved the vectors
     np.testing.assert_allclose(syn0, model.wv.vectors, rtol=0, atol=atol)
     np.testing.assert_allclose(syn1, model.syn1neg, rtol=0, atol=atol)
 
-    # lmlab, one example per step, fed gensim's window reach and noise words, gives the
-    # reference with the exact sigmoid. The noise words here are distinct within an example
-    # (the target among them at times): gensim steps a noise word drawn twice in one example
-    # twice in turn, the second time from the updated row, while lmlab's step computes both from
-    # the row as it was (a second-order difference, for the rare repeated draw of a real
-    # vocabulary; with this one's 6 words most examples would have one)
-    noise = np.stack([np.random.default_rng(row).choice(len(words), negative, replace=False)
-                      for row in range(examples)])  # (examples, negative)
-    targets = ([ids[i] for ids in sentence_ids for i in range(len(ids))]
-               if architecture == "cbow" else
-               [ids[i] for ids in sentence_ids for i in range(len(ids)) for _ in
-                range((i > 0) + (i < len(ids) - 1))])
-    assert (noise == np.array(targets)[:, None]).any(axis=1).sum() >= 3  # skips exercised
-    made = []
+    # the rendering reproduces gensim's pass with gensim's table, and lmlab's with lmlab's
+    noise = noise.reshape(-1, negative)
+    reference = _gensim_loop(architecture, sentence_ids, reach, noise, start.copy(),
+                             np.zeros_like(start), alpha, _gensim_table_sigmoid)
+    np.testing.assert_allclose(reference[0], model.wv.vectors, rtol=0, atol=atol)
+    np.testing.assert_allclose(reference[1], model.syn1neg, rtol=0, atol=atol)
+    sigmoid, log_sigmoid, scale = compiled.sigmoid_tables()
+    reference = _gensim_loop(architecture, sentence_ids, reach, noise, start.copy(),
+                             np.zeros_like(start), alpha,
+                             lambda x: float(sigmoid[int((x + 6) * scale)]))
+    syn0, syn1 = lmlab_pass(sigmoid, log_sigmoid, scale)
+    np.testing.assert_allclose(syn0, reference[0], rtol=0, atol=atol)
+    np.testing.assert_allclose(syn1, reference[1], rtol=0, atol=atol)
 
-    class Recorded(word2vec.Word2VecTables):
-        def __init__(self, *args):
-            super().__init__(*args)
-            made.append(self)
-
-    class GensimReach:
-        def integers(self, low, high, size):
-            assert (low, high, size) == (1, window + 1, effective)
-            return reach
-
-    pair_positions = word2vec.pair_positions
-    monkeypatch.setattr(word2vec, "Word2VecTables", Recorded)
-    monkeypatch.setattr(word2vec, "pair_positions",
-                        lambda sentence_of, w, rng: pair_positions(sentence_of, w, GensimReach()))
-    monkeypatch.setattr(word2vec, "draw_noise", lambda cdf, shape, rng: noise)
+    # train_word2vec: its init, its random stream's windows and seed, one job, the same loop
     config = word2vec.Word2VecConfig(architecture=architecture, dim=dim, window=window,
                                      negative=negative, min_count=1, sample=0, alpha=alpha,
-                                     min_alpha=alpha, epochs=1, seed=seed, batch_pairs=1)
+                                     min_alpha=alpha, epochs=1, seed=seed)
     vocabulary = sentences.Vocabulary(words, np.array([model.wv.get_vecattr(w, "count")
                                                        for w in words]))
-    vectors, summary = word2vec.train_word2vec(corpus, config, show_progress=False,
-                                               vocabulary=vocabulary)
-    assert summary.examples_per_step == 1
-    syn0, syn1 = _gensim_loop(architecture, sentence_ids, reach, noise, start.copy(),
-                              np.zeros_like(start), alpha, lambda x: 1 / (1 + np.exp(-x)))
-    assert np.abs(syn0 - start).max() > 1000 * atol  # the pass moved the vectors
-    np.testing.assert_allclose(vectors.matrix, syn0, rtol=0, atol=atol)
-    np.testing.assert_allclose(made[0].outputs.numpy(), syn1, rtol=0, atol=atol)
+    vectors, _ = word2vec.train_word2vec(corpus, config, show_progress=False,
+                                         vocabulary=vocabulary)
+    rng = np.random.default_rng((1, seed))
+    reach = rng.integers(1, window + 1, len(ids))
+    syn0, syn1 = start.copy(), np.zeros_like(start)
+    compiled.word2vec_chunk(syn0, syn1, ids, sentence_of, np.empty(0, np.uint32),
+                            word2vec.noise_table(vocabulary.counts), guide, shift, reach,
+                            architecture == "cbow", negative, alpha, alpha,
+                            np.uint64(rng.integers(2**48)), sigmoid, log_sigmoid, scale)
+    np.testing.assert_array_equal(vectors.matrix, syn0)  # the same computation op for op
+
+
+def _glove_c_loop(model, rows, cols, x, x_max, alpha, eta, clip):
+    """``glove.c``'s ``glove_thread`` one entry at a time, as it writes it: the weighted
+    residual, the squared error halved, gradients clipped, each AdaGrad step divided by the
+    root of the sum before the sum grows, then the biases. Returns the cost and how many
+    gradient entries of the words were clipped."""
+    W, C, bw, bc = model.words, model.contexts, model.word_bias, model.context_bias
+    gW, gC, gbw, gbc = model.sums[0], model.sums[1], model.bias_sums[0], model.bias_sums[1]
+    cost, clipped = 0.0, 0
+    for l1, l2, val in zip(rows, cols, x):
+        diff = W[l1] @ C[l2] + bw[l1] + bc[l2] - np.log(val)
+        fdiff = diff if val > x_max else (val / x_max) ** alpha * diff
+        cost += 0.5 * fdiff * diff
+        fdiff *= eta
+        clipped += int((np.abs(fdiff * C[l2]) > clip).sum())
+        temp1 = np.clip(fdiff * C[l2], -clip, clip)
+        temp2 = np.clip(fdiff * W[l1], -clip, clip)
+        W[l1] -= temp1 / np.sqrt(gW[l1])
+        C[l2] -= temp2 / np.sqrt(gC[l2])
+        gW[l1] += temp1 * temp1
+        gC[l2] += temp2 * temp2
+        bw[l1] -= fdiff / np.sqrt(gbw[l1])
+        bc[l2] -= fdiff / np.sqrt(gbc[l2])
+        gbw[l1] += fdiff * fdiff
+        gbc[l2] += fdiff * fdiff
+    return cost, clipped
+
+
+def test_glove_loop_is_glove_c_line_by_line():
+    """The compiled loop over shuffled entries that share rows (and a clipped gradient) gives
+    the tables and loss of ``glove.c``'s loop rendered line by line, to float64 rounding."""
+    rng = np.random.default_rng(0)
+    rows, cols = rng.integers(0, 6, 40), rng.integers(0, 6, 40)
+    x = rng.uniform(0.5, 30.0, 40)
+    config = glove.GloveConfig(dim=5, learning_rate=0.3, grad_clip=0.05)
+    ours, reference = glove.GloveModel(6, 5, seed=1), glove.GloveModel(6, 5, seed=1)
+    ours.words *= 200  # large rows: some gradient entries reach the clip
+    reference.words *= 200
+    order = rng.permutation(40)
+    loss = ours.train(rows, cols, np.log(x), glove.weighting(x, 10.0, 0.75), order, 0, 40,
+                      config)
+    expected, clipped = _glove_c_loop(reference, rows[order], cols[order], x[order], 10.0, 0.75, 0.3,
+                             0.05)
+    assert 0 < clipped < 40 * 5  # the clip was exercised, not everywhere
+    for name in glove.GloveModel.NAMES:
+        assert_close_rounding(getattr(ours, name), getattr(reference, name), terms=10, depth=40,
+                              dtype=torch.float64)  # 40 sequential updates of dot products of 5
+    assert_close_rounding(loss, expected, terms=40, depth=2, dtype=torch.float64)
 
 
 @pytest.mark.numerics
 def test_glove_step_is_adagrad_on_the_weighted_least_squares():
     model = glove.GloveModel(10, 4, seed=0)
-    i, j = torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5])  # all rows distinct
-    x = torch.tensor([1.0, 30.0, 4.0], dtype=torch.float64)
-    log_x, weight = torch.log(x), glove.weighting(x, 10.0, 0.75)
+    i, j = np.array([0, 1, 2]), np.array([3, 4, 5])  # all rows distinct
+    x = np.array([1.0, 30.0, 4.0])
+    log_x, weight = np.log(x), glove.weighting(x, 10.0, 0.75)
     params = [model.words, model.contexts, model.word_bias, model.context_bias]
-    copies = [p.clone().requires_grad_(True) for p in params]
-    dots = (copies[0][i] * copies[1][j]).sum(1) + copies[2][i] + copies[3][j] - log_x
-    loss = 0.5 * (weight * dots**2).sum()
+    copies = [torch.tensor(p, requires_grad=True) for p in params]
+    dots = (copies[0][i] * copies[1][j]).sum(1) + copies[2][i] + copies[3][j] - torch.tensor(log_x)
+    loss = 0.5 * (torch.tensor(weight) * dots**2).sum()
     loss.backward()
-    before = [p.clone() for p in params]
-    reported = model.step(i, j, log_x, weight, learning_rate=0.05)
+    before = [p.copy() for p in params]
+    reported = model.train(i, j, log_x, weight, np.arange(3), 0, 3, glove.GloveConfig())
     # float64: dot products of 4 plus two biases, a weighted sum of 3 squares
     assert_close_rounding(reported, loss.item(), terms=6, depth=2, dtype=torch.float64)
     for param, old, copy in zip(params, before, copies):
         # first step: the squared sums are 1, so the step is -lr * gradient (param - old
         # rounds at the size of the parameter)
         assert_close_rounding(param - old, -0.05 * copy.grad, terms=6, depth=2,
-                              scale=float(old.abs().max() + 0.05 * copy.grad.abs().max()))
+                              scale=float(np.abs(old).max() + 0.05 * copy.grad.abs().max()))
     # the sums grew by the squared (lr-scaled) gradients: the next step is smaller
     assert_close_rounding(model.sums[0][i], 1 + (0.05 * copies[0].grad[i]) ** 2, terms=6,
                           depth=2)
@@ -340,7 +366,7 @@ def test_glove_step_is_adagrad_on_the_weighted_least_squares():
 
 @pytest.mark.numerics
 def test_glove_weighting_and_cooccurrences_by_hand():
-    assert_close_rounding(glove.weighting(torch.tensor([5.0, 10.0, 50.0], dtype=torch.float64), 10.0, 0.75),
+    assert_close_rounding(glove.weighting(np.array([5.0, 10.0, 50.0]), 10.0, 0.75),
                           [0.5**0.75, 1.0, 1.0], dtype=torch.float64)  # one power in float64
     index = {"a": 0, "b": 1, "c": 2, "d": 3}
     # "a b c a d", window 2: distance 1 pairs ab bc ca ad; distance 2 pairs ac ba cd;
@@ -362,10 +388,12 @@ def test_glove_weighting_and_cooccurrences_by_hand():
 
 
 # -- training -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
-def test_word2vec_recovers_planted_clusters(architecture):
+@pytest.mark.parametrize("architecture,workers", [("skipgram", 1), ("cbow", 1), ("cbow", 2)])
+def test_word2vec_recovers_planted_clusters(architecture, workers):
+    """Two workers (Hogwild threads on shared tables, jobs of 1,000 words) learn as one does."""
     config = word2vec.Word2VecConfig(architecture=architecture, dim=16, window=3, sample=0,
-                                     min_count=1, epochs=3, seed=0)
+                                     min_count=1, epochs=3, seed=0, workers=workers,
+                                     chunk_words=1000)
     vectors, summary = word2vec.train_word2vec(_cluster_corpus(), config, show_progress=False)
     within, across = _cluster_gap(vectors)
     assert within > 0.8 and within - across > 0.5, (within, across)
@@ -373,9 +401,10 @@ def test_word2vec_recovers_planted_clusters(architecture):
     assert summary.trained_words == 3 * 1200 * 8
 
 
-def test_glove_loss_decreases_and_recovers_planted_clusters():
+@pytest.mark.parametrize("workers", [1, 2])
+def test_glove_loss_decreases_and_recovers_planted_clusters(workers):
     config = glove.GloveConfig(dim=16, window=3, min_count=1, epochs=8, x_max=10, seed=0,
-                               batch_entries=64)
+                               workers=workers, chunk_entries=16)
     vectors, summary = glove.train_glove(_cluster_corpus(), config, show_progress=False)
     assert all(b < a for a, b in zip(summary.epoch_loss, summary.epoch_loss[1:]))
     assert summary.entries == 2 * 8 * 8  # every ordered pair within a cluster, none across

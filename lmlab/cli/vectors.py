@@ -39,11 +39,10 @@ def register(commands) -> None:
                    help="starting learning rate (word2vec 0.025, decaying linearly to "
                         "--min-alpha; GloVe's AdaGrad 0.05)")
     p.add_argument("--min-alpha", type=float, default=1e-4, help="word2vec: final learning rate")
-    p.add_argument("--batch-pairs", type=int, default=512,
-                   help="word2vec: examples per SGD step")
     p.add_argument("--x-max", type=float, default=10.0, help="GloVe: weighting cut-off")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads while training (1: the steps are too small to share)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="threads training at once on shared tables, as gensim's workers and "
+                        "glove.c's threads (1: the run repeats exactly)")
     _common.add_flags(p, seed=1)
     p.add_argument("--run", help="a run folder (config, checkpoints, cost report): the same "
                                  "command again resumes a killed run exactly, or extends one "

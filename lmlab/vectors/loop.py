@@ -1,7 +1,7 @@
-"""What the word2vec and GloVe loops share around their own update steps: the settings check,
-torch's thread count, the vocabulary pass, and a session holding the optional run folder
+"""What the word2vec and GloVe loops share around their compiled update loops: the settings
+check, the vocabulary pass, and a session holding the optional run folder
 (:class:`lmlab.training.loop_run.LoopRun`: resume, checkpoints, budget, cost) and the
-progress bar."""
+progress bar; and torch's thread count for small steps (probing's)."""
 
 from __future__ import annotations
 
@@ -19,28 +19,27 @@ from lmlab.vectors.sentences import Vocabulary, count_words
 
 def loop_hparams(config: Any) -> dict[str, Any]:
     """What a run folder records and compares on resume: every setting of ``config`` but
-    ``threads`` (speed), with its ``METHOD`` and learning-rate ``SCHEDULE`` named."""
-    return {**{k: v for k, v in asdict(config).items() if k != "threads"},
+    ``workers`` (speed), with its ``METHOD`` and learning-rate ``SCHEDULE`` named."""
+    return {**{k: v for k, v in asdict(config).items() if k != "workers"},
             "method": config.METHOD, "schedule": config.SCHEDULE}
 
 
 def check_training_counts(config: Any, names: tuple[str, ...]) -> None:
     """Refuse, before any work, settings that word2vec and GloVe share: the whole numbers
-    ``names`` of ``config`` must be at least 1, ``max_vocab`` (if set) at least 2, ``threads``
-    at least 1."""
-    for name in names:
+    ``names`` of ``config`` and its ``workers`` must be at least 1, ``max_vocab`` (if set) at
+    least 2."""
+    for name in (*names, "workers"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LmlabError(f"{name} must be a whole number of at least 1, not {value!r}",
                              f"give a positive {name}")
     check_at_least(config.max_vocab, 2, "max_vocab")
-    check_at_least(config.threads, 1, "threads")
 
 
 @contextlib.contextmanager
 def threads_for_training(threads: int) -> Iterator[None]:
     """Run torch on ``threads`` intra-op threads inside the block, then restore the setting
-    (training defaults to one: its steps are too small to share; docs/vectors.md)."""
+    (for loops of steps too small to share between threads)."""
     import torch
 
     previous = torch.get_num_threads()

@@ -140,17 +140,26 @@ def count_words(sentences: Iterable[list[str]], min_count: int, max_vocab: int |
 def word_chunks(sentences: Iterable[list[str]], index: dict[str, int], chunk_words: int,
                 skip: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """The in-vocabulary words of ``sentences`` as rows of ``index`` in runs of about
-    ``chunk_words``: (word rows, the sentence number of each, sentences read so far), after
-    the first ``skip`` sentences (read and passed over: a resumed epoch's done part)."""
-    ids: list[int] = []
-    numbers: list[int] = []
-    number = skip - 1
+    ``chunk_words`` words read: (word rows, the sentence number of each, sentences read so
+    far), after the first ``skip`` sentences (read and passed over: a resumed epoch's done
+    part). A run with no vocabulary word is not yielded."""
+    get, missing = index.get, itertools.repeat(-1)
+    rows: list[int] = []
+    lengths: list[int] = []
+    first = number = skip - 1
     for number, sentence in enumerate(itertools.islice(sentences, skip, None), start=skip):
-        known = [index[w] for w in sentence if w in index]
-        ids.extend(known)
-        numbers.extend([number] * len(known))
-        if len(ids) >= chunk_words:
-            yield np.asarray(ids, np.int64), np.asarray(numbers, np.int64), number + 1
-            ids, numbers = [], []
-    if ids:
-        yield np.asarray(ids, np.int64), np.asarray(numbers, np.int64), number + 1
+        rows.extend(map(get, sentence, missing))  # -1: not in the vocabulary
+        lengths.append(len(sentence))
+        if len(rows) >= chunk_words:
+            yield from _known(rows, lengths, first + 1, number + 1)
+            rows, lengths, first = [], [], number
+    yield from _known(rows, lengths, first + 1, number + 1)
+
+
+def _known(rows: list[int], lengths: list[int], first: int, read: int
+           ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    ids = np.array(rows, np.int64)
+    numbers = np.repeat(np.arange(first, first + len(lengths)), lengths)
+    known = ids >= 0
+    if known.any():
+        yield ids[known], numbers[known], read

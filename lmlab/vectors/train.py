@@ -19,7 +19,7 @@ from lmlab.vectors.sentences import sentences_from
 METHODS = ("skipgram", "cbow", "glove")
 # the settings lmlab vectors train takes; each method reads those its config has
 SETTINGS = ("dim", "window", "min_count", "max_vocab", "epochs", "negative", "sample", "alpha",
-            "min_alpha", "batch_pairs", "x_max", "threads", "seed")
+            "min_alpha", "x_max", "workers", "seed")
 
 
 def vectors_config(method: str, **settings: Any) -> word2vec.Word2VecConfig | glove.GloveConfig:
@@ -55,7 +55,7 @@ def train_vectors_file(method: str, corpus: list[str], out: str, settings: dict[
         raise LmlabError(f"the corpus file{'s' if len(files) > 1 else ''} "
                          f"{', '.join(map(str, files))} {'are' if len(files) > 1 else 'is'} "
                          "empty", "give text with one sentence per line")
-    run = LoopRun(run_dir, loop_hparams(config), speed={"threads": config.threads},
+    run = LoopRun(run_dir, loop_hparams(config), speed={"workers": config.workers},
                   budget_seconds=budget_seconds, checkpoint_seconds=checkpoint_seconds,
                   overwrite=overwrite, what=f"{method} run", option="--run",
                   outputs={"vectors": str(Path(out).resolve())})

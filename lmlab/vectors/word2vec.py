@@ -3,10 +3,10 @@
 The C tool's recipe with gensim's defaults, so the two compare: a vocabulary of the words seen
 ``min_count`` times, subsampling of frequent words, a dynamic window that never crosses a
 sentence, ``negative`` noise words from the unigram distribution to the 0.75, and SGD with a
-learning rate decaying linearly from ``alpha`` to ``min_alpha``. A chunk's examples are made
-with numpy and applied in minibatches of at most ``batch_pairs`` (see
-:func:`examples_per_step`); docs/vectors.md ("Training", "Against gensim") gives every detail,
-what was measured and why.
+learning rate decaying linearly from ``alpha`` to ``min_alpha``, one example at a time in
+gensim's compiled loop (:func:`lmlab.vectors.compiled.word2vec_chunk`), on ``workers`` threads
+sharing the tables as gensim's do. docs/vectors.md ("Training", "Against gensim") gives every
+detail and how it was checked.
 
 Example:
     >>> source = corpus_sentences("corpus/")   # lmlab.vectors.sentences
@@ -16,7 +16,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -26,12 +28,12 @@ import torch
 from lmlab.training.loop_run import LoopModel
 from lmlab.utils.checks import check_at_least, check_choice
 from lmlab.utils.errors import LmlabError
+from lmlab.vectors import compiled
 from lmlab.vectors.keyed import WordVectors
 from lmlab.vectors.loop import (
     LoopSession,
     check_training_counts,
     refuse_one_shot,
-    threads_for_training,
     training_vocabulary,
 )
 from lmlab.vectors.sentences import Vocabulary, word_chunks
@@ -60,16 +62,36 @@ def noise_distribution(counts: np.ndarray, exponent: float = 0.75) -> np.ndarray
     return cdf
 
 
-def draw_noise(cdf: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Word indices drawn from the noise distribution ``cdf`` (:func:`noise_distribution`)."""
-    return np.minimum(np.searchsorted(cdf, rng.random(shape), side="right"), len(cdf) - 1)
+def sample_integers(counts: np.ndarray, sample: float) -> np.ndarray:
+    """gensim's ``sample_int``: each word's keep probability times ``2**32 - 1`` as uint32 (a
+    word stays when it is at least a random 32-bit draw); empty when ``sample`` is 0 (no draws,
+    as in gensim)."""
+    if sample <= 0:
+        return np.empty(0, np.uint32)
+    return (keep_probabilities(counts, sample) * (2**32 - 1)).astype(np.uint32)
+
+
+def noise_table(counts: np.ndarray, exponent: float = 0.75) -> np.ndarray:
+    """gensim's ``cum_table``: the noise distribution's cumulative sums times ``2**31 - 1``,
+    rounded, as uint32 (a draw is the first entry at least a random number below the last)."""
+    return np.round(noise_distribution(counts, exponent) * (2**31 - 1)).astype(np.uint32)
+
+
+def initial_inputs(size: int, dim: int, seed: int) -> np.ndarray:
+    """gensim 4's init, the same numbers for the same seed: uniform in ``[-1, 1) / dim`` (the C
+    tool's, half as wide, cost CBOW half a point of analogies: docs/vectors.md); (V, D)."""
+    inputs = np.random.default_rng(seed).random((size, dim), dtype=np.float32)
+    inputs *= 2.0
+    inputs -= 1.0
+    inputs /= dim
+    return inputs
 
 
 # -- training -------------------------------------------------------------------------------------
 @dataclass
 class Word2VecConfig:
     """What changes the vectors; the defaults are gensim's ``Word2Vec`` defaults (skip-gram
-    instead of gensim's CBOW)."""
+    instead of gensim's CBOW, one worker instead of three: reproducible)."""
 
     METHOD: ClassVar[str] = "word2vec"  # a run folder's names (vectors.loop.loop_hparams)
     SCHEDULE: ClassVar[str] = "linear"  # the rate decays linearly over the run's horizon
@@ -86,17 +108,14 @@ class Word2VecConfig:
     ns_exponent: float = 0.75
     max_vocab: int | None = None
     seed: int = 1
-    threads: int = 1  # torch threads while training (see threads_for_training)
-    batch_pairs: int = 512  # examples per SGD step, at most (see the module docstring)
-    max_row_updates: float = 40.0  # a step's expected updates to its busiest row, at most
-    chunk_words: int = 20_000  # words read, subsampled and paired at once
+    workers: int = 1  # threads sharing the tables (Hogwild); over 1, runs are not repeatable
+    chunk_words: int = 10_000  # words per job (gensim's): read, then trained by one worker
 
     def validate(self) -> None:
         """Refuse bad settings before any work."""
         check_choice(self.architecture, ARCHITECTURES, "architecture", "word2vec architecture")
-        check_at_least(self.max_row_updates, 1, "max_row_updates")
         check_training_counts(self, ("dim", "window", "negative", "min_count", "epochs",
-                                     "batch_pairs", "chunk_words"))
+                                     "chunk_words"))
         if not 0 < self.min_alpha <= self.alpha:
             raise LmlabError(f"learning rates alpha={self.alpha}, min_alpha={self.min_alpha}",
                              "use 0 < min_alpha <= alpha (gensim: 0.0001 and 0.025)")
@@ -104,76 +123,6 @@ class Word2VecConfig:
             raise LmlabError(f"sample must be in [0, 1), not {self.sample}",
                              "use 0 to keep every word, 1e-3 (default) to drop frequent ones")
         check_at_least(self.ns_exponent, 0, "ns_exponent")
-
-
-def examples_per_step(counts: np.ndarray, keep: np.ndarray, cdf: np.ndarray,
-                      config: Word2VecConfig) -> int:
-    """The minibatch size: ``batch_pairs``, lowered until the busiest row (the most frequent
-    noise word, or input word: once per skip-gram example, about ``window + 1`` times per CBOW
-    one) expects at most ``max_row_updates`` summed updates per step, which would otherwise
-    overshoot on a handful of words (a toy corpus)."""
-    kept = counts * keep
-    input_share = float(kept.max() / kept.sum())
-    noise_share = float(np.diff(cdf, prepend=0.0).max())
-    inputs_per_example = 1 if config.architecture == "skipgram" else config.window + 1
-    busiest = max(config.negative * noise_share, inputs_per_example * input_share)
-    return max(1, min(config.batch_pairs, int(config.max_row_updates / busiest)))
-
-
-def pair_positions(sentence_of: np.ndarray, window: int, rng: np.random.Generator
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(centre, context) positions of every pair within each centre's dynamic window
-    ``b ~ U{1..window}``, never across a sentence (``sentence_of``: each position's sentence
-    number), ordered by centre position as the sequential algorithm visits them."""
-    n = len(sentence_of)
-    reach = rng.integers(1, window + 1, size=n)  # (N,) b per centre
-    positions = np.arange(n)
-    centres, contexts = [], []
-    for offset in range(1, window + 1):
-        for sign in (-1, 1):
-            shifted = positions + sign * offset
-            near = ((shifted >= 0) & (shifted < n) & (reach >= offset)).nonzero()[0]
-            near = near[sentence_of[shifted[near]] == sentence_of[near]]
-            centres.append(near)
-            contexts.append(shifted[near])
-    centres, contexts = np.concatenate(centres), np.concatenate(contexts)
-    order = np.argsort(centres, kind="stable")
-    return centres[order], contexts[order]
-
-
-class Word2VecTables:
-    """The input (word) vectors and the output (context) vectors, and one SGD step."""
-
-    def __init__(self, size: int, dim: int, seed: int):
-        # gensim 4's init, the same numbers for the same seed: uniform in [-1, 1) / dim (the
-        # C tool's, half as wide, cost CBOW half a point of analogies: docs/vectors.md)
-        inputs = np.random.default_rng(seed).random((size, dim), dtype=np.float32)
-        inputs *= 2.0
-        inputs -= 1.0
-        inputs /= dim
-        self.inputs = torch.from_numpy(inputs)  # (V, D)
-        self.outputs = torch.zeros(size, dim)
-
-    def step(self, hidden: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor,
-             lr: float) -> tuple[torch.Tensor, float]:
-        """Negative sampling for B examples: ``hidden`` (B, D) predicts ``targets`` (B,) against
-        ``negatives`` (B, k). Updates the output vectors in place; returns the step for
-        ``hidden`` (B, D), computed with the output vectors before the update, and the loss."""
-        rows = torch.cat([targets[:, None], negatives], dim=1)  # (B, 1 + k)
-        vectors = self.outputs[rows]  # (B, 1 + k, D)
-        scores = torch.bmm(vectors, hidden[:, :, None])[:, :, 0]  # (B, 1 + k)
-        labels = torch.zeros_like(scores)
-        labels[:, 0] = 1.0
-        counted = torch.ones_like(scores)
-        counted[:, 1:] = (negatives != targets[:, None]).float()  # the C tool skips these
-        gradient = (labels - torch.sigmoid(scores)) * counted  # (B, 1 + k), -dloss/dscore
-        signed = torch.where(labels > 0, scores, -scores)
-        loss = -(torch.nn.functional.logsigmoid(signed) * counted).sum().item()
-        gradient *= lr
-        hidden_step = torch.bmm(gradient[:, None, :], vectors)[:, 0]  # (B, D)
-        output_steps = gradient[:, :, None] * hidden[:, None, :]  # (B, 1 + k, D)
-        self.outputs.index_add_(0, rows.reshape(-1), output_steps.reshape(-1, hidden.shape[1]))
-        return hidden_step, loss
 
 
 @dataclass
@@ -188,7 +137,6 @@ class Word2VecSummary:
     epoch_loss: list[float]
     seconds: float
     words_per_second: float
-    examples_per_step: int
     stop_reason: str = "epochs"
     cost: dict | None = None
 
@@ -199,23 +147,33 @@ def train_word2vec(sentences: Iterable[list[str]], config: Word2VecConfig | None
     """Train word2vec on ``sentences`` (word lists, re-iterable: read once to count unless a
     ``vocabulary`` is given, then once per epoch). Returns the input vectors, most frequent
     word first, and a summary. ``run`` (a :class:`~lmlab.training.loop_run.LoopRun`)
-    checkpoints between chunks, resumes exactly and ends at its budget, the learning rate's
-    decay fitted to the words the budget allows (docs/vectors.md, "Budget, resume and cost")."""
+    checkpoints between rounds of jobs, resumes exactly and ends at its budget, the learning
+    rate's decay fitted to the words the budget allows (docs/vectors.md, "Budget, resume and
+    cost")."""
     config = config or Word2VecConfig()
     config.validate()
     refuse_one_shot(sentences)
-    with threads_for_training(config.threads):
-        return _train(sentences, config, show_progress, vocabulary, run)
-
-
-def _train(sentences, config, show_progress, vocabulary, run):
     vocabulary = training_vocabulary(sentences, config, vocabulary, run)
+    with ThreadPoolExecutor(config.workers, thread_name_prefix="word2vec") as pool:
+        return _train(sentences, config, show_progress, vocabulary, run, pool)
+
+
+class _Tables:
+    """What the jobs share: the input and output vectors (V, D) and the sampling tables."""
+
+    def __init__(self, vocabulary: Vocabulary, config: Word2VecConfig):
+        self.inputs = initial_inputs(len(vocabulary.words), config.dim, config.seed)
+        self.outputs = np.zeros_like(self.inputs)
+        self.keep = sample_integers(vocabulary.counts, config.sample)
+        self.noise = noise_table(vocabulary.counts, config.ns_exponent)
+        self.guide, self.shift = compiled.noise_guide(self.noise)
+        self.sigmoid, self.log_sigmoid, self.scale = compiled.sigmoid_tables()
+
+
+def _train(sentences, config, show_progress, vocabulary, run, pool):
     index = vocabulary.index()
-    keep = keep_probabilities(vocabulary.counts, config.sample)
-    cdf = noise_distribution(vocabulary.counts, config.ns_exponent)
     rng = np.random.default_rng((1, config.seed))  # a stream apart from the tables' init
-    tables = Word2VecTables(len(vocabulary.words), config.dim, config.seed)
-    batch = examples_per_step(vocabulary.counts, keep, cdf, config)
+    tables = _Tables(vocabulary, config)
     planned = config.epochs * vocabulary.total
     # where the loop stands: epoch, sentences of it read, words read (all epochs, this epoch),
     # this epoch's summed loss and examples, the finished epochs' mean losses
@@ -224,13 +182,14 @@ def _train(sentences, config, show_progress, vocabulary, run):
     session = LoopSession(run, show_progress)
     restored = session.resume()
     if restored is not None:
-        at, tensors = restored
+        at, saved = restored
         rng.bit_generator.state = at.pop("rng")
-        tables.inputs, tables.outputs = tensors["inputs"], tensors["outputs"]
+        tables.inputs, tables.outputs = saved["inputs"].numpy(), saved["outputs"].numpy()
 
     def snapshot():
         return ({**at, "rng": rng.bit_generator.state},
-                {"inputs": tables.inputs, "outputs": tables.outputs})
+                {"inputs": torch.from_numpy(tables.inputs),
+                 "outputs": torch.from_numpy(tables.outputs)})
 
     model = LoopModel(f"word2vec {config.architecture}", 2 * len(vocabulary.words) * config.dim,
                       f"{flops_per_example(config):,.0f} FLOPs per example: 3 x the "
@@ -239,18 +198,28 @@ def _train(sentences, config, show_progress, vocabulary, run):
     first_done = at["done"]
     session.start(model, planned, first_done, f"word2vec {config.architecture}", "word")
     while session.stop is None and at["epoch"] < config.epochs:
-        for ids, sentence_of, read_sentences in word_chunks(sentences, index, config.chunk_words,
-                                                            at["sentences"]):
-            raw = len(ids)
-            kept = rng.random(raw) < keep[ids]  # subsampling
+        rounds = _batches(word_chunks(sentences, index, config.chunk_words, at["sentences"]),
+                          config.workers)  # a job per worker
+        chunks = next(rounds, None)
+        while chunks is not None:
             horizon = run.horizon(at["done"], planned) if run is not None else planned
-            progress_from, progress_to = at["done"] / horizon, (at["done"] + raw) / horizon
-            loss, count = _train_chunk(tables, ids[kept], sentence_of[kept], cdf, config, batch,
-                                       rng, progress_from, progress_to)
-            at.update(loss=at["loss"] + loss, examples=at["examples"] + count,
-                      done=at["done"] + raw, read=at["read"] + raw, sentences=read_sentences)
+            futures, done = [], at["done"]
+            for ids, sentence_of, _ in chunks:  # each job: its own seed and share of the decay
+                futures.append(pool.submit(
+                    _train_chunk, tables, ids, sentence_of, config, done / horizon,
+                    (done + len(ids)) / horizon, rng.integers(1, config.window + 1, len(ids)),
+                    int(rng.integers(2**48))))
+                done += len(ids)
+            upcoming = next(rounds, None)  # read the next round while this one trains
+            results = [future.result() for future in futures]
+            raw = done - at["done"]
+            count = sum(examples for _, examples in results)
+            at.update(loss=at["loss"] + sum(loss for loss, _ in results),
+                      examples=at["examples"] + count, done=done, read=at["read"] + raw,
+                      sentences=chunks[-1][2])
             if session.step(raw, count * flops_per_example(config), snapshot) is not None:
                 break
+            chunks = upcoming
         if session.stop is not None:
             break
         if at["read"] == 0:
@@ -262,9 +231,15 @@ def _train(sentences, config, show_progress, vocabulary, run):
     words = at["done"] - first_done
     summary = Word2VecSummary(asdict(config), len(vocabulary.words), vocabulary.total,
                               at["done"], at["losses"], seconds,
-                              words / seconds if seconds > 0 else 0.0, batch,
+                              words / seconds if seconds > 0 else 0.0,
                               session.stop or "epochs", cost)
-    return WordVectors(vocabulary.words, tables.inputs.numpy()), summary
+    return WordVectors(vocabulary.words, tables.inputs), summary
+
+
+def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    items = iter(items)
+    while batch := list(itertools.islice(items, size)):
+        yield batch
 
 
 def flops_per_example(config: Word2VecConfig) -> float:
@@ -274,48 +249,18 @@ def flops_per_example(config: Word2VecConfig) -> float:
     return 3 * 2 * config.dim * (1 + config.negative)
 
 
-def _train_chunk(tables: Word2VecTables, ids: np.ndarray, sentence_of: np.ndarray,
-                 cdf: np.ndarray, config: Word2VecConfig, batch: int,
-                 rng: np.random.Generator, progress_from: float, progress_to: float
-                 ) -> tuple[float, int]:
-    """SGD over one chunk's examples in minibatches of ``batch`` examples, the learning rate
-    decaying linearly with training progress; returns (summed loss, examples)."""
-    if len(ids) < 2:
-        return 0.0, 0
-    centres, contexts = pair_positions(sentence_of, config.window, rng)
-    if not len(centres):
-        return 0.0, 0
-    if config.architecture == "skipgram":
-        inputs = torch.from_numpy(ids[contexts])  # (P,) each context word predicts its centre
-        targets = torch.from_numpy(ids[centres])
-        group = None
-    else:  # CBOW: one example per centre, from the mean of its context words
-        positions, slot = np.unique(centres, return_inverse=True)
-        inputs = torch.from_numpy(ids[contexts])
-        targets = torch.from_numpy(ids[positions])
-        group = torch.from_numpy(slot)
-        starts = np.searchsorted(slot, np.arange(len(positions) + 1))  # slot is sorted
-    examples = len(targets)
-    negatives = torch.from_numpy(draw_noise(cdf, (examples, config.negative), rng))
-    loss_sum = 0.0
-    span = progress_to - progress_from
-    for start in range(0, examples, batch):
-        stop = min(start + batch, examples)
-        fraction = min(1.0, progress_from + span * (start / examples))  # 1: a budget's end
-        lr = config.alpha - (config.alpha - config.min_alpha) * fraction
-        if group is None:
-            rows = inputs[start:stop]
-            step, loss = tables.step(tables.inputs[rows], targets[start:stop],
-                                     negatives[start:stop], lr)
-            tables.inputs.index_add_(0, rows, step)
-        else:
-            first, last = int(starts[start]), int(starts[stop])
-            rows = inputs[first:last]  # the context words of centres start..stop
-            slots = group[first:last] - start
-            sizes = torch.bincount(slots, minlength=stop - start).clamp(min=1)
-            sums = torch.zeros(stop - start, config.dim).index_add_(0, slots, tables.inputs[rows])
-            step, loss = tables.step(sums / sizes[:, None], targets[start:stop],
-                                     negatives[start:stop], lr)
-            tables.inputs.index_add_(0, rows, step[slots])  # each context word: the whole step
-        loss_sum += loss
-    return loss_sum, examples
+def _train_chunk(tables: _Tables, ids: np.ndarray, sentence_of: np.ndarray,
+                 config: Word2VecConfig, progress_from: float, progress_to: float,
+                 reach: np.ndarray, seed: int) -> tuple[float, int]:
+    """One job: a chunk of words trained in the compiled loop (GIL released), the learning
+    rate decaying linearly with training progress (capped at ``min_alpha``: a budget's end),
+    each kept word's window reach from ``reach``; returns (summed loss, examples)."""
+    def rate(progress: float) -> float:
+        return config.alpha - (config.alpha - config.min_alpha) * min(1.0, progress)
+
+    loss, examples, _ = compiled.word2vec_chunk(
+        tables.inputs, tables.outputs, ids, sentence_of, tables.keep, tables.noise, tables.guide,
+        tables.shift, reach,
+        config.architecture == "cbow", config.negative, rate(progress_from), rate(progress_to),
+        np.uint64(seed), tables.sigmoid, tables.log_sigmoid, tables.scale)
+    return loss, examples
