@@ -1,5 +1,5 @@
 """Task heads: sequence classification (single, pair, regression), token classification,
-extractive QA and multiple choice, each in its family's Hugging Face layout
+extractive QA (and XLNet's beam QA) and multiple choice, each in its family's Hugging Face layout
 (:data:`lmlab.models.families.TASK_LAYOUTS`) so logits equal transformers'; or, with
 ``config.extra["pooling"]`` ``"mean"``/``"concat"``, lmlab's own sentence pooling.
 """
@@ -438,7 +438,8 @@ def add_task_head(model, head: str, num_labels_: int | None = None,
 def task_logits(model, head: str, batch: dict[str, Any]) -> torch.Tensor:
     """Run the stack and one task head on a batch (multiple choice: (B, C, T) in, (B, C) out;
     a model with ``forward_gives_task_logits``, a feature run, is called as it is; an image
-    batch's ``pixel_values`` go to an image model's head)."""
+    batch's ``pixel_values`` go to an image model's head; a QA head that masks the question,
+    BigBird's, reads the batch's ``question_lengths`` or finds the first separator)."""
     if "pixel_values" in batch:
         return model(pixel_values=batch["pixel_values"], heads=[head]).logits
     input_ids = batch["input_ids"]
