@@ -57,7 +57,7 @@ def language_vectors(language: str, seed: int, args: argparse.Namespace, out: Pa
         return load_vectors(str(path))
     sentences = sentences_of(language, args.books)
     config = Word2VecConfig(dim=args.dim, epochs=args.epochs, min_count=args.min_count,
-                            seed=seed + 1, threads=args.threads)
+                            seed=seed + 1, workers=args.threads)
     vectors, summary = train_word2vec(sentences, config, show_progress=False)
     print(f"{language} seed {seed}: {summary.vocabulary} words, {summary.corpus_words} corpus "
           f"words, {summary.words_per_second:,.0f} words/s")
@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--vocabulary", type=int, default=20_000)
     parser.add_argument("--test-fraction", type=float, default=0.3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="word2vec workers (Hogwild threads; 1: the spaces repeat exactly)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
