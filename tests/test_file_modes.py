@@ -28,7 +28,7 @@ WRITER = textwrap.dedent("""
     model = load_model(source)
     save_pretrained(model, out / "model")
     Tokenizer.from_pretrained(source).save_pretrained(out / "model")
-    save_quantized(quantize_int8(load_model(source)), out / "int8")
+    save_quantized(quantize_int8(load_model(source), "x86"), out / "int8")
     adapted = load_model(source)
     apply_method(adapted, "lora")
     save_adapter(adapted, out / "adapter", base_model=source)

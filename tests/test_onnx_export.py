@@ -150,7 +150,7 @@ def test_refusals_before_any_work(tmp_path):
     with pytest.raises(LmlabError, match="bfloat16"):
         export_onnx(tiny_bert().to(torch.bfloat16), tmp_path / "a")
     with pytest.raises(LmlabError, match="int8"):
-        export_onnx(quantize_int8(tiny_bert()), tmp_path / "a")
+        export_onnx(quantize_int8(tiny_bert(), "x86"), tmp_path / "a")
     config = TransformerConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                intermediate_size=64, vocab_size=100, is_encoder_decoder=True)
     with pytest.raises(LmlabError, match="EncoderDecoderModel"):

@@ -1,17 +1,20 @@
 """Post-training dynamic int8 quantisation of the linear layers, for CPU inference.
 
 Every plain ``nn.Linear`` becomes an :class:`Int8Linear` (int8 weight with a symmetric scale per
-tensor or per output channel; each input quantised on the fly; int8 products with int32
-accumulation, rescaled to fp32), calling ATen's int8 GEMMs (fbgemm or oneDNN) directly with the
-engine chosen per layer at run time. Q8BERT's scheme without its quantisation-aware training;
-why these kernels rather than torch.ao or torchao, and the measured speed and error per engine:
-docs/compression-inference.md.
+tensor or per output channel; each input quantised on the fly to 8 bits, by default with one
+range per token; int8 products with int32 accumulation, rescaled to fp32), calling ATen's int8
+GEMMs (fbgemm or oneDNN) directly. The engine of each layer shape, and whether int8 pays for it
+at all, is measured on the host once (cached with ``precision="auto"``'s timings). Q8BERT's
+scheme without its quantisation-aware training; why these kernels and not torch.ao, torchao or
+ONNX Runtime, and the measurements: docs/compression-inference.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,18 +26,17 @@ from lmlab.interop.folders import QUANTIZATION_FILE
 from lmlab.utils.errors import LmlabError
 
 GRANULARITIES = ("per-tensor", "per-channel")
+ACTIVATIONS = ("per-token", "per-tensor")
+CANDIDATES = ("x86", "onednn")  # the engines measured ("fbgemm" runs x86's kernels)
+AUTO = "auto"
+AUTO_TOKENS = 512  # rows the engine choice times each layer shape at (e.g. 4 x 128 tokens)
 FORMAT_VERSION = 1
 METHOD = "int8-dynamic"
 
 
-def default_engine() -> str:
-    """The int8 engine lmlab uses unless told otherwise: oneDNN where the CPU has AMX tiles (its
-    int8 GEMM uses AMX-INT8; measured faster than x86 there, docs/compression-inference.md),
-    else x86 (fbgemm's kernels)."""
-    engines = torch.backends.quantized.supported_engines
-    if "onednn" in engines and torch.cpu._is_amx_tile_supported():
-        return "onednn"
-    return "x86" if "x86" in engines else "fbgemm"
+def int8_engines() -> list[str]:
+    """The int8 engines of this torch build that lmlab measures and accepts."""
+    return [e for e in torch.backends.quantized.supported_engines if e in CANDIDATES + ("fbgemm",)]
 
 
 @contextlib.contextmanager
@@ -50,18 +52,29 @@ def quantized_engine(engine: str) -> Iterator[None]:
             torch.backends.quantized.engine = previous
 
 
+def _qint8(values: torch.Tensor, scale: torch.Tensor | float, zero_point: Any) -> torch.Tensor:
+    """``values`` as torch's qint8 tensor, per channel (dim 0) where ``scale`` is a vector.
+    torch 2.13 deprecates the quantised tensor type (pytorch issue 184982) that its int8
+    kernels still take; the warning would repeat on every layer."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation", category=UserWarning)
+        if isinstance(scale, torch.Tensor) and scale.dim():
+            return torch.quantize_per_channel(values.float(), scale.double(), zero_point.long(), 0,
+                                              torch.qint8)
+        return torch.quantize_per_tensor(values.float(), float(scale), int(zero_point),
+                                         torch.qint8)
+
+
 @functools.cache
 def full_range_exact(engine: str) -> bool:
     """Whether ``engine``'s int8 products are exact, in this process, with 8-bit activations
-    (the full uint8 range); where not, :class:`Int8Linear` quantises them to 7 bits.
+    and 8-bit weights; where not, :class:`Int8Linear` rounds its weights to 7 bits (|q| <= 64).
 
-    Without VNNI, pairs of uint8 x int8 products are added in 16 bits and saturate; rather than
-    parse CPU flags and ``ONEDNN_MAX_CPU_ISA``, one product whose every pair overflows 16 bits
-    asks the kernel, once per process and engine (docs/compression-inference.md). x86 and
-    fbgemm keep torch's 7 bits."""
-    if engine != "onednn":
-        return False
-    weight = torch.quantize_per_tensor(torch.full((8, 64), 127.0), 1.0, 0, torch.qint8)
+    Without VNNI, pairs of uint8 x int8 products are added in 16 bits and saturate beyond
+    |q| = 64; rather than parse CPU flags, ``ONEDNN_MAX_CPU_ISA`` and
+    ``FBGEMM_ENABLE_INSTRUCTIONS``, one product whose every pair overflows 16 bits asks the
+    kernel, once per process and engine (docs/compression-inference.md)."""
+    weight = _qint8(torch.full((8, 64), 127.0), 1.0, 0)
     x = torch.full((2, 64), 255.0)
     x[:, 0] = 0  # range [0, 255]: scale 1, zero point 0, so the int32 sums come back as they are
     with quantized_engine(engine):
@@ -70,59 +83,91 @@ def full_range_exact(engine: str) -> bool:
     return torch.equal(y, x @ weight.dequantize().T)
 
 
+def weight_levels(engine: str) -> float:
+    """max|W| / scale: 127.5 (torch's qint8 convention), or 64 where ``engine``'s kernels would
+    saturate 8-bit weights against 8-bit activations on this CPU (:func:`full_range_exact`)."""
+    return 127.5 if full_range_exact(engine) else 64.0
+
+
 class Int8Linear(nn.Module):
-    """A linear layer with int8 weights and dynamically quantised int8 activations.
+    """A linear layer with int8 weights and dynamically quantised 8-bit activations.
 
     Its state dict holds plain tensors: ``weight_int8`` (out, in) int8, ``weight_scale`` (a
     scalar, or (out,) per channel; float64 as the kernels keep it), ``weight_zero_point``
     (zeros: the weights are symmetric) and ``bias`` (fp32, when the layer has one). Loading
-    them packs the weight for this host's kernels. The activations' bits are not part of it:
-    see :attr:`reduce_range`.
+    them packs the weight for this host's kernels (halving int8 values beyond 64 where they
+    would saturate: :func:`weight_levels`).
+
+    ``activations="per-token"`` quantises each row of the input with its own range: every row
+    is shifted and scaled to [-0.5, 0.5] before the kernel's one-range-per-call quantisation,
+    and the shift and scale are undone on the output (one outlier token no longer coarsens
+    every other token's steps); ``"per-tensor"`` gives the whole input one range (torch's
+    dynamic scheme, one pass less over the input and output).
     """
 
     def __init__(self, in_features: int, out_features: int, packed: Any, engine: str,
-                 granularity: str, has_bias: bool):
+                 granularity: str, has_bias: bool, activations: str = "per-token"):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.engine, self.granularity, self.has_bias = engine, granularity, has_bias
-        self._packed = packed
-
-    @property
-    def reduce_range(self) -> bool:
-        """7-bit activations, unless the engine's kernels are exact with 8 on the CPU running
-        this call (:func:`full_range_exact`): a model quantised on an AMX host is right here."""
-        return not full_range_exact(self.engine)
+        self.activations = activations
+        self._packed, self._bias, self._rowsum = packed, None, None
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, engine: str | None = None,
-                    granularity: str = "per-tensor") -> Int8Linear:
-        """Quantise ``linear``'s weight: symmetric, scale = max|W| / 127.5 (per tensor or per
-        output row), the convention of torch's MinMaxObserver for qint8."""
+                    granularity: str = "per-tensor",
+                    activations: str = "per-token") -> Int8Linear:
+        """Quantise ``linear``'s weight: symmetric, scale = max|W| / :func:`weight_levels`
+        (per tensor or per output row), torch's MinMaxObserver convention for qint8 where the
+        kernels take 8 bits. ``engine`` None: the fastest measured for this shape."""
         weight = linear.weight.detach().float()
-        if granularity == "per-channel":
-            amax = weight.abs().amax(dim=1)  # (out,)
-        else:
-            amax = weight.abs().amax()
-        scale = (amax / 127.5).clamp(min=torch.finfo(torch.float32).eps).double()
-        zero_point = torch.zeros_like(scale, dtype=torch.int64)
+        engine = engine or fastest_engine(linear.in_features, linear.out_features, activations)
+        amax = weight.abs().amax(dim=1) if granularity == "per-channel" else weight.abs().amax()
+        scale = (amax / weight_levels(engine)).clamp(min=torch.finfo(torch.float32).eps).double()
+        layer = cls(linear.in_features, linear.out_features, None, engine, granularity,
+                    linear.bias is not None, activations)
         bias = linear.bias.detach().float() if linear.bias is not None else None
-        engine = engine or default_engine()
-        return cls(linear.in_features, linear.out_features,
-                   _pack(weight, scale, zero_point, bias, engine), engine, granularity,
-                   bias is not None)
+        layer._set_weight(weight, scale, torch.zeros_like(scale, dtype=torch.int64), bias)
+        return layer
+
+    def _set_weight(self, weight: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor,
+                    bias: torch.Tensor | None) -> None:
+        """Round ``weight`` (fp32, or int8 values already rounded) with ``scale`` and pack it for
+        this layer's engine; per-token activations add the bias after the kernel."""
+        qweight = _quantize_weight(weight, scale, zero_point, self.engine)
+        self._bias = None if bias is None else bias.detach().float().clone()
+        per_token = self.activations == "per-token"
+        if per_token:  # W_q @ 1 (out,): what a per-row shift of the input adds to each output
+            self._rowsum = qweight.dequantize().sum(1)
+        with quantized_engine(self.engine):
+            self._packed = torch.ops.quantized.linear_prepack(qweight,
+                                                              None if per_token else self._bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The kernels take fp32 only; under bf16 autocast (--precision bf16) the attention
         # products hand over bf16, which fp32 holds exactly: the output keeps the input's dtype.
-        dtype = x.dtype
+        dtype, flat = x.dtype, x.float().reshape(-1, x.shape[-1])  # (N, in)
         with quantized_engine(self.engine):
-            y = torch.ops.quantized.linear_dynamic(x.float(), self._packed, self.reduce_range)
+            if self.activations == "per-tensor":
+                y = torch.ops.quantized.linear_dynamic(flat, self._packed, False)
+            else:
+                hi, lo = flat.amax(1, keepdim=True), flat.amin(1, keepdim=True)  # (N, 1)
+                mid = (hi + lo) * 0.5
+                span = (hi - lo).clamp_(min=torch.finfo(torch.float32).tiny)
+                # every row in [-0.5, 0.5]: the kernel's one range gives each row all 256 steps
+                z = torch.ops.quantized.linear_dynamic((flat - mid).div_(span), self._packed,
+                                                       False)
+                y = mid * self._rowsum  # (N, out): W (z * span + mid) = span * (W z) + mid * W 1
+                if self._bias is not None:
+                    y.add_(self._bias)
+                y.addcmul_(z, span)
+        y = y.view(*x.shape[:-1], self.out_features)
         return y if dtype == torch.float32 else y.to(dtype)
 
     def int8_state(self) -> dict[str, torch.Tensor]:
         """The weight as int8 values, scale(s) and zero point(s), and the fp32 bias."""
         with quantized_engine(self.engine):
-            qweight, bias = torch.ops.quantized.linear_unpack(self._packed)
+            qweight, _ = torch.ops.quantized.linear_unpack(self._packed)
         if qweight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
             scale = qweight.q_per_channel_scales().double()
             zero_point = qweight.q_per_channel_zero_points().long()
@@ -131,8 +176,8 @@ class Int8Linear(nn.Module):
             zero_point = torch.tensor(qweight.q_zero_point(), dtype=torch.int64)
         state = {"weight_int8": qweight.int_repr(), "weight_scale": scale,
                  "weight_zero_point": zero_point}
-        if bias is not None:
-            state["bias"] = bias.float()
+        if self._bias is not None:
+            state["bias"] = self._bias
         return state
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
@@ -153,32 +198,72 @@ class Int8Linear(nn.Module):
             error_msgs.append(f"{prefix}weight_int8: expected int8 ({self.out_features}, "
                               f"{self.in_features}), got {weight.dtype} {tuple(weight.shape)}")
             return
-        self._packed = _pack(weight, state_dict[prefix + "weight_scale"],
-                             state_dict[prefix + "weight_zero_point"],
-                             state_dict.get(prefix + "bias"), self.engine)
+        self._set_weight(weight, state_dict[prefix + "weight_scale"],
+                         state_dict[prefix + "weight_zero_point"],
+                         state_dict.get(prefix + "bias"))
         self.granularity = "per-channel" if state_dict[prefix + "weight_scale"].dim() else \
             "per-tensor"
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.has_bias}, {self.granularity}, engine={self.engine}, "
-                f"{7 if self.reduce_range else 8}-bit activations")
+                f"activations {self.activations}")
 
 
-def _pack(weight: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor,
-          bias: torch.Tensor | None, engine: str) -> Any:
-    """Round ``weight`` (fp32, or int8 values already rounded) to int8 with ``scale`` and pack
-    it for ``engine``. torch's own rounding (round half to even, clamped to [-128, 127]) makes
-    the int8 values those of torch.ao's observers; int8 values come back unchanged."""
-    values = weight.float() * (scale.float().unsqueeze(1) if scale.dim() else float(scale)) \
-        if weight.dtype == torch.int8 else weight.float()
-    if scale.dim():
-        qweight = torch.quantize_per_channel(values, scale.double(), zero_point.long(), 0,
-                                             torch.qint8)
-    else:
-        qweight = torch.quantize_per_tensor(values, float(scale), int(zero_point), torch.qint8)
-    with quantized_engine(engine):
-        return torch.ops.quantized.linear_prepack(qweight, bias)
+def _quantize_weight(weight: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor,
+                     engine: str) -> torch.Tensor:
+    """``weight`` (fp32, or int8 values already rounded) as a qint8 tensor with ``scale``.
+    torch's own rounding (round half to even, clamped to [-128, 127]) makes the int8 values
+    those of torch.ao's observers; int8 values come back unchanged, except that values beyond
+    64 are halved (scale doubled) where ``engine`` would saturate them on this CPU (a folder
+    quantised on a VNNI host, run on an AVX2 one)."""
+    if weight.dtype == torch.int8:
+        if not full_range_exact(engine) and int(weight.abs().max()) > 64:
+            weight, scale = torch.round(weight.float() / 2), scale * 2  # |q| <= 64
+        weight = weight.float() * (scale.float().unsqueeze(1) if scale.dim() else float(scale))
+    return _qint8(weight, scale, zero_point)
+
+
+# -- the engine of each layer shape, measured on this host ----------------------------------------
+def measure_int8_times(fan_in: int, fan_out: int, activations: str, tokens: int = AUTO_TOKENS,
+                       reps: int = 7) -> dict[str, float]:
+    """Seconds of one forward pass of a ``fan_in`` x ``fan_out`` layer on ``tokens`` rows: fp32
+    and each int8 engine (per-channel weights, ``activations``). The paths take turns and each
+    keeps its fastest pass: other work on the CPU slows a pass, never speeds it up."""
+    torch.manual_seed(0)
+    linear, x = nn.Linear(fan_in, fan_out), torch.randn(tokens, fan_in)
+    engines = [e for e in CANDIDATES if e in int8_engines()] or int8_engines()
+    layers = {"fp32": linear, **{e: Int8Linear.from_linear(linear, e, "per-channel", activations)
+                                 for e in engines}}
+    best = dict.fromkeys(layers, float("inf"))
+    with torch.inference_mode():
+        for rep in range(reps + 1):  # the first round warms up (packing, kernel choice)
+            for name, layer in layers.items():
+                start = time.perf_counter()
+                layer(x)
+                if rep:
+                    best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def int8_times(fan_in: int, fan_out: int, activations: str, tokens: int = AUTO_TOKENS,
+               refresh: bool = False) -> dict[str, float]:
+    """:func:`measure_int8_times` for this host, from the per-host cache of
+    :func:`lmlab.cost.shapes.cached_seconds` or measured now (once)."""
+    from lmlab.cost.shapes import cached_seconds
+
+    return cached_seconds(f"int8 {activations}:{tokens}:{fan_in}x{fan_out}",
+                          lambda: measure_int8_times(fan_in, fan_out, activations, tokens),
+                          refresh)
+
+
+def fastest_engine(fan_in: int, fan_out: int, activations: str = "per-token",
+                   with_fp32: bool = False) -> str:
+    """The int8 engine that ran this layer shape fastest on this host (or ``"fp32"`` where
+    ``with_fp32`` and plain fp32 was faster than every engine)."""
+    times = int8_times(fan_in, fan_out, activations)
+    paths = [p for p in times if p in int8_engines() or (with_fp32 and p == "fp32")]
+    return min(paths, key=times.__getitem__)
 
 
 # -- checks ------------------------------------------------------------------------------------------
@@ -231,38 +316,52 @@ def quantizable_linears(model: nn.Module) -> list[str]:
     return names
 
 
-def check_options(engine: str, granularity: str) -> None:
-    engines = [e for e in torch.backends.quantized.supported_engines if e != "none"]
-    if engine not in engines:
-        raise LmlabError(f"int8 engine {engine!r} is not available in this torch build",
-                         f"use one of {', '.join(engines)} (or leave it out: {default_engine()})")
-    if granularity not in GRANULARITIES:
-        raise LmlabError(f"unknown granularity {granularity!r}",
-                         f"use one of {', '.join(GRANULARITIES)}")
+def check_options(engine: str, granularity: str, activations: str = "per-token") -> None:
+    """Refuse an engine this torch lacks, or an unknown granularity or activation scheme."""
+    from lmlab.utils.checks import check_choice
+
+    check_choice(engine, [AUTO, *int8_engines()], "int8 engine", "int8 engine")
+    check_choice(granularity, GRANULARITIES, "granularity", "granularity")
+    check_choice(activations, ACTIVATIONS, "activation scheme", "activation scheme")
 
 
 # -- quantise, save, load --------------------------------------------------------------------------
-def quantize_int8(model: nn.Module, engine: str | None = None,
-                  granularity: str = "per-channel") -> nn.Module:
-    """Replace every ``nn.Linear`` of ``model`` (in place) by an :class:`Int8Linear`; returns
-    the model, in eval mode.
+def quantize_int8(model: nn.Module, engine: str | None = AUTO, granularity: str = "per-channel",
+                  activations: str = "per-token") -> nn.Module:
+    """Replace the ``nn.Linear`` layers of ``model`` (in place) by :class:`Int8Linear`;
+    returns the model, in eval mode.
 
     Args:
-        engine: the int8 kernels ("x86", "onednn", "fbgemm"); None = :func:`default_engine`.
+        engine: the int8 kernels ("x86", "onednn", "fbgemm") for every layer; ``"auto"`` (or
+            None) = per layer shape, the fastest measured on this host (:func:`int8_times`,
+            cached), a shape that runs faster in fp32 than in int8 staying fp32.
         granularity: one weight scale per output channel (the default: as fast, and closer
             to fp32, docs/compression-inference.md) or per tensor.
+        activations: one input range per token (the default; MiniLM's sentence vectors stay
+            within cosine 0.99 of fp32) or per call (faster, less exact).
 
     Example:
         >>> import lmlab
         >>> from lmlab.compress.quantize import quantize_int8
         >>> model = quantize_int8(lmlab.from_pretrained("minilm"))
     """
-    engine = engine or default_engine()
-    check_options(engine, granularity)
+    engine = engine or AUTO
+    check_options(engine, granularity, activations)
     names = quantizable_linears(model)  # every refusal before the first conversion
-    for name in names:
-        model.set_submodule(name, Int8Linear.from_linear(model.get_submodule(name), engine,
-                                                         granularity))
+    engines = {name: engine for name in names}
+    if engine == AUTO:
+        engines = {name: fastest_engine(model.get_submodule(name).in_features,
+                                        model.get_submodule(name).out_features, activations,
+                                        with_fp32=True) for name in names}
+        if all(e == "fp32" for e in engines.values()):
+            raise LmlabError("on this host every linear layer of the model runs faster in fp32 "
+                             "than in int8 (measured per layer shape): int8 would only lose "
+                             "accuracy", "keep the fp32 model, or name an engine to quantise "
+                             f"anyway ({', '.join(int8_engines())})")
+    for name, chosen in engines.items():
+        if chosen != "fp32":
+            model.set_submodule(name, Int8Linear.from_linear(model.get_submodule(name), chosen,
+                                                             granularity, activations))
     return model.eval()
 
 
@@ -276,8 +375,8 @@ def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,
     """Write a quantised :class:`~lmlab.models.model.LanguageModel` (or encoder-decoder) as a
     folder :func:`load_quantized` (and ``lmlab.from_pretrained``) reads in a new process:
     ``config.json`` (lmlab's own model format, :mod:`lmlab.interop.native`), ``model.safetensors``
-    (int8 weights, their scales, and the fp32 rest), ``quantization.json`` (method, engine,
-    granularity, the converted layers) and the tokenizer's files when ``tokenizer`` is given.
+    (int8 weights, their scales, and the fp32 rest), ``quantization.json`` (method, engine per
+    layer, granularity, activation ranges, the converted layers) and the tokenizer's files when ``tokenizer`` is given.
     transformers cannot read it: int8 weights are not a Hugging Face format."""
     from lmlab.interop.native import save_native
     from lmlab.utils.checks import check_output_folder
@@ -299,12 +398,16 @@ def save_quantized(model: nn.Module, path: str | Path, tokenizer: Any = None,
     path = Path(path)
     check_output_folder(path, overwrite, "quantised model", ignore=(".*.tmp",))
     first = model.get_submodule(layers[0])
+    engines = {name: model.get_submodule(name).engine for name in layers}
     atomic_write_json(path / QUANTIZATION_FILE, {  # first: a half-written folder is refused
-        "method": METHOD, "format_version": FORMAT_VERSION, "engine": first.engine,
-        "granularity": first.granularity, "layers": layers,
-        "weights": "int8, symmetric (zero point 0), scale = max|W| / 127.5",
-        "activations": "uint8, per-tensor range computed per call; 8 bits where the running "
-                       "CPU's kernels are exact with them (oneDNN on VNNI/AMX), else 7"})
+        "method": METHOD, "format_version": FORMAT_VERSION,
+        "engine": max(set(engines.values()), key=list(engines.values()).count),
+        "engines": engines, "granularity": first.granularity, "layers": layers,
+        "activation_ranges": first.activations,
+        "weights": "int8, symmetric (zero point 0), scale = max|W| / 127.5, or / 64 where the "
+                   "quantising CPU's kernels would saturate 8 bits (halved at load where the "
+                   "running CPU's would)",
+        "activations": f"uint8, quantised on every call, one range {first.activations.replace('-', ' ')}"})
     save_native(model, path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
@@ -328,8 +431,9 @@ def _not_rebuilt(model: nn.Module, layers: list[str]) -> list[str]:
 def load_quantized(path: str | Path, engine: str | None = None, head: Any = None,
                    dtype: torch.dtype | None = None) -> nn.Module:
     """Load a folder written by :func:`save_quantized`, packing its int8 weights for ``engine``
-    (None: the saved engine where this torch has it, else :func:`default_engine`). The folder
-    holds no activation width: this process's CPU decides it (:func:`full_range_exact`)."""
+    (None: each layer's saved engine where this torch has it, else the fastest measured here).
+    Whether 8-bit weights saturate is this process's CPU's question (:func:`full_range_exact`).
+    A folder without ``activation_ranges`` predates per-token ranges: per-tensor."""
     from lmlab.formats.safetensors_io import load_state
     from lmlab.interop.native import read_native_config
     from lmlab.models.classes import build_model
@@ -353,18 +457,19 @@ def load_quantized(path: str | Path, engine: str | None = None, head: Any = None
         raise LmlabError(f"a quantised model keeps the heads it was saved with ({heads}); "
                          f"{head!r} is not one of them",
                          "quantise a model that has that head")
-    saved_engine = info.get("engine")
-    if engine is None:
-        engine = saved_engine if saved_engine in torch.backends.quantized.supported_engines \
-            else default_engine()
-    check_options(engine, info.get("granularity", "per-tensor"))
+    granularity = info.get("granularity", "per-tensor")
+    activations = info.get("activation_ranges", "per-tensor")
+    check_options(engine or AUTO, granularity, activations)
     state = load_state(weights)
     model = build_model(config, heads, state)
     for name in info["layers"]:  # the structure: int8 layers where the saved model had them
         linear = model.get_submodule(name)
+        chosen = engine or info.get("engines", {}).get(name, info.get("engine"))
+        if chosen not in int8_engines():
+            chosen = fastest_engine(linear.in_features, linear.out_features, activations)
         model.set_submodule(name, Int8Linear(linear.in_features, linear.out_features, None,
-                                             engine, info.get("granularity", "per-tensor"),
-                                             linear.bias is not None))
+                                             chosen, granularity, linear.bias is not None,
+                                             activations))
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
         problem = f"missing {missing[:5]}, unexpected {unexpected[:5]}" \

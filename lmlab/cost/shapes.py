@@ -3,7 +3,9 @@
 Square-matrix peaks rank the paths differently from a model's thin linear layers, so
 ``precision="auto"`` times the products of one training step (forward, input and weight
 gradients) of every distinct ``nn.Linear`` shape, in fp32 and bf16, cached per host and shape
-set (``cache_dir()/cost/linear-shapes.json``); see docs/training.md.
+set (``cache_dir()/cost/linear-shapes.json``); see docs/training.md. int8 quantisation's engine
+choice (:mod:`lmlab.compress.quantize`) keeps its per-shape timings in the same cache
+(:func:`cached_seconds`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from lmlab.utils.host import describe_host
 from lmlab.utils.io import atomic_write_json
 from lmlab.utils.paths import cache_dir
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: each entry records the load it was measured under
 PATHS = ("fp32", "bf16")
 
 
@@ -70,14 +72,31 @@ def model_linear_times(model: nn.Module, tokens: int, refresh: bool = False,
     ``measure`` replaces :func:`measure_linear_times` (tests inject their own figures)."""
     shapes = linear_shapes(model)
     signature = f"{tokens}:" + ",".join(f"{i}x{o}*{n}" for (i, o), n in sorted(shapes.items()))
+    seconds = cached_seconds(signature, lambda: (measure or measure_linear_times)(shapes, tokens),
+                             refresh)
+    return LinearTimes(seconds, len(shapes))
+
+
+def cached_seconds(signature: str, measure: Callable[[], dict[str, float]],
+                   refresh: bool = False) -> dict[str, float]:
+    """Seconds per path of one measurement (``signature`` names what was timed), from this
+    host's entry in the cache, or ``measure()`` now (then cached). An entry measured while
+    other work loaded the CPU is measured again once the machine is quiet (as the peaks are)."""
+    from lmlab.cost.peak import _load_average, _loaded
+
     host = describe_host()
     path = cache_dir() / "cost" / "linear-shapes.json"
-    data = read_cache(path, _CACHE_VERSION)
-    entry = data.get("hosts", {}).get(host, {}).get(signature)
-    if entry is not None and not refresh:
-        return LinearTimes(dict(entry), len(shapes))
-    seconds = (measure or measure_linear_times)(shapes, tokens)
-    data.setdefault("hosts", {}).setdefault(host, {})[signature] = seconds
+    entry = read_cache(path, _CACHE_VERSION).get("hosts", {}).get(host, {}).get(signature)
+    threads = torch.get_num_threads()
+    stale = entry is not None and _loaded(entry.get("load_average"), threads) and \
+        not _loaded(_load_average(), threads)
+    if entry is not None and not refresh and not stale:
+        return dict(entry["seconds"])
+    load = _load_average()
+    seconds = measure()
+    data = read_cache(path, _CACHE_VERSION)  # re-read: another process may have added entries
+    data.setdefault("hosts", {}).setdefault(host, {})[signature] = {"seconds": seconds,
+                                                                    "load_average": load}
     data["version"] = _CACHE_VERSION
     atomic_write_json(path, data)
-    return LinearTimes(seconds, len(shapes))
+    return seconds
