@@ -291,9 +291,13 @@ class PretrainingStream:
         self.shuffle_block = max(1, int(shuffle_block))
         self.emit_types = bool(token_type_ids)
         self.cls_sep = getattr(objective, "cls_sep_packing", True)
+        # BART's sentence permutation reads where the shards' sentences start
+        self.sentence_starts = bool(getattr(objective, "uses_sentence_starts", False))
         self.pair_mode = getattr(objective, "pair_mode", "") or "nsp"
         self._check()
         self._documents = np.asarray(self.source.document_offsets(), dtype=np.int64)
+        if self.sentence_starts:
+            self._sentence_offsets = np.asarray(self.source.sentence_offsets(), dtype=np.int64)
         if self.format == "segment_pairs":
             self.num_units = self.source.num_documents
             self.block_units = self.shuffle_block
@@ -413,13 +417,26 @@ class PretrainingStream:
             return np.random.default_rng([self.seed, epoch, 1]).permutation(self.num_units)
         return np.arange(self.num_units)
 
+    def _sentence_starts_of(self, start: int, count: int) -> np.ndarray:
+        """(count,) bool: which tokens of ``[start, start + count)`` begin a shard sentence."""
+        offsets = self._sentence_offsets
+        inside = offsets[np.searchsorted(offsets, start):np.searchsorted(offsets, start + count)]
+        out = np.zeros(count, dtype=bool)
+        out[inside - start] = True
+        return out
+
     def _wrap(self, ids: np.ndarray, starts: np.ndarray, example_id: int,
-              epoch: int) -> dict[str, Any]:
+              epoch: int, sentences: np.ndarray | None = None) -> dict[str, Any]:
         if self.cls_sep:
             ids = np.concatenate([[self.special.cls_id], ids, [self.special.sep_id]])
             starts = np.concatenate([[True], starts, [True]])
-        return {"ids": ids.astype(np.int64), "starts": starts.astype(bool),
-                "types": None, "example_id": example_id, "epoch": epoch}
+            if sentences is not None:
+                sentences = np.concatenate([[False], sentences, [False]])
+        example = {"ids": ids.astype(np.int64), "starts": starts.astype(bool),
+                   "types": None, "example_id": example_id, "epoch": epoch}
+        if sentences is not None:
+            example["sentences"] = sentences.astype(bool)
+        return example
 
     def _separator(self) -> int:
         if self.cls_sep:
@@ -431,11 +448,13 @@ class PretrainingStream:
         if self.packing != "full_sentences":
             start, stop = int(self._unit_start[unit]), int(self._unit_stop[unit])
             return self._wrap(self.source.window(start, stop - start),
-                              self.source.word_starts(start, stop - start), unit, epoch)
+                              self.source.word_starts(start, stop - start), unit, epoch,
+                              self._sentence_starts_of(start, stop - start)
+                              if self.sentence_starts else None)
         docs, separators = self._documents, self._separators
         begin, end = unit * length, (unit + 1) * length
         doc = int(np.searchsorted(separators, begin, side="left"))
-        ids_parts, start_parts = [], []
+        ids_parts, start_parts, sentence_parts = [], [], []
         while doc < len(docs) - 1:
             virtual_start = int(docs[doc]) + doc
             if virtual_start >= end:
@@ -445,11 +464,15 @@ class PretrainingStream:
                 real = int(docs[doc]) + (low - virtual_start)
                 ids_parts.append(self.source.window(real, high - low))
                 start_parts.append(self.source.word_starts(real, high - low))
-            if begin <= int(separators[doc]) < end:
+                if self.sentence_starts:
+                    sentence_parts.append(self._sentence_starts_of(real, high - low))
+            if begin <= int(separators[doc]) < end:  # ends its document's last sentence
                 ids_parts.append(np.asarray([self._separator()], dtype=np.int64))
                 start_parts.append(np.ones(1, dtype=bool))
+                sentence_parts.append(np.zeros(1, dtype=bool))
             doc += 1
-        return self._wrap(np.concatenate(ids_parts), np.concatenate(start_parts), unit, epoch)
+        return self._wrap(np.concatenate(ids_parts), np.concatenate(start_parts), unit, epoch,
+                          np.concatenate(sentence_parts) if self.sentence_starts else None)
 
     def _pair_examples(self, doc: int, epoch: int) -> list[dict[str, Any]]:
         data_epoch = self.objective.data_epoch(epoch)
@@ -558,6 +581,9 @@ class PretrainingStream:
                   "attention_mask": pad_rows([np.ones(len(row)) for row in rows], 0, length),
                   "token_type_ids": pad_rows(types, 0, length),
                   "word_starts": pad_rows([e["starts"] for e in examples], True, length, bool)}
+        if all("sentences" in e for e in examples):
+            arrays["sentence_starts"] = pad_rows([e["sentences"] for e in examples], False,
+                                                 length, bool)
         batch = {key: torch.from_numpy(array) for key, array in arrays.items()}
         batch["example_id"] = torch.tensor([e["example_id"] for e in examples], dtype=torch.long)
         batch["epoch"] = torch.tensor([e["epoch"] for e in examples], dtype=torch.long)

@@ -177,19 +177,26 @@ class BartNoise:
 
 def apply_noise(sentences: Sequence[np.ndarray], noise: BartNoise, mask_id: int,
                 rng: np.random.Generator, vocab_size: int | None = None,
-                is_word_start: np.ndarray | None = None) -> np.ndarray:
+                is_word_start: np.ndarray | None = None,
+                word_starts: Sequence[np.ndarray] | None = None) -> np.ndarray:
     """One document (its sentences' token ids) noised as ``noise`` says, in fairseq's order:
     sentence permutation, token masking, text infilling, deletion, rotation. The target is the
-    original document. ``is_word_start``: a bool per vocabulary id (WordPiece: False for
-    ``##`` pieces) keeping words whole in infilling."""
+    original document. Infilling keeps words whole by ``word_starts`` (a bool per token of each
+    sentence, as the shards store them), else ``is_word_start`` (a bool per vocabulary id:
+    WordPiece's False for ``##`` pieces), else every token is a word."""
     if not len(sentences):
         raise LmlabError("the document has no sentences", "pass at least one sentence's ids")
-    ids = (permute_sentences(sentences, rng) if noise.permute_sentences
-           else np.concatenate([np.asarray(s) for s in sentences]))
+    order = rng.permutation(len(sentences)) if noise.permute_sentences else range(len(sentences))
+    ids = np.concatenate([np.asarray(sentences[i]) for i in order])
+    starts = None
+    if word_starts is not None:  # a sentence starts a word, wherever it is moved to
+        starts = np.concatenate([np.r_[True, np.asarray(word_starts[i], bool)[1:]]
+                                 for i in order])
     if noise.mask_ratio:
         ids = mask_tokens(ids, mask_id, noise.mask_ratio, rng)
     if noise.infill_ratio:
-        starts = None if is_word_start is None else np.asarray(is_word_start)[ids]
+        if starts is None and is_word_start is not None:
+            starts = np.asarray(is_word_start)[ids]
         ids = infill_spans(ids, mask_id, noise.infill_ratio, rng, noise.poisson_lambda,
                            starts, noise.random_ratio, vocab_size).ids
     if noise.delete_ratio:

@@ -58,8 +58,12 @@ class _Seq2SeqObjective(Objective):
         require_encoder_decoder(model, f"the {self.name!r} objective")
         super().prepare(model)
 
-    def pair(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """(inputs, targets) token ids of one window's real tokens."""
+    def pair(self, ids: np.ndarray, rng: np.random.Generator,
+             word_starts: np.ndarray | None = None,
+             sentence_starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs, targets) token ids of one window's real tokens; ``word_starts`` and
+        ``sentence_starts`` flag the tokens that begin a word or a sentence (where the batch
+        has them)."""
         raise NotImplementedError
 
     def corrupt(self, batch: dict[str, torch.Tensor],
@@ -69,9 +73,10 @@ class _Seq2SeqObjective(Objective):
         mask = batch.get("attention_mask")
         inputs, targets = [], []
         for i, generator in enumerate(self.row_generators(batch, rng)):
-            row = batch["input_ids"][i]
-            x, y = self.pair(row[mask[i].bool()].numpy() if mask is not None else row.numpy(),
-                             generator)
+            real = mask[i].bool() if mask is not None else slice(None)
+            words, sentences = (batch[key][i][real].numpy() if key in batch else None
+                                for key in ("word_starts", "sentence_starts"))
+            x, y = self.pair(batch["input_ids"][i][real].numpy(), generator, words, sentences)
             inputs.append(np.concatenate([x, end]).astype(np.int64))
             targets.append(np.concatenate([y, end]).astype(np.int64))
         return pad_pairs(inputs, targets, self.special.pad_id)
@@ -117,7 +122,9 @@ class T5SpanCorruption(_Seq2SeqObjective):
         # every variant takes both (each reads the ones its rule has)
         self.options = {"noise_density": float(noise_density), "mean_span": float(mean_span)}
 
-    def pair(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def pair(self, ids: np.ndarray, rng: np.random.Generator,
+             word_starts: np.ndarray | None = None,
+             sentence_starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         example = self.function(ids, self.tokens, rng, **self.options)
         return example.inputs, example.targets
 
@@ -125,11 +132,13 @@ class T5SpanCorruption(_Seq2SeqObjective):
 class BartDenoising(_Seq2SeqObjective):
     """BART's pretraining (Lewis et al. 2020): reconstruct the window from a noised copy. The
     arguments set :class:`~lmlab.objectives.bart_noise.BartNoise` (docs/objectives.md): text
-    infilling's ``mask_ratio`` (0.3) and ``poisson_lambda`` (3), sentence permutation (the
+    infilling's ``mask_ratio`` (0.3) and ``poisson_lambda`` (3) over whole words (the shards'
+    word starts), sentence permutation (the shards' sentences; without them in the batch, the
     window cut after each end-of-text/separator token), rotation, token masking, deletion."""
 
     name = "bart"
     salt = 61
+    uses_sentence_starts = True  # the stream adds ``sentence_starts`` (B, T) to its batches
 
     def __init__(self, special: SpecialTokens, mask_ratio: float = 0.3,
                  poisson_lambda: float = 3.0, permute_sentences: bool = True,
@@ -143,8 +152,16 @@ class BartDenoising(_Seq2SeqObjective):
                                delete_ratio=float(delete_ratio))
         self.ends = {i for i in (special.eos_id, special.sep_id) if i is not None}
 
-    def pair(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        cuts = [i + 1 for i, token in enumerate(ids.tolist()) if token in self.ends]
+    def pair(self, ids: np.ndarray, rng: np.random.Generator,
+             word_starts: np.ndarray | None = None,
+             sentence_starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if sentence_starts is not None:
+            cuts = np.flatnonzero(sentence_starts[1:]) + 1
+        else:
+            cuts = [i + 1 for i, token in enumerate(ids.tolist()) if token in self.ends]
         sentences = [part for part in np.split(ids, cuts) if len(part)] or [ids]
+        starts = None
+        if word_starts is not None:
+            starts = [part for part in np.split(word_starts, cuts) if len(part)] or [word_starts]
         return apply_noise(sentences, self.noise, self.mask_id, rng,
-                           vocab_size=self.special.vocab_size), ids
+                           vocab_size=self.special.vocab_size, word_starts=starts), ids
