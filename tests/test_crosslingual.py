@@ -116,3 +116,21 @@ def test_experiment_script_at_toy_size(tmp_path):
                                           "self-learning"}
     assert (out / "alignment.png").stat().st_size > 5000
     assert "| procrustes |" in result.stdout
+
+
+def test_transfer_script_at_toy_size(tmp_path):
+    out = tmp_path / "transfer"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("crosslingual_transfer.py")),
+         "--books", "Ruth,Jonah,Song,Phlm,Jude", "--pretrain-steps", "6", "--vocab-size", "600",
+         "--train", "120", "--dev", "40", "--test", "40", "--epochs", "1", "--seeds", "0",
+         "--threads", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((out / "transfer.json").read_text())
+    assert set(report["rows"]) == {"pretrained", "random init", "pretrained, Spanish labels",
+                                   "TF-IDF", "TF-IDF, English test"}
+    spanish = [json.loads(line) for line in (out / "spa-test.jsonl").read_text().splitlines()]
+    english = [json.loads(line) for line in (out / "eng-test.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in spanish] == [r["id"] for r in english] and len(spanish) == 40
+    assert {r["label"] for r in spanish} <= {"history", "prophets", "wisdom", "letters"}
+    assert (out / "transfer.png").stat().st_size > 5000 and "| pretrained |" in result.stdout

@@ -28,7 +28,7 @@ BUILTIN_SOURCES: dict[str, type[Source]] = {
     "jargon": JargonSource,
     "pydocs": PyDocsSource,
 }
-USER_SOURCE_FORMS = ("folder:PATH", "jsonl:PATH[:FIELD]", "hf:NAME[:FIELD]", "sword:MODULE")
+USER_SOURCE_FORMS = ("folder:PATH", "jsonl:PATH[:FIELD]", "hf:NAME[:FIELD]", "sword:MODULE[:BOOKS]")
 
 __all__ = ["BUILTIN_SOURCES", "Source", "SourceCounts", "builtin_sources", "get_source"]
 
@@ -51,7 +51,7 @@ def _split_field(spec: str) -> tuple[str, str | None]:
 
 def get_source(spec: str) -> Source:
     """The source named by ``spec``: a built-in name or one of ``folder:PATH``,
-    ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]``, ``sword:MODULE``."""
+    ``jsonl:PATH[:FIELD]``, ``hf:NAME[:FIELD]``, ``sword:MODULE[:BOOK,BOOK]``."""
     spec = spec.strip()
     if spec in BUILTIN_SOURCES:
         return BUILTIN_SOURCES[spec]()
@@ -61,7 +61,8 @@ def get_source(spec: str) -> Source:
     if kind == "folder":
         return FolderSource(rest)
     if kind == "sword":
-        return SwordSource(rest)
+        module, _, books = rest.partition(":")
+        return SwordSource(module, books.split(",") if books else None)
     path_or_name, field = _split_field(rest)
     if kind == "jsonl":
         return JsonlSource(path_or_name, field or DEFAULT_FIELD)

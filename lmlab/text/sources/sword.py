@@ -74,14 +74,15 @@ def bible_verses(module: str, books: Sequence[str] | None = None) -> dict[str, s
 
 
 class SwordSource(Source):
-    """``sword:MODULE``: a Bible module as corpus documents, one per chapter."""
+    """``sword:MODULE`` or ``sword:MODULE:BOOK,BOOK``: a Bible module (or some of its books,
+    by OSIS name) as corpus documents, one per chapter."""
 
     description = "a SWORD Bible module, a document per chapter"
     install_hint = INSTALL_HINT
 
-    def __init__(self, module: str):
-        self.module = module
-        self.name = f"sword:{module}"
+    def __init__(self, module: str, books: Sequence[str] | None = None):
+        self.module, self.books = module, list(books) if books else None
+        self.name = f"sword:{module}" + (f":{','.join(self.books)}" if self.books else "")
 
     def files(self) -> list[Path]:
         root = sword_root()
@@ -91,7 +92,7 @@ class SwordSource(Source):
     def iter_documents(self) -> Iterator[Document]:
         self.require()
         chapters: dict[str, list[str]] = {}
-        for reference, text in bible_verses(self.module).items():
+        for reference, text in bible_verses(self.module, self.books).items():
             chapters.setdefault(reference.rsplit(".", 1)[0], []).append(text)
         for chapter, sentences in chapters.items():
             yield Document(f"{self.module}/{chapter.replace('.', '/')}", self.name, sentences)
