@@ -10,6 +10,13 @@ sides alternated, medians and ratios to our fp32:
 - ``torch.ao``: ``torch.ao.quantization.quantize_dynamic`` as shipped (deprecated; engine x86);
 - ``torchao`` (``--torchao``): torchao's ``Int8DynamicActivationInt8WeightConfig`` in eager mode.
 
+ONNX Runtime (``--onnxruntime``): MiniLM (``--bert-base``: the random bert-base shape) as lmlab
+fp32, lmlab int8 (the defaults: engine measured per shape, per-token activations; and per-tensor
+activations), and the exported file in onnxruntime fp32 and after onnxruntime's own dynamic int8
+(``quantize_dynamic``, per-tensor and per-channel weights); onnxruntime's intra-op threads =
+torch's; alternated, medians; the cosine of each side's mean-pooled sentence vectors to fp32's
+on real sentences; the op types onnxruntime's optimised int8 graph runs (its fusions).
+
 Table (``--run RUN``, a fine-tuned classifier run directory): size on disk, peak resident
 memory (a fresh process per format, so the Python + torch runtime is included), tokens/s over
 the test split and test accuracy, for fp32, bf16, int8 and ONNX (onnxruntime), each measured in
@@ -17,6 +24,7 @@ its own subprocess.
 
 Usage:
     python bench/bench_quantize.py --batch 8 --seq 128 --reps 5
+    python bench/bench_quantize.py --onnxruntime --batch 8 --seq 128 --reps 7
     python bench/bench_quantize.py --run runs/compress-minilm-fortunes-topic --table-out bench/results/q.json
 """
 
@@ -90,6 +98,108 @@ def speed(batch: int, seq: int, reps: int, with_torchao: bool) -> dict:
             "tokens_per_s": {k: round(v["median"], 1) for k, v in results.items()},
             "speedup_vs_fp32": {k: round(v["median"] / fp32, 2) for k, v in results.items()},
             "mean_cosine_to_fp32": {k: round(v, 4) for k, v in drift.items()},
+            "interference_cpu_s_per_s": {k: v["interference_s"] for k, v in results.items()}}
+
+
+# -- against onnxruntime's dynamic int8 -----------------------------------------------------------
+SENTENCES = ["The cat sat on the mat.", "A quick brown fox jumps over the lazy dog.",
+             "Quantisation makes inference faster on CPUs.", "I love pizza with extra cheese",
+             "The stock market fell sharply on Monday after the announcement.", "Hello world",
+             "This is a test sentence.", "What is the capital of France?",
+             'He said: "no, never!" and left; the door slammed (loudly).']
+
+
+def onnx_sides(folder: Path, threads: int) -> tuple[dict, dict]:
+    """onnxruntime sessions on the exported fp32 file and its two dynamic-int8 versions, and
+    the op types of each int8 graph as onnxruntime optimised it."""
+    import collections
+
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from lmlab.export.onnx import MODEL_FILE
+
+    files = {"ort-fp32": folder / MODEL_FILE, "ort-int8": folder / "int8.onnx",
+             "ort-int8-channel": folder / "int8-channel.onnx"}
+    quantize_dynamic(files["ort-fp32"], files["ort-int8"], weight_type=QuantType.QInt8)
+    quantize_dynamic(files["ort-fp32"], files["ort-int8-channel"], weight_type=QuantType.QInt8,
+                     per_channel=True)
+    sessions, ops = {}, {}
+    for name, file in files.items():
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        optimized = folder / f"{name}.optimized.onnx"
+        options.optimized_model_filepath = str(optimized)
+        sessions[name] = ort.InferenceSession(str(file), options,
+                                              providers=["CPUExecutionProvider"])
+        ops[name] = dict(collections.Counter(n.op_type for n in onnx.load(optimized).graph.node)
+                         .most_common())
+    return sessions, ops
+
+
+def versus_onnxruntime(batch: int, seq: int, reps: int, bert_base: bool) -> dict:
+    import tempfile
+
+    import torch
+
+    import lmlab
+    from lmlab.compress.quantize import quantize_int8
+    from lmlab.export.onnx import export_onnx
+    from lmlab.finetune.runner import load_tokenizer
+    from lmlab.utils.catalog import resolve_model_dir
+    from lmlab.utils.host import describe_host
+
+    model = bert_base() if bert_base else lmlab.from_pretrained("minilm").eval()
+    ours = {"lmlab-fp32": model,
+            "lmlab-int8": quantize_int8(copy.deepcopy(model)),
+            "lmlab-int8-per-tensor": quantize_int8(copy.deepcopy(model),
+                                                   activations="per-tensor")}
+    engines = sorted({m.engine for m in ours["lmlab-int8"].modules() if hasattr(m, "engine")})
+    tokenizer = load_tokenizer(resolve_model_dir("minilm"))  # bert-base shares its vocabulary
+    text = {k: v for k, v in tokenizer(SENTENCES, padding=True, return_tensors="pt").items()
+            if k in ("input_ids", "attention_mask", "token_type_ids")}
+    ids = torch.randint(1000, 29000, (batch, seq))
+    timed = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+             "token_type_ids": torch.zeros_like(ids)}
+    threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory() as tmp:
+        export_onnx(model, Path(tmp) / "onnx", head="none")
+        sessions, ops = onnx_sides(Path(tmp) / "onnx", threads)
+
+        def hidden(name: str, inputs: dict):
+            if name in sessions:
+                return torch.from_numpy(sessions[name].run(None, {k: v.numpy() for k, v in
+                                                                  inputs.items()})[0])
+            with torch.inference_mode():
+                return ours[name](**inputs).last_hidden_state
+
+        mask = text["attention_mask"].unsqueeze(-1).float()
+        vectors = {name: (hidden(name, text) * mask).sum(1) / mask.sum(1)
+                   for name in [*ours, *sessions]}
+        cosine = {name: round(float(torch.nn.functional.cosine_similarity(
+            v, vectors["lmlab-fp32"]).min()), 4) for name, v in vectors.items()}
+
+        def run(name: str):
+            def call() -> float:
+                start = time.perf_counter()
+                hidden(name, timed)
+                return batch * seq / (time.perf_counter() - start)  # tokens/s
+            return call
+
+        sides = {name: run(name) for name in vectors}
+        for call in sides.values():
+            call()  # warm-up
+        results = alternate(sides, reps)
+    speed = {k: round(v["median"], 1) for k, v in results.items()}
+    return {"host": describe_host(), "threads": threads,
+            "model": "bert-base (random)" if bert_base else "MiniLM-L6 (all-MiniLM-L6-v2)",
+            "shape": f"batch {batch} x {seq} tokens", "lmlab_int8_engines": engines,
+            "tokens_per_s": speed,
+            "lmlab_int8_over_ort_int8": round(speed["lmlab-int8"] / speed["ort-int8"], 2),
+            "lmlab_int8_per_tensor_over_ort_int8": round(
+                speed["lmlab-int8-per-tensor"] / speed["ort-int8"], 2),
+            "min_sentence_cosine_to_fp32": cosine, "ort_optimised_ops": ops,
             "interference_cpu_s_per_s": {k: v["interference_s"] for k, v in results.items()}}
 
 
@@ -199,6 +309,10 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--torchao", action="store_true", help="also time torchao (eager)")
+    parser.add_argument("--onnxruntime", action="store_true",
+                        help="lmlab int8 against onnxruntime's dynamic int8 (MiniLM)")
+    parser.add_argument("--bert-base", action="store_true",
+                        help="with --onnxruntime: the random bert-base shape, not MiniLM")
     parser.add_argument("--run", type=Path, help="fine-tuned run directory: measure the table")
     parser.add_argument("--split", default="test")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -212,8 +326,12 @@ def main() -> None:
         print(json.dumps(measure(args.measure, args.folder, args.run, args.split,
                                  args.batch_size)))
         return
-    result = (table(args.run, args.split, args.batch_size, args.rounds) if args.run
-              else speed(args.batch, args.seq, args.reps, args.torchao))
+    if args.run:
+        result = table(args.run, args.split, args.batch_size, args.rounds)
+    elif args.onnxruntime:
+        result = versus_onnxruntime(args.batch, args.seq, args.reps, args.bert_base)
+    else:
+        result = speed(args.batch, args.seq, args.reps, args.torchao)
     print_json(result)
     if args.table_out:
         args.table_out.parent.mkdir(parents=True, exist_ok=True)
