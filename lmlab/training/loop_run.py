@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +121,7 @@ class LoopRun:
         self._tracker = CostTracker(model, seq_len=1, measure_peak=False,
                                     **self.cost_settings).start()
         self._model = model
+        self._session = uuid.uuid4().hex[:12]  # names this session's cost records
         self._session_start = time.perf_counter()
 
     def elapsed(self) -> float:
@@ -163,6 +165,9 @@ class LoopRun:
                                         encoding="utf-8")
         ckpt.commit(tmp, keep_last=1)
         self._saved_at = record["elapsed"]
+        if stop_reason is None:  # the cost so far survives a kill (lmlab cost project)
+            self._tracker.report().log_session(self.out_dir, self._session, "running",
+                                               step=self.step)
 
     def finish(self, loop_state: LoopState | None, stop_reason: str) -> Any:
         """A final checkpoint with ``stop_reason`` (None state: written already), then this
@@ -178,6 +183,8 @@ class LoopRun:
             report.peak_label = f"no {self._model.precision} peak is measured"
         if self.out_dir is not None:
             report.write(self.out_dir)
+            report.log_session(self.out_dir, self._session, "finished", stop_reason=stop_reason,
+                               step=self.step)
         return report
 
 
