@@ -7,8 +7,11 @@ in a new process, bad input refused before any work."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -433,6 +436,27 @@ def test_streaming_reads_the_source_once_per_pass(tmp_path):
     text.write_text("The cat's hat, 2 cats!\n\nDon't stop\n")
     assert list(sentences.sentences_from(text)) == [["the", "cat's", "hat", "2", "cats"],
                                                     ["don't", "stop"]]
+
+
+def test_glove_on_the_default_corpus_runs_as_the_docs_write_it(tmp_path, monkeypatch):
+    """docs/vectors.md's commands that train GloVe on the default corpus and score it, run as
+    written on a slice at toy size (flags appended: the last of a repeated flag wins)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "vectors.md").read_text()
+    block = page.split("### GloVe on the default corpus")[1].split("```bash\n")[1]
+    lines = block.split("```")[0].strip().splitlines()
+    toy = {"data": ["--sources", "kjv", "--max-documents", "40", "--exclude-tasks", "none",
+                    "--validation-fraction", "0.1"],
+           "train": ["--dim", "16", "--epochs", "2", "--min-count", "2"], "evaluate": []}
+    monkeypatch.chdir(tmp_path)
+    assert [shlex.split(line)[:2] for line in lines] == [["lmlab", "data"], ["lmlab", "vectors"],
+                                                         ["lmlab", "vectors"]]
+    for line in lines:
+        args = shlex.split(line)[1:]
+        assert main(args + toy[args[0] if args[0] == "data" else args[1]]) == 0
+    scores = json.loads(Path("glove-default-scores.json").read_text())
+    assert scores["dim"] == 16 and scores["words"] > 500
+    assert scores["similarity"]["simlex999"]["pairs"] > 0
+    assert scores["analogies"]["3cosadd"]["scored"] > 0
 
 
 def _corpus_file(tmp_path):
