@@ -134,3 +134,20 @@ def test_transfer_script_at_toy_size(tmp_path):
     assert [r["id"] for r in spanish] == [r["id"] for r in english] and len(spanish) == 40
     assert {r["label"] for r in spanish} <= {"history", "prophets", "wisdom", "letters"}
     assert (out / "transfer.png").stat().st_size > 5000 and "| pretrained |" in result.stdout
+
+
+def test_translation_script_at_toy_size(tmp_path):
+    out = tmp_path / "translate"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("crosslingual_translation.py")),
+         "--books", "Ruth,Jonah,Phlm", "--steps", "4", "--seeds", "0", "--test", "20",
+         "--dev", "10", "--vocab-size", "600", "--layers", "1", "--hidden", "32",
+         "--threads", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((out / "translation.json").read_text())
+    assert report["sizes"]["test"] == 20 and report["sizes"]["train"] > 50
+    assert 0 <= report["per_seed"]["0"]["4"]["chrf"] <= 100
+    test = [json.loads(line) for line in (out / "data" / "test.jsonl").read_text().splitlines()]
+    train = {json.loads(line)["key"] for line in (out / "data" / "train.jsonl").open()}
+    assert not train & {r["key"] for r in test}  # no test verse is trained on
+    assert (out / "translation.png").stat().st_size > 5000 and "| beam 4 |" in result.stdout
