@@ -15,9 +15,10 @@ demo: setup
 TEST_WORKERS ?= auto
 PYTEST := $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-# the kernels an AVX2-only host runs (torch, oneDNN, MKL, fbgemm), whatever this CPU has
+# the kernels an AVX2-only host runs (torch, oneDNN, MKL, fbgemm, numba's loops), whatever this
+# CPU has
 AVX2_ONLY := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
-	FBGEMM_ENABLE_INSTRUCTIONS=AVX2
+	FBGEMM_ENABLE_INSTRUCTIONS=AVX2 NUMBA_CPU_NAME=haswell
 
 # the suite, then its kernel-dependent tests again as an AVX2-only host runs them (docs/setup.md)
 test: setup

@@ -208,6 +208,7 @@ def _gensim_loop(architecture, sentence_ids, reach, noise, syn0, syn1, alpha, si
     return syn0, syn1
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("architecture,window", [("cbow", 3), ("skipgram", 2)])
 def test_word2vec_is_gensims_algorithm_with_gensims_init(architecture, window):
     """One pass over a few sentences, lmlab's compiled loop against gensim's (``word2vec_inner``)
@@ -320,6 +321,7 @@ def _glove_c_loop(model, rows, cols, x, x_max, alpha, eta, clip):
     return cost, clipped
 
 
+@pytest.mark.numerics
 def test_glove_loop_is_glove_c_line_by_line():
     """The compiled loop over shuffled entries that share rows (and a clipped gradient) gives
     the tables and loss of ``glove.c``'s loop rendered line by line, to float64 rounding."""
