@@ -1,3 +1,4 @@
 """Static word vectors: word2vec and GloVe training (:mod:`.word2vec`, :mod:`.glove`, run by
-:mod:`.train`), the file formats (:mod:`.keyed`), intrinsic evaluation (:mod:`.evaluate`) and
-the alignment of two spaces (:mod:`.align`); docs/vectors.md is the guide."""
+:mod:`.train`, their loops compiled in :mod:`.compiled`), the file formats (:mod:`.keyed`),
+intrinsic evaluation (:mod:`.evaluate`) and the alignment of two spaces (:mod:`.align`);
+docs/vectors.md is the guide."""
