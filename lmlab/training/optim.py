@@ -55,7 +55,17 @@ def build_optimizer(groups: list[dict[str, Any]], lr: float, betas: tuple[float,
         group.setdefault("weight_decay", weight_decay)
         group["initial_lr"] = group["lr"]
         prepared.append(group)
-    return torch.optim.AdamW(prepared, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    return torch.optim.AdamW(prepared, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                             fused=fused_adamw(prepared) or None)
+
+
+def fused_adamw(groups: list[dict[str, Any]]) -> bool:
+    """Whether torch's fused AdamW (one kernel per tensor) can update ``groups``: plain
+    floating-point tensors on the CPU or a CUDA GPU. On the CPU torch otherwise runs a loop of
+    small ops per tensor; the fused step is several times faster with the same update up to
+    float rounding (bench/bench_elementwise.py, docs/benchmarks.md)."""
+    return all(type(p.data) is torch.Tensor and p.is_floating_point()
+               and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
 
 
 def set_lr(optimizer: torch.optim.Optimizer, factor: float) -> float:
