@@ -162,6 +162,7 @@ def test_schedule_ramp_and_mix_resume_after_the_switch_bit_identical(shards, tmp
     result = run_lmlab(*args, "--out", cut)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from" in result.stdout and "(step 4," in result.stdout
+    assert "source mixture: fortunes 20% of the examples (its " in result.stdout
 
     def steps(run):
         return [(r["step"], r["tokens"], r["loss"]) for r in read_metrics(run / "metrics.jsonl")

@@ -201,6 +201,10 @@ class PretrainConfig:
             from lmlab.models.rnn.config import check_family_objective
 
             check_family_objective(family, self.objective.spec)  # elmo: bilm; awd-lstm: clm
+            if self.training.lr_decay and family not in ("awd-lstm", "elmo"):
+                raise LmlabError(f"lr_decay sets ULMFiT's rate per layer group, which lmlab "
+                                 f"pretrain defines for awd-lstm and elmo, not {family}",
+                                 "drop lr_decay, or use --family awd-lstm")
             config = preset(family, size, **self.model.model_args)
             if config.extra.get("patch_size"):  # ViT: models/core/image_embeddings.py
                 raise LmlabError(f"{family} reads images (pixel values), and lmlab pretrain "
@@ -478,6 +482,13 @@ def _streams(config: PretrainConfig, objective: Any) -> tuple[Any, list[dict[str
         lengths = [n for n, _ in parse_seq_len_schedule(data.seq_len_schedule)]  # type: ignore[arg-type]
         stream = PhasedStream([train_stream(n) for n in lengths],
                               [None if n is None else n * cfg.grad_accum for n in steps])
+    first = getattr(stream, "streams", [stream])[0]
+    if first.mixture is not None and int(os.environ.get("RANK", 0)) == 0:
+        mixture, units = first.mixture, ("documents" if first.format == "segment_pairs"
+                                         else "windows")
+        print("lmlab: source mixture: " + ", ".join(
+            f"{name} {100 * p:g}% of the examples (its {len(pool):,} {units})"
+            for name, p, pool in zip(mixture.names, mixture.p, mixture.pools)), flush=True)
     try:
         return stream, validation_batches(shards, objective=objective, batch_size=cfg.batch_size,
                                           seq_len=cfg.seq_len, seed=1234,
