@@ -5,8 +5,12 @@ time the same as trained ones) on batches of B x T tokens, forward passes in inf
 sides alternated, medians and ratios to our fp32:
 
 - ``fp32``: lmlab's model as loaded;
-- ``int8-onednn`` / ``int8-onednn-channel`` / ``int8-x86`` / ``int8-x86-channel``: lmlab.compress.quantize (ATen's int8
-  kernels) with oneDNN (AMX-INT8 where the CPU has it) or fbgemm, per-tensor or per-channel;
+- ``int8-default``: lmlab.compress.quantize's defaults (the engine measured per layer shape,
+  per-channel weights, per-token activations); ``int8-default-per-tensor-act``: the same with
+  one activation range per call;
+- ``int8-onednn`` / ``int8-onednn-channel`` / ``int8-x86`` / ``int8-x86-channel``: one engine
+  for every layer, oneDNN (AMX-INT8 where the CPU has it) or fbgemm, per-tensor or per-channel
+  weights (per-token activations);
 - ``torch.ao``: ``torch.ao.quantization.quantize_dynamic`` as shipped (deprecated; engine x86);
 - ``torchao`` (``--torchao``): torchao's ``Int8DynamicActivationInt8WeightConfig`` in eager mode.
 
@@ -63,6 +67,9 @@ def speed(batch: int, seq: int, reps: int, with_torchao: bool) -> dict:
     model = bert_base()
     ids = torch.randint(1000, 29000, (batch, seq))
     sides = {"fp32": model,
+             "int8-default": quantize_int8(copy.deepcopy(model)),  # measured engine, per token
+             "int8-default-per-tensor-act": quantize_int8(copy.deepcopy(model),
+                                                          activations="per-tensor"),
              "int8-onednn": quantize_int8(copy.deepcopy(model), "onednn", "per-tensor"),
              "int8-onednn-channel": quantize_int8(copy.deepcopy(model), "onednn", "per-channel"),
              "int8-x86": quantize_int8(copy.deepcopy(model), "x86", "per-tensor"),
