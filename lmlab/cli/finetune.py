@@ -53,6 +53,9 @@ def register(commands) -> None:
     p.add_argument("--head-lr-multiplier", type=float,
                    help="the new task head trains at --lr times this (default: the recipe's; "
                         "bert 10)")
+    p.add_argument("--head-hidden", type=int,
+                   help="a batch-norm layer of this many units before the classifier, with "
+                        "mean or concat pooling (ULMFiT's head: 50)")
     add_method_arguments(p)
 
     p = commands.command(

@@ -27,6 +27,16 @@ def register(commands) -> None:
     p.add_argument("--lm-steps", type=int, default=200,
                    help="stage 2 steps (0: skip it, the paper's 'without LM fine-tuning')")
     p.add_argument("--lm-lr", type=float, default=1e-3, help="stage 2 peak learning rate")
+    p.add_argument("--lm-lr-decay", type=float,
+                   help="stage 2 discriminative rates: lr / this per layer group down (paper: "
+                        "2.6; default: one rate)")
+    p.add_argument("--lm-ar", type=float, default=0.0,
+                   help="stage 2 activation regularisation (AWD-LSTM/fastai: 2)")
+    p.add_argument("--lm-tar", type=float, default=0.0,
+                   help="stage 2 temporal activation regularisation (AWD-LSTM/fastai: 1)")
+    p.add_argument("--head-hidden", type=int,
+                   help="stage 3: a batch-norm layer of this many units before the classifier "
+                        "(paper: 50)")
     p.add_argument("--recipe", default="ulmfit", choices=("ulmfit", "ulmfit-no-unfreeze"),
                    help="stage 3 recipe (ulmfit-no-unfreeze: every layer trains from epoch 0)")
     _common.add_flag(p, "lr", help="stage 3 peak learning rate of the top group")
@@ -44,6 +54,8 @@ def _ulmfit(args: argparse.Namespace) -> int:
     task = task_from_args(args)
     result = run_ulmfit(task, args.general, args.out, lm_steps=args.lm_steps, lm_lr=args.lm_lr,
                         recipe=args.recipe, seed=args.seed, lr=args.lr, epochs=args.epochs,
+                        lm_options={"lr_decay": args.lm_lr_decay, "ar": args.lm_ar,
+                                    "tar": args.lm_tar}, head_hidden=args.head_hidden,
                         batch_size=args.batch_size,
                         max_train_examples=args.max_train_examples, precision=args.precision,
                         overwrite=args.overwrite)

@@ -35,9 +35,13 @@ class Recipe:
     max_length: int = 128
     head_lr_multiplier: float = 1.0  # the new task head trains at lr * this
     min_updates: int = 0  # train at least this many optimizer updates (more epochs if needed)
+    head_hidden: int | None = None  # ULMFiT's batch-norm head layer (the paper: 50 units)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        values = asdict(self)
+        if values["head_hidden"] is None:  # as runs recorded before the field: they resume
+            del values["head_hidden"]
+        return values
 
 
 RECIPES: dict[str, Recipe] = {
@@ -98,22 +102,13 @@ def discriminative_groups(model: nn.Module, lr: float, lr_decay: float,
     """AdamW groups with ``lr / lr_decay**depth`` per layer group (depth 0 = the head), each
     split into decay / no-decay parameters as BERT does; the task heads' own parameters (not
     the pooler) get ``head_lr_multiplier`` times their group's rate (group key ``"head"``)."""
-    from lmlab.training.optim import param_groups
+    from lmlab.training.optim import discriminative_param_groups
 
     tiers = [(list(model.heads.values()), lr * head_lr_multiplier, 0, {"head": True})] \
         if head_lr_multiplier != 1.0 else []  # the heads first: their parameters take this rate
     tiers += [(modules, lr / lr_decay ** depth, depth, {})
               for depth, modules in enumerate(layer_groups(model))]
-    groups: list[dict[str, Any]] = []
-    seen: set[int] = set()
-    for modules, rate, depth, marks in tiers:
-        for group in param_groups(modules, weight_decay):
-            params = [p for p in group["params"] if id(p) not in seen]
-            seen.update(id(p) for p in params)
-            if params:
-                groups.append({"params": params, "weight_decay": group["weight_decay"],
-                               "lr": rate, "depth": depth, **marks})
-    return groups
+    return discriminative_param_groups(tiers, weight_decay)
 
 
 def unfreeze_to(model: nn.Module, depth: int) -> int:

@@ -331,7 +331,8 @@ def _recipe(cfg: FinetuneConfig, is_random: bool) -> tuple[Recipe, str]:
                   else "the default for a pretrained model")
     rec = get_recipe(name, epochs=cfg.epochs, lr=lr, batch_size=cfg.batch_size,
                      pooling=cfg.pooling, max_length=cfg.max_length, patience=cfg.patience,
-                     head_lr_multiplier=head_lr_multiplier, min_updates=min_updates)
+                     head_lr_multiplier=head_lr_multiplier, min_updates=min_updates,
+                     head_hidden=cfg.head_hidden)
     if name == "feature" and cfg.layer is not None:
         rec = replace(rec, layer=cfg.layer)
     return rec, reason
@@ -456,6 +457,8 @@ def _train_full(task: Task, model_source: str | Path, rec: Recipe, cfg: Finetune
         print(f"lmlab finetune: pooling {pooling}: {pooling_reason}", flush=True)
     seed_everything(seed)  # the new head's initial weights
     objective = task_objective(task, pooling)
+    if rec.head_hidden:  # ULMFiT's batch-norm head layer (models.task_heads)
+        model.config.extra["classifier_hidden"] = rec.head_hidden
     for name in [h for h in model.heads if h != objective.head]:
         del model.heads[name]  # pretraining heads are not part of the fine-tuned model
     objective.prepare(model)

@@ -19,7 +19,7 @@ from lmlab.utils.errors import LmlabError
 MINIMUMS = {"epochs": ("--epochs", 1), "batch_size": ("--batch-size", 1),
             "max_length": ("--max-length", 2), "max_train_examples": ("--max-train-examples", 1),
             "patience": ("--patience", 1), "save_every": ("--save-every", 1),
-            "min_updates": ("--min-updates", 0)}
+            "min_updates": ("--min-updates", 0), "head_hidden": ("--head-hidden", 1)}
 POSITIVE = {"lr": "--lr", "budget_seconds": "--budget", "head_lr_multiplier": "--head-lr-multiplier"}
 
 
@@ -50,6 +50,7 @@ class FinetuneConfig:
     overwrite: bool = False
     head_lr_multiplier: float | None = None
     min_updates: int | None = None
+    head_hidden: int | None = None  # ULMFiT's 50-unit batch-norm layer before the classifier
     distil: Any = None  # a lmlab.compress.distil.TaskDistillation
     method: str | None = None  # lora, adapter, bitfit, prompt, prefix (lmlab.adapt)
     method_options: dict[str, Any] | None = None

@@ -68,10 +68,13 @@ def task_text_shards(task: Task, tokenizer_dir: Path, out: Path) -> Path:
 
 def finetune_lm(task: Task, general: str | Path, out: str | Path, steps: int, lr: float = 1e-3,
                 batch_size: int = 32, seq_len: int = 70, seed: int = 0,
-                precision: str = "fp32", show_progress: bool = False) -> Path:
+                precision: str = "fp32", show_progress: bool = False,
+                lr_decay: float | None = None, ar: float = 0.0, tar: float = 0.0) -> Path:
     """Stage 2: continue the general LM's CLM training on the task's text for ``steps`` steps
-    (slanted triangular rates), into the run directory ``out``; returns it. The train split's
-    texts train, the dev split's measure perplexity; the test split's text is never read."""
+    (slanted triangular rates; ``lr_decay``: discriminative rates ``lr / lr_decay**depth`` by
+    layer group, the paper's 2.6; ``ar``/``tar``: AWD-LSTM's activation regularisation, 2 and 1
+    in fastai), into the run directory ``out``; returns it. The train split's texts train, the
+    dev split's measure perplexity; the test split's text is never read."""
     from lmlab.training.pretrain import PretrainConfig, pretrain
 
     folder = general_lm_folder(general)
@@ -79,6 +82,7 @@ def finetune_lm(task: Task, general: str | Path, out: str | Path, steps: int, lr
     shards = task_text_shards(task, folder, out.parent / DATA_DIR)
     pretrain(PretrainConfig.from_sections(
         None, init=str(folder), objective="clm", shards=str(shards), out=str(out),
+        lr_decay=lr_decay, objective_args={"ar": ar, "tar": tar} if ar or tar else None,
         max_steps=steps, lr=lr, schedule="triangular", batch_size=batch_size, seq_len=seq_len,
         seed=seed, precision=precision, progress=show_progress, eval_every=max(steps // 4, 1),
         save_every=max(steps // 2, 1), track_cost=False))
@@ -88,9 +92,11 @@ def finetune_lm(task: Task, general: str | Path, out: str | Path, steps: int, lr
 def run_ulmfit(task: Task, general: str | Path, out: str | Path, *, lm_steps: int = 200,
                lm_lr: float = 1e-3, recipe: str = "ulmfit", seed: int = 0,
                precision: str = "fp32", show_progress: bool = False,
+               lm_options: dict[str, Any] | None = None,
                **finetune_args: Any) -> dict[str, Any]:
     """Stages 2 and 3 into ``out/lm`` and ``out/classifier`` (``lm_steps=0``: stage 3 on the
-    general LM directly; ``finetune_args``: stage 3's other settings, ``lr=``, ``epochs=`` ...).
+    general LM directly; ``lm_options``: stage 2's ``lr_decay``, ``ar``, ``tar``;
+    ``finetune_args``: stage 3's other settings, ``lr=``, ``epochs=``, ``head_hidden=`` ...).
     Returns stage 3's result with ``lm_eval``: stage 2's last evaluation (dev perplexity)."""
     from lmlab.finetune.runner import finetune
     from lmlab.training.report import run_summary
@@ -98,13 +104,21 @@ def run_ulmfit(task: Task, general: str | Path, out: str | Path, *, lm_steps: in
     general_lm_folder(general)  # refused before any work
     if lm_steps < 0:
         raise LmlabError(f"lm_steps {lm_steps} is negative", "use 0 to skip stage 2, or more")
+    options = dict(lm_options or {})
+    if options.get("lr_decay") is not None and not options["lr_decay"] >= 1:
+        raise LmlabError(f"lm_lr_decay {options['lr_decay']} is below 1",
+                         "use 2.6 (the paper's), or leave it unset for one rate")
+    for name in ("ar", "tar"):
+        if options.get(name, 0) < 0:
+            raise LmlabError(f"lm {name} {options[name]} is negative",
+                             f"use {name} >= 0 (AWD-LSTM: ar 2, tar 1)")
     out = Path(out)
     source: Path | str = general
     lm_eval: dict[str, Any] = {}
     if lm_steps:
         source = finetune_lm(task, general, out / LM_DIR, lm_steps, lm_lr,
                              seq_len=70, seed=seed, precision=precision,
-                             show_progress=show_progress)
+                             show_progress=show_progress, **options)
         lm_eval = run_summary(source)["last_eval"]
     result = finetune(task, source, out / CLASSIFIER_DIR, recipe=recipe, seed=seed,
                       precision=precision, show_progress=show_progress, **finetune_args)

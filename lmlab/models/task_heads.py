@@ -82,6 +82,10 @@ class _PooledHead(nn.Module):
         if style in ("family", "cls"):  # the family's layout; the pooled [CLS] if it has none
             style = get_family(config.family).task_heads.get(head, "pooler")
         self.style = style
+        if config.extra.get("classifier_hidden") and style not in ("concat", "mean"):
+            raise LmlabError(f"a hidden classifier layer (ULMFiT's) reads a pooled vector; this "
+                             f"head's layout is {style!r}", "use --pooling concat or mean, or "
+                             "drop --head-hidden")
         h = config.hidden_size
         if style in DENSE_LAYOUTS:  # classifier.dense -> act -> out_proj
             self.dense = nn.Linear(h, h)
@@ -103,8 +107,15 @@ class _PooledHead(nn.Module):
             self.dropout = _dropout(config, "seq_classif_dropout")
         else:
             width = 3 * h if style == "concat" else h
-            self.classifier = nn.Linear(width, outputs)
             self.dropout = _dropout(config, "classifier_dropout", "classifier_dropout_prob")
+            hidden = config.extra.get("classifier_hidden")
+            if hidden:  # ULMFiT's head, its dropouts inside
+                self.classifier = batchnorm_classifier(
+                    width, int(hidden), outputs,
+                    float(config.extra.get("classifier_input_dropout", 0.4)), self.dropout.p)
+                self.dropout = nn.Identity()
+            else:
+                self.classifier = nn.Linear(width, outputs)
 
     def represent(self, hidden: torch.Tensor, pooled: torch.Tensor | None,
                   attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -141,6 +152,17 @@ class _PooledHead(nn.Module):
             return self.score(vector)
         return self.out_proj(vector) if self.style in DENSE_LAYOUTS \
             else self.classifier(vector)
+
+
+def batchnorm_classifier(width: int, hidden: int, outputs: int, input_dropout: float,
+                         dropout: float) -> nn.Sequential:
+    """ULMFiT's classifier (fastai's ``PoolingLinearClassifier``: two ``LinBnDrop`` blocks):
+    batch norm, dropout, a bias-free linear layer to ``hidden`` units (the paper's 50), ReLU,
+    then batch norm, dropout and a bias-free linear layer to ``outputs``."""
+    return nn.Sequential(nn.BatchNorm1d(width), nn.Dropout(input_dropout),
+                         nn.Linear(width, hidden, bias=False), nn.ReLU(),
+                         nn.BatchNorm1d(hidden), nn.Dropout(dropout),
+                         nn.Linear(hidden, outputs, bias=False))
 
 
 def last_real_token(attention_mask: torch.Tensor | None, length: int) -> torch.Tensor | int:

@@ -10,7 +10,7 @@ from torch.nn import functional as F
 
 from lmlab.models.core.masks import document_mask, prefix_lm_mask
 from lmlab.models.heads import IGNORE_INDEX
-from lmlab.objectives.base import Objective, ObjectiveResult, require_labels
+from lmlab.objectives.base import Objective, ObjectiveResult, require_labels, stack_inputs
 from lmlab.objectives.linear_cross_entropy import projected_cross_entropy
 from lmlab.objectives.special_tokens import SpecialTokens
 from lmlab.utils.errors import LmlabError
@@ -37,9 +37,24 @@ def document_ids(input_ids: torch.Tensor, separator_ids: tuple[int, ...]) -> tor
     return torch.cumsum(ends, dim=1) - ends  # the separator stays in the document it closes
 
 
+def activation_penalties(dropped: torch.Tensor, raw: torch.Tensor, padding: torch.Tensor,
+                         ar: float, tar: float) -> torch.Tensor:
+    """AWD-LSTM's AR ``ar * mean(dropped ** 2)`` on the last layer's dropped output and TAR
+    ``tar * mean((raw_t - raw_{t-1}) ** 2)`` on its raw output (Merity et al. 2017, Section 4.6),
+    means over the real positions (``padding`` (B, T) 1 for real tokens) and units."""
+    real = padding.to(dropped.dtype).unsqueeze(-1)  # (B, T, 1)
+    width = dropped.shape[-1]
+    penalty = ar * (dropped.pow(2) * real).sum() / (real.sum() * width).clamp(min=1)
+    both = real[:, 1:] * real[:, :-1]  # (B, T-1, 1): consecutive real positions
+    steps = (raw[:, 1:] - raw[:, :-1]).pow(2) * both
+    return penalty + tar * steps.sum() / (both.sum() * width).clamp(min=1)
+
+
 class CausalLM(Objective):
     """Next-token prediction over packed token windows; ``separate_documents`` masks attention
-    between the packed documents (cut after ``eos_id``/``sep_id``)."""
+    between the packed documents (cut after ``eos_id``/``sep_id``); ``ar``/``tar`` add
+    AWD-LSTM's activation and temporal activation regularisation (:func:`activation_penalties`;
+    Merity et al.: 2 and 1)."""
 
     name = "clm"
     head_names = ("clm",)
@@ -48,9 +63,14 @@ class CausalLM(Objective):
     cls_sep_packing = False
 
     def __init__(self, special: SpecialTokens, separate_documents: bool = False,
-                 weight: float = 1.0):
+                 weight: float = 1.0, ar: float = 0.0, tar: float = 0.0):
         super().__init__(special, weight)
         self.separate_documents = bool(separate_documents)
+        for name, value in (("ar", ar), ("tar", tar)):
+            if not value >= 0:
+                raise LmlabError(f"{name} {value} is negative", f"use {name} >= 0 (AWD-LSTM: "
+                                 "ar 2, tar 1)")
+        self.ar, self.tar = float(ar), float(tar)
         ids = {i for i in (special.eos_id, special.sep_id) if i is not None}
         self.separator_ids = tuple(sorted(ids))
 
@@ -74,6 +94,24 @@ class CausalLM(Objective):
             out["document_ids"] = docs
         out["labels"] = labels
         return out
+
+    def prepare(self, model: nn.Module) -> None:
+        family = getattr(getattr(model, "config", None), "family", None)
+        if (self.ar or self.tar) and family != "awd-lstm":
+            raise LmlabError(f"ar/tar regularise an AWD-LSTM's last LSTM layer; a {family} "
+                             "model has none", "drop ar and tar, or use --family awd-lstm")
+        super().prepare(model)
+
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveResult:
+        if not (self.ar or self.tar) or not self.training:
+            return super().compute_loss(model, batch)
+        out = model(**stack_inputs(model, batch), heads=[], output_hidden_states=True)
+        result = self.losses(model, batch, out.last_hidden_state, None)
+        penalty = activation_penalties(out.last_hidden_state, out.hidden_states[-1],
+                                       _padding_mask(batch), self.ar, self.tar)
+        metrics = {**result.metrics, f"{self.name}_activation_penalty": float(penalty.detach())}
+        return ObjectiveResult((result.loss + penalty) * self.weight, metrics,
+                               result.num_predictions)
 
     def losses(self, model: nn.Module, batch: dict[str, torch.Tensor], hidden: torch.Tensor,
                pooled: torch.Tensor | None) -> ObjectiveResult:

@@ -49,6 +49,10 @@ class TrainingConfig:
     batch_size: int = 32
     seq_len: int = 128
     seed: int = 0
+    # ULMFiT's discriminative rates, lr / lr_decay**depth by the model's layer groups (2.6);
+    # None: one rate. optimizer None: AdamW; "nt-asgd": AWD-LSTM's (lmlab.training.ntasgd)
+    lr_decay: float | None = None
+    optimizer: str | None = None
     # -- speed settings (do not change the result beyond floating-point noise) ----------------
     precision: str = _speed("fp32")
     compile: bool = _speed(False)
@@ -95,6 +99,11 @@ class TrainingConfig:
         check_choice(self.schedule, SCHEDULES, "schedule", "learning-rate schedule")
         check_choice(self.precision, PRECISIONS, "precision", "precision")
         check_choice(self.strategy, STRATEGIES, "strategy", "distribution strategy")
+        if self.optimizer is not None:
+            check_choice(self.optimizer, ("adamw", "nt-asgd"), "optimizer", "optimizer")
+        if self.lr_decay is not None and not self.lr_decay >= 1.0:
+            raise LmlabError(f"lr_decay must be at least 1, got {self.lr_decay}",
+                             "ULMFiT divides the rate by 2.6 per layer group down")
         if self.max_steps is None and self.max_tokens is None and self.budget_seconds is None:
             raise LmlabError("the run has no end: none of max_steps, max_tokens, budget_seconds "
                              "is set", "give a step count, a token count or a time budget "

@@ -44,10 +44,15 @@ def param_groups(modules: Iterable[nn.Module], weight_decay: float) -> list[dict
     return [group for group in groups.values() if group["params"]]
 
 
+OPTIMIZERS = ("adamw", "nt-asgd")
+
+
 def build_optimizer(groups: list[dict[str, Any]], lr: float, betas: tuple[float, float],
-                    eps: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW over ``groups``; each group's ``lr`` defaults to ``lr`` and is kept as
-    ``initial_lr`` so schedules multiply it (discriminative LRs survive scheduling)."""
+                    eps: float, weight_decay: float,
+                    kind: str | None = None) -> torch.optim.Optimizer:
+    """AdamW (or AWD-LSTM's NT-ASGD, :mod:`lmlab.training.ntasgd`) over ``groups``; each
+    group's ``lr`` defaults to ``lr`` and is kept as ``initial_lr`` so schedules multiply it
+    (discriminative LRs survive scheduling)."""
     prepared = []
     for group in groups:
         group = dict(group)
@@ -55,6 +60,10 @@ def build_optimizer(groups: list[dict[str, Any]], lr: float, betas: tuple[float,
         group.setdefault("weight_decay", weight_decay)
         group["initial_lr"] = group["lr"]
         prepared.append(group)
+    if kind == "nt-asgd":
+        from lmlab.training.ntasgd import NTASGD
+
+        return NTASGD(prepared, lr=lr, weight_decay=weight_decay)
     return torch.optim.AdamW(prepared, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                              fused=fused_adamw(prepared) or None)
 
@@ -66,6 +75,40 @@ def fused_adamw(groups: list[dict[str, Any]]) -> bool:
     float rounding (bench/bench_elementwise.py, docs/benchmarks.md)."""
     return all(type(p.data) is torch.Tensor and p.is_floating_point()
                and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
+
+
+def discriminative_param_groups(tiers: list[tuple[list[nn.Module], float, int, dict[str, Any]]],
+                                weight_decay: float) -> list[dict[str, Any]]:
+    """Optimizer groups of ``tiers`` (modules, learning rate, depth, extra keys), each split into
+    decay / no-decay parameters; a parameter goes to the first tier that holds it (ULMFiT's
+    discriminative rates: ``lr / lr_decay**depth`` by layer group from the top)."""
+    groups: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for modules, rate, depth, marks in tiers:
+        for group in param_groups(modules, weight_decay):
+            params = [p for p in group["params"] if id(p) not in seen]
+            seen.update(id(p) for p in params)
+            if params:
+                groups.append({"params": params, "weight_decay": group["weight_decay"],
+                               "lr": rate, "depth": depth, **marks})
+    return groups
+
+
+def layer_rate_groups(model: nn.Module, extra: list[nn.Module], lr: float, lr_decay: float,
+                      weight_decay: float) -> list[dict[str, Any]]:
+    """:func:`discriminative_param_groups` over ``model.layer_groups()`` (a recurrent model's:
+    heads, top layer, ..., token representation) with ``extra`` modules (the objective's) at
+    the top rate."""
+    from lmlab.utils.errors import LmlabError
+
+    if not hasattr(model, "layer_groups"):
+        raise LmlabError(f"lr_decay sets a rate per layer group, which a "
+                         f"{type(model).__name__} does not define here",
+                         "drop lr_decay (discriminative rates in pretraining are ULMFiT's, for "
+                         "--family awd-lstm or elmo; fine-tuning has them for every model)")
+    tiers = [(modules, lr / lr_decay ** depth, depth, {})
+             for depth, modules in enumerate(model.layer_groups())]
+    return discriminative_param_groups(tiers + [(extra, lr, 0, {})], weight_decay)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, factor: float) -> float:

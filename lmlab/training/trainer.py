@@ -39,7 +39,7 @@ from lmlab.training.distributed import (
 )
 from lmlab.training.hooks import TrainerHook
 from lmlab.training.metrics_log import MetricsWriter, truncate_metrics
-from lmlab.training.optim import build_optimizer, param_groups, set_lr
+from lmlab.training.optim import build_optimizer, layer_rate_groups, param_groups, set_lr
 from lmlab.training.run_dir import RunRecord, check_resumable, run_config
 from lmlab.training.schedules import Schedule, estimate_horizon
 from lmlab.utils.errors import LmlabError
@@ -191,8 +191,12 @@ class Trainer:
         strategy = "fsdp" if cfg.strategy == "fsdp" else "ddp"
         self.wrapped = wrap(self.loss_module, strategy, self.dist, self.device)
         self.fsdp = self.dist.active and strategy == "fsdp"
-        groups = self.custom_groups or param_groups([self.model, self.objective], cfg.weight_decay)
-        self.optimizer = build_optimizer(groups, cfg.lr, cfg.betas, cfg.eps, cfg.weight_decay)
+        groups = self.custom_groups or (
+            layer_rate_groups(self.model, [self.objective], cfg.lr, cfg.lr_decay,
+                              cfg.weight_decay) if cfg.lr_decay
+            else param_groups([self.model, self.objective], cfg.weight_decay))
+        self.optimizer = build_optimizer(groups, cfg.lr, cfg.betas, cfg.eps, cfg.weight_decay,
+                                         cfg.optimizer)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self._resume()
         self._setup_done = True
@@ -357,7 +361,8 @@ class Trainer:
         self.objective.eval()
         parts: list[tuple[float, dict[str, float]]] = []
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.no_grad(), torch.random.fork_rng(devices=devices), self._padding_setting():
+        with torch.no_grad(), torch.random.fork_rng(devices=devices), self._padding_setting(), \
+                self._averaged():
             for batch in self.eval_batches:
                 loss, metrics, count = self._forward(_to_device(batch, self.device),
                                                      self.wrapped if self.fsdp else self.loss_module)
@@ -368,9 +373,16 @@ class Trainer:
         out = weighted_means(parts, "eval_")
         if "eval_perplexity" not in out and self.objective.reports_perplexity:
             out["eval_perplexity"] = math.exp(min(out["eval_loss"], 50.0))
+        if hasattr(self.optimizer, "observe") and self.optimizer.observe(out["eval_loss"]):
+            out["eval_averaging_started"] = 1.0  # NT-ASGD's switch to averaged SGD
         self.model.train()
         self.objective.train()
         return out
+
+    def _averaged(self) -> contextlib.AbstractContextManager:
+        """NT-ASGD's averaged weights in the model inside the block (other optimisers: none)."""
+        averaged = getattr(getattr(self, "optimizer", None), "averaged", None)
+        return averaged() if averaged is not None else contextlib.nullcontext()
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _full_states(self) -> tuple[dict, dict, dict]:
@@ -577,7 +589,8 @@ class Trainer:
             cost.log_session(self.out_dir, self._session, "finished", stop_reason=stop or "",
                              step=self.step)
         if main:
-            self._finish(cost)
+            with self._averaged():  # NT-ASGD's model is its average
+                self._finish(cost)
             writer.close()
             self._writer = None
         barrier(self.dist)
