@@ -11,6 +11,7 @@ import sympy
 
 from lmlab.tasks.integration import (
     Grammar,
+    Verdict,
     from_prefix,
     generate_pairs,
     make_splits,
@@ -108,6 +109,51 @@ def test_verifier_does_not_depend_on_branches_or_the_seed():
     derivative = to_prefix(sympy.diff(x**2 * sympy.log(x**2), x))
     answer = to_prefix(2 * x**2 * sympy.log(x))
     assert all(verify(answer, derivative, seed=seed).correct for seed in range(8))
+
+
+def _check(answer, derivative, **kwargs):
+    """verify() on sympy expressions, under a generous guard so that a hang fails the test."""
+    with time_limit(60):
+        return verify(to_prefix(answer), to_prefix(derivative), **kwargs)
+
+
+def test_a_short_wrong_answer_to_a_towering_derivative_does_not_hang():
+    """`cos x` for the derivative of exp(exp(exp(x^3))): evaluating it at x near 3 would build
+    an exponent of ~10^11 digits; the check refuses such values and still decides."""
+    tower = sympy.exp(sympy.exp(sympy.exp(x**3)))
+    verdict = _check(sympy.cos(x), sympy.diff(tower, x))
+    assert verdict == Verdict(False, "numeric-mismatch")
+    assert _check(tower, sympy.diff(tower, x)).correct
+
+
+def test_a_tiny_derivative_is_held_to_its_own_size():
+    """f = -135 e^(-135x) is below 1e-6 on most of (0.1, 3); G = e^(-136x) is wrong there by a
+    factor, which an absolute floor of 1e-6 accepted."""
+    f = -135 * sympy.exp(-135 * x)
+    assert _check(sympy.exp(-136 * x), f) == Verdict(False, "numeric-mismatch")
+    assert _check(sympy.exp(-135 * x), f).correct
+    assert _check(sympy.exp(-135 * x) - 4, f).correct
+
+
+@pytest.mark.parametrize("function", [sympy.exp(200 * x), sympy.exp(sympy.exp(x**2))])
+def test_a_missing_term_beside_a_huge_one_is_rejected(function):
+    """f = F' + 1 with |F'| from 1e10 to 1e3500 on (0.1, 3): G = F misses the x, which a purely
+    relative check at those points cannot see; points where |f| is moderate do."""
+    f = sympy.diff(function, x) + 1
+    assert not _check(function, f).correct
+    assert _check(function + x, f).correct
+    assert _check(x + function - 3, f).correct
+
+
+def test_what_the_check_cannot_decide_is_unverifiable_not_correct():
+    tower = sympy.exp(sympy.exp(sympy.exp(sympy.exp(x + 3))))  # overflows at every point
+    f = sympy.diff(tower, x)
+    assert _check(tower, f) == Verdict(True, "simplify")
+    undecided = _check(tower + x, f)
+    assert undecided == Verdict(False, "undecided") and undecided.unverifiable
+    late = _check(sympy.sin(x) ** 2, 2 * sympy.sin(x) * sympy.cos(x), timeout=1e-4)
+    assert late == Verdict(False, "timeout") and late.unverifiable
+    assert not _check(sympy.sin(x) ** 3, 2 * sympy.sin(x) * sympy.cos(x)).unverifiable
 
 
 def test_huge_numbers_in_a_prediction_are_refused_quickly():

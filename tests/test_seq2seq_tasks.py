@@ -65,6 +65,23 @@ def test_verified_accuracy_counts_any_verified_hypothesis():
     assert result["verified_accuracy"] == 0.5  # the first via its second hypothesis
     assert result["by_tag"]["depth 1"] == {"verified_accuracy": 0.5, "examples": 2}
     assert result["verdicts"]["numeric"] == 1 and result["verdicts"]["unparsable"] == 1
+    assert result["unverifiable"] == 0.0
+
+
+def test_unverifiable_inputs_are_reported_apart_and_not_solved():
+    """exp^4(x + 3) overflows at every point: a wrong G there is undecided, so the input is
+    neither solved nor wrong-for-sure; a hypothesis that verifies after it still solves it."""
+    import sympy
+
+    from lmlab.tasks.integration import to_prefix
+
+    x = sympy.Symbol("x")
+    tower = sympy.exp(sympy.exp(sympy.exp(sympy.exp(x + 3))))
+    f, wrong = " ".join(to_prefix(sympy.diff(tower, x))), " ".join(to_prefix(tower + x))
+    pairs = [TextPair(f, (" ".join(to_prefix(tower)),), tag="depth 5")] * 2
+    result = verified_accuracy(pairs, [[wrong], [wrong, " ".join(to_prefix(tower))]])
+    assert result["verified_accuracy"] == 0.5 and result["unverifiable"] == 0.5
+    assert result["verdicts"] == {"simplify": 1, "undecided": 2}
 
 
 def test_text_scores_use_sacrebleu_and_any_reference():

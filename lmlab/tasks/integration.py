@@ -19,6 +19,9 @@ from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
 
 UNARY = ("exp", "log", "sin", "cos")
+#: every unary function of the prefix vocabulary (Lample & Charton's; sqrt is ``pow x div 1 2``)
+FUNCTIONS = ("exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+             "asinh", "acosh", "atanh")
 MAX_DIGITS = 12  # integer literals a prediction may hold: sympy evaluates numbers eagerly
 MAX_EXPONENT = 64
 BINARY = ("add", "sub", "mul", "pow")
@@ -288,28 +291,182 @@ def make_splits(pairs: Sequence[TextPair],
 
 
 # -- verification ---------------------------------------------------------------------------------
+UNVERIFIABLE = ("timeout", "undecided")  # verdicts where the check could not decide
+LOG_LIMIT = 10_000  # |values| over e^LOG_LIMIT overflow: never built (mpmath would make giant exponents)
+DIGITS = (30, 60)  # every value at both precisions; a value they disagree on is unstable
+EXTREME = 1e6  # |f| outside [1/EXTREME, EXTREME] at a point: add points over a wider range
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Whether a predicted antiderivative is correct, and what decided: ``numeric``,
-    ``simplify``, ``unparsable``, ``numeric-mismatch`` or ``timeout``."""
+    ``simplify``, ``unparsable``, ``numeric-mismatch``, or, when the check could not decide
+    (counted unverifiable, not correct), ``timeout`` or ``undecided``."""
 
     correct: bool
     method: str
 
+    @property
+    def unverifiable(self) -> bool:
+        return self.method in UNVERIFIABLE
 
-def _sample_points(count: int, seed: int) -> list[float]:
-    """Real points in (0.1, 3): where ``log`` and powers of ``x`` are real, so forms of the same
-    function that differ by a branch elsewhere (``log(x**2)`` and ``2*log(x)``) agree."""
+
+class _Undefined(ArithmeticError):
+    """A value that is undefined, infinite, overflowing or unstable at a point."""
+
+
+def _sample_points(count: int, seed: int, low: float = 0.1, high: float = 3.0,
+                   log: bool = False) -> list[float]:
+    """Real points in (low, high), uniform or log-uniform; (0.1, 3) by default: where ``log``
+    and powers of ``x`` are real, so forms of the same function that differ by a branch
+    elsewhere (``log(x**2)`` and ``2*log(x)``) agree."""
     rng = np.random.default_rng(seed)
-    return [float(rng.uniform(0.1, 3.0)) for _ in range(count)]
+    if log:
+        return [float(np.exp(rng.uniform(np.log(low), np.log(high)))) for _ in range(count)]
+    return [float(rng.uniform(low, high)) for _ in range(count)]
 
 
-def verify(prediction: Sequence[str] | str, derivative: Sequence[str] | str, points: int = 6,
-           rtol: float = 1e-6, timeout: float = 2.0, seed: int = 0) -> Verdict:
-    """Is ``prediction`` (prefix tokens, or their text) an antiderivative of ``derivative``?
-    ``G' - f`` at ``points`` real points decides (within ``rtol * max(1, |f|)``), or when that
-    is inconclusive ``simplify(G' - f) == 0``; all under ``timeout`` seconds (docs/tasks.md)."""
+def _checked(value):
     import mpmath
+
+    if mpmath.isnan(value) or mpmath.isinf(value) or (value != 0 and
+                                                      mpmath.mag(value) > LOG_LIMIT * 1.45):
+        raise _Undefined(value)
+    return value
+
+
+def _power(base, exponent, integer: bool):
+    """``base ** exponent`` (principal branch, as sympy's), refused before it overflows."""
+    import mpmath
+
+    if base == 0:
+        if integer and exponent > 0 or not integer and mpmath.re(exponent) > 0:
+            return mpmath.mpf(0)
+        raise _Undefined("0 to a non-positive power")
+    if integer:
+        if abs(float(mpmath.log(abs(base)))) * abs(int(exponent)) > LOG_LIMIT:
+            raise _Undefined("power overflows")
+        return mpmath.power(base, int(exponent))
+    product = exponent * mpmath.log(base)
+    if mpmath.re(product) > LOG_LIMIT:
+        raise _Undefined("power overflows")
+    return mpmath.exp(product)
+
+
+def _function(name: str, arg):
+    """A unary function of the prefix vocabulary, refused where it would overflow."""
+    import mpmath
+
+    if name in ("exp", "sinh", "cosh") and abs(mpmath.re(arg)) > LOG_LIMIT \
+            and (name != "exp" or mpmath.re(arg) > 0):
+        raise _Undefined(f"{name} overflows")
+    if name in ("sin", "cos", "tan") and (abs(mpmath.im(arg)) > LOG_LIMIT
+                                          or abs(mpmath.re(arg)) > 1e50):
+        raise _Undefined(f"{name} of a huge argument")
+    return getattr(mpmath, name)(arg)
+
+
+def _value(expr, x):
+    """``expr`` at ``x`` with mpmath at its current precision, node by node, so that no step
+    can overflow (or hang building a huge number): :class:`_Undefined` instead."""
+    import mpmath
+    import sympy
+
+    if expr.is_Symbol:
+        return x
+    if expr.is_Integer:
+        return mpmath.mpf(int(expr))
+    if expr.is_Rational:
+        return mpmath.mpf(int(expr.p)) / int(expr.q)
+    if expr.is_number and not expr.args:  # E, pi, a float
+        return mpmath.mpmathify(expr.evalf(mpmath.mp.dps + 5))
+    args = [_value(arg, x) for arg in expr.args]
+    try:
+        if expr.is_Add:
+            return _checked(mpmath.fsum(args))
+        if expr.is_Mul:
+            return _checked(mpmath.fprod(args))
+        if expr.is_Pow:
+            return _checked(_power(*args, expr.exp.is_Integer is True))
+        name = type(expr).__name__
+        if name not in FUNCTIONS:
+            raise LmlabError(f"no numeric value for {name}", "use the prefix vocabulary")
+        return _checked(_function(name, args[0]))
+    except (ZeroDivisionError, ValueError, OverflowError) as error:
+        raise _Undefined(str(error)) from None
+    except sympy.SympifyError as error:  # pragma: no cover - defensive
+        raise _Undefined(str(error)) from None
+
+
+def _values_at(point: float, exprs: Sequence[Any]) -> list[Any]:
+    """Each of ``exprs`` at ``point`` at 60 digits, or None where it is undefined, overflows or
+    differs between 30 and 60 digits (rounding decided it)."""
+    import mpmath
+
+    out = []
+    for expr in exprs:
+        try:
+            found = []
+            for digits in DIGITS:
+                with mpmath.workdps(digits):
+                    found.append(_value(expr, mpmath.mpf(point)))
+            with mpmath.workdps(DIGITS[-1]):
+                low, high = found
+                out.append(high if abs(low - high) <= mpmath.mpf(1e-15) * abs(high) else None)
+        except _Undefined:
+            out.append(None)
+    return out
+
+
+def _compare(values: Sequence[Sequence[Any]], rtol: float, atol: float) -> tuple[int, int]:
+    """Points where ``G'`` and ``f`` agree (decided by the relative part) and disagree, within
+    ``rtol * |f| + atol * min |f|``: the absolute part scales with the smallest nonzero |f| over
+    the points, so a tiny f is held to its own size, not to 1 (where f vanishes, values that
+    rounding decided were already dropped as unstable)."""
+    import mpmath
+
+    pairs = [(f, g) for f, g in values if f is not None and g is not None]
+    if not pairs:
+        return 0, 0
+    with mpmath.workdps(DIGITS[-1]):
+        floor = atol * min((abs(f) for f, _ in pairs if f != 0), default=mpmath.mpf(0))
+        agree = disagree = 0
+        for f, g in pairs:
+            if abs(g - f) > rtol * abs(f) + floor:
+                disagree += 1
+            elif rtol * abs(f) >= floor:  # not passed by the floor alone
+                agree += 1
+    return agree, disagree
+
+
+def _numeric_verdict(slope, target, points: int, rtol: float, atol: float, seed: int
+                     ) -> Verdict:
+    """``G' = f`` judged at points (more, over (1e-3, 10), where |f| is extreme or undefined
+    somewhere), then by ``simplify`` where the points are mixed or too few decide."""
+    import sympy
+
+    values = [_values_at(point, (target, slope)) for point in _sample_points(points, seed)]
+    if any(f is None or not 1 / EXTREME <= abs(f) <= EXTREME for f, _ in values):
+        values += [_values_at(point, (target, slope))
+                   for point in _sample_points(2 * points, seed + 1, 1e-3, 10.0, log=True)]
+    agree, disagree = _compare(values, rtol, atol)
+    if disagree and not agree:
+        return Verdict(False, "numeric-mismatch")
+    if agree >= 3 and not disagree:
+        return Verdict(True, "numeric")
+    if sympy.simplify(slope - target) == 0:
+        return Verdict(True, "simplify")
+    return Verdict(False, "numeric-mismatch" if disagree else "undecided")
+
+
+def verify(prediction: Sequence[str] | str, derivative: Sequence[str] | str, points: int = 8,
+           rtol: float = 1e-12, atol: float = 1e-20, timeout: float = 2.0, seed: int = 0
+           ) -> Verdict:
+    """Is ``prediction`` (prefix tokens, or their text) an antiderivative of ``derivative``?
+    ``G' - f`` at ``points`` real points decides (within ``rtol * |f| + atol * min |f|``,
+    at 30 and 60 digits), or where that is inconclusive ``simplify(G' - f) == 0``; parsing,
+    differentiation, every evaluation and simplify all under ``timeout`` seconds in total.
+    A hypothesis the check cannot decide is ``unverifiable``, not correct (docs/tasks.md)."""
     import sympy
 
     x = sympy.Symbol("x")
@@ -322,30 +479,8 @@ def verify(prediction: Sequence[str] | str, derivative: Sequence[str] | str, poi
             except (LmlabError, RecursionError, TypeError, ValueError, ZeroDivisionError,
                     MemoryError):
                 return Verdict(False, "unparsable")
-            difference = sympy.diff(guess, x) - target
-            evaluate = sympy.lambdify(x, difference, modules="mpmath")
-            scale = sympy.lambdify(x, target, modules="mpmath")
+            return _numeric_verdict(sympy.diff(guess, x), target, points, rtol, atol, seed)
     except TimeoutError:
         return Verdict(False, "timeout")
-    agree = disagree = 0
-    with mpmath.workdps(30):
-        for point in _sample_points(points, seed):
-            try:
-                value, size = complex(evaluate(mpmath.mpc(point))), complex(scale(point))
-            except (ZeroDivisionError, OverflowError, ValueError, TypeError):
-                continue
-            if not (np.isfinite(value) and np.isfinite(size)):
-                continue
-            if abs(value) <= rtol * max(1.0, abs(size)):
-                agree += 1
-            else:
-                disagree += 1
-    if agree >= 3 and disagree == 0:
-        return Verdict(True, "numeric")
-    if disagree > agree:
-        return Verdict(False, "numeric-mismatch")
-    try:
-        with time_limit(timeout):
-            return Verdict(bool(sympy.simplify(difference) == 0), "simplify")
-    except TimeoutError:
-        return Verdict(False, "timeout")
+    except RecursionError:
+        return Verdict(False, "undecided")

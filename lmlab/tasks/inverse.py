@@ -177,25 +177,29 @@ def score(task: str, pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[st
 
 def verified_accuracy(pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[str]],
                       timeout: float = 2.0) -> dict[str, Any]:
-    """Share of inputs with a verified hypothesis, overall and by tag (depth); also how the
-    verdicts were reached."""
+    """Share of inputs with a verified hypothesis, overall and by tag (depth); the share left
+    unverifiable (no hypothesis verified and the check could not decide one: counted wrong,
+    reported apart); and how the verdicts were reached."""
     from lmlab.tasks.integration import verify
 
     solved_by_tag: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     methods: dict[str, int] = defaultdict(int)
-    solved = 0
+    solved = unverifiable = 0
     for pair, options in zip(pairs, hypotheses):
-        ok = False
+        ok = undecided = False
         for hypothesis in options:
             verdict = verify(hypothesis, pair.input_text, timeout=timeout)
             methods[verdict.method] += 1
+            undecided |= verdict.unverifiable
             if verdict.correct:
                 ok = True
                 break
         solved += ok
+        unverifiable += undecided and not ok
         solved_by_tag[pair.tag][0] += ok
         solved_by_tag[pair.tag][1] += 1
-    return {"verified_accuracy": solved / len(pairs), "examples": len(pairs),
+    return {"verified_accuracy": solved / len(pairs), "unverifiable": unverifiable / len(pairs),
+            "examples": len(pairs),
             "by_tag": {tag: {"verified_accuracy": ok / total, "examples": total}
                        for tag, (ok, total) in sorted(solved_by_tag.items())},
             "verdicts": dict(sorted(methods.items()))}
