@@ -1,5 +1,6 @@
 """``lmlab attention`` (an interactive HTML view of one text's attention) and ``lmlab
-head-stats`` (Clark et al.'s per-head statistics over a text sample)."""
+head-stats`` (Clark et al.'s per-head statistics over a text sample) and ``lmlab relation-heads``
+(Clark et al.'s best head per dependency relation against the fixed-offset baseline)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,25 @@ def register(commands) -> None:
     _common.add_flag(p, "max_length", help="cut texts to this many tokens (default: the model's "
                                            "limit)")
     _common.add_out(p, "folder for head_stats.{json,csv,md,png}", overwrite="replace what --out holds")
+
+    p = commands.command(
+        "relation-heads", help="Clark et al.'s relation heads: per dependency relation (spaCy's "
+                               "silver parses), the head that best points from dependent to "
+                               "head, against the best fixed offset",
+        example="lmlab relation-heads minilm --sample 2000 --out relation-heads/",
+        handler=_relation_heads)
+    p.add_argument("model", help="model folder, run directory or short name")
+    p.add_argument("--sample", type=int, default=5000,
+                   help="WordNet example sentences to parse and score (default 5000)")
+    p.add_argument("--text-file", help="score the first --sample non-empty lines of this file "
+                                       "instead")
+    p.add_argument("--min-count", type=int, default=100,
+                   help="relations with fewer words are left out of the table (default 100)")
+    _common.add_flag(p, "batch_size", default=32, help="sentences per forward pass")
+    _common.add_flag(p, "max_length", help="leave out sentences longer than this many tokens "
+                                           "(default: the model's limit)")
+    _common.add_out(p, "folder for relation_heads.{json,md,png}",
+                    overwrite="replace what --out holds")
 
 
 def _load(model_path: str):
@@ -118,4 +138,35 @@ def _head_stats(args: argparse.Namespace) -> int:
         print(f"note: {stats.truncated} of the texts were longer than the model takes and were cut")
     print(stats.to_markdown(), end="")
     print(f"wrote head_stats.json, head_stats.csv, head_stats.md and head_stats.png to {args.out}")
+    return 0
+
+
+def _relation_heads(args: argparse.Namespace) -> int:
+    from lmlab.utils.checks import check_at_least, check_file, check_output_folder
+
+    check_at_least(args.sample, 1, "--sample")
+    check_at_least(args.min_count, 1, "--min-count")
+    check_at_least(args.batch_size, 1, "--batch-size")
+    check_at_least(args.max_length, 2, "--max-length")
+    if args.text_file is not None:
+        check_file(args.text_file, "--text-file", "give a UTF-8 text file, one sentence a line")
+    check_output_folder(args.out, args.overwrite, "relation heads")
+
+    from lmlab.analysis import attention as A
+    from lmlab.analysis import relation_heads as R
+    from lmlab.tasks.probing import SPACY_MODEL, load_spacy
+
+    nlp = load_spacy()  # before the model: a missing spaCy fails first
+    texts, description = A.text_sample(args.sample, text_file=args.text_file)
+    parsed = R.parse_sentences(texts, nlp)
+    model, tokenizer = _load(args.model)
+    result = R.relation_heads(model, tokenizer, parsed, batch_size=args.batch_size,
+                              max_length=args.max_length, name=Path(args.model).name,
+                              sample=f"{description}, spaCy {SPACY_MODEL} parses (silver)")
+    R.write_relation_heads(result, args.out, args.min_count)
+    if result.skipped:
+        print(f"note: {result.skipped} sentences were left out (longer than the model takes, or "
+              "a word without a token)")
+    print(result.to_markdown(args.min_count), end="")
+    print(f"wrote relation_heads.json, relation_heads.md and relation_heads.png to {args.out}")
     return 0
