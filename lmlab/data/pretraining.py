@@ -345,13 +345,13 @@ class PretrainingStream:
                              "mix the training split only (infinite=True)")
         codes, names = recorded
         if self.format == "segment_pairs":
-            units = np.arange(self.num_units)
+            documents = np.arange(self.num_units)
         elif self.packing == "full_sentences":  # the document of each window's first position
-            units = np.searchsorted(self._separators, np.arange(self.num_units)
-                                    * self.content_length, side="left")
+            documents = np.searchsorted(self._separators, np.arange(self.num_units)
+                                        * self.content_length, side="left")
         else:
-            units = np.searchsorted(self._documents, self._unit_start, side="right") - 1
-        return SourceMixture(np.asarray(codes)[units], names, weights, self.seed)
+            documents = np.searchsorted(self._documents, self._unit_start, side="right") - 1
+        return SourceMixture(np.asarray(codes)[documents], names, weights, self.seed)
 
     def _batch_size_at(self, position: _Position) -> int:
         """Sequences in the next batch: ``batch_size``, or GPT-3's ramp towards it."""
