@@ -249,6 +249,8 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path):
     out = save_quantized(model, tmp_path / "int8")
     info = json.loads((out / "quantization.json").read_text())
     assert info["layers"] == quantized_layers(model) and info["granularity"] == "per-channel"
+    assert info["engines"] == dict.fromkeys(info["layers"], ENGINES[0])
+    assert info["activation_ranges"] == "per-token"
     ids = torch.randint(5, 30000, (3, 9))
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0
@@ -383,6 +385,22 @@ def test_a_model_whose_folder_would_not_load_is_not_saved(tmp_path):
     with pytest.raises(LmlabError, match="prompt_embeddings"):
         save_quantized(model, tmp_path / "int8")
     assert not (tmp_path / "int8").exists()
+
+
+def test_folder_from_before_per_token_ranges_loads_as_it_ran(tmp_path, monkeypatch):
+    """A folder without activation_ranges or per-layer engines (written before them) runs with
+    one range per call, on its one engine; engine="auto" measures this host's per shape."""
+    out = save_quantized(quantize_int8(tiny_bert().eval(), ENGINES[0],
+                                       activations="per-tensor"), tmp_path / "int8")
+    info = json.loads((out / "quantization.json").read_text())
+    del info["activation_ranges"], info["engines"]
+    (out / "quantization.json").write_text(json.dumps(info))
+    layers = [m for m in load_quantized(out).modules() if isinstance(m, Int8Linear)]
+    assert {(m.activations, m.engine) for m in layers} == {("per-tensor", ENGINES[0])}
+    monkeypatch.setenv("LMLAB_CACHE", str(tmp_path / "cache"))  # measured afresh
+    layers = [m for m in load_quantized(out, engine="auto").modules()
+              if isinstance(m, Int8Linear)]
+    assert layers and all(m.engine in int8_engines() for m in layers)
 
 
 def test_damaged_folder_is_refused(tmp_path):
