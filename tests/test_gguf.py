@@ -237,11 +237,12 @@ def test_block_dequantisation_is_the_gguf_packages_bit_for_bit(tmp_path):
         assert file.type_counts() == {kind: 3 for kind in kinds}
 
 
-def test_real_weights_are_the_gguf_packages_dequantisation(ours_real, smollm2_gguf):
-    """Every parameter of the loaded SmolLM2 is ``gguf.quants.dequantize`` of its tensor bit for
-    bit (query/key rows un-permuted): the in-place dequantisers change no number, and the model,
-    built without random initialisation, has no weight the file did not fill."""
-    model = ours_real[0]
+def test_real_weights_are_the_gguf_packages_dequantisation(smollm2_gguf):
+    """Every parameter of SmolLM2 loaded as float32 (the reference path) is
+    ``gguf.quants.dequantize`` of its tensor bit for bit (query/key rows un-permuted): the
+    in-place dequantisers change no number, and the model, built without random
+    initialisation, has no weight the file did not fill."""
+    model = load_gguf_model(smollm2_gguf, dequantize=True)
     params = dict(model.named_parameters())
     with GGUFFile(smollm2_gguf) as file:
         names = gguf_tensor_names(model.config)

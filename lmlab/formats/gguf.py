@@ -244,6 +244,13 @@ class GGUFFile:
         """How many tensors of each ggml type the file holds (e.g. {"Q4_1": 210, ...})."""
         return dict(Counter(info.type_name for info in self.tensors.values()))
 
+    def release(self, name: str) -> None:
+        """Drop tensor ``name``'s pages from this process's memory (they stay in the page
+        cache and are read again if touched), so a loader's peak holds one tensor of the file."""
+        info, page = self.tensors[name], mmap.PAGESIZE
+        start = info.offset // page * page
+        self._map.madvise(mmap.MADV_DONTNEED, start, (info.nbytes or 0) + info.offset - start)
+
     def close(self) -> None:
         self._map.close()
         self._file.close()

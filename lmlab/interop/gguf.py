@@ -1,5 +1,6 @@
-"""GGUF files (llama.cpp's format) as decoders: the config from the metadata, the tensors
-dequantised straight into the parameters, the query/key rows put back into rotate-half order
+"""GGUF files (llama.cpp's format) as decoders: the config from the metadata, Q4_0/Q4_1/Q8_0
+matrices kept in their blocks (block-quantised layers), other tensors dequantised straight into
+the parameters, the query/key rows put back into rotate-half order
 (docs/decoders.md). The container is read by :mod:`lmlab.formats.gguf`.
 """
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torch import nn
 
 from lmlab.formats.gguf import GGUFFile
 from lmlab.models.config import TransformerConfig
@@ -126,16 +128,74 @@ def uninitialised_model(config: TransformerConfig):
         return LanguageModel(config, heads=("clm",))
 
 
-def load_gguf_model(path: str | Path, dtype: Any = None):
+#: ggml block types the quantised layers compute from: bytes per block of 32, code offset
+QUANTISED_TYPES = {"Q4_0": (18, 2), "Q4_1": (20, 4), "Q8_0": (34, 2)}
+
+
+def block_codes(file: GGUFFile, name: str, rows: np.ndarray | slice = slice(None)
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """(codes, scales, minima) of a Q4_0/Q4_1/Q8_0 tensor's ``rows`` in
+    :class:`~lmlab.models.quantised.BlockQuantLinear`'s terms (Q4_0's ``d * (q - 8)`` as the
+    minimum ``-8 d``); None for another type."""
+    data, info = file.raw(name)
+    if info.type_name not in QUANTISED_TYPES or len(info.shape) != 2:
+        return None
+    size, start = QUANTISED_TYPES[info.type_name]
+    blocks = data.reshape(info.shape[0], -1, size)[rows]  # (N, K / 32, bytes per block)
+    scales = blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)  # (N, K / 32)
+    if info.type_name == "Q8_0":
+        return blocks[..., start:].view(np.int8), scales, None
+    mins = (blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+            if info.type_name == "Q4_1" else -8 * scales)
+    return blocks[..., start:], scales, mins
+
+
+def _swap_quantised(file: GGUFFile, model, theirs: str, ours: str | tuple[str, ...],
+                    config: TransformerConfig) -> bool:
+    """Put a :class:`~lmlab.models.quantised.BlockQuantLinear` over tensor ``theirs``'s codes
+    in place of the linear map (or token table, and its tied projection) it fills; False, and
+    nothing changed, when it is not a block-quantised matrix of a linear map or table."""
+    from lmlab.models.quantised import BlockQuantEmbedding, BlockQuantLinear
+
+    targets = (ours,) if isinstance(ours, str) else ours
+    modules = [model.get_submodule(t.removesuffix(".weight")) for t in targets]
+    if not theirs.endswith(".weight") or file.tensors[theirs].type_name not in QUANTISED_TYPES \
+            or not all(isinstance(m, (nn.Linear, nn.Embedding)) for m in modules):
+        return False
+    order = None
+    if rotary_paired(theirs):  # llama.cpp's adjacent pairs -> rotate-half order
+        heads = file.tensors[theirs].shape[0] // config.head_dim
+        order = np.arange(heads * config.head_dim).reshape(heads, -1, 2).swapaxes(1, 2)
+    sizes = [m.weight.shape[0] for m in modules]
+    for module, target, first, count in zip(modules, targets, np.cumsum([0] + sizes), sizes):
+        rows = slice(first, first + count) if order is None else order.reshape(-1)
+        linear = BlockQuantLinear(*block_codes(file, theirs, rows),
+                                  bias=getattr(module, "bias", None))
+        parent, child = target.removesuffix(".weight").rsplit(".", 1)
+        if isinstance(module, nn.Embedding):
+            setattr(model.get_submodule(parent), child,
+                    BlockQuantEmbedding(linear, module.padding_idx))
+            if config.tie_word_embeddings:
+                for head in model.heads.values():
+                    if getattr(head, "decoder", None) is not None:
+                        head.decoder = linear
+        else:
+            setattr(model.get_submodule(parent), child, linear)
+    file.release(theirs)
+    return True
+
+
+def load_gguf_model(path: str | Path, dtype: Any = None, dequantize: bool = False):
     """A ``"clm"`` :class:`~lmlab.models.model.LanguageModel` from a GGUF file, its chat
-    template kept as ``model.chat_template``. Copies are numpy's: torch's parallel copies stall
-    on a busy 2-core host (2.4 s instead of 0.02 s for the query/key rows)."""
+    template kept as ``model.chat_template``. Q4_0/Q4_1/Q8_0 matrices stay in their blocks and
+    run as :class:`~lmlab.models.quantised.BlockQuantLinear`; ``dequantize=True`` loads every
+    tensor as float32 instead (the reference path). Copies are numpy's: torch's parallel copies
+    stall on a busy 2-core host."""
     from lmlab.utils.progress import progress
 
     with GGUFFile(path) as file:
         config = config_from_gguf(file.metadata, set(file.tensors))
         model = uninitialised_model(config)
-        params = dict(model.named_parameters())
         names = gguf_tensor_names(config)
         missing = [n for n in names if n not in file.tensors]
         unexpected = sorted(set(file.tensors) - set(names))
@@ -144,27 +204,48 @@ def load_gguf_model(path: str | Path, dtype: Any = None):
                 f"{file.path} does not hold the tensors a {config.family} model needs "
                 f"(missing: {missing[:8]}, unexpected: {unexpected[:8]})",
                 f"use a GGUF converted from a {config.family}-architecture model")
+        params = dict(model.named_parameters())
+        _check_shapes(file, names, params)
         for theirs, ours in progress(names.items(), desc=f"loading {file.path.name}",
                                      total=len(names), unit="tensor"):
-            parts = [params[name].detach().numpy()
-                     for name in ((ours,) if isinstance(ours, str) else ours)]
-            expected = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
-            if expected != file.tensors[theirs].shape:
-                raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "
-                                 f"metadata implies {expected}",
-                                 "the file's metadata and tensors disagree; re-convert it")
-            target = parts[0]
-            if len(parts) > 1:  # fused (GPT-2's attn_qkv): split the rows
-                values = file.tensor(theirs)
-                for part, start in zip(parts, np.cumsum([0] + [len(p) for p in parts])):
-                    part[...] = values[start:start + len(part)]
-            elif rotary_paired(theirs):  # rotary_rows_from_pairs, in numpy
-                values, heads = file.tensor(theirs), len(target) // config.head_dim
-                pairs = values.reshape(heads, -1, 2, *values.shape[1:])  # (nh, hd/2, 2, ...)
-                target.reshape(heads, 2, -1, *values.shape[1:])[...] = pairs.swapaxes(1, 2)
-            else:
-                file.tensor_into(theirs, target)
+            if not dequantize and _swap_quantised(file, model, theirs, ours, config):
+                continue
+            _load_float(file, theirs, [params[name].detach().numpy() for name in (
+                (ours,) if isinstance(ours, str) else ours)], config)
         model.chat_template = file.metadata.get("tokenizer.chat_template")
+    if not dequantize:
+        from lmlab.models.quantised import load_kernels
+
+        load_kernels()  # numba and the compiled kernels now, not at the first token
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
+
+
+def _check_shapes(file: GGUFFile, names: dict, params: dict) -> None:
+    """Refuse a tensor whose shape is not the one the metadata implies, before any work."""
+    for theirs, ours in names.items():
+        parts = [params[name] for name in ((ours,) if isinstance(ours, str) else ours)]
+        expected = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+        if expected != file.tensors[theirs].shape:
+            raise LmlabError(f"{theirs} has shape {file.tensors[theirs].shape} but the "
+                             f"metadata implies {expected}",
+                             "the file's metadata and tensors disagree; re-convert it")
+
+
+def _load_float(file: GGUFFile, theirs: str, parts: list[np.ndarray],
+                config: TransformerConfig) -> None:
+    """Tensor ``theirs`` dequantised to float32 into ``parts`` (a parameter, or the q, k, v
+    parameters of a fused tensor), query/key rows in rotate-half order."""
+    target = parts[0]
+    if len(parts) > 1:  # fused (GPT-2's attn_qkv): split the rows
+        values = file.tensor(theirs)
+        for part, start in zip(parts, np.cumsum([0] + [len(p) for p in parts])):
+            part[...] = values[start:start + len(part)]
+    elif rotary_paired(theirs):  # rotary_rows_from_pairs, in numpy
+        values, heads = file.tensor(theirs), len(target) // config.head_dim
+        pairs = values.reshape(heads, -1, 2, *values.shape[1:])  # (nh, hd/2, 2, ...)
+        target.reshape(heads, 2, -1, *values.shape[1:])[...] = pairs.swapaxes(1, 2)
+    else:
+        file.tensor_into(theirs, target)
+    file.release(theirs)

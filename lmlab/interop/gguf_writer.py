@@ -223,10 +223,12 @@ def write_gguf(model: Any, path: str | Path, tokenizer: Any, qtype: str = "F16",
     file (atomically) that llama.cpp, :func:`lmlab.interop.gguf.load_gguf_model` and
     transformers read; ``qtype``: F32, F16, Q8_0 or Q4_0; ``name``: ``general.name`` (default:
     the file's stem). Everything is checked before any tensor is converted."""
+    from lmlab.models.quantised import dequantized
     from lmlab.utils.checks import check_choice, check_output_file
 
     qtype = check_choice(str(qtype).upper(), GGUF_TYPES, "qtype", "GGUF type")
     path = check_output_file(path, overwrite, "output")
+    model = dequantized(model)  # a GGUF read with its blocks kept: re-quantised from float32
     _check_model(model)
     config = model.config
     metadata = model_metadata(config)

@@ -19,6 +19,7 @@ from lmlab.interop.state_folder import (
     write_state_folder,
 )
 from lmlab.models.config import TransformerConfig
+from lmlab.models.quantised import dequantized
 from lmlab.utils.checks import refuse_adapted_checkpoint
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import config_has_key
@@ -55,6 +56,7 @@ def save_model(model, path: str | Path, **hf_options: Any) -> tuple[Path, str]:
     from lmlab.interop.recurrent import is_recurrent_model, save_recurrent
 
     refuse_adapted_checkpoint(model)
+    model = dequantized(model)  # block-quantised GGUF layers are written as float32
     if is_recurrent_model(model):  # AWD-LSTM, ELMo: no Hugging Face family
         return save_recurrent(model, path), "lmlab"
     try:

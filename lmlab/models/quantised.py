@@ -1,0 +1,247 @@
+"""Block-quantised linear maps and embeddings that compute from their low-bit codes, never
+holding fp32 weights: 4-bit codes with a scale and a minimum per block of 32 inputs
+(``w = d * q + m``, q in 0..15) or 8-bit codes with a scale (``w = d * q``, q in -128..127).
+Which file formats fill them is the loaders' business (:mod:`lmlab.interop.gguf`).
+
+The codes are stored interleaved by groups of ``ROWS`` output rows, ``(row groups, blocks,
+codes, ROWS)``, so the compiled kernel (numba) turns each byte into ``ROWS`` vector lanes and
+multiplies every unpacked code with all the batch's rows; activations stay float32.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BLOCK = 32  # weights per block along the input dimension
+ROWS = 16  # output rows interleaved per group (one AVX-512 vector of float32 lanes)
+PARALLEL_WORK = 2 ** 23  # multiply-adds from which a product runs on every thread
+_FASTMATH = {"nnan", "ninf", "nsz", "arcp", "contract", "afn"}  # no reassociation: see load_kernels
+
+
+@functools.cache
+def load_kernels():
+    """The compiled 4-bit and 8-bit kernels (numba, cached on disk). The inner loop runs over
+    the ``ROWS`` interleaved rows with a trip count known only at run time, which makes LLVM
+    vectorise it (a constant 16 is unrolled into scalar code instead)."""
+    import numba
+    from numba import njit, prange
+
+    if "NUMBA_THREADING_LAYER" not in os.environ:  # OpenMP's spinning workers fight torch's
+        numba.config.THREADING_LAYER = "workqueue"
+
+    def q4(x, codes, scales, mins, out):  # pragma: no cover - compiled
+        batch = x.shape[0]
+        groups, blocks, _, rows = codes.shape
+        sums = np.zeros((batch, blocks), np.float32)  # sum of x per block (the minima's term)
+        for b in range(batch):
+            for k in range(blocks):
+                for j in range(BLOCK):
+                    sums[b, k] += x[b, k * BLOCK + j]
+        for t in prange(groups):
+            acc = np.zeros((batch, rows), np.float32)
+            part = np.empty((batch, rows), np.float32)
+            low = np.empty(rows, np.float32)
+            high = np.empty(rows, np.float32)
+            for k in range(blocks):
+                part[:] = 0
+                for j in range(BLOCK // 2):
+                    byte = codes[t, k, j]
+                    if batch == 1:  # unpacked in registers
+                        xl, xh, pb = x[0, k * BLOCK + j], x[0, k * BLOCK + 16 + j], part[0]
+                        for r in range(rows):  # low nibble: weight j, high: weight j + 16
+                            pb[r] += xl * np.float32(byte[r] & 15) + xh * np.float32(byte[r] >> 4)
+                        continue
+                    for r in range(rows):  # unpacked once for every row of the batch
+                        low[r] = np.float32(byte[r] & 15)
+                        high[r] = np.float32(byte[r] >> 4)
+                    for b in range(batch):
+                        xl, xh, pb = x[b, k * BLOCK + j], x[b, k * BLOCK + 16 + j], part[b]
+                        for r in range(rows):
+                            pb[r] += xl * low[r] + xh * high[r]
+                d, m = scales[t, k], mins[t, k]
+                for b in range(batch):
+                    s, ab, pb = sums[b, k], acc[b], part[b]
+                    for r in range(rows):
+                        ab[r] += d[r] * pb[r] + m[r] * s
+            out[:, t * rows:(t + 1) * rows] = acc
+
+    def q8(x, codes, scales, out):  # pragma: no cover - compiled
+        batch = x.shape[0]
+        groups, blocks, _, rows = codes.shape
+        for t in prange(groups):
+            acc = np.zeros((batch, rows), np.float32)
+            part = np.empty((batch, rows), np.float32)
+            w = np.empty(rows, np.float32)
+            for k in range(blocks):
+                part[:] = 0
+                for j in range(BLOCK):
+                    code = codes[t, k, j]
+                    if batch == 1:
+                        xj, pb = x[0, k * BLOCK + j], part[0]
+                        for r in range(rows):
+                            pb[r] += xj * np.float32(code[r])
+                        continue
+                    for r in range(rows):
+                        w[r] = np.float32(code[r])
+                    for b in range(batch):
+                        xj, pb = x[b, k * BLOCK + j], part[b]
+                        for r in range(rows):
+                            pb[r] += xj * w[r]
+                d = scales[t, k]
+                for b in range(batch):
+                    ab, pb = acc[b], part[b]
+                    for r in range(rows):
+                        ab[r] += d[r] * pb[r]
+            out[:, t * rows:(t + 1) * rows] = acc
+
+    def compile(kernel, parallel):
+        return njit(parallel=parallel, fastmath=_FASTMATH, cache=True)(kernel)
+
+    # a parallel launch costs ~0.1 ms: small products run on the calling thread
+    kernels = {(bits, parallel): compile(kernel, parallel) for bits, kernel in
+               ((4, q4), (8, q8)) for parallel in (False, True)}
+    scales = np.zeros((1, 1, ROWS), np.float32)
+    for (bits, _), kernel in kernels.items():  # read from numba's cache (or compiled) now
+        codes = np.zeros((1, 1, BLOCK // 2, ROWS), np.uint8) if bits == 4 else \
+            np.zeros((1, 1, BLOCK, ROWS), np.int8)
+        kernel(np.zeros((1, BLOCK), np.float32), codes, scales,
+               *((scales,) if bits == 4 else ()), np.zeros((1, ROWS), np.float32))
+    return numba, kernels
+
+
+def _interleave(values: np.ndarray) -> np.ndarray:
+    """(N, ...) per-row arrays -> (N / ROWS, ..., ROWS), rows padded with zeros to a multiple
+    of ROWS, contiguous."""
+    pad = -len(values) % ROWS
+    if pad:
+        values = np.concatenate([values, np.zeros((pad, *values.shape[1:]), values.dtype)])
+    grouped = values.reshape(-1, ROWS, *values.shape[1:])  # (N / ROWS, ROWS, ...)
+    return np.ascontiguousarray(np.moveaxis(grouped, 1, -1))
+
+
+class BlockQuantLinear(nn.Module):
+    """A bias-optional linear map whose weight is held as block codes (4-bit with scales and
+    minima, or 8-bit with scales). Under autograd (``torch.is_grad_enabled()`` and an input
+    that needs a gradient) it multiplies by the dequantised weight, so adapters can train on
+    top; the codes themselves never train."""
+
+    def __init__(self, codes: np.ndarray, scales: np.ndarray, mins: np.ndarray | None = None,
+                 bias: nn.Parameter | None = None):
+        """``codes``: (N, K/32, 16) uint8 (low nibble: weight j of a block, high: weight j+16)
+        for 4 bits, or (N, K/32, 32) int8; ``scales``, ``mins``: (N, K/32)."""
+        super().__init__()
+        self.bits = 8 if codes.dtype == np.int8 else 4
+        self.out_features, blocks = codes.shape[:2]
+        self.in_features = blocks * BLOCK
+        self.codes = _interleave(codes)  # (N / ROWS, K / 32, codes per block, ROWS)
+        self.scales = _interleave(scales.astype(np.float32))  # (N / ROWS, K / 32, ROWS)
+        if self.bits == 4 and mins is None:
+            mins = np.zeros_like(scales)
+        self.mins = None if mins is None else _interleave(mins.astype(np.float32))
+        self.bias = bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, " \
+               f"bits={self.bits}, block={BLOCK}"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the codes, scales and minima."""
+        return sum(a.nbytes for a in (self.codes, self.scales, self.mins) if a is not None)
+
+    def rows(self, index: np.ndarray) -> np.ndarray:
+        """Dequantised float32 rows ``index`` (n,) -> (n, K): what an embedding lookup needs."""
+        group, lane = index // ROWS, index % ROWS
+        codes = self.codes[group, :, :, lane]  # (n, K/32, codes per block)
+        scales = self.scales[group, :, lane][..., None]  # (n, K/32, 1)
+        if self.bits == 4:
+            codes = np.concatenate([codes & 15, codes >> 4], axis=-1)  # (n, K/32, 32)
+        values = codes.astype(np.float32) * scales
+        if self.mins is not None:
+            values += self.mins[group, :, lane][..., None]
+        return values.reshape(len(index), self.in_features)
+
+    def dequantize(self) -> torch.Tensor:
+        """The (out, in) float32 weight these codes stand for (the reference path)."""
+        return torch.from_numpy(self.rows(np.arange(self.out_features)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            return F.linear(x, self.dequantize().to(x.dtype), self.bias)
+        numba, kernels = load_kernels()
+        flat = x.detach().reshape(-1, self.in_features)  # (tokens, K)
+        inputs = np.ascontiguousarray(flat.float().numpy())
+        out = np.empty((len(inputs), self.codes.shape[0] * ROWS), np.float32)
+        threads = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+        parallel = threads > 1 and inputs.size * self.out_features >= PARALLEL_WORK
+        if parallel:
+            numba.set_num_threads(threads)
+        kernel = kernels[self.bits, parallel]
+        kernel(inputs, self.codes, self.scales, *(() if self.mins is None else (self.mins,)), out)
+        y = torch.from_numpy(out[:, :self.out_features]).to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """Saved as the float32 ``weight`` it stands for, so a saved model loads as a plain one."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination[prefix + "weight"] = self.dequantize()
+
+
+class BlockQuantEmbedding(nn.Module):
+    """A token table read from a :class:`BlockQuantLinear`'s rows (shared with a tied output
+    projection): each lookup dequantises only the rows it gathers."""
+
+    def __init__(self, table: BlockQuantLinear, padding_idx: int | None = None):
+        super().__init__()
+        object.__setattr__(self, "table", table)  # not a submodule: saved once, as ``weight``
+        self.num_embeddings, self.embedding_dim = table.out_features, table.in_features
+        self.padding_idx = padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.table.rows(ids.reshape(-1).cpu().numpy())  # (tokens, dim)
+        return torch.from_numpy(rows).reshape(*ids.shape, self.embedding_dim).to(ids.device)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantised (vocabulary, dim) table (for code that reads an embedding's weight)."""
+        return self.table.dequantize()
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        destination[prefix + "weight"] = self.weight
+
+
+def dequantized(model: nn.Module) -> nn.Module:
+    """``model`` itself when it holds no block-quantised layer, else a copy whose quantised
+    layers are float32 ``nn.Linear``/``nn.Embedding`` (a tied table stays one tensor): what a
+    saver or exporter writes."""
+    if not any(isinstance(m, (BlockQuantLinear, BlockQuantEmbedding)) for m in model.modules()):
+        return model
+    model = copy.deepcopy(model)
+    weights: dict[int, nn.Parameter] = {}
+
+    def weight(linear: BlockQuantLinear) -> nn.Parameter:
+        return weights.setdefault(id(linear), nn.Parameter(linear.dequantize()))
+
+    for name, module in list(model.named_modules()):
+        if isinstance(module, BlockQuantLinear):
+            new = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None)
+            new.weight = weight(module)
+            if module.bias is not None:
+                new.bias = nn.Parameter(module.bias.detach().clone())
+        elif isinstance(module, BlockQuantEmbedding):
+            new = nn.Embedding(module.num_embeddings, module.embedding_dim, module.padding_idx)
+            new.weight = weight(module.table)
+        else:
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, new)
+    return model
