@@ -12,9 +12,12 @@ import sympy
 from lmlab.tasks.integration import (
     Grammar,
     Verdict,
+    fingerprint,
     from_prefix,
     generate_pairs,
     make_splits,
+    overlap,
+    skeleton,
     time_limit,
     to_prefix,
     verify,
@@ -59,6 +62,38 @@ def test_splits_share_no_item_and_are_stable(pairs):
     other = make_splits(generate_pairs(300, seed=0))
     for name in splits:
         assert inputs[name] <= {p.input_text for p in other[name]}
+
+
+def test_one_pair_per_function_however_written(pairs):
+    """Keys are fingerprints of f: distinct across the pairs and recomputable from the input."""
+    assert len({p.key for p in pairs}) == len(pairs)
+    assert all(fingerprint(from_prefix(p.input_text.split())) == p.key for p in pairs[:20])
+
+
+def test_fingerprint_merges_forms_and_only_forms():
+    assert fingerprint(sympy.exp(x) * sympy.exp(-x) * x) == fingerprint(x)
+    assert fingerprint(2 * sympy.sin(x) * sympy.cos(x)) == fingerprint(sympy.sin(2 * x))
+    assert fingerprint(sympy.sin(x) ** 2 + sympy.cos(x) ** 2 + x) == fingerprint(x + 1)
+    assert fingerprint(x + 1) != fingerprint(x + sympy.Rational(1, 10**9))
+    towers = [sympy.exp(sympy.exp(sympy.exp(sympy.exp(x + c)))) for c in (3, 4)]
+    assert fingerprint(towers[0]) != fingerprint(towers[1])  # no values: the form decides
+
+
+def test_overlap_counts_structure_shared_with_train():
+    """By hand: 3x + 2 in train; 5x - 1 (same structure), x^2 (new) and 2 + 3x (the same
+    function written another way, which splitting by function keeps out) in test."""
+    def pair(expression):
+        expr = sympy.sympify(expression)
+        return TextPair(" ".join(to_prefix(expr)), ("x",), fingerprint(expr))
+
+    train = [pair("3*x + 2")]
+    assert skeleton(train[0].input_text) == "add N mul N x"
+    report = overlap({"train": train, "dev": [], "test": [pair("5*x - 1"), pair("x**2")]})
+    assert report == {"test": {"input": 0.0, "function": 0.0, "input_skeleton": 0.5,
+                               "target_skeleton": 1.0}}
+    same = TextPair("add mul INT+ 3 x INT+ 2", ("x",), fingerprint(3 * x + 2))
+    assert same.key == train[0].key and same.input_text != train[0].input_text
+    assert sorted(map(len, make_splits([same, *train]).values())) == [0, 0, 2]  # one split
 
 
 @pytest.mark.parametrize("expression", [

@@ -17,6 +17,7 @@ from lmlab.tasks.inverse import (
     build_pairs,
     read_task_data,
     score,
+    task_info,
     verified_accuracy,
     write_task_data,
 )
@@ -42,6 +43,9 @@ def test_integration_folder_round_trip(tmp_path):
     assert not (inputs[0] & inputs[1] or inputs[0] & inputs[2] or inputs[1] & inputs[2])
     assert all(p.tag.startswith("depth ") for p in splits["test"])
     assert build_pairs("integration", count=200, seed=3)["test"] == splits["test"]  # seeded
+    overlap = task_info(tmp_path / "d")["overlap"]  # by function: none; by structure: some
+    assert overlap["test"]["input"] == overlap["test"]["function"] == 0.0
+    assert 0.0 < overlap["test"]["target_skeleton"] < 1.0
     with pytest.raises(LmlabError, match="holds something|already"):
         write_task_data("integration", tmp_path / "d", count=10)
 

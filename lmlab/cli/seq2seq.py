@@ -66,7 +66,7 @@ def register(commands) -> None:
 
 
 def _data(args: argparse.Namespace) -> int:
-    from lmlab.tasks.inverse import write_task_data
+    from lmlab.tasks.inverse import task_info, write_task_data
     from lmlab.utils.checks import check_at_least
 
     check_at_least(args.count, 1, "--count")
@@ -74,6 +74,9 @@ def _data(args: argparse.Namespace) -> int:
                             show_progress=True)
     print(f"{args.task}: " + ", ".join(f"{split} {n:,}" for split, n in sizes.items())
           + f" -> {args.out}")
+    for split, shares in task_info(args.out).get("overlap", {}).items():
+        print(f"{split} already in train: " + ", ".join(f"{kind.replace('_', ' ')} {share:.1%}"
+                                                      for kind, share in shares.items()))
     return 0
 
 

@@ -231,8 +231,8 @@ def _usable(expr) -> bool:
 def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
                    max_input_tokens: int = 128, timeout: float = 2.0,
                    show_progress: bool = False) -> list[TextPair]:
-    """``count`` distinct backward pairs ``F' -> F`` in prefix tokens joined by spaces (keyed
-    by the input, tagged by the function's depth), deterministic for ``seed``. Unusable
+    """``count`` backward pairs ``F' -> F`` in prefix tokens joined by spaces, one per function
+    ``F'`` (keyed by its :func:`fingerprint`, tagged by F's depth), deterministic for ``seed``. Unusable
     functions (constant, undefined or too long derivative) are redrawn; a derivative slower than
     ``timeout`` seconds is an error, so the data never depends on the machine's speed."""
     import sympy
@@ -270,10 +270,13 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
             from_prefix(source)  # within the bounds a prediction must respect (MAX_DIGITS)
         except LmlabError:  # a node prefix notation has no token for, or a huge integer
             continue
-        text = " ".join(source)
-        if len(source) > max_input_tokens or text in pairs:
+        if len(source) > max_input_tokens:
             continue
-        pairs[text] = TextPair(text, (" ".join(target),), text, f"depth {prefix_depth(target)}")
+        key = fingerprint(derivative)  # one pair per function, however it is written
+        if key in pairs:
+            continue
+        text = " ".join(source)
+        pairs[key] = TextPair(text, (" ".join(target),), key, f"depth {prefix_depth(target)}")
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -281,10 +284,69 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
     return list(pairs.values())
 
 
+FINGERPRINT_POINTS = (0.3183, 0.7071, 1.2345, 1.7321, 2.7183)  # fixed, generic
+
+
+def fingerprint(expr: Any) -> str:
+    """The function ``expr`` is, whatever its form: its values at five fixed points (30 digits,
+    rounded to 12), so ``exp(x)*exp(-x)*x`` and ``x`` match; where fewer than two values exist
+    (overflow, undefined) the expression's sympy form is added, so such functions never merge."""
+    import mpmath
+
+    values = []
+    for point in FINGERPRINT_POINTS:
+        try:
+            with mpmath.workdps(DIGITS[0]):
+                value = mpmath.mpc(_value(expr, mpmath.mpf(point)))
+                text = mpmath.nstr(value.real, 12)
+                if value.imag != 0:
+                    text += f"{'+' if value.imag > 0 else ''}{mpmath.nstr(value.imag, 12)}j"
+                values.append(text)
+        except _Undefined:
+            values.append("-")
+    text = ",".join(values)
+    return text if len(values) - values.count("-") >= 2 else f"{text}|{expr}"
+
+
+def skeleton(tokens: Sequence[str] | str) -> str:
+    """A prefix expression with every integer replaced by ``N``: its structure (``add mul N x
+    N`` for 3x + 2 and for 5x - 1)."""
+    out: list[str] = []
+    for token in tokens.split() if isinstance(tokens, str) else tokens:
+        if token.isdigit():
+            continue
+        out.append("N" if token in ("INT+", "INT-") else token)
+    return " ".join(out)
+
+
+def overlap(splits: dict[str, Sequence[TextPair]]) -> dict[str, dict[str, float]]:
+    """How much of dev and test the train split already holds: the same input text, the same
+    function (its key: the fingerprint), and the same structure up to integers (skeleton) of
+    the input and of the reference. The splits are made by function, so the first two are 0;
+    the skeleton shares are the overlap that remains (a test f differing from a train f only in
+    its constants)."""
+    train = splits["train"]
+    seen = {"input": {p.input_text for p in train}, "function": {p.key for p in train},
+            "input_skeleton": {skeleton(p.input_text) for p in train},
+            "target_skeleton": {skeleton(p.target) for p in train}}
+    report = {}
+    for split in ("dev", "test"):
+        pairs = splits[split]
+        if not pairs:
+            continue
+        found = {"input": [p.input_text for p in pairs], "function": [p.key for p in pairs],
+                 "input_skeleton": [skeleton(p.input_text) for p in pairs],
+                 "target_skeleton": [skeleton(p.target) for p in pairs]}
+        report[split] = {kind: sum(item in seen[kind] for item in items) / len(pairs)
+                         for kind, items in found.items()}
+    return report
+
+
 def make_splits(pairs: Sequence[TextPair],
                 fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
                 ) -> dict[str, list[TextPair]]:
-    """The pairs by split, by a hash of the input: splits never share one."""
+    """The pairs by split, by a hash of their key (the input's :func:`fingerprint`): splits never
+    share a function, however it is written."""
     from lmlab.tasks.builtin import hash_splits
 
     return hash_splits(pairs, lambda pair: pair.key, fractions)

@@ -98,6 +98,10 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
     sizes = {split: len(splits[split]) for split in SPLITS}
     if task != "integration":
         _write_corpus(splits["train"], out / "corpus")
+    else:  # how much of dev and test train already holds, by text, function and structure
+        from lmlab.tasks.integration import overlap
+
+        scoring = {"overlap": overlap(splits)}
     atomic_write_json(out / "task.json", {"task": task, "count": count, "seed": seed,
                                           "sizes": sizes, **scoring})
     return sizes
