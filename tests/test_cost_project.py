@@ -99,3 +99,22 @@ def test_cost_project_refusals(project, tmp_path):
                          "holds no run folder")
     assert_clean_refusal(run_lmlab_here("cost", "project", project, "--price-per-hour", "-1"),
                          "price_per_hour")
+
+
+@pytest.mark.slow
+def test_the_sweep_script_at_a_toy_size(tmp_path):
+    """scripts/cost_project_sweep.py (docs/cost.md's table) with one step per run: six sweep
+    runs of one step and the final run of two sessions, two steps: the project is 4x the final
+    run in FLOPs."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "cost_project_sweep.py"
+    result = subprocess.run([sys.executable, str(script), "--steps", "1", "--out",
+                             str(tmp_path / "p"), "--plot", str(tmp_path / "cost.png")],
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "LMLAB_NO_PROGRESS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| **all 7 runs** |  | 8 |" in result.stdout and "FLOPs x4.00" in result.stdout
+    assert (tmp_path / "cost.png").stat().st_size > 5000
