@@ -41,6 +41,13 @@ def models(minilm_dir):
     return ours, theirs
 
 
+@pytest.fixture(scope="module")
+def vectors(models):
+    """MiniLM's vectors of the anchors, positives and negatives."""
+    with torch.no_grad():
+        return [models[0].encode(c) for c in (ANCHORS, POSITIVES, NEGATIVES)]
+
+
 def _st_losses():
     from sentence_transformers import losses
 
@@ -80,14 +87,35 @@ def test_cosine_regression_matches_sentence_transformers(models):
 
 
 @pytest.mark.numerics
-# margin 5: every triplet counts; the others: some triplets are past the margin (no gradient)
-@pytest.mark.parametrize("margin,distance", [(5.0, "euclidean"), (0.4, "euclidean"),
-                                             (0.4, "cosine"), (5.0, "manhattan")])
-def test_triplet_matches_sentence_transformers(models, margin, distance):
-    metric = getattr(_st_losses().TripletDistanceMetric, distance.upper())
-    theirs = _st_losses().TripletLoss(models[1], distance_metric=metric, triplet_margin=margin)
-    _compare(models, Triplet(margin, distance, normalize=True), theirs,
+def test_triplet_matches_sentence_transformers(models):
+    """The paper's default (Euclidean, margin 5: on MiniLM's unit vectors every triplet counts)
+    through both encoders' backward passes."""
+    _compare(models, Triplet(normalize=True), _st_losses().TripletLoss(models[1]),
              [ANCHORS, POSITIVES, NEGATIVES])
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("margin,distance", [(0.4, "euclidean"), (0.4, "cosine"),
+                                             (5.0, "manhattan"), (5.0, "euclidean")])
+def test_triplet_margins_and_distances_match_on_the_same_vectors(models, vectors, margin,
+                                                                distance):
+    """Every distance, margins where some triplets are past it (no gradient from them): loss
+    and gradient with respect to the sentence vectors, from MiniLM's vectors of the texts."""
+    mine = [v.clone().requires_grad_() for v in vectors]
+    theirs = [v.clone().requires_grad_() for v in vectors]
+    objective = Triplet(margin, distance)
+    objective.columns = lambda model, batch: mine
+    got = objective.compute_loss(None, {"labels": torch.zeros(4)}).loss
+    metric = getattr(_st_losses().TripletDistanceMetric, distance.upper())
+    reference = _st_losses().TripletLoss(models[1], distance_metric=metric, triplet_margin=margin)
+    expected = reference.compute_loss_from_embeddings(theirs, None)
+    got.backward()
+    expected.backward()
+    assert_close_rounding(got, expected, terms=384, depth=3, scale=max(1.0, margin))
+    for g, e in zip(mine, theirs):
+        assert_close_rounding(g.grad, e.grad, terms=384, depth=3, scale=1.0)
+    if margin < 1:  # some triplets are past the margin: their rows get no gradient
+        assert any(float(g.grad[row].abs().max()) == 0 for g in mine for row in range(4))
 
 
 @pytest.mark.numerics
