@@ -14,7 +14,6 @@ from lmlab.tasks.integration import (
     Verdict,
     fingerprint,
     from_prefix,
-    generate_pairs,
     make_splits,
     overlap,
     skeleton,
@@ -22,6 +21,7 @@ from lmlab.tasks.integration import (
     to_prefix,
     verify,
 )
+from lmlab.tasks.integration_data import generate_pairs
 from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
 
@@ -98,7 +98,8 @@ def test_overlap_counts_structure_shared_with_train():
 
 @pytest.mark.parametrize("expression", [
     "x**3 + 2*x", "exp(sin(x))", "log(x**2 + 1)", "cos(x)*x - 3", "sqrt(x)", "1/x",
-    "exp(-2*x)/5", "sin(x)**2",
+    "exp(-2*x)/5", "sin(x)**2", "atanh(tan(x)) - acosh(x)/asin(x)", "sqrt(x + 1)*atan(x)",
+    "sinh(x)**(-1/2) + cosh(acos(x)) + tanh(asinh(2*x))",
 ])
 def test_prefix_round_trip(expression):
     expr = sympy.sympify(expression)
@@ -108,7 +109,7 @@ def test_prefix_round_trip(expression):
 @pytest.mark.parametrize("tokens,match", [
     (["add", "x"], "ends early"),
     (["x", "x"], "left over"),
-    (["tan", "x"], "unknown token 'tan'"),
+    (["erf", "x"], "unknown token 'erf'"),
     (["INT+"], "without digits"),
 ])
 def test_malformed_prefix_is_a_clear_error(tokens, match):
@@ -130,6 +131,8 @@ def test_verifier_rejects_wrong_and_unparsable_answers():
     wrong = verify(to_prefix(sympy.sympify("sin(x)**3")), derivative)
     assert not wrong.correct and wrong.method == "numeric-mismatch"
     assert not verify(["add", "x"], derivative).correct
+    # an answer with no value where f has one is wrong, not undecidable: x/0 is sympy's zoo
+    assert verify("div x INT+ 0", "INT+ 1") == Verdict(False, "numeric-mismatch")
     assert verify("add x", derivative).method == "unparsable"
     # a derivative off by 1e-3 is wrong at the default tolerance (1e-6 of max(1, |f|)) and
     # right at a looser one

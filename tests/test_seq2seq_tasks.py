@@ -151,6 +151,24 @@ def test_train_and_evaluate_commands(trained):
     assert sum(metrics["beam 3"]["verdicts"].values()) > sum(metrics["beam 1"]["verdicts"].values())
 
 
+def test_one_model_scored_on_several_generators_test_sets(trained, tmp_path):
+    """The cross-generator evaluation: a BWD-trained model on a BWD and an IBP test set (IBP's
+    inputs hold products the BWD data rarely has), one table."""
+    write_task_data("integration", tmp_path / "ibp", count=30, seed=0, generator="ibp",
+                    max_ops=2)
+    out = tmp_path / "cross.json"
+    result = run_lmlab("seq2seq", "evaluate", "--model", trained / "run" / "model", "--data",
+                       trained / "data", tmp_path / "ibp", "--beams", "1,2", "--max-examples",
+                       "2", "--max-new-tokens", "16", "--out", out)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(out.read_text())
+    assert list(metrics) == [str(trained / "data"), str(tmp_path / "ibp")]
+    for folder, scores in metrics.items():
+        assert scores["examples"] == 2 and 0.0 <= scores["beam 2"]["verified_accuracy"] <= 1.0
+        assert f"| {folder} | 2 | " in result.stdout
+    assert "| data | examples | beam 1 | beam 2 |" in result.stdout
+
+
 def test_evaluate_refuses_to_overwrite_its_output(trained, tmp_path):
     out = tmp_path / "metrics.json"
     out.write_text("{}")
@@ -271,7 +289,7 @@ def test_a_derivative_over_the_time_limit_is_a_clear_error(monkeypatch):
 
     import sympy
 
-    from lmlab.tasks.integration import generate_pairs
+    from lmlab.tasks.integration_data import generate_pairs
 
     def slow_diff(*args, **kwargs):
         time.sleep(5)

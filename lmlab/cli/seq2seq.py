@@ -21,6 +21,15 @@ def register(commands) -> None:
                         "classification task in T5's formulation (label as a word)")
     p.add_argument("--count", type=int,
                    help="expressions to generate (integration), or the most train pairs kept")
+    p.add_argument("--generator", choices=("bwd", "fwd", "ibp"),
+                   help="integration: backward (F random, f = F'; the default), forward (f "
+                        "random, F by sympy under --timeout) or integration by parts")
+    p.add_argument("--grammar", choices=("small", "paper"),
+                   help="integration: our small expressions (default) or Lample & Charton's "
+                        "(up to 15 operators, division, fifteen unary functions)")
+    p.add_argument("--max-ops", type=int, help="integration: at most this many operators")
+    p.add_argument("--timeout", type=float,
+                   help="integration: seconds sympy may take per expression (default 2)")
     _common.add_flags(p, "seed")
     _common.add_out(p, "output folder", overwrite="write into a non-empty --out")
 
@@ -55,7 +64,9 @@ def register(commands) -> None:
                 "--beams 1,5,10",
         handler=_evaluate, group="seq2seq")
     p.add_argument("--model", required=True)
-    p.add_argument("--data", required=True)
+    p.add_argument("--data", required=True, nargs="+",
+                   help="task folder(s); several (e.g. BWD, FWD and IBP test sets) give one "
+                        "table of them")
     p.add_argument("--split", default="test", choices=("dev", "test"))
     p.add_argument("--beams", default="1", help="comma-separated beam sizes, e.g. 1,5,10")
     p.add_argument("--max-examples", type=int, help="score the first N examples of the split")
@@ -68,10 +79,17 @@ def register(commands) -> None:
 def _data(args: argparse.Namespace) -> int:
     from lmlab.tasks.inverse import task_info, write_task_data
     from lmlab.utils.checks import check_at_least
+    from lmlab.utils.errors import LmlabError
 
     check_at_least(args.count, 1, "--count")
+    check_at_least(args.max_ops, 1, "--max-ops")
+    if args.timeout is not None and args.timeout <= 0:
+        raise LmlabError(f"--timeout {args.timeout} must be positive", "pass e.g. --timeout 2")
+    generation = {name: value for name, value in (
+        ("generator", args.generator), ("grammar", args.grammar), ("max_ops", args.max_ops),
+        ("timeout", args.timeout)) if value is not None}
     sizes = write_task_data(args.task, args.out, args.count, args.seed, args.overwrite,
-                            show_progress=True)
+                            show_progress=True, **generation)
     print(f"{args.task}: " + ", ".join(f"{split} {n:,}" for split, n in sizes.items())
           + f" -> {args.out}")
     for split, shares in task_info(args.out).get("overlap", {}).items():
@@ -111,10 +129,41 @@ def _evaluate(args: argparse.Namespace) -> int:
     check_at_least(args.threads, 1, "--threads")
     if args.out:
         check_output_file(args.out, args.overwrite)
-    read_task_data(args.data)  # a task folder, before the model loads
+    for folder in args.data:
+        read_task_data(folder)  # task folders, before the model loads
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = evaluate_on_task(args.model, args.data, args.split, beams, args.max_examples,
-                               args.max_new_tokens, out=args.out)
+    if len(args.data) == 1:
+        results = evaluate_on_task(args.model, args.data[0], args.split, beams,
+                                   args.max_examples, args.max_new_tokens, out=args.out)
+        print(json.dumps(results, indent=2))
+        return 0
+    results = {folder: evaluate_on_task(args.model, folder, args.split, beams,
+                                        args.max_examples, args.max_new_tokens)
+               for folder in args.data}
+    if args.out:
+        from lmlab.utils.io import atomic_write_json
+
+        atomic_write_json(args.out, results)
     print(json.dumps(results, indent=2))
+    print(_table(results, beams))
     return 0
+
+
+def _table(results: dict, beams: list[int]) -> str:
+    """One row per task folder, one column per beam: verified accuracy for integration (the
+    unverifiable share in brackets), else the first metric."""
+    lines = ["| data | examples | " + " | ".join(f"beam {b}" for b in beams) + " |",
+             "|---|---:|" + "---:|" * len(beams)]
+    for folder, result in results.items():
+        cells = []
+        for beam in beams:
+            scores = result[f"beam {beam}"]
+            if "verified_accuracy" in scores:
+                cells.append(f"{scores['verified_accuracy']:.1%} "
+                             f"({scores['unverifiable']:.1%})")
+            else:
+                name = next(k for k, v in scores.items() if isinstance(v, float))
+                cells.append(f"{name} {scores[name]:.3f}")
+        lines.append(f"| {folder} | {result['examples']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

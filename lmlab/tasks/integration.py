@@ -1,6 +1,8 @@
-"""Symbolic integration as an inverse problem (Lample & Charton 2020): random functions ``F``
-from a small grammar, their derivatives by sympy, pairs ``F' -> F`` in prefix notation, and
+"""Symbolic integration as an inverse problem (Lample & Charton 2020): random functions from a
+grammar (ours, small, or the paper's), prefix notation both ways, a numeric fingerprint of a
+function (one item per function, however written), how much structure the splits share, and
 :func:`verify`, which judges a predicted antiderivative by differentiating it (docs/tasks.md).
+The generators of pairs are in :mod:`lmlab.tasks.integration_data`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from lmlab.tasks.types import TextPair
 from lmlab.utils.errors import LmlabError
 
 UNARY = ("exp", "log", "sin", "cos")
-#: every unary function of the prefix vocabulary (Lample & Charton's; sqrt is ``pow x div 1 2``)
-FUNCTIONS = ("exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-             "asinh", "acosh", "atanh")
+#: every unary function of the prefix vocabulary: Lample & Charton's fifteen
+FUNCTIONS = ("exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+             "tanh", "asinh", "acosh", "atanh")
 MAX_DIGITS = 12  # integer literals a prediction may hold: sympy evaluates numbers eagerly
 MAX_EXPONENT = 64
 BINARY = ("add", "sub", "mul", "pow")
+OPERATORS = ("add", "sub", "mul", "div", "pow")
 SMALL_POWERS = (2, 3)
-ARITY = {**dict.fromkeys((*BINARY, "div"), 2), **dict.fromkeys(UNARY, 1)}
+ARITY = {**dict.fromkeys(OPERATORS, 2), **dict.fromkeys(FUNCTIONS, 1)}
 
 
 # -- time limits --------------------------------------------------------------------------------
@@ -57,13 +60,19 @@ def time_limit(seconds: float) -> Iterator[None]:
 class Grammar:
     """Bounds of the random functions: ``max_ops`` operators at most (at least one), trees at
     most ``max_depth`` deep, integer leaves in ``[-max_int, max_int]`` without 0, and a leaf is
-    ``x`` with probability ``p_x``; a unary operator is drawn with probability ``p_unary``."""
+    ``x`` with probability ``p_x``; a unary operator is drawn with probability ``p_unary``, from
+    ``unary``, a binary one from ``binary`` (``pow``: to a small integer power). ``uniform``:
+    trees drawn uniformly among those of their operator count, as Lample & Charton do
+    (``max_depth`` and ``p_unary`` unused); see :data:`PAPER_GRAMMAR`."""
 
     max_ops: int = 5
     max_depth: int = 4
     max_int: int = 5
     p_x: float = 0.6
     p_unary: float = 0.35
+    unary: tuple[str, ...] = UNARY
+    binary: tuple[str, ...] = BINARY
+    uniform: bool = False
 
     def __post_init__(self) -> None:
         if self.max_ops < 1 or self.max_depth < 1 or self.max_int < 1:
@@ -73,24 +82,91 @@ class Grammar:
             raise LmlabError(f"grammar probabilities out of range: p_x {self.p_x} must be in "
                              f"(0, 1] (functions must contain x), p_unary {self.p_unary} in "
                              "[0, 1]", "use e.g. p_x=0.6, p_unary=0.35")
+        unknown = sorted(set(self.unary) - set(FUNCTIONS)) + \
+            sorted(set(self.binary) - set(OPERATORS))
+        if self.uniform and "pow" in self.binary:
+            raise LmlabError("uniform trees take no pow (its exponent is a small integer)",
+                             "use binary=('add', 'sub', 'mul', 'div') with uniform=True")
+        if unknown or not self.binary or not self.unary:
+            raise LmlabError(f"grammar operators {unknown or 'missing'} are not in the prefix "
+                             "vocabulary", f"unary from {', '.join(FUNCTIONS)}; binary from "
+                             f"{', '.join(OPERATORS)}; at least one of each")
+
+
+#: Lample & Charton's expressions: up to 15 internal nodes, uniform over trees, the four binary
+#: operators and the fifteen unary functions, integers -5..5
+PAPER_GRAMMAR = Grammar(max_ops=15, max_depth=15, unary=FUNCTIONS,
+                        binary=("add", "sub", "mul", "div"), uniform=True)
+GRAMMARS = {"small": Grammar(), "paper": PAPER_GRAMMAR}
 
 
 def _random_tree(rng: np.random.Generator, grammar: Grammar, ops: int, depth: int) -> list[str]:
     """A random prefix expression with ``ops`` operators and at most ``depth`` levels."""
     if ops == 0 or depth == 0:
-        if rng.random() < grammar.p_x:
-            return ["x"]
-        value = int(rng.integers(1, grammar.max_int + 1)) * (1 if rng.random() < 0.5 else -1)
-        return _int_tokens(value)
+        return _leaf(rng, grammar)
     if rng.random() < grammar.p_unary:
-        return [str(rng.choice(UNARY))] + _random_tree(rng, grammar, ops - 1, depth - 1)
-    op = str(rng.choice(BINARY))
+        return [str(rng.choice(grammar.unary))] + _random_tree(rng, grammar, ops - 1, depth - 1)
+    op = str(rng.choice(grammar.binary))
     if op == "pow":  # polynomial powers: a subtree to a small integer power
         return ["pow"] + _random_tree(rng, grammar, ops - 1, depth - 1) + \
             _int_tokens(int(rng.choice(SMALL_POWERS)))
     left = int(rng.integers(0, ops))  # operators in the left subtree
     return [op] + _random_tree(rng, grammar, left, depth - 1) + \
         _random_tree(rng, grammar, ops - 1 - left, depth - 1)
+
+
+def _leaf(rng: np.random.Generator, grammar: Grammar) -> list[str]:
+    if rng.random() < grammar.p_x:
+        return ["x"]
+    value = int(rng.integers(1, grammar.max_int + 1)) * (1 if rng.random() < 0.5 else -1)
+    return _int_tokens(value)
+
+
+def _tree_counts(ops: int, unary: int, binary: int) -> list[list[int]]:
+    """``D[e][n]``: trees with ``n`` operators that fill ``e`` empty slots, operators counted
+    (Lample & Charton's appendix C: D(e, n) = D(e-1, n) + p1 D(e, n-1) + p2 D(e+1, n-1))."""
+    width = ops + 2
+    counts = [[0] * (ops + 1) for _ in range(2 * width)]
+    for e in range(2 * width):
+        counts[e][0] = 1
+    for n in range(1, ops + 1):
+        for e in range(1, 2 * width - 1):
+            counts[e][n] = counts[e - 1][n] + unary * counts[e][n - 1] + \
+                binary * counts[e + 1][n - 1]
+    return counts
+
+
+def _uniform_tree(rng: np.random.Generator, grammar: Grammar, ops: int) -> list[str]:
+    """A prefix expression drawn uniformly among those with ``ops`` operators (operator
+    labels included), by the paper's algorithm: the next operator goes after ``k`` leaves, with
+    arity ``a``, in proportion to the trees that can follow."""
+    counts = _tree_counts(ops, len(grammar.unary), len(grammar.binary))
+    slots: list[str | None] = [None]  # the prefix sequence so far; None: a leaf or open slot
+    open_slots, left, cursor = 1, ops, 0
+    while left:
+        choices, weights = [], []
+        for k in range(open_slots):  # k open slots become leaves, then an operator
+            for arity, size in ((1, len(grammar.unary)), (2, len(grammar.binary))):
+                weights.append(size * counts[open_slots - k + arity - 1][left - 1])
+                choices.append((k, arity))
+        total = sum(weights)  # Python integers: the counts outgrow 64 bits
+        k, arity = choices[int(rng.choice(len(choices), p=[w / total for w in weights]))]
+        for _ in range(k):  # skip k open slots (leaves)
+            cursor = slots.index(None, cursor) + 1
+        at = slots.index(None, cursor)
+        slots[at:at + 1] = ["u" if arity == 1 else "b"] + [None] * arity
+        cursor = at + 1
+        open_slots += arity - 1 - k  # k slots became leaves, one an operator with arity
+        left -= 1
+    tokens: list[str] = []
+    for slot in slots:
+        if slot is None:
+            tokens += _leaf(rng, grammar)
+        elif slot == "u":
+            tokens.append(str(rng.choice(grammar.unary)))
+        else:
+            tokens.append(str(rng.choice(grammar.binary)))
+    return tokens
 
 
 def _int_tokens(value: int) -> list[str]:
@@ -108,7 +184,12 @@ def random_function(rng: np.random.Generator, grammar: Grammar = Grammar()) -> A
     x = sympy.Symbol("x")
     for _ in range(MAX_DRAWS):
         ops = int(rng.integers(1, grammar.max_ops + 1))
-        expr = from_prefix(_random_tree(rng, grammar, ops, grammar.max_depth))
+        tokens = _uniform_tree(rng, grammar, ops) if grammar.uniform else \
+            _random_tree(rng, grammar, ops, grammar.max_depth)
+        try:
+            expr = from_prefix(tokens)
+        except (ZeroDivisionError, ValueError, OverflowError):  # e.g. a division by 0
+            continue
         if expr.has(x) and expr.is_finite is not False:
             return expr
     raise LmlabError(f"{MAX_DRAWS} draws from {grammar} gave no function of x",
@@ -118,7 +199,7 @@ def random_function(rng: np.random.Generator, grammar: Grammar = Grammar()) -> A
 # -- prefix notation ------------------------------------------------------------------------------
 def to_prefix(expr: Any) -> list[str]:
     """``expr`` in prefix notation: n-ary sums and products folded into binary ``add``/``mul``,
-    rationals as ``div``, integers as sign + digits."""
+    rationals as ``div``, square roots as ``sqrt``, integers as sign + digits."""
     import sympy
 
     if expr.is_Symbol:
@@ -139,12 +220,15 @@ def to_prefix(expr: Any) -> list[str]:
             out = [op] + arg + out
         return out
     if expr.is_Pow:
+        if expr.exp == sympy.S.Half:
+            return ["sqrt"] + to_prefix(expr.base)
         return ["pow"] + to_prefix(expr.base) + to_prefix(expr.exp)
     name = type(expr).__name__
-    if name in UNARY:
+    if name in FUNCTIONS:
         return [name] + to_prefix(expr.args[0])
     raise LmlabError(f"prefix notation has no token for {name} ({expr})",
-                     f"expressions use integers, x, E, pi, {', '.join(BINARY + UNARY)}, div")
+                     f"expressions use integers, x, E, pi, {', '.join(OPERATORS)}, "
+                     f"{', '.join(FUNCTIONS)}")
 
 
 def from_prefix(tokens: Sequence[str]) -> Any:
@@ -153,7 +237,7 @@ def from_prefix(tokens: Sequence[str]) -> Any:
     import sympy
 
     x = sympy.Symbol("x")
-    functions = {name: getattr(sympy, name) for name in UNARY}
+    functions = {name: getattr(sympy, name) for name in FUNCTIONS}
     binary = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
               "pow": operator.pow, "div": operator.truediv}
     tokens = list(tokens)
@@ -220,68 +304,12 @@ def prefix_depth(tokens: Sequence[str]) -> int:
     return depth
 
 
-def _usable(expr) -> bool:
+def usable(expr) -> bool:
     """Real-valued in form and finite: free of sympy's infinities and undefined values (zoo,
     nan, oo) and of the imaginary unit (``log(-2)`` evaluates to ``log(2) + I*pi``)."""
     import sympy
 
     return not expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo, sympy.I)
-
-
-def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
-                   max_input_tokens: int = 128, timeout: float = 2.0,
-                   show_progress: bool = False) -> list[TextPair]:
-    """``count`` backward pairs ``F' -> F`` in prefix tokens joined by spaces, one per function
-    ``F'`` (keyed by its :func:`fingerprint`, tagged by F's depth), deterministic for ``seed``. Unusable
-    functions (constant, undefined or too long derivative) are redrawn; a derivative slower than
-    ``timeout`` seconds is an error, so the data never depends on the machine's speed."""
-    import sympy
-
-    if count < 1:
-        raise LmlabError(f"count {count} must be at least 1", "ask for some examples")
-    x = sympy.Symbol("x")
-    rng = np.random.default_rng(seed)
-    pairs: dict[str, TextPair] = {}
-    attempts = 0
-    bar = None
-    if show_progress:
-        from lmlab.utils.progress import progress
-
-        bar = progress(total=count, desc="expressions", unit="pair")
-    while len(pairs) < count:
-        attempts += 1
-        if attempts > 50 * count + 1000:
-            raise LmlabError(f"the grammar gave only {len(pairs)} usable functions in "
-                             f"{attempts} draws", "loosen the grammar (more operators, depth) "
-                             "or raise max_input_tokens / timeout")
-        function = random_function(rng, grammar)
-        try:
-            with time_limit(timeout):
-                derivative = sympy.diff(function, x)
-        except TimeoutError:
-            # skipping it would make the data depend on the machine's speed
-            raise LmlabError(f"differentiating {function} took longer than {timeout:g} s",
-                             "raise the timeout, or bound the grammar tighter (max_ops, "
-                             "max_depth)") from None
-        if not derivative.has(x) or not _usable(derivative) or not _usable(function):
-            continue
-        try:
-            source, target = to_prefix(derivative), to_prefix(function)
-            from_prefix(source)  # within the bounds a prediction must respect (MAX_DIGITS)
-        except LmlabError:  # a node prefix notation has no token for, or a huge integer
-            continue
-        if len(source) > max_input_tokens:
-            continue
-        key = fingerprint(derivative)  # one pair per function, however it is written
-        if key in pairs:
-            continue
-        text = " ".join(source)
-        pairs[key] = TextPair(text, (" ".join(target),), key, f"depth {prefix_depth(target)}")
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return list(pairs.values())
 
 
 FINGERPRINT_POINTS = (0.3183, 0.7071, 1.2345, 1.7321, 2.7183)  # fixed, generic
@@ -374,7 +402,14 @@ class Verdict:
 
 
 class _Undefined(ArithmeticError):
-    """A value that is undefined, infinite, overflowing or unstable at a point."""
+    """A value that is undefined (a division by zero, ``log 0``, sympy's ``zoo`` or ``nan``)."""
+
+
+class _Overflow(_Undefined):
+    """A value too large to build (beyond e^LOG_LIMIT), or a function of a huge argument."""
+
+
+UNDEFINED = "undefined"  # a value at a point where the expression has none
 
 
 def _sample_points(count: int, seed: int, low: float = 0.1, high: float = 3.0,
@@ -391,9 +426,10 @@ def _sample_points(count: int, seed: int, low: float = 0.1, high: float = 3.0,
 def _checked(value):
     import mpmath
 
-    if mpmath.isnan(value) or mpmath.isinf(value) or (value != 0 and
-                                                      mpmath.mag(value) > LOG_LIMIT * 1.45):
+    if mpmath.isnan(value) or mpmath.isinf(value):
         raise _Undefined(value)
+    if value != 0 and mpmath.mag(value) > LOG_LIMIT * 1.45:
+        raise _Overflow(value)
     return value
 
 
@@ -407,11 +443,11 @@ def _power(base, exponent, integer: bool):
         raise _Undefined("0 to a non-positive power")
     if integer:
         if abs(float(mpmath.log(abs(base)))) * abs(int(exponent)) > LOG_LIMIT:
-            raise _Undefined("power overflows")
+            raise _Overflow("power overflows")
         return mpmath.power(base, int(exponent))
     product = exponent * mpmath.log(base)
     if mpmath.re(product) > LOG_LIMIT:
-        raise _Undefined("power overflows")
+        raise _Overflow("power overflows")
     return mpmath.exp(product)
 
 
@@ -421,10 +457,10 @@ def _function(name: str, arg):
 
     if name in ("exp", "sinh", "cosh") and abs(mpmath.re(arg)) > LOG_LIMIT \
             and (name != "exp" or mpmath.re(arg) > 0):
-        raise _Undefined(f"{name} overflows")
+        raise _Overflow(f"{name} overflows")
     if name in ("sin", "cos", "tan") and (abs(mpmath.im(arg)) > LOG_LIMIT
                                           or abs(mpmath.re(arg)) > 1e50):
-        raise _Undefined(f"{name} of a huge argument")
+        raise _Overflow(f"{name} of a huge argument")
     return getattr(mpmath, name)(arg)
 
 
@@ -440,8 +476,11 @@ def _value(expr, x):
         return mpmath.mpf(int(expr))
     if expr.is_Rational:
         return mpmath.mpf(int(expr.p)) / int(expr.q)
-    if expr.is_number and not expr.args:  # E, pi, a float
-        return mpmath.mpmathify(expr.evalf(mpmath.mp.dps + 5))
+    if expr.is_number and not expr.args:  # E, pi, I, a float; zoo, nan and oo are undefined
+        try:
+            return _checked(mpmath.mpmathify(expr.evalf(mpmath.mp.dps + 5)))
+        except (TypeError, ValueError):
+            raise _Undefined(str(expr)) from None
     args = [_value(arg, x) for arg in expr.args]
     try:
         if expr.is_Add:
@@ -461,8 +500,8 @@ def _value(expr, x):
 
 
 def _values_at(point: float, exprs: Sequence[Any]) -> list[Any]:
-    """Each of ``exprs`` at ``point`` at 60 digits, or None where it is undefined, overflows or
-    differs between 30 and 60 digits (rounding decided it)."""
+    """Each of ``exprs`` at ``point`` at 60 digits; :data:`UNDEFINED` where it has no value;
+    None where it overflows or differs between 30 and 60 digits (rounding decided it)."""
     import mpmath
 
     out = []
@@ -475,8 +514,10 @@ def _values_at(point: float, exprs: Sequence[Any]) -> list[Any]:
             with mpmath.workdps(DIGITS[-1]):
                 low, high = found
                 out.append(high if abs(low - high) <= mpmath.mpf(1e-15) * abs(high) else None)
-        except _Undefined:
+        except _Overflow:
             out.append(None)
+        except _Undefined:
+            out.append(UNDEFINED)
     return out
 
 
@@ -484,15 +525,18 @@ def _compare(values: Sequence[Sequence[Any]], rtol: float, atol: float) -> tuple
     """Points where ``G'`` and ``f`` agree (decided by the relative part) and disagree, within
     ``rtol * |f| + atol * min |f|``: the absolute part scales with the smallest nonzero |f| over
     the points, so a tiny f is held to its own size, not to 1 (where f vanishes, values that
-    rounding decided were already dropped as unstable)."""
+    rounding decided were already dropped as unstable). ``G'`` undefined where f has a value
+    disagrees."""
     import mpmath
 
-    pairs = [(f, g) for f, g in values if f is not None and g is not None]
+    numbers = [(f, g) for f, g in values if f is not None and f is not UNDEFINED]
+    undefined = sum(g is UNDEFINED for _, g in numbers)
+    pairs = [(f, g) for f, g in numbers if g is not None and g is not UNDEFINED]
     if not pairs:
-        return 0, 0
+        return 0, undefined
     with mpmath.workdps(DIGITS[-1]):
         floor = atol * min((abs(f) for f, _ in pairs if f != 0), default=mpmath.mpf(0))
-        agree = disagree = 0
+        agree, disagree = 0, undefined
         for f, g in pairs:
             if abs(g - f) > rtol * abs(f) + floor:
                 disagree += 1
@@ -508,7 +552,8 @@ def _numeric_verdict(slope, target, points: int, rtol: float, atol: float, seed:
     import sympy
 
     values = [_values_at(point, (target, slope)) for point in _sample_points(points, seed)]
-    if any(f is None or not 1 / EXTREME <= abs(f) <= EXTREME for f, _ in values):
+    if any(f is None or f is UNDEFINED or not 1 / EXTREME <= abs(f) <= EXTREME
+           for f, _ in values):
         values += [_values_at(point, (target, slope))
                    for point in _sample_points(2 * points, seed + 1, 1e-3, 10.0, log=True)]
     agree, disagree = _compare(values, rtol, atol)

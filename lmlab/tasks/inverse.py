@@ -50,9 +50,13 @@ def classification_pairs(name: str) -> tuple[dict[str, list[TextPair]], dict[str
 
 
 def build_pairs(task: str, count: int | None = None, seed: int = 0,
-                show_progress: bool = False) -> dict[str, list[TextPair]]:
-    """Every split of ``task``: ``count`` generated expressions (integration; required) or the
-    WordNet pairs (text tasks; ``count`` caps the train split)."""
+                show_progress: bool = False, generator: str = "bwd", grammar: str = "small",
+                max_ops: int | None = None, timeout: float = 2.0,
+                checkpoint: str | Path | None = None) -> dict[str, list[TextPair]]:
+    """Every split of ``task``: ``count`` generated expressions (integration; required; from
+    ``generator`` bwd/fwd/ibp over the ``grammar`` small/paper, ``max_ops`` overriding its
+    operator bound; ``checkpoint`` resumes a killed generation) or the WordNet pairs (text
+    tasks; ``count`` caps the train split)."""
     check_task(task)
     if task == USER_TASK:
         raise LmlabError("the 'text' task is a folder of your own pairs; there is nothing to "
@@ -62,12 +66,16 @@ def build_pairs(task: str, count: int | None = None, seed: int = 0,
     if task in CLASSIFICATION_TASKS:
         return classification_pairs(task)[0]
     if task == "integration":
-        from lmlab.tasks.integration import generate_pairs, make_splits
+        from lmlab.tasks.integration import make_splits
+        from lmlab.tasks.integration_data import generate_pairs
 
         if count is None:
             raise LmlabError("the integration task needs a count of expressions",
                              "pass e.g. count=50000 (--count 50000)")
-        return make_splits(generate_pairs(count, seed, show_progress=show_progress))
+        pairs = generate_pairs(count, seed, integration_grammar(grammar, max_ops), generator,
+                               timeout=timeout, checkpoint=checkpoint,
+                               show_progress=show_progress)
+        return make_splits(pairs)
     from lmlab.tasks.definitions import definition_splits
 
     splits = definition_splits("define" if task == "definitions" else "reverse")
@@ -76,17 +84,45 @@ def build_pairs(task: str, count: int | None = None, seed: int = 0,
     return splits
 
 
+def integration_grammar(name: str, max_ops: int | None = None):
+    """The grammar ``small`` (ours) or ``paper`` (Lample & Charton's), ``max_ops`` overriding
+    its operator bound (and the small one's depth, which must admit it)."""
+    import dataclasses
+
+    from lmlab.tasks.integration import GRAMMARS
+
+    grammar = GRAMMARS[check_choice(name, tuple(GRAMMARS), "--grammar", "integration grammar")]
+    if max_ops is None:
+        return grammar
+    return dataclasses.replace(grammar, max_ops=max_ops,
+                               max_depth=max(grammar.max_depth, max_ops if grammar.uniform
+                                             else grammar.max_depth))
+
+
 def write_task_data(task: str, out: str | Path, count: int | None = None, seed: int = 0,
-                    overwrite: bool = False, show_progress: bool = False) -> dict[str, int]:
+                    overwrite: bool = False, show_progress: bool = False,
+                    **generation: Any) -> dict[str, int]:
     """Write ``task``'s splits (and, for the text tasks, the train split's pretraining corpus)
-    under ``out``; returns the split sizes."""
+    under ``out``; returns the split sizes. Integration takes :func:`build_pairs`'s generation
+    options (``generator``, ``grammar``, ``max_ops``, ``timeout``) and keeps its state in
+    ``out/generation.json``: run again with the same options, a killed generation continues."""
     from lmlab.utils.checks import check_output_folder
 
     check_task(task)
     out = Path(out)
-    check_output_folder(out, overwrite, "task data")
+    check_output_folder(out, overwrite, "task data", ignore=("generation.json",))
+    if generation and task != "integration":
+        raise LmlabError(f"{', '.join(generation)} apply to the integration task only",
+                         "leave them out for this task")
     if task in CLASSIFICATION_TASKS:  # the pairs and what scoring needs, from one load
         splits, scoring = classification_pairs(task)
+    elif task == "integration":
+        out.mkdir(parents=True, exist_ok=True)
+        if overwrite:
+            (out / "generation.json").unlink(missing_ok=True)
+        splits = build_pairs(task, count, seed, show_progress,
+                             checkpoint=out / "generation.json", **generation)
+        scoring = {"generation": {"generator": "bwd", "grammar": "small", **generation}}
     else:
         splits, scoring = build_pairs(task, count, seed, show_progress), {}
     out.mkdir(parents=True, exist_ok=True)
@@ -100,8 +136,10 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
         _write_corpus(splits["train"], out / "corpus")
     else:  # how much of dev and test train already holds, by text, function and structure
         from lmlab.tasks.integration import overlap
+        from lmlab.tasks.integration_data import skipped_draws
 
-        scoring = {"overlap": overlap(splits)}
+        scoring = {**scoring, "overlap": overlap(splits),
+                   "skipped_draws": skipped_draws(out / "generation.json")}
     atomic_write_json(out / "task.json", {"task": task, "count": count, "seed": seed,
                                           "sizes": sizes, **scoring})
     return sizes
