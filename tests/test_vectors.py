@@ -63,6 +63,18 @@ def test_formats_round_trip_and_match_gensim(tmp_path, glove20k, fmt):
         np.testing.assert_array_equal(again.matrix, vectors.matrix)
 
 
+def test_format_follows_the_suffix_and_text_is_not_read_as_binary(tmp_path, glove20k):
+    vectors = WordVectors(glove20k.words[:50], np.asarray(glove20k.matrix[:50]))
+    save_vectors(vectors, tmp_path / "v.bin")  # no format named: binary, as load_vectors reads
+    assert load_vectors(tmp_path / "v.bin").words == vectors.words
+    assert not (tmp_path / "v.bin").read_bytes()[20:200].isascii()
+    save_vectors(vectors, tmp_path / "text.bin", "word2vec")  # text under a binary name
+    with pytest.raises(LmlabError, match="holds word2vec text, not binary"):
+        load_vectors(tmp_path / "text.bin")
+    np.testing.assert_array_equal(load_vectors(tmp_path / "text.bin", format="word2vec").matrix,
+                                  vectors.matrix)
+
+
 @pytest.mark.numerics
 def test_similarity_matches_gensim(glove20k):
     kv = _gensim(glove20k)

@@ -79,7 +79,8 @@ def register(commands) -> None:
         handler=_convert, group="vectors")
     p.add_argument("vectors", help=SOURCE_HELP)
     p.add_argument("out", help="the file to write")
-    p.add_argument("--to", default="word2vec", choices=("word2vec", "word2vec-binary", "glove"))
+    p.add_argument("--to", choices=("word2vec", "word2vec-binary", "glove"),
+                   help="the format (default: word2vec binary for a .bin OUT, else word2vec text)")
     p.add_argument("--limit", type=int, help="write only the first LIMIT words")
     _common.add_overwrite(p, "replace OUT if it exists")
 

@@ -184,6 +184,9 @@ def _read_word2vec_binary(path: Path, limit: int | None) -> WordVectors:
             if len(data) != width:
                 raise LmlabError(f"{path} ends inside the vector of word {row + 1}",
                                  "the file is truncated: write it again")
+            if row == 0 and not data.strip(b"0123456789.-+eE \n"):  # digits, not float bytes
+                raise LmlabError(f"{path} holds word2vec text, not binary vectors",
+                                 "pass format='word2vec' (--format word2vec) or name it .txt")
             words.append(word.decode("utf-8", errors="replace"))
             matrix[row] = np.frombuffer(data, dtype="<f4")
     return WordVectors(words, matrix)
@@ -206,11 +209,19 @@ def glove_6b_50d() -> WordVectors:
 
 
 # -- writing --------------------------------------------------------------------------------------
-def save_vectors(vectors: WordVectors, path: str | Path, format: str = "word2vec",
+def format_for(path: str | Path) -> str:
+    """The format a vector file is written in when none is named: word2vec binary for a
+    ``.bin`` file (as :func:`load_vectors` reads it), word2vec text otherwise."""
+    return "word2vec-binary" if Path(path).suffix == ".bin" else "word2vec"
+
+
+def save_vectors(vectors: WordVectors, path: str | Path, format: str | None = None,
                  overwrite: bool = False) -> Path:
-    """Write ``vectors`` to ``path`` in ``format`` (one of :data:`FORMATS`), atomically; an
-    existing file is refused unless ``overwrite``. Words containing spaces or newlines cannot
-    be written in these formats and are refused."""
+    """Write ``vectors`` to ``path`` in ``format`` (one of :data:`FORMATS`; None:
+    :func:`format_for` the path), atomically; an existing file is refused unless
+    ``overwrite``. Words containing spaces or newlines cannot be written in these formats and
+    are refused."""
+    format = format or format_for(path)
     check_choice(format, FORMATS, "format", "word-vector format")
     bad = next((w for w in vectors.words if not w or any(c in w for c in " \n")), None)
     if bad is not None:
@@ -234,10 +245,13 @@ def save_vectors(vectors: WordVectors, path: str | Path, format: str = "word2vec
     return path
 
 
-def convert_vectors(source: str | Path, out: str | Path, format: str = "word2vec",
+def convert_vectors(source: str | Path, out: str | Path, format: str | None = None,
                     limit: int | None = None, overwrite: bool = False) -> WordVectors:
     """``lmlab vectors convert``: rewrite the first ``limit`` vectors of ``source`` (a file or
-    ``glove-6b-50d``) to ``out`` in ``format``; prints what it wrote."""
+    ``glove-6b-50d``) to ``out`` in ``format`` (None: :func:`format_for` ``out``); prints what
+    it wrote."""
+    format = format or format_for(out)
+    check_choice(format, FORMATS, "--to", "word-vector format")
     check_at_least(limit, 1, "--limit")
     check_output_file(out, overwrite, "OUT")
     vectors = load_vectors(source, limit=limit)

@@ -12,7 +12,7 @@ from lmlab.utils.checks import check_choice, check_output_file
 from lmlab.utils.durations import parse_duration
 from lmlab.utils.errors import LmlabError
 from lmlab.vectors import glove, word2vec
-from lmlab.vectors.keyed import WordVectors, save_vectors
+from lmlab.vectors.keyed import WordVectors, format_for, save_vectors
 from lmlab.vectors.loop import loop_hparams
 from lmlab.vectors.sentences import sentences_from
 
@@ -48,7 +48,7 @@ def train_vectors_file(method: str, corpus: list[str], out: str, settings: dict[
     budget_seconds = parse_duration(budget) if budget is not None else None
     checkpoint_seconds = parse_duration(checkpoint_every)
     check_output_file(out, overwrite or writes(run_dir, "vectors", out), "--out")
-    fmt = format or ("word2vec-binary" if Path(out).suffix == ".bin" else "word2vec")
+    fmt = format or format_for(out)
     sentences = sentences_from(corpus, split)
     files = [Path(c) for c in corpus if Path(c).is_file()]
     if files and all(f.stat().st_size == 0 for f in files):
