@@ -90,14 +90,23 @@ def test_f32_round_trip_is_exact(tmp_path, tokenizer, tied):
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
 def test_quantised_gpt2_equals_the_gguf_quantiser(tmp_path, tokenizer, qtype):
     """A block never spans two rows, so quantising the fused attn_qkv equals quantising the
-    query, key and value matrices one by one: every weight read back is the gguf package's
-    quantise -> dequantise of ours."""
+    query, key and value matrices one by one: every weight read back (float32 path) is the gguf
+    package's quantise -> dequantise of ours. Kept in blocks, the fused rows split into three
+    block-quantised maps with their biases, and the logits are the float32 path's."""
+    from lmlab.models.quantised import BlockQuantLinear
+
     model = tiny_gpt2()
-    loaded = load_gguf_model(write_gguf(model, tmp_path / f"gpt2-{qtype}.gguf", tokenizer,
-                                        qtype, show_progress=False))
+    path = write_gguf(model, tmp_path / f"gpt2-{qtype}.gguf", tokenizer, qtype,
+                      show_progress=False)
+    loaded = load_gguf_model(path, dequantize=True)
     got = dict(loaded.named_parameters())
     for name, param in dequantised_copy(model, qtype).named_parameters():
         assert torch.equal(got[name], param), name  # exact: gguf's ops on both sides
+    blocks = load_gguf_model(path)
+    key = blocks.transformer.layers[1].attention.k_proj
+    assert isinstance(key, BlockQuantLinear) and key.bias is not None
+    ids = torch.tensor([tokenizer.encode(TEXT)])
+    assert_close_rounding(logits(blocks, ids), logits(loaded, ids), terms=256, depth=2)
 
 
 def test_transformers_reads_the_gpt2_file_with_the_same_continuation(tmp_path, tokenizer):

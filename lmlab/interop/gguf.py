@@ -158,9 +158,11 @@ def _swap_quantised(file: GGUFFile, model, theirs: str, ours: str | tuple[str, .
     from lmlab.models.quantised import BlockQuantEmbedding, BlockQuantLinear
 
     targets = (ours,) if isinstance(ours, str) else ours
+    if file.tensors[theirs].type_name not in QUANTISED_TYPES \
+            or not all(t.endswith(".weight") for t in targets):
+        return False
     modules = [model.get_submodule(t.removesuffix(".weight")) for t in targets]
-    if not theirs.endswith(".weight") or file.tensors[theirs].type_name not in QUANTISED_TYPES \
-            or not all(isinstance(m, (nn.Linear, nn.Embedding)) for m in modules):
+    if not all(isinstance(m, (nn.Linear, nn.Embedding)) for m in modules):
         return False
     order = None
     if rotary_paired(theirs):  # llama.cpp's adjacent pairs -> rotate-half order
@@ -173,9 +175,10 @@ def _swap_quantised(file: GGUFFile, model, theirs: str, ours: str | tuple[str, .
                                   bias=getattr(module, "bias", None))
         parent, child = target.removesuffix(".weight").rsplit(".", 1)
         if isinstance(module, nn.Embedding):
+            tied = config.tie_word_embeddings and module is model.get_input_embeddings()
             setattr(model.get_submodule(parent), child,
                     BlockQuantEmbedding(linear, module.padding_idx))
-            if config.tie_word_embeddings:
+            if tied:
                 for head in model.heads.values():
                     if getattr(head, "decoder", None) is not None:
                         head.decoder = linear
