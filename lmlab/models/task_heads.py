@@ -82,6 +82,9 @@ class _PooledHead(nn.Module):
         if style in ("family", "cls"):  # the family's layout; the pooled [CLS] if it has none
             style = get_family(config.family).task_heads.get(head, "pooler")
         self.style = style
+        # BERT's Table 5 "+ BiLSTM": a randomly initialised BiLSTM over the hidden states,
+        # trained with the head; its two directions' states (H/2 each) are pooled as the model's
+        self.bilstm = bilstm_layer(config, style)
         if config.extra.get("classifier_hidden") and style not in ("concat", "mean"):
             raise LmlabError(f"a hidden classifier layer (ULMFiT's) reads a pooled vector; this "
                              f"head's layout is {style!r}", "use --pooling concat or mean, or "
@@ -121,6 +124,8 @@ class _PooledHead(nn.Module):
                   attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The sentence vector the final linear layer reads (after the family's transform)."""
         style = self.style
+        if self.bilstm is not None:
+            hidden = run_bilstm(self.bilstm, hidden, attention_mask)
         if style == "pooler":
             if pooled is None:
                 raise LmlabError("this head reads the pooled [CLS] vector but the model has no "
@@ -152,6 +157,39 @@ class _PooledHead(nn.Module):
             return self.score(vector)
         return self.out_proj(vector) if self.style in DENSE_LAYOUTS \
             else self.classifier(vector)
+
+
+def bilstm_layer(config: TransformerConfig, style: str) -> nn.LSTM | None:
+    """The BiLSTM ``config.extra["classifier_bilstm"]`` asks for (H/2 units per direction, so
+    the pooled width stays H), or None; it reads every token, so the head must pool them."""
+    if not config.extra.get("classifier_bilstm"):
+        return None
+    if style not in ("concat", "mean"):
+        raise LmlabError(f"a BiLSTM on top reads every token; this head's layout is {style!r}",
+                         "use pooling 'mean' or 'concat'")
+    if config.hidden_size % 2:
+        raise LmlabError(f"a BiLSTM on top splits the hidden size {config.hidden_size} over "
+                         "two directions", "use an even hidden size")
+    return nn.LSTM(config.hidden_size, config.hidden_size // 2, batch_first=True,
+                   bidirectional=True)
+
+
+def run_bilstm(lstm: nn.LSTM, hidden: torch.Tensor,
+               attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(B, T, H) the BiLSTM's states over each row's real tokens (right padding: packed, so
+    the backward direction starts at the last real token); zeros at padding."""
+    if attention_mask is None:
+        return lstm(hidden)[0]
+    lengths = attention_mask.ne(0).sum(-1)  # (B,)
+    positions = torch.arange(hidden.shape[1], device=hidden.device)
+    if not torch.equal(attention_mask.ne(0), positions < lengths[:, None]):
+        raise LmlabError("a BiLSTM on top needs right-padded batches",
+                         "pad on the right (the tokenizer's padding_side)")
+    packed = nn.utils.rnn.pack_padded_sequence(hidden, lengths.clamp(min=1).cpu(),
+                                               batch_first=True, enforce_sorted=False)
+    out = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0], batch_first=True,
+                                           total_length=hidden.shape[1])[0]
+    return out  # (B, T, H)
 
 
 def batchnorm_classifier(width: int, hidden: int, outputs: int, input_dropout: float,
