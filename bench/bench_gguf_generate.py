@@ -18,6 +18,7 @@ Small check:          .venv/bin/python bench/bench_gguf_generate.py --reps 1 --t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -38,13 +39,16 @@ def prompt_ids(path: str) -> list[int]:
 
 
 def run_lmlab(path: str, ids: list[int], batch: int, tokens: int, threads: int,
-              dequantize: bool) -> dict:
+              dequantize: bool, parallel_work: int | None) -> dict:
     import torch
 
     from lmlab.generation.generate import generate
     from lmlab.interop.gguf import load_gguf_model
+    from lmlab.models import quantised
 
     torch.set_num_threads(threads)
+    if parallel_work is not None:
+        quantised.PARALLEL_WORK = parallel_work
     start = time.perf_counter()
     model = load_gguf_model(path, dequantize=dequantize)
     load = time.perf_counter() - start
@@ -117,7 +121,7 @@ def child(args: argparse.Namespace) -> None:
         result = run_llama_cpp(args.path, args.ids, args.batch, args.tokens, args.threads)
     else:
         result = run_lmlab(args.path, args.ids, args.batch, args.tokens, args.threads,
-                           args.side == "lmlab-fp32")
+                           args.side == "lmlab-fp32", args.parallel_work)
     result["peak_mib"] = peak_rss_mib()
     print(json.dumps(result))
 
@@ -129,8 +133,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--sides", default="lmlab,llama.cpp")
     parser.add_argument("--dequantize", action="store_true",
                         help="also lmlab's float32 reference path")
+    parser.add_argument("--parallel-work", type=int, help="lmlab's quantised.PARALLEL_WORK: the "
+                        "multiply-adds from which a product runs on every thread")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -140,9 +147,13 @@ def main() -> None:
 
     path = str(args.gguf or smollm2_gguf())
     ids = prompt_ids(path)
-    sides = ["lmlab", "llama.cpp"] + (["lmlab-fp32"] if args.dequantize else [])
+    sides = args.sides.split(",") + (["lmlab-fp32"] if args.dequantize else [])
+    if "llama.cpp" in sides and importlib.util.find_spec("llama_cpp") is None:
+        sys.exit("llama-cpp-python is not installed: pip install -e '.[llamacpp]' (builds "
+                 "llama.cpp from source), or --sides lmlab")
     env = dict(os.environ, LMLAB_NO_PROGRESS="1", OMP_NUM_THREADS=str(args.threads))
     report = {"host": cpu_model(), "cores": os.cpu_count(), "threads": args.threads,
+              "parallel_work": args.parallel_work,
               "file": os.path.basename(path), "tokens": args.tokens, "reps": args.reps,
               "prompt_tokens": len(ids), "batches": {}}
     for batch in (int(b) for b in args.batches.split(",")):
@@ -150,7 +161,7 @@ def main() -> None:
         for _ in range(args.reps):
             for side in sides:
                 spec = dict(side=side, path=path, ids=ids, batch=batch, tokens=args.tokens,
-                            threads=args.threads)
+                            threads=args.threads, parallel_work=args.parallel_work)
                 out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
                                      env=env, check=True, capture_output=True, text=True).stdout
                 runs[side].append(json.loads(out.splitlines()[-1]))
@@ -159,9 +170,11 @@ def main() -> None:
         summary = {side: {key: round(statistics.median(r[key] for r in values), 2)
                           for key in ("tokens_per_s", "load_s", "peak_mib")}
                    for side, values in runs.items()}
-        ours, theirs = summary["lmlab"], summary["llama.cpp"]
-        summary["ratio_tokens_per_s"] = round(ours["tokens_per_s"] / theirs["tokens_per_s"], 2)
-        summary["ratio_peak_mib"] = round(ours["peak_mib"] / theirs["peak_mib"], 2)
+        if "lmlab" in summary and "llama.cpp" in summary:
+            ours, theirs = summary["lmlab"], summary["llama.cpp"]
+            summary["ratio_tokens_per_s"] = round(ours["tokens_per_s"] / theirs["tokens_per_s"],
+                                                  2)
+            summary["ratio_peak_mib"] = round(ours["peak_mib"] / theirs["peak_mib"], 2)
         first = {side: values[0]["first_row"] for side, values in runs.items()}
         summary["same_greedy_tokens"] = len(set(map(tuple, first.values()))) == 1
         report["batches"][batch] = summary
