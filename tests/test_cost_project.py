@@ -31,7 +31,7 @@ def _train(out: Path, steps: int, objective=None, track_cost: bool = True, **ove
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """22 counted steps in 8 runs (one untracked), 5 of them the final run's."""
+    """27 counted steps in 10 runs (one untracked, one started over), 5 the final run's."""
     root = tmp_path_factory.mktemp("project")
     for lr, seed in ((1e-3, 0), (1e-3, 1), (3e-3, 0)):  # a sweep: 3 steps each
         _train(root / "sweep" / f"lr{lr:g}" / f"seed{seed}", 3, lr=lr, seed=seed)
@@ -43,6 +43,11 @@ def project(tmp_path_factory) -> Path:
     sessions = root / "killed" / SESSIONS_FILE  # the final record never written
     sessions.write_text("".join(sessions.read_text().splitlines(keepends=True)[:-1]))
     _train(root / "untracked", 2, track_cost=False)
+    _train(root / "redone", 2)  # started over (--overwrite): its 2 steps stay counted apart
+    from lmlab.training.run_dir import remove_run
+
+    remove_run(root / "redone")
+    _train(root / "redone", 3)
     _train(root / "final", 5)
     return root
 
@@ -52,10 +57,12 @@ def test_project_total_equals_the_hand_count(project):
     per_token = flops_per_token(config, 16, head="mlm", sparse_prediction_fraction=0.15)
     result = project_cost(project, final=project / "final", price_per_hour=3.6)
     runs = {r.run: r for r in result.runs}
-    assert sorted(runs) == ["failed", "final", "killed", "resumed", "sweep/lr0.001/seed0",
-                            "sweep/lr0.001/seed1", "sweep/lr0.003/seed0", "untracked"]
+    assert sorted(runs) == ["failed", "final", "killed", "redone", "redone (started over, 1)",
+                            "resumed", "sweep/lr0.001/seed0", "sweep/lr0.001/seed1",
+                            "sweep/lr0.003/seed0", "untracked"]
     steps = {"failed": 2, "final": 5, "killed": 2, "resumed": 4, "sweep/lr0.001/seed0": 3,
-             "sweep/lr0.001/seed1": 3, "sweep/lr0.003/seed0": 3, "untracked": 0}
+             "sweep/lr0.001/seed1": 3, "sweep/lr0.003/seed0": 3, "untracked": 0, "redone": 3,
+             "redone (started over, 1)": 2}
     for name, count in steps.items():
         assert runs[name].tokens == count * TOKENS_PER_STEP, name
         assert runs[name].flops == pytest.approx(count * TOKENS_PER_STEP * per_token, rel=1e-12)
@@ -63,15 +70,15 @@ def test_project_total_equals_the_hand_count(project):
         "failed", "interrupted", "untracked", "finished"]
     assert runs["resumed"].sessions == 2 and runs["untracked"].sessions == 0
     total = result.total()
-    assert total["tokens"] == 22 * TOKENS_PER_STEP
-    assert total["flops"] == pytest.approx(22 * TOKENS_PER_STEP * per_token, rel=1e-12)
-    assert result.final.run == "final" and result.tuning_factor("flops") == pytest.approx(22 / 5)
+    assert total["tokens"] == 27 * TOKENS_PER_STEP
+    assert total["flops"] == pytest.approx(27 * TOKENS_PER_STEP * per_token, rel=1e-12)
+    assert result.final.run == "final" and result.tuning_factor("flops") == pytest.approx(27 / 5)
     # time, money and energy: the sum of every session's own record, priced at $3.6/hour
-    records = [json.loads(line) for path in project.rglob(SESSIONS_FILE)
+    records = [json.loads(line) for path in project.rglob("cost-sessions*.jsonl")
                for line in path.read_text().splitlines()]
     newest = {r["session"]: r for r in records}
     seconds = sum(r["wall_seconds"] for r in newest.values())
-    assert len(newest) == 8 and total["seconds"] == pytest.approx(seconds, rel=1e-12)
+    assert len(newest) == 10 and total["seconds"] == pytest.approx(seconds, rel=1e-12)
     assert total["money"] == pytest.approx(seconds / 1000, rel=1e-12)
     assert total["energy_kwh"] == pytest.approx(
         sum(r["energy_joules"] for r in newest.values()) / 3.6e6, rel=1e-12)
@@ -85,9 +92,10 @@ def test_cost_project_cli_writes_table_plot_and_json(project, tmp_path):
     assert "| final run: resumed |" in result.stdout and "With tuning" in result.stdout
     assert out.stat().st_size > 5000 and out.with_suffix(".md").is_file()
     saved = json.loads(out.with_suffix(".json").read_text())
-    assert saved["final"] == "resumed" and saved["with_tuning"]["flops"] == pytest.approx(22 / 4)
+    assert saved["final"] == "resumed" and saved["with_tuning"]["flops"] == pytest.approx(27 / 4)
     # without --final: the finished run that ended last
     assert project_cost(project).final.run == "final"
+    assert "| redone (started over, 1) | finished | 1 | 256 |" in result.stdout
 
 
 def test_cost_project_refusals(project, tmp_path):

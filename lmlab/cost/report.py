@@ -29,6 +29,7 @@ DEFAULT_GRID_G_PER_KWH: float = facts()["grid_g_per_kwh"]["value"]  # world aver
 LB_PER_KG = 2.20462262
 J_PER_KWH = 3.6e6
 SESSIONS_FILE = "cost-sessions.jsonl"  # a run folder's cost, one record per session and update
+STARTED_OVER = "cost-sessions.started-over-{}.jsonl"  # the records of a run started over
 
 
 COST_SETTINGS = {  # key of a run's cost: section -> what it is

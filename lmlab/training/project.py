@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lmlab.cost.report import SESSIONS_FILE, co2_kg
+from lmlab.cost.report import SESSIONS_FILE, STARTED_OVER, co2_kg
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import iter_jsonl, read_json
 
@@ -120,16 +120,17 @@ class ProjectCost:
         return save_png(fig, path)
 
 
-def _sessions(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's cost records: the newest of each session in ``cost-sessions.jsonl``, or its
-    ``cost.json`` alone (runs of an older lmlab kept only their last session's)."""
-    path = run_dir / SESSIONS_FILE
+def _sessions(run_dir: Path, file: str = SESSIONS_FILE) -> list[dict[str, Any]]:
+    """A run's cost records: the newest of each session in ``file`` (``cost-sessions.jsonl``,
+    or a run's that was started over), or its ``cost.json`` alone (runs of an older lmlab kept
+    only their last session's)."""
+    path = run_dir / file
     if path.is_file():
         newest: dict[str, dict[str, Any]] = {}
         for _, record in iter_jsonl(path):
             newest[record["session"]] = record
         return list(newest.values())
-    if (run_dir / "cost.json").is_file():
+    if file == SESSIONS_FILE and (run_dir / "cost.json").is_file():
         stamp = datetime.fromtimestamp((run_dir / "cost.json").stat().st_mtime, UTC)
         return [{**read_json(run_dir / "cost.json"), "status": "finished",
                  "time": stamp.isoformat(timespec="milliseconds")}]
@@ -137,10 +138,11 @@ def _sessions(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def run_cost(run_dir: Path, name: str, price_per_hour: float | None = None,
-             grid_g_per_kwh: float | None = None) -> RunCost:
-    """The cost of one run folder over its sessions; ``price_per_hour`` and ``grid_g_per_kwh``
-    price every session alike (default: what each session recorded)."""
-    records = sorted(_sessions(run_dir), key=lambda r: r.get("time", ""))
+             grid_g_per_kwh: float | None = None, file: str = SESSIONS_FILE) -> RunCost:
+    """The cost of one run folder over its sessions (in ``file``: see :func:`_sessions`);
+    ``price_per_hour`` and ``grid_g_per_kwh`` price every session alike (default: what each
+    session recorded)."""
+    records = sorted(_sessions(run_dir, file), key=lambda r: r.get("time", ""))
     if not records:
         return RunCost(name, "untracked", energy_kwh=None, co2_kg=None)
     cost = RunCost(name, {"running": "interrupted"}.get(records[-1]["status"],
@@ -161,6 +163,13 @@ def run_cost(run_dir: Path, name: str, price_per_hour: float | None = None,
             money = record["wall_seconds"] / 3600.0 * record["devices"] * price
             cost.money = (cost.money or 0.0) + money
     return cost
+
+
+def started_over(run_dir: Path) -> list[Path]:
+    """The cost records of the runs ``--overwrite`` started over in ``run_dir``, oldest first
+    (:func:`~lmlab.training.run_dir.remove_run` keeps them apart from the new run's)."""
+    return sorted(run_dir.glob(STARTED_OVER.format("*")),
+                  key=lambda p: int(p.name.split(".")[1].rsplit("-", 1)[-1]))
 
 
 def find_runs(folder: Path) -> list[Path]:
@@ -190,6 +199,10 @@ def project_cost(folder: str | Path, final: str | Path | None = None,
                          "`lmlab finetune` runs wrote into")
     names = [str(p.relative_to(folder)) if p != folder else "." for p in paths]
     runs = [run_cost(p, n, price_per_hour, grid_g_per_kwh) for p, n in zip(paths, names)]
+    for path, name in zip(paths, names):  # runs started over in the same folder (--overwrite)
+        for number, old in enumerate(started_over(path), 1):
+            runs.append(run_cost(path, f"{name} (started over, {number})", price_per_hour,
+                                 grid_g_per_kwh, old.name))
     if final is None:
         done = [r for r in runs if r.status == "finished"] or runs
         chosen = max(done, key=lambda r: r.ended)

@@ -177,7 +177,15 @@ RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json", "model", "tokenize
 
 
 def remove_run(run_dir: str | os.PathLike) -> None:
-    """Remove the run's outputs (:data:`RUN_OUTPUTS`) so it starts over; other files stay."""
+    """Remove the run's outputs (:data:`RUN_OUTPUTS`) so it starts over; other files stay. Its
+    cost records are kept apart (``cost-sessions.started-over-N.jsonl``): what it spent stays
+    counted by ``lmlab cost project``, not as the new run's."""
+    from lmlab.cost.report import SESSIONS_FILE, STARTED_OVER
+
+    sessions = Path(run_dir) / SESSIONS_FILE
+    if sessions.is_file():
+        number = 1 + len(list(Path(run_dir).glob(STARTED_OVER.format("*"))))
+        sessions.rename(sessions.with_name(STARTED_OVER.format(number)))
     for name in RUN_OUTPUTS:
         path = Path(run_dir) / name
         if path.is_dir():
