@@ -18,7 +18,7 @@ import math
 import numpy as np
 from numba import njit
 
-MAX_EXP = 6.0  # the sigmoid saturates beyond +-MAX_EXP (the C tool's and gensim's)
+MAX_EXP = 6.0  # the sigmoid table's reach (the C tool's and gensim's)
 TABLE_SIZE = 1000
 _LCG_MULTIPLIER = np.uint64(25214903917)
 _LCG_MASK = np.uint64(2**48 - 1)
@@ -71,6 +71,7 @@ def _negative_sampling(hidden, h, syn1, word, work, cum_table, guide, shift, neg
     """One example: row ``h`` of ``hidden`` predicts ``word`` against ``negative`` noise words
     drawn from ``cum_table`` (a draw equal to ``word`` is skipped). Steps the output rows in
     turn, summing into ``work`` the input step (``g`` times each output row before its update).
+    A score beyond ``+-MAX_EXP`` steps nothing (gensim's rule) but counts in the loss.
     Returns the loss and the generator's state. (Rows are indexed, never sliced: a slice is a
     reference-counted view, and threads counting on one table's counter queue for it.)"""
     dim = work.shape[0]
@@ -91,17 +92,13 @@ def _negative_sampling(hidden, h, syn1, word, work, cum_table, guide, shift, neg
         for a in range(dim):
             f += hidden[h, a] * syn1[target, a]
         signed = f if d == 0 else -f
-        if f >= MAX_EXP:
-            p = np.float32(1.0)
-        elif f <= -MAX_EXP:
-            p = np.float32(0.0)
-        else:
-            p = sigmoid[min(int((f + MAX_EXP) * scale), last)]
         if signed <= -MAX_EXP:
             loss -= signed
         elif signed < MAX_EXP:
             loss -= log_sigmoid[min(int((signed + MAX_EXP) * scale), last)]
-        g = (label - p) * alpha
+        if f <= -MAX_EXP or f >= MAX_EXP:
+            continue  # gensim's rule: no step beyond the table (the C tool steps saturated)
+        g = (label - sigmoid[min(int((f + MAX_EXP) * scale), last)]) * alpha
         for a in range(dim):
             work[a] += g * syn1[target, a]
             syn1[target, a] += g * hidden[h, a]
