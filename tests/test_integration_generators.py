@@ -15,6 +15,7 @@ from lmlab.tasks.integration import (
     FUNCTIONS,
     PAPER_GRAMMAR,
     Grammar,
+    _function_of_constant,
     _tree_counts,
     _uniform_tree,
     fingerprint,
@@ -77,6 +78,9 @@ def test_the_papers_grammar():
     assert PAPER_GRAMMAR.max_ops == 15 and "div" in PAPER_GRAMMAR.binary
     pairs = generate_pairs(2, seed=0, grammar=PAPER_GRAMMAR, timeout=10.0)
     _check(pairs)
+    # trees with a function of a constant (atanh(4): sympy crawls on them) are drawn again
+    assert _function_of_constant("add x sin add INT+ 3 INT+ 1 2".split())
+    assert not _function_of_constant("sin add x INT+ 3".split())
     with pytest.raises(LmlabError, match="not in the prefix vocabulary"):
         Grammar(unary=("erf",))
     with pytest.raises(LmlabError, match="uniform trees take no pow"):
