@@ -133,10 +133,12 @@ def export_onnx(model: nn.Module, out: str | Path, head: str | None = None,
         >>> from lmlab.export.onnx import export_onnx
         >>> export_onnx(lmlab.from_pretrained("minilm"), "minilm-onnx")
     """
+    from lmlab.models.quantised import dequantized
     from lmlab.utils.checks import check_output_folder
     from lmlab.utils.io import atomic_path, atomic_write_json
 
     head = check_exportable(model, head)
+    model = dequantized(model)  # block-quantised GGUF layers run a numba kernel ONNX cannot hold
     out = Path(out)
     check_output_folder(out, overwrite, "ONNX export", ignore=(".*.tmp",))
     for module in ("onnx", "onnxscript", "onnxruntime"):
