@@ -50,6 +50,7 @@ from lmlab.utils.host import describe_host
 # Table 8's rows as (MASK, SAME, RND) in %, the paper's column order; the objective's
 # ``replacement`` is (mask, random, keep)
 MASKING_ROWS = ("80/10/10", "100/0/0", "80/0/20", "80/20/0", "0/20/80", "0/0/100")
+ALL_TRAIN = -1  # data-curve's "all": the whole training split
 OBJECTIVE_ROWS = ("mlm+nsp", "mlm", "ltr", "ltr+bilstm")
 OBJECTIVE_NAMES = {"mlm+nsp": "BERT (MLM + NSP)", "mlm": "no NSP (MLM only)",
                    "ltr": "left-to-right LM, no NSP", "ltr+bilstm": "left-to-right + BiLSTM"}
@@ -116,11 +117,12 @@ class Experiment:
 
         def corpus(folder: Path) -> dict[str, Any]:
             manifest = build_corpus(sources, folder / "corpus", max_documents=args.max_documents,
-                                    validation_fraction=0.02)
+                                    validation_fraction=args.validation_fraction)
             return {"words": manifest["total_words"]}
 
         corpus_folder, words = self.stages.run(
-            "corpus", {"sources": sources, "max_documents": args.max_documents}, corpus)
+            "corpus", {"sources": sources, "max_documents": args.max_documents,
+                       "validation": args.validation_fraction}, corpus)
 
         def tokens(folder: Path) -> dict[str, Any]:
             tokenizer = Tokenizer.train(corpus_folder / "corpus", kind="wordpiece",
@@ -172,7 +174,9 @@ class Experiment:
             {"recipe": "feature", "layer": "concat_last_four"} if feature else
             {"recipe": "bert", "epochs": a.finetune_epochs, "lr": a.finetune_lr,
              "batch_size": 32, "pooling": "mean", "min_updates": a.min_updates})
-        settings["max_train_examples"] = max_train or a.max_train_examples
+        # max_train: that many examples, ALL_TRAIN the whole split, None --max-train-examples
+        settings["max_train_examples"] = (None if max_train == ALL_TRAIN else
+                                          max_train or a.max_train_examples or None)
 
         def work(folder: Path) -> dict[str, Any]:
             from lmlab.finetune.runner import finetune
@@ -363,8 +367,8 @@ def run_data_curve(exp: Experiment) -> None:
     model = exp.pretrain("curve", shape(exp.args.layers, exp.args.hidden))
     rows = []
     for count in exp.args.train_sizes.split(","):
-        limit = None if count == "all" else int(count)
-        rows.append({"name": count, "examples": limit,
+        limit = ALL_TRAIN if count == "all" else int(count)
+        rows.append({"name": count, "examples": None if limit == ALL_TRAIN else limit,
                      "pretrained": exp.scores(model, max_train=limit),
                      "random": exp.scores(model, max_train=limit, random_init=True)})
     table = task_table(rows, "training examples", kinds=("pretrained", "random"))
@@ -378,7 +382,8 @@ def run_data_curve(exp: Experiment) -> None:
         tasks = list(rows[0]["pretrained"])
         fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.5), squeeze=False)
         for ax, task in zip(axes[0], tasks):
-            sizes = [r["examples"] or len(exp.tasks[0].split("train")) for r in rows]
+            full = len(next(t for t in exp.tasks if t.name == task).split("train"))
+            sizes = [r["examples"] or full for r in rows]
             for kind in ("pretrained", "random"):
                 med = [100 * r[kind][task]["dev"]["median"] for r in rows]
                 err = [100 * r[kind][task]["dev"]["spread"] / 2 for r in rows]
@@ -406,6 +411,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work", default="runs/bert-ablations", help="stage cache folder")
     p.add_argument("--sources", help="corpus sources (default: every installed one)")
     p.add_argument("--max-documents", type=int, help="per source (quick runs)")
+    p.add_argument("--validation-fraction", type=float, default=0.02,
+                   help="of the corpus, held out (size: its masked-LM perplexity)")
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument("--family", default="roformer",
                    help="BERT with rotary positions (the demo's choice: it learns in minutes)")
@@ -414,7 +421,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sizes", default="1x128,2x128,4x256,6x256", help="size: LAYERSxHIDDEN,...")
     p.add_argument("--rows", help="masking: MASK/SAME/RND,...; objectives: "
                    f"{','.join(OBJECTIVE_ROWS)}")
-    p.add_argument("--train-sizes", default="50,200,800,all", help="data-curve: examples")
+    p.add_argument("--train-sizes", default="50,200,1000,all", help="data-curve: examples")
     p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=128)
@@ -426,15 +433,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--finetune-lr", type=float, default=3e-4)
     p.add_argument("--min-updates", type=int, default=0,
                    help="fine-tune at least this many updates (small training sets)")
-    p.add_argument("--max-train-examples", type=int)
-    p.add_argument("--max-eval-examples", type=int)
+    p.add_argument("--max-train-examples", type=int, default=1000,
+                   help="a stratified sample of each task's training split (0: all)")
+    p.add_argument("--max-eval-examples", type=int, default=500,
+                   help="a stratified sample of dev and of test (0: all)")
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
     args.rows = args.rows or DEFAULT_ROWS.get(args.experiment, "")
     for name in ("vocab_size", "layers", "hidden", "steps", "batch_size", "seq_len",
-                 "eval_batches", "finetune_epochs", "threads", "max_documents",
-                 "max_train_examples", "max_eval_examples"):
+                 "eval_batches", "finetune_epochs", "threads", "max_documents"):
         check_at_least(getattr(args, name), 1, f"--{name.replace('_', '-')}")
+    for name in ("max_train_examples", "max_eval_examples"):
+        check_at_least(getattr(args, name), 0, f"--{name.replace('_', '-')}")
     if args.experiment == "size":
         [parse_size(s) for s in args.sizes.split(",")]
     if args.experiment == "masking":
@@ -448,7 +458,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         for count in args.train_sizes.split(","):
             if count != "all" and not (count.isdigit() and int(count) > 0):
                 raise LmlabError(f"--train-sizes {count!r} is not a count",
-                                 "write counts or 'all', e.g. 50,200,800,all")
+                                 "write counts or 'all', e.g. 50,200,1000,all")
     return args
 
 
