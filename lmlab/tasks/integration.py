@@ -7,6 +7,7 @@ The generators of pairs are in :mod:`lmlab.tasks.integration_data`.
 
 from __future__ import annotations
 
+import functools
 import operator
 import signal
 import threading
@@ -531,23 +532,25 @@ def _value(expr, x):
 def _values_at(point: float, exprs: Sequence[Any]) -> list[Any]:
     """Each of ``exprs`` at ``point`` at 60 digits; :data:`UNDEFINED` where it has no value;
     None where it overflows or differs between 30 and 60 digits (rounding decided it)."""
+    return [_value_at(expr, point) for expr in exprs]
+
+
+@functools.lru_cache(maxsize=4096)  # a beam's hypotheses share their f
+def _value_at(expr: Any, point: float) -> Any:
     import mpmath
 
-    out = []
-    for expr in exprs:
-        try:
-            found = []
-            for digits in DIGITS:
-                with mpmath.workdps(digits):
-                    found.append(_value(expr, mpmath.mpf(point)))
-            with mpmath.workdps(DIGITS[-1]):
-                low, high = found
-                out.append(high if abs(low - high) <= mpmath.mpf(1e-15) * abs(high) else None)
-        except _Overflow:
-            out.append(None)
-        except _Undefined:
-            out.append(UNDEFINED)
-    return out
+    try:
+        found = []
+        for digits in DIGITS:
+            with mpmath.workdps(digits):
+                found.append(_value(expr, mpmath.mpf(point)))
+        with mpmath.workdps(DIGITS[-1]):
+            low, high = found
+            return high if abs(low - high) <= mpmath.mpf(1e-15) * abs(high) else None
+    except _Overflow:
+        return None
+    except _Undefined:
+        return UNDEFINED
 
 
 def _compare(values: Sequence[Sequence[Any]], rtol: float, atol: float) -> tuple[int, int]:
