@@ -41,6 +41,10 @@ MODULES = {"eng": "engKJV2006eb", "spa": "spaRV1909eb"}
 NUMERALS = ("one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
             "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty "
             "seventy eighty ninety hundred thousand").split()
+# their Spanish translations: FreeDict also gives "one" as "alguien", "cierto" ...
+NUMERALES = ("uno una un dos tres cuatro cinco seis siete ocho nueve diez once doce trece "
+             "catorce quince dieciséis diecisiete dieciocho diecinueve veinte treinta cuarenta "
+             "cincuenta sesenta setenta ochenta noventa cien ciento mil").split()
 
 
 @functools.cache
@@ -73,7 +77,7 @@ def dictionary_split(vocab_en: set[str], vocab_es: set[str], test_fraction: floa
     words = sorted({e for e, _ in pairs if e not in NUMERALS})
     random.Random(0).shuffle(words)
     test_words = set(words[:round(len(words) * test_fraction)])
-    seed = [(e, s) for e, s in pairs if e in NUMERALS]
+    seed = [(e, s) for e, s in pairs if e in NUMERALS and s in NUMERALES]
     return ([p for p in pairs if p[0] not in test_words], [p for p in pairs if p[0] in test_words],
             seed)
 
