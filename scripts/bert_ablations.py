@@ -417,12 +417,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--family", default="roformer",
                    help="BERT with rotary positions (the demo's choice: it learns in minutes)")
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--sizes", default="1x128,2x128,4x256,6x256", help="size: LAYERSxHIDDEN,...")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--sizes", default="1x128,2x128,4x128,4x256", help="size: LAYERSxHIDDEN,...")
     p.add_argument("--rows", help="masking: MASK/SAME/RND,...; objectives: "
                    f"{','.join(OBJECTIVE_ROWS)}")
     p.add_argument("--train-sizes", default="50,200,1000,all", help="data-curve: examples")
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
