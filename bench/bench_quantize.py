@@ -145,7 +145,7 @@ def onnx_sides(folder: Path, threads: int) -> tuple[dict, dict]:
     return sessions, ops
 
 
-def versus_onnxruntime(batch: int, seq: int, reps: int, bert_base: bool) -> dict:
+def versus_onnxruntime(batch: int, seq: int, reps: int, use_bert_base: bool) -> dict:
     import tempfile
 
     import torch
@@ -157,7 +157,7 @@ def versus_onnxruntime(batch: int, seq: int, reps: int, bert_base: bool) -> dict
     from lmlab.utils.catalog import resolve_model_dir
     from lmlab.utils.host import describe_host
 
-    model = bert_base() if bert_base else lmlab.from_pretrained("minilm").eval()
+    model = bert_base() if use_bert_base else lmlab.from_pretrained("minilm").eval()
     ours = {"lmlab-fp32": model,
             "lmlab-int8": quantize_int8(copy.deepcopy(model)),
             "lmlab-int8-per-tensor": quantize_int8(copy.deepcopy(model),
@@ -200,7 +200,7 @@ def versus_onnxruntime(batch: int, seq: int, reps: int, bert_base: bool) -> dict
         results = alternate(sides, reps)
     speed = {k: round(v["median"], 1) for k, v in results.items()}
     return {"host": describe_host(), "threads": threads,
-            "model": "bert-base (random)" if bert_base else "MiniLM-L6 (all-MiniLM-L6-v2)",
+            "model": "bert-base (random)" if use_bert_base else "MiniLM-L6 (all-MiniLM-L6-v2)",
             "shape": f"batch {batch} x {seq} tokens", "lmlab_int8_engines": engines,
             "tokens_per_s": speed,
             "lmlab_int8_over_ort_int8": round(speed["lmlab-int8"] / speed["ort-int8"], 2),
