@@ -73,7 +73,11 @@ def _seed_everything():
         torch.manual_seed(0)
     except ImportError:  # pragma: no cover
         pass
+    threads = torch.get_num_threads()
     yield
+    # a test that sets torch's threads must not leak them: later tests on this worker compare
+    # their results with subprocesses on OMP_NUM_THREADS bit for bit
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)

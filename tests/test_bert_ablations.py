@@ -57,6 +57,7 @@ def test_bilstm_head_equals_each_row_run_alone():
             states = head.bilstm(hidden)[0]  # (1, n, H)
             expected = head.classifier(states.mean(1))[0]
             # the stack's rows agree within float rounding (padding changes the matmul shapes)
+            # tol: float32 logits of a row alone vs in a padded batch through a 2-layer stack and an LSTM: sums of 64 terms, values O(1)
             torch.testing.assert_close(logits[row], expected, rtol=0, atol=1e-5)
 
 
@@ -91,6 +92,7 @@ with torch.no_grad():
                           json.dumps({k: v.tolist() for k, v in data.items()})],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+    # tol: the same float32 computation in a fresh process; only the printed JSON's decimal digits differ
     torch.testing.assert_close(torch.tensor(json.loads(out.stdout)), logits, rtol=0, atol=1e-6)
 
 

@@ -22,12 +22,16 @@ def rows() -> dict[str, dict]:
 def test_published_flops_are_six_n_d_and_lmlab_has_the_papers_shapes(rows):
     for entry in facts()["published_costs"]:
         if entry.get("flops"):  # Table D.1's convention: 6 x parameters x tokens
+            # tol: published FLOP counts are given to two or three significant figures
             assert 6 * entry["params"] * entry["tokens"] == pytest.approx(entry["flops"],
                                                                           rel=0.01)
+            # tol: PF-s-days as published, rounded to three or four figures
             assert entry["flops"] / 8.64e19 == pytest.approx(entry["pf_days"], rel=0.01)
     # GPT-3's shapes (Table 2.1) give its parameter counts: 6·N·D with lmlab's N is the figure
+    # tol: the paper's 175B against the preset's exact count, to its four figures
     assert rows["gpt3-175b"]["params"] == pytest.approx(174.6e9, rel=1e-3)
     for model in ("gpt3-small", "gpt3-xl", "gpt3-175b"):
+        # tol: 6ND against published totals quoted to two or three figures
         assert rows[model]["six_n_d"] == pytest.approx(rows[model]["published_flops"], rel=0.01)
 
 
@@ -40,9 +44,11 @@ def test_gpt3_175b_by_hand():
     by_hand = 6 * 12 * layers * d * d + 12 * layers * seq * d + 6 * d * vocab
     assert estimate.flops_per_token == by_hand
     assert estimate.pf_days == pytest.approx(estimate.total_flops / (1e15 * 86400), rel=1e-12)
+    # tol: a hand formula's total written to four figures
     assert estimate.total_flops == pytest.approx(3.229e23, rel=1e-3)  # 2.8% above 3.14e23
     half = estimate_run("gpt3-175b", 300e9, seq_len=2048, causal_attention="half")
     assert half.flops_per_token == by_hand - 6 * layers * seq * d  # Kaplan's half scores
+    # tol: the paper's 3,640 PF-s-days, quoted to three figures
     assert preset_config("gpt3-175b").num_parameters() * 6 * 300e9 / 8.64e19 == pytest.approx(
         3640, rel=0.002)
 

@@ -62,6 +62,7 @@ def test_freedict_pairs_both_directions():
 def test_least_squares_recovers_a_linear_map():
     rng = np.random.default_rng(0)
     x, a = rng.normal(size=(200, 8)), rng.normal(size=(8, 8))
+    # tol: a float64 least-squares solve of an exactly linear, well-conditioned system, cast to float32
     np.testing.assert_allclose(least_squares(x, x @ a), a, atol=1e-4)
 
 

@@ -50,7 +50,16 @@ def test_each_block_format_against_dequantise_and_matmul(block_file, kind, paral
     """The codes stand for exactly gguf's dequantised weights; products of 1, 3 and 2 x 5 rows
     (serial and threaded kernel) equal x @ W.T up to float32 rounding of 96-term sums."""
     monkeypatch.setattr(quantised, "PARALLEL_WORK", 0 if parallel else 2 ** 62)
-    torch.set_num_threads(2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the threaded kernel needs two threads to share the rows
+    try:
+        _check_block_format(block_file, kind)
+    finally:  # later tests in this worker compare with 1-thread subprocesses bit for bit
+        torch.set_num_threads(threads)
+
+
+def _check_block_format(block_file, kind):
+    """The body of the test above, on whatever threads the caller set."""
     with GGUFFile(block_file) as file:
         expected = torch.from_numpy(gguf_dequantised(file, kind))
         linear = BlockQuantLinear(*block_codes(file, kind))

@@ -28,8 +28,10 @@ def test_sums_by_hand_on_two_layers():
     h1 = torch.tensor([[[0.0, 2.0], [9.0, 9.0]]])   # 90 degrees, L2 sqrt(5)
     h2 = torch.tensor([[[0.0, -3.0], [9.0, 9.0]]])  # 180 degrees, L2 5
     l2, cosine, degrees = T.transition_sums([h0, h1, h2], torch.tensor([[1, 0]]))
+    # tol: hand-made vectors with exact answers (sqrt 5, 5); float32 norms
     assert l2.tolist() == pytest.approx([math.sqrt(5), 5.0])
     assert cosine.tolist() == pytest.approx([0.0, -1.0], abs=1e-12)
+    # tol: hand-made vectors at exactly 90 and 180 degrees; float32 arccos near -1 loses digits
     assert degrees.tolist() == pytest.approx([90.0, 180.0])
 
 
@@ -59,8 +61,11 @@ def test_means_over_the_real_tokens_of_padded_batches_match_a_loop(tiny):
                 degrees[layer] += math.degrees(math.acos(min(1.0, max(-1.0, cos))))
         count += len(states[0])
     assert got.tokens == count and got.texts == 3 and got.hidden_size == 32
+    # tol: float32 means over a padded batch against a per-token loop: sums of tens of terms of O(1)
     assert np.allclose(got.l2, l2 / count, rtol=1e-5)
+    # tol: mean cosines in float32 over a padded batch against a per-token loop, values <= 1
     assert np.allclose(got.cosine, cosines / count, atol=1e-6)
+    # tol: angles from float32 cosines: arccos near 1 turns 1e-7 into about 1e-3 degrees
     assert np.allclose(got.degrees, degrees / count, atol=1e-3)
     assert "| 0 | " in T.to_markdown([got]) and len(T.to_markdown([got]).splitlines()) == 4
 

@@ -31,7 +31,7 @@ from conftest import assert_close_rounding
 from lmlab.interop.native import save_model
 from lmlab.models.classes import OWN_CLASSES
 from lmlab.models.core.image_embeddings import takes_images
-from lmlab.models.families import KNOWN_FAMILIES, get_family
+from lmlab.models.families import KNOWN_FAMILIES, TOKEN_LAYOUTS, get_family
 from lmlab.models.rnn.config import FAMILIES as RECURRENT_FAMILIES
 from lmlab.models.task_heads import POOLINGS, TASK_HEADS, add_task_head, task_logits
 from lmlab.utils.errors import LmlabError
@@ -61,7 +61,7 @@ def expected(family: str, head: str, pooling: str) -> str:
     layout = get_family(family).task_heads.get(head) if family in KNOWN_FAMILIES else None
     if layout is None:
         return "refused"
-    return "same" if layout in ("tokens", "span") or pooling in ("family", "cls") else "refused"
+    return "same" if layout in TOKEN_LAYOUTS or pooling in ("family", "cls") else "refused"
 
 
 def _model(family: str, head: str, pooling: str):

@@ -126,6 +126,7 @@ def test_triplet_and_cosine_by_hand():
     objective = Triplet(margin=2.0)
     objective.columns = lambda model, batch: [anchor, positive, negative]
     # |a - p| = 5, |a - n| = 4: 5 - 4 + 2 = 3
+    # tol: a hand-made triplet whose Euclidean distances are exact small integers
     assert float(objective.compute_loss(None, batch).loss) == pytest.approx(3.0)
     objective.margin = 0.0
     objective.columns = lambda model, batch: [anchor, negative, positive]  # 4 - 5 < 0: nothing
@@ -134,6 +135,7 @@ def test_triplet_and_cosine_by_hand():
     regression.columns = lambda model, batch: [torch.tensor([[1.0, 0.0], [1.0, 1.0]]),
                                                torch.tensor([[0.0, 1.0], [2.0, 2.0]])]
     loss = regression.compute_loss(None, {"scores": torch.tensor([0.5, 0.5])}).loss
+    # tol: cosines of hand-made vectors with exact values 0 and 1
     assert float(loss) == pytest.approx(((0 - 0.5) ** 2 + (1 - 0.5) ** 2) / 2)
 
 
