@@ -15,13 +15,8 @@ from lmlab.sentence.objectives import CosineRegression, Triplet
 from lmlab.sentence.pairs import SentencePair, read_pairs
 from lmlab.utils.errors import LmlabError
 from tests.conftest import assert_clean_refusal, assert_close_rounding, run_lmlab_here
+from tests.test_sentence_encoders import ANCHORS, NEGATIVES, POSITIVES  # the same sentences
 
-ANCHORS = ["A man is playing a guitar.", "The cat sleeps on the warm windowsill.",
-           "Stock markets fell sharply today", "to move fast on foot"]
-POSITIVES = ["Someone plays an instrument.", "A kitten naps in the sun.",
-             "Shares dropped on the exchange after the announcement.", "run quickly"]
-NEGATIVES = ["A woman is slicing onions.", "The dog barks at the mailman all morning.",
-             "It rained in the mountains", "a large body of water"]
 SCORES = [0.9, 0.75, 0.2, -0.3]
 # (ours, theirs) parameter names whose gradients are compared: first, middle and last weights
 PARAMETERS = [("transformer.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
