@@ -25,7 +25,8 @@ def sword_root() -> Path | None:
     return find_system_path("usr/share/sword/mods.d") and find_system_path("usr/share/sword")
 
 
-def _modules() -> Any:
+def _modules() -> tuple[Any, list[str]]:
+    """pysword's reader of the installed modules, and their names."""
     root = sword_root()
     if root is None:
         raise LmlabError("no SWORD modules are installed", INSTALL_HINT)
@@ -34,18 +35,16 @@ def _modules() -> Any:
     except ImportError as error:
         raise LmlabError("the SWORD reader pysword is not installed", INSTALL_HINT) from error
     modules = SwordModules(str(root))
-    modules.parse_modules()
-    return modules
+    return modules, sorted(modules.parse_modules())
 
 
 def sword_modules() -> list[str]:
     """The names of the installed Bible modules (``engKJV2006eb``, ``spaRV1909eb``, ...)."""
-    return sorted(_modules().parse_modules())
+    return _modules()[1]
 
 
 def _bible(module: str) -> Any:
-    modules = _modules()
-    installed = sorted(modules.parse_modules())
+    modules, installed = _modules()
     if module not in installed:
         raise LmlabError(f"no SWORD module {module!r} (installed: {', '.join(installed)})",
                          "give one of the installed modules' names, or " + INSTALL_HINT)
