@@ -50,16 +50,7 @@ def test_each_block_format_against_dequantise_and_matmul(block_file, kind, paral
     """The codes stand for exactly gguf's dequantised weights; products of 1, 3 and 2 x 5 rows
     (serial and threaded kernel) equal x @ W.T up to float32 rounding of 96-term sums."""
     monkeypatch.setattr(quantised, "PARALLEL_WORK", 0 if parallel else 2 ** 62)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # the threaded kernel needs two threads to share the rows
-    try:
-        _check_block_format(block_file, kind)
-    finally:  # later tests in this worker compare with 1-thread subprocesses bit for bit
-        torch.set_num_threads(threads)
-
-
-def _check_block_format(block_file, kind):
-    """The body of the test above, on whatever threads the caller set."""
+    torch.set_num_threads(2)  # the threaded kernel shares the rows (conftest restores threads)
     with GGUFFile(block_file) as file:
         expected = torch.from_numpy(gguf_dequantised(file, kind))
         linear = BlockQuantLinear(*block_codes(file, kind))
@@ -81,8 +72,8 @@ def test_autograd_runs_through_the_dequantised_weight(block_file):
         linear = BlockQuantLinear(*block_codes(file, "Q4_1"))
     x = torch.randn(3, 96, requires_grad=True)
     linear(x).sum().backward()
-    # exact: the same float32 weight, summed over the outputs
-    assert torch.equal(x.grad, linear.dequantize().sum(0).expand(3, -1))
+    # the gradient is ones @ W (a GEMM) against W summed by a reduction: 40-term sums
+    assert_close_rounding(x.grad, linear.dequantize().sum(0).expand(3, -1), terms=40)
     assert list(linear.parameters()) == []
 
 
