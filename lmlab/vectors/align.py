@@ -73,12 +73,10 @@ def self_learning(source: np.ndarray, target: np.ndarray, seed: Sequence[tuple[i
         mapped = source @ mapping
         columns = retrieve(mapped, target, retrieval, k)
         rows = np.arange(len(source))
-        objective = float(np.einsum("ij,ij->i", unit_rows(mapped), unit_rows(target[columns]))
-                          .mean())
-        if history and objective - history[-1] < tolerance:
-            history.append(objective)
+        history.append(float(np.einsum("ij,ij->i", unit_rows(mapped),
+                                       unit_rows(target[columns])).mean()))
+        if len(history) > 1 and history[-1] - history[-2] < tolerance:
             break
-        history.append(objective)
     return mapping, history
 
 
