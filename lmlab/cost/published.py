@@ -74,6 +74,6 @@ def published_markdown(rows: list[dict[str, Any]]) -> str:
         note = f"- {row['label']}: `{row['command']}`; {row['source']}"
         if "implied_mfu" in row:
             note += (f". Implied MFU {100 * row['implied_mfu']:.1f}%; money recomputed "
-                     f"${row['money']:,.0f} (published ${row['published_money']:,.0f})")
+                     f"${row['money']:,.0f} (quoted ${row['published_money']:,.0f})")
         lines.append(note + ".")
     return "\n".join(lines)
