@@ -18,6 +18,8 @@ from lmlab.cost.report import DEFAULT_GRID_G_PER_KWH, LB_PER_KG, co2_kg, money
 from lmlab.utils.checks import check_at_least, check_positive
 from lmlab.utils.errors import LmlabError
 
+PF_DAY_FLOPS = 8.64e19  # a PF-s-day: 1e15 FLOP/s for a day (GPT-3's and Kaplan et al.'s unit)
+
 
 @dataclass
 class RunEstimate:
@@ -54,7 +56,7 @@ class RunEstimate:
     @property
     def pf_days(self) -> float:
         """The compute in PF-s-days (1e15 FLOP/s for a day, GPT-3's unit)."""
-        return self.total_flops / 8.64e19
+        return self.total_flops / PF_DAY_FLOPS
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "hours": self.hours, "energy_kwh": self.energy_kwh,
