@@ -1,5 +1,5 @@
 """``lmlab seq2seq data|train|evaluate``: text-to-text tasks for encoder-decoders (symbolic
-integration, WordNet definitions, the reverse dictionary), end to end."""
+integration, decompilation, WordNet definitions, the reverse dictionary), end to end."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ def register(commands) -> None:
         example="lmlab seq2seq data --task integration --count 50000 --out data/integration",
         handler=_data, group="seq2seq")
     p.add_argument("--task", required=True,
-                   choices=("integration", "definitions", "reverse-dictionary",
+                   choices=("integration", "decompile", "definitions", "reverse-dictionary",
                             "wordnet-supersense", "wordnet-wic", "fortunes-topic"),
                    help="an inverse problem, a WordNet text task, or a built-in "
                         "classification task in T5's formulation (label as a word)")
     p.add_argument("--count", type=int,
-                   help="expressions to generate (integration), or the most train pairs kept")
+                   help="expressions (integration) or C functions (decompile) to generate, or "
+                        "the most train pairs kept")
     p.add_argument("--generator", choices=("bwd", "fwd", "ibp"),
                    help="integration: backward (F random, f = F'; the default), forward (f "
                         "random, F by sympy under --timeout) or integration by parts")
@@ -30,6 +31,10 @@ def register(commands) -> None:
     p.add_argument("--max-ops", type=int, help="integration: at most this many operators")
     p.add_argument("--timeout", type=float,
                    help="integration: seconds sympy may take per expression (default 2)")
+    p.add_argument("--max-statements", type=int,
+                   help="decompile: statements per function at most (default 4)")
+    p.add_argument("--levels", help="decompile: optimisation levels compiled, e.g. O0,O1 "
+                                    "(the default)")
     _common.add_flags(p, "seed")
     _common.add_out(p, "output folder", overwrite="write into a non-empty --out")
 
@@ -83,11 +88,13 @@ def _data(args: argparse.Namespace) -> int:
 
     check_at_least(args.count, 1, "--count")
     check_at_least(args.max_ops, 1, "--max-ops")
+    check_at_least(args.max_statements, 1, "--max-statements")
     if args.timeout is not None and args.timeout <= 0:
         raise LmlabError(f"--timeout {args.timeout} must be positive", "pass e.g. --timeout 2")
     generation = {name: value for name, value in (
         ("generator", args.generator), ("grammar", args.grammar), ("max_ops", args.max_ops),
-        ("timeout", args.timeout)) if value is not None}
+        ("timeout", args.timeout), ("max_statements", args.max_statements),
+        ("levels", args.levels.split(",") if args.levels else None)) if value is not None}
     sizes = write_task_data(args.task, args.out, args.count, args.seed, args.overwrite,
                             show_progress=True, **generation)
     print(f"{args.task}: " + ", ".join(f"{split} {n:,}" for split, n in sizes.items())

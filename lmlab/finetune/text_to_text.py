@@ -202,14 +202,14 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
                   max_target_length: int = 256, overwrite: bool = False):
     """Train an encoder-decoder on a task folder (:func:`lmlab.tasks.inverse.write_task_data`):
     from ``init`` (a pretrained folder and its tokenizer) or a fresh ``family`` model. The
-    integration task builds a symbol tokenizer from its train split; a text task trained from
-    scratch needs ``tokenizer``.
+    integration and decompile tasks build a symbol tokenizer from the train split; a text task
+    trained from scratch needs ``tokenizer``.
 
     Every setting is checked, and ``out`` prepared, before the model is built: a run already
     there continues only when its data, tokenizer, model settings and lengths are these
     (otherwise it is refused, naming the difference, unless ``overwrite``)."""
     from lmlab.interop.folders import load_model
-    from lmlab.tasks.inverse import read_task_data
+    from lmlab.tasks.inverse import VERIFIED_TASKS, read_task_data
     from lmlab.tokenization.symbols import symbol_tokenizer
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.training.distributed import process_device
@@ -222,7 +222,7 @@ def train_on_task(data: str | Path, out: str | Path, cfg: Any, family: str = "ma
         tok = Tokenizer.from_pretrained(init)
     elif tokenizer is not None:
         tok = Tokenizer.from_pretrained(tokenizer)
-    elif task == "integration":  # the train split's symbols; others read as <unk>
+    elif task in VERIFIED_TASKS:  # the train split's symbols; others read as <unk>
         tok = symbol_tokenizer({s for p in splits["train"]
                                 for text in (p.input_text, *p.references) for s in text.split()})
     else:
@@ -285,10 +285,10 @@ def evaluate_on_task(model_dir: str | Path, data: str | Path, split: str = "test
                      beams: Sequence[int] = (1,), max_examples: int | None = None,
                      max_new_tokens: int = 128, out: str | Path | None = None,
                      batch_size: int = 32) -> dict[str, Any]:
-    """Decode ``split`` with each beam size (every beam's hypotheses count for integration,
-    the best one for the text tasks) and score it; written to ``out`` as JSON when given."""
+    """Decode ``split`` with each beam size (every beam's hypotheses count for the verified
+    tasks, the best one for the text tasks) and score it; written to ``out`` as JSON when given."""
     from lmlab.interop.folders import load_model
-    from lmlab.tasks.inverse import read_task_data, score, task_info
+    from lmlab.tasks.inverse import VERIFIED_TASKS, read_task_data, score, task_info
     from lmlab.tokenization.tokenizer import Tokenizer
     from lmlab.utils.catalog import resolve_model_dir
     from lmlab.utils.io import atomic_write_json
@@ -300,7 +300,7 @@ def evaluate_on_task(model_dir: str | Path, data: str | Path, split: str = "test
     tok = Tokenizer.from_pretrained(resolve_model_dir(model_dir))
     results: dict[str, Any] = {"task": task, "split": split, "examples": len(pairs)}
     for beam in beams:
-        returned = beam if task == "integration" else 1
+        returned = beam if task in VERIFIED_TASKS else 1
         hypotheses = predict_texts(model, tok, [p.input_text for p in pairs], num_beams=beam,
                                    num_return_sequences=returned,
                                    max_new_tokens=max_new_tokens, batch_size=batch_size,

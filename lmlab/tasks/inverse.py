@@ -1,5 +1,5 @@
 """The text-to-text tasks of the inverse-problems family, written to disk and scored: symbolic
-``integration`` (verified accuracy), WordNet ``definitions`` and ``reverse-dictionary`` (BLEU,
+``integration`` and ``decompile`` (verified accuracy), WordNet ``definitions`` and ``reverse-dictionary`` (BLEU,
 chrF, exact match), a folder of your own pairs (``text``), and the built-in classification tasks
 in T5's formulation (docs/encoder-decoders.md). A text task's folder also holds a pretraining
 corpus of its *train* split only, so a pretrained initialisation never reads a dev or test text.
@@ -18,7 +18,13 @@ from lmlab.utils.checks import check_choice
 from lmlab.utils.errors import LmlabError
 from lmlab.utils.io import atomic_write_json, atomic_write_text, iter_jsonl, read_json
 
-TASKS = ("integration", "definitions", "reverse-dictionary")
+TASKS = ("integration", "decompile", "definitions", "reverse-dictionary")
+#: generated tasks scored by verifying each hypothesis (every beam's hypotheses count), with a
+#: tokenizer of their train split's symbols
+VERIFIED_TASKS = ("integration", "decompile")
+#: the generation options each generated task takes (write_task_data's keywords)
+GENERATION_OPTIONS = {"integration": ("generator", "grammar", "max_ops", "timeout"),
+                      "decompile": ("max_statements", "levels")}
 #: a folder of your own pairs (``task.json``: ``{"task": "text"}``), scored as ``definitions``
 USER_TASK = "text"
 #: built-in classification tasks in T5's formulation: ``"<task>: <text>"`` -> the label's name
@@ -52,11 +58,14 @@ def classification_pairs(name: str) -> tuple[dict[str, list[TextPair]], dict[str
 def build_pairs(task: str, count: int | None = None, seed: int = 0,
                 show_progress: bool = False, generator: str = "bwd", grammar: str = "small",
                 max_ops: int | None = None, timeout: float = 2.0,
-                checkpoint: str | Path | None = None) -> dict[str, list[TextPair]]:
+                checkpoint: str | Path | None = None, max_statements: int = 4,
+                levels: Sequence[str] = ("O0", "O1")) -> dict[str, list[TextPair]]:
     """Every split of ``task``: ``count`` generated expressions (integration; required; from
     ``generator`` bwd/fwd/ibp over the ``grammar`` small/paper, ``max_ops`` overriding its
-    operator bound; ``checkpoint`` resumes a killed generation) or the WordNet pairs (text
-    tasks; ``count`` caps the train split)."""
+    operator bound; ``checkpoint`` resumes a killed generation), ``count`` generated C
+    functions of at most ``max_statements`` statements, each compiled at ``levels``
+    (decompile; required), or the WordNet pairs (text tasks; ``count`` caps the train
+    split)."""
     check_task(task)
     if task == USER_TASK:
         raise LmlabError("the 'text' task is a folder of your own pairs; there is nothing to "
@@ -65,13 +74,15 @@ def build_pairs(task: str, count: int | None = None, seed: int = 0,
                          "\"text\"}) yourself")
     if task in CLASSIFICATION_TASKS:
         return classification_pairs(task)[0]
+    if task in VERIFIED_TASKS and count is None:
+        raise LmlabError(f"the {task} task needs a count of items to generate",
+                         "pass e.g. count=50000 (--count 50000)")
+    if task == "decompile":
+        return decompile_splits(count, seed, max_statements, levels, show_progress)[0]
     if task == "integration":
         from lmlab.tasks.integration import make_splits
         from lmlab.tasks.integration_data import generate_pairs
 
-        if count is None:
-            raise LmlabError("the integration task needs a count of expressions",
-                             "pass e.g. count=50000 (--count 50000)")
         pairs = generate_pairs(count, seed, integration_grammar(grammar, max_ops), generator,
                                timeout=timeout, checkpoint=checkpoint,
                                show_progress=show_progress)
@@ -82,6 +93,19 @@ def build_pairs(task: str, count: int | None = None, seed: int = 0,
     if count is not None:
         splits["train"] = splits["train"][:count]
     return splits
+
+
+def decompile_splits(count: int, seed: int = 0, max_statements: int = 4,
+                     levels: Sequence[str] = ("O0", "O1"), show_progress: bool = False
+                     ) -> tuple[dict[str, list[TextPair]], dict[str, int]]:
+    """``count`` generated C functions as assembly -> C pairs by split (a function's levels in
+    one split, by its behaviour's fingerprint), and why draws were skipped."""
+    from lmlab.tasks.decompile import Grammar, generate_pairs
+    from lmlab.tasks.integration import make_splits
+
+    pairs, skipped = generate_pairs(count, seed, Grammar(max_statements=max_statements),
+                                    tuple(levels), show_progress=show_progress)
+    return make_splits(pairs), dict(sorted(skipped.items()))
 
 
 def integration_grammar(name: str, max_ops: int | None = None):
@@ -105,15 +129,19 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
     """Write ``task``'s splits (and, for the text tasks, the train split's pretraining corpus)
     under ``out``; returns the split sizes. Integration takes :func:`build_pairs`'s generation
     options (``generator``, ``grammar``, ``max_ops``, ``timeout``) and keeps its state in
-    ``out/generation.json``: run again with the same options, a killed generation continues."""
+    ``out/generation.json``: run again with the same options, a killed generation continues;
+    decompile takes ``max_statements`` and ``levels``."""
     from lmlab.utils.checks import check_output_folder
 
     check_task(task)
     out = Path(out)
     check_output_folder(out, overwrite, "task data", ignore=("generation.json",))
-    if generation and task != "integration":
-        raise LmlabError(f"{', '.join(generation)} apply to the integration task only",
-                         "leave them out for this task")
+    foreign = sorted(set(generation) - set(GENERATION_OPTIONS.get(task, ())))
+    if foreign:
+        raise LmlabError(f"{', '.join(foreign)} do not apply to the {task} task",
+                         "leave them out for this task" + "".join(
+                             f"; {name} takes {', '.join(options)}"
+                             for name, options in GENERATION_OPTIONS.items()))
     if task in CLASSIFICATION_TASKS:  # the pairs and what scoring needs, from one load
         splits, scoring = classification_pairs(task)
     elif task == "integration":
@@ -123,6 +151,11 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
         splits = build_pairs(task, count, seed, show_progress,
                              checkpoint=out / "generation.json", **generation)
         scoring = {"generation": {"generator": "bwd", "grammar": "small", **generation}}
+    elif task == "decompile":
+        splits, skipped = decompile_splits(count, seed, show_progress=show_progress,
+                                           **generation)
+        scoring = {"generation": {"max_statements": 4, "levels": ["O0", "O1"], **generation},
+                   "skipped_draws": skipped}
     else:
         splits, scoring = build_pairs(task, count, seed, show_progress), {}
     out.mkdir(parents=True, exist_ok=True)
@@ -132,14 +165,16 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
                  for p in splits[split]]
         atomic_write_text(out / f"{split}.jsonl", "\n".join(lines) + "\n")
     sizes = {split: len(splits[split]) for split in SPLITS}
-    if task != "integration":
+    if task not in VERIFIED_TASKS:
         _write_corpus(splits["train"], out / "corpus")
     else:  # how much of dev and test train already holds, by text, function and structure
         from lmlab.tasks.integration import overlap
-        from lmlab.tasks.integration_data import skipped_draws
 
-        scoring = {**scoring, "overlap": overlap(splits),
-                   "skipped_draws": skipped_draws(out / "generation.json")}
+        scoring = {**scoring, "overlap": overlap(splits)}
+        if task == "integration":
+            from lmlab.tasks.integration_data import skipped_draws
+
+            scoring["skipped_draws"] = skipped_draws(out / "generation.json")
     atomic_write_json(out / "task.json", {"task": task, "count": count, "seed": seed,
                                           "sizes": sizes, **scoring})
     return sizes
@@ -180,16 +215,17 @@ def read_task_data(folder: str | Path) -> tuple[str, dict[str, list[TextPair]]]:
 
 
 def score(task: str, pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[str]],
-          timeout: float = 2.0, info: dict[str, Any] | None = None) -> dict[str, Any]:
+          timeout: float | None = None, info: dict[str, Any] | None = None) -> dict[str, Any]:
     """The task's metrics for ``hypotheses`` (per input, best first); a classification task
     scores the best hypothesis as a label with its own metrics (``info``: its task.json; a
-    text that is no label counts as wrong)."""
+    text that is no label counts as wrong). ``timeout``: a verification's limit in seconds
+    (default 2 for integration's sympy, 10 of wall clock per sandboxed step for decompile)."""
     check_task(task)
     if len(pairs) != len(hypotheses) or not pairs:
         raise LmlabError(f"{len(hypotheses)} hypothesis lists for {len(pairs)} examples",
                          "give one list of hypotheses per example")
-    if task == "integration":
-        return verified_accuracy(pairs, hypotheses, timeout)
+    if task in VERIFIED_TASKS:
+        return verified_accuracy(pairs, hypotheses, timeout, task)
     if task in CLASSIFICATION_TASKS:
         from lmlab.metrics import compute_metrics
 
@@ -218,11 +254,24 @@ def score(task: str, pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[st
 
 
 def verified_accuracy(pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[str]],
-                      timeout: float = 2.0) -> dict[str, Any]:
-    """Share of inputs with a verified hypothesis, overall and by tag (depth); the share left
-    unverifiable (no hypothesis verified and the check could not decide one: counted wrong,
-    reported apart); and how the verdicts were reached."""
-    from lmlab.tasks.integration import verify
+                      timeout: float | None = None, task: str = "integration"
+                      ) -> dict[str, Any]:
+    """Share of inputs with a verified hypothesis, overall and by tag (integration: depth;
+    decompile: level and size); the share left unverifiable (no hypothesis verified and the
+    check could not decide one: counted wrong, reported apart); and how the verdicts were
+    reached. Integration checks a hypothesis against the input (f), decompile against the
+    reference function."""
+    check_choice(task, VERIFIED_TASKS, "task", "verified task")
+    if task == "integration":
+        from lmlab.tasks.integration import verify as check
+
+        def verify(hypothesis: str, pair: TextPair):
+            return check(hypothesis, pair.input_text, timeout=timeout or 2.0)
+    else:
+        from lmlab.tasks.decompile import verify as check
+
+        def verify(hypothesis: str, pair: TextPair):
+            return check(hypothesis, pair.target, timeout=timeout or 10.0)
 
     solved_by_tag: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     methods: dict[str, int] = defaultdict(int)
@@ -230,7 +279,7 @@ def verified_accuracy(pairs: Sequence[TextPair], hypotheses: Sequence[Sequence[s
     for pair, options in zip(pairs, hypotheses):
         ok = undecided = False
         for hypothesis in options:
-            verdict = verify(hypothesis, pair.input_text, timeout=timeout)
+            verdict = verify(hypothesis, pair)
             methods[verdict.method] += 1
             undecided |= verdict.unverifiable
             if verdict.correct:
