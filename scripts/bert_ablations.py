@@ -52,6 +52,8 @@ from lmlab.utils.host import describe_host
 MASKING_ROWS = ("80/10/10", "100/0/0", "80/0/20", "80/20/0", "0/20/80", "0/0/100")
 ALL_TRAIN = -1  # data-curve's "all": the whole training split
 OBJECTIVE_ROWS = ("mlm+nsp", "mlm", "ltr", "ltr+bilstm")
+PAIR_PROBE_BATCHES = 16  # of 64 segment pairs: their mean length sets a pair row's batch
+TOKEN_TOLERANCE = 0.03  # a row whose pretraining read more than 3% off the budget is flagged
 OBJECTIVE_NAMES = {"mlm+nsp": "BERT (MLM + NSP)", "mlm": "no NSP (MLM only)",
                    "ltr": "left-to-right LM, no NSP", "ltr+bilstm": "left-to-right + BiLSTM"}
 
@@ -100,6 +102,7 @@ class Experiment:
         self.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         self.tasks = [self._task(name) for name in args.tasks.split(",")]
         self.tokens = self._tokens()
+        self.flagged: list[str] = []
 
     def _task(self, name: str):
         from dataclasses import replace
@@ -138,18 +141,47 @@ class Experiment:
     def budget(self) -> dict[str, Any]:
         a = self.args
         return {"pretrain_steps": a.steps, "batch_size": a.batch_size, "seq_len": a.seq_len,
-                "pretrain_tokens": a.steps * a.batch_size * a.seq_len,
-                "finetune_epochs": a.finetune_epochs, "seeds": self.seeds}
+                "pretrain_tokens": a.steps * a.batch_size * a.seq_len, "lr": a.lr,
+                "warmup_fraction": a.warmup_fraction, "finetune_epochs": a.finetune_epochs,
+                "seeds": self.seeds}
+
+    def batch_for(self, objective: str) -> int:
+        """The batch (examples) that holds ``batch_size x seq_len`` tokens on average.
+
+        Packed windows hold ``seq_len`` each. BERT fills a segment pair to the target length
+        only within a document (a pair ends where its document does), and the default
+        corpus's documents are short (median 24 pieces), so a pair objective's batch grows
+        until it reads as many tokens per update as the packed rows: equal steps, equal tokens.
+        """
+        from lmlab.data.pretraining import PretrainingStream
+        from lmlab.objectives.registry import build_objective
+        from lmlab.objectives.special_tokens import SpecialTokens
+
+        a = self.args
+        special = SpecialTokens.from_tokenizer(
+            Tokenizer.from_pretrained(self.tokens / "tokenizer"))
+        probe = build_objective(objective, special)
+        if getattr(probe, "example_format", "packed") != "segment_pairs":
+            return a.batch_size
+        stream = PretrainingStream(self.tokens / "shards", objective=probe, batch_size=64,
+                                   seq_len=a.seq_len, seed=0)
+        tokens = examples = 0
+        for _, batch in zip(range(PAIR_PROBE_BATCHES), stream):
+            tokens += int(batch["attention_mask"].sum())
+            examples += int(batch["attention_mask"].shape[0])
+        return max(a.batch_size, round(a.batch_size * a.seq_len * examples / tokens))
 
     def pretrain(self, name: str, model_args: dict[str, Any], objective: str = "mlm",
                  objective_args: dict[str, Any] | None = None) -> dict[str, Any]:
         """One model pretrained on the shared tokens; returns its folder and eval loss."""
         a = self.args
+        # the budget is tokens: every row stops at the same count (a pair objective's larger
+        # batch, batch_for, keeps its steps near --steps too)
         settings = {"family": a.family, "size": "base", "model_args": model_args,
                     "objective": objective, "objective_args": objective_args or {},
-                    "seq_len": a.seq_len, "batch_size": a.batch_size, "lr": a.lr,
-                    "warmup_fraction": 0.06, "schedule": "linear", "max_steps": a.steps,
-                    "seed": 0}
+                    "seq_len": a.seq_len, "batch_size": self.batch_for(objective), "lr": a.lr,
+                    "warmup_fraction": a.warmup_fraction, "schedule": "linear",
+                    "max_tokens": self.budget()["pretrain_tokens"], "seed": 0}
 
         def train(folder: Path) -> dict[str, Any]:
             every = max(a.steps // 4, 1)
@@ -159,6 +191,7 @@ class Experiment:
                 eval_every=every, eval_batches=4, save_every=every, progress=False,
                 **settings))
             return {"steps": result.step, "tokens": result.tokens,
+                    "batch_size": settings["batch_size"],
                     "eval_loss": (result.last_eval or {}).get("eval_loss")}
 
         folder, info = self.stages.run(f"pretrain-{name}", {"tokens": self.tokens.name,
@@ -206,15 +239,35 @@ class Experiment:
 
         host = describe_host(self.args.threads)
         budget = {**self.budget(), "recorded_seconds": round(self.log.recorded_seconds(), 1)}
+        self.flagged = flag_tokens(rows, budget["pretrain_tokens"])
         head = (f"Host: {host}. Budget: {budget['pretrain_tokens']:,} pretraining tokens per "
                 f"model ({budget['pretrain_steps']} steps x {budget['batch_size']} x "
-                f"{budget['seq_len']}), fine-tuning {budget['finetune_epochs']} epochs, seeds "
+                f"{budget['seq_len']}; lr {budget['lr']:g}, {budget['warmup_fraction']:.0%} "
+                f"warmup, linear decay), fine-tuning {budget['finetune_epochs']} epochs, seeds "
                 f"{self.args.seeds}; {budget['recorded_seconds'] / 60:.1f} min recorded.\n\n")
+        if self.flagged:
+            head += (f"**Not comparable:** {', '.join(self.flagged)} read more than "
+                     f"{TOKEN_TOLERANCE:.0%} away from the budget's tokens.\n\n")
+            print(f"warning: {head.split(chr(10))[-3]}", file=sys.stderr)
         write_files(self.args.out, {f"{name}.json": {"host": host, "budget": budget,
                                                      "settings": vars(self.args), "rows": rows},
                                     f"{name}.md": head + table,
                                     f"{name}.png": plot})
         print(head + table, end="")
+
+
+def flag_tokens(rows: list[dict[str, Any]], budget: int) -> list[str]:
+    """The rows whose pretraining tokens (each run's own count) are more than
+    ``TOKEN_TOLERANCE`` off ``budget``; each row gets ``tokens_ok``."""
+    for row in rows:
+        row["tokens_ok"] = abs(row["tokens"] - budget) <= TOKEN_TOLERANCE * budget
+    return [row["name"] for row in rows if not row["tokens_ok"]]
+
+
+def read(model: dict[str, Any]) -> dict[str, Any]:
+    """What a pretraining run reported reading: tokens, optimizer steps, batch (examples)."""
+    return {"tokens": model["tokens"], "steps": model["steps"],
+            "batch": model.get("batch_size")}
 
 
 def cell(summary: dict[str, Any]) -> str:
@@ -231,7 +284,7 @@ def task_table(rows: list[dict[str, Any]], label: str, extra: tuple[str, ...] = 
     lines = [f"| {label} | {' | '.join([*extra, *heads])} |",
              "|---|" + "---:|" * (len(extra) + len(heads))]
     for row in rows:
-        cells = [str(row[e]) for e in extra]
+        cells = [f"{row[e]:,}" if isinstance(row[e], int) else str(row[e]) for e in extra]
         cells += [cell(row[k][t]["dev"]) for k in kinds for t in tasks]
         lines.append(f"| {row['name']} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n\nDev accuracy in %, median (spread = max - min) over seeds.\n"
@@ -272,14 +325,14 @@ def run_size(exp: Experiment) -> None:
     rows = []
     for text in exp.args.sizes.split(","):
         layers, hidden = parse_size(text)
-        model = exp.pretrain(f"size-{layers}x{hidden}", shape(layers, hidden))
+        model = exp.pretrain(f"mlm-{layers}x{hidden}", shape(layers, hidden))
         score = masked_lm_score(model["model"], exp.tokens / "shards", seq_len=exp.args.seq_len,
                                 batches=exp.args.eval_batches)
         params = sum(p.numel() for p in load_model_and_tokenizer(model["model"])[0].parameters())
         rows.append({"name": f"L={layers}, H={hidden}, A={hidden // 64}", "layers": layers,
-                     "hidden": hidden, "params": params, "mlm_loss": score["loss"],
+                     "hidden": hidden, "params": params, **read(model), "mlm_loss": score["loss"],
                      "ppl": round(math.exp(score["loss"]), 2), "finetuned": exp.scores(model)})
-    table = task_table(rows, "model", ("params", "ppl"))
+    table = task_table(rows, "model", ("params", "tokens", "steps", "ppl"))
     table += "\nppl: held-out masked-LM perplexity at 15% masking (validation split).\n"
 
     def draw(path: Path) -> None:
@@ -314,9 +367,9 @@ def run_masking(exp: Experiment) -> None:
         mask, rnd, keep = replacement(row)
         model = exp.pretrain(f"masking-{row.replace('/', '-')}", model_args, "mlm",
                              {"mask_prob": 0.15, "replacement": [mask, rnd, keep]})
-        rows.append({"name": row, "replacement": [mask, rnd, keep],
+        rows.append({"name": row, "replacement": [mask, rnd, keep], **read(model),
                      "finetuned": exp.scores(model), "feature": exp.scores(model, feature=True)})
-    table = task_table(rows, "MASK/SAME/RND", kinds=("finetuned", "feature"))
+    table = task_table(rows, "MASK/SAME/RND", ("tokens",), kinds=("finetuned", "feature"))
     table += ("\nfeature: the frozen model's last four layers concatenated (mean-pooled), a "
               "linear head trained (the `feature` recipe).\n")
     exp.write("masking", rows, table,
@@ -331,18 +384,28 @@ def run_objectives(exp: Experiment) -> None:
         if name not in OBJECTIVE_ROWS:
             raise LmlabError(f"unknown row {name!r}", f"use {', '.join(OBJECTIVE_ROWS)}")
         ltr = name.startswith("ltr")
-        model = exp.pretrain("ltr" if ltr else name.replace("+", "-"),
+        stage = "mlm-nsp" if name == "mlm+nsp" else f"mlm-{exp.args.layers}x{exp.args.hidden}"
+        model = exp.pretrain("ltr" if ltr else stage,
                              {**model_args, "causal": True} if ltr else model_args,
                              "clm" if ltr else name.replace("+", ","))
+        # held out: the masked rows at 15% on the same packed validation windows (size's
+        # figure); the causal model's next-token loss is another quantity
+        loss = model["eval_loss"] if ltr else masked_lm_score(
+            model["model"], exp.tokens / "shards", seq_len=exp.args.seq_len,
+            batches=exp.args.eval_batches)["loss"]
         if name == "ltr+bilstm":
             model = with_bilstm(exp, model)
-        rows.append({"name": OBJECTIVE_NAMES[name], "finetuned": exp.scores(model),
-                     "eval_loss": model["eval_loss"]})
-    table = task_table(rows, "pretraining")
+        rows.append({"name": OBJECTIVE_NAMES[name], **read(model),
+                     "held-out loss": f"{loss:.2f} ({'next token' if ltr else 'MLM'})",
+                     "finetuned": exp.scores(model)})
+    table = task_table(rows, "pretraining", ("tokens", "steps", "batch", "held-out loss"))
     table += ("\nThe left-to-right model is the same stack with causal attention, pretrained "
               "with next-token prediction on the same tokens (it stays causal when fine-tuned);"
               " + BiLSTM: a randomly initialised BiLSTM (H/2 units each way) on its states, "
-              "trained with the classifier.\n")
+              "trained with the classifier. tokens, steps, batch: what each pretraining run "
+              "reported (segment pairs end with their document, so the NSP row's batch holds "
+              "more, shorter examples); held-out MLM loss at 15% masking on the validation "
+              "split's packed windows.\n")
     exp.write("objectives", rows, table,
               bar_plot(rows, ("finetuned",), "BERT Table 5: pretraining tasks"))
 
@@ -364,11 +427,14 @@ def with_bilstm(exp: Experiment, model: dict[str, Any]) -> dict[str, Any]:
 
 def run_data_curve(exp: Experiment) -> None:
     """Zhang & Bowman: dev accuracy by training examples, pretrained and random init."""
-    model = exp.pretrain("curve", shape(exp.args.layers, exp.args.hidden))
+    # the objectives experiment's MLM-only model (one stage, shared)
+    model = exp.pretrain(f"mlm-{exp.args.layers}x{exp.args.hidden}",
+                         shape(exp.args.layers, exp.args.hidden))
     rows = []
     for count in exp.args.train_sizes.split(","):
         limit = ALL_TRAIN if count == "all" else int(count)
         rows.append({"name": count, "examples": None if limit == ALL_TRAIN else limit,
+                     **read(model),
                      "pretrained": exp.scores(model, max_train=limit),
                      "random": exp.scores(model, max_train=limit, random_init=True)})
     table = task_table(rows, "training examples", kinds=("pretrained", "random"))
@@ -422,10 +488,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rows", help="masking: MASK/SAME/RND,...; objectives: "
                    f"{','.join(OBJECTIVE_ROWS)}")
     p.add_argument("--train-sizes", default="50,200,1000,all", help="data-curve: examples")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--steps", type=int, default=1600)
+    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-fraction", type=float, default=0.06)
     p.add_argument("--eval-batches", type=int, default=16, help="size: held-out MLM batches")
     p.add_argument("--tasks", default="fortunes-topic,wordnet-supersense")
     p.add_argument("--seeds", default="0,1,2")
@@ -443,6 +510,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("vocab_size", "layers", "hidden", "steps", "batch_size", "seq_len",
                  "eval_batches", "finetune_epochs", "threads", "max_documents"):
         check_at_least(getattr(args, name), 1, f"--{name.replace('_', '-')}")
+    if not 0 <= args.warmup_fraction < 1:
+        raise LmlabError(f"--warmup-fraction {args.warmup_fraction} is outside [0, 1)",
+                         "give a fraction of the pretraining, e.g. 0.06")
     for name in ("max_train_examples", "max_eval_examples"):
         check_at_least(getattr(args, name), 0, f"--{name.replace('_', '-')}")
     if args.experiment == "size":
@@ -465,11 +535,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
-        EXPERIMENTS[args.experiment](Experiment(args))
+        exp = Experiment(args)
+        EXPERIMENTS[args.experiment](exp)
     except LmlabError as error:
         print(f"error: {error.problem}\nfix: {error.fix}", file=sys.stderr)
         return 2
-    return 0
+    return 3 if exp.flagged else 0
 
 
 if __name__ == "__main__":

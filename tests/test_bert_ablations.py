@@ -147,6 +147,10 @@ def test_objectives_at_toy_scale(work, tmp_path):
     these stages; they run at toy size under ``-m slow``)."""
     report = run(work, tmp_path, "objectives", "--rows", "mlm+nsp,ltr+bilstm")
     assert [r["name"] for r in report["rows"]] == ["BERT (MLM + NSP)", "left-to-right + BiLSTM"]
+    # each row's tokens as its run reported them, checked against the budget (KJV chapters
+    # fill every pair at this length, so the NSP row keeps the batch)
+    assert report["budget"]["pretrain_tokens"] == 2 * 4 * 16
+    assert all(r["tokens"] == 128 and r["tokens_ok"] for r in report["rows"])
     bilstm = next((work / "stages").glob("bilstm-*")) / "model" / "config.json"
     config = json.loads(bilstm.read_text())
     assert config["causal"] and config["extra"]["classifier_bilstm"]
@@ -170,10 +174,54 @@ def test_data_curve_at_toy_scale(work, tmp_path):
     assert row["examples"] == 8 and {"pretrained", "random"} <= set(row)
 
 
+def test_rows_read_equal_tokens(tmp_path):
+    """Segment pairs end with their document (BERT's create_instances_from_document), so on
+    short documents a pair row's batch grows until an update reads the packed rows' tokens;
+    a row whose run reported tokens more than 3% off the budget is flagged."""
+    import argparse
+    import itertools
+    from types import SimpleNamespace
+
+    from lmlab.data.pretraining import PretrainingStream
+    from lmlab.data.shards import build_shards
+    from lmlab.objectives.registry import build_objective
+    from lmlab.objectives.special_tokens import SpecialTokens
+    from lmlab.text.sources.kjv import KJVSource
+    from lmlab.tokenization.tokenizer import Tokenizer
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    chapters = [d.sentences for d in itertools.islice(KJVSource().iter_documents(), 12)]
+    verses = [s for chapter in chapters for s in chapter]  # one verse a document: short
+    for split, part in (("train", verses[:300]), ("validation", verses[300:340])):
+        (corpus / f"{split}.jsonl").write_text("".join(json.dumps(
+            {"id": f"v/{split}/{i}", "source": "kjv", "sentences": [v]}) + "\n"
+            for i, v in enumerate(part)))
+    tokenizer = Tokenizer.train(corpus, kind="wordpiece", vocab_size=1000, show_progress=False)
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    build_shards(tokenizer, corpus, tmp_path / "shards", show_progress=False)
+    exp = SimpleNamespace(args=argparse.Namespace(batch_size=4, seq_len=256), tokens=tmp_path)
+    script = _script()
+    assert script.Experiment.batch_for(exp, "mlm") == 4
+    batch = script.Experiment.batch_for(exp, "mlm,nsp")
+    assert batch > 4
+    pairs = PretrainingStream(tmp_path / "shards", objective=build_objective(
+        "mlm,nsp", SpecialTokens.from_tokenizer(tokenizer)), batch_size=batch, seq_len=256,
+        seed=5)
+    read = [int(b["attention_mask"].sum()) for _, b in zip(range(20), pairs)]
+    assert abs(sum(read) / len(read) / (4 * 256) - 1) < 0.2  # tokens per update as packed rows
+
+    rows = [{"name": "a", "tokens": 10_000}, {"name": "b", "tokens": 10_290},
+            {"name": "c", "tokens": 9_650}]
+    assert script.flag_tokens(rows, 10_000) == ["c"]
+    assert [r["tokens_ok"] for r in rows] == [True, True, False]
+
+
 def test_bad_settings_are_refused_before_work(tmp_path, capsys):
     script = _script()
     for args in (["masking", "--rows", "90/20/0"], ["objectives", "--rows", "mlm,bogus"],
-                 ["size", "--sizes", "4"], ["data-curve", "--train-sizes", "0"]):
+                 ["size", "--sizes", "4"], ["data-curve", "--train-sizes", "0"],
+                 ["objectives", "--warmup-fraction", "1.5"]):
         assert script.main([*args, "--out", str(tmp_path / "o"), "--work",
                             str(tmp_path / "w")]) == 2
     assert not (tmp_path / "w").exists()
