@@ -164,10 +164,8 @@ def frontier_fits(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     middle = math.exp((math.log(c[0]) + math.log(c[-1])) / 2)
     halves = {"lower half": [p for p in front if p[0] <= middle],
               "upper half": [p for p in front if p[0] >= middle]}
-    fits = {"all": fit_power_law(c, [p[1] for p in front]).to_dict()}
-    for name, part in halves.items():
-        fits[name] = (fit_power_law([p[0] for p in part], [p[1] for p in part]).to_dict()
-                      if len(part) >= 3 else None)
+    fits = {name: fit_power_law([p[0] for p in part], [p[1] for p in part]).to_dict()
+            if len(part) >= 3 else None for name, part in {"all": front, **halves}.items()}
     return {"frontier": [{"pf_days": p[0], "loss": p[1], "size": p[2]} for p in front],
             "fits": fits}
 
@@ -216,11 +214,12 @@ def plot(result: dict[str, Any], path: Path) -> Path:
                   [p["loss"] for p in r["points"]], "-", lw=1, alpha=0.8, label=r["size"])
     comp = result["analysis"]["compute"]
     c = np.array([p["pf_days"] for p in comp["frontier"]])
-    fit = PowerLaw(**comp["fits"]["all"])
     left.plot(c, [p["loss"] for p in comp["frontier"]], "ko", ms=3, label="frontier")
-    left.plot(c, fit(c), "k--", label=f"L = {fit.a:.3g}·C^-{fit.b:.3f} (R² {fit.r2:.2f})")
-    left.plot(c, fit(c[-1]) * (c / c[-1]) ** -0.050, ":", color="grey",
-              label="slope -0.050 (Kaplan)")
+    if comp["fits"]["all"] is not None:
+        fit = PowerLaw(**comp["fits"]["all"])
+        left.plot(c, fit(c), "k--", label=f"L = {fit.a:.3g}·C^-{fit.b:.3f} (R² {fit.r2:.2f})")
+        left.plot(c, fit(c[-1]) * (c / c[-1]) ** -0.050, ":", color="grey",
+                  label="slope -0.050 through the last point (Kaplan)")
     left.set(xscale="log", yscale="log", xlabel="compute C (PF-days, cost-report FLOPs)",
              ylabel="held-out loss (nats/token)", title="L(C): per-size curves and frontier")
     left.legend(fontsize=7)
@@ -232,6 +231,11 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     right.set(xscale="log", yscale="log", xlabel="non-embedding parameters N",
               ylabel="held-out loss at the last budget", title="L(N)")
     right.legend(fontsize=7)
+    from matplotlib.ticker import FormatStrFormatter
+
+    for ax in (left, right):  # losses as plain numbers on the log axis
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
     fig.tight_layout()
     return save_png(fig, path)
 
