@@ -38,10 +38,12 @@ HELPERS = {
 }
 LEVELS = ("O0", "O1")
 RELATIONS = ("<", "<=", ">", ">=", "==", "!=")
-#: every C token a function of the grammar (or a hypothesis the verifier compiles) may hold
-C_WORDS = frozenset({"int", "if", "else", "for", "return", "f", *PARAMS, *LOCALS, *COUNTERS,
-                     *HELPERS})
+#: every C token a hypothesis the verifier compiles may hold: the grammar's, and a few more a
+#: rewrite by hand may use (while, compound assignments, logic, the conditional operator)
+C_WORDS = frozenset({"int", "if", "else", "for", "while", "return", "f", *PARAMS, *LOCALS,
+                     *COUNTERS, *HELPERS})
 C_PUNCTUATION = frozenset({"(", ")", "{", "}", ";", ",", "=", "+", "-", "*", "/", "%", "++",
+                           "--", "+=", "-=", "*=", "/=", "%=", "&&", "||", "!", "?", ":",
                            *RELATIONS})
 #: gcc's flags for every compilation: signed overflow wraps (defined, so -O0 and -O1 agree),
 #: no unwind tables or CET landing pads in the assembly
@@ -350,7 +352,7 @@ class Verdict:
         return self.method == "sandbox-error"
 
 
-_TOKEN = re.compile(r"\s*(\d+|[A-Za-z_]\w*|\+\+|[<>=!]=|[-+*/%<>=(){};,]|\S)")
+_TOKEN = re.compile(r"\s*(\d+|[A-Za-z_]\w*|\+\+|--|&&|\|\||[-+*/%<>=!]=|[-+*/%<>=(){};,?:!]|\S)")
 
 
 def c_tokens(text: str) -> list[str]:

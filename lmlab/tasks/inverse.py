@@ -103,6 +103,10 @@ def decompile_splits(count: int, seed: int = 0, max_statements: int = 4,
     from lmlab.tasks.decompile import Grammar, generate_pairs
     from lmlab.tasks.integration import make_splits
 
+    if count is None:
+        raise LmlabError("the decompile task needs a count of functions to generate",
+                         "pass e.g. count=20000 (--count 20000)")
+
     pairs, skipped = generate_pairs(count, seed, Grammar(max_statements=max_statements),
                                     tuple(levels), show_progress=show_progress)
     return make_splits(pairs), dict(sorted(skipped.items()))
