@@ -70,6 +70,8 @@ def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 def _count_tokens(batch: dict[str, Any]) -> int:
     mask = batch.get("attention_mask")
     if isinstance(mask, torch.Tensor):
+        if mask.dim() == 3:  # (B, T, T) per-document masks (clm separate_documents): a real
+            return int(mask.diagonal(dim1=1, dim2=2).sum())  # token attends to itself
         return int(mask.sum())
     ids = batch.get("input_ids")
     return int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
