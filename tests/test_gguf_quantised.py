@@ -192,6 +192,46 @@ def test_real_smollm2_logits_and_greedy_equal_the_float32_path(real_pair):
     assert tok.decode(greedy[0, prompt.shape[1]:]).startswith(" Paris")
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_real_shapes_every_batch_size_against_the_dequantised_product(real_pair, parallel,
+                                                                      monkeypatch):
+    """The real file's matrix shapes (query 576x576, key 192x576, gate 1536x576, down 576x1536
+    in Q4_1, the 49152x576 Q8_0 table) at batch 1-9 and 17 (register tiles of 8, 4, 2, 1 and
+    their remainders) equal x @ W.T of the dequantised weight up to float32 rounding."""
+    monkeypatch.setattr(quantised, "PARALLEL_WORK", 0 if parallel else 2 ** 62)
+    torch.set_num_threads(2)  # the threaded kernel shares the row groups
+    layer = real_pair[0].transformer.layers[0]
+    linears = [layer.attention.q_proj, layer.attention.k_proj, layer.feed_forward.gate_proj,
+               layer.feed_forward.down_proj, real_pair[0].heads["clm"].decoder]
+    generator = torch.Generator().manual_seed(0)
+    for linear in linears:
+        weight = linear.dequantize()
+        for batch in (*range(1, 10), 17):
+            x = torch.randn(batch, linear.in_features, generator=generator)
+            with torch.no_grad():
+                got = linear(x)
+            assert_close_rounding(got, x @ weight.T, terms=linear.in_features,
+                                  msg=f"{tuple(weight.shape)}, batch {batch}")
+
+
+def test_real_smollm2_batch_of_eight_padded_generates_as_the_float32_path(real_pair):
+    """Eight left-padded prompts generated together (each decoding step a batch of 8 rows
+    through the register tiles): step logits within rounding of the float32 path's, and the
+    same greedy continuations."""
+    from lmlab.generation.generate import generate, pad_left
+
+    ours, reference, tok = real_pair
+    prompts = [PROMPT, "Once upon a time,", "def add(a, b):", "The largest planet is",
+               "1, 2, 3,", "Water boils at", "Hello", "The quick brown fox jumps over the"]
+    ids, mask = pad_left([tok.encode(p) for p in prompts], 2)
+    with torch.no_grad():
+        a = ours(input_ids=ids, attention_mask=mask).logits[:, -1]
+        b = reference(input_ids=ids, attention_mask=mask).logits[:, -1]
+    assert_close_rounding(a, b, terms=1536, depth=30)
+    kwargs = dict(attention_mask=mask, max_new_tokens=4, eos_token_id=None)
+    assert torch.equal(generate(ours, ids, **kwargs), generate(reference, ids, **kwargs))
+
+
 def test_real_smollm2_loads_in_a_fresh_process_with_the_bytes_it_holds(smollm2_gguf, real_pair):
     """A fresh process loads the file's blocks, holding about the file's bytes (peak resident
     memory grows by under twice the file, against 540 MB for its float32 weights) and computes

@@ -4,8 +4,9 @@ holding fp32 weights: 4-bit codes with a scale and a minimum per block of 32 inp
 Which file formats fill them is the loaders' business (:mod:`lmlab.interop.gguf`).
 
 The codes are stored interleaved by groups of ``ROWS`` output rows, ``(row groups, blocks,
-codes, ROWS)``, so the compiled kernel (numba) turns each byte into ``ROWS`` vector lanes and
-multiplies every unpacked code with all the batch's rows; activations stay float32.
+codes, ROWS)``, so the compiled kernel (:mod:`lmlab.models.block_kernels`) turns each byte into
+``ROWS`` vector lanes, dequantises them once and multiplies them with all the batch's rows;
+activations stay float32.
 """
 
 from __future__ import annotations
@@ -22,97 +23,28 @@ from torch import nn
 BLOCK = 32  # weights per block along the input dimension
 ROWS = 16  # output rows interleaved per group (one AVX-512 vector of float32 lanes)
 PARALLEL_WORK = 2 ** 23  # multiply-adds from which a product runs on every thread
-_FASTMATH = {"nnan", "ninf", "nsz", "arcp", "contract", "afn"}  # no reassociation: see load_kernels
 
 
 @functools.cache
 def load_kernels():
-    """The compiled 4-bit and 8-bit kernels (numba, cached on disk). The inner loop runs over
-    the ``ROWS`` interleaved rows with a trip count known only at run time, which makes LLVM
-    vectorise it (a constant 16 is unrolled into scalar code instead)."""
+    """numba and the compiled kernels (:mod:`lmlab.models.block_kernels`, cached on disk),
+    imported at the first product rather than with this module."""
     import numba
-    from numba import njit, prange
 
     if "NUMBA_THREADING_LAYER" not in os.environ:  # OpenMP's spinning workers fight torch's
         numba.config.THREADING_LAYER = "workqueue"
+    from lmlab.models import block_kernels
 
-    def q4(x, codes, scales, mins, out):  # pragma: no cover - compiled
-        batch = x.shape[0]
-        groups, blocks, _, rows = codes.shape
-        sums = np.zeros((batch, blocks), np.float32)  # sum of x per block (the minima's term)
-        for b in range(batch):
-            for k in range(blocks):
-                for j in range(BLOCK):
-                    sums[b, k] += x[b, k * BLOCK + j]
-        for t in prange(groups):
-            acc = np.zeros((batch, rows), np.float32)
-            part = np.empty((batch, rows), np.float32)
-            low = np.empty(rows, np.float32)
-            high = np.empty(rows, np.float32)
-            for k in range(blocks):
-                part[:] = 0
-                for j in range(BLOCK // 2):
-                    byte = codes[t, k, j]
-                    if batch == 1:  # unpacked in registers
-                        xl, xh, pb = x[0, k * BLOCK + j], x[0, k * BLOCK + 16 + j], part[0]
-                        for r in range(rows):  # low nibble: weight j, high: weight j + 16
-                            pb[r] += xl * np.float32(byte[r] & 15) + xh * np.float32(byte[r] >> 4)
-                        continue
-                    for r in range(rows):  # unpacked once for every row of the batch
-                        low[r] = np.float32(byte[r] & 15)
-                        high[r] = np.float32(byte[r] >> 4)
-                    for b in range(batch):
-                        xl, xh, pb = x[b, k * BLOCK + j], x[b, k * BLOCK + 16 + j], part[b]
-                        for r in range(rows):
-                            pb[r] += xl * low[r] + xh * high[r]
-                d, m = scales[t, k], mins[t, k]
-                for b in range(batch):
-                    s, ab, pb = sums[b, k], acc[b], part[b]
-                    for r in range(rows):
-                        ab[r] += d[r] * pb[r] + m[r] * s
-            out[:, t * rows:(t + 1) * rows] = acc
-
-    def q8(x, codes, scales, out):  # pragma: no cover - compiled
-        batch = x.shape[0]
-        groups, blocks, _, rows = codes.shape
-        for t in prange(groups):
-            acc = np.zeros((batch, rows), np.float32)
-            part = np.empty((batch, rows), np.float32)
-            w = np.empty(rows, np.float32)
-            for k in range(blocks):
-                part[:] = 0
-                for j in range(BLOCK):
-                    code = codes[t, k, j]
-                    if batch == 1:
-                        xj, pb = x[0, k * BLOCK + j], part[0]
-                        for r in range(rows):
-                            pb[r] += xj * np.float32(code[r])
-                        continue
-                    for r in range(rows):
-                        w[r] = np.float32(code[r])
-                    for b in range(batch):
-                        xj, pb = x[b, k * BLOCK + j], part[b]
-                        for r in range(rows):
-                            pb[r] += xj * w[r]
-                d = scales[t, k]
-                for b in range(batch):
-                    ab, pb = acc[b], part[b]
-                    for r in range(rows):
-                        ab[r] += d[r] * pb[r]
-            out[:, t * rows:(t + 1) * rows] = acc
-
-    def compile(kernel, parallel):
-        return njit(parallel=parallel, fastmath=_FASTMATH, cache=True)(kernel)
-
-    # a parallel launch costs ~0.1 ms: small products run on the calling thread
-    kernels = {(bits, parallel): compile(kernel, parallel) for bits, kernel in
-               ((4, q4), (8, q8)) for parallel in (False, True)}
+    assert (block_kernels.BLOCK, block_kernels.ROWS) == (BLOCK, ROWS)
+    kernels = {(bits, parallel): kernel for bits in (4, 8) for parallel, kernel in
+               ((False, block_kernels.serial), (True, block_kernels.threaded))}
     scales = np.zeros((1, 1, ROWS), np.float32)
-    for (bits, _), kernel in kernels.items():  # read from numba's cache (or compiled) now
-        codes = np.zeros((1, 1, BLOCK // 2, ROWS), np.uint8) if bits == 4 else \
-            np.zeros((1, 1, BLOCK, ROWS), np.int8)
-        kernel(np.zeros((1, BLOCK), np.float32), codes, scales,
-               *((scales,) if bits == 4 else ()), np.zeros((1, ROWS), np.float32))
+    for bits in (4, 8):  # read from numba's cache (or compiled) now
+        codes = np.zeros((1, 1, BLOCK // 2 if bits == 4 else BLOCK, ROWS),
+                         np.uint8 if bits == 4 else np.int8)
+        for parallel in (False, True):
+            kernels[bits, parallel](np.zeros((1, BLOCK), np.float32), codes, scales, scales,
+                                    np.zeros((1, ROWS), np.float32))
     return numba, kernels
 
 
@@ -184,7 +116,8 @@ class BlockQuantLinear(nn.Module):
         if parallel:
             numba.set_num_threads(threads)
         kernel = kernels[self.bits, parallel]
-        kernel(inputs, self.codes, self.scales, *(() if self.mins is None else (self.mins,)), out)
+        kernel(inputs, self.codes, self.scales, self.scales if self.mins is None else self.mins,
+               out)
         y = torch.from_numpy(out[:, :self.out_features]).to(x.dtype)
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)
