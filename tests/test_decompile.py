@@ -5,6 +5,7 @@ non-compiling one, the sandbox stops a program that loops or allocates without b
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -19,6 +20,7 @@ from lmlab.tasks.inverse import read_task_data, score, task_info
 from lmlab.tasks.sandbox import COMPILE_LIMITS, Limits, compiler, run_limited, scratch_folder
 from lmlab.tasks.types import TextPair
 
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "decompile_table.py"
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
                                 reason="needs a C compiler")
 
@@ -136,6 +138,15 @@ def test_generate_train_evaluate_end_to_end(tmp_path):
         scores = result[beam]
         assert scores["examples"] == 3 and 0.0 <= scores["verified_accuracy"] <= 1.0
         assert sum(scores["verdicts"].values()) >= 3
+    spec = importlib.util.spec_from_file_location("decompile_table", SCRIPT)
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    assert table.main([str(tmp_path / "eval.json"), "--out", str(tmp_path / "docs")]) == 0
+    text = (tmp_path / "docs" / "decompile.md").read_text()
+    tags = {p.tag for p in splits["test"][:3]}
+    assert "| greedy | beam 2 |" in text and "**all**" in text and "Greedy hypotheses" in text
+    assert all(f"| {t.split()[0]} | {t.split()[2]} |" in text for t in tags)
+    assert (tmp_path / "docs" / "decompile.png").stat().st_size > 1000
 
 
 def test_refusals(tmp_path):

@@ -314,8 +314,9 @@ def generate_pairs(count: int, seed: int, grammar: Grammar = Grammar(),
         if draws > 50 * count + 1000:
             raise LmlabError(f"only {len(pairs)} distinct functions in {draws} draws",
                              "raise max_statements or max_depth")
-        drawn = [random_function(rng, grammar) for _ in range(batch)]
-        draws += batch
+        size = min(batch, 2 * (count - len(pairs)) + 8)  # the same stream, whatever the size
+        drawn = [random_function(rng, grammar) for _ in range(size)]
+        draws += size
         assembly, values = compile_batch([t for t, _ in drawn], levels)
         for k, (tokens, size) in enumerate(drawn):
             texts = [assembly[level][k] for level in levels]
