@@ -4,7 +4,8 @@ One concept a module, none importing torch at import time except :mod:`~lmlab.co
 and :mod:`~lmlab.cost.precision`: analytic FLOPs (``flops``) and a counter to check them
 (``flop_counter``), measured and data-sheet peaks (``peak``), energy (``energy``), the
 trainer's ``CostTracker`` and its ``CostReport`` (``report``), pre-run estimates
-(``estimate``, ``presets``) and the choice of bf16 or fp32 (``precision``, ``shapes``).
+(``estimate``, ``presets``), the choice of bf16 or fp32 (``precision``, ``shapes``) and
+Kaplan-style power-law fits over runs' compute (``scaling``).
 Usage: docs/cost.md.
 """
 
