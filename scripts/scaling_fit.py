@@ -34,6 +34,7 @@ from lmlab.cost.estimate import PF_DAY_FLOPS
 from lmlab.cost.flops import flops_breakdown
 from lmlab.cost.scaling import PowerLaw, compute_frontier, fit_power_law
 from lmlab.data.build import build_corpus
+from lmlab.data.shard_reader import ShardReader
 from lmlab.data.shards import build_shards
 from lmlab.demo.stages import StageRunner
 from lmlab.models.config import TransformerConfig
@@ -154,29 +155,40 @@ def read_run(run: Path, size: str, settings: dict[str, Any], info: dict[str, Any
             "stage_seconds": info.get("seconds"), "points": points}
 
 
-def frontier_fits(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    """L(C) over the frontier in ``key`` (FLOPs), C in PF-days: all of it, and each half of
-    its log-C range (a power law has one slope throughout)."""
+def unigram_loss(shards: Path, vocab_size: int) -> float:
+    """Held-out cross-entropy (nats/token) of the training tokens' frequencies (add-one): the
+    loss of a model that knows which tokens are common and nothing of their context."""
+    train, held_out = ShardReader(shards, "train"), ShardReader(shards, "validation")
+    counts = np.bincount(train.window(0, len(train)), minlength=vocab_size) + 1.0
+    log_p = np.log(counts / counts.sum())
+    return float(-log_p[held_out.window(0, len(held_out)).astype(np.int64)].mean())
+
+
+def frontier_fits(runs: list[dict[str, Any]], key: str, unigram: float) -> dict[str, Any]:
+    """L(C) over the frontier in ``key`` (FLOPs), C in PF-days: all of it, each half of its
+    log-C range (a power law has one slope throughout), and its points below the unigram
+    loss (past learning the token frequencies)."""
     points = [(p[key] / PF_DAY_FLOPS, p["loss"], r["size"]) for r in runs for p in r["points"]]
     keep = compute_frontier([p[0] for p in points], [p[1] for p in points])
     front = [points[i] for i in keep]
     c = np.array([p[0] for p in front])
     middle = math.exp((math.log(c[0]) + math.log(c[-1])) / 2)
     halves = {"lower half": [p for p in front if p[0] <= middle],
-              "upper half": [p for p in front if p[0] >= middle]}
+              "upper half": [p for p in front if p[0] >= middle],
+              "below the unigram loss": [p for p in front if p[1] < unigram]}
     fits = {name: fit_power_law([p[0] for p in part], [p[1] for p in part]).to_dict()
             if len(part) >= 3 else None for name, part in {"all": front, **halves}.items()}
     return {"frontier": [{"pf_days": p[0], "loss": p[1], "size": p[2]} for p in front],
             "fits": fits}
 
 
-def analyse(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def analyse(runs: list[dict[str, Any]], unigram: float) -> dict[str, Any]:
     """Both compute conventions' frontier fits and L(N) at the last evaluation."""
     law_n = fit_power_law([r["non_embedding_parameters"] for r in runs],
                           [r["final_loss"] for r in runs])
-    return {"compute": frontier_fits(runs, "flops"),
-            "compute_kaplan_6nd": frontier_fits(runs, "kaplan_flops"),
-            "parameters": law_n.to_dict()}
+    return {"compute": frontier_fits(runs, "flops", unigram),
+            "compute_kaplan_6nd": frontier_fits(runs, "kaplan_flops", unigram),
+            "parameters": law_n.to_dict(), "unigram_loss": unigram}
 
 
 def law(fit: dict[str, Any] | None, unit: str) -> str:
@@ -200,7 +212,8 @@ def markdown(result: dict[str, Any]) -> str:
         for part, fit in result["analysis"][key]["fits"].items():
             lines.append(f"| {label}, frontier, {part} | {law(fit, 'C')} |")
     lines.append(f"| L(N), last evaluation | {law(result['analysis']['parameters'], 'N')} |")
-    lines.append("\nC in PF-days (8.64e19 FLOPs); losses in nats per token, held out.")
+    lines.append(f"\nC in PF-days (8.64e19 FLOPs); losses in nats per token, held out; the "
+                 f"unigram loss (token frequencies only) is {result['analysis']['unigram_loss']:.3f}.")
     return "\n".join(lines) + "\n"
 
 
@@ -220,6 +233,9 @@ def plot(result: dict[str, Any], path: Path) -> Path:
         left.plot(c, fit(c), "k--", label=f"L = {fit.a:.3g}·C^-{fit.b:.3f} (R² {fit.r2:.2f})")
         left.plot(c, fit(c[-1]) * (c / c[-1]) ** -0.050, ":", color="grey",
                   label="slope -0.050 through the last point (Kaplan)")
+    for ax in (left, right):
+        ax.axhline(result["analysis"]["unigram_loss"], color="grey", lw=0.8, ls="-.",
+                   label="unigram loss (token frequencies)")
     left.set(xscale="log", yscale="log", xlabel="compute C (PF-days, cost-report FLOPs)",
              ylabel="held-out loss (nats/token)", title="L(C): per-size curves and frontier")
     left.legend(fontsize=7)
@@ -245,10 +261,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stages = StageRunner(args.work)
     tokens = tokens_stage(stages, args)
     runs = [train_size(stages, tokens, size, args) for size in args.sizes.split(",")]
+    vocab = len(Tokenizer.from_pretrained(tokens / "tokenizer"))
     for r in runs:
         print(f"{r['size']}: N {r['non_embedding_parameters']:,}, last loss "
               f"{r['final_loss']:.3f}, {r['train_seconds']:.0f} s", flush=True)
-    result = {"runs": runs, "analysis": analyse(runs), "host": describe_host(args.threads),
+    result = {"runs": runs, "analysis": analyse(runs, unigram_loss(tokens / "shards", vocab)),
+              "host": describe_host(args.threads),
               "threads": args.threads, "settings": {k: v for k, v in vars(args).items()},
               "wall_seconds": time.perf_counter() - started}
     out = Path(args.out)
