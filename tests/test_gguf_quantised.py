@@ -56,6 +56,7 @@ def test_each_block_format_against_dequantise_and_matmul(block_file, kind, paral
         linear = BlockQuantLinear(*block_codes(file, kind))
     assert (linear.bits, linear.out_features, linear.in_features) == \
         (8 if kind == "Q8_0" else 4, 40, 96)
+    assert linear.scales.dtype == np.float16  # as the file stores them (Q4_0's -8 d too)
     assert torch.equal(linear.dequantize(), expected)  # exact: products of fp16 and small ints
     for shape in ((1, 96), (3, 96), (2, 5, 96)):
         x = torch.randn(shape)
@@ -63,6 +64,24 @@ def test_each_block_format_against_dequantise_and_matmul(block_file, kind, paral
             got = linear(x)
         assert got.shape == (*shape[:-1], 40)
         assert_close_rounding(got, x @ expected.T, terms=96)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_scales_float16_cannot_hold_stay_float32(bits):
+    """Scales or minima that float16 would round are kept as float32, and the product is
+    still x @ W.T of the weight they stand for (batch 1 and 8)."""
+    rng = np.random.default_rng(1)
+    codes = rng.integers(0, 256, (24, 3, 16), np.uint8) if bits == 4 else \
+        rng.integers(-128, 128, (24, 3, 32), np.int8)
+    scales = rng.uniform(0.01, 0.1, (24, 3)).astype(np.float32)
+    mins = rng.uniform(-1, 0, (24, 3)).astype(np.float32) if bits == 4 else None
+    linear = BlockQuantLinear(codes, scales, mins)
+    assert linear.scales.dtype == np.float32
+    weight = linear.dequantize()
+    for batch in (1, 8):
+        x = torch.randn(batch, 96)
+        with torch.no_grad():
+            assert_close_rounding(linear(x), x @ weight.T, terms=96)
 
 
 def test_autograd_runs_through_the_dequantised_weight(block_file):

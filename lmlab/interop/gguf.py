@@ -135,18 +135,18 @@ QUANTISED_TYPES = {"Q4_0": (18, 2), "Q4_1": (20, 4), "Q8_0": (34, 2)}
 def block_codes(file: GGUFFile, name: str, rows: np.ndarray | slice = slice(None)
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """(codes, scales, minima) of a Q4_0/Q4_1/Q8_0 tensor's ``rows`` in
-    :class:`~lmlab.models.quantised.BlockQuantLinear`'s terms (Q4_0's ``d * (q - 8)`` as the
-    minimum ``-8 d``); None for another type."""
+    :class:`~lmlab.models.quantised.BlockQuantLinear`'s terms (float16 scales as stored, Q4_0's
+    ``d * (q - 8)`` as the float32 minimum ``-8 d``); None for another type."""
     data, info = file.raw(name)
     if info.type_name not in QUANTISED_TYPES or len(info.shape) != 2:
         return None
     size, start = QUANTISED_TYPES[info.type_name]
     blocks = data.reshape(info.shape[0], -1, size)[rows]  # (N, K / 32, bytes per block)
-    scales = blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)  # (N, K / 32)
+    scales = blocks[..., :2].copy().view(np.float16)[..., 0]  # (N, K / 32)
     if info.type_name == "Q8_0":
         return blocks[..., start:].view(np.int8), scales, None
-    mins = (blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-            if info.type_name == "Q4_1" else -8 * scales)
+    mins = (blocks[..., 2:4].copy().view(np.float16)[..., 0] if info.type_name == "Q4_1"
+            else -8 * scales.astype(np.float32))
     return blocks[..., start:], scales, mins
 
 

@@ -22,10 +22,11 @@ ROWS = 16  # output rows interleaved per group, the vector lanes (quantised.ROWS
 TILE = 8  # batch rows per register tile: TILE + 2 vectors live (AVX-512 has 32 registers)
 
 
-def _tile_codegen(tile: int, bits: int):
+def _tile_codegen(tile: int, bits: int, half_scales: bool):
     """LLVM IR for rows ``b0 .. b0 + tile`` of ``x`` times row group ``t``'s codes."""
     f32, i32, per = ir.FloatType(), ir.IntType(32), BLOCK // 2 if bits == 4 else BLOCK
-    vec, ints, raw_vec = (ir.VectorType(t, ROWS) for t in (f32, i32, ir.IntType(8)))
+    vec, ints, raw_vec, halves, float16s = (ir.VectorType(t, ROWS) for t in (
+        f32, i32, ir.IntType(8), ir.IntType(16), ir.HalfType()))
 
     def codegen(context, builder, sig, args):
         x, codes, scales, mins, out = (context.make_array(ty)(context, builder, value)
@@ -41,6 +42,10 @@ def _tile_codegen(tile: int, bits: int):
             return builder.load(builder.bitcast(builder.gep(array.data, [offset]),
                                                 ty.as_pointer()), align=align)
 
+        def scale(array, offset):  # float16 scales (their bits, uint16) widened to float32
+            return builder.fpext(builder.bitcast(load(array, offset, halves, 2), float16s),
+                                 vec) if half_scales else load(array, offset)
+
         def splat(value):  # a float32 in every lane
             one = builder.insert_element(ir.Constant(vec, ir.Undefined), value, i32(0))
             return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined), ints(None))
@@ -51,7 +56,8 @@ def _tile_codegen(tile: int, bits: int):
         with cgutils.for_range(builder, blocks) as block:
             group_block = builder.add(builder.mul(t, blocks), block.index)
             at = builder.mul(group_block, idx(ROWS))
-            d, m = load(scales, at), load(mins, at) if bits == 4 else None
+            d, m = (scale(a, at) for a in (scales, mins)) if bits == 4 else (
+                scale(scales, at), None)
             first_code = builder.mul(group_block, idx(per * ROWS))
             with cgutils.for_range(builder, idx(per)) as j:
                 raw = load(codes, builder.add(first_code, builder.mul(j.index, idx(ROWS))),
@@ -80,11 +86,15 @@ def _tile_codegen(tile: int, bits: int):
 
 def _tile(tile: int):
     """The intrinsic ``(x, codes, scales, mins, out, t, b0)`` for ``tile`` batch rows; uint8
-    codes are two 4-bit codes a byte with minima, int8 codes 8-bit ones (``mins`` unread)."""
+    codes are two 4-bit codes a byte with minima, int8 codes 8-bit ones (``mins`` unread);
+    scales and minima float16 (as GGUF stores them; numba reads their bits as uint16) or
+    float32."""
     def typer(typingctx, x, codes, scales, mins, out, t, b0):
         bits = 4 if codes.dtype == types.uint8 else 8
+        if bits == 4 and scales.dtype != mins.dtype:
+            return None
         return (types.void(x, codes, scales, mins, out, types.intp, types.intp),
-                _tile_codegen(tile, bits))
+                _tile_codegen(tile, bits, scales.dtype == types.uint16))
 
     return intrinsic(typer)
 
@@ -112,7 +122,8 @@ def _group(x, codes, scales, mins, out, t):  # pragma: no cover - compiled
 @njit(cache=True)
 def serial(x, codes, scales, mins, out):  # pragma: no cover - compiled
     """``out[:, :groups * ROWS] = x @ W.T`` on the calling thread (x, out: C-contiguous
-    float32; codes (groups, blocks, 16 or 32, ROWS); scales, mins (groups, blocks, ROWS))."""
+    float32; codes (groups, blocks, 16 or 32, ROWS); scales, mins (groups, blocks, ROWS),
+    float16 viewed as uint16, or float32)."""
     for t in range(codes.shape[0]):
         _group(x, codes, scales, mins, out, t)
 

@@ -38,7 +38,7 @@ def load_kernels():
     assert (block_kernels.BLOCK, block_kernels.ROWS) == (BLOCK, ROWS)
     kernels = {(bits, parallel): kernel for bits in (4, 8) for parallel, kernel in
                ((False, block_kernels.serial), (True, block_kernels.threaded))}
-    scales = np.zeros((1, 1, ROWS), np.float32)
+    scales = np.zeros((1, 1, ROWS), np.uint16)  # GGUF's float16 (float32 compiles later)
     for bits in (4, 8):  # read from numba's cache (or compiled) now
         codes = np.zeros((1, 1, BLOCK // 2 if bits == 4 else BLOCK, ROWS),
                          np.uint8 if bits == 4 else np.int8)
@@ -67,16 +67,21 @@ class BlockQuantLinear(nn.Module):
     def __init__(self, codes: np.ndarray, scales: np.ndarray, mins: np.ndarray | None = None,
                  bias: nn.Parameter | None = None):
         """``codes``: (N, K/32, 16) uint8 (low nibble: weight j of a block, high: weight j+16)
-        for 4 bits, or (N, K/32, 32) int8; ``scales``, ``mins``: (N, K/32)."""
+        for 4 bits, or (N, K/32, 32) int8; ``scales``, ``mins``: (N, K/32), kept as float16
+        where that is exact."""
         super().__init__()
         self.bits = 8 if codes.dtype == np.int8 else 4
         self.out_features, blocks = codes.shape[:2]
         self.in_features = blocks * BLOCK
         self.codes = _interleave(codes)  # (N / ROWS, K / 32, codes per block, ROWS)
-        self.scales = _interleave(scales.astype(np.float32))  # (N / ROWS, K / 32, ROWS)
         if self.bits == 4 and mins is None:
             mins = np.zeros_like(scales)
-        self.mins = None if mins is None else _interleave(mins.astype(np.float32))
+        # float16 (GGUF's own) where that holds every scale and minimum exactly
+        kept = [a for a in (scales, mins) if a is not None]
+        dtype = np.float16 if all(np.array_equal(a.astype(np.float16).astype(np.float32), a)
+                                  for a in kept) else np.float32
+        self.scales = _interleave(scales.astype(dtype))  # (N / ROWS, K / 32, ROWS)
+        self.mins = None if mins is None else _interleave(mins.astype(dtype))
         self.bias = bias
 
     def extra_repr(self) -> str:
@@ -92,12 +97,12 @@ class BlockQuantLinear(nn.Module):
         """Dequantised float32 rows ``index`` (n,) -> (n, K): what an embedding lookup needs."""
         group, lane = index // ROWS, index % ROWS
         codes = self.codes[group, :, :, lane]  # (n, K/32, codes per block)
-        scales = self.scales[group, :, lane][..., None]  # (n, K/32, 1)
+        scales = self.scales[group, :, lane][..., None].astype(np.float32)  # (n, K/32, 1)
         if self.bits == 4:
             codes = np.concatenate([codes & 15, codes >> 4], axis=-1)  # (n, K/32, 32)
         values = codes.astype(np.float32) * scales
         if self.mins is not None:
-            values += self.mins[group, :, lane][..., None]
+            values += self.mins[group, :, lane][..., None].astype(np.float32)
         return values.reshape(len(index), self.in_features)
 
     def dequantize(self) -> torch.Tensor:
@@ -116,8 +121,9 @@ class BlockQuantLinear(nn.Module):
         if parallel:
             numba.set_num_threads(threads)
         kernel = kernels[self.bits, parallel]
-        kernel(inputs, self.codes, self.scales, self.scales if self.mins is None else self.mins,
-               out)
+        scales, mins = (a if a.dtype == np.float32 else a.view(np.uint16)  # numba: no float16
+                        for a in (self.scales, self.scales if self.mins is None else self.mins))
+        kernel(inputs, self.codes, scales, mins, out)
         y = torch.from_numpy(out[:, :self.out_features]).to(x.dtype)
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)
