@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--vocabulary", type=int, default=20_000)
     parser.add_argument("--test-fraction", type=float, default=0.3)
+    parser.add_argument("--patience", type=int, default=50,
+                        help="robust self-learning: stalled iterations before keep doubles")
     parser.add_argument("--threads", type=int, default=2,
                         help="word2vec workers (Hogwild threads; 1: the spaces repeat exactly)")
     args = parser.parse_args(argv)
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                  "test_words": len({e for e, _ in test}), "seed_pairs": len(numerals),
                  "vocabulary": [len(english.words), len(spanish.words)]}
         tables.append(compare_alignments(english, spanish, train, test, numerals,
-                                         args.vocabulary))
+                                         args.vocabulary, random_seed=seed,
+                                         patience=args.patience))
     summary = summarise(tables)
     minutes = (time.perf_counter() - started) / 60
     atomic_write_json(out / "alignment.json", {

@@ -21,6 +21,8 @@ from lmlab.vectors.align import (
     compare_alignments,
     least_squares,
     retrieve,
+    reweighted_maps,
+    robust_self_learning,
     self_learning,
 )
 from lmlab.vectors.keyed import WordVectors
@@ -93,12 +95,34 @@ def test_self_learning_from_a_small_seed_finds_the_rotation():
     assert history[-1] > history[0] and len(history) >= 2
 
 
+def test_reweighted_maps_meet_in_one_space():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(300, 12))
+    rotation, _ = np.linalg.qr(rng.normal(size=(12, 12)))
+    z = x @ rotation  # an exact rotation: the two mapped spaces coincide
+    map_x, map_z = reweighted_maps(x, z, np.arange(300), np.arange(300))
+    # tol: float32 maps built from float64 SVDs, whitening and an inverse of 12-D Gaussian data
+    np.testing.assert_allclose(x @ map_x, z @ map_z, atol=1e-4)
+    assert not np.allclose(map_z, np.eye(12), atol=0.1)  # both sides move
+
+
+def test_robust_self_learning_finds_the_rotation():
+    source, target = _rotated_spaces(size=600)
+    x, z = centred_unit_rows(source.matrix), centred_unit_rows(target.matrix)
+    map_x, map_z, history = robust_self_learning(x, z, [(i, i) for i in range(10)], patience=2)
+    assert (retrieve(x @ map_x, z @ map_z, "nn") == np.arange(len(x))).mean() > 0.99
+    assert max(history) > history[0]
+    with pytest.raises(LmlabError, match="keep must be in"):
+        robust_self_learning(x, z, [(0, 0)], keep=0)
+
+
 def test_compare_alignments_floor_and_ceiling():
     source, target = _rotated_spaces()
     pairs = [(f"s{i}", f"t{i}") for i in range(1500)]
-    table = compare_alignments(source, target, pairs[:600], pairs[1000:1200], pairs[:20])
+    table = compare_alignments(source, target, pairs[:600], pairs[1000:1200], pairs[:20],
+                               patience=2)
     assert table["identity"]["nn@1"] < 0.05
-    for method in ("least-squares", "procrustes", "self-learning"):
+    for method in ("least-squares", "procrustes", "self-learning", "robust self-learning"):
         assert table[method]["nn@1"] > 0.95 and table[method]["csls@5"] > 0.95
     with pytest.raises(LmlabError, match="none of the 1 seed pairs"):
         compare_alignments(source, target, pairs[:600], pairs[1000:1200], [("x", "y")])
@@ -108,13 +132,14 @@ def test_experiment_script_at_toy_size(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--books", "John", "--epochs", "1", "--seeds", "0",
-         "--dim", "16", "--min-count", "3", "--threads", "1", "--out", str(out)],
+         "--dim", "16", "--min-count", "3", "--threads", "1", "--patience", "2",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads((out / "alignment.json").read_text())
     assert report["sizes"]["test_words"] > 10 and report["sizes"]["seed_pairs"] > 3
     assert set(report["per_seed"][0]) == {"identity", "least-squares", "procrustes",
-                                          "self-learning"}
+                                          "self-learning", "robust self-learning"}
     assert (out / "alignment.png").stat().st_size > 5000
     assert "| procrustes |" in result.stdout
 

@@ -80,6 +80,87 @@ def self_learning(source: np.ndarray, target: np.ndarray, seed: Sequence[tuple[i
     return mapping, history
 
 
+def _best_targets(queries: np.ndarray, keys: np.ndarray, keep: float, k: int,
+                  rng: np.random.Generator, batch: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """For each unit row of ``queries``: its best cosine among ``keys`` (the objective), and the
+    key chosen by CSLS after dropping each similarity with probability ``1 - keep`` (Artetxe et
+    al. 2018's stochastic dictionary induction). r_T(x) is constant per query, so ranking by
+    ``cos - r_S(y) / 2`` equals ranking by CSLS."""
+    hubness = mean_top_k_cosine(keys, queries, k)  # (K,) r_S(y)
+    best, chosen = np.empty(len(queries), np.float32), np.empty(len(queries), np.int64)
+    for start in range(0, len(queries), batch):
+        scores = queries[start:start + batch] @ keys.T  # (b, K)
+        best[start:start + batch] = scores.max(axis=1)
+        scores -= hubness / 2
+        if keep < 1.0:
+            scores[rng.random(scores.shape, dtype=np.float32) >= keep] = -np.inf
+        chosen[start:start + batch] = scores.argmax(axis=1)
+    return best, chosen
+
+
+def _whitening(matrix: np.ndarray) -> np.ndarray:
+    """The symmetric whitening transform ``V S^-1 V^T`` of ``matrix``'s rows (its SVD U S V^T)."""
+    _, singular, vt = np.linalg.svd(matrix, full_matrices=False)
+    return vt.T @ np.diag(1.0 / singular) @ vt
+
+
+def reweighted_maps(source: np.ndarray, target: np.ndarray, rows: np.ndarray,
+                    columns: np.ndarray, power: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Artetxe et al. (2018a)'s final mapping from a dictionary (``source[rows]`` paired with
+    ``target[columns]``): whiten each side, map both orthogonally onto a shared space,
+    re-weight its dimensions by the cross-covariance's singular values to ``power``, and
+    de-whiten each side in its own space. Returns the two maps (applied as ``x @ W_x``,
+    ``z @ W_z``); both sides move, unlike Procrustes."""
+    white_x, white_z = _whitening(source[rows]), _whitening(target[columns])
+    u, singular, vt = np.linalg.svd((source[rows] @ white_x).T @ (target[columns] @ white_z))
+    weight = np.diag(singular ** power)
+    map_x = white_x @ u @ weight @ u.T @ np.linalg.inv(white_x) @ u
+    map_z = white_z @ vt.T @ weight @ vt @ np.linalg.inv(white_z) @ vt.T
+    return map_x.astype(np.float32), map_z.astype(np.float32)
+
+
+def robust_self_learning(source: np.ndarray, target: np.ndarray,
+                         seed: Sequence[tuple[int, int]], cutoff: int = 20_000, k: int = 10,
+                         keep: float = 0.1, patience: int = 50, tolerance: float = 1e-6,
+                         max_iterations: int = 2_000, random_seed: int = 0
+                         ) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Artetxe et al. (2018b)'s robust self-learning, from a seed dictionary of (source row,
+    target row) pairs: each iteration fits the orthogonal map on the dictionary, then induces
+    a new one among the ``cutoff`` most frequent words of each side (rows in frequency order),
+    in both directions (their union), by CSLS over similarities each kept with probability
+    ``keep``; ``keep`` doubles whenever the objective (the mean best cosine, both directions)
+    has not improved by ``tolerance`` for ``patience`` iterations, and the loop ends when it
+    stalls at 1. The last dictionary then fits :func:`reweighted_maps`. Rows should be
+    normalised (:func:`centred_unit_rows`). Returns the source map, the target map and the
+    objective per iteration."""
+    check_at_least(cutoff, 1, "cutoff")
+    check_at_least(patience, 1, "patience")
+    if not 0 < keep <= 1:
+        raise LmlabError(f"keep must be in (0, 1], got {keep}", "pass e.g. keep=0.1 (the paper's)")
+    if not seed:
+        raise LmlabError("the seed dictionary is empty", "give at least one (source, target) pair")
+    rng = np.random.default_rng(random_seed)
+    x, z = source[:cutoff], target[:cutoff]
+    rows, columns = np.array([s for s, _ in seed]), np.array([t for _, t in seed])
+    history: list[float] = []
+    best_objective, last_improvement = -np.inf, 0
+    for iteration in range(max_iterations):
+        mapped = x @ procrustes(source[rows], target[columns])
+        forward_best, forward = _best_targets(unit_rows(mapped), z, keep, k, rng)
+        backward_best, backward = _best_targets(z, unit_rows(mapped), keep, k, rng)
+        rows = np.concatenate([np.arange(len(x)), backward])
+        columns = np.concatenate([forward, np.arange(len(z))])
+        history.append(float(forward_best.mean() + backward_best.mean()) / 2)
+        if history[-1] - best_objective >= tolerance:
+            best_objective, last_improvement = history[-1], iteration
+        elif iteration - last_improvement >= patience:
+            if keep >= 1.0:
+                break
+            keep, last_improvement = min(1.0, 2 * keep), iteration
+    source_map, target_map = reweighted_maps(source, target, rows, columns)
+    return source_map, target_map, history
+
+
 def mean_top_k_cosine(queries: np.ndarray, keys: np.ndarray, k: int, batch: int = 1024
                       ) -> np.ndarray:
     """For each unit row of ``queries``, the mean cosine of its ``k`` nearest unit ``keys``."""
@@ -229,18 +310,21 @@ def align_files(source: str, target: str, dictionary: str | None = None, top: in
     return report
 
 
-METHODS = ("identity", "least-squares", "procrustes", "self-learning")
+METHODS = ("identity", "least-squares", "procrustes", "self-learning", "robust self-learning")
 
 
 def compare_alignments(source: WordVectors, target: WordVectors,
                        train_pairs: Sequence[tuple[str, str]],
                        test_pairs: Sequence[tuple[str, str]],
                        seed_pairs: Sequence[tuple[str, str]], vocabulary: int = 20_000,
-                       k: int = 10) -> dict[str, dict[str, float]]:
+                       k: int = 10, random_seed: int = 0, patience: int = 50
+                       ) -> dict[str, dict[str, float]]:
     """Precision@1 and @5 of translating the source words of ``test_pairs`` (any gold target
     counts) among the first ``vocabulary`` target words, for each of :data:`METHODS` and both
     retrievals: ``{"procrustes": {"nn@1": ..., "nn@5": ..., "csls@1": ..., "csls@5": ...}}``.
-    The supervised maps fit ``train_pairs``; self-learning starts from ``seed_pairs`` only;
+    The supervised maps fit ``train_pairs``; both self-learnings start from ``seed_pairs``
+    only (the robust one's dropout draws from ``random_seed``; ``patience``: its iterations
+    without improvement before the keep probability doubles);
     ``identity`` compares the spaces directly (the floor). Both spaces are normalised with
     :func:`centred_unit_rows` over their first ``vocabulary`` words."""
     check_at_least(vocabulary, 2, "vocabulary")
@@ -268,16 +352,19 @@ def compare_alignments(source: WordVectors, target: WordVectors,
         gold.setdefault(s, set()).add(t)
     queries = np.array(sorted(gold))
     pairs_x, pairs_z = x[[s for s, _ in train]], z[[t for _, t in train]]
-    maps = {"identity": np.eye(x.shape[1], dtype=np.float32),
-            "least-squares": least_squares(pairs_x, pairs_z),
-            "procrustes": procrustes(pairs_x, pairs_z),
-            "self-learning": self_learning(x, z, seed, "nn", k=k)[0]}
+    identity = np.eye(x.shape[1], dtype=np.float32)
+    maps = {"identity": (identity, identity),  # method -> (source map, target map)
+            "least-squares": (least_squares(pairs_x, pairs_z), identity),
+            "procrustes": (procrustes(pairs_x, pairs_z), identity),
+            "self-learning": (self_learning(x, z, seed, "nn", k=k)[0], identity),
+            "robust self-learning": robust_self_learning(
+                x, z, seed, k=k, patience=patience, random_seed=random_seed)[:2]}
     table: dict[str, dict[str, float]] = {}
-    for method, mapping in maps.items():
-        mapped = x @ mapping
+    for method, (source_map, target_map) in maps.items():
+        mapped, space = x @ source_map, z @ target_map
         table[method] = {}
         for retrieval in RETRIEVALS:
-            top = retrieve(mapped[queries], z, retrieval, k, mapped, best=5)  # (Q, 5)
+            top = retrieve(mapped[queries], space, retrieval, k, mapped, best=5)  # (Q, 5)
             for at in (1, 5):
                 hits = sum(bool(gold[q] & set(found[:at].tolist())) for q, found in
                            zip(queries.tolist(), top))
