@@ -155,13 +155,15 @@ def read_run(run: Path, size: str, settings: dict[str, Any], info: dict[str, Any
             "stage_seconds": info.get("seconds"), "points": points}
 
 
-def unigram_loss(shards: Path, vocab_size: int) -> float:
-    """Held-out cross-entropy (nats/token) of the training tokens' frequencies (add-one): the
-    loss of a model that knows which tokens are common and nothing of their context."""
+def unigram_loss(shards: Path, vocab_size: int, tokens: int) -> float:
+    """Cross-entropy (nats/token) of the training tokens' frequencies (add-one) on the first
+    ``tokens`` validation tokens, those the evaluation batches hold (in order): the loss of a
+    model that knows which tokens are common and nothing of their context."""
     train, held_out = ShardReader(shards, "train"), ShardReader(shards, "validation")
-    counts = np.bincount(train.window(0, len(train)), minlength=vocab_size) + 1.0
+    counts = np.bincount(train.window(0, train.num_tokens), minlength=vocab_size) + 1.0
     log_p = np.log(counts / counts.sum())
-    return float(-log_p[held_out.window(0, len(held_out)).astype(np.int64)].mean())
+    ids = held_out.window(0, min(tokens, held_out.num_tokens)).astype(np.int64)
+    return float(-log_p[ids].mean())
 
 
 def frontier_fits(runs: list[dict[str, Any]], key: str, unigram: float) -> dict[str, Any]:
@@ -265,7 +267,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for r in runs:
         print(f"{r['size']}: N {r['non_embedding_parameters']:,}, last loss "
               f"{r['final_loss']:.3f}, {r['train_seconds']:.0f} s", flush=True)
-    result = {"runs": runs, "analysis": analyse(runs, unigram_loss(tokens / "shards", vocab)),
+    result = {"runs": runs, "analysis": analyse(runs, unigram_loss(
+        tokens / "shards", vocab, args.eval_batches * args.batch_size * args.seq_len)),
               "host": describe_host(args.threads),
               "threads": args.threads, "settings": {k: v for k, v in vars(args).items()},
               "wall_seconds": time.perf_counter() - started}
