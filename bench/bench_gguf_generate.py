@@ -6,12 +6,15 @@ Each measurement is a fresh process per side, the sides alternating (lmlab, llam
 then times ``load`` (lmlab: ``load_gguf_model``, kernels included; llama.cpp: model and context),
 one warm-up generation, then the timed one: the same prompt token ids (SmolLM2's tokenizer)
 repeated ``batch`` times, ``--tokens`` greedy tokens each, the end-of-text token ignored.
-tokens/s counts new tokens of all rows over the whole call (prompt included). ``peak_mib`` is
+tokens/s counts new tokens of all rows over the whole call (prompt included); tokens per CPU
+second divides by the process's CPU time instead (on a shared host, with ``--threads 1``, the
+figure that load disturbs least). ``peak_mib`` is
 the process's peak resident memory (VmHWM: libraries, weights, caches). llama.cpp's batch of 8
 is 8 sequences in one ``llama_decode`` per step (its low-level API, as llama-server does); lmlab's
 is one ``generate`` call on a (8, T) batch. ``--dequantize`` adds lmlab's float32 reference path.
 
-Run (quiet machine):  .venv/bin/python bench/bench_gguf_generate.py --reps 5
+Run (quiet machine):  .venv/bin/python bench/bench_gguf_generate.py --reps 5 --dequantize
+Shared machine:       .venv/bin/python bench/bench_gguf_generate.py --reps 3 --threads 1
 Small check:          .venv/bin/python bench/bench_gguf_generate.py --reps 1 --tokens 8
 """
 
@@ -54,14 +57,22 @@ def run_lmlab(path: str, ids: list[int], batch: int, tokens: int, threads: int,
     load = time.perf_counter() - start
     prompt = torch.tensor([ids] * batch)
 
-    def once(count: int) -> tuple[float, list[int]]:
-        start = time.perf_counter()
+    def once(count: int) -> tuple[float, float, list[int]]:
+        start, cpu = time.perf_counter(), time.process_time()
         out = generate(model, prompt, max_new_tokens=count, eos_token_id=None)
-        return time.perf_counter() - start, out[0, len(ids):].tolist()
+        return (time.perf_counter() - start, time.process_time() - cpu,
+                out[0, len(ids):].tolist())
 
     once(4)
-    seconds, first = once(tokens)
-    return {"load_s": load, "tokens_per_s": batch * tokens / seconds, "first_row": first}
+    return result(load, batch, tokens, *once(tokens))
+
+
+def result(load: float, batch: int, tokens: int, seconds: float, cpu: float,
+           first: list[int]) -> dict:
+    """One side's figures: tokens/s over the wall clock and per CPU second of the process (the
+    latter holds up on a shared host when the side runs on one thread)."""
+    return {"load_s": load, "tokens_per_s": batch * tokens / seconds,
+            "tokens_per_cpu_s": batch * tokens / cpu, "first_row": first}
 
 
 def run_llama_cpp(path: str, ids: list[int], batch: int, tokens: int, threads: int) -> dict:
@@ -100,19 +111,18 @@ def run_llama_cpp(path: str, ids: list[int], batch: int, tokens: int, threads: i
             picks.append(int(logits.argmax()))
         return picks
 
-    def once(count: int) -> tuple[float, list[int]]:
+    def once(count: int) -> tuple[float, float, list[int]]:
         L.llama_memory_clear(L.llama_get_memory(ctx), True)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         picks = decode([ids] * batch, 0)
         first = [picks[0]]
         for step in range(1, count):
             picks = decode([[p] for p in picks], len(ids) + step - 1)
             first.append(picks[0])
-        return time.perf_counter() - start, first
+        return time.perf_counter() - start, time.process_time() - cpu, first
 
     once(4)
-    seconds, first = once(tokens)
-    return {"load_s": load, "tokens_per_s": batch * tokens / seconds, "first_row": first}
+    return result(load, batch, tokens, *once(tokens))
 
 
 def child(args: argparse.Namespace) -> None:
@@ -168,12 +178,12 @@ def main() -> None:
                 print(batch, side, {k: round(v, 2) for k, v in runs[side][-1].items()
                                     if k != "first_row"}, flush=True)
         summary = {side: {key: round(statistics.median(r[key] for r in values), 2)
-                          for key in ("tokens_per_s", "load_s", "peak_mib")}
+                          for key in ("tokens_per_s", "tokens_per_cpu_s", "load_s", "peak_mib")}
                    for side, values in runs.items()}
         if "lmlab" in summary and "llama.cpp" in summary:
             ours, theirs = summary["lmlab"], summary["llama.cpp"]
-            summary["ratio_tokens_per_s"] = round(ours["tokens_per_s"] / theirs["tokens_per_s"],
-                                                  2)
+            for key in ("tokens_per_s", "tokens_per_cpu_s"):
+                summary[f"ratio_{key}"] = round(ours[key] / theirs[key], 2)
             summary["ratio_peak_mib"] = round(ours["peak_mib"] / theirs["peak_mib"], 2)
         first = {side: values[0]["first_row"] for side, values in runs.items()}
         summary["same_greedy_tokens"] = len(set(map(tuple, first.values()))) == 1
