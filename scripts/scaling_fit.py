@@ -271,7 +271,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tokens / "shards", vocab, args.eval_batches * args.batch_size * args.seq_len)),
               "host": describe_host(args.threads),
               "threads": args.threads, "settings": {k: v for k, v in vars(args).items()},
-              "wall_seconds": time.perf_counter() - started}
+              "stage_seconds": {  # as recorded when each stage ran (a cached one: then)
+                  "tokens": json.loads((tokens / "DONE.json").read_text())["seconds"],
+                  "pretraining": sum(r["stage_seconds"] or 0.0 for r in runs)},
+              "this_invocation_seconds": time.perf_counter() - started}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "scaling.json", result)

@@ -102,6 +102,8 @@ def test_script_end_to_end_at_toy_size(tmp_path):
                                                 / PF_DAY_FLOPS)
     assert result["analysis"]["parameters"]["points"] == 3
     assert 0 < result["analysis"]["unigram_loss"] < 2 * math.log(300)
+    assert result["stage_seconds"]["pretraining"] == pytest.approx(
+        sum(r["stage_seconds"] for r in result["runs"])) and result["threads"] == 1
     assert (out / "scaling.png").stat().st_size > 10_000
     assert "| 1x8 |" in (out / "scaling.md").read_text()
     assert script.main(["--out", str(out), "--sizes", "2x16,2x16"]) == 2  # refused before work
