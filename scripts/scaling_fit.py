@@ -296,8 +296,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--sizes", default="1x32,2x48,3x64,3x96,4x128,4x192",
                    help="LAYERSxHIDDEN,... (at least 3)")
-    p.add_argument("--steps", type=int, default=500, help="optimizer steps of every size")
-    p.add_argument("--evals", type=int, default=20, help="held-out evaluations per run")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps of every size")
+    p.add_argument("--evals", type=int, default=15, help="held-out evaluations per run")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--lr", type=float, help="peak LR (default: Kaplan's for each N)")
