@@ -95,6 +95,10 @@ def _tile(tile: int):
     scales and minima float16 (as GGUF stores them; numba reads their bits as uint16) or
     float32."""
     def typer(typingctx, x, codes, scales, mins, out, t, b0):
+        arrays = (x, codes, scales, mins, out)
+        if not all(isinstance(a, types.Array) and a.layout == "C" for a in arrays) \
+                or x.dtype != types.float32 or out.dtype != types.float32:
+            return None  # the IR reads flat offsets of C-contiguous float32 rows
         bits = 4 if codes.dtype == types.uint8 else 8
         if bits == 4 and scales.dtype != mins.dtype:
             return None
