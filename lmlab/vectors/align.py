@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from scipy.linalg import orthogonal_procrustes
 
 from lmlab.utils.checks import check_at_least, check_choice, check_file, check_output_file
@@ -80,22 +81,31 @@ def self_learning(source: np.ndarray, target: np.ndarray, seed: Sequence[tuple[i
     return mapping, history
 
 
-def _best_targets(queries: np.ndarray, keys: np.ndarray, keep: float, k: int,
-                  rng: np.random.Generator, batch: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """For each unit row of ``queries``: its best cosine among ``keys`` (the objective), and the
-    key chosen by CSLS after dropping each similarity with probability ``1 - keep`` (Artetxe et
-    al. 2018's stochastic dictionary induction). r_T(x) is constant per query, so ranking by
-    ``cos - r_S(y) / 2`` equals ranking by CSLS."""
-    hubness = mean_top_k_cosine(keys, queries, k)  # (K,) r_S(y)
-    best, chosen = np.empty(len(queries), np.float32), np.empty(len(queries), np.int64)
-    for start in range(0, len(queries), batch):
-        scores = queries[start:start + batch] @ keys.T  # (b, K)
-        best[start:start + batch] = scores.max(axis=1)
-        scores -= hubness / 2
+def _mean_top_k_rows(matrix: np.ndarray, k: int) -> np.ndarray:
+    """The mean of each row's ``k`` largest values (torch's top-k: 3x numpy's partition here)."""
+    return torch.from_numpy(matrix).topk(k, dim=1).values.mean(dim=1).numpy()
+
+
+def _induce(scores: np.ndarray, scores_t: np.ndarray, keep: float, k: int,
+            rng: np.random.Generator) -> tuple[float, np.ndarray, np.ndarray]:
+    """One dictionary induction from the cosines ``scores`` (S, T) of mapped source rows with
+    target rows (``scores_t`` its contiguous transpose): the objective (the mean best cosine,
+    averaged over both directions), each source row's target and each target row's source,
+    chosen by CSLS after dropping each similarity with probability ``1 - keep`` (Artetxe et
+    al. 2018's stochastic induction, drawn apart for each direction). A query's own r(x) is
+    constant along its row, so ranking by ``cos - r(y) / 2`` equals ranking by CSLS."""
+    k = min(k, *scores.shape)
+    objective = (scores.max(axis=1).mean() + scores_t.max(axis=1).mean()) / 2
+
+    def choose(cosines: np.ndarray, hubness: np.ndarray) -> np.ndarray:
+        csls = cosines - hubness[None, :] / 2
         if keep < 1.0:
-            scores[rng.random(scores.shape, dtype=np.float32) >= keep] = -np.inf
-        chosen[start:start + batch] = scores.argmax(axis=1)
-    return best, chosen
+            csls[rng.random(csls.shape, dtype=np.float32) >= keep] = -np.inf
+        return csls.argmax(axis=1)
+
+    forward = choose(scores, _mean_top_k_rows(scores_t, k))  # (S,) a target per source row
+    backward = choose(scores_t, _mean_top_k_rows(scores, k))  # (T,) a source per target row
+    return float(objective), forward, backward
 
 
 def _whitening(matrix: np.ndarray) -> np.ndarray:
@@ -146,11 +156,12 @@ def robust_self_learning(source: np.ndarray, target: np.ndarray,
     best_objective, last_improvement = -np.inf, 0
     for iteration in range(max_iterations):
         mapped = x @ procrustes(source[rows], target[columns])
-        forward_best, forward = _best_targets(unit_rows(mapped), z, keep, k, rng)
-        backward_best, backward = _best_targets(z, unit_rows(mapped), keep, k, rng)
+        mapped, targets = unit_rows(mapped), unit_rows(z)
+        objective, forward, backward = _induce(mapped @ targets.T, targets @ mapped.T, keep, k,
+                                               rng)
         rows = np.concatenate([np.arange(len(x)), backward])
         columns = np.concatenate([forward, np.arange(len(z))])
-        history.append(float(forward_best.mean() + backward_best.mean()) / 2)
+        history.append(objective)
         if history[-1] - best_objective >= tolerance:
             best_objective, last_improvement = history[-1], iteration
         elif iteration - last_improvement >= patience:
