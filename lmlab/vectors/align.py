@@ -25,6 +25,7 @@ from scipy.linalg import orthogonal_procrustes
 
 from lmlab.utils.checks import check_at_least, check_choice, check_file, check_output_file
 from lmlab.utils.errors import LmlabError
+from lmlab.utils.progress import progress
 from lmlab.vectors.keyed import WordVectors, unit_rows
 
 RETRIEVALS = ("nn", "csls")
@@ -154,6 +155,7 @@ def robust_self_learning(source: np.ndarray, target: np.ndarray,
     rows, columns = np.array([s for s, _ in seed]), np.array([t for _, t in seed])
     history: list[float] = []
     best_objective, last_improvement = -np.inf, 0
+    bar = progress(desc="robust self-learning", total=max_iterations, unit="it")
     for iteration in range(max_iterations):
         mapped = x @ procrustes(source[rows], target[columns])
         mapped, targets = unit_rows(mapped), unit_rows(z)
@@ -162,12 +164,15 @@ def robust_self_learning(source: np.ndarray, target: np.ndarray,
         rows = np.concatenate([np.arange(len(x)), backward])
         columns = np.concatenate([forward, np.arange(len(z))])
         history.append(objective)
+        bar.update()
+        bar.set_postfix(keep=keep, objective=f"{objective:.4f}")
         if history[-1] - best_objective >= tolerance:
             best_objective, last_improvement = history[-1], iteration
         elif iteration - last_improvement >= patience:
             if keep >= 1.0:
                 break
             keep, last_improvement = min(1.0, 2 * keep), iteration
+    bar.close()
     source_map, target_map = reweighted_maps(source, target, rows, columns)
     return source_map, target_map, history
 
