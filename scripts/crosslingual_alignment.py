@@ -123,6 +123,31 @@ def plot(summary: dict, path: Path, title: str) -> None:
     plt.close(figure)
 
 
+def seed_table(seed: int, args: argparse.Namespace, out: Path) -> dict:
+    """One seed's alignment table, sizes and minutes, computed once and kept in
+    ``OUT/table-seedN.json`` (recomputed when the settings that shape it change), so seeds can
+    run in separate processes and a last run over all of them only gathers."""
+    settings = {key: getattr(args, key) for key in (
+        "books", "dim", "epochs", "min_count", "vocabulary", "test_fraction", "patience")}
+    path = out / f"table-seed{seed}.json"
+    if path.exists() and (record := json.loads(path.read_text()))["settings"] == settings:
+        return record
+    started = time.perf_counter()
+    english, spanish = (language_vectors(lang, seed, args, out) for lang in ("eng", "spa"))
+    train, test, numerals = dictionary_split(set(english.words[:args.vocabulary]),
+                                             set(spanish.words[:args.vocabulary]),
+                                             args.test_fraction)
+    sizes = {"train_pairs": len(train), "test_pairs": len(test),
+             "test_words": len({e for e, _ in test}), "seed_pairs": len(numerals),
+             "vocabulary": [len(english.words), len(spanish.words)]}
+    table = compare_alignments(english, spanish, train, test, numerals, args.vocabulary,
+                               random_seed=seed, patience=args.patience)
+    record = {"settings": settings, "sizes": sizes, "table": table,
+              "minutes": (time.perf_counter() - started) / 60}
+    atomic_write_json(path, record)
+    return record
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/crosslingual")
@@ -141,21 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
-    started = time.perf_counter()
-    tables, sizes = [], {}
+    tables, sizes, minutes = [], {}, 0.0
     for seed in seeds:
-        english, spanish = (language_vectors(lang, seed, args, out) for lang in ("eng", "spa"))
-        train, test, numerals = dictionary_split(set(english.words[:args.vocabulary]),
-                                                 set(spanish.words[:args.vocabulary]),
-                                                 args.test_fraction)
-        sizes = {"train_pairs": len(train), "test_pairs": len(test),
-                 "test_words": len({e for e, _ in test}), "seed_pairs": len(numerals),
-                 "vocabulary": [len(english.words), len(spanish.words)]}
-        tables.append(compare_alignments(english, spanish, train, test, numerals,
-                                         args.vocabulary, random_seed=seed,
-                                         patience=args.patience))
+        record = seed_table(seed, args, out)
+        tables.append(record["table"])
+        sizes, minutes = record["sizes"], minutes + record["minutes"]
     summary = summarise(tables)
-    minutes = (time.perf_counter() - started) / 60
     atomic_write_json(out / "alignment.json", {
         "settings": vars(args), "sizes": sizes, "per_seed": tables, "host": describe_host(),
         "minutes": round(minutes, 1)})

@@ -141,6 +141,7 @@ def test_experiment_script_at_toy_size(tmp_path):
     assert set(report["per_seed"][0]) == {"identity", "least-squares", "procrustes",
                                           "self-learning", "robust self-learning"}
     assert (out / "alignment.png").stat().st_size > 5000
+    assert json.loads((out / "table-seed0.json").read_text())["table"] == report["per_seed"][0]
     assert "| procrustes |" in result.stdout
 
 
