@@ -99,7 +99,7 @@ def test_task_folder_records_the_generation_and_resumes(tmp_path):
         (tmp_path / "killed" / name).unlink()  # as if killed before the splits were written
     write_task_data("integration", tmp_path / "killed", count=12, seed=0, **options)
     assert read_task_data(tmp_path / "killed") == read_task_data(tmp_path / "whole")
-    with pytest.raises(LmlabError, match="integration task only"):
+    with pytest.raises(LmlabError, match="generator does not apply to the definitions task"):
         write_task_data("definitions", tmp_path / "defs", generator="fwd")
     assert json.loads((tmp_path / "whole" / "generation.json").read_text())["settings"][
         "generator"] == "ibp"

@@ -142,7 +142,8 @@ def write_task_data(task: str, out: str | Path, count: int | None = None, seed: 
     check_output_folder(out, overwrite, "task data", ignore=("generation.json",))
     foreign = sorted(set(generation) - set(GENERATION_OPTIONS.get(task, ())))
     if foreign:
-        raise LmlabError(f"{', '.join(foreign)} do not apply to the {task} task",
+        verb = "does" if len(foreign) == 1 else "do"
+        raise LmlabError(f"{', '.join(foreign)} {verb} not apply to the {task} task",
                          "leave them out for this task" + "".join(
                              f"; {name} takes {', '.join(options)}"
                              for name, options in GENERATION_OPTIONS.items()))
