@@ -99,18 +99,15 @@ def run_limited(args: Sequence[str], cwd: str | Path, limits: Limits = RUN_LIMIT
 @contextmanager
 def scratch_folder(prefix: str = "lmlab-sandbox-") -> Iterator[Path]:
     """A temporary folder for one compilation, removed afterwards whatever happened."""
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as folder:
+        yield Path(folder)
 
 
 def compiler() -> str:
     """The machine's C compiler (``$CC``, else ``gcc``, else ``cc``), refused when none is
     installed."""
     for name in (os.environ.get("CC"), "gcc", "cc"):
-        if name and shutil.which(name):
-            return shutil.which(name)
+        if name and (path := shutil.which(name)):
+            return path
     raise LmlabError("no C compiler found (gcc or cc on PATH, or $CC)",
                      "install one (apt-get install gcc) or set CC")

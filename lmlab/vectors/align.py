@@ -152,13 +152,14 @@ def robust_self_learning(source: np.ndarray, target: np.ndarray,
         raise LmlabError("the seed dictionary is empty", "give at least one (source, target) pair")
     rng = np.random.default_rng(random_seed)
     x, z = source[:cutoff], target[:cutoff]
+    targets = unit_rows(z)  # (T, d), fixed across iterations
     rows, columns = np.array([s for s, _ in seed]), np.array([t for _, t in seed])
     history: list[float] = []
     best_objective, last_improvement = -np.inf, 0
     bar = progress(desc="robust self-learning", total=max_iterations, unit="it")
     for iteration in range(max_iterations):
         mapped = x @ procrustes(source[rows], target[columns])
-        mapped, targets = unit_rows(mapped), unit_rows(z)
+        mapped = unit_rows(mapped)
         objective, forward, backward = _induce(mapped @ targets.T, targets @ mapped.T, keep, k,
                                                rng)
         rows = np.concatenate([np.arange(len(x)), backward])
@@ -183,8 +184,7 @@ def mean_top_k_cosine(queries: np.ndarray, keys: np.ndarray, k: int, batch: int 
     k = min(k, len(keys))
     out = np.empty(len(queries), dtype=np.float32)
     for start in range(0, len(queries), batch):
-        scores = queries[start:start + batch] @ keys.T  # (b, K)
-        out[start:start + batch] = np.partition(scores, -k, axis=1)[:, -k:].mean(axis=1)
+        out[start:start + batch] = _mean_top_k_rows(queries[start:start + batch] @ keys.T, k)
     return out
 
 
