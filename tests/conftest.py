@@ -146,6 +146,31 @@ def assert_close_rounding(actual, expected, *, terms: int = 1, depth: int = 1,
                                msg=msg and (lambda default: f"{default}\n{msg}"))
 
 
+def assert_greedy_agrees(generated, reference, prompt_length: int, tolerance: float,
+                         attention_mask=None) -> int:
+    """Assert that ``generated`` (B, T), a greedy continuation of ``prompt_length`` tokens made
+    by another computation of ``reference`` (quantised kernels, rounded weights), is a greedy
+    continuation of ``reference`` too, up to ties: at every new token, ``reference``'s logit for
+    it, teacher-forced on the same sequence, is within ``tolerance`` of its best logit. Two
+    computations that agree only up to rounding may break a near-tie differently, and from then
+    on continue differently; comparing the token sequences would make that a failure on some
+    CPUs. Returns how many steps chose ``reference``'s own argmax (the caller may want most)."""
+    import torch
+
+    mask = torch.ones_like(generated) if attention_mask is None else torch.cat(
+        [attention_mask, attention_mask.new_ones(generated.shape[0],
+                                                 generated.shape[1] - attention_mask.shape[1])], 1)
+    with torch.no_grad():
+        # (B, T - 1, V): the logits that chose tokens 1 .. T - 1; keep the generated steps
+        logits = reference(input_ids=generated[:, :-1], attention_mask=mask[:, :-1]).logits
+    steps = logits[:, prompt_length - 1:].float()
+    new = generated[:, prompt_length:]
+    chosen = steps.gather(-1, new.unsqueeze(-1)).squeeze(-1)      # (B, new tokens)
+    gaps = steps.max(-1).values - chosen
+    assert float(gaps.max()) <= tolerance, \
+        f"a token {float(gaps.max()):.3g} below the reference's best (tolerance {tolerance:.3g})"
+    return int((gaps == 0).sum())
+
 
 # Exact equality. torch.equal on float results holds only for one computation done twice op for
 # op (a copy, an index, a save and load, the same ops on the same inputs and shapes); the same
