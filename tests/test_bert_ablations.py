@@ -145,8 +145,9 @@ def test_size_at_toy_scale(work, tmp_path):
 def test_objectives_at_toy_scale(work, tmp_path):
     """Table 5's rows: NSP, the causal LM and its BiLSTM folder (the other experiments share
     these stages; they run at toy size under ``-m slow``)."""
-    report = run(work, tmp_path, "objectives", "--rows", "mlm+nsp,ltr+bilstm")
-    assert [r["name"] for r in report["rows"]] == ["BERT (MLM + NSP)", "left-to-right + BiLSTM"]
+    report = run(work, tmp_path, "objectives", "--rows", "mlm+nsp,ltr+bilstm,mlm@40")
+    assert [r["name"] for r in report["rows"]] == ["BERT (MLM + NSP)", "left-to-right + BiLSTM",
+                                                   "MLM only, 40% masked"]
     # each row's tokens as its run reported them, checked against the budget (KJV chapters
     # fill every pair at this length, so the NSP row keeps the batch)
     assert report["budget"]["pretrain_tokens"] == 2 * 4 * 16
@@ -155,6 +156,8 @@ def test_objectives_at_toy_scale(work, tmp_path):
     config = json.loads(bilstm.read_text())
     assert config["causal"] and config["extra"]["classifier_bilstm"]
     assert set(report["rows"][1]["finetuned"]["fortunes-topic"]) == {"dev", "test"}
+    dense = next((work / "stages").glob("pretrain-mlm-*-masked40-*")) / "run" / "config.json"
+    assert json.loads(dense.read_text())["hparams"]["objective_args"] == {"mask_prob": 0.4}
 
 
 @pytest.mark.slow
