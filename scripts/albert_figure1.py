@@ -36,6 +36,7 @@ from lmlab.load import load_model_and_tokenizer
 from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.training.pretrain import PretrainConfig, pretrain
 from lmlab.utils.checks import check_at_least
+from lmlab.utils.errors import LmlabError
 from lmlab.utils.host import describe_host
 
 FAMILIES = ("bert", "albert")
@@ -72,11 +73,12 @@ def pretrained_models(args: argparse.Namespace) -> list[tuple[str, Path]]:
     token_folder, _ = stages.run("tokens", {"corpus": corpus_info, "vocab": args.vocab_size},
                                  tokens)
     models = []
-    for family in FAMILIES:
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    for seed, family in ((seed, family) for seed in seeds for family in FAMILIES):
         settings = {"family": family, "size": "base", "model_args": model_args(args, family),
                     "objective": "mlm", "seq_len": args.seq_len, "batch_size": args.batch_size,
                     "lr": args.lr, "warmup_fraction": 0.06, "schedule": "linear",
-                    "max_steps": args.steps, "seed": 0}
+                    "max_steps": args.steps, "seed": seed}
 
         def train(folder: Path, settings: dict[str, Any] = settings) -> dict[str, Any]:
             result = pretrain(PretrainConfig.from_sections(
@@ -90,8 +92,9 @@ def pretrained_models(args: argparse.Namespace) -> list[tuple[str, Path]]:
         folder, info = stages.run(f"pretrain-{family}",
                                   {"tokens": token_folder.name, **settings}, train,
                                   resumable=True)
-        print(f"{family}: {info}", flush=True)
-        models.append((family, folder / "run" / "model"))
+        name = family if len(seeds) == 1 else f"{family} seed {seed}"
+        print(f"{name}: {info}", flush=True)
+        models.append((name, folder / "run" / "model"))
     return models
 
 
@@ -131,12 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--seeds", default="0",
+                        help="pretraining seeds, e.g. 0,1,2: a BERT and an ALBERT for each")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sample", type=int, default=500, help="WordNet sentences to measure on")
     args = parser.parse_args(argv)
     for name in ("vocab_size", "hidden", "layers", "heads", "embedding_size", "steps",
                  "batch_size", "seq_len", "threads", "sample"):
         check_at_least(getattr(args, name), 1, f"--{name.replace('_', '-')}")
+    if not all(seed.isdigit() for seed in args.seeds.split(",")):
+        raise LmlabError(f"--seeds {args.seeds!r} is not a list of seeds",
+                         "write non-negative integers, e.g. 0,1,2")
     models = ([(m, Path(m)) for m in args.models] if args.models
               else pretrained_models(args))
     measure(models, args)

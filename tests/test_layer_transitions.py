@@ -104,6 +104,16 @@ def test_script_pretrains_both_at_toy_size_then_measures_given_models(tmp_path):
     again = json.loads((tmp_path / "given" / "figure1.json").read_text())
     for first, second in zip(saved["results"], again["results"]):  # the same models, measured
         assert first["l2"] == second["l2"] and first["degrees"] == second["degrees"]
+    # more seeds: seed 0's pretrainings are reused from the cache, seed 1's are new models
+    assert script.main([str(a) for a in [*toy, "--seeds", "0,1", "--out", tmp_path / "two"]]) == 0
+    two = json.loads((tmp_path / "two" / "figure1.json").read_text())
+    assert [r["name"] for r in two["results"]] == ["bert seed 0", "albert seed 0",
+                                                   "bert seed 1", "albert seed 1"]
+    assert two["models"]["bert seed 0"] == saved["models"]["bert"]
+    assert two["models"]["bert seed 1"] != saved["models"]["bert"]
+    assert two["results"][2]["l2"] != saved["results"][0]["l2"]
+    with pytest.raises(LmlabError, match="not a list of seeds"):
+        script.main([str(a) for a in [*toy, "--seeds", "0,x", "--out", tmp_path / "bad"]])
 
 
 def test_script_refuses_models_of_different_widths(tmp_path):
