@@ -371,11 +371,20 @@ def run_masking(exp: Experiment) -> None:
         mask, rnd, keep = replacement(row)
         model = exp.pretrain(f"masking-{row.replace('/', '-')}", model_args, "mlm",
                              {"mask_prob": 0.15, "replacement": [mask, rnd, keep]})
+        # held out, the same for every row: 15% chosen, every one masked (context alone)
+        score = masked_lm_score(model["model"], exp.tokens / "shards", seq_len=exp.args.seq_len,
+                                batches=exp.args.eval_batches, replacement=(1.0, 0.0, 0.0))
         rows.append({"name": row, "replacement": [mask, rnd, keep], **read(model),
+                     "held-out loss": f"{score['loss']:.2f}",
+                     "held-out accuracy": f"{100 * score['accuracy']:.1f}",
                      "finetuned": exp.scores(model), "feature": exp.scores(model, feature=True)})
-    table = task_table(rows, "MASK/SAME/RND", ("tokens",), kinds=("finetuned", "feature"))
-    table += ("\nfeature: the frozen model's last four layers concatenated (mean-pooled), a "
-              "linear head trained (the `feature` recipe).\n")
+    table = task_table(rows, "MASK/SAME/RND",
+                       ("tokens", "held-out loss", "held-out accuracy"),
+                       kinds=("finetuned", "feature"))
+    table += ("\nheld-out loss and accuracy (%): masked-LM prediction of 15% of the validation "
+              "split's tokens, every one replaced by [MASK] (context alone, the same test for "
+              "every row). feature: the frozen model's last four layers concatenated "
+              "(mean-pooled), a linear head trained (the `feature` recipe).\n")
     exp.write("masking", rows, table,
               bar_plot(rows, ("finetuned", "feature"), "BERT Table 8: masking strategies"))
 

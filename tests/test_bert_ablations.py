@@ -165,6 +165,7 @@ def test_masking_at_toy_scale(work, tmp_path):
     report = run(work, tmp_path, "masking", "--rows", "0/0/100")
     row = report["rows"][0]
     assert row["replacement"] == [0.0, 1.0, 0.0]  # RND 100: all random
+    assert float(row["held-out loss"]) > 0 and 0 <= float(row["held-out accuracy"]) <= 100
     assert {"finetuned", "feature"} <= set(row)
     stages = sorted(p.name.rsplit("-", 1)[0] for p in (work / "stages").iterdir())
     assert "finetune-fortunes-topic-feature-seed0" in stages
@@ -230,3 +231,22 @@ def test_bad_settings_are_refused_before_work(tmp_path, capsys):
                             str(tmp_path / "w")]) == 2
     assert not (tmp_path / "w").exists()
     assert "fix:" in capsys.readouterr().err
+
+
+def test_held_out_score_uses_the_replacement_it_is_given(tiny_bert_folder, tmp_path_factory):
+    """masking's held-out column scores every row with every chosen token masked: the split
+    reaches the objective (all kept, the inputs are the text itself and the loss differs)."""
+    import torch
+    from conftest import kjv_shards
+
+    from lmlab.demo.analysis import masked_lm_score
+
+    shards = kjv_shards(tmp_path_factory, train=8, validation=4)
+
+    def score(split):
+        torch.manual_seed(0)  # the folder has no masked-LM head: the same fresh one each time
+        return masked_lm_score(tiny_bert_folder, shards, seq_len=32, batches=2, replacement=split)
+
+    masked = score((1.0, 0.0, 0.0))
+    assert score((1.0, 0.0, 0.0)) == masked  # the same batches and head: one computation
+    assert score((0.0, 0.0, 1.0))["loss"] != masked["loss"]
