@@ -210,9 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     model = pretrained_model(args, stages)
     rows = run_rows(args, stages, files, model)
     minutes = (time.perf_counter() - started) / 60
+    chance = majority_share(files["spa-test"])
     atomic_write_json(out / "transfer.json", {"settings": vars(args), "rows": rows,
+                                              "most_frequent_part": chance,
                                               "host": describe_host(), "minutes": minutes})
-    print(markdown(rows, majority_share(files["spa-test"])))
+    table = markdown(rows, chance)
+    atomic_write_text(out / "transfer.md", table + "\n")
+    print(table)
     plot(rows, out / "transfer.png")
     print(json.dumps({"minutes": round(minutes, 1)}))
     return 0

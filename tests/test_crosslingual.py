@@ -4,6 +4,7 @@ size (scripts/crosslingual_alignment.py, docs/crosslingual.md)."""
 
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
@@ -161,6 +162,9 @@ def test_transfer_script_at_toy_size(tmp_path):
     assert [r["id"] for r in spanish] == [r["id"] for r in english] and len(spanish) == 40
     assert {r["label"] for r in spanish} <= {"history", "prophets", "wisdom", "letters"}
     assert (out / "transfer.png").stat().st_size > 5000 and "| pretrained |" in result.stdout
+    counts = collections.Counter(r["label"] for r in spanish)  # the chance row, saved too
+    assert report["most_frequent_part"] == max(counts.values()) / len(spanish)
+    assert (out / "transfer.md").read_text().startswith("| row | English dev | Spanish test |")
 
 
 def test_translation_script_at_toy_size(tmp_path):
