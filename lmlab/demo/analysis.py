@@ -117,14 +117,15 @@ def unigram_baseline(counts: Any) -> dict[str, float]:
 
 def masked_lm_score(model_dir: Path, shards: Path, mask_prob: float = 0.15,
                     batch_size: int = 32, seq_len: int = 128, batches: int = 8,
-                    replacement: tuple[float, float, float] = (0.8, 0.1, 0.1)
+                    replacement: tuple[float, float, float] | None = None
                     ) -> dict[str, float]:
     """Validation MLM loss and accuracy of a saved model at masking rate ``mask_prob`` on the
     fixed validation batches (seed 1234, as pretraining evaluates): a figure that compares
     across runs pretrained with different masking rates. Means over every masked position (each
     batch weighted by its predictions), as the Trainer evaluates. ``replacement`` is the
-    chosen tokens' (mask, random, keep) split; ``(1, 0, 0)`` scores prediction from context
-    alone, which compares models pretrained with different splits."""
+    chosen tokens' (mask, random, keep) split (default: the objective's, BERT's 80/10/10);
+    ``(1, 0, 0)`` scores prediction from context alone, which compares models pretrained with
+    different splits."""
     from lmlab.data.pretraining import validation_batches
     from lmlab.load import from_pretrained
     from lmlab.objectives.registry import build_objective
@@ -133,7 +134,8 @@ def masked_lm_score(model_dir: Path, shards: Path, mask_prob: float = 0.15,
 
     model = from_pretrained(model_dir, head="mlm").eval()
     objective = build_objective("mlm", SpecialTokens.from_tokenizer(
-        Tokenizer.from_pretrained(model_dir)), mask_prob=mask_prob, replacement=replacement)
+        Tokenizer.from_pretrained(model_dir)), mask_prob=mask_prob,
+        **({} if replacement is None else {"replacement": replacement}))
     objective.eval()
     loss = accuracy = predictions = 0.0
     data = validation_batches(shards, objective, batch_size=batch_size, seq_len=seq_len,
