@@ -94,13 +94,20 @@ def to_markdown(results: Sequence[LayerTransitions]) -> str:
 
 def plot_transitions(results: Sequence[LayerTransitions], path: str | Path, title: str = ""
                      ) -> Path:
-    """Two panels as the paper's figure: L2 distance and angle (degrees) against the layer."""
+    """Two panels as the paper's figure: L2 distance and angle (degrees) against the layer.
+    Results named ``"<model> seed <n>"`` share their model's colour and one legend entry."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    models = list(dict.fromkeys(r.name.split(" seed ")[0] for r in results))
+    labelled: set[str] = set()
     for result in results:
+        model = result.name.split(" seed ")[0]
+        style = {"marker": "o", "color": f"C{models.index(model)}",
+                 "label": None if model in labelled else model}
+        labelled.add(model)
         layers = np.arange(len(result.l2))
-        axes[0].plot(layers, result.l2, marker="o", label=result.name)
-        axes[1].plot(layers, result.degrees, marker="o", label=result.name)
+        axes[0].plot(layers, result.l2, **style)
+        axes[1].plot(layers, result.degrees, **style)
     for ax, label in zip(axes, ("L2 distance", "cosine similarity (degrees)")):
         ax.set_xlabel("layer")
         ax.set_ylabel(label)
