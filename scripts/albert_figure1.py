@@ -35,8 +35,7 @@ from lmlab.demo.stages import StageRunner
 from lmlab.load import load_model_and_tokenizer
 from lmlab.tokenization.tokenizer import Tokenizer
 from lmlab.training.pretrain import PretrainConfig, pretrain
-from lmlab.utils.checks import check_at_least
-from lmlab.utils.errors import LmlabError
+from lmlab.utils.checks import check_at_least, parse_int_list
 from lmlab.utils.host import describe_host
 
 FAMILIES = ("bert", "albert")
@@ -73,7 +72,7 @@ def pretrained_models(args: argparse.Namespace) -> list[tuple[str, Path]]:
     token_folder, _ = stages.run("tokens", {"corpus": corpus_info, "vocab": args.vocab_size},
                                  tokens)
     models = []
-    seeds = [int(seed) for seed in args.seeds.split(",")]
+    seeds = args.seeds
     for seed, family in ((seed, family) for seed in seeds for family in FAMILIES):
         settings = {"family": family, "size": "base", "model_args": model_args(args, family),
                     "objective": "mlm", "seq_len": args.seq_len, "batch_size": args.batch_size,
@@ -142,9 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("vocab_size", "hidden", "layers", "heads", "embedding_size", "steps",
                  "batch_size", "seq_len", "threads", "sample"):
         check_at_least(getattr(args, name), 1, f"--{name.replace('_', '-')}")
-    if not all(seed.isdigit() for seed in args.seeds.split(",")):
-        raise LmlabError(f"--seeds {args.seeds!r} is not a list of seeds",
-                         "write non-negative integers, e.g. 0,1,2")
+    args.seeds = parse_int_list(args.seeds, "--seeds")
+    check_at_least(min(args.seeds), 0, "--seeds")
     models = ([(m, Path(m)) for m in args.models] if args.models
               else pretrained_models(args))
     measure(models, args)

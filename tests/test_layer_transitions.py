@@ -112,7 +112,7 @@ def test_script_pretrains_both_at_toy_size_then_measures_given_models(tmp_path):
     assert two["models"]["bert seed 0"] == saved["models"]["bert"]
     assert two["models"]["bert seed 1"] != saved["models"]["bert"]
     assert two["results"][2]["l2"] != saved["results"][0]["l2"]
-    with pytest.raises(LmlabError, match="not a list of seeds"):
+    with pytest.raises(LmlabError, match="--seeds '0,x' is not a list of whole numbers"):
         script.main([str(a) for a in [*toy, "--seeds", "0,x", "--out", tmp_path / "bad"]])
 
 
